@@ -1,0 +1,115 @@
+"""The metric kernels against hand-computed values and independent formulas."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tui_acc.metrics import kernels
+from tui_acc.metrics.kernels import ShapeMismatch, compare_tensors
+
+
+def test_identical_tensors_are_perfect() -> None:
+    t = torch.randn(3, 5, generator=torch.Generator().manual_seed(1))
+    row = compare_tensors(t, t.clone())
+    assert row["cosine"] == pytest.approx(1.0, abs=1e-15)
+    assert row["max_abs_err"] == 0.0
+    assert row["mean_rel_err"] == 0.0
+    assert row["rel_euclidean"] == 0.0
+    assert row["kl"] == pytest.approx(0.0, abs=1e-15)
+    assert row["numel"] == 15
+
+
+def test_hand_computed_values() -> None:
+    g = torch.tensor([1.0, 2.0, 0.0, -4.0])
+    t = torch.tensor([1.5, 2.0, 0.5, -3.0])
+    row = compare_tensors(g, t)
+    dot, ng, nt = 1.5 + 4 + 0 + 12, math.sqrt(21), math.sqrt(2.25 + 4 + 0.25 + 9)
+    assert row["cosine"] == pytest.approx(dot / (ng * nt), rel=1e-15)
+    assert row["max_abs_err"] == 1.0
+    assert row["mean_abs_err"] == pytest.approx((0.5 + 0 + 0.5 + 1) / 4)
+    # relative error skips the golden zero and averages over the 3 others (msit would divide by 4)
+    assert row["max_rel_err"] == pytest.approx(0.5)
+    assert row["mean_rel_err"] == pytest.approx((0.5 + 0 + 0.25) / 3)
+    assert row["rel_euclidean"] == pytest.approx(math.sqrt(0.25 + 0.25 + 1) / ng)
+    assert (row["golden_max"], row["golden_min"], row["golden_mean"]) == (2.0, -4.0, pytest.approx(-0.25))
+
+
+def test_kl_is_per_row_softmax_averaged() -> None:
+    rng = np.random.default_rng(7)
+    g = rng.normal(size=(3, 50))
+    t = g + rng.normal(scale=0.3, size=(3, 50))
+
+    def kl_row(a: np.ndarray, b: np.ndarray) -> float:
+        p = np.exp(a - a.max()) / np.exp(a - a.max()).sum()
+        q = np.exp(b - b.max()) / np.exp(b - b.max()).sum()
+        return float((p * np.log(p / q)).sum())
+
+    expected = np.mean([kl_row(g[i], t[i]) for i in range(3)])
+    row = compare_tensors(torch.from_numpy(g), torch.from_numpy(t))
+    assert row["kl"] == pytest.approx(expected, rel=1e-10)
+    whole = kl_row(g.reshape(-1), t.reshape(-1))
+    assert row["kl"] != pytest.approx(whole, rel=1e-3)  # not msit's whole-tensor KL
+
+
+def test_chunked_accumulation_matches_single_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    gen = torch.Generator().manual_seed(3)
+    g = torch.randn(64, 33, generator=gen)
+    t = g + 0.01 * torch.randn(64, 33, generator=gen)
+    whole = compare_tensors(g, t)
+    monkeypatch.setattr(kernels, "CHUNK_ELEMENTS", 40)  # one row (33 elements) per chunk
+    chunked = compare_tensors(g, t)
+    for key in ("cosine", "max_abs_err", "mean_abs_err", "max_rel_err", "mean_rel_err", "rel_euclidean", "kl"):
+        assert chunked[key] == pytest.approx(whole[key], rel=1e-12), key
+
+
+def test_bf16_is_read_exactly() -> None:
+    g = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float32)
+    t = g.to(torch.bfloat16)
+    row = compare_tensors(g, t)
+    assert row["test_dtype"] == "bfloat16"
+    expected = (t.double() - g.double()).abs().max().item()
+    assert row["max_abs_err"] == expected
+
+
+def test_non_finite_values_are_counted_and_excluded() -> None:
+    g = torch.tensor([[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]])
+    t = torch.tensor([[1.0, float("nan"), 3.0], [1.0, float("inf"), 1.0]])
+    row = compare_tensors(g, t)
+    assert (row["test_nan"], row["test_inf"], row["golden_nan"]) == (1, 1, 0)
+    assert row["max_abs_err"] == 0.0  # the finite positions agree
+    assert row["kl"] is None  # every row holds a non-finite value: no distribution to compare
+
+
+def test_zero_tensors() -> None:
+    z = torch.zeros(4)
+    assert compare_tensors(z, z)["cosine"] == 1.0
+    assert compare_tensors(z, torch.ones(4))["cosine"] == 0.0
+    assert compare_tensors(z, torch.ones(4))["rel_euclidean"] == math.inf
+
+
+def test_integer_tensors_have_no_kl() -> None:
+    ids = torch.tensor([[5, 6, 7]])
+    row = compare_tensors(ids, ids.clone())
+    assert row["kl"] is None and row["max_abs_err"] == 0.0
+
+
+def test_element_count_mismatch_raises() -> None:
+    with pytest.raises(ShapeMismatch, match=r"\[2, 3\] vs test \[7\]"):
+        compare_tensors(torch.zeros(2, 3), torch.zeros(7))
+
+
+def test_same_count_different_shape_compares_flat() -> None:
+    g = torch.arange(6.0).reshape(2, 3)
+    row = compare_tensors(g, g.reshape(3, 2))
+    assert row["cosine"] == pytest.approx(1.0) and row["golden_shape"] == [2, 3] and row["test_shape"] == [3, 2]
+
+
+def test_top1_is_the_last_rows_argmax() -> None:
+    g = torch.tensor([[0.0, 9.0, 1.0], [5.0, 0.0, 1.0]])
+    t = torch.tensor([[0.0, 9.0, 1.0], [0.0, 0.0, 1.0]])
+    row = compare_tensors(g, t)
+    assert (row["golden_top1"], row["test_top1"]) == (0, 2)

@@ -1,0 +1,16 @@
+"""tui-acc: find the first operator where a port of an LLM loses accuracy.
+
+The headless engine is usable from a notebook or a CI job::
+
+    from tui_acc import open_comparison
+    cmp = open_comparison("golden_dump", "test_dump")
+    cmp.engine.first_failing_token()
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from tui_acc.session import Comparison, open_comparison
+
+__all__ = ["Comparison", "__version__", "open_comparison"]

@@ -1,0 +1,129 @@
+"""Command line: ``tui-acc GOLDEN TEST``, ``tui-acc report``, ``tui-acc demo``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tui_acc import __version__
+from tui_acc.metrics.verdict import Thresholds
+
+_COMMANDS = ("open", "report", "demo")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tui-acc",
+        description="Find where an LLM port loses accuracy: compare a golden tensor dump with a test dump.",
+        epilog="Without a command, `tui-acc GOLDEN TEST` opens the interactive view (same as `tui-acc open`).",
+    )
+    parser.add_argument("--version", action="version", version=f"tui-acc {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="{open,report,demo}")
+
+    open_cmd = commands.add_parser("open", help="browse GOLDEN against TEST interactively (the default)")
+    _add_dump_args(open_cmd)
+
+    report = commands.add_parser("report", help="print the comparison without a UI (exit 0 pass, 1 fail, 2 bad input)")
+    _add_dump_args(report)
+    report.add_argument("--token", type=int, help="analyse this token's operators (default: the first failing token)")
+    report.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    report.add_argument("--csv", type=Path, metavar="FILE", help="also write the analysed token's operator table")
+    report.add_argument("--force", action="store_true", help="let --csv replace an existing file")
+
+    demo = commands.add_parser("demo", help="generate a golden/test pair with a known fault, then open it")
+    demo.add_argument("--out", type=Path, default=Path("tui-acc-demo"), help="where to write (default: ./tui-acc-demo)")
+    demo.add_argument("--no-tui", action="store_true", help="only write the dumps and print where the fault is")
+    demo.add_argument("--seed", type=int, default=0, help="model and prompt seed (default 0)")
+    return parser
+
+
+def _add_dump_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("golden", type=Path, help="golden dump (reference run)")
+    parser.add_argument("test", type=Path, help="test dump (the run under suspicion)")
+    parser.add_argument("--logits-node", help="module whose output holds the logits (default: the model's last)")
+    defaults = Thresholds()
+    parser.add_argument("--logits-cos", type=float, default=defaults.logits_cosine, help="min logits cosine (%(default)s)")
+    parser.add_argument("--kl-fp16", type=float, default=defaults.logits_kl_fp16, help="max logits KL, fp16 (%(default)s)")
+    parser.add_argument("--kl-bf16", type=float, default=defaults.logits_kl_bf16, help="max logits KL, bf16 (%(default)s)")
+    parser.add_argument("--op-cos", type=float, default=defaults.op_cosine, help="min operator cosine (%(default)s)")
+
+
+def _thresholds(args: argparse.Namespace) -> Thresholds:
+    return Thresholds(args.logits_cos, args.kl_fp16, args.kl_bf16, args.op_cos)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] not in _COMMANDS and not args_list[0].startswith("-"):
+        args_list.insert(0, "open")
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if args.command == "demo":
+        return _run_demo(args)
+    return _run_compare(args)
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    from tui_acc.dumps import DumpError
+    from tui_acc.session import open_comparison
+
+    try:
+        cmp = open_comparison(args.golden, args.test, args.logits_node, _thresholds(args))
+    except DumpError as exc:
+        print(f"tui-acc: error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "report":
+        return _report(cmp, args)
+    from tui_acc.tui.app import AccApp
+
+    AccApp(cmp).run()
+    return 0
+
+
+def _report(cmp: object, args: argparse.Namespace) -> int:
+    from tui_acc import report as rpt
+    from tui_acc.export import ExportError, write_csv
+
+    try:
+        result = rpt.build_report(cmp, args.token)  # type: ignore[arg-type]
+    except rpt.UnknownToken as exc:
+        print(f"tui-acc: error: {exc}", file=sys.stderr)
+        return rpt.EXIT_USAGE
+    if args.csv is not None:
+        try:
+            written = write_csv(rpt.csv_frame(result), args.csv, overwrite=args.force)
+        except ExportError as exc:
+            print(f"tui-acc: error: {exc}", file=sys.stderr)
+            return rpt.EXIT_USAGE
+        result["csv"] = str(written)
+    if args.json:
+        print(json.dumps(rpt.public(result), indent=2, allow_nan=True))
+    else:
+        print(rpt.format_text(result))
+        if args.csv is not None:
+            print(f"csv: {result['csv']}")
+    return rpt.exit_code(result)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from tui_acc.demo import DemoError, make_demo
+
+    try:
+        demo = make_demo(args.out, seed=args.seed, progress=print)
+    except DemoError as exc:
+        print(f"tui-acc: error: {exc}", file=sys.stderr)
+        return 2
+    print(demo.describe())
+    if args.no_tui:
+        return 0
+    from tui_acc.session import open_comparison
+    from tui_acc.tui.app import AccApp
+
+    AccApp(open_comparison(demo.golden, demo.test)).run()
+    return 0

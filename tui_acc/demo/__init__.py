@@ -1,0 +1,112 @@
+"""``tui-acc demo``: a golden/test dump pair with one known fault, built locally in seconds."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tui_acc import __version__
+
+
+class DemoError(Exception):
+    """The demo cannot be written where asked."""
+
+
+@dataclass(frozen=True)
+class Demo:
+    out: Path
+    golden: Path
+    test: Path
+    fault_token: int
+    fault_module: str
+    fault_description: str
+    golden_ids: list[int]
+    test_ids: list[int]
+
+    def describe(self) -> str:
+        return "\n".join(
+            [
+                f"golden dump (float32):        {self.golden}",
+                f"test dump (bfloat16 + fault): {self.test}",
+                f"injected fault: {self.fault_description}",
+                f"generated ids, golden: {self.golden_ids}",
+                f"generated ids, test:   {self.test_ids}",
+                f"compare them:  tui-acc {self.golden} {self.test}",
+            ]
+        )
+
+
+MANIFEST = "demo.json"
+NEW_TOKENS = 8
+FAULT_TOKEN = 3
+FAULT_MODULE = "root.model.layers.2.mlp.down_proj"
+
+
+def make_demo(out: Path, seed: int = 0, progress: Callable[[str], None] | None = None) -> Demo:
+    """Write ``out/golden`` and ``out/test``; reuse them if ``out`` already holds this demo."""
+    say = progress or (lambda _msg: None)
+    out = out.expanduser()
+    existing = _load_existing(out, seed)
+    if existing is not None:
+        say(f"reusing the demo already in {out}")
+        return existing
+    if out.exists() and any(out.iterdir()):
+        raise DemoError(f"{out}: exists and is not an empty folder or an earlier demo; choose another --out")
+    from tui_acc.demo.run import run_pair  # torch is imported only when a demo is really built
+
+    out.mkdir(parents=True, exist_ok=True)
+    staging = out / ".partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    prompt = random.Random(seed).sample(range(1, 500), 8)
+    try:
+        result = run_pair(staging, seed, prompt, NEW_TOKENS, FAULT_MODULE, FAULT_TOKEN, say)
+        for side in ("golden", "test"):
+            (staging / side).rename(out / side)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    demo = Demo(
+        out=out,
+        golden=out / "golden",
+        test=out / "test",
+        fault_token=FAULT_TOKEN,
+        fault_module=FAULT_MODULE,
+        fault_description=result.fault_description,
+        golden_ids=result.golden_ids,
+        test_ids=result.test_ids,
+    )
+    manifest = {
+        "version": __version__,
+        "seed": seed,
+        "prompt": prompt,
+        "fault": {"token": FAULT_TOKEN, "module": FAULT_MODULE, "description": result.fault_description},
+        "golden_ids": result.golden_ids,
+        "test_ids": result.test_ids,
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return demo
+
+
+def _load_existing(out: Path, seed: int) -> Demo | None:
+    try:
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if manifest.get("seed") != seed or manifest.get("version") != __version__:
+        return None
+    if not ((out / "golden").is_dir() and (out / "test").is_dir()):
+        return None
+    fault = manifest["fault"]
+    return Demo(
+        out=out,
+        golden=out / "golden",
+        test=out / "test",
+        fault_token=fault["token"],
+        fault_module=fault["module"],
+        fault_description=fault["description"],
+        golden_ids=manifest["golden_ids"],
+        test_ids=manifest["test_ids"],
+    )

@@ -1,0 +1,121 @@
+"""Our own capture hook: writes a model's forward passes in msit's torch dump layout.
+
+It produces what ``msit_llm``'s ``DumpConfig`` + ``register_hook`` would (formats.md §1), with
+one deliberate improvement: ``model_tree.json`` lists children in execution order (msit meant
+to, but a bug leaves them in ``named_children()`` order).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class MsitTorchCapture:
+    """Context manager: every root ``forward()`` is a token; every module call is dumped.
+
+    Args:
+        model: the root module (named ``root`` in the dump).
+        dump_path: msit's ``dump_path``; ``msit_dump_{ts}/torch_tensors/{device}_{pid}`` goes below it.
+        token_range: token ids to dump (default: all).
+        module_glob: only dump modules whose full name matches (``*`` wildcards), as msit's ``layer_name``.
+        tensor_part: 0 inputs only, 1 outputs only, 2 both (msit's meaning).
+        timestamp: the ``msit_dump_*`` suffix (default: now).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        dump_path: Path,
+        token_range: Iterable[int] | None = None,
+        module_glob: str | None = None,
+        tensor_part: int = 2,
+        timestamp: datetime | None = None,
+    ) -> None:
+        self.model = model
+        self.token_range = None if token_range is None else set(token_range)
+        self.module_glob = module_glob
+        self.tensor_part = tensor_part
+        device = str(next(model.parameters()).device).replace(":", "")
+        stamp = (timestamp or datetime.now()).strftime("%Y%m%d_%H%M%S")
+        self.data_dir = Path(dump_path) / f"msit_dump_{stamp}" / "torch_tensors" / f"{device}_{os.getpid()}"
+        self.token = -1
+        self._names = {module: _full_name(name) for name, module in model.named_modules()}
+        self._first_call: dict[str, int] = {}
+        self._handles: list[Any] = []
+
+    def __enter__(self) -> MsitTorchCapture:
+        self.data_dir.mkdir(parents=True, exist_ok=False)
+        self._handles.append(self.model.register_forward_pre_hook(self._next_token))
+        for module in self._names:
+            self._handles.append(module.register_forward_pre_hook(self._called))
+            self._handles.append(module.register_forward_hook(self._dump))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._write_tree()
+
+    # --- hooks --------------------------------------------------------------------------------
+
+    def _next_token(self, module: nn.Module, args: Sequence[Any]) -> None:
+        self.token += 1
+
+    def _called(self, module: nn.Module, args: Sequence[Any]) -> None:
+        self._first_call.setdefault(self._names[module], len(self._first_call))
+
+    def _dump(self, module: nn.Module, args: Sequence[Any], output: Any) -> None:
+        name = self._names[module]
+        if self.token_range is not None and self.token not in self.token_range:
+            return
+        if self.module_glob and not fnmatch.fnmatchcase(name, self.module_glob):
+            return
+        folder = self.data_dir / str(self.token) / name
+        folder.mkdir(parents=True, exist_ok=True)
+        if self.tensor_part in (0, 2):
+            for i, arg in enumerate(args):
+                if isinstance(arg, torch.Tensor):
+                    torch.save(arg.detach().clone(), folder / f"input_{i}.pth")
+        if self.tensor_part in (1, 2):
+            if isinstance(output, torch.Tensor):
+                torch.save(output.detach().clone(), folder / "output.pth")
+            elif isinstance(output, (tuple, list)):
+                _save_sequence(output, folder, "output")
+
+    # --- topology -----------------------------------------------------------------------------
+
+    def _write_tree(self) -> None:
+        def node(name: str, module: nn.Module) -> dict[str, Any]:
+            children = [node(self._names[child], child) for child in module.children()]
+            children.sort(key=lambda c: self._subtree_first_call(c))
+            return {"name": name, "type": type(module).__name__, "children": children}
+
+        tree = node("root", self.model)
+        (self.data_dir / "model_tree.json").write_text(json.dumps(tree), encoding="utf-8")
+
+    def _subtree_first_call(self, tree: dict[str, Any]) -> int:
+        calls = [self._first_call.get(tree["name"], 1 << 30)]
+        calls += [self._subtree_first_call(child) for child in tree["children"]]
+        return min(calls)
+
+
+def _save_sequence(items: Sequence[Any], folder: Path, prefix: str) -> None:
+    for i, item in enumerate(items):
+        if isinstance(item, torch.Tensor):
+            torch.save(item.detach().clone(), folder / f"{prefix}_{i}.pth")
+        elif isinstance(item, (tuple, list)):
+            _save_sequence(item, folder, f"{prefix}_{i}")
+
+
+def _full_name(name: str) -> str:
+    return "root" if not name else f"root.{name}"

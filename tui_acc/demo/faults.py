@@ -1,0 +1,46 @@
+"""Realistic faults to inject into the test run of the demo."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class StaleTailTile:
+    """A matmul kernel that skips its last output tile on one step.
+
+    The skipped columns keep what the output buffer held from the previous step, the way a
+    tiling bug on an accelerator leaves stale data behind (N % tile != 0, a missed tail).
+    """
+
+    module: str  # full dump name, e.g. root.model.layers.2.mlp.down_proj
+    token: int
+    tile: int = 24
+
+    def describe(self) -> str:
+        return (
+            f"{self.module} at token {self.token}: the last {self.tile} output columns keep the previous "
+            "step's values (a matmul that skipped its tail tile)"
+        )
+
+    def install(self, model: nn.Module, current_token: Callable[[], int]) -> Any:
+        target = dict(model.named_modules())[self.module.removeprefix("root.")]
+        previous: dict[str, torch.Tensor] = {}
+
+        def hook(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+            stale = previous.get("out")
+            previous["out"] = output.detach().clone()
+            if current_token() != self.token or stale is None:
+                return output
+            patched = output.clone()
+            rows = min(stale.shape[-2], patched.shape[-2])
+            patched[..., -rows:, -self.tile :] = stale[..., -rows:, -self.tile :]
+            return patched
+
+        # prepend: the fault is part of the module, so any capture hook must see its result
+        return target.register_forward_hook(hook, prepend=True)

@@ -1,0 +1,105 @@
+"""What a dump holds, as plain data: tokens -> nodes -> tensor file references.
+
+Nothing here reads tensor data; an index is built from names and directory listings only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Role = Literal["input", "output"]
+
+
+class DumpError(Exception):
+    """A dump root that cannot be used at all (the message names the path and the problem)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A damaged or unexpected file: reported to the user, never silently dropped."""
+
+    path: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"file": self.path, "message": self.message}
+
+
+@dataclass(frozen=True, order=True)
+class TensorRef:
+    """One tensor file of one node at one token.
+
+    ``slot`` is the file stem that pairs golden with test (``input_0``, ``output``, ``output_1``).
+    """
+
+    slot: str
+    role: Role
+    path: Path = field(compare=False)
+
+
+@dataclass
+class Node:
+    """A module (or operation) in the model tree."""
+
+    name: str
+    type: str
+    parent: str | None
+    depth: int
+    children: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NodeTree:
+    """The module tree, children kept in execution order."""
+
+    root: str
+    nodes: dict[str, Node]
+
+    def children(self, name: str) -> list[str]:
+        return self.nodes[name].children
+
+    def preorder(self, start: str | None = None) -> Iterator[Node]:
+        """Nodes in execution order (a parent before its children)."""
+        stack = [start or self.root]
+        while stack:
+            node = self.nodes[stack.pop()]
+            yield node
+            stack.extend(reversed(node.children))
+
+    def is_ancestor(self, ancestor: str, name: str) -> bool:
+        parent = self.nodes[name].parent
+        while parent is not None:
+            if parent == ancestor:
+                return True
+            parent = self.nodes[parent].parent
+        return False
+
+    def leaf_chain_end(self) -> str:
+        """The model's last module: follow the last child from the root down."""
+        name = self.root
+        while self.nodes[name].children:
+            name = self.nodes[name].children[-1]
+        return name
+
+
+@dataclass
+class DumpIndex:
+    """Everything known about one dump root without loading tensor data."""
+
+    root: Path
+    data_dir: Path
+    format: str
+    tree: NodeTree
+    tokens: dict[int, dict[str, list[TensorRef]]]
+    order_source: str
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def tensors(self, token: int, node: str) -> list[TensorRef]:
+        return self.tokens.get(token, {}).get(node, [])
+
+    def token_ids(self) -> list[int]:
+        return sorted(self.tokens)

@@ -1,0 +1,247 @@
+"""Reader for msit torch dumps (``msit_llm`` ``DumpConfig`` + ``register_hook``).
+
+Layout (formats.md §1)::
+
+    {dump_path}/msit_dump_{ts}/torch_tensors/{device}_{pid}/model_tree.json
+    {dump_path}/msit_dump_{ts}/torch_tensors/{device}_{pid}/{TID}/{module}/input_{i}.pth | output*.pth
+
+Only names, directory listings and file times are read here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Role, TensorRef
+
+FORMAT = "msit-torch"
+MODEL_TREE = "model_tree.json"
+_TENSOR_FILE = re.compile(r"^(input_\d+|output(?:_\d+)*)\.pth$")
+_DUMP_DIR = re.compile(r"^msit_dump_\d{8}_\d{6}$")
+_STATS_FILE = "statistics.csv"
+
+
+def looks_like(path: Path) -> bool:
+    """Whether ``path`` is (or contains) an msit torch dump."""
+    try:
+        _locate(path)
+    except DumpError:
+        return False
+    return True
+
+
+def read(path: Path) -> DumpIndex:
+    """Index the msit torch dump at or below ``path``."""
+    data_dir, only_token, notes = _locate(path)
+    problems: list[Problem] = []
+    tokens = _index_tokens(data_dir, only_token, problems)
+    if not tokens:
+        raise DumpError(f"{data_dir}: no token folders (0, 1, 2, ...) with .pth tensor files were found")
+    tree = _read_tree(data_dir / MODEL_TREE, problems)
+    _add_unlisted_nodes(tree, tokens)
+    order_source = _order_by_file_times(tree, tokens)
+    return DumpIndex(
+        root=path,
+        data_dir=data_dir,
+        format=FORMAT,
+        tree=tree,
+        tokens=tokens,
+        order_source=order_source,
+        problems=problems,
+        notes=notes,
+    )
+
+
+# --- finding the data ---------------------------------------------------------------------------
+
+
+def _locate(path: Path) -> tuple[Path, int | None, list[str]]:
+    """Find the ``{device}_{pid}`` folder from whatever folder a user naturally passes."""
+    if not path.exists():
+        raise DumpError(f"{path}: no such file or directory")
+    if not path.is_dir():
+        raise DumpError(f"{path}: expected a dump directory, found a file")
+    if (path / MODEL_TREE).is_file():
+        return path, None, []
+    if path.name.isdigit() and (path.parent / MODEL_TREE).is_file():
+        return path.parent, int(path.name), [f"only token {path.name} of {path.parent} is read"]
+    notes: list[str] = []
+    search = path
+    if not (path.name == "torch_tensors" or (path / "torch_tensors").is_dir()):
+        dumps = sorted(p for p in _subdirs(path) if _DUMP_DIR.match(p.name))
+        if not dumps:
+            raise DumpError(
+                f"{path}: not an msit torch dump (expected {MODEL_TREE}, a torch_tensors/ folder, "
+                "or msit_dump_YYYYMMDD_HHMMSS/ folders below it)"
+            )
+        search = dumps[-1]
+        if len(dumps) > 1:
+            notes.append(f"{path} holds {len(dumps)} msit_dump_* folders; reading the newest, {search.name}")
+    if search.name != "torch_tensors":
+        search = search / "torch_tensors"
+    devices = sorted(p for p in _subdirs(search) if (p / MODEL_TREE).is_file())
+    if not devices:
+        raise DumpError(f"{search}: no {{device}}_{{pid}} folder with a {MODEL_TREE} was found")
+    if len(devices) > 1:
+        names = ", ".join(p.name for p in devices)
+        raise DumpError(
+            f"{search}: holds several device folders ({names}); pass the one to compare "
+            "(multi-rank merging is not supported yet)"
+        )
+    return devices[0], None, notes
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        with os.scandir(path) as entries:
+            return [Path(e.path) for e in entries if e.is_dir()]
+    except OSError:
+        return []
+
+
+# --- token folders ------------------------------------------------------------------------------
+
+
+def _index_tokens(
+    data_dir: Path, only_token: int | None, problems: list[Problem]
+) -> dict[int, dict[str, list[TensorRef]]]:
+    tokens: dict[int, dict[str, list[TensorRef]]] = {}
+    stats_only = 0
+    for token_dir in _subdirs(data_dir):
+        if not token_dir.name.isdigit():
+            continue  # weights/ and the like
+        token = int(token_dir.name)
+        if only_token is not None and token != only_token:
+            continue
+        nodes: dict[str, list[TensorRef]] = {}
+        for node_dir in _subdirs(token_dir):
+            refs, has_stats = _index_node(node_dir, problems)
+            stats_only += int(has_stats and not refs)
+            nodes[node_dir.name] = refs
+        tokens[token] = nodes
+    if stats_only and not any(refs for nodes in tokens.values() for refs in nodes.values()):
+        raise DumpError(
+            f"{data_dir}: a statistics-only dump ({_STATS_FILE} without .pth files); "
+            "statistics dumps are not supported yet"
+        )
+    return dict(sorted(tokens.items()))
+
+
+def _index_node(node_dir: Path, problems: list[Problem]) -> tuple[list[TensorRef], bool]:
+    refs: list[TensorRef] = []
+    has_stats = False
+    with os.scandir(node_dir) as entries:
+        for entry in entries:
+            match = _TENSOR_FILE.match(entry.name)
+            if match:
+                slot = match.group(1)
+                role: Role = "input" if slot.startswith("input") else "output"
+                refs.append(TensorRef(slot=slot, role=role, path=Path(entry.path)))
+            elif entry.name == _STATS_FILE:
+                has_stats = True
+            elif entry.name.endswith(".pth"):
+                problems.append(Problem(entry.path, "unexpected tensor file name; not compared"))
+    refs.sort(key=lambda r: _slot_key(r.slot))
+    return refs, has_stats
+
+
+def _slot_key(slot: str) -> tuple[int, tuple[int, ...]]:
+    """Inputs before outputs, then numerically (input_2 before input_10)."""
+    role, _, rest = slot.partition("_")
+    numbers = tuple(int(x) for x in rest.split("_")) if rest else ()
+    return (0 if role == "input" else 1, numbers)
+
+
+# --- the module tree ----------------------------------------------------------------------------
+
+
+def _read_tree(path: Path, problems: list[Problem]) -> NodeTree:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return _tree_from_json(raw)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        problems.append(Problem(str(path), f"unreadable module tree ({exc}); tree rebuilt from folder names"))
+        return NodeTree(root="root", nodes={"root": Node("root", "?", None, 0)})
+
+
+def _tree_from_json(raw: object) -> NodeTree:
+    if not isinstance(raw, dict) or "name" not in raw:
+        raise ValueError("top level is not a {name, type, children} object")
+    nodes: dict[str, Node] = {}
+    stack: list[tuple[dict[str, object], str | None, int]] = [(raw, None, 0)]
+    while stack:
+        item, parent, depth = stack.pop()
+        name = str(item["name"])
+        nodes[name] = Node(name, str(item.get("type", "?")), parent, depth)
+        if parent is not None:
+            nodes[parent].children.append(name)
+        children = item.get("children") or []
+        if not isinstance(children, list):
+            raise ValueError(f"children of {name} is not a list")
+        stack.extend((child, name, depth + 1) for child in reversed(children))
+    return NodeTree(root=str(raw["name"]), nodes=nodes)
+
+
+def _add_unlisted_nodes(tree: NodeTree, tokens: dict[int, dict[str, list[TensorRef]]]) -> None:
+    """Folders missing from model_tree.json (API-mode calls, a damaged tree) hang under their prefix."""
+    seen = sorted({name for nodes in tokens.values() for name in nodes if name not in tree.nodes})
+    for name in seen:
+        parent = _longest_known_prefix(tree, name)
+        kind = name[len(parent) + 1 :] if name.startswith(parent + ".") else name
+        tree.nodes[name] = Node(name, kind.rsplit(".", 1)[-1], parent, tree.nodes[parent].depth + 1)
+        tree.nodes[parent].children.append(name)
+
+
+def _longest_known_prefix(tree: NodeTree, name: str) -> str:
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:cut])
+        if prefix in tree.nodes:
+            return prefix
+    return tree.root
+
+
+# --- execution order ----------------------------------------------------------------------------
+
+
+def _order_by_file_times(tree: NodeTree, tokens: dict[int, dict[str, list[TensorRef]]]) -> str:
+    """Sort siblings by when they finished, if the file times are trustworthy.
+
+    msit writes ``model_tree.json`` in ``named_children()`` order, which is not execution order
+    (``rotary_emb`` is listed after ``norm``). msit writes a module's files when the module
+    returns, so on an untouched dump the file times give completion order. A copied dump has
+    copy-time stamps instead; we only use the times when they pass two checks that copies fail:
+    every module finishes no earlier than its children, and the model's last module finishes last.
+    """
+    token_nodes = max(tokens.values(), key=len)
+    finished: dict[str, int] = {}
+    for node in reversed(list(tree.preorder())):
+        times = [_mtime(ref.path) for ref in token_nodes.get(node.name, [])]
+        own = max(times) if times else None
+        child_times = [finished[c] for c in node.children if c in finished]
+        if own is not None and child_times and own < max(child_times):
+            return "model_tree.json"
+        candidates = ([own] if own is not None else []) + child_times
+        if candidates:
+            finished[node.name] = max(candidates)
+    last = tree.leaf_chain_end()
+    others = [t for name, t in finished.items() if name != last and not tree.is_ancestor(name, last)]
+    if last not in finished or (others and finished[last] < max(others)):
+        return "model_tree.json"
+    for node in tree.nodes.values():
+        index = {name: i for i, name in enumerate(node.children)}
+        node.children.sort(key=lambda c: (finished.get(c, _NEVER), index[c]))
+    return "file times"
+
+
+_NEVER = 2**63
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return _NEVER

@@ -1,0 +1,46 @@
+"""Loading tensor files safely.
+
+A ``.pth`` file is a pickle: it is only ever opened with ``weights_only=True``, which refuses
+to run code, and mapped to the CPU so a dump taken on an NPU or GPU opens anywhere.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+class TensorLoadError(Exception):
+    """A tensor file that cannot be used; the message names the file and the problem."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def load_tensor(path: Path) -> torch.Tensor:
+    """Load one tensor from a torch ``.pth``/``.pt`` file without executing pickled code."""
+    import torch  # deferred: indexing and the UI start without paying torch's import
+
+    try:
+        obj = torch.load(path, weights_only=True, map_location="cpu")
+    except FileNotFoundError as exc:
+        raise TensorLoadError(path, "file not found") from exc
+    except pickle.UnpicklingError as exc:
+        raise TensorLoadError(path, f"refused: not a plain tensor file ({_first_line(exc)})") from exc
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise TensorLoadError(path, f"unreadable torch file ({_first_line(exc)})") from exc
+    if not isinstance(obj, torch.Tensor):
+        raise TensorLoadError(path, f"holds a {type(obj).__name__}, not a tensor")
+    return obj
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:200]

@@ -1,0 +1,261 @@
+"""The metrics engine: lazy, cached, thread-safe answers about a Pairing.
+
+Nothing is computed before it is asked for, and nothing twice: each tensor pair's row is
+cached, and a pair being computed by one thread is waited for, not recomputed, by another.
+Long calls take ``should_stop`` (checked between tensors) so a UI can cancel them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import polars as pl
+
+from tui_acc.dumps.tensors import TensorLoadError, load_tensor
+from tui_acc.metrics.schema import NODE_SCHEMA, TENSOR_SCHEMA, TOKEN_SCHEMA, to_frame
+from tui_acc.metrics.verdict import Thresholds, logits_passed, tensor_passed
+from tui_acc.pairing import NodePair, Pairing, TensorPair
+
+Row = dict[str, Any]
+StopCheck = Callable[[], bool]
+
+
+class Cancelled(Exception):
+    """Raised inside a long computation when its ``should_stop`` says so."""
+
+
+def _never() -> bool:
+    return False
+
+
+class MetricsEngine:
+    """Computes and caches metric rows for the tensor pairs of a Pairing."""
+
+    def __init__(self, pairing: Pairing, thresholds: Thresholds | None = None) -> None:
+        self.pairing = pairing
+        self.thresholds = thresholds or Thresholds()
+        self._rows: dict[TensorPair, Row] = {}
+        self._in_flight: dict[TensorPair, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.computed = 0  # how many pairs were actually loaded and compared (for tests/benchmarks)
+
+    # --- tensors ------------------------------------------------------------------------------
+
+    def tensor_row(self, pair: TensorPair) -> Row:
+        """The metric row of one tensor pair, computed at most once."""
+        while True:
+            with self._lock:
+                if pair in self._rows:
+                    return self._rows[pair]
+                event = self._in_flight.get(pair)
+                if event is None:
+                    event = self._in_flight[pair] = threading.Event()
+                    break
+            event.wait()
+        try:
+            row = self._compute(pair)
+            with self._lock:
+                self._rows[pair] = row
+                self.computed += 1
+            return row
+        finally:
+            with self._lock:
+                del self._in_flight[pair]
+            event.set()
+
+    def cached_row(self, pair: TensorPair) -> Row | None:
+        with self._lock:
+            return self._rows.get(pair)
+
+    def _compute(self, pair: TensorPair) -> Row:
+        # Deferred so that opening a dump (and the UI) never waits for torch to import.
+        from tui_acc.metrics.kernels import ShapeMismatch, compare_tensors
+
+        row: Row = {
+            "token": pair.token,
+            "golden_node": pair.golden_node,
+            "test_node": pair.test_node,
+            "slot": pair.slot,
+            "role": pair.role,
+            "golden_path": str(pair.golden.path),
+            "test_path": str(pair.test.path),
+            "error": None,
+        }
+        try:
+            golden = load_tensor(pair.golden.path)
+            test = load_tensor(pair.test.path)
+            metrics = compare_tensors(golden, test)
+        except TensorLoadError as exc:
+            row["error"] = str(exc)
+        except ShapeMismatch as exc:
+            row["error"] = f"{pair.golden_node}/{pair.slot}: {exc}"
+        else:
+            metrics["golden_shape"] = _shape(metrics["golden_shape"])
+            metrics["test_shape"] = _shape(metrics["test_shape"])
+            row.update(metrics)
+        row["passed"] = tensor_passed(row, self.thresholds)
+        return row
+
+    def tensors_frame(self, token: int, should_stop: StopCheck = _never) -> pl.DataFrame:
+        rows = []
+        for node in self.pairing.node_pairs(token):
+            for pair in node.tensors:
+                _check(should_stop)
+                rows.append(self.tensor_row(pair))
+        return to_frame(rows, TENSOR_SCHEMA)
+
+    # --- tokens -------------------------------------------------------------------------------
+
+    def token_row(self, token: int) -> Row:
+        """The token's logits verdict and metrics."""
+        pair = self.pairing.logits_pair(token)
+        if pair is None:
+            return {
+                "token": token,
+                "passed": None,
+                "node": self.pairing.logits_node,
+                "error": f"no logits pair at token {token} ({self.pairing.logits_node} has no output on both sides)",
+            }
+        return self._token_row_from(token, self.tensor_row(pair))
+
+    def cached_token_row(self, token: int) -> Row | None:
+        pair = self.pairing.logits_pair(token)
+        if pair is None:
+            return None
+        row = self.cached_row(pair)
+        return None if row is None else self._token_row_from(token, row)
+
+    def _token_row_from(self, token: int, tensor: Row) -> Row:
+        row = {key: tensor.get(key) for key in TOKEN_SCHEMA}
+        row["token"] = token
+        row["node"] = tensor["golden_node"]
+        row["shape"] = tensor.get("golden_shape")
+        row["passed"] = logits_passed(tensor, self.thresholds)
+        return row
+
+    def token_rows(
+        self,
+        tokens: Iterable[int] | None = None,
+        should_stop: StopCheck = _never,
+        on_row: Callable[[Row], None] | None = None,
+    ) -> list[Row]:
+        rows = []
+        for token in self.pairing.tokens if tokens is None else tokens:
+            _check(should_stop)
+            row = self.token_row(token)
+            rows.append(row)
+            if on_row:
+                on_row(row)
+        return rows
+
+    def tokens_frame(self, should_stop: StopCheck = _never) -> pl.DataFrame:
+        return to_frame(self.token_rows(should_stop=should_stop), TOKEN_SCHEMA)
+
+    def first_failing_token(self, should_stop: StopCheck = _never) -> int | None:
+        """The first token whose logits fail; computes tokens in order and stops there."""
+        for token in self.pairing.tokens:
+            _check(should_stop)
+            if self.token_row(token)["passed"] is False:
+                return token
+        return None
+
+    # --- nodes --------------------------------------------------------------------------------
+
+    def node_row(self, node: NodePair, should_stop: StopCheck = _never) -> Row:
+        rows = []
+        for pair in node.tensors:
+            _check(should_stop)
+            rows.append(self.tensor_row(pair))
+        return self._node_row_from(node, rows)
+
+    def cached_node_row(self, node: NodePair) -> Row | None:
+        rows = [self.cached_row(pair) for pair in node.tensors]
+        if any(row is None for row in rows):
+            return None
+        return self._node_row_from(node, [row for row in rows if row is not None])
+
+    def _node_row_from(self, node: NodePair, rows: list[Row]) -> Row:
+        inputs = [r for r in rows if r["role"] == "input"]
+        outputs = [r for r in rows if r["role"] == "output"]
+        worst = min(outputs, key=_badness, default=None)
+        row: Row = {
+            "token": node.token,
+            "depth": node.depth,
+            "golden_node": node.golden,
+            "test_node": node.test,
+            "golden_type": node.golden_type,
+            "test_type": node.test_type,
+            "inputs_passed": all(r["passed"] for r in inputs) if inputs else None,
+            "outputs_passed": all(r["passed"] for r in outputs) if outputs else None,
+            "input_cosine": min((r.get("cosine") or 0.0 for r in inputs), default=None),
+            "worst_output": worst["slot"] if worst else None,
+            "error": next((r["error"] for r in rows if r.get("error")), None),
+        }
+        for key in ("cosine", "max_abs_err", "mean_abs_err", "max_rel_err", "mean_rel_err", "rel_euclidean", "kl"):
+            row[key] = worst.get(key) if worst else None
+        row["golden_dtype"] = worst.get("golden_dtype") if worst else None
+        row["test_dtype"] = worst.get("test_dtype") if worst else None
+        row["shape"] = worst.get("golden_shape") if worst else None
+        row["suspect"] = row["outputs_passed"] is False and row["inputs_passed"] is not False
+        return row
+
+    def node_rows(
+        self,
+        token: int,
+        should_stop: StopCheck = _never,
+        on_row: Callable[[Row], None] | None = None,
+    ) -> list[Row]:
+        """One row per paired node of ``token``, in execution order."""
+        rows = []
+        for order, node in enumerate(self.pairing.node_pairs(token)):
+            row = self.node_row(node, should_stop)
+            row["order"] = order
+            rows.append(row)
+            if on_row:
+                on_row(row)
+        return rows
+
+    def nodes_frame(self, token: int, should_stop: StopCheck = _never) -> pl.DataFrame:
+        return to_frame(self.node_rows(token, should_stop), NODE_SCHEMA)
+
+    def first_failing_op(self, token: int, should_stop: StopCheck = _never) -> Row | None:
+        """The innermost, earliest node whose output fails while its inputs pass.
+
+        Walks the golden tree in execution order. A module and its child can both qualify
+        (the parent's output fails because the child's does); the child is the answer.
+        """
+        rows = {row["golden_node"]: row for row in self.node_rows(token, should_stop)}
+        return first_suspect(self.pairing.golden.tree, rows)
+
+
+def first_suspect(tree: Any, rows: dict[str, Row]) -> Row | None:
+    """Earliest qualifying node in execution order, preferring descendants over ancestors."""
+
+    def search(name: str) -> Row | None:
+        for child in tree.children(name):
+            found = search(child)
+            if found is not None:
+                return found
+        row = rows.get(name)
+        return row if row is not None and row["suspect"] else None
+
+    return search(tree.root)
+
+
+def _badness(row: Row) -> tuple[int, float]:
+    """Sort key putting the worst output first: errors, then failures, then lowest cosine."""
+    cosine = row.get("cosine")
+    return (0 if row.get("error") else 1 if not row["passed"] else 2, cosine if cosine is not None else -2.0)
+
+
+def _check(should_stop: StopCheck) -> None:
+    if should_stop():
+        raise Cancelled
+
+
+def _shape(dims: object) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]" if isinstance(dims, list) else str(dims)
+
+

@@ -1,0 +1,176 @@
+"""Metric kernels: one golden/test tensor pair in, one row of float64 metrics out.
+
+Pure torch, no state. Work is done in row chunks so a multi-GB tensor never needs a full
+float64 copy; every sum is accumulated in float64.
+
+Definitions (they differ from msit's on purpose, see README "Metrics"):
+
+- cosine: g·t / (‖g‖‖t‖); 1 when both are all zero, 0 when exactly one is.
+- max/mean absolute error: over every element (msit ignores elements where |g| <= 1.19e-7).
+- max/mean relative error: |t - g| / |g| over elements with |g| > 1.19e-7, the mean divided by
+  the number of those elements (msit divides by all N).
+- relative euclidean distance: ‖t - g‖ / ‖g‖.
+- KL divergence: softmax along the last axis, one distribution per row, KL(golden || test)
+  per row, averaged over rows (msit takes one softmax over the whole flattened tensor, in fp32).
+
+Elements that are NaN or Inf on either side are counted and left out of the metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+# Below this |golden| a relative error means nothing (fp32 machine epsilon, as msit uses).
+REL_ERR_FLOOR = 1.1920928955078125e-07
+# Rows per chunk are chosen so a chunk holds about this many elements.
+CHUNK_ELEMENTS = 1 << 22
+
+
+class ShapeMismatch(ValueError):
+    """The two tensors hold a different number of elements."""
+
+
+@dataclass
+class _Sums:
+    dot: float = 0.0
+    gg: float = 0.0
+    tt: float = 0.0
+    dd: float = 0.0
+    abs_sum: float = 0.0
+    abs_max: float = 0.0
+    rel_sum: float = 0.0
+    rel_max: float = 0.0
+    rel_count: int = 0
+    finite: int = 0
+    g_sum: float = 0.0
+    t_sum: float = 0.0
+    g_max: float = -math.inf
+    g_min: float = math.inf
+    t_max: float = -math.inf
+    t_min: float = math.inf
+    kl_sum: float = 0.0
+    kl_rows: int = 0
+
+
+def compare_tensors(golden: torch.Tensor, test: torch.Tensor) -> dict[str, object]:
+    """Compute every metric of one pair. Raises ShapeMismatch if element counts differ."""
+    if golden.numel() != test.numel():
+        raise ShapeMismatch(
+            f"element counts differ: golden {list(golden.shape)} vs test {list(test.shape)}"
+        )
+    row = {
+        "numel": golden.numel(),
+        "golden_dtype": _dtype_name(golden.dtype),
+        "test_dtype": _dtype_name(test.dtype),
+        "golden_shape": list(golden.shape),
+        "test_shape": list(test.shape),
+    }
+    is_float = golden.is_floating_point() and test.is_floating_point()
+    width = _row_width(golden, test)
+    g2 = golden.detach().reshape(-1, width) if golden.numel() else golden.reshape(0, 1)
+    t2 = test.detach().reshape(-1, width) if test.numel() else test.reshape(0, 1)
+    sums = _Sums()
+    nan = {"golden_nan": 0, "golden_inf": 0, "test_nan": 0, "test_inf": 0}
+    rows_per_chunk = max(1, CHUNK_ELEMENTS // max(width, 1))
+    for start in range(0, g2.shape[0], rows_per_chunk):
+        g = g2[start : start + rows_per_chunk].to(torch.float64)
+        t = t2[start : start + rows_per_chunk].to(torch.float64)
+        _accumulate(g, t, sums, nan, kl=is_float)
+    row.update(nan)
+    row.update(_finish(sums, is_float))
+    row.update(_top1(g2, t2) if is_float else {"golden_top1": None, "test_top1": None})
+    return row
+
+
+def _top1(g2: torch.Tensor, t2: torch.Tensor) -> dict[str, int | None]:
+    """Argmax of the last row: for logits, the token each side would pick."""
+    if not g2.shape[0] or not g2.shape[1]:
+        return {"golden_top1": None, "test_top1": None}
+    return {"golden_top1": int(g2[-1].float().argmax()), "test_top1": int(t2[-1].float().argmax())}
+
+
+def _row_width(golden: torch.Tensor, test: torch.Tensor) -> int:
+    """Length of the softmax axis: the last dim, when both sides agree on it."""
+    if golden.dim() and test.dim() and golden.shape[-1] == test.shape[-1] and golden.shape[-1] > 0:
+        return int(golden.shape[-1])
+    return max(golden.numel(), 1)
+
+
+def _accumulate(g: torch.Tensor, t: torch.Tensor, s: _Sums, nan: dict[str, int], kl: bool) -> None:
+    g_finite, t_finite = torch.isfinite(g), torch.isfinite(t)
+    nan["golden_nan"] += int(torch.isnan(g).sum())
+    nan["test_nan"] += int(torch.isnan(t).sum())
+    nan["golden_inf"] += int(torch.isinf(g).sum())
+    nan["test_inf"] += int(torch.isinf(t).sum())
+    both = g_finite & t_finite
+    all_finite = bool(both.all())
+    gf = g if all_finite else torch.where(both, g, 0.0)
+    tf = t if all_finite else torch.where(both, t, 0.0)
+    diff = (tf - gf).abs()
+    s.finite += int(both.sum())
+    s.dot += float((gf * tf).sum())
+    s.gg += float((gf * gf).sum())
+    s.tt += float((tf * tf).sum())
+    s.dd += float((diff * diff).sum())
+    s.abs_sum += float(diff.sum())
+    if diff.numel():
+        s.abs_max = max(s.abs_max, float(diff.max()))
+    mask = both & (gf.abs() > REL_ERR_FLOOR)
+    if bool(mask.any()):
+        rel = diff[mask] / gf[mask].abs()
+        s.rel_sum += float(rel.sum())
+        s.rel_max = max(s.rel_max, float(rel.max()))
+        s.rel_count += int(mask.sum())
+    if bool(both.any()):
+        s.g_sum += float(gf.sum())
+        s.t_sum += float(tf.sum())
+        s.g_max = max(s.g_max, float(g[both].max()))
+        s.g_min = min(s.g_min, float(g[both].min()))
+        s.t_max = max(s.t_max, float(t[both].max()))
+        s.t_min = min(s.t_min, float(t[both].min()))
+    if kl and g.numel():
+        rows_ok = both.all(dim=-1)
+        if bool(rows_ok.any()):
+            gr, tr = g[rows_ok], t[rows_ok]
+            log_p = torch.log_softmax(gr, dim=-1)
+            log_q = torch.log_softmax(tr, dim=-1)
+            per_row = (log_p.exp() * (log_p - log_q)).sum(dim=-1).clamp_min(0.0)
+            s.kl_sum += float(per_row.sum())
+            s.kl_rows += int(rows_ok.sum())
+
+
+def _finish(s: _Sums, is_float: bool) -> dict[str, object]:
+    norm_g, norm_t = math.sqrt(s.gg), math.sqrt(s.tt)
+    if norm_g == 0.0 and norm_t == 0.0:
+        cosine = 1.0
+    elif norm_g == 0.0 or norm_t == 0.0:
+        cosine = 0.0
+    else:
+        cosine = s.dot / (norm_g * norm_t)
+    if norm_g > 0.0:
+        rel_euclid = math.sqrt(s.dd) / norm_g
+    else:
+        rel_euclid = 0.0 if s.dd == 0.0 else math.inf
+    n = s.finite
+    return {
+        "cosine": cosine,
+        "max_abs_err": s.abs_max if n else None,
+        "mean_abs_err": s.abs_sum / n if n else None,
+        "max_rel_err": s.rel_max if s.rel_count else None,
+        "mean_rel_err": s.rel_sum / s.rel_count if s.rel_count else None,
+        "rel_euclidean": rel_euclid,
+        "kl": s.kl_sum / s.kl_rows if is_float and s.kl_rows else None,
+        "golden_max": s.g_max if n else None,
+        "golden_min": s.g_min if n else None,
+        "golden_mean": s.g_sum / n if n else None,
+        "test_max": s.t_max if n else None,
+        "test_min": s.t_min if n else None,
+        "test_mean": s.t_sum / n if n else None,
+    }
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")

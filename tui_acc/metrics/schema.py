@@ -1,0 +1,89 @@
+"""Column names and polars types of the metric frames, shared by every front end."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+
+METRIC_COLUMNS: dict[str, type[pl.DataType] | pl.DataType] = {
+    "cosine": pl.Float64,
+    "max_abs_err": pl.Float64,
+    "mean_abs_err": pl.Float64,
+    "max_rel_err": pl.Float64,
+    "mean_rel_err": pl.Float64,
+    "rel_euclidean": pl.Float64,
+    "kl": pl.Float64,
+}
+
+TENSOR_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
+    "token": pl.Int64,
+    "golden_node": pl.String,
+    "test_node": pl.String,
+    "slot": pl.String,
+    "role": pl.String,
+    "passed": pl.Boolean,
+    **METRIC_COLUMNS,
+    "numel": pl.Int64,
+    "golden_dtype": pl.String,
+    "test_dtype": pl.String,
+    "golden_shape": pl.String,
+    "test_shape": pl.String,
+    "golden_nan": pl.Int64,
+    "golden_inf": pl.Int64,
+    "test_nan": pl.Int64,
+    "test_inf": pl.Int64,
+    "golden_max": pl.Float64,
+    "golden_min": pl.Float64,
+    "golden_mean": pl.Float64,
+    "test_max": pl.Float64,
+    "test_min": pl.Float64,
+    "test_mean": pl.Float64,
+    "golden_top1": pl.Int64,
+    "test_top1": pl.Int64,
+    "error": pl.String,
+    "golden_path": pl.String,
+    "test_path": pl.String,
+}
+
+TOKEN_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
+    "token": pl.Int64,
+    "passed": pl.Boolean,
+    "cosine": pl.Float64,
+    "kl": pl.Float64,
+    "max_abs_err": pl.Float64,
+    "rel_euclidean": pl.Float64,
+    "golden_top1": pl.Int64,
+    "test_top1": pl.Int64,
+    "golden_dtype": pl.String,
+    "test_dtype": pl.String,
+    "shape": pl.String,
+    "node": pl.String,
+    "error": pl.String,
+}
+
+NODE_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
+    "token": pl.Int64,
+    "order": pl.Int64,
+    "depth": pl.Int64,
+    "golden_node": pl.String,
+    "test_node": pl.String,
+    "golden_type": pl.String,
+    "test_type": pl.String,
+    "inputs_passed": pl.Boolean,
+    "outputs_passed": pl.Boolean,
+    "suspect": pl.Boolean,
+    "input_cosine": pl.Float64,
+    "worst_output": pl.String,
+    **METRIC_COLUMNS,
+    "golden_dtype": pl.String,
+    "test_dtype": pl.String,
+    "shape": pl.String,
+    "error": pl.String,
+}
+
+
+def to_frame(rows: Sequence[Mapping[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
+    """Rows (dicts, extra keys ignored) as a frame with exactly ``schema``'s columns and types."""
+    return pl.DataFrame([{k: r.get(k) for k in schema} for r in rows], schema=schema)

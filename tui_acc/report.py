@@ -1,0 +1,176 @@
+"""The headless report: token verdicts, the first failing token and operator, and exit codes."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import polars as pl
+
+from tui_acc import __version__
+from tui_acc.dumps import DumpIndex
+from tui_acc.metrics.engine import Row
+from tui_acc.metrics.schema import NODE_SCHEMA, TOKEN_SCHEMA, to_frame
+from tui_acc.session import Comparison
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+_OP_FIELDS = (
+    "golden_type",
+    "test_type",
+    "cosine",
+    "max_abs_err",
+    "mean_abs_err",
+    "max_rel_err",
+    "mean_rel_err",
+    "rel_euclidean",
+    "kl",
+    "input_cosine",
+    "worst_output",
+    "shape",
+    "golden_dtype",
+    "test_dtype",
+)
+
+
+class UnknownToken(ValueError):
+    """``--token`` names a token that is not in both dumps."""
+
+
+def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
+    """Compute what the report needs: every token's logits, then one token's operators."""
+    engine = cmp.engine
+    if token is not None and token not in cmp.pairing.tokens:
+        raise UnknownToken(f"token {token} is not in both dumps (paired tokens: {_span(cmp.pairing.tokens)})")
+    token_rows = engine.token_rows()
+    failing = next((r["token"] for r in token_rows if r["passed"] is False), None)
+    analysed = token if token is not None else failing
+    node_rows: list[Row] = engine.node_rows(analysed) if analysed is not None else []
+    suspect = engine.first_failing_op(analysed) if analysed is not None else None
+    errors = [p.as_dict() for p in cmp.golden.problems + cmp.test.problems]
+    errors += [{"file": r["golden_path"], "message": r["error"]} for r in _computed_rows(cmp) if r.get("error")]
+    return {
+        "tool": "tui-acc",
+        "version": __version__,
+        "golden": _side(cmp.golden),
+        "test": _side(cmp.test),
+        "logits_node": cmp.pairing.logits_node,
+        "thresholds": asdict(engine.thresholds),
+        "tokens": [
+            {
+                "token": r["token"],
+                "cosine": r.get("cosine"),
+                "kl": r.get("kl"),
+                "passed": r["passed"],
+                "golden_top1": r.get("golden_top1"),
+                "test_top1": r.get("test_top1"),
+                "error": r.get("error"),
+            }
+            for r in token_rows
+        ],
+        "first_failing_token": failing,
+        "analysed_token": analysed,
+        "first_failing_op": _op(suspect),
+        "failing_ops": sum(1 for r in node_rows if r["outputs_passed"] is False),
+        "pairs": cmp.pairing.tensor_pair_count(),
+        "unmatched": [u.as_dict() for u in cmp.pairing.unmatched],
+        "errors": errors,
+        "notes": cmp.golden.notes + cmp.test.notes,
+        "_token_rows": token_rows,
+        "_node_rows": node_rows,
+    }
+
+
+def public(report: dict[str, Any]) -> dict[str, Any]:
+    """The report without the internal row lists (what ``--json`` prints)."""
+    return {k: v for k, v in report.items() if not k.startswith("_")}
+
+
+def exit_code(report: dict[str, Any]) -> int:
+    """0 when everything compared passes, 1 when a failure was found."""
+    failed = any(t["passed"] is not True for t in report["tokens"]) or report["failing_ops"] > 0
+    return EXIT_FAIL if failed or report["errors"] else EXIT_PASS
+
+
+def csv_frame(report: dict[str, Any]) -> pl.DataFrame:
+    """The operator table of the analysed token, or the token table when no token was analysed."""
+    if report["analysed_token"] is not None:
+        return to_frame(report["_node_rows"], NODE_SCHEMA)
+    return to_frame(report["_token_rows"], TOKEN_SCHEMA)
+
+
+def format_text(report: dict[str, Any]) -> str:
+    """A terminal summary of the report."""
+    lines = [
+        f"golden  {report['golden']['path']}  ({report['golden']['format']}, {report['golden']['tokens']} tokens)",
+        f"test    {report['test']['path']}  ({report['test']['format']}, {report['test']['tokens']} tokens)",
+        f"logits  {report['logits_node']}",
+        "",
+        f"{'token':>5}  {'verdict':<7}  {'cosine':>10}  {'KL':>10}  top-1 golden/test",
+    ]
+    for t in report["tokens"]:
+        verdict = "ERROR" if t["error"] else "pass" if t["passed"] else "FAIL"
+        top1 = f"{t['golden_top1']}/{t['test_top1']}" if t["golden_top1"] is not None else "-"
+        lines.append(f"{t['token']:>5}  {verdict:<7}  {_num(t['cosine']):>10}  {_num(t['kl']):>10}  {top1}")
+    lines.append("")
+    failing = report["first_failing_token"]
+    lines.append(f"first failing token: {failing if failing is not None else 'none'}")
+    op = report["first_failing_op"]
+    if report["analysed_token"] is not None:
+        if op:
+            lines.append(
+                f"first failing op at token {op['token']}: {op['golden']} ({op['golden_type']})"
+                f"  cosine {_num(op['cosine'])}  max abs err {_num(op['max_abs_err'])}"
+                f"  inputs {'pass' if op['input_cosine'] is None or op['inputs_passed'] else 'FAIL'}"
+            )
+        else:
+            lines.append(f"first failing op at token {report['analysed_token']}: none found")
+    lines.append(f"tensor pairs: {report['pairs']}   unmatched: {len(report['unmatched'])}")
+    for u in report["unmatched"][:10]:
+        lines.append(f"  only in {u['side']}: {u['kind']} {u['name']}" + (f" @ token {u['token']}" if u["kind"] != "token" else ""))
+    for e in report["errors"][:20]:
+        lines.append(f"error: {e['file']}: {e['message']}")
+    lines += [f"note: {n}" for n in report["notes"]]
+    return "\n".join(lines)
+
+
+def _side(index: DumpIndex) -> dict[str, Any]:
+    return {
+        "path": str(index.root),
+        "data_dir": str(index.data_dir),
+        "format": index.format,
+        "tokens": len(index.tokens),
+        "order": index.order_source,
+    }
+
+
+def _op(row: Row | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    op = {"token": row["token"], "golden": row["golden_node"], "test": row["test_node"]}
+    op.update({key: row.get(key) for key in _OP_FIELDS})
+    op["inputs_passed"] = row["inputs_passed"]
+    return op
+
+
+def _computed_rows(cmp: Comparison) -> list[Row]:
+    rows = []
+    for token in cmp.pairing.tokens:
+        for node in cmp.pairing.node_pairs(token):
+            for pair in node.tensors:
+                row = cmp.engine.cached_row(pair)
+                if row is not None:
+                    rows.append(row)
+    return rows
+
+
+def _span(tokens: list[int]) -> str:
+    if not tokens:
+        return "none"
+    return f"{tokens[0]}..{tokens[-1]}" if tokens == list(range(tokens[0], tokens[-1] + 1)) else str(tokens)
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.6f}" if 1e-3 <= abs(value) < 1e4 or value == 0 else f"{value:.3e}"
