@@ -18,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tui-acc",
         description="Find where an LLM port loses accuracy: compare a golden tensor dump with a test dump.",
-        epilog="Without a command, `tui-acc GOLDEN TEST` opens the interactive view (same as `tui-acc open`).",
+        epilog="Without a command, `tui-acc GOLDEN TEST` opens the interactive view (`tui-acc open`).",
     )
     parser.add_argument("--version", action="version", version=f"tui-acc {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="{open,report,demo}")
@@ -26,16 +26,26 @@ def build_parser() -> argparse.ArgumentParser:
     open_cmd = commands.add_parser("open", help="browse GOLDEN against TEST interactively (the default)")
     _add_dump_args(open_cmd)
 
-    report = commands.add_parser("report", help="print the comparison without a UI (exit 0 pass, 1 fail, 2 bad input)")
+    report = commands.add_parser(
+        "report", help="print the comparison without a UI (exit 0 pass, 1 fail, 2 bad input)"
+    )
     _add_dump_args(report)
-    report.add_argument("--token", type=int, help="analyse this token's operators (default: the first failing token)")
+    report.add_argument(
+        "--token", type=int, help="analyse this token's operators (default: the first failing token)"
+    )
     report.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    report.add_argument("--csv", type=Path, metavar="FILE", help="also write the analysed token's operator table")
+    report.add_argument(
+        "--csv", type=Path, metavar="FILE", help="also write the analysed token's operator table"
+    )
     report.add_argument("--force", action="store_true", help="let --csv replace an existing file")
 
     demo = commands.add_parser("demo", help="generate a golden/test pair with a known fault, then open it")
-    demo.add_argument("--out", type=Path, default=Path("tui-acc-demo"), help="where to write (default: ./tui-acc-demo)")
-    demo.add_argument("--no-tui", action="store_true", help="only write the dumps and print where the fault is")
+    demo.add_argument(
+        "--out", type=Path, default=Path("tui-acc-demo"), help="where to write (default: ./tui-acc-demo)"
+    )
+    demo.add_argument(
+        "--no-tui", action="store_true", help="only write the dumps and print where the fault is"
+    )
     demo.add_argument("--seed", type=int, default=0, help="model and prompt seed (default 0)")
     return parser
 
@@ -43,12 +53,22 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_dump_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("golden", type=Path, help="golden dump (reference run)")
     parser.add_argument("test", type=Path, help="test dump (the run under suspicion)")
-    parser.add_argument("--logits-node", help="module whose output holds the logits (default: the model's last)")
+    parser.add_argument(
+        "--logits-node", help="module whose output holds the logits (default: the model's last)"
+    )
     defaults = Thresholds()
-    parser.add_argument("--logits-cos", type=float, default=defaults.logits_cosine, help="min logits cosine (%(default)s)")
-    parser.add_argument("--kl-fp16", type=float, default=defaults.logits_kl_fp16, help="max logits KL, fp16 (%(default)s)")
-    parser.add_argument("--kl-bf16", type=float, default=defaults.logits_kl_bf16, help="max logits KL, bf16 (%(default)s)")
-    parser.add_argument("--op-cos", type=float, default=defaults.op_cosine, help="min operator cosine (%(default)s)")
+    parser.add_argument(
+        "--logits-cos", type=float, default=defaults.logits_cosine, help="min logits cosine (%(default)s)"
+    )
+    parser.add_argument(
+        "--kl-fp16", type=float, default=defaults.logits_kl_fp16, help="max logits KL, fp16 (%(default)s)"
+    )
+    parser.add_argument(
+        "--kl-bf16", type=float, default=defaults.logits_kl_bf16, help="max logits KL, bf16 (%(default)s)"
+    )
+    parser.add_argument(
+        "--op-cos", type=float, default=defaults.op_cosine, help="min operator cosine (%(default)s)"
+    )
 
 
 def _thresholds(args: argparse.Namespace) -> Thresholds:

@@ -29,7 +29,7 @@ def write_csv(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Path:
             frame.write_csv(handle, float_precision=None)
         if not overwrite and path.exists():  # appeared while we wrote: keep theirs
             raise ExportError(f"{path}: already exists; not overwritten")
-        os.replace(tmp, path)
+        Path(tmp).replace(path)
     except OSError as exc:
         raise ExportError(f"{path}: write failed ({exc.strerror or exc})") from exc
     finally:

@@ -142,7 +142,10 @@ def _pair_token(
 def _last_module_with_output(index: DumpIndex) -> str:
     """The model's last module that wrote an output: its output is the token's logits."""
     has_output = {
-        name for nodes in index.tokens.values() for name, refs in nodes.items() if any(r.role == "output" for r in refs)
+        name
+        for nodes in index.tokens.values()
+        for name, refs in nodes.items()
+        if any(r.role == "output" for r in refs)
     }
     last = None
     for node in index.tree.preorder():

@@ -48,7 +48,9 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
     node_rows: list[Row] = engine.node_rows(analysed) if analysed is not None else []
     suspect = engine.first_failing_op(analysed) if analysed is not None else None
     errors = [p.as_dict() for p in cmp.golden.problems + cmp.test.problems]
-    errors += [{"file": r["golden_path"], "message": r["error"]} for r in _computed_rows(cmp) if r.get("error")]
+    errors += [
+        {"file": r["golden_path"], "message": r["error"]} for r in _computed_rows(cmp) if r.get("error")
+    ]
     return {
         "tool": "tui-acc",
         "version": __version__,
@@ -102,8 +104,7 @@ def csv_frame(report: dict[str, Any]) -> pl.DataFrame:
 def format_text(report: dict[str, Any]) -> str:
     """A terminal summary of the report."""
     lines = [
-        f"golden  {report['golden']['path']}  ({report['golden']['format']}, {report['golden']['tokens']} tokens)",
-        f"test    {report['test']['path']}  ({report['test']['format']}, {report['test']['tokens']} tokens)",
+        *(f"{side:<6}  {_side_line(report[side])}" for side in ("golden", "test")),
         f"logits  {report['logits_node']}",
         "",
         f"{'token':>5}  {'verdict':<7}  {'cosine':>10}  {'KL':>10}  top-1 golden/test",
@@ -127,11 +128,18 @@ def format_text(report: dict[str, Any]) -> str:
             lines.append(f"first failing op at token {report['analysed_token']}: none found")
     lines.append(f"tensor pairs: {report['pairs']}   unmatched: {len(report['unmatched'])}")
     for u in report["unmatched"][:10]:
-        lines.append(f"  only in {u['side']}: {u['kind']} {u['name']}" + (f" @ token {u['token']}" if u["kind"] != "token" else ""))
+        lines.append(
+            f"  only in {u['side']}: {u['kind']} {u['name']}"
+            + (f" @ token {u['token']}" if u["kind"] != "token" else "")
+        )
     for e in report["errors"][:20]:
         lines.append(f"error: {e['file']}: {e['message']}")
     lines += [f"note: {n}" for n in report["notes"]]
     return "\n".join(lines)
+
+
+def _side_line(side: dict[str, Any]) -> str:
+    return f"{side['path']}  ({side['format']}, {side['tokens']} tokens)"
 
 
 def _side(index: DumpIndex) -> dict[str, Any]:

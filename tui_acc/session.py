@@ -32,6 +32,8 @@ def open_comparison(
     if logits_node is not None and logits_node not in golden_index.tree.nodes:
         from tui_acc.dumps import DumpError
 
-        raise DumpError(f"{golden_index.data_dir}: --logits-node {logits_node!r} is not a module of this dump")
+        raise DumpError(
+            f"{golden_index.data_dir}: --logits-node {logits_node!r} is not a module of this dump"
+        )
     pairing = pair_dumps(golden_index, test_index, logits_node)
     return Comparison(golden_index, test_index, pairing, MetricsEngine(pairing, thresholds))

@@ -65,14 +65,18 @@ def test_metrics_agree_with_msit(reference: Path, case: str) -> None:
         mine = ours[key]
         # cosine: same definition; msit rounds to 10 decimals
         assert mine["cosine"] == pytest.approx(float(row["cosine_similarity"]), abs=1e-6), key
-        assert mine["rel_euclidean"] == pytest.approx(float(row["relative_euclidean_distance"]), rel=1e-5), key
+        assert mine["rel_euclidean"] == pytest.approx(float(row["relative_euclidean_distance"]), rel=1e-5), (
+            key
+        )
         # the golden statistics are exact on both sides (msit computes them in fp32)
         assert mine["golden_max"] == pytest.approx(float(row["golden_max_value"]), rel=1e-6), key
         assert mine["test_min"] == pytest.approx(float(row["my_min_value"]), rel=1e-6), key
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_msit_definitions_reproduce_its_csv_and_ours_differ_only_as_documented(reference: Path, case: str) -> None:
+def test_msit_definitions_reproduce_its_csv_and_ours_differ_only_as_documented(
+    reference: Path, case: str
+) -> None:
     case_dir = reference / case
     ours = _our_rows(case_dir)
     for row in _msit_rows(case_dir):

@@ -62,7 +62,15 @@ def test_chunked_accumulation_matches_single_pass(monkeypatch: pytest.MonkeyPatc
     whole = compare_tensors(g, t)
     monkeypatch.setattr(kernels, "CHUNK_ELEMENTS", 40)  # one row (33 elements) per chunk
     chunked = compare_tensors(g, t)
-    for key in ("cosine", "max_abs_err", "mean_abs_err", "max_rel_err", "mean_rel_err", "rel_euclidean", "kl"):
+    for key in (
+        "cosine",
+        "max_abs_err",
+        "mean_abs_err",
+        "max_rel_err",
+        "mean_rel_err",
+        "rel_euclidean",
+        "kl",
+    ):
         assert chunked[key] == pytest.approx(whole[key], rel=1e-12), key
 
 
@@ -105,7 +113,9 @@ def test_element_count_mismatch_raises() -> None:
 def test_same_count_different_shape_compares_flat() -> None:
     g = torch.arange(6.0).reshape(2, 3)
     row = compare_tensors(g, g.reshape(3, 2))
-    assert row["cosine"] == pytest.approx(1.0) and row["golden_shape"] == [2, 3] and row["test_shape"] == [3, 2]
+    assert (
+        row["cosine"] == pytest.approx(1.0) and row["golden_shape"] == [2, 3] and row["test_shape"] == [3, 2]
+    )
 
 
 def test_top1_is_the_last_rows_argmax() -> None:

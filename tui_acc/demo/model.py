@@ -50,7 +50,8 @@ class RotaryEmbedding(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = position_ids[..., None].float() * self.inv_freq  # [B, S, dim/2]
+        inv_freq: torch.Tensor = self.inv_freq  # type: ignore[assignment]  # a registered buffer
+        freqs = position_ids[..., None].float() * inv_freq  # [B, S, dim/2]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
@@ -142,7 +143,7 @@ class TinyModel(nn.Module):
     ) -> torch.Tensor:
         hidden = self.embed_tokens(input_ids)
         cos, sin = self.rotary_emb(hidden, position_ids)
-        for layer, cache in zip(self.layers, caches):
+        for layer, cache in zip(self.layers, caches, strict=True):
             hidden = layer(hidden, cos, sin, cache)
         return self.norm(hidden)
 

@@ -7,7 +7,7 @@ to run code, and mapped to the CPU so a dump taken on an NPU or GPU opens anywhe
 from __future__ import annotations
 
 import pickle
-import zipfile
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,12 +33,21 @@ def load_tensor(path: Path) -> torch.Tensor:
     except FileNotFoundError as exc:
         raise TensorLoadError(path, "file not found") from exc
     except pickle.UnpicklingError as exc:
-        raise TensorLoadError(path, f"refused: not a plain tensor file ({_first_line(exc)})") from exc
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise TensorLoadError(path, _unpickling_problem(exc)) from exc
+    except Exception as exc:
         raise TensorLoadError(path, f"unreadable torch file ({_first_line(exc)})") from exc
     if not isinstance(obj, torch.Tensor):
         raise TensorLoadError(path, f"holds a {type(obj).__name__}, not a tensor")
     return obj
+
+
+def _unpickling_problem(exc: BaseException) -> str:
+    """Say why, without passing on torch's advice to retry with ``weights_only=False``."""
+    text = str(exc)
+    found = re.search(r"GLOBAL (\S+)", text)
+    if found:
+        return f"refused: the file holds pickled code or objects, not just tensors ({found.group(1)})"
+    return "unreadable torch file (not a tensor archive; damaged or truncated?)"
 
 
 def _first_line(exc: BaseException) -> str:

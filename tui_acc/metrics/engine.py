@@ -40,6 +40,14 @@ class MetricsEngine:
         self._in_flight: dict[TensorPair, threading.Event] = {}
         self._lock = threading.Lock()
         self.computed = 0  # how many pairs were actually loaded and compared (for tests/benchmarks)
+        # The logits module's outputs (and any enclosing module's, which end in them) are judged
+        # as logits, so the operator view never passes what the token view fails.
+        tree = pairing.golden.tree
+        holder: str | None = pairing.logits_node if pairing.logits_node in tree.nodes else None
+        self._logits_holders: set[str] = set()
+        while holder is not None:
+            self._logits_holders.add(holder)
+            holder = tree.nodes[holder].parent
 
     # --- tensors ------------------------------------------------------------------------------
 
@@ -95,7 +103,10 @@ class MetricsEngine:
             metrics["golden_shape"] = _shape(metrics["golden_shape"])
             metrics["test_shape"] = _shape(metrics["test_shape"])
             row.update(metrics)
-        row["passed"] = tensor_passed(row, self.thresholds)
+        if pair.role == "output" and pair.golden_node in self._logits_holders:
+            row["passed"] = logits_passed(row, self.thresholds)
+        else:
+            row["passed"] = tensor_passed(row, self.thresholds)
         return row
 
     def tensors_frame(self, token: int, should_stop: StopCheck = _never) -> pl.DataFrame:
@@ -116,7 +127,7 @@ class MetricsEngine:
                 "token": token,
                 "passed": None,
                 "node": self.pairing.logits_node,
-                "error": f"no logits pair at token {token} ({self.pairing.logits_node} has no output on both sides)",
+                "error": f"token {token}: {self.pairing.logits_node} has no output on both sides (no logits)",
             }
         return self._token_row_from(token, self.tensor_row(pair))
 
@@ -193,7 +204,15 @@ class MetricsEngine:
             "worst_output": worst["slot"] if worst else None,
             "error": next((r["error"] for r in rows if r.get("error")), None),
         }
-        for key in ("cosine", "max_abs_err", "mean_abs_err", "max_rel_err", "mean_rel_err", "rel_euclidean", "kl"):
+        for key in (
+            "cosine",
+            "max_abs_err",
+            "mean_abs_err",
+            "max_rel_err",
+            "mean_rel_err",
+            "rel_euclidean",
+            "kl",
+        ):
             row[key] = worst.get(key) if worst else None
         row["golden_dtype"] = worst.get("golden_dtype") if worst else None
         row["test_dtype"] = worst.get("test_dtype") if worst else None
@@ -257,5 +276,3 @@ def _check(should_stop: StopCheck) -> None:
 
 def _shape(dims: object) -> str:
     return "[" + ", ".join(str(d) for d in dims) + "]" if isinstance(dims, list) else str(dims)
-
-

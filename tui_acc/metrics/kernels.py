@@ -58,9 +58,7 @@ class _Sums:
 def compare_tensors(golden: torch.Tensor, test: torch.Tensor) -> dict[str, object]:
     """Compute every metric of one pair. Raises ShapeMismatch if element counts differ."""
     if golden.numel() != test.numel():
-        raise ShapeMismatch(
-            f"element counts differ: golden {list(golden.shape)} vs test {list(test.shape)}"
-        )
+        raise ShapeMismatch(f"element counts differ: golden {list(golden.shape)} vs test {list(test.shape)}")
     row = {
         "numel": golden.numel(),
         "golden_dtype": _dtype_name(golden.dtype),
@@ -150,10 +148,8 @@ def _finish(s: _Sums, is_float: bool) -> dict[str, object]:
         cosine = 0.0
     else:
         cosine = s.dot / (norm_g * norm_t)
-    if norm_g > 0.0:
-        rel_euclid = math.sqrt(s.dd) / norm_g
-    else:
-        rel_euclid = 0.0 if s.dd == 0.0 else math.inf
+    # With no golden scale to be relative to, equal is 0 and anything else infinitely far.
+    rel_euclid = math.sqrt(s.dd) / norm_g if norm_g > 0.0 else (0.0 if s.dd == 0.0 else math.inf)
     n = s.finite
     return {
         "cosine": cosine,

@@ -1,0 +1,57 @@
+"""Regenerate screenshots/*.svg from the demo pair: `python scripts/screenshots.py`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tui_acc import open_comparison  # noqa: E402
+from tui_acc.demo import make_demo  # noqa: E402
+from tui_acc.tui.app import AccApp  # noqa: E402
+
+SIZE = (110, 32)
+
+
+async def shoot(out: Path) -> None:
+    app = AccApp(open_comparison("golden", "test"), export_dir=Path(tempfile.mkdtemp()))
+    async with app.run_test(size=SIZE) as pilot:
+
+        async def settle() -> None:
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+
+        await settle()
+        await pilot.press("f")
+        app.save_screenshot(str(out / "tokens.svg"))
+        await pilot.press("enter")
+        await settle()
+        await pilot.press("f")
+        await pilot.pause()
+        app.save_screenshot(str(out / "operators.svg"))
+        await pilot.press("e")
+        await pilot.pause()
+        app.save_screenshot(str(out / "export.svg"))
+        await pilot.press("question_mark")
+        await pilot.pause()
+        app.save_screenshot(str(out / "help.svg"))
+
+
+def main() -> None:
+    out = REPO / "screenshots"
+    out.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        demo = make_demo(Path(tmp) / "tui-acc-demo", seed=0)
+        os.chdir(demo.out)  # relative paths in the title line
+        asyncio.run(shoot(out))
+    print(f"wrote {', '.join(sorted(p.name for p in out.glob('*.svg')))} to {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""Helpers for driving the app: open the demo pair, wait for the workers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+
+from tui_acc import open_comparison
+from tui_acc.tui.app import AccApp
+
+
+async def settle(pilot: Pilot[None]) -> None:
+    """Wait until every background computation has finished and its messages are handled."""
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+@pytest.fixture
+def demo_app(demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AccApp:
+    # Relative paths keep the title line identical from run to run (snapshots compare it).
+    monkeypatch.chdir(demo_pair.out)
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    return AccApp(open_comparison("golden", "test"), export_dir=exports)

@@ -1,0 +1,142 @@
+"""Pilot: tokens -> operators -> first failing op -> export, with the keyboard only."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from textual.widgets import DataTable, Static
+
+from tests.tui.conftest import settle
+from tui_acc.tui.app import AccApp
+from tui_acc.tui.screens.help import HelpScreen
+from tui_acc.tui.screens.operators import OperatorScreen
+from tui_acc.tui.screens.tokens import TokenScreen
+from tui_acc.tui.widgets.layer_tree import LayerTree
+
+
+def _text(app: AccApp, selector: str) -> str:
+    return str(app.screen.query_one(selector, Static).render())
+
+
+def _cursor_key(app: AccApp, selector: str) -> str:
+    table = app.screen.query_one(selector, DataTable)
+    return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+async def test_token_list_shows_verdicts_and_first_failing_token(demo_app: AccApp, demo_pair) -> None:
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert isinstance(demo_app.screen, TokenScreen)
+        table = demo_app.screen.query_one("#tokens", DataTable)
+        verdicts = [str(table.get_cell(str(t), "passed")) for t in range(8)]
+        assert verdicts == ["pass"] * 3 + ["FAIL"] * 5
+        assert "first failing: 3" in _text(demo_app, "#summary")
+        await pilot.press("f")
+        assert _cursor_key(demo_app, "#tokens") == str(demo_pair.fault_token)
+
+
+async def test_drill_down_to_the_injected_fault_and_back(demo_app: AccApp, demo_pair) -> None:
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("f", "enter")
+        await settle(pilot)
+        screen = demo_app.screen
+        assert isinstance(screen, OperatorScreen) and screen.token == demo_pair.fault_token
+        assert "◆ model.layers.2.mlp.down_proj" in _text(demo_app, "#summary")
+        await pilot.press("f")
+        await pilot.pause()
+        assert _cursor_key(demo_app, "#ops") == demo_pair.fault_module
+        detail = str(screen.query_one("#detail", Static).render())
+        tree = screen.query_one(LayerTree)
+        assert tree.cursor_node is not None and tree.cursor_node.data == demo_pair.fault_module
+        assert detail  # the tensor detail of the highlighted node is rendered
+        await pilot.press("escape")
+        assert isinstance(demo_app.screen, TokenScreen)
+
+
+async def test_export_operator_view_writes_what_is_shown(demo_app: AccApp, demo_pair) -> None:
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("f", "enter")
+        await settle(pilot)
+        await pilot.press("e")
+        status = _text(demo_app, "#status")
+        assert status.startswith("exported 58 rows to ")
+        path = Path(status.removeprefix("exported 58 rows to "))
+        assert path.parent == demo_app.export_dir and path.name.startswith("tui-acc-token3-ops-")
+        rows = _read_csv(path)
+        table = demo_app.screen.query_one("#ops", DataTable)
+        assert [r["operator"] for r in rows] == [str(k.value) for k in table.rows]
+        fault = next(r for r in rows if r["operator"] == demo_pair.fault_module)
+        assert fault["first_failing"] == "true" and fault["outputs_passed"] == "false"
+        assert fault["inputs_passed"] == "true" and float(fault["cosine"]) < 0.99
+        # a second export never replaces the first
+        await pilot.press("e")
+        second = Path(_text(demo_app, "#status").removeprefix("exported 58 rows to "))
+        assert second != path and path.exists()
+
+
+async def test_layer_tree_scopes_the_table_and_the_export(demo_app: AccApp) -> None:
+    async with demo_app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("f", "enter")
+        await settle(pilot)
+        tree = demo_app.screen.query_one(LayerTree)
+        tree.focus()
+        tree.reveal("root.model.layers.1")
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        keys = [str(k.value) for k in demo_app.screen.query_one("#ops", DataTable).rows]
+        assert keys[0] == "root.model.layers.1" and len(keys) == 13
+        assert all(k.startswith("root.model.layers.1") for k in keys)
+        await pilot.press("e")
+        path = Path(_text(demo_app, "#status").removeprefix("exported 13 rows to "))
+        assert "-ops-root.model.layers.1-" in path.name and len(_read_csv(path)) == 13
+        await pilot.press("a")
+        assert demo_app.screen.query_one("#ops", DataTable).row_count == 58
+
+
+async def test_export_token_view(demo_app: AccApp) -> None:
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("e")
+        path = Path(_text(demo_app, "#status").removeprefix("exported 8 rows to "))
+        rows = _read_csv(path)
+        assert [r["verdict"] for r in rows] == ["pass"] * 3 + ["fail"] * 5
+        assert rows[3]["golden_top1"] != rows[3]["test_top1"]
+
+
+async def test_export_failure_is_shown_and_nothing_crashes(demo_app: AccApp, tmp_path: Path) -> None:
+    demo_app.export_dir = tmp_path / "no" / "such" / "dir"
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("e")
+        status = _text(demo_app, "#status")
+        assert status.startswith("export failed:") and "cannot write here" in status
+        assert demo_app.screen.query_one("#status").has_class("error")
+
+
+async def test_help_tree_toggle_and_vim_keys(demo_app: AccApp) -> None:
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        assert isinstance(demo_app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("j", "j")
+        assert _cursor_key(demo_app, "#tokens") == "2"
+        await pilot.press("k")
+        assert _cursor_key(demo_app, "#tokens") == "1"
+        await pilot.press("enter")
+        await settle(pilot)
+        tree = demo_app.screen.query_one(LayerTree)
+        await pilot.press("t")
+        assert not tree.display
+        await pilot.press("t")
+        assert tree.display

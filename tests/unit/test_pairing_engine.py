@@ -1,0 +1,131 @@
+"""Pairing reports what it cannot pair; the engine is lazy, cached, and finds the right suspect."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from tui_acc import open_comparison
+from tui_acc.dumps.model import Node, NodeTree
+from tui_acc.metrics import Cancelled
+from tui_acc.metrics.engine import first_suspect
+
+
+def _device(root: Path) -> Path:
+    (found,) = root.glob("msit_dump_*/torch_tensors/*_*")
+    return found
+
+
+@pytest.fixture
+def damaged_copy(demo_pair, tmp_path: Path) -> tuple[Path, Path]:
+    golden, test = tmp_path / "golden", tmp_path / "test"
+    shutil.copytree(demo_pair.golden, golden)
+    shutil.copytree(demo_pair.test, test)
+    dev = _device(test)
+    shutil.rmtree(dev / "7")  # a token only the golden has
+    shutil.rmtree(dev / "1" / "root.model.layers.0.mlp.act_fn")  # a module missing at token 1
+    (dev / "2" / "root.model.norm" / "output.pth").unlink()  # a tensor missing at token 2
+    (dev / "2" / "root.model.norm" / "output_5.pth").write_bytes(b"")  # and one only the test has
+    (dev / "0" / "root.model.layers.1.mlp.up_proj" / "output.pth").write_bytes(b"truncated")
+    return golden, test
+
+
+def test_unpaired_items_are_listed_not_dropped(damaged_copy: tuple[Path, Path]) -> None:
+    cmp = open_comparison(*damaged_copy)
+    got = {(u.kind, u.side, u.token, u.name) for u in cmp.pairing.unmatched}
+    assert got == {
+        ("token", "golden", 7, "7"),
+        ("node", "golden", 1, "root.model.layers.0.mlp.act_fn"),
+        ("tensor", "golden", 2, "root.model.norm/output"),
+        ("tensor", "test", 2, "root.model.norm/output_5"),
+    }
+    assert cmp.pairing.tokens == list(range(7))
+
+
+def test_a_damaged_tensor_is_an_error_row_and_the_rest_goes_on(damaged_copy: tuple[Path, Path]) -> None:
+    cmp = open_comparison(*damaged_copy)
+    rows = {r["golden_node"]: r for r in cmp.engine.node_rows(0)}
+    bad = rows["root.model.layers.1.mlp.up_proj"]
+    assert bad["outputs_passed"] is False
+    assert "up_proj/output.pth: unreadable torch file" in bad["error"]
+    assert rows["root.model.layers.1.mlp.gate_proj"]["outputs_passed"] is True
+
+
+def test_nothing_is_computed_before_asked_and_nothing_twice(demo_pair) -> None:
+    cmp = open_comparison(demo_pair.golden, demo_pair.test)
+    assert cmp.engine.computed == 0
+    cmp.engine.token_rows()
+    assert cmp.engine.computed == len(cmp.pairing.tokens)  # the logits pairs only
+    cmp.engine.token_rows()
+    cmp.engine.first_failing_token()
+    assert cmp.engine.computed == len(cmp.pairing.tokens)
+    cmp.engine.node_rows(1)
+    per_token = sum(len(n.tensors) for n in cmp.pairing.node_pairs(1))
+    assert cmp.engine.computed == len(cmp.pairing.tokens) + per_token - 1  # lm_head output was cached
+
+
+def test_concurrent_requests_compute_each_pair_once(demo_pair) -> None:
+    cmp = open_comparison(demo_pair.golden, demo_pair.test)
+    barrier = threading.Barrier(3)
+
+    def work() -> None:
+        barrier.wait()
+        cmp.engine.node_rows(2)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert cmp.engine.computed == sum(len(n.tensors) for n in cmp.pairing.node_pairs(2))
+
+
+def test_should_stop_cancels_between_tensors(demo_pair) -> None:
+    cmp = open_comparison(demo_pair.golden, demo_pair.test)
+    calls = {"n": 0}
+
+    def stop_after_five() -> bool:
+        calls["n"] += 1
+        return calls["n"] > 5
+
+    with pytest.raises(Cancelled):
+        cmp.engine.node_rows(0, should_stop=stop_after_five)
+    assert cmp.engine.computed == 5
+
+
+def test_demo_fault_is_found(demo_pair) -> None:
+    cmp = open_comparison(demo_pair.golden, demo_pair.test)
+    assert cmp.engine.first_failing_token() == demo_pair.fault_token
+    op = cmp.engine.first_failing_op(demo_pair.fault_token)
+    assert op is not None and op["golden_node"] == demo_pair.fault_module
+    assert op["inputs_passed"] is True and op["cosine"] < 0.99
+    # tokens before the fault pass, bf16 noise and all
+    assert all(r["passed"] for r in cmp.engine.token_rows(range(demo_pair.fault_token)))
+
+
+def _tree(spec: dict[str, list[str]]) -> NodeTree:
+    nodes: dict[str, Node] = {}
+    for parent, children in spec.items():
+        nodes.setdefault(parent, Node(parent, "T", None, 0))
+        for child in children:
+            nodes[child] = Node(child, "T", parent, nodes[parent].depth + 1)
+            nodes[parent].children.append(child)
+    return NodeTree("root", nodes)
+
+
+def _rows(suspects: set[str], names: list[str]) -> dict[str, dict[str, object]]:
+    return {n: {"golden_node": n, "suspect": n in suspects} for n in names}
+
+
+def test_innermost_and_earliest_suspect_wins() -> None:
+    tree = _tree({"root": ["a", "b"], "a": ["a1", "a2"], "b": ["b1"]})
+    names = ["root", "a", "a1", "a2", "b", "b1"]
+    # the parent qualifies because its child does: the child is named
+    assert first_suspect(tree, _rows({"a", "a2", "b"}, names))["golden_node"] == "a2"
+    # a qualifying parent with no qualifying child is itself the answer, before later siblings
+    assert first_suspect(tree, _rows({"a", "b1"}, names))["golden_node"] == "a"
+    assert first_suspect(tree, _rows({"b1"}, names))["golden_node"] == "b1"
+    assert first_suspect(tree, _rows(set(), names)) is None

@@ -1,0 +1,51 @@
+"""The engine stays headless, and CI runs exactly the README's test command."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def test_core_never_imports_textual() -> None:
+    code = (
+        "import sys, tui_acc, tui_acc.cli, tui_acc.report, tui_acc.export, tui_acc.demo, tui_acc.demo.run;"
+        "from tui_acc import open_comparison;"
+        "bad = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'));"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_textual_import_outside_tui_folder() -> None:
+    offenders = [
+        path.relative_to(REPO)
+        for path in (REPO / "tui_acc").rglob("*.py")
+        if "tui" not in path.relative_to(REPO / "tui_acc").parts[:1]
+        and re.search(r"^\s*(from|import) textual", path.read_text(), re.M)
+    ]
+    assert offenders == []
+
+
+def _readme_commands() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    return re.findall(r"```(?:bash|sh)\n(.+?)\n```", text, re.S)
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    commands = _readme_commands()
+    assert len(commands) >= 2
+    demo, tests = commands[0].strip(), commands[1].strip()
+    assert demo.endswith("tui-acc demo")
+    assert "pip install torch==2.13.0" in tests and tests.endswith("python -m pytest")
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert tests in ci
+
+
+def test_ruff_and_mypy_are_clean() -> None:
+    for command in ([sys.executable, "-m", "ruff", "check", "."], [sys.executable, "-m", "mypy"]):
+        result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+        assert result.returncode == 0, result.stdout + result.stderr

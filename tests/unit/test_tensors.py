@@ -1,0 +1,50 @@
+"""Tensor files are loaded without ever executing pickled code."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from tui_acc.dumps.tensors import TensorLoadError, load_tensor
+
+
+class _Exploit:
+    def __reduce__(self):  # pragma: no cover - must never run
+        return (Path.touch, (Path("/tmp/tui-acc-pwned"),))
+
+
+def test_loads_bf16_as_bf16(tmp_path: Path) -> None:
+    t = torch.tensor([1.5, -2.25], dtype=torch.bfloat16)
+    torch.save(t, tmp_path / "x.pth")
+    loaded = load_tensor(tmp_path / "x.pth")
+    assert loaded.dtype == torch.bfloat16 and torch.equal(loaded, t)
+
+
+def test_views_are_loaded_as_views(tmp_path: Path) -> None:
+    base = torch.arange(12.0).reshape(1, 6, 2)
+    torch.save(base[:, -1:, :], tmp_path / "view.pth")  # torch.save keeps the whole storage
+    assert load_tensor(tmp_path / "view.pth").tolist() == [[[10.0, 11.0]]]
+
+
+def test_pickled_code_is_refused(tmp_path: Path) -> None:
+    marker = Path("/tmp/tui-acc-pwned")
+    marker.unlink(missing_ok=True)
+    path = tmp_path / "evil.pth"
+    torch.save({"x": _Exploit()}, path, pickle_module=pickle)
+    with pytest.raises(TensorLoadError, match=r"evil\.pth: refused"):
+        load_tensor(path)
+    assert not marker.exists()
+
+
+def test_garbage_and_non_tensors_are_named(tmp_path: Path) -> None:
+    (tmp_path / "junk.pth").write_bytes(b"\x00\x01 not a zip")
+    with pytest.raises(TensorLoadError, match=r"junk\.pth: unreadable torch file"):
+        load_tensor(tmp_path / "junk.pth")
+    torch.save({"a": torch.zeros(1)}, tmp_path / "dict.pth")
+    with pytest.raises(TensorLoadError, match=r"dict\.pth: holds a dict, not a tensor"):
+        load_tensor(tmp_path / "dict.pth")
+    with pytest.raises(TensorLoadError, match="file not found"):
+        load_tensor(tmp_path / "missing.pth")

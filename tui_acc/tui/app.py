@@ -1,0 +1,60 @@
+"""The Textual application: holds the comparison and the screen stack, nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState
+
+from tui_acc.session import Comparison
+from tui_acc.tui.screens.help import HelpScreen
+from tui_acc.tui.screens.tokens import TokenScreen
+
+
+class AccApp(App[None]):
+    """``tui-acc GOLDEN TEST``: tokens -> operators -> tensors."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "tui-acc"
+    BINDINGS = [
+        Binding("q", "quit", "Quit", id="quit"),
+        Binding("question_mark", "help", "Help", id="help", show=False),
+    ]
+
+    def __init__(self, comparison: Comparison, export_dir: Path | None = None) -> None:
+        super().__init__()
+        self.comparison = comparison
+        self.export_dir = export_dir or Path.cwd()
+        self.sub_title = f"{comparison.golden.root}  vs  {comparison.test.root}"
+
+    def on_mount(self) -> None:
+        self.push_screen(TokenScreen())
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The one place a failed background computation becomes visible."""
+        if event.state == WorkerState.ERROR and event.worker.error is not None:
+            self.notify(
+                f"{event.worker.name}: {event.worker.error}", title="Computation failed", severity="error"
+            )
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("view: help", "Keys and what the columns mean", self.action_help)
+        if hasattr(screen, "action_export"):
+            yield SystemCommand(
+                "export: current view to CSV", "Write what is on screen to a CSV file", screen.action_export
+            )
+        if hasattr(screen, "action_first_failure"):
+            yield SystemCommand(
+                "go: first failure",
+                "Jump to the first failing token or operator",
+                screen.action_first_failure,
+            )

@@ -1,0 +1,77 @@
+"""How numbers and verdicts look on screen (shared by every screen and widget)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+PASS_STYLE = "bold green"
+FAIL_STYLE = "bold red"
+PENDING_STYLE = "dim"
+ERROR_STYLE = "bold magenta"
+
+
+def num(value: float | None, digits: int = 3) -> str:
+    """Compact: 3 significant digits, scientific when small or large."""
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0"
+    return f"{value:.{digits}g}"
+
+
+def cosine(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6f}"
+
+
+def verdict(passed: bool | None, error: str | None = None, pending: bool = False) -> Text:
+    if pending:
+        return Text("…", style=PENDING_STYLE)
+    if error:
+        return Text("ERR", style=ERROR_STYLE)
+    if passed is None:
+        return Text("-", style=PENDING_STYLE)
+    return Text("pass", style=PASS_STYLE) if passed else Text("FAIL", style=FAIL_STYLE)
+
+
+def mark(passed: bool | None) -> Text:
+    """One-cell verdict for tree labels and the In/Out columns."""
+    if passed is None:
+        return Text("·", style=PENDING_STYLE)
+    return Text("✓", style=PASS_STYLE) if passed else Text("✗", style=FAIL_STYLE)
+
+
+def styled(text: str, passed: bool | None) -> Text:
+    style = PENDING_STYLE if passed is None else ("" if passed else "red")
+    return Text(text, style=style)
+
+
+def short_name(name: str) -> str:
+    """``root.model.layers.2`` -> ``layers.2``; ``root.model.layers.2.mlp`` -> ``mlp``."""
+    parts = name.split(".")
+    if len(parts) >= 2 and parts[-1].isdigit():
+        return ".".join(parts[-2:])
+    return parts[-1]
+
+
+_DTYPE_SHORT = {
+    "float32": "f32",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float64": "f64",
+    "int64": "i64",
+    "int32": "i32",
+    "int8": "i8",
+    "uint8": "u8",
+    "bool": "bool",
+}
+
+
+def dtypes(golden: str | None, test: str | None) -> str:
+    """``f32/bf16``, or one name when both sides agree."""
+    g, t = _DTYPE_SHORT.get(golden or "", golden or "?"), _DTYPE_SHORT.get(test or "", test or "?")
+    return g if g == t else f"{g}/{t}"
+
+
+def display_name(name: str) -> str:
+    """Module names without the ``root.`` every msit name starts with."""
+    return name.removeprefix("root.")

@@ -1,0 +1,1 @@
+"""Screens: the token list, one token's operators, help."""

@@ -1,0 +1,67 @@
+"""Keys and what the verdicts mean."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS = (
+    ("↑ ↓  j k", "move"),
+    ("Enter", "open a token's operators; in the tree, show only that layer"),
+    ("f", "first failing token; on operators, the first failing op ◆"),
+    ("a", "operators: show every operator again"),
+    ("t", "operators: hide or show the layer tree"),
+    ("Tab", "operators: switch between tree and table"),
+    ("e", "export the current view to CSV (path shown at the bottom)"),
+    ("Esc", "back to the tokens"),
+    ("ctrl+p", "command palette"),
+    ("?  q", "this help · quit"),
+)
+
+VERDICTS = (
+    "Token: its logits (the output of the model's last module) pass when cosine ≥ 0.999 and KL ≤ 1e-4 "
+    "(fp16) or ≤ 5e-3 (bf16); KL is taken per vocabulary row and averaged.",
+    "Operator: each tensor passes when cosine ≥ 0.99; integer tensors must match exactly. In and Out "
+    "are the verdicts of its inputs and outputs; the table shows its worst output.",
+    "◆ First failing op: the earliest in execution order, and the innermost, whose output fails "
+    "while its inputs pass.",
+    "Thresholds are options: tui-acc open --help.",
+)
+
+
+def help_renderable() -> Group:
+    keys = Table(box=None, show_header=False, padding=(0, 2, 0, 0))
+    keys.add_column(style="bold cyan", no_wrap=True)
+    keys.add_column()
+    for key, does in KEYS:
+        keys.add_row(key, does)
+    rules = [Text(f"• {rule}") for rule in VERDICTS]
+    return Group(
+        Text("Keys", style="bold underline"), keys, Text(""), Text("Verdicts", style="bold underline"), *rules
+    )
+
+
+class HelpScreen(ModalScreen[None]):
+    """``?``: the keys and the verdict rules."""
+
+    BINDINGS = [
+        Binding("escape", "dismiss", "Close", id="close_help"),
+        Binding("q", "dismiss", "Close", show=False, id="close_help_q"),
+        Binding("question_mark", "dismiss", "Close", show=False, id="close_help_question"),
+        Binding("j", "scroll('down')", "Down", show=False, id="help_down"),
+        Binding("k", "scroll('up')", "Up", show=False, id="help_up"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help"):
+            yield Static(help_renderable())
+
+    def action_scroll(self, direction: str) -> None:
+        scroller = self.query_one("#help", VerticalScroll)
+        scroller.scroll_down() if direction == "down" else scroller.scroll_up()

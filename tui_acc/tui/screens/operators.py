@@ -1,0 +1,317 @@
+"""One token's operators: the layer tree on the left, the metric table on the right."""
+
+from __future__ import annotations
+
+import polars as pl
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Header, Static
+from textual.worker import get_current_worker
+
+from tui_acc.metrics import Cancelled
+from tui_acc.metrics.engine import Row, first_suspect
+from tui_acc.pairing import NodePair
+from tui_acc.tui import formatting as fmt
+from tui_acc.tui.screens.base import ViewScreen
+from tui_acc.tui.widgets.layer_tree import LayerTree
+from tui_acc.tui.widgets.tensor_detail import TensorDetail
+
+# Ordered so that at 80 columns the verdicts and the two main metrics are on screen.
+COLUMNS = (
+    ("order", "#", 3),
+    ("name", "Operator", 18),
+    ("inputs", "In", 2),
+    ("outputs", "Out", 3),
+    ("cosine", "Cosine", 8),
+    ("max_abs_err", "MaxAbsErr", 9),
+    ("rel_euclidean", "RelEucl", 8),
+    ("kl", "KL", 8),
+    ("type", "Type", 14),
+    ("shape", "Shape", 14),
+)
+
+
+class OperatorScreen(ViewScreen):
+    """Which operator is the first whose inputs match the golden but whose output does not?"""
+
+    BINDINGS = [
+        Binding("escape", "back", "Back", id="back"),
+        Binding("f", "first_failure", "First failing", id="first_failing_op"),
+        Binding("tab", "focus_next", "Tree/table", show=False, id="focus_next"),
+        Binding("a", "scope_all", "All ops", id="scope_all"),
+        Binding("t", "toggle_tree", "Tree", id="toggle_tree"),
+        Binding("j", "cursor('down')", "Down", show=False, id="down"),
+        Binding("k", "cursor('up')", "Up", show=False, id="up"),
+    ]
+
+    class NodeComputed(Message):
+        """One operator's metrics arrived from the worker."""
+
+        def __init__(self, row: Row) -> None:
+            super().__init__()
+            self.row = row
+
+    class TokenFinished(Message):
+        """Every operator of the token is computed."""
+
+    def __init__(self, token: int) -> None:
+        super().__init__()
+        self.token = token
+        self._pairs: dict[str, NodePair] = {}
+        self._order: dict[str, int] = {}
+        self._rows: dict[str, Row] = {}
+        self._scope = ""
+        self._suspect: str | None = None
+        self._finished = False
+
+    # --- layout -------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        pairing = self.acc.comparison.pairing
+        self._pairs = {node.golden: node for node in pairing.node_pairs(self.token)}
+        self._order = {name: i for i, name in enumerate(self._pairs)}
+        tree = self.acc.comparison.golden.tree
+        self._scope = tree.root
+        yield Header()
+        yield Static(id="summary")
+        with Horizontal(id="main"):
+            yield LayerTree(tree, set(self._pairs), id="layers")
+            yield DataTable(id="ops", cursor_type="row", zebra_stripes=True)
+        yield TensorDetail(id="detail")
+        yield Static(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#ops", DataTable)
+        for key, label, width in COLUMNS:
+            table.add_column(label, key=key, width=width)
+        engine = self.acc.comparison.engine
+        tree = self.query_one(LayerTree)
+        for name, node in self._pairs.items():
+            cached = engine.cached_node_row(node)
+            if cached is not None:
+                self._rows[name] = cached
+                tree.set_row(cached)
+        self._fill_table()
+        self._update_summary()
+        table.focus()
+        self.compute_operators()
+
+    # --- computing ----------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="operators", exit_on_error=False, name="operator metrics")
+    def compute_operators(self) -> None:
+        worker = get_current_worker()
+        engine = self.acc.comparison.engine
+        try:
+            for node in self._pairs.values():
+                if worker.is_cancelled:
+                    return
+                if node.golden not in self._rows:
+                    self.post_message(self.NodeComputed(engine.node_row(node, lambda: worker.is_cancelled)))
+        except Cancelled:
+            return
+        self.post_message(self.TokenFinished())
+
+    @on(NodeComputed)
+    def _show_node(self, message: NodeComputed) -> None:
+        row = message.row
+        name = row["golden_node"]
+        self._rows[name] = row
+        self.query_one(LayerTree).set_row(row)
+        table = self.query_one("#ops", DataTable)
+        if name in table.rows:
+            for (column, _, _), cell in zip(COLUMNS, self._cells(name), strict=True):
+                table.update_cell(name, column, cell)
+        self._update_summary()
+        if self._highlighted() == name:
+            self._show_detail(name)
+
+    @on(TokenFinished)
+    def _finished_token(self) -> None:
+        self._finished = True
+        tree = self.acc.comparison.golden.tree
+        found = first_suspect(tree, {name: self._rows[name] for name in self._pairs if name in self._rows})
+        self._suspect = found["golden_node"] if found else None
+        if self._suspect and self._suspect in self.query_one("#ops", DataTable).rows:
+            self.query_one("#ops", DataTable).update_cell(
+                self._suspect, "order", self._order_cell(self._suspect)
+            )
+        self._update_summary()
+        self._show_detail(self._highlighted())
+
+    # --- table --------------------------------------------------------------------------------
+
+    def _in_scope(self) -> list[str]:
+        tree = self.acc.comparison.golden.tree
+        return [n.name for n in tree.preorder(self._scope) if n.name in self._pairs]
+
+    def _fill_table(self) -> None:
+        table = self.query_one("#ops", DataTable)
+        table.clear()
+        for name in self._in_scope():
+            table.add_row(*self._cells(name), key=name)
+
+    def _cells(self, name: str) -> list[Text | str]:
+        node = self._pairs[name]
+        row = self._rows.get(name)
+        depth = node.depth - self.acc.comparison.golden.tree.nodes[self._scope].depth
+        label = " " * max(depth - 1, 0) + fmt.short_name(name)
+        types = (
+            node.golden_type if node.golden_type == node.test_type else f"{node.golden_type}/{node.test_type}"
+        )
+        if row is None:
+            pending = Text("…", style=fmt.PENDING_STYLE)
+            return [self._order_cell(name), label, pending, pending, "", "", "", "", types, ""]
+        passed = row["outputs_passed"]
+        return [
+            self._order_cell(name),
+            fmt.styled(label, passed),
+            fmt.mark(row["inputs_passed"]),
+            Text.assemble(fmt.mark(passed), Text(" !", style=fmt.ERROR_STYLE) if row.get("error") else ""),
+            fmt.styled(fmt.cosine(row["cosine"]), passed),
+            fmt.num(row["max_abs_err"]),
+            fmt.num(row["rel_euclidean"]),
+            fmt.num(row["kl"]),
+            types,
+            row["shape"] or "-",
+        ]
+
+    def _order_cell(self, name: str) -> Text:
+        order = self._order[name]
+        if name == self._suspect:
+            return Text(f"◆{order}", style="bold red reverse")
+        return Text(str(order), style="dim")
+
+    def _highlighted(self) -> str | None:
+        table = self.query_one("#ops", DataTable)
+        if not table.row_count:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+        return str(key.value)
+
+    @on(DataTable.RowHighlighted, "#ops")
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_detail(str(event.row_key.value))
+
+    def _show_detail(self, name: str | None) -> None:
+        node = self._pairs.get(name) if name else None
+        self.query_one(TensorDetail).show(node, self.acc.comparison.engine)
+
+    def _update_summary(self) -> None:
+        done, total = len(self._rows), len(self._pairs)
+        failing = sum(1 for r in self._rows.values() if r["outputs_passed"] is False)
+        parts = [
+            f"token {self.token}",
+            f"{done}/{total} ops" if done < total else f"{total} ops",
+            f"{failing} failing",
+        ]
+        if self._scope != self.acc.comparison.golden.tree.root:
+            parts.append(f"in {fmt.display_name(self._scope)} (a: all)")
+        if self._finished:
+            parts.append(
+                f"◆ {fmt.display_name(self._suspect)} (f)"
+                if self._suspect
+                else "no op fails with passing inputs"
+            )
+        self.query_one("#summary", Static).update("  │  ".join(parts))
+
+    # --- actions ------------------------------------------------------------------------------
+
+    @on(LayerTree.LayerSelected)
+    def _scope_to(self, event: LayerTree.LayerSelected) -> None:
+        self._set_scope(event.name)
+        self.query_one("#ops", DataTable).focus()
+
+    def _set_scope(self, name: str) -> None:
+        if name == self._scope:
+            return
+        self._scope = name
+        self._fill_table()
+        self._update_summary()
+        self._show_detail(self._highlighted())
+
+    def action_scope_all(self) -> None:
+        self._set_scope(self.acc.comparison.golden.tree.root)
+
+    def action_toggle_tree(self) -> None:
+        """Give the table the whole width (useful at 80 columns) or bring the tree back."""
+        tree = self.query_one(LayerTree)
+        tree.display = not tree.display
+        if not tree.display:
+            self.query_one("#ops", DataTable).focus()
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_cursor(self, direction: str) -> None:
+        focused = self.focused
+        if isinstance(focused, (DataTable, LayerTree)):
+            focused.action_cursor_down() if direction == "down" else focused.action_cursor_up()
+
+    def action_first_failure(self) -> None:
+        if not self._finished:
+            self.notify("Still computing this token's operators…")
+            return
+        if self._suspect is None:
+            self.notify("No operator fails while its inputs pass at this token.")
+            return
+        tree = self.acc.comparison.golden.tree
+        if self._scope != self._suspect and not tree.is_ancestor(self._scope, self._suspect):
+            self._set_scope(tree.root)
+        table = self.query_one("#ops", DataTable)
+        table.move_cursor(row=table.get_row_index(self._suspect))
+        table.focus()
+        self.query_one(LayerTree).reveal(self._suspect)
+
+    def view_frame(self) -> pl.DataFrame:
+        rows = []
+        for name in self._in_scope():
+            node, row = self._pairs[name], self._rows.get(name, {})
+            rows.append(
+                {
+                    "token": self.token,
+                    "order": self._order[name],
+                    "operator": name,
+                    "test_operator": node.test,
+                    "type": node.golden_type,
+                    "test_type": node.test_type,
+                    "inputs_passed": row.get("inputs_passed"),
+                    "outputs_passed": row.get("outputs_passed"),
+                    "first_failing": name == self._suspect,
+                    "cosine": row.get("cosine"),
+                    "max_abs_err": row.get("max_abs_err"),
+                    "rel_euclidean": row.get("rel_euclidean"),
+                    "kl": row.get("kl"),
+                    "shape": row.get("shape"),
+                    "error": row.get("error"),
+                }
+            )
+        return pl.DataFrame(rows, schema=_OP_EXPORT)
+
+    def export_stem(self) -> str:
+        scope = "" if self._scope == self.acc.comparison.golden.tree.root else f"-{self._scope}"
+        return f"tui-acc-token{self.token}-ops{scope}"
+
+
+_OP_EXPORT = {
+    "token": pl.Int64,
+    "order": pl.Int64,
+    "operator": pl.String,
+    "test_operator": pl.String,
+    "type": pl.String,
+    "test_type": pl.String,
+    "inputs_passed": pl.Boolean,
+    "outputs_passed": pl.Boolean,
+    "first_failing": pl.Boolean,
+    "cosine": pl.Float64,
+    "max_abs_err": pl.Float64,
+    "rel_euclidean": pl.Float64,
+    "kl": pl.Float64,
+    "shape": pl.String,
+    "error": pl.String,
+}

@@ -1,0 +1,181 @@
+"""The first screen: every generated token, coloured by its logits verdict."""
+
+from __future__ import annotations
+
+import polars as pl
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Header, Static
+from textual.worker import get_current_worker
+
+from tui_acc.metrics import Cancelled
+from tui_acc.metrics.engine import Row
+from tui_acc.tui import formatting as fmt
+from tui_acc.tui.screens.base import ViewScreen
+from tui_acc.tui.screens.operators import OperatorScreen
+
+COLUMNS = (
+    ("token", "Token", 6),
+    ("passed", "Verdict", 7),
+    ("cosine", "Cosine", 9),
+    ("kl", "KL", 9),
+    ("max_abs_err", "MaxAbsErr", 9),
+    ("top1", "Top-1 g/t", 11),
+    ("shape", "Logits shape", 14),
+)
+
+
+class TokenScreen(ViewScreen):
+    """Token list: which generated token is the first whose logits diverge?"""
+
+    BINDINGS = [
+        Binding("f", "first_failure", "First failing", id="first_failing_token"),
+        Binding("j", "cursor('down')", "Down", show=False, id="down"),
+        Binding("k", "cursor('up')", "Up", show=False, id="up"),
+    ]
+
+    class TokenComputed(Message):
+        """A token's logits metrics arrived from the worker."""
+
+        def __init__(self, row: Row) -> None:
+            super().__init__()
+            self.row = row
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="summary")
+        yield DataTable(id="tokens", cursor_type="row", zebra_stripes=True)
+        yield Static(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#tokens", DataTable)
+        for key, label, width in COLUMNS:
+            table.add_column(label, key=key, width=width)
+        engine = self.acc.comparison.engine
+        for token in self.acc.comparison.pairing.tokens:
+            cached = engine.cached_token_row(token)
+            table.add_row(*self._cells(cached or {"token": token}, pending=cached is None), key=str(token))
+        self._update_summary()
+        table.focus()
+        self.compute_tokens()
+
+    @work(thread=True, exclusive=True, group="tokens", exit_on_error=False, name="token metrics")
+    def compute_tokens(self) -> None:
+        worker = get_current_worker()
+
+        def publish(row: Row) -> None:
+            self.post_message(self.TokenComputed(row))
+
+        try:
+            self.acc.comparison.engine.token_rows(should_stop=lambda: worker.is_cancelled, on_row=publish)
+        except Cancelled:
+            return
+
+    @on(TokenComputed)
+    def _show_token(self, message: TokenComputed) -> None:
+        table = self.query_one("#tokens", DataTable)
+        key = str(message.row["token"])
+        for (column, _, _), cell in zip(COLUMNS, self._cells(message.row), strict=True):
+            table.update_cell(key, column, cell)
+        self._update_summary()
+
+    def _cells(self, row: Row, pending: bool = False) -> list[Text | str]:
+        passed = row.get("passed")
+        top1: Text | str = "-"
+        if row.get("golden_top1") is not None:
+            same = row["golden_top1"] == row["test_top1"]
+            top1 = Text(f"{row['golden_top1']}/{row['test_top1']}", style="" if same else "red")
+        return [
+            fmt.styled(str(row["token"]), None if pending else passed),
+            fmt.verdict(passed, row.get("error"), pending),
+            fmt.styled(fmt.cosine(row.get("cosine")), passed),
+            fmt.styled(fmt.num(row.get("kl")), passed),
+            fmt.num(row.get("max_abs_err")),
+            top1,
+            row.get("shape") or "-",
+        ]
+
+    def _rows(self) -> list[Row]:
+        engine = self.acc.comparison.engine
+        return [
+            r for t in self.acc.comparison.pairing.tokens if (r := engine.cached_token_row(t)) is not None
+        ]
+
+    def _update_summary(self) -> None:
+        rows = self._rows()
+        total = len(self.acc.comparison.pairing.tokens)
+        failing = [r["token"] for r in rows if r["passed"] is False]
+        parts = [f"{len(rows)}/{total} tokens compared", f"{len(failing)} failing"]
+        if failing:
+            parts.append(f"first failing: {failing[0]} (f jumps, Enter opens)")
+        elif len(rows) == total:
+            parts.append("every token passes")
+        self.query_one("#summary", Static).update("  │  ".join(parts))
+
+    def action_cursor(self, direction: str) -> None:
+        table = self.query_one("#tokens", DataTable)
+        table.action_cursor_down() if direction == "down" else table.action_cursor_up()
+
+    def action_first_failure(self) -> None:
+        failing = [r["token"] for r in self._rows() if r["passed"] is False]
+        if not failing:
+            self.notify(
+                "No failing token (yet)."
+                if len(self._rows()) < len(self.acc.comparison.pairing.tokens)
+                else "Every token passes."
+            )
+            return
+        table = self.query_one("#tokens", DataTable)
+        table.move_cursor(row=table.get_row_index(str(failing[0])))
+
+    @on(DataTable.RowSelected, "#tokens")
+    def _open_token(self, event: DataTable.RowSelected) -> None:
+        self.app.push_screen(OperatorScreen(int(str(event.row_key.value))))
+
+    def view_frame(self) -> pl.DataFrame:
+        engine = self.acc.comparison.engine
+        rows = []
+        for token in self.acc.comparison.pairing.tokens:
+            row = engine.cached_token_row(token) or {"token": token}
+            rows.append(
+                {
+                    "token": token,
+                    "verdict": _verdict_word(row),
+                    "cosine": row.get("cosine"),
+                    "kl": row.get("kl"),
+                    "max_abs_err": row.get("max_abs_err"),
+                    "golden_top1": row.get("golden_top1"),
+                    "test_top1": row.get("test_top1"),
+                    "logits_shape": row.get("shape"),
+                    "error": row.get("error"),
+                }
+            )
+        return pl.DataFrame(rows, schema=_TOKEN_EXPORT)
+
+    def export_stem(self) -> str:
+        return "tui-acc-tokens"
+
+
+_TOKEN_EXPORT = {
+    "token": pl.Int64,
+    "verdict": pl.String,
+    "cosine": pl.Float64,
+    "kl": pl.Float64,
+    "max_abs_err": pl.Float64,
+    "golden_top1": pl.Int64,
+    "test_top1": pl.Int64,
+    "logits_shape": pl.String,
+    "error": pl.String,
+}
+
+
+def _verdict_word(row: Row) -> str:
+    if "passed" not in row:
+        return "pending"
+    if row.get("error"):
+        return "error"
+    return "pass" if row["passed"] else "fail"

@@ -1,0 +1,108 @@
+"""The module tree of one token, each node marked with its verdict."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.message import Message
+from textual.widgets import Tree
+from textual.widgets.tree import TreeNode
+
+from tui_acc.dumps.model import NodeTree
+from tui_acc.metrics.engine import Row
+from tui_acc.tui import formatting as fmt
+
+
+class LayerTree(Tree[str]):
+    """Golden module tree; Enter scopes the operator table to a subtree."""
+
+    DEFAULT_CSS = """
+    LayerTree { scrollbar-size-vertical: 1; }
+    """
+
+    class LayerSelected(Message):
+        """The user chose a subtree to look at."""
+
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+    def __init__(self, tree: NodeTree, present: set[str], **kwargs: object) -> None:
+        super().__init__(tree.root, data=tree.root, **kwargs)  # type: ignore[arg-type]
+        self.model_tree = tree
+        self._by_name: dict[str, TreeNode[str]] = {tree.root: self.root}
+        self._verdicts: dict[str, bool | None] = {}
+        self._own_rows: dict[str, Row] = {}
+        self._populate(tree, present)
+        self.root.expand()
+        self.show_root = True
+        self.guide_depth = 2
+
+    def _populate(self, tree: NodeTree, present: set[str]) -> None:
+        keep = _with_ancestors(tree, present)
+        for node in tree.preorder():
+            if node.name == tree.root or node.name not in keep or node.parent is None:
+                continue
+            parent = self._by_name[node.parent]
+            has_children = any(child in keep for child in node.children)
+            self._by_name[node.name] = parent.add(
+                self._label(node.name), data=node.name, allow_expand=has_children, expand=node.depth < 2
+            )
+        self.root.set_label(self._label(tree.root))
+
+    def _label(self, name: str) -> Text:
+        node = self.model_tree.nodes[name]
+        passed = self._verdicts.get(name)
+        label = Text.assemble(fmt.mark(passed), " ", fmt.styled(fmt.short_name(name), passed))
+        if node.children:
+            label.append(f" {node.type}", style="dim")
+        return label
+
+    def set_row(self, row: Row) -> None:
+        """Record a node's metrics and refresh its mark and its ancestors' marks."""
+        name = row["golden_node"]
+        self._own_rows[name] = row
+        current: str | None = name
+        while current is not None:
+            self._verdicts[current] = self._derive(current)
+            if current in self._by_name:
+                self._by_name[current].set_label(self._label(current))
+            current = self.model_tree.nodes[current].parent
+
+    def _derive(self, name: str) -> bool | None:
+        """Own output verdict; for a module with no outputs, the verdicts of its children."""
+        own = self._own_rows.get(name)
+        if own is not None and own["outputs_passed"] is not None:
+            return bool(own["outputs_passed"])
+        child_verdicts = [self._verdicts.get(c) for c in self.model_tree.children(name) if c in self._by_name]
+        if any(v is False for v in child_verdicts):
+            return False
+        if child_verdicts and all(v is True for v in child_verdicts):
+            return True
+        return None
+
+    def reveal(self, name: str) -> None:
+        """Expand the path to ``name`` and put the cursor on it."""
+        node = self._by_name.get(name)
+        if node is None:
+            return
+        parent = node.parent
+        while parent is not None:
+            parent.expand()
+            parent = parent.parent
+        # Expanding rebuilds the tree lines on the next refresh; only then has the node a line.
+        self.call_after_refresh(self.move_cursor, node)
+
+    def on_tree_node_selected(self, event: Tree.NodeSelected[str]) -> None:
+        event.stop()
+        if event.node.data is not None:
+            self.post_message(self.LayerSelected(event.node.data))
+
+
+def _with_ancestors(tree: NodeTree, names: set[str]) -> set[str]:
+    keep = set()
+    for name in names:
+        current: str | None = name
+        while current is not None and current not in keep:
+            keep.add(current)
+            current = tree.nodes[current].parent
+    return keep

@@ -1,0 +1,67 @@
+"""Every tensor of the highlighted operator: slot, shape, dtypes, metrics, verdict."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from tui_acc.metrics.engine import MetricsEngine, Row
+from tui_acc.pairing import NodePair
+from tui_acc.tui import formatting as fmt
+
+
+class TensorDetail(Static):
+    """Tensor-level view of one node pair."""
+
+    DEFAULT_CSS = """
+    TensorDetail { height: auto; max-height: 9; }
+    """
+
+    def show(self, node: NodePair | None, engine: MetricsEngine) -> None:
+        if node is None:
+            self.update("")
+            return
+        names = fmt.display_name(node.golden)
+        if node.test != node.golden:
+            names += f"  ↔  {fmt.display_name(node.test)}"
+        types = (
+            node.golden_type
+            if node.golden_type == node.test_type
+            else f"{node.golden_type} ↔ {node.test_type}"
+        )
+        title = Text.assemble((names, "bold"), "  ", (types, "dim"))
+        if not node.tensors:
+            self.update(Group(title, Text("no tensor files paired for this node", style="dim")))
+            return
+        grid = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim")
+        for column in ("", "tensor", "shape", "dtype", "cosine", "max abs", "rel eucl", "KL"):
+            grid.add_column(column, no_wrap=True)
+        for pair in node.tensors:
+            row = engine.cached_row(pair)
+            grid.add_row(*_cells(pair.slot, row))
+        self.update(Group(title, grid))
+
+
+def _cells(slot: str, row: Row | None) -> list[Text | str]:
+    if row is None:
+        return [fmt.mark(None), slot, Text("computing…", style=fmt.PENDING_STYLE)]
+    if row.get("error"):
+        return [fmt.mark(False), slot, Text(row["error"], style=fmt.ERROR_STYLE)]
+    cells: list[Text | str] = [
+        fmt.mark(row["passed"]),
+        slot,
+        row["golden_shape"]
+        if row["golden_shape"] == row["test_shape"]
+        else f"{row['golden_shape']}/{row['test_shape']}",
+        fmt.dtypes(row["golden_dtype"], row["test_dtype"]),
+        fmt.styled(fmt.cosine(row["cosine"]), row["passed"]),
+        fmt.num(row["max_abs_err"]),
+        fmt.num(row["rel_euclidean"]),
+        fmt.num(row["kl"]),
+    ]
+    nan = (row.get("test_nan") or 0) + (row.get("test_inf") or 0)
+    if nan:
+        cells.append(Text(f"{nan} NaN/Inf in test", style="red"))
+    return cells
