@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -29,3 +30,22 @@ def demo_pair(tmp_path_factory: pytest.TempPathFactory):
     from tui_acc.demo import make_demo
 
     return make_demo(tmp_path_factory.mktemp("demo") / "pair", seed=0)
+
+
+def device_dir(root: Path) -> Path:
+    (found,) = root.glob("msit_dump_*/torch_tensors/*_*")
+    return found
+
+
+@pytest.fixture
+def damaged_copy(demo_pair, tmp_path: Path) -> tuple[Path, Path]:
+    golden, test = tmp_path / "golden", tmp_path / "test"
+    shutil.copytree(demo_pair.golden, golden)
+    shutil.copytree(demo_pair.test, test)
+    dev = device_dir(test)
+    shutil.rmtree(dev / "7")  # a token only the golden has
+    shutil.rmtree(dev / "1" / "root.model.layers.0.mlp.act_fn")  # a module missing at token 1
+    (dev / "2" / "root.model.norm" / "output.pth").unlink()  # a tensor missing at token 2
+    (dev / "2" / "root.model.norm" / "output_5.pth").write_bytes(b"")  # and one only the test has
+    (dev / "0" / "root.model.layers.1.mlp.up_proj" / "output.pth").write_bytes(b"truncated")
+    return golden, test

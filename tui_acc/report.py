@@ -49,7 +49,7 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
     suspect = engine.first_failing_op(analysed) if analysed is not None else None
     errors = [p.as_dict() for p in cmp.golden.problems + cmp.test.problems]
     errors += [
-        {"file": r["golden_path"], "message": r["error"]} for r in _computed_rows(cmp) if r.get("error")
+        {"file": r["golden_path"], "message": r["error"]} for r in engine.cached_rows() if r.get("error")
     ]
     return {
         "tool": "tui-acc",
@@ -159,17 +159,6 @@ def _op(row: Row | None) -> dict[str, Any] | None:
     op.update({key: row.get(key) for key in _OP_FIELDS})
     op["inputs_passed"] = row["inputs_passed"]
     return op
-
-
-def _computed_rows(cmp: Comparison) -> list[Row]:
-    rows = []
-    for token in cmp.pairing.tokens:
-        for node in cmp.pairing.node_pairs(token):
-            for pair in node.tensors:
-                row = cmp.engine.cached_row(pair)
-                if row is not None:
-                    rows.append(row)
-    return rows
 
 
 def _span(tokens: list[int]) -> str:

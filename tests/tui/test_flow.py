@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 from textual.widgets import DataTable, Static
@@ -17,6 +18,15 @@ from tui_acc.tui.widgets.layer_tree import LayerTree
 
 def _text(app: AccApp, selector: str) -> str:
     return str(app.screen.query_one(selector, Static).render())
+
+
+def _static_text(app: AccApp) -> str:
+    """The plain text of the first Static on the current screen, as a terminal would show it."""
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(app.screen.query_one(Static).content)
+    return console.export_text()
 
 
 def _cursor_key(app: AccApp, selector: str) -> str:
@@ -140,3 +150,25 @@ async def test_help_tree_toggle_and_vim_keys(demo_app: AccApp) -> None:
         assert not tree.display
         await pilot.press("t")
         assert tree.display
+
+
+async def test_damaged_input_is_shown_not_hidden(damaged_copy: tuple[Path, Path], tmp_path: Path) -> None:
+    from tui_acc import open_comparison
+    from tui_acc.tui.screens.problems import ProblemsScreen
+
+    app = AccApp(open_comparison(*damaged_copy), export_dir=tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        assert "⚠ 4 unmatched/unreadable (u)" in _text(app, "#summary")
+        await pilot.press("u")
+        assert isinstance(app.screen, ProblemsScreen)
+        listing = _static_text(app)
+        for name in ("root.model.layers.0.mlp.act_fn", "root.model.norm/output_5", "root.model.norm/output"):
+            assert name in listing
+        await pilot.press("escape", "home", "enter")
+        await settle(pilot)
+        table = app.screen.query_one("#ops", DataTable)
+        assert "!" in str(table.get_cell("root.model.layers.1.mlp.up_proj", "outputs"))
+        await pilot.press("u")
+        listing = _static_text(app)
+        assert "up_proj/output.pth" in listing and "unreadable torch file" in listing

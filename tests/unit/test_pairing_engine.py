@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import threading
 from pathlib import Path
 
@@ -12,25 +11,6 @@ from tui_acc import open_comparison
 from tui_acc.dumps.model import Node, NodeTree
 from tui_acc.metrics import Cancelled
 from tui_acc.metrics.engine import first_suspect
-
-
-def _device(root: Path) -> Path:
-    (found,) = root.glob("msit_dump_*/torch_tensors/*_*")
-    return found
-
-
-@pytest.fixture
-def damaged_copy(demo_pair, tmp_path: Path) -> tuple[Path, Path]:
-    golden, test = tmp_path / "golden", tmp_path / "test"
-    shutil.copytree(demo_pair.golden, golden)
-    shutil.copytree(demo_pair.test, test)
-    dev = _device(test)
-    shutil.rmtree(dev / "7")  # a token only the golden has
-    shutil.rmtree(dev / "1" / "root.model.layers.0.mlp.act_fn")  # a module missing at token 1
-    (dev / "2" / "root.model.norm" / "output.pth").unlink()  # a tensor missing at token 2
-    (dev / "2" / "root.model.norm" / "output_5.pth").write_bytes(b"")  # and one only the test has
-    (dev / "0" / "root.model.layers.1.mlp.up_proj" / "output.pth").write_bytes(b"truncated")
-    return golden, test
 
 
 def test_unpaired_items_are_listed_not_dropped(damaged_copy: tuple[Path, Path]) -> None:

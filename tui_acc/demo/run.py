@@ -10,7 +10,7 @@ import torch
 
 from tui_acc.demo.capture import MsitTorchCapture
 from tui_acc.demo.faults import StaleTailTile
-from tui_acc.demo.model import build_model, generate
+from tui_acc.demo.model import TinyConfig, build_model, generate
 
 
 @dataclass(frozen=True)
@@ -28,11 +28,12 @@ def run_pair(
     fault_module: str,
     fault_token: int,
     say: Callable[[str], None],
+    config: TinyConfig | None = None,
 ) -> PairResult:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one reduction order: the same seed gives the same bits on every run
     try:
-        return _run_pair(out, seed, prompt, new_tokens, fault_module, fault_token, say)
+        return _run_pair(out, seed, prompt, new_tokens, fault_module, fault_token, say, config)
     finally:
         torch.set_num_threads(threads)
 
@@ -45,14 +46,15 @@ def _run_pair(
     fault_module: str,
     fault_token: int,
     say: Callable[[str], None],
+    config: TinyConfig | None,
 ) -> PairResult:
     say("golden run: float32 ...")
-    golden_model = build_model(seed)
+    golden_model = build_model(seed, config)
     with MsitTorchCapture(golden_model, out / "golden"):
         golden_ids = generate(golden_model, prompt, new_tokens)
 
     say(f"test run: bfloat16, fault injected at token {fault_token} ...")
-    test_model = build_model(seed).to(torch.bfloat16)
+    test_model = build_model(seed, config).to(torch.bfloat16)
     fault = StaleTailTile(fault_module, fault_token)
     with MsitTorchCapture(test_model, out / "test") as capture:
         handle = fault.install(test_model, lambda: capture.token)

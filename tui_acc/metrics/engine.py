@@ -77,6 +77,11 @@ class MetricsEngine:
         with self._lock:
             return self._rows.get(pair)
 
+    def cached_rows(self) -> list[Row]:
+        """Every row computed so far."""
+        with self._lock:
+            return list(self._rows.values())
+
     def _compute(self, pair: TensorPair) -> Row:
         # Deferred so that opening a dump (and the UI) never waits for torch to import.
         from tui_acc.metrics.kernels import ShapeMismatch, compare_tensors

@@ -12,6 +12,7 @@ from textual.worker import Worker, WorkerState
 
 from tui_acc.session import Comparison
 from tui_acc.tui.screens.help import HelpScreen
+from tui_acc.tui.screens.problems import ProblemsScreen
 from tui_acc.tui.screens.tokens import TokenScreen
 
 
@@ -23,6 +24,7 @@ class AccApp(App[None]):
     BINDINGS = [
         Binding("q", "quit", "Quit", id="quit"),
         Binding("question_mark", "help", "Help", id="help", show=False),
+        Binding("u", "problems", "Unmatched", id="problems", show=False),
     ]
 
     def __init__(self, comparison: Comparison, export_dir: Path | None = None) -> None:
@@ -38,6 +40,10 @@ class AccApp(App[None]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
+    def action_problems(self) -> None:
+        if not isinstance(self.screen, ProblemsScreen):
+            self.push_screen(ProblemsScreen(self.comparison))
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The one place a failed background computation becomes visible."""
         if event.state == WorkerState.ERROR and event.worker.error is not None:
@@ -48,6 +54,9 @@ class AccApp(App[None]):
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand("view: help", "Keys and what the columns mean", self.action_help)
+        yield SystemCommand(
+            "view: unmatched and file errors", "What could not be paired or read", self.action_problems
+        )
         if hasattr(screen, "action_export"):
             yield SystemCommand(
                 "export: current view to CSV", "Write what is on screen to a CSV file", screen.action_export

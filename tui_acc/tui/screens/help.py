@@ -20,6 +20,7 @@ KEYS = (
     ("Tab", "operators: switch between tree and table"),
     ("e", "export the current view to CSV (path shown at the bottom)"),
     ("Esc", "back to the tokens"),
+    ("u", "what could not be paired or read"),
     ("ctrl+p", "command palette"),
     ("?  q", "this help · quit"),
 )

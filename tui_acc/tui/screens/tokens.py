@@ -70,8 +70,13 @@ class TokenScreen(ViewScreen):
         def publish(row: Row) -> None:
             self.post_message(self.TokenComputed(row))
 
+        engine = self.acc.comparison.engine
         try:
-            self.acc.comparison.engine.token_rows(should_stop=lambda: worker.is_cancelled, on_row=publish)
+            rows = engine.token_rows(should_stop=lambda: worker.is_cancelled, on_row=publish)
+            # Prefetch: the user's next step is almost always Enter on the first failing token.
+            failing = next((r["token"] for r in rows if r["passed"] is False), None)
+            if failing is not None:
+                engine.node_rows(failing, should_stop=lambda: worker.is_cancelled)
         except Cancelled:
             return
 
@@ -110,10 +115,16 @@ class TokenScreen(ViewScreen):
         total = len(self.acc.comparison.pairing.tokens)
         failing = [r["token"] for r in rows if r["passed"] is False]
         parts = [f"{len(rows)}/{total} tokens compared", f"{len(failing)} failing"]
-        if failing:
+        if not total:
+            parts = ["no token is in both dumps"]
+        elif failing:
             parts.append(f"first failing: {failing[0]} (f jumps, Enter opens)")
         elif len(rows) == total:
             parts.append("every token passes")
+        cmp = self.acc.comparison
+        issues = len(cmp.pairing.unmatched) + len(cmp.golden.problems) + len(cmp.test.problems)
+        if issues:
+            parts.append(f"⚠ {issues} unmatched/unreadable (u)")
         self.query_one("#summary", Static).update("  │  ".join(parts))
 
     def action_cursor(self, direction: str) -> None:
