@@ -145,5 +145,6 @@ def _run_demo(args: argparse.Namespace) -> int:
     from tui_acc.session import open_comparison
     from tui_acc.tui.app import AccApp
 
-    AccApp(open_comparison(demo.golden, demo.test)).run()
+    hint = "Demo pair: one fault is injected. Find it with f (first failing token), Enter, then f again."
+    AccApp(open_comparison(demo.golden, demo.test), greeting=hint).run()
     return 0

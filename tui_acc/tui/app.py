@@ -27,14 +27,19 @@ class AccApp(App[None]):
         Binding("u", "problems", "Unmatched", id="problems", show=False),
     ]
 
-    def __init__(self, comparison: Comparison, export_dir: Path | None = None) -> None:
+    def __init__(
+        self, comparison: Comparison, export_dir: Path | None = None, greeting: str | None = None
+    ) -> None:
         super().__init__()
         self.comparison = comparison
         self.export_dir = export_dir or Path.cwd()
+        self.greeting = greeting
         self.sub_title = f"{comparison.golden.root}  vs  {comparison.test.root}"
 
     def on_mount(self) -> None:
         self.push_screen(TokenScreen())
+        if self.greeting:
+            self.notify(self.greeting, timeout=12)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
