@@ -77,7 +77,7 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
         "pairs": cmp.pairing.tensor_pair_count(),
         "unmatched": [u.as_dict() for u in cmp.pairing.unmatched],
         "errors": errors,
-        "notes": cmp.golden.notes + cmp.test.notes,
+        "notes": cmp.golden.notes + cmp.test.notes + cmp.pairing.notes,
         "_token_rows": token_rows,
         "_node_rows": node_rows,
     }

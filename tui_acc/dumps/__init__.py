@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui_acc.dumps import msit_torch
+from tui_acc.dumps import msit_atb, msit_torch
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, TensorRef
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 
@@ -20,7 +20,7 @@ __all__ = [
     "open_dump",
 ]
 
-_READERS = (msit_torch,)
+_READERS = (msit_torch, msit_atb)
 
 
 def open_dump(path: str | Path) -> DumpIndex:

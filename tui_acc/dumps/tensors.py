@@ -25,7 +25,14 @@ class TensorLoadError(Exception):
 
 
 def load_tensor(path: Path) -> torch.Tensor:
-    """Load one tensor from a torch ``.pth``/``.pt`` file without executing pickled code."""
+    """Load one tensor file: ATB ``.bin`` exactly, torch ``.pth``/``.pt`` without executing code."""
+    if path.suffix == ".bin":
+        from tui_acc.dumps.atb_bin import BinFileError, load_bin
+
+        try:
+            return load_bin(path)
+        except BinFileError as exc:
+            raise TensorLoadError(path, exc.problem) from exc
     import torch  # deferred: indexing and the UI start without paying torch's import
 
     try:

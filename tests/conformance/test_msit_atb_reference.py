@@ -1,0 +1,73 @@
+"""Torch golden vs (synthetic) ATB test: pairing and metrics against msit's own CSV."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from tui_acc import open_comparison
+
+CASE = "msit-torch-12layer-vs-atb"
+
+
+def _msit_rows(case_dir: Path) -> list[dict[str, str]]:
+    (csv_path,) = sorted((case_dir / "compare").glob("msit_cmp_report_*.csv"))
+    with csv_path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture(scope="module")
+def ours(reference: Path) -> dict[tuple[str, str], dict[str, object]]:
+    """Our tensor rows keyed by (golden path, test path), relative to the case folder."""
+    case_dir = reference / CASE
+    cmp = open_comparison(case_dir / "golden", case_dir / "test_atb")
+    rows = {}
+    for token in cmp.pairing.tokens:
+        for row in cmp.engine.tensors_frame(token).iter_rows(named=True):
+            key = (str(Path(row["golden_path"]).relative_to(case_dir)), str(Path(row["test_path"]).relative_to(case_dir)))
+            rows[key] = row
+    return rows
+
+
+def test_every_pair_msit_makes_we_make_identically(reference: Path, ours) -> None:
+    msit = _msit_rows(reference / CASE)
+    assert len(msit) == 492
+    for row in msit:
+        key = (row["golden_data_path"], row["my_data_path"])
+        assert key in ours, f"msit pairs {key}; we do not"
+
+
+def test_operator_names_are_the_atb_folders(reference: Path) -> None:
+    case_dir = reference / CASE
+    cmp = open_comparison(case_dir / "golden", case_dir / "test_atb")
+    pairs = {n.golden: (n.test, n.test_type) for n in cmp.pairing.node_pairs(2)}
+    assert pairs["root.model.layers.7.mlp.up_proj"] == ("8_LlamaLayer/7_LinearOperation", "LinearOperation")
+    assert pairs["root.model.layers.0.input_layernorm"] == ("1_LlamaLayer/0_RmsNormOperation", "RmsNormOperation")
+    assert pairs["root.model.embed_tokens"] == ("0_WordEmbedding", "WordEmbedding")
+    assert pairs["root.lm_head"] == ("14_LmHead", "LmHead")
+    assert cmp.test.format == "msit-atb"
+
+
+def test_metrics_agree_with_msit(reference: Path, ours) -> None:
+    for row in _msit_rows(reference / CASE):
+        mine = ours[(row["golden_data_path"], row["my_data_path"])]
+        assert mine["cosine"] == pytest.approx(float(row["cosine_similarity"]), abs=1e-6)
+        assert mine["rel_euclidean"] == pytest.approx(float(row["relative_euclidean_distance"]), rel=1e-5)
+        assert mine["test_max"] == pytest.approx(float(row["my_max_value"]), rel=1e-6)
+        assert mine["test_dtype"] == row["my_dtype"].removeprefix("torch.")
+
+
+def test_atb_reader_is_bit_identical_to_the_torch_dump_it_was_made_from(reference: Path) -> None:
+    """test_atb holds the bf16 torch tensors re-encoded as .bin: every pair must match exactly."""
+    case_dir = reference / CASE
+    cmp = open_comparison(case_dir / "test_torch_bf16", case_dir / "test_atb")
+    compared = 0
+    for token in cmp.pairing.tokens:
+        frame = cmp.engine.tensors_frame(token)
+        assert frame["error"].null_count() == frame.height
+        assert frame["max_abs_err"].max() == 0.0
+        compared += frame.height
+    assert compared == 552
+    assert cmp.engine.first_failing_token() is None

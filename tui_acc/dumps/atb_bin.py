@@ -1,0 +1,280 @@
+"""The ATB / Mki ``.bin`` tensor file (formats.md §2.3), read exactly or refused by name.
+
+Layout: ``name=value`` text lines up to ``$End=1``, then the raw element bytes::
+
+    $Version=1.0
+    $Object.Count=1
+    $Object.Length=768
+    format=2
+    dtype=27
+    dims=1,6,64
+    $Object.data=0,768
+    $End=1
+    <payload>
+
+The payload is memory-mapped (copy-on-write), so a large tensor costs no read until used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+END_LINE = b"$End=1\n"
+_HEADER_LIMIT = 1 << 20
+
+# aclDataType codes (formats.md §2.3) -> (name, bytes per element or None when packed below a byte)
+ACL_DTYPES: dict[int, tuple[str, float]] = {
+    0: ("float32", 4),
+    1: ("float16", 2),
+    2: ("int8", 1),
+    3: ("int32", 4),
+    4: ("uint8", 1),
+    6: ("int16", 2),
+    7: ("uint16", 2),
+    8: ("uint32", 4),
+    9: ("int64", 8),
+    10: ("uint64", 8),
+    11: ("float64", 8),
+    12: ("bool", 1),
+    16: ("complex64", 8),
+    17: ("complex128", 16),
+    27: ("bfloat16", 2),
+    29: ("int4", 0.5),
+    33: ("complex32", 4),
+    35: ("float8_e5m2", 1),
+    36: ("float8_e4m3fn", 1),
+    37: ("float8_e8m0fnu", 1),
+    40: ("float4_e2m1", 0.5),
+}
+
+# Codes we know but will not guess at: their packing or encoding is Ascend-specific and could
+# not be verified, and a wrong guess would produce plausible-looking wrong numbers.
+REFUSED_DTYPES: dict[int, str] = {
+    -1: "UNDEFINED",
+    13: "STRING",
+    30: "UINT1 (bit-packed; bit order unverified)",
+    34: "HIFLOAT8 (Ascend tapered float)",
+    38: "FLOAT6_E3M2 (6-bit packing unverified)",
+    39: "FLOAT6_E2M3 (6-bit packing unverified)",
+    41: "FLOAT4_E1M2 (encoding unverified)",
+    42: "HIFLOAT4 (Ascend tapered float)",
+}
+
+# aclFormat codes whose dims describe memory order directly; tiled formats (NC1HWC0, FRACTAL_Z,
+# FRACTAL_NZ, ...) would need un-tiling, and reading them as dims gives wrong values.
+PLAIN_FORMATS = {
+    -1: "UNDEFINED",
+    0: "NCHW",
+    1: "NHWC",
+    2: "ND",
+    16: "HWCN",
+    27: "NDHWC",
+    30: "NCDHW",
+    35: "NC",
+    47: "NCL",
+}
+TILED_FORMATS = {
+    3: "NC1HWC0",
+    4: "FRACTAL_Z",
+    12: "NC1HWC0_C04",
+    29: "FRACTAL_NZ",
+    32: "NDC1HWC0",
+    33: "FRACTAL_Z_3D",
+    50: "FRACTAL_NZ_C0_16",
+    51: "FRACTAL_NZ_C0_32",
+}
+
+# OCP FP4 E2M1 magnitudes for codes 0..7 (bit 3 is the sign).
+_FP4_E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float32)
+
+
+class BinFileError(Exception):
+    """A ``.bin`` that cannot be read exactly; the message names the file and the problem."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+@dataclass
+class BinHeader:
+    """Everything the header says, without the payload."""
+
+    path: Path
+    header_bytes: int
+    dtype_code: int
+    format_code: int
+    dims: list[int]
+    object_length: int | None = None
+    data_offset: int = 0
+    data_length: int | None = None
+    external: str | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= d
+        return n
+
+    @property
+    def dtype_name(self) -> str:
+        known = ACL_DTYPES.get(self.dtype_code)
+        return known[0] if known else REFUSED_DTYPES.get(self.dtype_code, f"code {self.dtype_code}")
+
+    def payload_bytes(self) -> int:
+        size = ACL_DTYPES[self.dtype_code][1]
+        return int(np.ceil(self.numel * size))
+
+
+def read_header(path: Path) -> BinHeader:
+    """Parse the text header (the first few hundred bytes); no payload is read."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(4096)
+            while END_LINE not in head and len(head) < _HEADER_LIMIT:
+                more = handle.read(65536)
+                if not more:
+                    break
+                head += more
+    except OSError as exc:
+        raise BinFileError(path, f"cannot read ({exc.strerror or exc})") from exc
+    end = head.find(END_LINE)
+    if end < 0:
+        raise BinFileError(path, "no '$End=1' line: not an ATB tensor file, or truncated")
+    fields: dict[str, str] = {}
+    for raw in head[:end].split(b"\n"):
+        line = raw.decode("utf-8", errors="replace")
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or "=" in value:
+            raise BinFileError(path, f"malformed header line {line[:80]!r} (expected name=value)")
+        fields[key] = value
+    header = BinHeader(
+        path=path,
+        header_bytes=end + len(END_LINE),
+        dtype_code=_int(path, fields, "dtype"),
+        format_code=_int(path, fields, "format", default=2),
+        dims=_dims(path, fields.get("dims")),
+    )
+    if "$Object.Length" in fields:
+        header.object_length = _int(path, fields, "$Object.Length")
+    if "$Object.data" in fields:
+        offset, _, length = fields["$Object.data"].partition(",")
+        header.data_offset = _to_int(path, "$Object.data", offset)
+        header.data_length = _to_int(path, "$Object.data", length) if length else None
+    header.external = fields.get("data")
+    for stat in ("max", "min", "mean", "l2norm"):
+        if stat in fields:
+            header.stats[stat] = float(fields[stat])
+    return header
+
+
+def load_bin(path: Path) -> torch.Tensor:
+    """Read one ``.bin`` tensor exactly; refuse (BinFileError) what cannot be read exactly."""
+    import torch
+
+    header = read_header(path)
+    if header.dtype_code not in ACL_DTYPES:
+        raise BinFileError(
+            path, f"dtype {header.dtype_name} cannot be decoded exactly; refused rather than misread"
+        )
+    if header.format_code in TILED_FORMATS:
+        raise BinFileError(
+            path,
+            f"format {TILED_FORMATS[header.format_code]} ({header.format_code}) is a tiled layout; "
+            "convert it to ND before dumping (refused rather than misread)",
+        )
+    if header.format_code not in PLAIN_FORMATS:
+        raise BinFileError(path, f"unknown format code {header.format_code}; refused rather than misread")
+    if header.stats and header.data_length is None and header.external is None:
+        raise BinFileError(path, "a statistics-only tensor (max/min/mean/l2norm, no data)")
+    source, start = _payload_source(header)
+    need = header.payload_bytes()
+    available = source.stat().st_size - start
+    if header.data_length is not None and header.data_length < need:
+        raise BinFileError(path, f"$Object.data says {header.data_length} bytes; dims x dtype need {need}")
+    if available < need:
+        raise BinFileError(
+            path,
+            f"truncated: {available} payload bytes, dims {header.dims} x {header.dtype_name} need {need}",
+        )
+    raw = _map(source, start, need)
+    return _decode(torch, raw, header)
+
+
+def _payload_source(header: BinHeader) -> tuple[Path, int]:
+    if header.external is None:
+        return header.path, header.header_bytes + header.data_offset
+    external = Path(header.external)
+    if not external.is_absolute():
+        external = header.path.parent / external
+    if not external.is_file():
+        raise BinFileError(header.path, f"its data= file {external} does not exist")
+    return external, header.data_offset
+
+
+def _map(source: Path, start: int, length: int) -> np.ndarray:
+    if length == 0:
+        return np.zeros(0, dtype=np.uint8)
+    # Copy-on-write: pages are read only when touched, and torch gets a writable array.
+    return np.memmap(source, dtype=np.uint8, mode="c", offset=start, shape=(length,))
+
+
+def _decode(torch: object, raw: np.ndarray, header: BinHeader) -> torch.Tensor:
+    import torch as t
+
+    name = ACL_DTYPES[header.dtype_code][0]
+    if name == "int4":
+        low = (raw & 0x0F).astype(np.int8)
+        high = (raw >> 4).astype(np.int8)
+        values = np.stack([low, high], axis=-1).reshape(-1)[: header.numel]
+        values = np.where(values > 7, values - 16, values).astype(np.int8)
+        return t.from_numpy(values).reshape(header.dims)
+    if name == "float4_e2m1":
+        codes = np.stack([raw & 0x0F, raw >> 4], axis=-1).reshape(-1)[: header.numel]
+        values = _FP4_E2M1[codes & 0x07] * np.where(codes & 0x08, -1.0, 1.0).astype(np.float32)
+        return t.from_numpy(values.astype(np.float32)).reshape(header.dims)
+    dtype = getattr(t, name, None)
+    if dtype is None:
+        raise BinFileError(header.path, f"dtype {name} needs a newer torch than {t.__version__}")
+    flat = t.from_numpy(raw)
+    if header.numel == 0:
+        return t.zeros(header.dims, dtype=dtype)
+    return flat.view(dtype).reshape(header.dims)
+
+
+def _int(path: Path, fields: dict[str, str], key: str, default: int | None = None) -> int:
+    if key not in fields:
+        if default is not None:
+            return default
+        raise BinFileError(path, f"header has no {key}= line")
+    return _to_int(path, key, fields[key])
+
+
+def _to_int(path: Path, key: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise BinFileError(path, f"header {key}={value!r} is not an integer") from exc
+
+
+def _dims(path: Path, value: str | None) -> list[int]:
+    if value is None:
+        raise BinFileError(path, "header has no dims= line")
+    if value == "":
+        return []
+    dims = [_to_int(path, "dims", d) for d in value.split(",")]
+    if any(d < 0 for d in dims):
+        raise BinFileError(path, f"negative dimension in dims={value}")
+    return dims

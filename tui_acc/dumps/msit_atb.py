@@ -1,0 +1,249 @@
+"""Reader for msit ATB dumps (``msit llm dump --exec ...``; formats.md §2).
+
+Layout::
+
+    msit_dump_{ts}/tensors/{device}_{pid}/{TID}/{i}_{OpType}/before/intensor{k}.bin
+                                                           /after/outtensor{k}.bin
+                                                           /{j}_{ChildOpType}/...   (any depth)
+    msit_dump_{ts}/model/{pid}/{modelName}.json            (topology; two of them under MindIE)
+    msit_dump_{ts}/layer/{pid}/{opName}.json
+
+Node names are the folders below the token folder, as users see them: ``8_LlamaLayer/7_LinearOperation``.
+Only names are read; ``.bin`` headers and payloads wait until a tensor is compared.
+
+MindIE (two model topologies, prefill "encode" and "decode"): folder 0 is the warm-up, folder 1
+holds token 0 (the encode model's nodes) and token 1 (the decode model's nodes), folder k >= 2 is
+token k. With one topology, folder k is token k. ``token_offset`` overrides: token = folder - offset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Role, TensorRef
+
+FORMAT = "msit-atb"
+_NODE_DIR = re.compile(r"^(\d+)_(.+)$")
+_TENSOR_FILE = re.compile(r"^(intensor|outtensor)(\d+)\.bin$")
+_DUMP_PREFIXES = ("msit_dump", "ait_dump")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """What the model/{pid}/*.json files say about top-level node ids."""
+
+    models: list[tuple[str, int, int]]  # (model name, first top-level id, node count), in id order
+
+    @property
+    def mindie(self) -> bool:
+        return len(self.models) > 1
+
+    @property
+    def decode_start(self) -> int | None:
+        return self.models[1][1] if self.mindie else None
+
+
+def looks_like(path: Path) -> bool:
+    try:
+        _locate(path)
+    except DumpError:
+        return False
+    return True
+
+
+def read(path: Path, token_offset: int | None = None) -> DumpIndex:
+    dump_root, device_dir, only_dir, notes = _locate(path)
+    pid = device_dir.name.rsplit("_", 1)[-1]
+    problems: list[Problem] = []
+    topology = _read_topology(dump_root / "model" / pid, problems)
+    root_name = topology.models[0][0] if topology.models else "model"
+    tree = NodeTree(root=root_name, nodes={root_name: Node(root_name, "model", None, 0)})
+    tokens: dict[int, dict[str, list[TensorRef]]] = {}
+    folders = sorted((int(d.name), d) for d in _subdirs(device_dir) if d.name.isdigit())
+    if only_dir is not None:
+        folders = [(n, d) for n, d in folders if n == only_dir]
+    if not folders:
+        raise DumpError(f"{device_dir}: no token folders (0, 1, 2, ...) were found")
+    for folder_id, folder in folders:
+        nodes: dict[str, list[TensorRef]] = {}
+        _walk(folder, "", root_name, tree, nodes, problems)
+        for token, token_nodes in _tokens_of_folder(folder_id, nodes, topology, token_offset, notes):
+            tokens[token] = token_nodes
+    if topology.mindie and token_offset is None:
+        notes.append(
+            f"MindIE dump ({len(topology.models)} model topologies): folder 0 is the warm-up, "
+            "folder 1 holds tokens 0 and 1, folder k is token k"
+        )
+    return DumpIndex(
+        root=path,
+        data_dir=device_dir,
+        format=FORMAT,
+        tree=tree,
+        tokens=dict(sorted(tokens.items())),
+        order_source="folder ids",
+        problems=problems,
+        notes=notes,
+    )
+
+
+# --- finding the data ---------------------------------------------------------------------------
+
+
+def _locate(path: Path) -> tuple[Path, Path, int | None, list[str]]:
+    """(msit_dump root, {device}_{pid} folder, a single token folder or None, notes)."""
+    if not path.is_dir():
+        raise DumpError(f"{path}: not a directory")
+    notes: list[str] = []
+    only_dir: int | None = None
+    device_dir: Path | None = None
+    candidate = path
+    if path.name.isdigit() and path.parent.parent.name == "tensors":
+        only_dir, device_dir = int(path.name), path.parent
+        candidate = path.parent.parent.parent
+        notes.append(f"only folder {path.name} of {path.parent} is read")
+    elif path.parent.name == "tensors":
+        device_dir, candidate = path, path.parent.parent
+    elif path.name == "tensors":
+        candidate = path.parent
+    if not (candidate / "tensors").is_dir():
+        dumps = sorted(
+            p for p in _subdirs(candidate) if p.name.startswith(_DUMP_PREFIXES) and (p / "tensors").is_dir()
+        )
+        if not dumps:
+            raise DumpError(f"{path}: not an msit ATB dump (expected tensors/{{device}}_{{pid}}/ below it)")
+        if len(dumps) > 1:
+            notes.append(f"{candidate} holds {len(dumps)} ATB dumps; reading the newest, {dumps[-1].name}")
+        candidate = dumps[-1]
+    if device_dir is None:
+        devices = sorted(p for p in _subdirs(candidate / "tensors") if re.match(r"^\d+_\d+$", p.name))
+        if not devices:
+            raise DumpError(f"{candidate / 'tensors'}: no {{device}}_{{pid}} folder")
+        if len(devices) > 1:
+            names = ", ".join(p.name for p in devices)
+            raise DumpError(
+                f"{candidate / 'tensors'}: holds several device folders ({names}); pass the one to compare"
+            )
+        device_dir = devices[0]
+    return candidate, device_dir, only_dir, notes
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        with os.scandir(path) as entries:
+            return [Path(e.path) for e in entries if e.is_dir()]
+    except OSError:
+        return []
+
+
+# --- topology -----------------------------------------------------------------------------------
+
+
+def _read_topology(model_dir: Path, problems: list[Problem]) -> Topology:
+    models = []
+    for file in sorted(model_dir.glob("*.json")) if model_dir.is_dir() else []:
+        try:
+            # msit parses NaN/Infinity constants as null; so do we
+            raw = json.loads(file.read_text(encoding="utf-8"), parse_constant=lambda _c: None)
+            nodes = raw.get("nodes") or []
+            suffix = str(nodes[0].get("opName", "0")).rsplit("_", 1)[-1] if nodes else "0"
+            models.append(
+                (str(raw.get("modelName", file.stem)), int(suffix) if suffix.isdigit() else 0, len(nodes))
+            )
+        except (OSError, ValueError, AttributeError) as exc:
+            problems.append(Problem(str(file), f"unreadable model topology ({exc})"))
+    models.sort(key=lambda m: m[1])
+    return Topology(models)
+
+
+def _tokens_of_folder(
+    folder_id: int,
+    nodes: dict[str, list[TensorRef]],
+    topology: Topology,
+    token_offset: int | None,
+    notes: list[str],
+) -> list[tuple[int, dict[str, list[TensorRef]]]]:
+    if token_offset is not None:
+        token = folder_id - token_offset
+        return [(token, nodes)] if token >= 0 else []
+    if not topology.mindie:
+        return [(folder_id, nodes)]
+    if folder_id == 0:
+        notes.append("folder 0 (MindIE warm-up) is not compared")
+        return []
+    if folder_id > 1:
+        return [(folder_id, nodes)]
+    decode_start = topology.decode_start or 0
+
+    def top_id(name: str) -> int:
+        return int(name.split("/", 1)[0].split("_", 1)[0])
+
+    encode = {n: refs for n, refs in nodes.items() if top_id(n) < decode_start}
+    decode = {n: refs for n, refs in nodes.items() if top_id(n) >= decode_start}
+    return [(0, encode), (1, decode)]
+
+
+# --- node folders -------------------------------------------------------------------------------
+
+
+def _walk(
+    folder: Path,
+    prefix: str,
+    parent: str,
+    tree: NodeTree,
+    nodes: dict[str, list[TensorRef]],
+    problems: list[Problem],
+) -> None:
+    children = []
+    for sub in _subdirs(folder):
+        match = _NODE_DIR.match(sub.name)
+        if match:
+            children.append((int(match.group(1)), match.group(2), sub))
+    for _, op_type, sub in sorted(children):
+        name = f"{prefix}{sub.name}"
+        if name not in tree.nodes:
+            depth = tree.nodes[parent].depth + 1
+            tree.nodes[name] = Node(name, op_type, parent, depth)
+            _insert_child(tree, parent, name)
+        nodes[name] = _tensors(sub, problems)
+        _walk(sub, f"{name}/", name, tree, nodes, problems)
+
+
+def _insert_child(tree: NodeTree, parent: str, name: str) -> None:
+    """Keep siblings in folder-id order even when tokens contribute different nodes."""
+    siblings = tree.nodes[parent].children
+    siblings.append(name)
+    siblings.sort(key=lambda n: int(n.rsplit("/", 1)[-1].split("_", 1)[0]))
+
+
+def _tensors(node_dir: Path, problems: list[Problem]) -> list[TensorRef]:
+    refs: list[TensorRef] = []
+    before = {}
+    for when in ("before", "after"):
+        part = node_dir / when
+        if not part.is_dir():
+            continue
+        with os.scandir(part) as entries:
+            for entry in entries:
+                match = _TENSOR_FILE.match(entry.name)
+                if not match:
+                    if entry.name.endswith(".bin"):
+                        problems.append(Problem(entry.path, "unexpected tensor file name; not compared"))
+                    continue
+                if entry.is_symlink() and not Path(entry.path).exists():
+                    problems.append(Problem(entry.path, f"broken symlink to {Path(entry.path).readlink()}"))
+                    continue
+                kind, index = match.group(1), match.group(2)
+                role: Role = "input" if kind == "intensor" else "output"
+                slot = f"{kind}{index}"
+                if when == "after" and kind == "intensor":
+                    if slot in before:
+                        slot = f"{slot}.after"  # inputs dumped both before and after execution
+                else:
+                    before[slot] = True
+                refs.append(TensorRef(slot=slot, role=role, path=Path(entry.path)))
+    refs.sort(key=lambda r: (r.role != "input", int(re.sub(r"\D", "", r.slot.split(".")[0]) or 0), r.slot))
+    return refs

@@ -1,0 +1,87 @@
+"""What pairing produces: tensor pairs grouped by node pairs, per token, and what stayed unpaired."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tui_acc.dumps.model import DumpIndex, TensorRef
+
+
+@dataclass(frozen=True)
+class TensorPair:
+    """A golden tensor file and the test file it is compared with."""
+
+    token: int
+    golden_node: str
+    test_node: str
+    golden: TensorRef
+    test: TensorRef
+
+    @property
+    def slot(self) -> str:
+        return self.golden.slot
+
+    @property
+    def role(self) -> str:
+        return self.golden.role
+
+
+@dataclass(frozen=True)
+class NodePair:
+    """A golden node, its test partner, and their paired tensors (inputs, then outputs)."""
+
+    token: int
+    golden: str
+    test: str
+    golden_type: str
+    test_type: str
+    depth: int
+    tensors: tuple[TensorPair, ...]
+
+    @property
+    def inputs(self) -> tuple[TensorPair, ...]:
+        return tuple(t for t in self.tensors if t.role == "input")
+
+    @property
+    def outputs(self) -> tuple[TensorPair, ...]:
+        return tuple(t for t in self.tensors if t.role == "output")
+
+
+@dataclass(frozen=True)
+class Unmatched:
+    """Something present on one side only."""
+
+    kind: str  # "token" | "node" | "tensor"
+    side: str  # "golden" | "test"
+    token: int | None
+    name: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "side": self.side, "token": self.token, "name": self.name}
+
+
+@dataclass
+class Pairing:
+    """Everything that could be aligned between two dumps."""
+
+    golden: DumpIndex
+    test: DumpIndex
+    tokens: list[int]
+    nodes: dict[int, list[NodePair]]
+    logits_node: str
+    unmatched: list[Unmatched] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def node_pairs(self, token: int) -> list[NodePair]:
+        return self.nodes.get(token, [])
+
+    def logits_pair(self, token: int) -> TensorPair | None:
+        """The output tensor holding the token's logits, if both sides dumped it."""
+        for node in self.nodes.get(token, []):
+            if node.golden == self.logits_node:
+                outputs = node.outputs
+                return outputs[0] if outputs else None
+        return None
+
+    def tensor_pair_count(self) -> int:
+        return sum(len(n.tensors) for nodes in self.nodes.values() for n in nodes)

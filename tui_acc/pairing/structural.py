@@ -1,0 +1,261 @@
+"""Pairing a torch dump with an ATB dump, whose names have nothing in common.
+
+The two graphs are aligned the way an engineer would do it by hand (and as msit's matcher does):
+
+1. **Layers by order.** The torch layers are the children of the first module whose children
+   repeat one type (``root.model.layers``); the ATB layers are the top-level nodes of the most
+   repeated type (``LlamaLayer``). The k-th layer pairs with the k-th layer.
+2. **Operators by type and order within a layer.** Inside a layer pair, ATB operations of a type
+   pair with the torch modules that type stands for (``LinearOperation`` -> ``Linear``), in order,
+   when both sides have the same number of them.
+3. **Outside the layers**, the same rule over the rest of the model (``WordEmbedding`` ->
+   ``Embedding``, the final ``RmsNormOperation`` -> the final norm), and the last ATB node with
+   the module holding the logits.
+4. A user mapping file adds types, pins nodes, and pins which files are compared.
+
+Outputs pair in order (``outtensor0`` <-> ``output``/``output_0``); the first input pairs with the
+first input (``intensor0`` <-> ``input_0``); the other ATB inputs (weights, masks) are listed as
+unmatched.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+from tui_acc.dumps.model import DumpIndex, Node, NodeTree, TensorRef
+from tui_acc.pairing.mapping import OpMapping
+from tui_acc.pairing.model import NodePair, TensorPair, Unmatched
+
+
+def pair_token_structurally(
+    token: int,
+    torch_side: DumpIndex,
+    atb_side: DumpIndex,
+    torch_is_golden: bool,
+    logits_node: str,
+    mapping: OpMapping,
+    unmatched: list[Unmatched],
+    skipped_inputs: list[str],
+) -> list[NodePair]:
+    torch_nodes = torch_side.tokens[token]
+    atb_nodes = atb_side.tokens[token]
+    matches = match_nodes(
+        torch_side.tree, set(torch_nodes), atb_side.tree, set(atb_nodes), logits_node, mapping
+    )
+    torch_side_name = "golden" if torch_is_golden else "test"
+    atb_side_name = "test" if torch_is_golden else "golden"
+    by_torch = dict(matches)
+    pairs: list[NodePair] = []
+    for node in torch_side.tree.preorder():
+        if node.name not in torch_nodes:
+            continue
+        atb_name = by_torch.get(node.name)
+        if atb_name is None:
+            if torch_nodes[node.name]:
+                unmatched.append(Unmatched("node", torch_side_name, token, node.name))
+            continue
+        atb_node = atb_side.tree.nodes[atb_name]
+        tensors = _pair_files(
+            token,
+            node,
+            torch_nodes[node.name],
+            atb_node,
+            atb_nodes[atb_name],
+            torch_is_golden,
+            mapping,
+            unmatched,
+            skipped_inputs,
+        )
+        if torch_is_golden:
+            pairs.append(NodePair(token, node.name, atb_name, node.type, atb_node.type, node.depth, tensors))
+        else:
+            pairs.append(
+                NodePair(token, atb_name, node.name, atb_node.type, node.type, atb_node.depth, tensors)
+            )
+    paired_atb = set(by_torch.values())
+    for name in atb_side.tree.nodes:
+        if name in atb_nodes and name not in paired_atb and atb_nodes[name]:
+            unmatched.append(Unmatched("node", atb_side_name, token, name))
+    if not torch_is_golden:
+        order = {n.name: i for i, n in enumerate(atb_side.tree.preorder())}
+        pairs.sort(key=lambda p: order[p.golden])
+    return pairs
+
+
+def match_nodes(
+    torch_tree: NodeTree,
+    torch_present: set[str],
+    atb_tree: NodeTree,
+    atb_present: set[str],
+    logits_node: str,
+    mapping: OpMapping,
+) -> list[tuple[str, str]]:
+    """(torch module, ATB node) pairs for the nodes present at one token."""
+    pinned = [(t, a) for a, t in mapping.nodes.items() if a in atb_present and t in torch_present]
+    taken_torch = {t for t, _ in pinned}
+    taken_atb = {a for _, a in pinned}
+    matches = list(pinned)
+
+    def add(pairs: Iterable[tuple[str, str]]) -> None:
+        for t, a in pairs:
+            if t not in taken_torch and a not in taken_atb:
+                matches.append((t, a))
+                taken_torch.add(t)
+                taken_atb.add(a)
+
+    torch_layers = _torch_layers(torch_tree, torch_present)
+    atb_top = [
+        c
+        for c in atb_tree.children(atb_tree.root)
+        if c in atb_present or _has_present(atb_tree, c, atb_present)
+    ]
+    atb_layers = _atb_layers(atb_tree, atb_top)
+    for torch_layer, atb_layer in zip(torch_layers, atb_layers, strict=False):  # extras stay unmatched
+        add([(torch_layer, atb_layer)])
+        torch_inside = [n for n in _descendants(torch_tree, torch_layer) if n in torch_present]
+        atb_inside = [n for n in _descendants(atb_tree, atb_layer) if n in atb_present]
+        add(_by_type(torch_tree, torch_inside, atb_tree, atb_inside, mapping))
+    # outside the layers
+    in_layers = {d for layer in torch_layers for d in [layer, *_descendants(torch_tree, layer)]}
+    torch_outside = [
+        n.name
+        for n in torch_tree.preorder()
+        if n.name in torch_present and n.name not in in_layers and n.name != torch_tree.root
+    ]
+    atb_layer_set = set(atb_layers)
+    atb_outside = [
+        n
+        for top in atb_top
+        if top not in atb_layer_set
+        for n in [top, *_descendants(atb_tree, top)]
+        if n in atb_present
+    ]
+    lm_head = [a for a in atb_outside if "lmhead" in atb_tree.nodes[a].type.lower().replace("_", "")]
+    if lm_head and logits_node in torch_present:
+        add([(logits_node, lm_head[-1])])
+    add(_by_type(torch_tree, torch_outside, atb_tree, atb_outside, mapping))
+    # msit's policy_output: the last ATB node holds the logits
+    if atb_top and logits_node in torch_present:
+        add([(logits_node, atb_top[-1])])
+    return matches
+
+
+def _torch_layers(tree: NodeTree, present: set[str]) -> list[str]:
+    """Children of the first module whose children repeat one type (``root.model.layers``)."""
+    for node in tree.preorder():
+        kids = node.children
+        if len(kids) < 2:
+            continue
+        kind, count = Counter(tree.nodes[k].type for k in kids).most_common(1)[0]
+        if count >= 2 and count * 2 >= len(kids):
+            layers = [k for k in kids if tree.nodes[k].type == kind]
+            return [k for k in layers if k in present or _has_present(tree, k, present)]
+    return []
+
+
+def _atb_layers(tree: NodeTree, top: list[str]) -> list[str]:
+    if len(top) < 2:
+        return []
+    kind, count = Counter(tree.nodes[n].type for n in top).most_common(1)[0]
+    return [n for n in top if tree.nodes[n].type == kind] if count >= 2 else []
+
+
+def _by_type(
+    torch_tree: NodeTree, torch_names: list[str], atb_tree: NodeTree, atb_names: list[str], mapping: OpMapping
+) -> list[tuple[str, str]]:
+    """Zip ATB ops of each type with the torch modules the type stands for, when counts agree."""
+    pairs = []
+    by_type: dict[str, list[str]] = {}
+    for name in atb_names:
+        by_type.setdefault(_normalised(atb_tree.nodes[name].type), []).append(name)
+    for atb_type, atb_group in by_type.items():
+        torch_group = [n for n in torch_names if mapping.matches(atb_type, torch_tree.nodes[n].type)]
+        torch_group = _outermost(torch_tree, torch_group)
+        if len(torch_group) != len(atb_group):
+            # "Embedding" also matches "LlamaRotaryEmbedding": try the exact type names alone
+            exact = {t.lower() for t in mapping.torch_types_for(atb_type)}
+            torch_group = [n for n in torch_group if torch_tree.nodes[n].type.lower() in exact]
+        if len(torch_group) == len(atb_group):
+            pairs += list(zip(torch_group, atb_group, strict=True))
+    return pairs
+
+
+def _normalised(atb_type: str) -> str:
+    """Quantized and parallel variants align with their plain op (msit normalises them too)."""
+    return re.sub(r"Quant|W\d+A\d+", "", atb_type)
+
+
+def _outermost(tree: NodeTree, names: list[str]) -> list[str]:
+    """Drop modules nested in another candidate (an MLP type inside an MLP type) to keep one per op."""
+    chosen = set(names)
+    return [n for n in names if not any(tree.is_ancestor(other, n) for other in chosen if other != n)]
+
+
+def _descendants(tree: NodeTree, name: str) -> list[str]:
+    return [n.name for n in tree.preorder(name)][1:]
+
+
+def _has_present(tree: NodeTree, name: str, present: set[str]) -> bool:
+    return any(n.name in present for n in tree.preorder(name))
+
+
+def _pair_files(
+    token: int,
+    torch_node: Node,
+    torch_refs: list[TensorRef],
+    atb_node: Node,
+    atb_refs: list[TensorRef],
+    torch_is_golden: bool,
+    mapping: OpMapping,
+    unmatched: list[Unmatched],
+    skipped_inputs: list[str],
+) -> tuple[TensorPair, ...]:
+    torch_out = [r for r in torch_refs if r.role == "output" and r.slot.count("_") < 2]
+    atb_out = [r for r in atb_refs if r.role == "output"]
+    pairs: list[tuple[TensorRef, TensorRef]] = []
+    pinned = [
+        (slot, torch_slot)
+        for (atb_type, slot), (torch_types, torch_slot) in mapping.tensors.items()
+        if atb_type == atb_node.type and any(t in torch_node.type for t in torch_types)
+    ]
+    if pinned:
+        torch_by_slot = {r.slot: r for r in torch_refs}
+        atb_by_slot = {r.slot: r for r in atb_refs}
+        pairs += [
+            (torch_by_slot[t], atb_by_slot[a]) for a, t in pinned if t in torch_by_slot and a in atb_by_slot
+        ]
+    else:
+        pairs += list(zip(torch_out, atb_out, strict=False))  # extras are reported below
+        torch_in = [r for r in torch_refs if r.slot == "input_0"]
+        atb_in = [r for r in atb_refs if r.slot == "intensor0"] or [
+            r for r in atb_refs if r.slot == "intensor0.after"
+        ]
+        pairs += list(zip(torch_in, atb_in, strict=False))
+    used_torch = {t.slot for t, _ in pairs}
+    used_atb = {a.slot for _, a in pairs}
+    torch_side, atb_side = ("golden", "test") if torch_is_golden else ("test", "golden")
+    # An ATB node dumped without inputs (msit dump -stp 1, or a child op) has nothing to pair the
+    # torch inputs with; that is a dump setting, counted once in the notes rather than per file.
+    atb_has_inputs = any(r.role == "input" for r in atb_refs)
+    for ref in torch_refs:
+        if ref.slot in used_torch or ref.slot.count("_") >= 2:
+            continue
+        if ref.role == "input" and not atb_has_inputs:
+            skipped_inputs.append(f"{torch_node.name}/{ref.slot}")
+            continue
+        unmatched.append(Unmatched("tensor", torch_side, token, f"{torch_node.name}/{ref.slot}"))
+    for ref in atb_refs:
+        if ref.slot not in used_atb:
+            unmatched.append(Unmatched("tensor", atb_side, token, f"{atb_node.name}/{ref.slot}"))
+    ordered = sorted(pairs, key=lambda p: (p[0].role != "input", p[0].slot))
+    result = []
+    for torch_ref, atb_ref in ordered:
+        golden, test = (torch_ref, atb_ref) if torch_is_golden else (atb_ref, torch_ref)
+        golden_node, test_node = (
+            (torch_node.name, atb_node.name) if torch_is_golden else (atb_node.name, torch_node.name)
+        )
+        # the golden file's slot names the pair; roles follow the golden side
+        result.append(TensorPair(token, golden_node, test_node, golden, test))
+    return tuple(result)
