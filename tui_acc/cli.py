@@ -56,6 +56,18 @@ def _add_dump_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--logits-node", help="module whose output holds the logits (default: the model's last)"
     )
+    parser.add_argument(
+        "--mapping",
+        type=Path,
+        metavar="FILE",
+        help="torch<->ATB operator mapping: msit op_mapping_file.json or TOML",
+    )
+    parser.add_argument(
+        "--token-offset",
+        type=int,
+        metavar="N",
+        help="ATB dumps: token = folder - N (default: automatic, MindIE-aware)",
+    )
     defaults = Thresholds()
     parser.add_argument(
         "--logits-cos", type=float, default=defaults.logits_cosine, help="min logits cosine (%(default)s)"
@@ -94,7 +106,9 @@ def _run_compare(args: argparse.Namespace) -> int:
     from tui_acc.session import open_comparison
 
     try:
-        cmp = open_comparison(args.golden, args.test, args.logits_node, _thresholds(args))
+        cmp = open_comparison(
+            args.golden, args.test, args.logits_node, _thresholds(args), args.mapping, args.token_offset
+        )
     except DumpError as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return 2

@@ -78,6 +78,7 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
         "unmatched": [u.as_dict() for u in cmp.pairing.unmatched],
         "errors": errors,
         "notes": cmp.golden.notes + cmp.test.notes + cmp.pairing.notes,
+        "tensor": _single_pair(cmp),
         "_token_rows": token_rows,
         "_node_rows": node_rows,
     }
@@ -126,16 +127,35 @@ def format_text(report: dict[str, Any]) -> str:
             )
         else:
             lines.append(f"first failing op at token {report['analysed_token']}: none found")
-    lines.append(f"tensor pairs: {report['pairs']}   unmatched: {len(report['unmatched'])}")
+    if report.get("tensor"):
+        lines.append("")
+        lines += [
+            f"  {key:<14} {_num(value) if isinstance(value, float) else value}"
+            for key, value in report["tensor"].items()
+        ]
+        lines.append("")
+    lines.append(
+        f"tensor pairs: {report['pairs']}   unmatched: {len(report['unmatched'])}{_unmatched_summary(report)}"
+    )
     for u in report["unmatched"][:10]:
         lines.append(
             f"  only in {u['side']}: {u['kind']} {u['name']}"
             + (f" @ token {u['token']}" if u["kind"] != "token" else "")
         )
+    if len(report["unmatched"]) > 10:
+        lines.append(f"  ... and {len(report['unmatched']) - 10} more (--json lists them all)")
     for e in report["errors"][:20]:
         lines.append(f"error: {e['file']}: {e['message']}")
     lines += [f"note: {n}" for n in report["notes"]]
     return "\n".join(lines)
+
+
+def _unmatched_summary(report: dict[str, Any]) -> str:
+    counts: dict[str, int] = {}
+    for u in report["unmatched"]:
+        key = f"{u['kind']}s only in {u['side']}"
+        counts[key] = counts.get(key, 0) + 1
+    return f" ({', '.join(f'{n} {k}' for k, n in counts.items())})" if counts else ""
 
 
 def _side_line(side: dict[str, Any]) -> str:
@@ -159,6 +179,37 @@ def _op(row: Row | None) -> dict[str, Any] | None:
     op.update({key: row.get(key) for key in _OP_FIELDS})
     op["inputs_passed"] = row["inputs_passed"]
     return op
+
+
+_TENSOR_FIELDS = (
+    "cosine",
+    "max_abs_err",
+    "mean_abs_err",
+    "max_rel_err",
+    "mean_rel_err",
+    "rel_euclidean",
+    "kl",
+    "numel",
+    "golden_dtype",
+    "test_dtype",
+    "golden_shape",
+    "test_shape",
+    "golden_nan",
+    "golden_inf",
+    "test_nan",
+    "test_inf",
+    "passed",
+    "error",
+)
+
+
+def _single_pair(cmp: Comparison) -> dict[str, Any] | None:
+    """Every metric of the pair when two single tensor files are compared."""
+    if not (cmp.golden.format == cmp.test.format == "tensor"):
+        return None
+    (node,) = cmp.pairing.node_pairs(0)
+    row = cmp.engine.tensor_row(node.tensors[0])
+    return {key: row.get(key) for key in _TENSOR_FIELDS}
 
 
 def _span(tokens: list[int]) -> str:

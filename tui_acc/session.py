@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tui_acc.dumps import DumpIndex, open_dump
+from tui_acc.dumps import DumpError, DumpIndex, open_dump
 from tui_acc.metrics import MetricsEngine, Thresholds
-from tui_acc.pairing import Pairing, pair_dumps
+from tui_acc.pairing import MappingError, Pairing, load_mapping, pair_dumps
 
 
 @dataclass
@@ -25,15 +25,30 @@ def open_comparison(
     test: str | Path,
     logits_node: str | None = None,
     thresholds: Thresholds | None = None,
+    mapping: str | Path | None = None,
+    token_offset: int | None = None,
 ) -> Comparison:
-    """Index both dumps and pair them; no tensor is loaded yet. Raises DumpError on bad roots."""
-    golden_index = open_dump(golden)
-    test_index = open_dump(test)
-    if logits_node is not None and logits_node not in golden_index.tree.nodes:
-        from tui_acc.dumps import DumpError
+    """Index both dumps and pair them; no tensor is loaded yet.
 
+    Args:
+        golden, test: dump roots (any folder level a user naturally passes) or tensor files.
+        logits_node: the golden module whose output holds the logits (default: the model's last).
+        thresholds: pass/fail thresholds (default: ``Thresholds()``).
+        mapping: an operator mapping file (msit ``op_mapping_file.json`` or our TOML) for torch<->ATB.
+        token_offset: for ATB dumps, token = folder - offset (default: automatic, MindIE-aware).
+
+    Raises:
+        DumpError: a root (or the mapping file) cannot be used; the message names it.
+    """
+    golden_index = open_dump(golden, token_offset=token_offset)
+    test_index = open_dump(test, token_offset=token_offset)
+    if logits_node is not None and logits_node not in golden_index.tree.nodes:
         raise DumpError(
             f"{golden_index.data_dir}: --logits-node {logits_node!r} is not a module of this dump"
         )
-    pairing = pair_dumps(golden_index, test_index, logits_node)
+    try:
+        op_mapping = load_mapping(Path(mapping).expanduser() if mapping is not None else None)
+    except MappingError as exc:
+        raise DumpError(str(exc)) from exc
+    pairing = pair_dumps(golden_index, test_index, logits_node, op_mapping)
     return Comparison(golden_index, test_index, pairing, MetricsEngine(pairing, thresholds))

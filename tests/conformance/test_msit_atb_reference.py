@@ -26,8 +26,8 @@ def ours(reference: Path) -> dict[tuple[str, str], dict[str, object]]:
     rows = {}
     for token in cmp.pairing.tokens:
         for row in cmp.engine.tensors_frame(token).iter_rows(named=True):
-            key = (str(Path(row["golden_path"]).relative_to(case_dir)), str(Path(row["test_path"]).relative_to(case_dir)))
-            rows[key] = row
+            golden, test = Path(row["golden_path"]), Path(row["test_path"])
+            rows[(str(golden.relative_to(case_dir)), str(test.relative_to(case_dir)))] = row
     return rows
 
 
@@ -44,7 +44,10 @@ def test_operator_names_are_the_atb_folders(reference: Path) -> None:
     cmp = open_comparison(case_dir / "golden", case_dir / "test_atb")
     pairs = {n.golden: (n.test, n.test_type) for n in cmp.pairing.node_pairs(2)}
     assert pairs["root.model.layers.7.mlp.up_proj"] == ("8_LlamaLayer/7_LinearOperation", "LinearOperation")
-    assert pairs["root.model.layers.0.input_layernorm"] == ("1_LlamaLayer/0_RmsNormOperation", "RmsNormOperation")
+    assert pairs["root.model.layers.0.input_layernorm"] == (
+        "1_LlamaLayer/0_RmsNormOperation",
+        "RmsNormOperation",
+    )
     assert pairs["root.model.embed_tokens"] == ("0_WordEmbedding", "WordEmbedding")
     assert pairs["root.lm_head"] == ("14_LmHead", "LmHead")
     assert cmp.test.format == "msit-atb"

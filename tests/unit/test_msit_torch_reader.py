@@ -102,12 +102,16 @@ def test_several_device_folders_is_a_clear_error(reference: Path, tmp_path: Path
 
 def test_not_a_dump_says_what_was_expected(tmp_path: Path) -> None:
     (tmp_path / "something").mkdir()
-    with pytest.raises(DumpError, match=r"not an msit torch dump \(expected model_tree.json"):
+    with pytest.raises(
+        DumpError, match=r"not a dump tui-acc can read; expected an msit torch dump \(model_tree.json"
+    ):
         open_dump(tmp_path)
     with pytest.raises(DumpError, match="no such file"):
         open_dump(tmp_path / "missing")
     (tmp_path / "file.txt").write_text("x")
-    with pytest.raises(DumpError, match="found a file"):
+    with pytest.raises(
+        DumpError, match=r"file.txt: not a tensor file tui-acc can read \(expected .pth, .pt, .bin\)"
+    ):
         open_dump(tmp_path / "file.txt")
 
 

@@ -1,10 +1,14 @@
-"""Dump readers: discover what a root holds and index it without loading tensor data."""
+"""Dump readers: discover what a root holds and index it without loading tensor data.
+
+``open_dump`` detects the format from names alone and hands the root to that reader, which
+raises DumpError with a message naming the path and what it expected.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tui_acc.dumps import msit_atb, msit_torch
+from tui_acc.dumps import msit_atb, msit_torch, single
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, TensorRef
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 
@@ -20,14 +24,33 @@ __all__ = [
     "open_dump",
 ]
 
-_READERS = (msit_torch, msit_atb)
+EXPECTED = (
+    "an msit torch dump (model_tree.json, torch_tensors/ or msit_dump_*/torch_tensors/), "
+    "an msit ATB dump (tensors/{device}_{pid}/ or msit_dump_*/tensors/), "
+    "or a single tensor file (.pth, .pt, .bin)"
+)
 
 
-def open_dump(path: str | Path) -> DumpIndex:
-    """Detect the format of ``path`` and index it; raises DumpError saying what was expected."""
+def open_dump(path: str | Path, token_offset: int | None = None) -> DumpIndex:
+    """Detect the format of ``path`` and index it.
+
+    Args:
+        path: whatever folder (or file) the user passed.
+        token_offset: ATB only: token = folder - offset, overriding MindIE's automatic alignment.
+    """
     root = Path(path).expanduser()
-    for reader in _READERS:
-        if reader.looks_like(root):
-            return reader.read(root)
-    # Let the reader explain what it expected; with one format this is the whole story.
-    return msit_torch.read(root)
+    if not root.exists():
+        raise DumpError(f"{root}: no such file or directory")
+    if single.claims(root):
+        return single.read(root)
+    torch_like, atb_like = msit_torch.claims(root), msit_atb.claims(root)
+    if torch_like and atb_like:
+        raise DumpError(
+            f"{root}: holds both an msit torch dump and an msit ATB dump; "
+            "pass the torch_tensors/ or the tensors/ folder of the one you mean"
+        )
+    if torch_like:
+        return msit_torch.read(root)
+    if atb_like:
+        return msit_atb.read(root, token_offset=token_offset)
+    raise DumpError(f"{root}: not a dump tui-acc can read; expected {EXPECTED}")

@@ -47,12 +47,13 @@ class Topology:
         return self.models[1][1] if self.mindie else None
 
 
-def looks_like(path: Path) -> bool:
-    try:
-        _locate(path)
-    except DumpError:
-        return False
-    return True
+def claims(path: Path) -> bool:
+    """Whether ``path`` carries the marks of an msit ATB dump (cheap: names only)."""
+    if (path / "tensors").is_dir() or path.name == "tensors" or path.parent.name == "tensors":
+        return True
+    if path.name.isdigit() and path.parent.parent.name == "tensors":
+        return True
+    return any(p.name.startswith(_DUMP_PREFIXES) and (p / "tensors").is_dir() for p in _subdirs(path))
 
 
 def read(path: Path, token_offset: int | None = None) -> DumpIndex:

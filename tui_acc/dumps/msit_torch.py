@@ -24,13 +24,13 @@ _DUMP_DIR = re.compile(r"^msit_dump_\d{8}_\d{6}$")
 _STATS_FILE = "statistics.csv"
 
 
-def looks_like(path: Path) -> bool:
-    """Whether ``path`` is (or contains) an msit torch dump."""
-    try:
-        _locate(path)
-    except DumpError:
-        return False
-    return True
+def claims(path: Path) -> bool:
+    """Whether ``path`` carries the marks of an msit torch dump (cheap: names only)."""
+    if (path / MODEL_TREE).is_file() or (path.name.isdigit() and (path.parent / MODEL_TREE).is_file()):
+        return True
+    if path.name == "torch_tensors" or (path / "torch_tensors").is_dir():
+        return True
+    return any(_DUMP_DIR.match(p.name) and (p / "torch_tensors").is_dir() for p in _subdirs(path))
 
 
 def read(path: Path) -> DumpIndex:

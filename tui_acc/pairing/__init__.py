@@ -41,7 +41,9 @@ def pair_dumps(
     nodes: dict[int, list[NodePair]] = {}
     skipped_inputs: list[str] = []
     for token in tokens:
-        if structural:
+        if golden.format == test.format == "tensor":
+            nodes[token] = _pair_single_files(token, golden, test)
+        elif structural:
             torch_is_golden = golden.format not in _GRAPH_FORMATS
             torch_side, atb_side = (golden, test) if torch_is_golden else (test, golden)
             torch_logits = (
@@ -53,6 +55,11 @@ def pair_dumps(
         else:
             nodes[token] = pair_token_by_name(token, golden, test, unmatched)
     notes = []
+    untrusted_order = golden.format not in _GRAPH_FORMATS and golden.order_source == "model_tree.json"
+    if structural and untrusted_order and _borrow_execution_order(golden, test, nodes):
+        notes.append(
+            "golden execution order taken from the ATB folder ids (msit's model_tree.json order is not it)"
+        )
     if skipped_inputs:
         notes.append(
             f"{len(skipped_inputs)} torch input files have no ATB counterpart because those ATB operations "
@@ -69,6 +76,52 @@ def pair_dumps(
         unmatched=unmatched,
         notes=notes,
     )
+
+
+def _borrow_execution_order(golden: DumpIndex, test: DumpIndex, nodes: dict[int, list[NodePair]]) -> bool:
+    """Sort the golden tree's siblings by the ATB order of what they were paired with.
+
+    ATB folder ids are execution order; msit's model_tree.json is not. A module with no partner
+    keeps its place right after the sibling it followed.
+    """
+    atb_order = {n.name: i for i, n in enumerate(test.tree.preorder())}
+    partner_order: dict[str, int] = {}
+    for pairs in nodes.values():
+        for pair in pairs:
+            if pair.test in atb_order:
+                partner_order.setdefault(pair.golden, atb_order[pair.test])
+    if not partner_order:
+        return False
+    tree = golden.tree
+    earliest: dict[str, float] = {}
+    for node in reversed(list(tree.preorder())):
+        keys = [earliest[c] for c in node.children if c in earliest]
+        if node.name in partner_order:
+            keys.append(partner_order[node.name])
+        if keys:
+            earliest[node.name] = min(keys)
+    for node in tree.nodes.values():
+        keyed, previous = [], -1.0
+        for child in node.children:
+            previous = earliest.get(child, previous + 1e-6)
+            keyed.append((previous, child))
+        node.children[:] = [child for _, child in sorted(keyed, key=lambda k: k[0])]
+    golden.order_source = "borrowed from the ATB dump"
+    order = {n.name: i for i, n in enumerate(tree.preorder())}
+    for pairs in nodes.values():
+        pairs.sort(key=lambda p: order[p.golden])
+    return True
+
+
+def _pair_single_files(token: int, golden: DumpIndex, test: DumpIndex) -> list[NodePair]:
+    """Two tensor files: whatever their names, they are the pair."""
+    (g_name, g_refs), (t_name, t_refs) = (
+        next(iter(golden.tokens[token].items())),
+        next(iter(test.tokens[token].items())),
+    )
+    pair = TensorPair(token, g_name, t_name, g_refs[0], t_refs[0])
+    g_type, t_type = golden.tree.nodes[g_name].type, test.tree.nodes[t_name].type
+    return [NodePair(token, g_name, t_name, g_type, t_type, 0, (pair,))]
 
 
 def _last_module_with_output(index: DumpIndex) -> str:

@@ -63,6 +63,7 @@ class OperatorScreen(ViewScreen):
         self.token = token
         self._pairs: dict[str, NodePair] = {}
         self._order: dict[str, int] = {}
+        self._columns: tuple[tuple[str, str, int], ...] = COLUMNS
         self._rows: dict[str, Row] = {}
         self._scope = ""
         self._suspect: str | None = None
@@ -74,6 +75,9 @@ class OperatorScreen(ViewScreen):
         pairing = self.acc.comparison.pairing
         self._pairs = {node.golden: node for node in pairing.node_pairs(self.token)}
         self._order = {name: i for i, name in enumerate(self._pairs)}
+        if any(node.golden != node.test for node in self._pairs.values()):
+            # torch against ATB: the test side's own operator name goes right after ours
+            self._columns = (*COLUMNS[:2], ("test_name", "Test op", 18), *COLUMNS[2:])
         tree = self.acc.comparison.golden.tree
         self._scope = tree.root
         yield Header()
@@ -87,7 +91,7 @@ class OperatorScreen(ViewScreen):
 
     def on_mount(self) -> None:
         table = self.query_one("#ops", DataTable)
-        for key, label, width in COLUMNS:
+        for key, label, width in self._columns:
             table.add_column(label, key=key, width=width)
         engine = self.acc.comparison.engine
         tree = self.query_one(LayerTree)
@@ -125,7 +129,7 @@ class OperatorScreen(ViewScreen):
         self.query_one(LayerTree).set_row(row)
         table = self.query_one("#ops", DataTable)
         if name in table.rows:
-            for (column, _, _), cell in zip(COLUMNS, self._cells(name), strict=True):
+            for (column, _, _), cell in zip(self._columns, self._cells(name), strict=True):
                 table.update_cell(name, column, cell)
         self._update_summary()
         if self._highlighted() == name:
@@ -157,6 +161,7 @@ class OperatorScreen(ViewScreen):
             table.add_row(*self._cells(name), key=name)
 
     def _cells(self, name: str) -> list[Text | str]:
+        """The row of ``name``, in the order of ``self._columns``."""
         node = self._pairs[name]
         row = self._rows.get(name)
         depth = node.depth - self.acc.comparison.golden.tree.nodes[self._scope].depth
@@ -164,22 +169,29 @@ class OperatorScreen(ViewScreen):
         types = (
             node.golden_type if node.golden_type == node.test_type else f"{node.golden_type}/{node.test_type}"
         )
+        cells: dict[str, Text | str] = {
+            "order": self._order_cell(name),
+            "type": types,
+            "test_name": node.test.rsplit("/", 1)[-1],
+        }
         if row is None:
             pending = Text("…", style=fmt.PENDING_STYLE)
-            return [self._order_cell(name), label, pending, pending, "", "", "", "", types, ""]
-        passed = row["outputs_passed"]
-        return [
-            self._order_cell(name),
-            fmt.styled(label, passed),
-            fmt.mark(row["inputs_passed"]),
-            Text.assemble(fmt.mark(passed), Text(" !", style=fmt.ERROR_STYLE) if row.get("error") else ""),
-            fmt.styled(fmt.cosine(row["cosine"]), passed),
-            fmt.num(row["max_abs_err"]),
-            fmt.num(row["rel_euclidean"]),
-            fmt.num(row["kl"]),
-            types,
-            row["shape"] or "-",
-        ]
+            cells.update(name=label, inputs=pending, outputs=pending)
+        else:
+            passed = row["outputs_passed"]
+            cells.update(
+                name=fmt.styled(label, passed),
+                inputs=fmt.mark(row["inputs_passed"]),
+                outputs=Text.assemble(
+                    fmt.mark(passed), Text(" !", style=fmt.ERROR_STYLE) if row.get("error") else ""
+                ),
+                cosine=fmt.styled(fmt.cosine(row["cosine"]), passed),
+                max_abs_err=fmt.num(row["max_abs_err"]),
+                rel_euclidean=fmt.num(row["rel_euclidean"]),
+                kl=fmt.num(row["kl"]),
+                shape=row["shape"] or "-",
+            )
+        return [cells.get(key, "") for key, _, _ in self._columns]
 
     def _order_cell(self, name: str) -> Text:
         order = self._order[name]

@@ -1,0 +1,30 @@
+"""A single tensor file (``tui-acc report a.pth b.bin``): one token, one node, one tensor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, TensorRef
+
+FORMAT = "tensor"
+SUFFIXES = (".pth", ".pt", ".bin")
+NODE = "tensor"
+
+
+def claims(path: Path) -> bool:
+    return path.is_file()
+
+
+def read(path: Path) -> DumpIndex:
+    if path.suffix not in SUFFIXES:
+        raise DumpError(f"{path}: not a tensor file tui-acc can read (expected {', '.join(SUFFIXES)})")
+    tree = NodeTree(root=NODE, nodes={NODE: Node(NODE, path.suffix.lstrip("."), None, 0)})
+    ref = TensorRef(slot="output", role="output", path=path)
+    return DumpIndex(
+        root=path,
+        data_dir=path.parent,
+        format=FORMAT,
+        tree=tree,
+        tokens={0: {NODE: [ref]}},
+        order_source="single file",
+    )
