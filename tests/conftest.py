@@ -49,3 +49,14 @@ def damaged_copy(demo_pair, tmp_path: Path) -> tuple[Path, Path]:
     (dev / "2" / "root.model.norm" / "output_5.pth").write_bytes(b"")  # and one only the test has
     (dev / "0" / "root.model.layers.1.mlp.up_proj" / "output.pth").write_bytes(b"truncated")
     return golden, test
+
+
+@pytest.fixture(scope="session")
+def atb_pair(demo_pair, tmp_path_factory: pytest.TempPathFactory):
+    """(golden torch dump, test ATB dump, test MindIE dump) from the demo's test run."""
+    from tui_acc.demo.atb_export import export_atb
+
+    out = tmp_path_factory.mktemp("atb")
+    plain = export_atb(demo_pair.test, out / "plain")
+    mindie = export_atb(demo_pair.test, out / "mindie", mindie=True)
+    return demo_pair.golden, plain, mindie

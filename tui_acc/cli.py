@@ -47,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-tui", action="store_true", help="only write the dumps and print where the fault is"
     )
     demo.add_argument("--seed", type=int, default=0, help="model and prompt seed (default 0)")
+    layout = demo.add_mutually_exclusive_group()
+    layout.add_argument(
+        "--atb", action="store_true", help="write the test run as an msit ATB dump (.bin + topology)"
+    )
+    layout.add_argument(
+        "--mindie", action="store_true", help="as --atb, in MindIE's layout (warm-up, two topologies)"
+    )
     return parser
 
 
@@ -149,7 +156,8 @@ def _run_demo(args: argparse.Namespace) -> int:
     from tui_acc.demo import DemoError, make_demo
 
     try:
-        demo = make_demo(args.out, seed=args.seed, progress=print)
+        layout = "mindie" if args.mindie else "atb" if args.atb else "torch"
+        demo = make_demo(args.out, seed=args.seed, progress=print, layout=layout)
     except DemoError as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return 2

@@ -120,8 +120,9 @@ def format_text(report: dict[str, Any]) -> str:
     op = report["first_failing_op"]
     if report["analysed_token"] is not None:
         if op:
+            partner = f" <-> {op['test']} ({op['test_type']})" if op["test"] != op["golden"] else ""
             lines.append(
-                f"first failing op at token {op['token']}: {op['golden']} ({op['golden_type']})"
+                f"first failing op at token {op['token']}: {op['golden']} ({op['golden_type']}){partner}"
                 f"  cosine {_num(op['cosine'])}  max abs err {_num(op['max_abs_err'])}"
                 f"  inputs {'pass' if op['input_cosine'] is None or op['inputs_passed'] else 'FAIL'}"
             )

@@ -123,3 +123,29 @@ def test_top1_is_the_last_rows_argmax() -> None:
     t = torch.tensor([[0.0, 9.0, 1.0], [0.0, 0.0, 1.0]])
     row = compare_tensors(g, t)
     assert (row["golden_top1"], row["test_top1"]) == (0, 2)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+        torch.float8_e5m2,
+        torch.float8_e4m3fn,
+        torch.bool,
+        torch.int8,
+    ],
+)
+def test_every_loadable_dtype_compares(dtype: torch.dtype) -> None:
+    t = (torch.rand(3, 4, generator=torch.Generator().manual_seed(2)) * 3 + 0.1).to(dtype)
+    row = compare_tensors(t, t.clone())
+    assert row["cosine"] == pytest.approx(1.0) and row["max_abs_err"] == 0.0
+
+
+def test_complex_compares_as_real_and_imaginary_parts() -> None:
+    g = torch.tensor([1 + 1j, 2 - 1j], dtype=torch.complex64)
+    t = torch.tensor([1 + 1j, 2 + 1j], dtype=torch.complex64)
+    row = compare_tensors(g, t)
+    assert row["max_abs_err"] == 2.0 and row["kl"] is None
+    assert row["cosine"] == pytest.approx((1 + 1 + 4 - 1) / 7)

@@ -46,11 +46,22 @@ FAULT_TOKEN = 3
 FAULT_MODULE = "root.model.layers.2.mlp.down_proj"
 
 
-def make_demo(out: Path, seed: int = 0, progress: Callable[[str], None] | None = None) -> Demo:
-    """Write ``out/golden`` and ``out/test``; reuse them if ``out`` already holds this demo."""
+LAYOUTS = ("torch", "atb", "mindie")
+
+
+def make_demo(
+    out: Path, seed: int = 0, progress: Callable[[str], None] | None = None, layout: str = "torch"
+) -> Demo:
+    """Write ``out/golden`` and ``out/test``; reuse them if ``out`` already holds this demo.
+
+    ``layout`` is the test dump's: ``torch`` (msit torch, like the golden), ``atb`` (msit ATB
+    ``.bin`` files and topology) or ``mindie`` (ATB in MindIE's layout).
+    """
+    if layout not in LAYOUTS:
+        raise DemoError(f"unknown demo layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
     say = progress or (lambda _msg: None)
     out = out.expanduser()
-    existing = _load_existing(out, seed)
+    existing = _load_existing(out, seed, layout)
     if existing is not None:
         say(f"reusing the demo already in {out}")
         return existing
@@ -64,6 +75,14 @@ def make_demo(out: Path, seed: int = 0, progress: Callable[[str], None] | None =
     prompt = random.Random(seed).sample(range(1, 500), 8)
     try:
         result = run_pair(staging, seed, prompt, NEW_TOKENS, FAULT_MODULE, FAULT_TOKEN, say)
+        if layout != "torch":
+            from tui_acc.demo.atb_export import export_atb
+
+            say(f"re-encoding the test run as an {'MindIE ' if layout == 'mindie' else ''}ATB dump ...")
+            staging_atb = staging / "test_atb"
+            export_atb(staging / "test", staging_atb, mindie=layout == "mindie")
+            shutil.rmtree(staging / "test")
+            staging_atb.rename(staging / "test")
         for side in ("golden", "test"):
             (staging / side).rename(out / side)
     finally:
@@ -81,6 +100,7 @@ def make_demo(out: Path, seed: int = 0, progress: Callable[[str], None] | None =
     manifest = {
         "version": __version__,
         "seed": seed,
+        "layout": layout,
         "prompt": prompt,
         "fault": {"token": FAULT_TOKEN, "module": FAULT_MODULE, "description": result.fault_description},
         "golden_ids": result.golden_ids,
@@ -90,12 +110,14 @@ def make_demo(out: Path, seed: int = 0, progress: Callable[[str], None] | None =
     return demo
 
 
-def _load_existing(out: Path, seed: int) -> Demo | None:
+def _load_existing(out: Path, seed: int, layout: str) -> Demo | None:
     try:
         manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if manifest.get("seed") != seed or manifest.get("version") != __version__:
+        return None
+    if manifest.get("layout", "torch") != layout:
         return None
     if not ((out / "golden").is_dir() and (out / "test").is_dir()):
         return None

@@ -241,6 +241,10 @@ def _decode(torch: object, raw: np.ndarray, header: BinHeader) -> torch.Tensor:
         values = np.stack([low, high], axis=-1).reshape(-1)[: header.numel]
         values = np.where(values > 7, values - 16, values).astype(np.int8)
         return t.from_numpy(values).reshape(header.dims)
+    if name == "complex32":
+        # torch's ComplexHalf is experimental (it warns and most ops refuse it): widen exactly.
+        pairs = t.from_numpy(raw).view(t.float16).reshape(-1, 2).float()
+        return t.view_as_complex(pairs.contiguous()).reshape(header.dims)
     if name == "float4_e2m1":
         codes = np.stack([raw & 0x0F, raw >> 4], axis=-1).reshape(-1)[: header.numel]
         values = _FP4_E2M1[codes & 0x07] * np.where(codes & 0x08, -1.0, 1.0).astype(np.float32)

@@ -66,7 +66,12 @@ def compare_tensors(golden: torch.Tensor, test: torch.Tensor) -> dict[str, objec
         "golden_shape": list(golden.shape),
         "test_shape": list(test.shape),
     }
-    is_float = golden.is_floating_point() and test.is_floating_point()
+    if golden.is_complex() or test.is_complex():
+        # Complex tensors compare as (real, imag) pairs; KL over them would mean nothing.
+        golden, test = _as_real_pairs(golden), _as_real_pairs(test)
+        is_float = False
+    else:
+        is_float = golden.is_floating_point() and test.is_floating_point()
     width = _row_width(golden, test)
     g2 = golden.detach().reshape(-1, width) if golden.numel() else golden.reshape(0, 1)
     t2 = test.detach().reshape(-1, width) if test.numel() else test.reshape(0, 1)
@@ -88,6 +93,12 @@ def _top1(g2: torch.Tensor, t2: torch.Tensor) -> dict[str, int | None]:
     if not g2.shape[0] or not g2.shape[1]:
         return {"golden_top1": None, "test_top1": None}
     return {"golden_top1": int(g2[-1].float().argmax()), "test_top1": int(t2[-1].float().argmax())}
+
+
+def _as_real_pairs(tensor: torch.Tensor) -> torch.Tensor:
+    if tensor.is_complex():
+        return torch.view_as_real(tensor.to(torch.complex128))
+    return torch.stack((tensor.to(torch.float64), torch.zeros(tensor.shape, dtype=torch.float64)), dim=-1)
 
 
 def _row_width(golden: torch.Tensor, test: torch.Tensor) -> int:

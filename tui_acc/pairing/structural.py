@@ -165,21 +165,44 @@ def _atb_layers(tree: NodeTree, top: list[str]) -> list[str]:
 def _by_type(
     torch_tree: NodeTree, torch_names: list[str], atb_tree: NodeTree, atb_names: list[str], mapping: OpMapping
 ) -> list[tuple[str, str]]:
-    """Zip ATB ops of each type with the torch modules the type stands for, when counts agree."""
-    pairs = []
+    """Zip ATB ops with the torch modules their types stand for, in order, when counts agree.
+
+    ATB types that stand for the same torch modules (``RmsNormOperation`` and a custom norm both
+    meaning ``RMSNorm``) form one group, so that together they pair with those modules in order.
+    """
+    candidates: dict[str, list[str]] = {}  # normalised ATB type -> torch candidates
     by_type: dict[str, list[str]] = {}
     for name in atb_names:
-        by_type.setdefault(_normalised(atb_tree.nodes[name].type), []).append(name)
-    for atb_type, atb_group in by_type.items():
-        torch_group = [n for n in torch_names if mapping.matches(atb_type, torch_tree.nodes[n].type)]
-        torch_group = _outermost(torch_tree, torch_group)
-        if len(torch_group) != len(atb_group):
+        atb_type = _normalised(atb_tree.nodes[name].type)
+        by_type.setdefault(atb_type, []).append(name)
+        if atb_type not in candidates:
+            matching = [n for n in torch_names if mapping.matches(atb_type, torch_tree.nodes[n].type)]
+            candidates[atb_type] = _outermost(torch_tree, matching)
+    pairs = []
+    for group in _overlapping(candidates):
+        atb_group = [n for n in atb_names if _normalised(atb_tree.nodes[n].type) in group]
+        torch_group = [n for n in torch_names if any(n in candidates[t] for t in group)]
+        if len(torch_group) != len(atb_group) and len(group) == 1:
             # "Embedding" also matches "LlamaRotaryEmbedding": try the exact type names alone
+            (atb_type,) = group
             exact = {t.lower() for t in mapping.torch_types_for(atb_type)}
             torch_group = [n for n in torch_group if torch_tree.nodes[n].type.lower() in exact]
         if len(torch_group) == len(atb_group):
             pairs += list(zip(torch_group, atb_group, strict=True))
     return pairs
+
+
+def _overlapping(candidates: dict[str, list[str]]) -> list[set[str]]:
+    """Group ATB types whose torch candidates overlap (connected components)."""
+    groups: list[tuple[set[str], set[str]]] = []  # (ATB types, torch names)
+    for atb_type, names in candidates.items():
+        types, torch_names = {atb_type}, set(names)
+        for other in [g for g in groups if g[1] & torch_names]:
+            groups.remove(other)
+            types |= other[0]
+            torch_names |= other[1]
+        groups.append((types, torch_names))
+    return [types for types, _ in groups]
 
 
 def _normalised(atb_type: str) -> str:
