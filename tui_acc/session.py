@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tui_acc.dumps import DumpError, DumpIndex, open_dump
+from tui_acc.dumps.model import logical_name
 from tui_acc.metrics import MetricsEngine, Thresholds
 from tui_acc.pairing import MappingError, Pairing, load_mapping, pair_dumps
 
@@ -42,7 +43,8 @@ def open_comparison(
     """
     golden_index = open_dump(golden, token_offset=token_offset)
     test_index = open_dump(test, token_offset=token_offset)
-    if logits_node is not None and logits_node not in golden_index.tree.nodes:
+    known = {logical_name(n) for n in golden_index.tree.nodes}
+    if logits_node is not None and logical_name(logits_node) not in known and logits_node not in known:
         raise DumpError(
             f"{golden_index.data_dir}: --logits-node {logits_node!r} is not a module of this dump"
         )

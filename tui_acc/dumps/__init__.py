@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui_acc.dumps import msit_atb, msit_torch, single
+from tui_acc.dumps import msit_atb, msit_torch, msprobe, single
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, TensorRef
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 
@@ -27,6 +27,7 @@ __all__ = [
 EXPECTED = (
     "an msit torch dump (model_tree.json, torch_tensors/ or msit_dump_*/torch_tensors/), "
     "an msit ATB dump (tensors/{device}_{pid}/ or msit_dump_*/tensors/), "
+    "an msprobe dump (step*/rank*|proc*/dump.json), "
     "or a single tensor file (.pth, .pt, .bin)"
 )
 
@@ -53,4 +54,6 @@ def open_dump(path: str | Path, token_offset: int | None = None) -> DumpIndex:
         return msit_torch.read(root)
     if atb_like:
         return msit_atb.read(root, token_offset=token_offset)
+    if msprobe.claims(root):
+        return msprobe.read(root)
     raise DumpError(f"{root}: not a dump tui-acc can read; expected {EXPECTED}")

@@ -5,12 +5,25 @@ Nothing here reads tensor data; an index is built from names and directory listi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-Role = Literal["input", "output"]
+# "param" is a module parameter (a weight) recorded with the call, as msprobe does.
+Role = Literal["input", "output", "param"]
+
+
+_CALL_SUFFIX = re.compile(r"\.(forward|backward)\.\d+$")
+
+
+def logical_name(name: str) -> str:
+    """A node's name without a per-call index: msprobe's ``...Linear.forward.3`` -> ``...Linear.forward``.
+
+    Names of other formats are returned unchanged. Used to find "the same module" at every token.
+    """
+    return _CALL_SUFFIX.sub(".forward", name) if name.endswith(tuple("0123456789")) else name
 
 
 class DumpError(Exception):
@@ -28,16 +41,35 @@ class Problem:
         return {"file": self.path, "message": self.message}
 
 
+@dataclass(frozen=True)
+class Stats:
+    """What a statistics-only dump records of a tensor (values as written; None when absent)."""
+
+    max: float | None
+    min: float | None
+    mean: float | None
+    norm: float | None
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+
+
 @dataclass(frozen=True, order=True)
 class TensorRef:
-    """One tensor file of one node at one token.
+    """One tensor of one node at one token.
 
-    ``slot`` is the file stem that pairs golden with test (``input_0``, ``output``, ``output_1``).
+    ``slot`` names it within the node and pairs golden with test (``input_0``, ``output``,
+    ``output_1``, ``outtensor0``, ``input.0``). ``path`` is its file; for a statistics-only
+    entry, ``stats`` holds the numbers and ``path`` the file they were read from.
     """
 
     slot: str
     role: Role
     path: Path = field(compare=False)
+    stats: Stats | None = field(default=None, compare=False)
+
+    @property
+    def has_data(self) -> bool:
+        return self.stats is None
 
 
 @dataclass
@@ -97,6 +129,7 @@ class DumpIndex:
     order_source: str
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    statistics_only: bool = False
 
     def tensors(self, token: int, node: str) -> list[TensorRef]:
         return self.tokens.get(token, {}).get(node, [])

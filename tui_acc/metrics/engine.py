@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from tui_acc.dumps.model import Stats, TensorRef, logical_name
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 from tui_acc.metrics.schema import NODE_SCHEMA, TENSOR_SCHEMA, TOKEN_SCHEMA, to_frame
 from tui_acc.metrics.verdict import Thresholds, logits_passed, tensor_passed
@@ -46,7 +47,7 @@ class MetricsEngine:
         holder: str | None = pairing.logits_node if pairing.logits_node in tree.nodes else None
         self._logits_holders: set[str] = set()
         while holder is not None:
-            self._logits_holders.add(holder)
+            self._logits_holders.add(logical_name(holder))
             holder = tree.nodes[holder].parent
 
     # --- tensors ------------------------------------------------------------------------------
@@ -85,6 +86,7 @@ class MetricsEngine:
     def _compute(self, pair: TensorPair) -> Row:
         # Deferred so that opening a dump (and the UI) never waits for torch to import.
         from tui_acc.metrics.kernels import ShapeMismatch, compare_tensors
+        from tui_acc.metrics.stats import compare_stats
 
         row: Row = {
             "token": pair.token,
@@ -97,9 +99,10 @@ class MetricsEngine:
             "error": None,
         }
         try:
-            golden = load_tensor(pair.golden.path)
-            test = load_tensor(pair.test.path)
-            metrics = compare_tensors(golden, test)
+            if pair.golden.has_data and pair.test.has_data:
+                metrics = compare_tensors(load_tensor(pair.golden.path), load_tensor(pair.test.path))
+            else:
+                metrics = compare_stats(_stats(pair.golden), _stats(pair.test))
         except TensorLoadError as exc:
             row["error"] = str(exc)
         except ShapeMismatch as exc:
@@ -108,7 +111,8 @@ class MetricsEngine:
             metrics["golden_shape"] = _shape(metrics["golden_shape"])
             metrics["test_shape"] = _shape(metrics["test_shape"])
             row.update(metrics)
-        if pair.role == "output" and pair.golden_node in self._logits_holders:
+            row.setdefault("stats_only", False)
+        if pair.role == "output" and logical_name(pair.golden_node) in self._logits_holders:
             row["passed"] = logits_passed(row, self.thresholds)
         else:
             row["passed"] = tensor_passed(row, self.thresholds)
@@ -195,6 +199,7 @@ class MetricsEngine:
     def _node_row_from(self, node: NodePair, rows: list[Row]) -> Row:
         inputs = [r for r in rows if r["role"] == "input"]
         outputs = [r for r in rows if r["role"] == "output"]
+        params = [r for r in rows if r["role"] == "param"]
         worst = min(outputs, key=_badness, default=None)
         row: Row = {
             "token": node.token,
@@ -205,6 +210,8 @@ class MetricsEngine:
             "test_type": node.test_type,
             "inputs_passed": all(r["passed"] for r in inputs) if inputs else None,
             "outputs_passed": all(r["passed"] for r in outputs) if outputs else None,
+            # weights are reported, not counted as inputs: a wrong weight makes its op the suspect
+            "params_passed": all(r["passed"] for r in params) if params else None,
             "input_cosine": min((r.get("cosine") or 0.0 for r in inputs), default=None),
             "worst_output": worst["slot"] if worst else None,
             "error": next((r["error"] for r in rows if r.get("error")), None),
@@ -218,6 +225,8 @@ class MetricsEngine:
             "rel_euclidean",
             "kl",
         ):
+            row[key] = worst.get(key) if worst else None
+        for key in ("stats_only", "norm_rel_diff", "max_diff", "min_diff", "mean_diff"):
             row[key] = worst.get(key) if worst else None
         row["golden_dtype"] = worst.get("golden_dtype") if worst else None
         row["test_dtype"] = worst.get("test_dtype") if worst else None
@@ -268,9 +277,20 @@ def first_suspect(tree: Any, rows: dict[str, Row]) -> Row | None:
     return search(tree.root)
 
 
+def _stats(ref: TensorRef) -> Stats:
+    """A side's statistics: as recorded, or computed from its tensor when the other side has only those."""
+    if ref.stats is not None:
+        return ref.stats
+    from tui_acc.metrics.stats import stats_of
+
+    return stats_of(load_tensor(ref.path))
+
+
 def _badness(row: Row) -> tuple[int, float]:
-    """Sort key putting the worst output first: errors, then failures, then lowest cosine."""
+    """Sort key putting the worst output first: errors, then failures, then lowest similarity."""
     cosine = row.get("cosine")
+    if cosine is None and row.get("norm_rel_diff") is not None:
+        cosine = 1.0 - min(float(row["norm_rel_diff"]), 3.0)
     return (0 if row.get("error") else 1 if not row["passed"] else 2, cosine if cosine is not None else -2.0)
 
 

@@ -181,6 +181,8 @@ def _finish(s: _Sums, is_float: bool) -> dict[str, object]:
     rel_euclid = math.sqrt(s.dd) / norm_g if norm_g > 0.0 else (0.0 if s.dd == 0.0 else math.inf)
     n = s.finite
     return {
+        "golden_norm": norm_g,
+        "test_norm": norm_t,
         "cosine": cosine,
         "max_abs_err": s.abs_max if n else None,
         "mean_abs_err": s.abs_sum / n if n else None,

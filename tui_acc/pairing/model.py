@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tui_acc.dumps.model import DumpIndex, TensorRef
+from tui_acc.dumps.model import DumpIndex, TensorRef, logical_name
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,9 @@ class Pairing:
 
     def logits_pair(self, token: int) -> TensorPair | None:
         """The output tensor holding the token's logits, if both sides dumped it."""
+        wanted = logical_name(self.logits_node)
         for node in self.nodes.get(token, []):
-            if node.golden == self.logits_node:
+            if logical_name(node.golden) == wanted:
                 outputs = node.outputs
                 return outputs[0] if outputs else None
         return None

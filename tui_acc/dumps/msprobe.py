@@ -1,0 +1,254 @@
+"""Reader for msprobe PyTorch dumps (``PrecisionDebugger``; formats.md §3).
+
+Layout::
+
+    {dump_path}/step{N}/{rank{R} | proc{PID}}/dump.json, construct.json, stack.json
+                                             /dump_tensor_data/{data_name}.pt   (task "tensor")
+
+Node names are msprobe's own (``Module.model.layers.1.self_attn.o_proj.Linear.forward.2``);
+tensor slots are the suffixes its compare uses (``input.0``, ``input.position_ids``, ``output.0``,
+``parameters.weight``). A token is one forward of the model: every call below the same top-level
+call (``Module.model.LlamaModel.forward.k``, ``Module.lm_head.Linear.forward.k``) is token k.
+The statistics task records Max/Min/Mean/Norm instead of files; those become statistics refs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Role, Stats, TensorRef
+
+FORMAT = "msprobe"
+ROOT = "model"
+_STEP = re.compile(r"^step(\d+)$")
+_RANK = re.compile(r"^(rank|proc)(\d+)$")
+_CALL = re.compile(r"\.(forward|backward)\.(\d+)$")
+_API_CALL = re.compile(r"\.(\d+)\.(forward|backward)$")
+
+
+def claims(path: Path) -> bool:
+    if (path / "dump.json").is_file() or (path.name == "dump.json" and path.is_file()):
+        return True
+    return bool(_rank_dirs(path))
+
+
+def read(path: Path) -> DumpIndex:
+    rank_dir, notes = _locate(path)
+    problems: list[Problem] = []
+    dump_json = rank_dir / "dump.json"
+    try:
+        dump = json.loads(dump_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DumpError(f"{dump_json}: unreadable msprobe dump.json ({exc})") from exc
+    if not isinstance(dump, dict) or not isinstance(dump.get("data"), dict):
+        raise DumpError(f"{dump_json}: no 'data' object; not an msprobe dump.json")
+    if dump.get("framework") not in (None, "pytorch"):
+        raise DumpError(f"{dump_json}: a {dump.get('framework')} dump; only PyTorch msprobe dumps are read")
+    parents = _read_construct(rank_dir / "construct.json", problems)
+    data: dict[str, Any] = dump["data"]
+    task = str(dump.get("task", "tensor"))
+    tensor_dir = rank_dir / "dump_tensor_data"
+    tree = NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "model", None, 0)})
+    order = {name: i for i, name in enumerate(data)}  # dump.json lists calls as they complete
+    for name in sorted(set(data) | set(parents), key=lambda n: order.get(n, len(order))):
+        _add_node(tree, name, parents, order)
+    tokens: dict[int, dict[str, list[TensorRef]]] = {}
+    statistics_only = True
+    for name, entry in data.items():
+        token = _token_of(name, parents)
+        refs = _refs(name, entry, tensor_dir, dump_json, task, problems)
+        statistics_only &= all(not r.has_data for r in refs)
+        tokens.setdefault(token, {})[name] = refs
+    for name in parents:  # modules recorded only in construct.json (no tensors) still hold their children
+        tokens.setdefault(_token_of(name, parents), {}).setdefault(name, [])
+    if statistics_only:
+        notes.append(f"msprobe task '{task}': statistics only (Max/Min/Mean/Norm), no tensor data")
+    return DumpIndex(
+        root=path,
+        data_dir=rank_dir,
+        format=FORMAT,
+        tree=tree,
+        tokens=dict(sorted(tokens.items())),
+        order_source="dump.json order",
+        problems=problems,
+        notes=notes,
+        statistics_only=statistics_only,
+    )
+
+
+# --- finding the data ---------------------------------------------------------------------------
+
+
+def _rank_dirs(path: Path) -> list[Path]:
+    """rank*/proc* folders holding a dump.json, at or below ``path`` (dump_path/step*/rank*)."""
+    found = []
+    if _RANK.match(path.name) and (path / "dump.json").is_file():
+        return [path]
+    steps = (
+        [path]
+        if _STEP.match(path.name)
+        else sorted(
+            (p for p in path.iterdir() if p.is_dir() and _STEP.match(p.name)), key=lambda p: int(p.name[4:])
+        )
+        if path.is_dir()
+        else []
+    )
+    for step in steps[-1:]:
+        found += sorted(
+            p for p in step.iterdir() if p.is_dir() and _RANK.match(p.name) and (p / "dump.json").is_file()
+        )
+    return found
+
+
+def _locate(path: Path) -> tuple[Path, list[str]]:
+    notes: list[str] = []
+    if path.name == "dump.json":
+        return path.parent, notes
+    if (path / "dump.json").is_file():
+        return path, notes
+    if not _STEP.match(path.name):
+        steps = [p for p in path.iterdir() if p.is_dir() and _STEP.match(p.name)]
+        if len(steps) > 1:
+            newest = max(steps, key=lambda p: int(p.name[4:]))
+            notes.append(f"{path} holds {len(steps)} steps; reading the last, {newest.name}")
+    ranks = _rank_dirs(path)
+    if not ranks:
+        raise DumpError(f"{path}: not an msprobe dump (expected step*/rank*|proc*/dump.json)")
+    if len(ranks) > 1:
+        names = ", ".join(p.name for p in ranks)
+        raise DumpError(f"{path}: holds several ranks ({names}); pass the rank folder to compare")
+    return ranks[0], notes
+
+
+# --- the call tree ------------------------------------------------------------------------------
+
+
+def _read_construct(path: Path, problems: list[Problem]) -> dict[str, str | None]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        problems.append(Problem(str(path), "missing; calls are shown flat, without their modules"))
+        return {}
+    except (OSError, ValueError) as exc:
+        problems.append(Problem(str(path), f"unreadable call tree ({exc}); calls are shown flat"))
+        return {}
+    return {str(k): (str(v) if v else None) for k, v in raw.items()} if isinstance(raw, dict) else {}
+
+
+def _add_node(tree: NodeTree, name: str, parents: dict[str, str | None], order: dict[str, int]) -> None:
+    if name in tree.nodes:
+        return
+    parent = parents.get(name) or ROOT
+    if parent not in tree.nodes:
+        _add_node(tree, parent, parents, order)
+    node = Node(name, _type_of(name), parent, tree.nodes[parent].depth + 1)
+    tree.nodes[name] = node
+    siblings = tree.nodes[parent].children
+    siblings.append(name)
+    # children in completion order; a parent completes after its children, so sort by subtree
+    siblings.sort(key=lambda n: _first_completion(n, parents, order))
+
+
+def _first_completion(name: str, parents: dict[str, str | None], order: dict[str, int]) -> int:
+    own = order.get(name, 1 << 30)
+    children = [c for c, p in parents.items() if p == name]
+    return min([own] + [_first_completion(c, parents, order) for c in children])
+
+
+def _type_of(name: str) -> str:
+    """A module call is typed by its class, an API call by its function.
+
+    ``Module.model.layers.0.mlp.LlamaMLP.forward.3`` -> ``LlamaMLP``;
+    ``Functional.linear.5.forward`` -> ``linear``.
+    """
+    if name.startswith("Module.") and _CALL.search(name):
+        return _CALL.sub("", name).rsplit(".", 1)[-1]
+    api = _API_CALL.search(name)
+    if api:
+        return name[: api.start()].rsplit(".", 1)[-1]
+    return name.rsplit(".", 1)[-1]
+
+
+def _token_of(name: str, parents: dict[str, str | None]) -> int:
+    top = name
+    while parents.get(top):
+        top = parents[top]  # type: ignore[assignment]
+    call = _CALL.search(top) or _API_CALL.search(top)
+    if call is None:
+        return 0
+    return int(call.group(2) if call.re is _CALL else call.group(1))
+
+
+# --- tensors ------------------------------------------------------------------------------------
+
+
+def _refs(
+    name: str, entry: Any, tensor_dir: Path, dump_json: Path, task: str, problems: list[Problem]
+) -> list[TensorRef]:
+    refs: list[TensorRef] = []
+    if not isinstance(entry, dict):
+        problems.append(Problem(str(dump_json), f"{name}: entry is not an object; skipped"))
+        return refs
+    for index, arg in enumerate(entry.get("input_args") or []):
+        _collect(refs, f"input.{index}", "input", arg, tensor_dir, dump_json, task, problems)
+    for key, arg in (entry.get("input_kwargs") or {}).items():
+        _collect(refs, f"input.{key}", "input", arg, tensor_dir, dump_json, task, problems)
+    output = entry.get("output")
+    for index, arg in enumerate(output if isinstance(output, list) else [output] if output else []):
+        _collect(refs, f"output.{index}", "output", arg, tensor_dir, dump_json, task, problems)
+    for key, arg in (entry.get("parameters") or {}).items():
+        _collect(refs, f"parameters.{key}", "param", arg, tensor_dir, dump_json, task, problems)
+    return refs
+
+
+def _collect(
+    refs: list[TensorRef],
+    slot: str,
+    role: Role,
+    arg: Any,
+    tensor_dir: Path,
+    dump_json: Path,
+    task: str,
+    problems: list[Problem],
+) -> None:
+    if isinstance(arg, list):
+        for index, item in enumerate(arg):
+            _collect(refs, f"{slot}.{index}", role, item, tensor_dir, dump_json, task, problems)
+        return
+    if not isinstance(arg, dict):
+        return
+    if arg.get("type") != "torch.Tensor":
+        if "type" not in arg:  # a dict output such as a ModelOutput: {field: tensor}
+            for key, item in arg.items():
+                _collect(refs, f"{slot}.{key}", role, item, tensor_dir, dump_json, task, problems)
+        return
+    data_name = arg.get("data_name")
+    if data_name:
+        path = tensor_dir / str(data_name)
+        if not path.is_file():
+            problems.append(Problem(str(path), "listed in dump.json but missing; compared by its statistics"))
+        else:
+            refs.append(TensorRef(slot=slot, role=role, path=path))
+            return
+    refs.append(TensorRef(slot=slot, role=role, path=dump_json, stats=_stats(arg)))
+
+
+def _stats(arg: dict[str, Any]) -> Stats:
+    def number(key: str) -> float | None:
+        value = arg.get(key)
+        if isinstance(value, bool):
+            return float(value)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    shape = arg.get("shape")
+    return Stats(
+        number("Max"),
+        number("Min"),
+        number("Mean"),
+        number("Norm"),
+        str(arg.get("dtype", "")).removeprefix("torch.") or None,
+        tuple(int(d) for d in shape) if isinstance(shape, list) else None,
+    )

@@ -1,0 +1,71 @@
+"""Comparing statistics (max, min, mean, L2 norm) when a dump holds no tensor data.
+
+This is what msprobe's statistics task compares: ``diff = test - golden`` and
+``relative error = |diff / golden|`` (0 when equal, inf when the golden is 0). A verdict from
+statistics is weaker than one from the tensors; every row made here says ``stats_only``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from tui_acc.dumps.model import Stats
+
+if TYPE_CHECKING:
+    import torch
+
+FIELDS = ("max", "min", "mean", "norm")
+
+
+def stats_of(tensor: torch.Tensor) -> Stats:
+    """Statistics of a loaded tensor, in float64, for comparing it with a statistics-only side."""
+    import torch
+
+    values = tensor.detach()
+    if values.is_complex():
+        values = torch.view_as_real(values)
+    values = values.to(torch.float64)
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    shape = tuple(tensor.shape)
+    if values.numel() == 0:
+        return Stats(None, None, None, None, dtype, shape)
+    return Stats(
+        float(values.max()), float(values.min()), float(values.mean()), float(values.norm()), dtype, shape
+    )
+
+
+def compare_stats(golden: Stats, test: Stats) -> dict[str, object]:
+    row: dict[str, object] = {
+        "stats_only": True,
+        "golden_dtype": golden.dtype,
+        "test_dtype": test.dtype,
+        "golden_shape": _shape(golden.shape),
+        "test_shape": _shape(test.shape),
+        "numel": math.prod(golden.shape) if golden.shape is not None else None,
+    }
+    for name in FIELDS:
+        g, t = getattr(golden, name), getattr(test, name)
+        row[f"golden_{name}"] = g
+        row[f"test_{name}"] = t
+        # equal values differ by 0, infinities included (-inf - -inf would be NaN)
+        row[f"{name}_diff"] = None if g is None or t is None else 0.0 if t == g else t - g
+        row[f"{name}_rel_diff"] = relative_error(g, t)
+    return row
+
+
+def relative_error(golden: float | None, test: float | None) -> float | None:
+    """|test - golden| / |golden|; 0 when equal, inf when only the golden is 0 (msprobe's rule)."""
+    if golden is None or test is None:
+        return None
+    if test == golden:
+        return 0.0
+    if math.isnan(golden) or math.isnan(test):
+        return math.nan
+    if golden == 0:
+        return math.inf
+    return abs((test - golden) / golden)
+
+
+def _shape(shape: tuple[int, ...] | None) -> str | None:
+    return None if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
