@@ -77,7 +77,9 @@ def _percent(value: str) -> float:
     return float(value.rstrip("%")) / 100 if value not in ("N/A", "inf") else math.inf
 
 
-def test_statistics_compare_exactly_as_msprobe(reference: Path) -> None:
+def test_statistics_compare_as_msprobe(reference: Path) -> None:
+    """Same definitions (diff = test - golden, |diff / golden|); msprobe rounds some values in
+    float32 on the way, so agreement is to 1e-6 relative rather than bit for bit."""
     task_dir = reference / CASE / "statistics"
     ours = _ours(task_dir)
     for row in _msprobe_rows(task_dir):
@@ -88,15 +90,14 @@ def test_statistics_compare_exactly_as_msprobe(reference: Path) -> None:
                 assert row[f"{theirs} diff"] in ("0", "N/A", "None", "")  # msprobe writes None - None as 0
                 continue
             assert mine[f"{ours_key}_diff"] == pytest.approx(
-                float(row[f"{theirs} diff"]), rel=1e-12, abs=1e-15
+                float(row[f"{theirs} diff"]), rel=1e-6, abs=1e-12
             )
         for ours_key, theirs in (("max", "Max"), ("mean", "Mean"), ("norm", "Norm")):
             value = row[f"{theirs}RelativeErr"]
             if mine[f"golden_{ours_key}"] is None:
                 assert value in ("0", "N/A", "None", "")
                 continue
-            # msprobe's percentage goes through one more rounding step: agree to 1e-8
-            assert mine[f"{ours_key}_rel_diff"] == pytest.approx(_percent(value), rel=1e-8, abs=1e-15)
+            assert mine[f"{ours_key}_rel_diff"] == pytest.approx(_percent(value), rel=1e-6, abs=1e-12)
 
 
 @pytest.mark.parametrize("task", ["tensor", "statistics"])
