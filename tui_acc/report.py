@@ -66,6 +66,8 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
                 "passed": r["passed"],
                 "golden_top1": r.get("golden_top1"),
                 "test_top1": r.get("test_top1"),
+                "stats_only": bool(r.get("stats_only")),
+                "norm_rel_diff": r.get("norm_rel_diff"),
                 "error": r.get("error"),
             }
             for r in token_rows
@@ -110,10 +112,18 @@ def format_text(report: dict[str, Any]) -> str:
         "",
         f"{'token':>5}  {'verdict':<7}  {'cosine':>10}  {'KL':>10}  top-1 golden/test",
     ]
+    stats = any(t["stats_only"] for t in report["tokens"])
+    if stats:
+        lines[-1] = f"{'token':>5}  {'verdict':<7}  {'norm rel':>10}   (statistics only: L2 norms compared)"
     for t in report["tokens"]:
         verdict = "ERROR" if t["error"] else "pass" if t["passed"] else "FAIL"
         top1 = f"{t['golden_top1']}/{t['test_top1']}" if t["golden_top1"] is not None else "-"
-        lines.append(f"{t['token']:>5}  {verdict:<7}  {_num(t['cosine']):>10}  {_num(t['kl']):>10}  {top1}")
+        if stats:
+            lines.append(f"{t['token']:>5}  {verdict:<7}  {_num(t['norm_rel_diff']):>10}")
+        else:
+            lines.append(
+                f"{t['token']:>5}  {verdict:<7}  {_num(t['cosine']):>10}  {_num(t['kl']):>10}  {top1}"
+            )
     lines.append("")
     failing = report["first_failing_token"]
     lines.append(f"first failing token: {failing if failing is not None else 'none'}")

@@ -115,9 +115,25 @@ def test_not_a_dump_says_what_was_expected(tmp_path: Path) -> None:
         open_dump(tmp_path / "file.txt")
 
 
-def test_statistics_only_dump_is_named_as_such(reference: Path) -> None:
-    with pytest.raises(DumpError, match="statistics-only dump"):
-        open_dump(reference / "msit-torch-stats" / "golden")
+def test_statistics_dump_reads_its_csv_rows(reference: Path) -> None:
+    index = open_dump(reference / "msit-torch-stats" / "golden")
+    assert index.format == "msit-stats" and index.statistics_only
+    rotary = index.tensors(0, "root.model.rotary_emb")
+    assert [r.slot for r in rotary] == ["input_0", "output_0", "output_1"]
+    assert rotary[1].stats is not None and rotary[1].stats.norm == 9.09484577178955
+    assert rotary[1].stats.shape == (1, 6, 16) and rotary[1].stats.dtype == "float32"
+    assert [r.slot for r in index.tensors(1, "root.lm_head")] == ["input_0", "output"]
+
+
+def test_damaged_statistics_rows_are_reported(reference: Path, tmp_path: Path) -> None:
+    device = _device_dir(reference / "msit-torch-stats" / "golden")
+    copy = tmp_path / "dev_1"
+    shutil.copytree(device, copy)
+    csv_path = copy / "0" / "root.lm_head" / "statistics.csv"
+    csv_path.write_text(csv_path.read_text().replace("Output,0", "Sideways,0"))
+    index = open_dump(copy)
+    assert [r.slot for r in index.tensors(0, "root.lm_head")] == ["input_0"]
+    assert "line 3: not a statistics row (InputOutput is 'Sideways')" in index.problems[0].message
 
 
 def test_damaged_model_tree_is_reported_and_the_tree_rebuilt(reference: Path, tmp_path: Path) -> None:

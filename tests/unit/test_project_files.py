@@ -49,3 +49,14 @@ def test_ruff_and_mypy_are_clean() -> None:
     for command in ([sys.executable, "-m", "ruff", "check", "."], [sys.executable, "-m", "mypy"]):
         result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_short_names_tell_siblings_apart() -> None:
+    from tui_acc.tui.formatting import short_name
+
+    assert short_name("root.model.layers.2") == "layers.2"
+    assert short_name("root.model.layers.2.mlp") == "mlp"
+    assert short_name("8_LlamaLayer/7_LinearOperation") == "7_LinearOperation"
+    assert short_name("Module.model.layers.0.mlp.LlamaMLP.forward.3") == "mlp"
+    assert short_name("Module.model.layers.1.LlamaDecoderLayer.forward.0") == "layers.1"
+    assert short_name("Functional.linear.5.forward") == "linear.5"

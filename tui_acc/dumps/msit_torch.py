@@ -10,14 +10,16 @@ Only names, directory listings and file times are read here.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
 from pathlib import Path
 
-from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Role, TensorRef
+from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Role, Stats, TensorRef
 
 FORMAT = "msit-torch"
+STATS_FORMAT = "msit-stats"
 MODEL_TREE = "model_tree.json"
 _TENSOR_FILE = re.compile(r"^(input_\d+|output(?:_\d+)*)\.pth$")
 _DUMP_DIR = re.compile(r"^msit_dump_\d{8}_\d{6}$")
@@ -39,14 +41,24 @@ def read(path: Path) -> DumpIndex:
     problems: list[Problem] = []
     tokens = _index_tokens(data_dir, only_token, problems)
     if not tokens:
-        raise DumpError(f"{data_dir}: no token folders (0, 1, 2, ...) with .pth tensor files were found")
+        raise DumpError(
+            f"{data_dir}: no token folders (0, 1, 2, ...) with .pth tensor files or statistics.csv were found"
+        )
     tree = _read_tree(data_dir / MODEL_TREE, problems)
     _add_unlisted_nodes(tree, tokens)
     order_source = _order_by_file_times(tree, tokens)
+    statistics_only = all(
+        not ref.has_data for nodes in tokens.values() for refs in nodes.values() for ref in refs
+    )
+    if statistics_only:
+        notes.append(
+            "msit statistics dump (dump_statistics_mode=1): Max/Min/Mean/L2Norm only, no tensor data"
+        )
     return DumpIndex(
         root=path,
         data_dir=data_dir,
-        format=FORMAT,
+        format=STATS_FORMAT if statistics_only else FORMAT,
+        statistics_only=statistics_only,
         tree=tree,
         tokens=tokens,
         order_source=order_source,
@@ -109,28 +121,20 @@ def _index_tokens(
     data_dir: Path, only_token: int | None, problems: list[Problem]
 ) -> dict[int, dict[str, list[TensorRef]]]:
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
-    stats_only = 0
     for token_dir in _subdirs(data_dir):
         if not token_dir.name.isdigit():
             continue  # weights/ and the like
         token = int(token_dir.name)
         if only_token is not None and token != only_token:
             continue
-        nodes: dict[str, list[TensorRef]] = {}
-        for node_dir in _subdirs(token_dir):
-            refs, has_stats = _index_node(node_dir, problems)
-            stats_only += int(has_stats and not refs)
-            nodes[node_dir.name] = refs
-        tokens[token] = nodes
-    if stats_only and not any(refs for nodes in tokens.values() for refs in nodes.values()):
-        raise DumpError(
-            f"{data_dir}: a statistics-only dump ({_STATS_FILE} without .pth files); "
-            "statistics dumps are not supported yet"
-        )
+        tokens[token] = {node_dir.name: _index_node(node_dir, problems) for node_dir in _subdirs(token_dir)}
+    if not any(refs for nodes in tokens.values() for refs in nodes.values()):
+        return {}
     return dict(sorted(tokens.items()))
 
 
-def _index_node(node_dir: Path, problems: list[Problem]) -> tuple[list[TensorRef], bool]:
+def _index_node(node_dir: Path, problems: list[Problem]) -> list[TensorRef]:
+    """Tensor files of a module; its statistics.csv rows when it has no tensor files (mode 1)."""
     refs: list[TensorRef] = []
     has_stats = False
     with os.scandir(node_dir) as entries:
@@ -144,8 +148,51 @@ def _index_node(node_dir: Path, problems: list[Problem]) -> tuple[list[TensorRef
                 has_stats = True
             elif entry.name.endswith(".pth"):
                 problems.append(Problem(entry.path, "unexpected tensor file name; not compared"))
+    if not refs and has_stats:
+        refs = _statistics_refs(node_dir / _STATS_FILE, problems)
     refs.sort(key=lambda r: _slot_key(r.slot))
-    return refs, has_stats
+    return refs
+
+
+def _statistics_refs(path: Path, problems: list[Problem]) -> list[TensorRef]:
+    """The rows of msit's statistics.csv (InputOutput, Index, DataType, Shape, Max, Min, Mean, L2Norm)."""
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+    except (OSError, csv.Error, UnicodeDecodeError) as exc:
+        problems.append(Problem(str(path), f"unreadable statistics ({exc})"))
+        return []
+    outputs = sum(1 for r in rows if r.get("InputOutput") == "Output")
+    refs = []
+    for number, row in enumerate(rows, start=2):
+        try:
+            index = int(row["Index"])
+            kind = row["InputOutput"]
+            if kind not in ("Input", "Output"):
+                raise ValueError(f"InputOutput is {kind!r}")
+            # a lone output is output.pth in a tensor dump, so that the two kinds pair by name
+            slot = f"input_{index}" if kind == "Input" else ("output" if outputs == 1 else f"output_{index}")
+            stats = Stats(
+                _float(row["Max"]),
+                _float(row["Min"]),
+                _float(row["Mean"]),
+                _float(row["L2Norm"]),
+                row["DataType"].removeprefix("torch.") or None,
+                tuple(int(d) for d in re.findall(r"\d+", row["Shape"])),
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            problems.append(Problem(str(path), f"line {number}: not a statistics row ({exc})"))
+            continue
+        refs.append(
+            TensorRef(slot=slot, role="input" if kind == "Input" else "output", path=path, stats=stats)
+        )
+    return refs
+
+
+def _float(value: str | None) -> float | None:
+    if value in (None, "", "None", "N/A"):
+        return None
+    return float(value)
 
 
 def _slot_key(slot: str) -> tuple[int, tuple[int, ...]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.text import Text
 
 PASS_STYLE = "bold green"
@@ -45,8 +47,26 @@ def styled(text: str, passed: bool | None) -> Text:
     return Text(text, style=style)
 
 
+_MSPROBE_MODULE = re.compile(r"^Module\.(.+)\.[A-Za-z_][A-Za-z0-9_]*\.(?:forward|backward)\.\d+$")
+_MSPROBE_API = re.compile(r"^[A-Za-z]+\.(.+)\.(\d+)\.(?:forward|backward)$")
+
+
 def short_name(name: str) -> str:
-    """``root.model.layers.2`` -> ``layers.2``; ``root.model.layers.2.mlp`` -> ``mlp``."""
+    """The part of a node name that tells it from its siblings.
+
+    ``root.model.layers.2`` -> ``layers.2``; ``root.model.layers.2.mlp`` -> ``mlp``;
+    ``8_LlamaLayer/7_LinearOperation`` -> ``7_LinearOperation``;
+    ``Module.model.layers.0.mlp.LlamaMLP.forward.3`` -> ``mlp``;
+    ``Functional.linear.5.forward`` -> ``linear.5``.
+    """
+    module = _MSPROBE_MODULE.match(name)
+    if module:
+        name = module.group(1)
+    else:
+        api = _MSPROBE_API.match(name)
+        if api:
+            return f"{api.group(1)}.{api.group(2)}"
+    name = name.rsplit("/", 1)[-1]
     parts = name.split(".")
     if len(parts) >= 2 and parts[-1].isdigit():
         return ".".join(parts[-2:])

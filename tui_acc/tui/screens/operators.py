@@ -35,6 +35,20 @@ COLUMNS = (
 )
 
 
+STATS_COLUMNS = (
+    ("order", "#", 3),
+    ("name", "Operator", 18),
+    ("inputs", "In", 2),
+    ("outputs", "Out", 3),
+    ("norm_rel_diff", "NormRel", 8),
+    ("max_diff", "MaxDiff", 9),
+    ("min_diff", "MinDiff", 9),
+    ("mean_diff", "MeanDiff", 9),
+    ("type", "Type", 14),
+    ("shape", "Shape", 14),
+)
+
+
 class OperatorScreen(ViewScreen):
     """Which operator is the first whose inputs match the golden but whose output does not?"""
 
@@ -75,9 +89,12 @@ class OperatorScreen(ViewScreen):
         pairing = self.acc.comparison.pairing
         self._pairs = {node.golden: node for node in pairing.node_pairs(self.token)}
         self._order = {name: i for i, name in enumerate(self._pairs)}
+        cmp = self.acc.comparison
+        if cmp.golden.statistics_only or cmp.test.statistics_only:
+            self._columns = STATS_COLUMNS
         if any(node.golden != node.test for node in self._pairs.values()):
             # torch against ATB: the test side's own operator name goes right after ours
-            self._columns = (*COLUMNS[:2], ("test_name", "Test op", 18), *COLUMNS[2:])
+            self._columns = (*self._columns[:2], ("test_name", "Test op", 18), *self._columns[2:])
         tree = self.acc.comparison.golden.tree
         self._scope = tree.root
         yield Header()
@@ -189,6 +206,10 @@ class OperatorScreen(ViewScreen):
                 max_abs_err=fmt.num(row["max_abs_err"]),
                 rel_euclidean=fmt.num(row["rel_euclidean"]),
                 kl=fmt.num(row["kl"]),
+                norm_rel_diff=fmt.styled(fmt.num(row.get("norm_rel_diff")), passed),
+                max_diff=fmt.num(row.get("max_diff")),
+                min_diff=fmt.num(row.get("min_diff")),
+                mean_diff=fmt.num(row.get("mean_diff")),
                 shape=row["shape"] or "-",
             )
         return [cells.get(key, "") for key, _, _ in self._columns]
@@ -299,6 +320,8 @@ class OperatorScreen(ViewScreen):
                     "max_abs_err": row.get("max_abs_err"),
                     "rel_euclidean": row.get("rel_euclidean"),
                     "kl": row.get("kl"),
+                    "stats_only": row.get("stats_only"),
+                    "norm_rel_diff": row.get("norm_rel_diff"),
                     "shape": row.get("shape"),
                     "error": row.get("error"),
                 }
@@ -324,6 +347,8 @@ _OP_EXPORT = {
     "max_abs_err": pl.Float64,
     "rel_euclidean": pl.Float64,
     "kl": pl.Float64,
+    "stats_only": pl.Boolean,
+    "norm_rel_diff": pl.Float64,
     "shape": pl.String,
     "error": pl.String,
 }

@@ -26,6 +26,15 @@ COLUMNS = (
     ("top1", "Top-1 g/t", 11),
     ("shape", "Logits shape", 14),
 )
+# When a side holds statistics only, cosine and KL cannot be had: the L2 norms and stats are compared.
+STATS_COLUMNS = (
+    ("token", "Token", 6),
+    ("passed", "Verdict", 7),
+    ("norm_rel_diff", "NormRel", 9),
+    ("max_diff", "MaxDiff", 9),
+    ("mean_diff", "MeanDiff", 9),
+    ("shape", "Logits shape", 14),
+)
 
 
 class TokenScreen(ViewScreen):
@@ -53,7 +62,7 @@ class TokenScreen(ViewScreen):
 
     def on_mount(self) -> None:
         table = self.query_one("#tokens", DataTable)
-        for key, label, width in COLUMNS:
+        for key, label, width in self._columns:
             table.add_column(label, key=key, width=width)
         engine = self.acc.comparison.engine
         for token in self.acc.comparison.pairing.tokens:
@@ -84,9 +93,14 @@ class TokenScreen(ViewScreen):
     def _show_token(self, message: TokenComputed) -> None:
         table = self.query_one("#tokens", DataTable)
         key = str(message.row["token"])
-        for (column, _, _), cell in zip(COLUMNS, self._cells(message.row), strict=True):
+        for (column, _, _), cell in zip(self._columns, self._cells(message.row), strict=True):
             table.update_cell(key, column, cell)
         self._update_summary()
+
+    @property
+    def _columns(self) -> tuple[tuple[str, str, int], ...]:
+        cmp = self.acc.comparison
+        return STATS_COLUMNS if cmp.golden.statistics_only or cmp.test.statistics_only else COLUMNS
 
     def _cells(self, row: Row, pending: bool = False) -> list[Text | str]:
         passed = row.get("passed")
@@ -94,15 +108,19 @@ class TokenScreen(ViewScreen):
         if row.get("golden_top1") is not None:
             same = row["golden_top1"] == row["test_top1"]
             top1 = Text(f"{row['golden_top1']}/{row['test_top1']}", style="" if same else "red")
-        return [
-            fmt.styled(str(row["token"]), None if pending else passed),
-            fmt.verdict(passed, row.get("error"), pending),
-            fmt.styled(fmt.cosine(row.get("cosine")), passed),
-            fmt.styled(fmt.num(row.get("kl")), passed),
-            fmt.num(row.get("max_abs_err")),
-            top1,
-            row.get("shape") or "-",
-        ]
+        cells: dict[str, Text | str] = {
+            "token": fmt.styled(str(row["token"]), None if pending else passed),
+            "passed": fmt.verdict(passed, row.get("error"), pending),
+            "cosine": fmt.styled(fmt.cosine(row.get("cosine")), passed),
+            "kl": fmt.styled(fmt.num(row.get("kl")), passed),
+            "max_abs_err": fmt.num(row.get("max_abs_err")),
+            "norm_rel_diff": fmt.styled(fmt.num(row.get("norm_rel_diff")), passed),
+            "max_diff": fmt.num(row.get("max_diff")),
+            "mean_diff": fmt.num(row.get("mean_diff")),
+            "top1": top1,
+            "shape": row.get("shape") or "-",
+        }
+        return [cells[key] for key, _, _ in self._columns]
 
     def _rows(self) -> list[Row]:
         engine = self.acc.comparison.engine
@@ -162,6 +180,8 @@ class TokenScreen(ViewScreen):
                     "golden_top1": row.get("golden_top1"),
                     "test_top1": row.get("test_top1"),
                     "logits_shape": row.get("shape"),
+                    "stats_only": row.get("stats_only"),
+                    "norm_rel_diff": row.get("norm_rel_diff"),
                     "error": row.get("error"),
                 }
             )
@@ -180,6 +200,8 @@ _TOKEN_EXPORT = {
     "golden_top1": pl.Int64,
     "test_top1": pl.Int64,
     "logits_shape": pl.String,
+    "stats_only": pl.Boolean,
+    "norm_rel_diff": pl.Float64,
     "error": pl.String,
 }
 

@@ -35,11 +35,13 @@ class TensorDetail(Static):
         if not node.tensors:
             self.update(Group(title, Text("no tensor files paired for this node", style="dim")))
             return
+        rows = [engine.cached_row(pair) for pair in node.tensors]
+        stats = any(r is not None and r.get("stats_only") for r in rows)
+        metrics = ("norm rel", "max Δ", "mean Δ", "") if stats else ("cosine", "max abs", "rel eucl", "KL")
         grid = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim")
-        for column in ("", "tensor", "shape", "dtype", "cosine", "max abs", "rel eucl", "KL"):
+        for column in ("", "tensor", "shape", "dtype", *metrics):
             grid.add_column(column, no_wrap=True)
-        for pair in node.tensors:
-            row = engine.cached_row(pair)
+        for pair, row in zip(node.tensors, rows, strict=True):
             grid.add_row(*_cells(pair.slot, row))
         self.update(Group(title, grid))
 
@@ -49,6 +51,17 @@ def _cells(slot: str, row: Row | None) -> list[Text | str]:
         return [fmt.mark(None), slot, Text("computing…", style=fmt.PENDING_STYLE)]
     if row.get("error"):
         return [fmt.mark(False), slot, Text(row["error"], style=fmt.ERROR_STYLE)]
+    if row.get("stats_only"):
+        return [
+            fmt.mark(row["passed"]),
+            slot,
+            row["golden_shape"] or "-",
+            fmt.dtypes(row["golden_dtype"], row["test_dtype"]),
+            fmt.styled(fmt.num(row.get("norm_rel_diff")), row["passed"]),
+            fmt.num(row.get("max_diff")),
+            fmt.num(row.get("mean_diff")),
+            Text("statistics only", style="dim"),
+        ]
     cells: list[Text | str] = [
         fmt.mark(row["passed"]),
         slot,

@@ -1,0 +1,38 @@
+"""msit statistics dumps (dump_statistics_mode=1): compared by their statistics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tui_acc import open_comparison
+
+
+def test_statistics_against_statistics(reference: Path) -> None:
+    case = reference / "msit-torch-stats"
+    cmp = open_comparison(case / "golden", case / "test")
+    assert cmp.golden.format == cmp.test.format == "msit-stats"
+    frame = cmp.engine.tensors_frame(2)
+    assert frame["stats_only"].all() and frame["error"].null_count() == frame.height
+    row = next(
+        r for r in frame.iter_rows(named=True) if r["golden_node"] == "root.lm_head" and r["role"] == "output"
+    )
+    g, t = row["golden_norm"], row["test_norm"]
+    assert row["norm_rel_diff"] == abs(t - g) / abs(g)
+    assert cmp.engine.first_failing_token() is None
+
+
+def test_statistics_read_from_csv_equal_those_computed_from_the_tensors(reference: Path) -> None:
+    """msit-torch-stats/test and msit-torch-2layer/test are the same bf16 run, dumped two ways."""
+    stats = reference / "msit-torch-stats" / "test"
+    tensors = reference / "msit-torch-2layer" / "test"
+    cmp = open_comparison(stats, tensors)
+    assert cmp.pairing.tokens == [0, 1, 2, 3]
+    compared = 0
+    for token in cmp.pairing.tokens:
+        for row in cmp.engine.tensors_frame(token).iter_rows(named=True):
+            assert row["error"] is None, row
+            assert row["max_diff"] == 0.0 and row["min_diff"] == 0.0  # extremes are exact in any precision
+            if row["norm_rel_diff"] is not None:
+                assert row["norm_rel_diff"] < 1e-6  # msit's fp32 sums against our float64
+            compared += 1
+    assert compared == 4 * 61
