@@ -1,0 +1,169 @@
+"""Reader for msprobe's ATB dumps: ``statistic.csv`` (formats.md §2.6), statistics or tensors.
+
+Columns (msprobe 26.2)::
+
+    Device and PID,Execution Count,Op Name,Op Type,Op Id,Input/Output,Index,Dtype,Format,Shape,
+    Max,Min,Mean,Norm,Tensor Path
+
+A node is named as msprobe's compare names it: ``{id}_{name}`` per scope level, joined by ``/``.
+The token is the execution count. ``Tensor Path`` is ``N/A`` in statistics mode; otherwise it
+points to a ``.bin`` below ``atb_dump_data/``, found as msprobe finds it (the part after the four
+folders that follow ``atb_dump_data``, below the csv's folder) when the absolute path is gone.
+
+No real msprobe ATB dump can be made here (it needs an NPU); this reader follows msprobe's
+source and is tested on generated files.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Stats, TensorRef
+
+FORMAT = "msprobe-atb"
+FILE = "statistic.csv"
+COLUMNS = [
+    "Device and PID",
+    "Execution Count",
+    "Op Name",
+    "Op Type",
+    "Op Id",
+    "Input/Output",
+    "Index",
+    "Dtype",
+    "Format",
+    "Shape",
+    "Max",
+    "Min",
+    "Mean",
+    "Norm",
+    "Tensor Path",
+]
+ROOT = "model"
+
+
+def claims(path: Path) -> bool:
+    return (path / FILE).is_file() or (path.name == FILE and path.is_file())
+
+
+def read(path: Path) -> DumpIndex:
+    csv_path = path if path.name == FILE else path / FILE
+    problems: list[Problem] = []
+    try:
+        with csv_path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, [])
+            rows = list(reader)
+    except (OSError, csv.Error, UnicodeDecodeError) as exc:
+        raise DumpError(f"{csv_path}: unreadable ({exc})") from exc
+    if header[: len(COLUMNS)] != COLUMNS:
+        raise DumpError(
+            f"{csv_path}: not msprobe's ATB statistic.csv (expected the columns {', '.join(COLUMNS)})"
+        )
+    devices = sorted({row[0] for row in rows if len(row) == len(COLUMNS)})
+    if len(devices) > 1:
+        raise DumpError(
+            f"{csv_path}: holds several devices ({', '.join(devices)}); split them to compare one"
+        )
+    tree = NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "model", None, 0)})
+    tokens: dict[int, dict[str, list[TensorRef]]] = {}
+    statistics_only = True
+    for number, row in enumerate(rows, start=2):
+        if len(row) != len(COLUMNS):
+            problems.append(
+                Problem(str(csv_path), f"line {number}: {len(row)} columns, expected {len(COLUMNS)}")
+            )
+            continue
+        try:
+            ref, token, chain, op_type = _row(row, csv_path, problems)
+        except ValueError as exc:
+            problems.append(Problem(str(csv_path), f"line {number}: {exc}"))
+            continue
+        statistics_only &= not ref.has_data
+        _add_chain(tree, chain, op_type)
+        tokens.setdefault(token, {}).setdefault(chain[-1], []).append(ref)
+    if not tokens:
+        raise DumpError(f"{csv_path}: no usable rows")
+    notes = ["msprobe ATB dump: statistics only (Max/Min/Mean/Norm)"] if statistics_only else []
+    return DumpIndex(
+        root=path,
+        data_dir=csv_path.parent,
+        format=FORMAT,
+        tree=tree,
+        tokens=dict(sorted(tokens.items())),
+        order_source="op ids",
+        problems=problems,
+        notes=notes,
+        statistics_only=statistics_only,
+    )
+
+
+def _row(row: list[str], csv_path: Path, problems: list[Problem]) -> tuple[TensorRef, int, list[str], str]:
+    _, count, op_name, op_type, op_id, io, index, dtype, _fmt, shape, mx, mn, mean, norm, tensor_path = row
+    names = op_name.split("/")
+    ids = op_id.split("/") if len(op_id.split("/")) == len(names) else op_id.split("_")
+    if len(ids) != len(names):
+        raise ValueError(f"Op Id {op_id!r} does not match the scopes of Op Name {op_name!r}")
+    scopes = [f"{i}_{n}" for i, n in zip(ids, names, strict=True)]
+    chain = ["/".join(scopes[: k + 1]) for k in range(len(scopes))]
+    if io not in ("Input", "Output"):
+        raise ValueError(f"Input/Output is {io!r}")
+    role = "input" if io == "Input" else "output"
+    slot = f"{'intensor' if role == 'input' else 'outtensor'}{int(index)}"
+    stats = Stats(
+        _number(mx),
+        _number(mn),
+        _number(mean),
+        _number(norm),
+        dtype or None,
+        tuple(int(d) for d in re.findall(r"\d+", shape)),
+    )
+    data = _tensor_file(tensor_path, csv_path)
+    if tensor_path not in ("N/A", "") and data is None:
+        problems.append(Problem(tensor_path, "tensor file not found; compared by its statistics"))
+    if data is not None:
+        return TensorRef(slot, role, data), int(count), chain, op_type  # type: ignore[arg-type]
+    return TensorRef(slot, role, csv_path, stats=stats), int(count), chain, op_type  # type: ignore[arg-type]
+
+
+def _tensor_file(tensor_path: str, csv_path: Path) -> Path | None:
+    if tensor_path in ("N/A", ""):
+        return None
+    direct = Path(tensor_path)
+    if direct.is_file():
+        return direct
+    marker = tensor_path.find("atb_dump_data")
+    if marker >= 0:
+        parts = tensor_path[marker:].split("/")
+        if len(parts) > 4:
+            moved = csv_path.parent.joinpath(*parts[4:])
+            if moved.is_file():
+                return moved
+    return None
+
+
+def _add_chain(tree: NodeTree, chain: list[str], op_type: str) -> None:
+    parent = ROOT
+    for depth, name in enumerate(chain, start=1):
+        if name not in tree.nodes:
+            kind = op_type if name == chain[-1] else name.rsplit("/", 1)[-1].split("_", 1)[-1]
+            tree.nodes[name] = Node(name, kind, parent, depth)
+            siblings = tree.nodes[parent].children
+            siblings.append(name)
+            siblings.sort(key=_id_of)
+        parent = name
+
+
+def _id_of(name: str) -> tuple[int, str]:
+    head = name.rsplit("/", 1)[-1].split("_", 1)[0]
+    return (int(head), name) if head.isdigit() else (1 << 30, name)
+
+
+def _number(value: str) -> float | None:
+    if value in ("N/A", "", "None", "nan"):
+        return None
+    if value in ("True", "False"):
+        return float(value == "True")
+    return float(value)
