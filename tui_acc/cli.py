@@ -75,6 +75,15 @@ def _add_dump_args(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="ATB dumps: token = folder - N (default: automatic, MindIE-aware)",
     )
+    ranks = parser.add_mutually_exclusive_group()
+    ranks.add_argument(
+        "--rank", type=int, metavar="R", help="multi-rank dumps: compare rank R (both sides when both)"
+    )
+    ranks.add_argument(
+        "--gather",
+        action="store_true",
+        help="merge the test's ranks (concatenated, or summed before all-reduce) for a single-device golden",
+    )
     defaults = Thresholds()
     parser.add_argument(
         "--logits-cos", type=float, default=defaults.logits_cosine, help="min logits cosine (%(default)s)"
@@ -114,7 +123,14 @@ def _run_compare(args: argparse.Namespace) -> int:
 
     try:
         cmp = open_comparison(
-            args.golden, args.test, args.logits_node, _thresholds(args), args.mapping, args.token_offset
+            args.golden,
+            args.test,
+            args.logits_node,
+            _thresholds(args),
+            args.mapping,
+            args.token_offset,
+            rank=args.rank,
+            gather=args.gather,
         )
     except DumpError as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)

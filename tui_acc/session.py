@@ -28,6 +28,8 @@ def open_comparison(
     thresholds: Thresholds | None = None,
     mapping: str | Path | None = None,
     token_offset: int | None = None,
+    rank: int | None = None,
+    gather: bool = False,
 ) -> Comparison:
     """Index both dumps and pair them; no tensor is loaded yet.
 
@@ -37,12 +39,22 @@ def open_comparison(
         thresholds: pass/fail thresholds (default: ``Thresholds()``).
         mapping: an operator mapping file (msit ``op_mapping_file.json`` or our TOML) for torch<->ATB.
         token_offset: for ATB dumps, token = folder - offset (default: automatic, MindIE-aware).
+        rank: for multi-rank dumps, which rank to compare (on both sides when both have ranks).
+        gather: merge every rank of the test dump, for a single-device golden.
 
     Raises:
         DumpError: a root (or the mapping file) cannot be used; the message names it.
     """
-    golden_index = open_dump(golden, token_offset=token_offset)
-    test_index = open_dump(test, token_offset=token_offset)
+    golden_index = open_dump(golden, token_offset=token_offset, rank=rank)
+    if gather:
+        if len(golden_index.ranks) > 1:
+            raise DumpError(
+                f"{golden}: --gather merges the test's ranks for a single-device golden, but the golden has "
+                f"{len(golden_index.ranks)} ranks; compare rank to rank with --rank instead"
+            )
+        test_index = _gathered(test, token_offset)
+    else:
+        test_index = open_dump(test, token_offset=token_offset, rank=rank)
     known = {logical_name(n) for n in golden_index.tree.nodes}
     if logits_node is not None and logical_name(logits_node) not in known and logits_node not in known:
         raise DumpError(
@@ -54,3 +66,13 @@ def open_comparison(
         raise DumpError(str(exc)) from exc
     pairing = pair_dumps(golden_index, test_index, logits_node, op_mapping)
     return Comparison(golden_index, test_index, pairing, MetricsEngine(pairing, thresholds))
+
+
+def _gathered(path: str | Path, token_offset: int | None) -> DumpIndex:
+    from tui_acc.dumps.gather import gather
+
+    first = open_dump(path, token_offset=token_offset, rank=None)
+    if len(first.ranks) < 2:
+        raise DumpError(f"{path}: --gather needs a dump with several ranks; this one has one")
+    others = [open_dump(path, token_offset=token_offset, rank=r) for r in range(1, len(first.ranks))]
+    return gather([first, *others])

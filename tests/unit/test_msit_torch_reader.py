@@ -92,12 +92,17 @@ def test_newest_of_several_msit_dumps_is_read(reference: Path, tmp_path: Path) -
     assert any("newest" in note for note in index.notes)
 
 
-def test_several_device_folders_is_a_clear_error(reference: Path, tmp_path: Path) -> None:
+def test_several_device_folders_are_ranks(reference: Path, tmp_path: Path) -> None:
     device = _device_dir(reference / "msit-torch-logits" / "golden")
-    for name in ("npu0_1", "npu1_2"):
+    for name in ("npu10_3", "npu0_1", "npu2_2"):
         shutil.copytree(device, tmp_path / "torch_tensors" / name)
-    with pytest.raises(DumpError, match=r"several device folders \(npu0_1, npu1_2\)"):
-        open_dump(tmp_path / "torch_tensors")
+    first = open_dump(tmp_path / "torch_tensors")
+    assert first.ranks == ["npu0_1", "npu2_2", "npu10_3"] and first.rank == 0
+    assert first.data_dir.name == "npu0_1"
+    assert "holds 3 ranks (npu0_1, npu2_2, npu10_3); comparing rank 0" in first.notes[0]
+    assert open_dump(tmp_path / "torch_tensors", rank=2).data_dir.name == "npu10_3"
+    with pytest.raises(DumpError, match=r"--rank 3 is out of range; it holds 3 ranks"):
+        open_dump(tmp_path / "torch_tensors", rank=3)
 
 
 def test_not_a_dump_says_what_was_expected(tmp_path: Path) -> None:

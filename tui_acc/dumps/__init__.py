@@ -32,12 +32,13 @@ EXPECTED = (
 )
 
 
-def open_dump(path: str | Path, token_offset: int | None = None) -> DumpIndex:
+def open_dump(path: str | Path, token_offset: int | None = None, rank: int | None = None) -> DumpIndex:
     """Detect the format of ``path`` and index it.
 
     Args:
         path: whatever folder (or file) the user passed.
         token_offset: ATB only: token = folder - offset, overriding MindIE's automatic alignment.
+        rank: which rank folder to read when the dump holds several (default: the first, noted).
     """
     root = Path(path).expanduser()
     if not root.exists():
@@ -53,9 +54,9 @@ def open_dump(path: str | Path, token_offset: int | None = None) -> DumpIndex:
             "pass the torch_tensors/ or the tensors/ folder of the one you mean"
         )
     if torch_like:
-        return msit_torch.read(root)
+        return msit_torch.read(root, rank=rank)
     if atb_like:
-        return msit_atb.read(root, token_offset=token_offset)
+        return msit_atb.read(root, token_offset=token_offset, rank=rank)
     if msprobe.claims(root):
-        return msprobe.read(root)
+        return msprobe.read(root, rank=rank)
     raise DumpError(f"{root}: not a dump tui-acc can read; expected {EXPECTED}")

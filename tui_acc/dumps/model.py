@@ -66,6 +66,9 @@ class TensorRef:
     role: Role
     path: Path = field(compare=False)
     stats: Stats | None = field(default=None, compare=False)
+    # gathered from several ranks: every rank's file, and how to merge them ("sum" or "auto")
+    parts: tuple[Path, ...] = field(default=(), compare=False)
+    merge: str = field(default="", compare=False)
 
     @property
     def has_data(self) -> bool:
@@ -130,9 +133,32 @@ class DumpIndex:
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     statistics_only: bool = False
+    ranks: list[str] = field(default_factory=list)  # every rank folder found beside the one read
+    rank: int | None = None  # which of them this index holds (None: single rank, or gathered)
 
     def tensors(self, token: int, node: str) -> list[TensorRef]:
         return self.tokens.get(token, {}).get(node, [])
 
     def token_ids(self) -> list[int]:
         return sorted(self.tokens)
+
+
+def rank_sort_key(name: str) -> tuple[int, ...]:
+    """``npu2_1234`` before ``npu10_99``; ``rank3`` before ``rank12``."""
+    return tuple(int(n) for n in re.findall(r"\d+", name)) or (0,)
+
+
+def pick_rank(where: Path, found: list[Path], rank: int | None, notes: list[str]) -> tuple[Path, int | None]:
+    """The rank folder to read: the one asked for, or the first (with a note saying so)."""
+    found = sorted(found, key=lambda p: rank_sort_key(p.name))
+    if len(found) == 1:  # --rank is for the side that has ranks; a single-device golden stays whole
+        return found[0], None
+    names = ", ".join(p.name for p in found)
+    if rank is None:
+        notes.append(
+            f"{where} holds {len(found)} ranks ({names}); comparing rank 0 (--rank R picks, --gather merges)"
+        )
+        return found[0], 0
+    if not 0 <= rank < len(found):
+        raise DumpError(f"{where}: --rank {rank} is out of range; it holds {len(found)} ranks ({names})")
+    return found[rank], rank

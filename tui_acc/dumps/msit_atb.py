@@ -24,7 +24,17 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Role, TensorRef
+from tui_acc.dumps.model import (
+    DumpError,
+    DumpIndex,
+    Node,
+    NodeTree,
+    Problem,
+    Role,
+    TensorRef,
+    pick_rank,
+    rank_sort_key,
+)
 
 FORMAT = "msit-atb"
 _NODE_DIR = re.compile(r"^(\d+)_(.+)$")
@@ -56,8 +66,8 @@ def claims(path: Path) -> bool:
     return any(p.name.startswith(_DUMP_PREFIXES) and (p / "tensors").is_dir() for p in _subdirs(path))
 
 
-def read(path: Path, token_offset: int | None = None) -> DumpIndex:
-    dump_root, device_dir, only_dir, notes = _locate(path)
+def read(path: Path, token_offset: int | None = None, rank: int | None = None) -> DumpIndex:
+    dump_root, device_dir, only_dir, notes, ranks, rank = _locate(path, rank)
     pid = device_dir.name.rsplit("_", 1)[-1]
     problems: list[Problem] = []
     topology = _read_topology(dump_root / "model" / pid, problems)
@@ -88,14 +98,16 @@ def read(path: Path, token_offset: int | None = None) -> DumpIndex:
         order_source="folder ids",
         problems=problems,
         notes=notes,
+        ranks=ranks,
+        rank=rank,
     )
 
 
 # --- finding the data ---------------------------------------------------------------------------
 
 
-def _locate(path: Path) -> tuple[Path, Path, int | None, list[str]]:
-    """(msit_dump root, {device}_{pid} folder, a single token folder or None, notes)."""
+def _locate(path: Path, rank: int | None) -> tuple[Path, Path, int | None, list[str], list[str], int | None]:
+    """(msit_dump root, {device}_{pid} folder, single token folder or None, notes, rank names, rank read)."""
     if not path.is_dir():
         raise DumpError(f"{path}: not a directory")
     notes: list[str] = []
@@ -119,17 +131,15 @@ def _locate(path: Path) -> tuple[Path, Path, int | None, list[str]]:
         if len(dumps) > 1:
             notes.append(f"{candidate} holds {len(dumps)} ATB dumps; reading the newest, {dumps[-1].name}")
         candidate = dumps[-1]
+    ranks: list[str] = []
+    picked: int | None = None
     if device_dir is None:
-        devices = sorted(p for p in _subdirs(candidate / "tensors") if re.match(r"^\d+_\d+$", p.name))
+        devices = [p for p in _subdirs(candidate / "tensors") if re.match(r"^\d+_\d+$", p.name)]
         if not devices:
             raise DumpError(f"{candidate / 'tensors'}: no {{device}}_{{pid}} folder")
-        if len(devices) > 1:
-            names = ", ".join(p.name for p in devices)
-            raise DumpError(
-                f"{candidate / 'tensors'}: holds several device folders ({names}); pass the one to compare"
-            )
-        device_dir = devices[0]
-    return candidate, device_dir, only_dir, notes
+        device_dir, picked = pick_rank(candidate / "tensors", devices, rank, notes)
+        ranks = sorted((p.name for p in devices), key=rank_sort_key)
+    return candidate, device_dir, only_dir, notes, ranks, picked
 
 
 def _subdirs(path: Path) -> list[Path]:

@@ -16,7 +16,18 @@ import os
 import re
 from pathlib import Path
 
-from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Role, Stats, TensorRef
+from tui_acc.dumps.model import (
+    DumpError,
+    DumpIndex,
+    Node,
+    NodeTree,
+    Problem,
+    Role,
+    Stats,
+    TensorRef,
+    pick_rank,
+    rank_sort_key,
+)
 
 FORMAT = "msit-torch"
 STATS_FORMAT = "msit-stats"
@@ -35,9 +46,9 @@ def claims(path: Path) -> bool:
     return any(_DUMP_DIR.match(p.name) and (p / "torch_tensors").is_dir() for p in _subdirs(path))
 
 
-def read(path: Path) -> DumpIndex:
-    """Index the msit torch dump at or below ``path``."""
-    data_dir, only_token, notes = _locate(path)
+def read(path: Path, rank: int | None = None) -> DumpIndex:
+    """Index the msit torch dump at or below ``path`` (``rank``: which device folder, when several)."""
+    data_dir, only_token, notes, ranks, rank = _locate(path, rank)
     problems: list[Problem] = []
     tokens = _index_tokens(data_dir, only_token, problems)
     if not tokens:
@@ -59,6 +70,8 @@ def read(path: Path) -> DumpIndex:
         data_dir=data_dir,
         format=STATS_FORMAT if statistics_only else FORMAT,
         statistics_only=statistics_only,
+        ranks=ranks,
+        rank=rank,
         tree=tree,
         tokens=tokens,
         order_source=order_source,
@@ -70,16 +83,19 @@ def read(path: Path) -> DumpIndex:
 # --- finding the data ---------------------------------------------------------------------------
 
 
-def _locate(path: Path) -> tuple[Path, int | None, list[str]]:
-    """Find the ``{device}_{pid}`` folder from whatever folder a user naturally passes."""
+def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], list[str], int | None]:
+    """Find the ``{device}_{pid}`` folder from whatever folder a user naturally passes.
+
+    Returns (folder, a single token or None, notes, every rank folder's name, the rank read).
+    """
     if not path.exists():
         raise DumpError(f"{path}: no such file or directory")
     if not path.is_dir():
         raise DumpError(f"{path}: expected a dump directory, found a file")
     if (path / MODEL_TREE).is_file():
-        return path, None, []
+        return path, None, [], [], None
     if path.name.isdigit() and (path.parent / MODEL_TREE).is_file():
-        return path.parent, int(path.name), [f"only token {path.name} of {path.parent} is read"]
+        return path.parent, int(path.name), [f"only token {path.name} of {path.parent} is read"], [], None
     notes: list[str] = []
     search = path
     if not (path.name == "torch_tensors" or (path / "torch_tensors").is_dir()):
@@ -94,16 +110,11 @@ def _locate(path: Path) -> tuple[Path, int | None, list[str]]:
             notes.append(f"{path} holds {len(dumps)} msit_dump_* folders; reading the newest, {search.name}")
     if search.name != "torch_tensors":
         search = search / "torch_tensors"
-    devices = sorted(p for p in _subdirs(search) if (p / MODEL_TREE).is_file())
+    devices = [p for p in _subdirs(search) if (p / MODEL_TREE).is_file()]
     if not devices:
         raise DumpError(f"{search}: no {{device}}_{{pid}} folder with a {MODEL_TREE} was found")
-    if len(devices) > 1:
-        names = ", ".join(p.name for p in devices)
-        raise DumpError(
-            f"{search}: holds several device folders ({names}); pass the one to compare "
-            "(multi-rank merging is not supported yet)"
-        )
-    return devices[0], None, notes
+    chosen, picked = pick_rank(search, devices, rank, notes)
+    return chosen, None, notes, sorted((p.name for p in devices), key=rank_sort_key), picked
 
 
 def _subdirs(path: Path) -> list[Path]:

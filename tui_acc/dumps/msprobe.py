@@ -19,7 +19,18 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Role, Stats, TensorRef
+from tui_acc.dumps.model import (
+    DumpError,
+    DumpIndex,
+    Node,
+    NodeTree,
+    Problem,
+    Role,
+    Stats,
+    TensorRef,
+    pick_rank,
+    rank_sort_key,
+)
 
 FORMAT = "msprobe"
 ROOT = "model"
@@ -35,8 +46,8 @@ def claims(path: Path) -> bool:
     return bool(_rank_dirs(path))
 
 
-def read(path: Path) -> DumpIndex:
-    rank_dir, notes = _locate(path)
+def read(path: Path, rank: int | None = None) -> DumpIndex:
+    rank_dir, notes, ranks, rank = _locate(path, rank)
     problems: list[Problem] = []
     dump_json = rank_dir / "dump.json"
     try:
@@ -76,6 +87,8 @@ def read(path: Path) -> DumpIndex:
         problems=problems,
         notes=notes,
         statistics_only=statistics_only,
+        ranks=ranks,
+        rank=rank,
     )
 
 
@@ -103,12 +116,12 @@ def _rank_dirs(path: Path) -> list[Path]:
     return found
 
 
-def _locate(path: Path) -> tuple[Path, list[str]]:
+def _locate(path: Path, rank: int | None) -> tuple[Path, list[str], list[str], int | None]:
     notes: list[str] = []
     if path.name == "dump.json":
-        return path.parent, notes
+        return path.parent, notes, [], None
     if (path / "dump.json").is_file():
-        return path, notes
+        return path, notes, [], None
     if not _STEP.match(path.name):
         steps = [p for p in path.iterdir() if p.is_dir() and _STEP.match(p.name)]
         if len(steps) > 1:
@@ -117,10 +130,8 @@ def _locate(path: Path) -> tuple[Path, list[str]]:
     ranks = _rank_dirs(path)
     if not ranks:
         raise DumpError(f"{path}: not an msprobe dump (expected step*/rank*|proc*/dump.json)")
-    if len(ranks) > 1:
-        names = ", ".join(p.name for p in ranks)
-        raise DumpError(f"{path}: holds several ranks ({names}); pass the rank folder to compare")
-    return ranks[0], notes
+    chosen, picked = pick_rank(path, ranks, rank, notes)
+    return chosen, notes, sorted((p.name for p in ranks), key=rank_sort_key), picked
 
 
 # --- the call tree ------------------------------------------------------------------------------

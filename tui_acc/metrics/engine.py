@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from tui_acc.dumps.model import Stats, TensorRef, logical_name
+from tui_acc.dumps.model import DumpError, Stats, TensorRef, logical_name
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 from tui_acc.metrics.schema import NODE_SCHEMA, TENSOR_SCHEMA, TOKEN_SCHEMA, to_frame
 from tui_acc.metrics.verdict import Thresholds, logits_passed, tensor_passed
@@ -100,10 +100,11 @@ class MetricsEngine:
         }
         try:
             if pair.golden.has_data and pair.test.has_data:
-                metrics = compare_tensors(load_tensor(pair.golden.path), load_tensor(pair.test.path))
+                golden = _load(pair.golden, None)
+                metrics = compare_tensors(golden, _load(pair.test, golden.shape))
             else:
                 metrics = compare_stats(_stats(pair.golden), _stats(pair.test))
-        except TensorLoadError as exc:
+        except (TensorLoadError, DumpError) as exc:
             row["error"] = str(exc)
         except ShapeMismatch as exc:
             row["error"] = f"{pair.golden_node}/{pair.slot}: {exc}"
@@ -277,13 +278,22 @@ def first_suspect(tree: Any, rows: dict[str, Row]) -> Row | None:
     return search(tree.root)
 
 
+def _load(ref: TensorRef, like: Any) -> Any:
+    """A tensor, merged from its ranks when it was gathered (shaped like the golden where that decides)."""
+    if not ref.parts:
+        return load_tensor(ref.path)
+    from tui_acc.dumps.gather import merge_parts
+
+    return merge_parts([load_tensor(p) for p in ref.parts], ref.merge, like, ref.path)
+
+
 def _stats(ref: TensorRef) -> Stats:
     """A side's statistics: as recorded, or computed from its tensor when the other side has only those."""
     if ref.stats is not None:
         return ref.stats
     from tui_acc.metrics.stats import stats_of
 
-    return stats_of(load_tensor(ref.path))
+    return stats_of(_load(ref, None))
 
 
 def _badness(row: Row) -> tuple[int, float]:

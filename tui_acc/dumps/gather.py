@@ -1,0 +1,98 @@
+"""Gathering a multi-rank dump into one, to compare it with a single-device golden.
+
+Each tensor becomes the list of its ranks' files, merged when loaded:
+
+* **sum** for partial sums: the inputs of an all-reduce (ATB ``AllReduceOperation``, msprobe
+  ``Distributed.all_reduce``) and the outputs of the ATB operation just before one (a
+  row-parallel linear). The sum of the ranks' inputs is what the single-device model computes.
+* **auto** otherwise: concatenated along the dimension where the ranks together have the
+  golden's size (column-parallel outputs; msit's rule), or taken from rank 0 when every rank
+  holds the full tensor (replicated, as after an all-reduce).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tui_acc.dumps.model import DumpError, DumpIndex, Problem, TensorRef
+
+if TYPE_CHECKING:
+    import torch
+
+SUM, AUTO = "sum", "auto"
+
+
+def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:
+    """One index whose tensors refer to every rank's file."""
+    first = ranks[0]
+    problems = [p for index in ranks for p in index.problems]
+    tokens: dict[int, dict[str, list[TensorRef]]] = {}
+    for token in sorted(set.intersection(*(set(index.tokens) for index in ranks))):
+        nodes: dict[str, list[TensorRef]] = {}
+        for name, refs in first.tokens[token].items():
+            gathered = []
+            for ref in refs:
+                others = [_same_slot(index, token, name, ref.slot) for index in ranks[1:]]
+                if not ref.has_data or any(o is None or not o.has_data for o in others):
+                    problems.append(
+                        Problem(str(ref.path), f"token {token}: not on every rank with data; not gathered")
+                    )
+                    continue
+                parts = (ref.path, *(o.path for o in others if o is not None))
+                gathered.append(replace(ref, parts=parts, merge=_merge_kind(first, name, ref)))
+            nodes[name] = gathered
+        tokens[token] = nodes
+    note = (
+        f"gathered {len(ranks)} ranks ({', '.join(first.ranks)}): summed before all-reduce, "
+        "concatenated where the golden is larger, rank 0 where every rank holds the whole tensor"
+    )
+    return replace(
+        first,
+        tokens=tokens,
+        problems=problems,
+        notes=[n for n in first.notes if "ranks" not in n] + [note],
+        rank=None,
+    )
+
+
+def _same_slot(index: DumpIndex, token: int, name: str, slot: str) -> TensorRef | None:
+    return next((r for r in index.tokens.get(token, {}).get(name, []) if r.slot == slot), None)
+
+
+def _merge_kind(index: DumpIndex, name: str, ref: TensorRef) -> str:
+    node = index.tree.nodes[name]
+    if "allreduce" in node.type.lower().replace("_", "") or name.startswith("Distributed.all_reduce"):
+        return SUM if ref.role == "input" else AUTO
+    if ref.role == "output" and node.parent is not None:
+        siblings = index.tree.nodes[node.parent].children
+        position = siblings.index(name)
+        following = siblings[position + 1] if position + 1 < len(siblings) else None
+        if following is not None and "allreduce" in index.tree.nodes[following].type.lower():
+            return SUM
+    return AUTO
+
+
+def merge_parts(
+    parts: Sequence[torch.Tensor], how: str, like: Sequence[int] | None, where: Path
+) -> torch.Tensor:
+    """Merge one tensor's ranks, shaped like the golden (``like``) where that decides it."""
+    import torch
+
+    if how == SUM:
+        return torch.stack([p.to(torch.float64) for p in parts]).sum(dim=0)
+    first = parts[0]
+    if like is None or list(first.shape) == list(like):
+        return first  # replicated on every rank
+    for dim in range(first.dim()):
+        sizes = [p.shape[dim] for p in parts]
+        others_equal = all(
+            list(p.shape[:dim]) + list(p.shape[dim + 1 :]) == list(like[:dim]) + list(like[dim + 1 :])
+            for p in parts
+        )
+        if others_equal and sum(sizes) == like[dim] and len(like) == first.dim():
+            return torch.cat(list(parts), dim=dim)
+    shapes = ", ".join(str(list(p.shape)) for p in parts)
+    raise DumpError(f"{where}: cannot gather ranks {shapes} into the golden's {list(like)}")
