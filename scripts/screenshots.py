@@ -43,6 +43,21 @@ async def shoot(out: Path) -> None:
         app.save_screenshot(str(out / "help.svg"))
 
 
+async def shoot_atb(out: Path) -> None:
+    app = AccApp(open_comparison("golden", "test"), export_dir=Path(tempfile.mkdtemp()))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("f", "enter")
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("f")
+        await pilot.pause()
+        app.save_screenshot(str(out / "operators-atb.svg"))
+
+
 def main() -> None:
     out = REPO / "screenshots"
     out.mkdir(exist_ok=True)
@@ -50,6 +65,9 @@ def main() -> None:
         demo = make_demo(Path(tmp) / "tui-acc-demo", seed=0)
         os.chdir(demo.out)  # relative paths in the title line
         asyncio.run(shoot(out))
+        atb = make_demo(Path(tmp) / "tui-acc-demo-atb", seed=0, layout="atb")
+        os.chdir(atb.out)
+        asyncio.run(shoot_atb(out))
     print(f"wrote {', '.join(sorted(p.name for p in out.glob('*.svg')))} to {out}")
 
 

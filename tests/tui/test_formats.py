@@ -1,0 +1,75 @@
+"""The TUI works unchanged on every format: ATB names beside torch names, statistics views."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, Static
+
+from tests.tui.conftest import settle
+from tui_acc import open_comparison
+from tui_acc.tui.app import AccApp
+from tui_acc.tui.screens.operators import OperatorScreen
+
+
+def _cursor_key(app: AccApp) -> str:
+    table = app.screen.query_one("#ops", DataTable)
+    return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+
+
+@pytest.fixture
+def atb_app(atb_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AccApp:
+    golden, plain, _ = atb_pair
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "golden").symlink_to(golden)
+    (work / "test").symlink_to(plain)
+    monkeypatch.chdir(work)  # relative paths keep the title line stable for the snapshot
+    return AccApp(open_comparison("golden", "test"), export_dir=tmp_path)
+
+
+async def test_atb_names_stand_beside_torch_names(atb_app: AccApp) -> None:
+    async with atb_app.run_test(size=(120, 32)) as pilot:
+        await settle(pilot)
+        await pilot.press("f", "enter")
+        await settle(pilot)
+        await pilot.press("f")
+        await pilot.pause()
+        assert isinstance(atb_app.screen, OperatorScreen)
+        assert _cursor_key(atb_app) == "root.model.layers.2.mlp.down_proj"
+        table = atb_app.screen.query_one("#ops", DataTable)
+        assert str(table.get_cell("root.model.layers.2.mlp.down_proj", "test_name")) == "3_LinearOperation"
+        assert str(table.get_cell("root.model.layers.2.mlp.down_proj", "type")) == "Linear/LinearOperation"
+        await pilot.press("e")
+        status = str(atb_app.screen.query_one("#status", Static).render())
+        exported = Path(status.split(" to ", 1)[1])
+        assert "3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation" in exported.read_text()
+
+
+def test_atb_operator_screen_snapshot(snap_compare, atb_app: AccApp) -> None:
+    async def drilled(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        await pilot.press("f", "enter")
+        await settle(pilot)
+        await pilot.press("f", "t")
+        await pilot.pause()
+
+    assert snap_compare(atb_app, terminal_size=(80, 24), run_before=drilled)
+
+
+async def test_statistics_dumps_show_statistics_columns(reference: Path, tmp_path: Path) -> None:
+    case = reference / "msprobe-L0" / "statistics"
+    app = AccApp(open_comparison(case / "golden", case / "test"), export_dir=tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        tokens = app.screen.query_one("#tokens", DataTable)
+        assert [str(c.label) for c in tokens.columns.values()][:3] == ["Token", "Verdict", "NormRel"]
+        assert str(tokens.get_cell("1", "passed")) == "pass"
+        await pilot.press("enter")
+        await settle(pilot)
+        ops = app.screen.query_one("#ops", DataTable)
+        labels = [str(c.label) for c in ops.columns.values()]
+        assert "NormRel" in labels and "Cosine" not in labels
+        first = str(ops.coordinate_to_cell_key(ops.cursor_coordinate).row_key.value)
+        assert first.startswith("Module.model.")
