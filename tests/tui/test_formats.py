@@ -11,6 +11,7 @@ from tests.tui.conftest import settle
 from tui_acc import open_comparison
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
+from tui_acc.tui.widgets.layer_tree import LayerTree
 
 
 def _cursor_key(app: AccApp) -> str:
@@ -32,6 +33,8 @@ def atb_app(atb_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AccApp
 async def test_atb_names_stand_beside_torch_names(atb_app: AccApp) -> None:
     async with atb_app.run_test(size=(120, 32)) as pilot:
         await settle(pilot)
+        tokens = atb_app.screen.query_one("#tokens", DataTable)
+        assert str(tokens.get_cell("3", "test_node")) == "6_LmHead"
         await pilot.press("f", "enter")
         await settle(pilot)
         await pilot.press("f")
@@ -41,6 +44,8 @@ async def test_atb_names_stand_beside_torch_names(atb_app: AccApp) -> None:
         table = atb_app.screen.query_one("#ops", DataTable)
         assert str(table.get_cell("root.model.layers.2.mlp.down_proj", "test_name")) == "3_LinearOperation"
         assert str(table.get_cell("root.model.layers.2.mlp.down_proj", "type")) == "Linear/LinearOperation"
+        tree = atb_app.screen.query_one(LayerTree)
+        assert tree.cursor_node is not None and "↔ 3_LinearOperation" in str(tree.cursor_node.label)
         await pilot.press("e")
         status = str(atb_app.screen.query_one("#status", Static).render())
         exported = Path(status.split(" to ", 1)[1])

@@ -152,6 +152,7 @@ class MetricsEngine:
         row = {key: tensor.get(key) for key in TOKEN_SCHEMA}
         row["token"] = token
         row["node"] = tensor["golden_node"]
+        row["test_node"] = tensor["test_node"]
         row["shape"] = tensor.get("golden_shape")
         row["passed"] = logits_passed(tensor, self.thresholds)
         return row

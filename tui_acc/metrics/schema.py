@@ -65,6 +65,7 @@ TOKEN_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
     "test_dtype": pl.String,
     "shape": pl.String,
     "node": pl.String,
+    "test_node": pl.String,
     "stats_only": pl.Boolean,
     "norm_rel_diff": pl.Float64,
     "max_diff": pl.Float64,

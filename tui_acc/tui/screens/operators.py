@@ -100,7 +100,8 @@ class OperatorScreen(ViewScreen):
         yield Header()
         yield Static(id="summary")
         with Horizontal(id="main"):
-            yield LayerTree(tree, set(self._pairs), id="layers")
+            partners = {name: node.test for name, node in self._pairs.items()}
+            yield LayerTree(tree, set(self._pairs), partners, id="layers")
             yield DataTable(id="ops", cursor_type="row", zebra_stripes=True)
         yield TensorDetail(id="detail")
         yield Static(id="status")

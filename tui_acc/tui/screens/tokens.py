@@ -61,6 +61,7 @@ class TokenScreen(ViewScreen):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._columns = self._choose_columns()
         table = self.query_one("#tokens", DataTable)
         for key, label, width in self._columns:
             table.add_column(label, key=key, width=width)
@@ -97,10 +98,13 @@ class TokenScreen(ViewScreen):
             table.update_cell(key, column, cell)
         self._update_summary()
 
-    @property
-    def _columns(self) -> tuple[tuple[str, str, int], ...]:
+    def _choose_columns(self) -> tuple[tuple[str, str, int], ...]:
         cmp = self.acc.comparison
-        return STATS_COLUMNS if cmp.golden.statistics_only or cmp.test.statistics_only else COLUMNS
+        columns = STATS_COLUMNS if cmp.golden.statistics_only or cmp.test.statistics_only else COLUMNS
+        first = next((p for t in cmp.pairing.tokens if (p := cmp.pairing.logits_pair(t)) is not None), None)
+        if first is not None and first.golden_node != first.test_node:
+            columns = (*columns, ("test_node", "Test logits", 22))  # e.g. 14_LmHead beside root.lm_head
+        return columns
 
     def _cells(self, row: Row, pending: bool = False) -> list[Text | str]:
         passed = row.get("passed")
@@ -119,6 +123,7 @@ class TokenScreen(ViewScreen):
             "mean_diff": fmt.num(row.get("mean_diff")),
             "top1": top1,
             "shape": row.get("shape") or "-",
+            "test_node": row.get("test_node") or "",
         }
         return [cells[key] for key, _, _ in self._columns]
 

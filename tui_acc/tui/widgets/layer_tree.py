@@ -26,9 +26,13 @@ class LayerTree(Tree[str]):
             super().__init__()
             self.name = name
 
-    def __init__(self, tree: NodeTree, present: set[str], **kwargs: object) -> None:
+    def __init__(
+        self, tree: NodeTree, present: set[str], partners: dict[str, str] | None = None, **kwargs: object
+    ) -> None:
+        """``partners``: the test-side name of each node, shown when it differs (an ATB test)."""
         super().__init__(tree.root, data=tree.root, **kwargs)  # type: ignore[arg-type]
         self.model_tree = tree
+        self._partners = {g: t for g, t in (partners or {}).items() if g != t}
         self._by_name: dict[str, TreeNode[str]] = {tree.root: self.root}
         self._verdicts: dict[str, bool | None] = {}
         self._own_rows: dict[str, Row] = {}
@@ -53,7 +57,9 @@ class LayerTree(Tree[str]):
         node = self.model_tree.nodes[name]
         passed = self._verdicts.get(name)
         label = Text.assemble(fmt.mark(passed), " ", fmt.styled(fmt.short_name(name), passed))
-        if node.children:
+        if name in self._partners:
+            label.append(f" ↔ {fmt.short_name(self._partners[name])}", style="cyan")
+        elif node.children:
             label.append(f" {node.type}", style="dim")
         return label
 
