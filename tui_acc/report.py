@@ -10,7 +10,7 @@ import polars as pl
 from tui_acc import __version__
 from tui_acc.dumps import DumpIndex
 from tui_acc.metrics.engine import Row
-from tui_acc.metrics.schema import NODE_SCHEMA, TOKEN_SCHEMA, to_frame
+from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, TOKEN_SCHEMA, to_frame
 from tui_acc.session import Comparison
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -18,13 +18,7 @@ EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 _OP_FIELDS = (
     "golden_type",
     "test_type",
-    "cosine",
-    "max_abs_err",
-    "mean_abs_err",
-    "max_rel_err",
-    "mean_rel_err",
-    "rel_euclidean",
-    "kl",
+    *METRIC_COLUMNS,
     "input_cosine",
     "worst_output",
     "shape",
@@ -193,13 +187,7 @@ def _op(row: Row | None) -> dict[str, Any] | None:
 
 
 _TENSOR_FIELDS = (
-    "cosine",
-    "max_abs_err",
-    "mean_abs_err",
-    "max_rel_err",
-    "mean_rel_err",
-    "rel_euclidean",
-    "kl",
+    *METRIC_COLUMNS,
     "numel",
     "golden_dtype",
     "test_dtype",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,18 @@ class PairResult:
     fault_description: str
 
 
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """One reduction order: the same seed gives the same bits on every run and machine load."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@_one_thread()
 def run_pair(
     out: Path,
     seed: int,
@@ -29,24 +42,6 @@ def run_pair(
     fault_token: int,
     say: Callable[[str], None],
     config: TinyConfig | None = None,
-) -> PairResult:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one reduction order: the same seed gives the same bits on every run
-    try:
-        return _run_pair(out, seed, prompt, new_tokens, fault_module, fault_token, say, config)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _run_pair(
-    out: Path,
-    seed: int,
-    prompt: list[int],
-    new_tokens: int,
-    fault_module: str,
-    fault_token: int,
-    say: Callable[[str], None],
-    config: TinyConfig | None,
 ) -> PairResult:
     say("golden run: float32 ...")
     golden_model = build_model(seed, config)

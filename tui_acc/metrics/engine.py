@@ -15,7 +15,7 @@ import polars as pl
 
 from tui_acc.dumps.model import DumpError, Stats, TensorRef, logical_name
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
-from tui_acc.metrics.schema import NODE_SCHEMA, TENSOR_SCHEMA, TOKEN_SCHEMA, to_frame
+from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, TENSOR_SCHEMA, TOKEN_SCHEMA, to_frame
 from tui_acc.metrics.verdict import Thresholds, logits_passed, tensor_passed
 from tui_acc.pairing import NodePair, Pairing, TensorPair
 
@@ -218,20 +218,8 @@ class MetricsEngine:
             "worst_output": worst["slot"] if worst else None,
             "error": next((r["error"] for r in rows if r.get("error")), None),
         }
-        for key in (
-            "cosine",
-            "max_abs_err",
-            "mean_abs_err",
-            "max_rel_err",
-            "mean_rel_err",
-            "rel_euclidean",
-            "kl",
-        ):
+        for key in _FROM_WORST_OUTPUT:
             row[key] = worst.get(key) if worst else None
-        for key in ("stats_only", "norm_rel_diff", "max_diff", "min_diff", "mean_diff"):
-            row[key] = worst.get(key) if worst else None
-        row["golden_dtype"] = worst.get("golden_dtype") if worst else None
-        row["test_dtype"] = worst.get("test_dtype") if worst else None
         row["shape"] = worst.get("golden_shape") if worst else None
         row["suspect"] = row["outputs_passed"] is False and row["inputs_passed"] is not False
         return row
@@ -263,6 +251,19 @@ class MetricsEngine:
         """
         rows = {row["golden_node"]: row for row in self.node_rows(token, should_stop)}
         return first_suspect(self.pairing.golden.tree, rows)
+
+
+# A node row shows its worst output: these columns are copied from that output's row.
+_FROM_WORST_OUTPUT = (
+    *METRIC_COLUMNS,
+    "stats_only",
+    "norm_rel_diff",
+    "max_diff",
+    "min_diff",
+    "mean_diff",
+    "golden_dtype",
+    "test_dtype",
+)
 
 
 def first_suspect(tree: Any, rows: dict[str, Row]) -> Row | None:
