@@ -62,10 +62,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
     data: dict[str, Any] = dump["data"]
     task = str(dump.get("task", "tensor"))
     tensor_dir = rank_dir / "dump_tensor_data"
-    tree = NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "model", None, 0)})
-    order = {name: i for i, name in enumerate(data)}  # dump.json lists calls as they complete
-    for name in sorted(set(data) | set(parents), key=lambda n: order.get(n, len(order))):
-        _add_node(tree, name, parents, order)
+    tree = _build_tree(list(data), parents)
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
     statistics_only = True
     for name, entry in data.items():
@@ -149,24 +146,34 @@ def _read_construct(path: Path, problems: list[Problem]) -> dict[str, str | None
     return {str(k): (str(v) if v else None) for k, v in raw.items()} if isinstance(raw, dict) else {}
 
 
-def _add_node(tree: NodeTree, name: str, parents: dict[str, str | None], order: dict[str, int]) -> None:
-    if name in tree.nodes:
-        return
-    parent = parents.get(name) or ROOT
-    if parent not in tree.nodes:
-        _add_node(tree, parent, parents, order)
-    node = Node(name, _type_of(name), parent, tree.nodes[parent].depth + 1)
-    tree.nodes[name] = node
-    siblings = tree.nodes[parent].children
-    siblings.append(name)
-    # children in completion order; a parent completes after its children, so sort by subtree
-    siblings.sort(key=lambda n: _first_completion(n, parents, order))
+def _build_tree(completed: list[str], parents: dict[str, str | None]) -> NodeTree:
+    """The call tree, children in execution order.
+
+    ``dump.json`` lists calls as they complete, so a module comes after its children; a call
+    started before its sibling exactly when its subtree completed something first.
+    """
+    tree = NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "model", None, 0)})
+    order = {name: i for i, name in enumerate(completed)}
+    for name in [*completed, *parents]:  # a parent missing from both still gets a node, under the root
+        _add_node(tree, name, parents)
+    first: dict[str, int] = {}
+    for node in reversed(list(tree.preorder())):
+        own = order.get(node.name, 1 << 30)
+        first[node.name] = min([own, *(first[c] for c in node.children)])
+    for node in tree.nodes.values():
+        node.children.sort(key=lambda c: first[c])
+    return tree
 
 
-def _first_completion(name: str, parents: dict[str, str | None], order: dict[str, int]) -> int:
-    own = order.get(name, 1 << 30)
-    children = [c for c, p in parents.items() if p == name]
-    return min([own] + [_first_completion(c, parents, order) for c in children])
+def _add_node(tree: NodeTree, name: str, parents: dict[str, str | None]) -> None:
+    chain = []
+    while name not in tree.nodes:
+        chain.append(name)
+        name = parents.get(name) or ROOT
+    for child in reversed(chain):
+        parent = parents.get(child) or ROOT
+        tree.nodes[child] = Node(child, _type_of(child), parent, tree.nodes[parent].depth + 1)
+        tree.nodes[parent].children.append(child)
 
 
 def _type_of(name: str) -> str:

@@ -71,18 +71,19 @@ class Pairing:
     logits_node: str
     unmatched: list[Unmatched] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    _logits_cache: dict[int, TensorPair | None] = field(default_factory=dict, repr=False, compare=False)
 
     def node_pairs(self, token: int) -> list[NodePair]:
         return self.nodes.get(token, [])
 
     def logits_pair(self, token: int) -> TensorPair | None:
-        """The output tensor holding the token's logits, if both sides dumped it."""
-        wanted = logical_name(self.logits_node)
-        for node in self.nodes.get(token, []):
-            if logical_name(node.golden) == wanted:
-                outputs = node.outputs
-                return outputs[0] if outputs else None
-        return None
+        """The output tensor holding the token's logits, if both sides dumped it (looked up once)."""
+        if token not in self._logits_cache:
+            wanted = logical_name(self.logits_node)
+            node = next((n for n in self.nodes.get(token, []) if logical_name(n.golden) == wanted), None)
+            outputs = node.outputs if node is not None else ()
+            self._logits_cache[token] = outputs[0] if outputs else None
+        return self._logits_cache[token]
 
     def tensor_pair_count(self) -> int:
         return sum(len(n.tensors) for nodes in self.nodes.values() for n in nodes)
