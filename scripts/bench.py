@@ -146,7 +146,8 @@ def main() -> None:
             for p in node.tensors
             if "float" in str(p.golden.path) or True
         ]
-        loaded = [(load_tensor(p.golden.path), load_tensor(p.test.path)) for p in pairs]
+        # clone: memory-mapped files would otherwise be paged in inside whichever kernel runs first
+        loaded = [(load_tensor(p.golden.path).clone(), load_tensor(p.test.path).clone()) for p in pairs]
         loaded = [(g, t) for g, t in loaded if g.is_floating_point() and g.numel() == t.numel()]
         from tui_acc.metrics.kernels import compare_tensors
 

@@ -149,3 +149,46 @@ def test_complex_compares_as_real_and_imaginary_parts() -> None:
     row = compare_tensors(g, t)
     assert row["max_abs_err"] == 2.0 and row["kl"] is None
     assert row["cosine"] == pytest.approx((1 + 1 + 4 - 1) / 7)
+
+
+def test_added_metrics() -> None:
+    g = torch.tensor([[1.0, 2.0, 0.0, -4.0]])
+    t = torch.tensor([[1.0005, 2.0, 0.0, -3.0]])
+    row = compare_tensors(g, t)
+    assert row["abs_euclidean"] == pytest.approx(math.sqrt(0.0005**2 + 1.0))
+    assert row["rmse"] == pytest.approx(math.sqrt((0.0005**2 + 1.0) / 4))
+    # msprobe's ratios: rel errors 5e-4, 0, 0 (zero golden, zero test), 0.25
+    assert row["thousandth_ratio"] == 0.75 and row["five_thousandths_ratio"] == 0.75
+    assert (row["worst_index"], row["worst_golden"], row["worst_test"]) == (3, -4.0, -3.0)
+    assert row["n"] == 4 and row["sum_dd"] == pytest.approx(0.0005**2 + 1.0)
+
+
+def test_worst_element_index_spans_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "CHUNK_ELEMENTS", 8)
+    g = torch.zeros(10, 8)
+    t = g.clone()
+    t[7, 3] = 5.0
+    t[2, 1] = 1.0
+    row = compare_tensors(g, t)
+    assert row["worst_index"] == 7 * 8 + 3 and row["worst_test"] == 5.0
+
+
+def test_topk_overlap_of_logits() -> None:
+    g = torch.tensor([[9.0, 8.0, 7.0, 6.0, 5.0, 4.0, 3.0]])
+    t = torch.tensor([[9.0, 8.0, 7.0, 0.0, 0.0, 4.0, 3.0]])
+    assert compare_tensors(g, t)["topk_overlap"] == pytest.approx(3 / 5)
+
+
+def test_aggregates_are_exact_from_sufficient_statistics() -> None:
+    from tui_acc.metrics.aggregate import aggregate
+
+    gen = torch.Generator().manual_seed(5)
+    parts = [(torch.randn(7, 3, generator=gen), torch.randn(7, 3, generator=gen)) for _ in range(4)]
+    rows = [compare_tensors(g, t) for g, t in parts]
+    whole = compare_tensors(
+        torch.cat([g.reshape(-1) for g, _ in parts]), torch.cat([t.reshape(-1) for _, t in parts])
+    )
+    agg = aggregate(rows)
+    assert agg["tensors"] == 4
+    for key in ("cosine", "rel_euclidean", "rmse"):
+        assert agg[key] == pytest.approx(whole[key], rel=1e-12)

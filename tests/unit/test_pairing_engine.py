@@ -47,6 +47,16 @@ def test_nothing_is_computed_before_asked_and_nothing_twice(demo_pair) -> None:
     assert cmp.engine.computed == len(cmp.pairing.tokens) + per_token - 1  # lm_head output was cached
 
 
+def test_parallel_rows_equal_sequential_rows(demo_pair) -> None:
+    from tui_acc.metrics import MetricsEngine
+
+    cmp = open_comparison(demo_pair.golden, demo_pair.test)
+    parallel = MetricsEngine(cmp.pairing, workers=4).node_rows(3)
+    sequential = MetricsEngine(cmp.pairing, workers=1).node_rows(3)
+    assert [r["golden_node"] for r in parallel] == [r["golden_node"] for r in sequential]
+    assert [r["cosine"] for r in parallel] == [r["cosine"] for r in sequential]
+
+
 def test_concurrent_requests_compute_each_pair_once(demo_pair) -> None:
     cmp = open_comparison(demo_pair.golden, demo_pair.test)
     barrier = threading.Barrier(3)
@@ -63,17 +73,23 @@ def test_concurrent_requests_compute_each_pair_once(demo_pair) -> None:
     assert cmp.engine.computed == sum(len(n.tensors) for n in cmp.pairing.node_pairs(2))
 
 
-def test_should_stop_cancels_between_tensors(demo_pair) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_should_stop_cancels_between_tensors(demo_pair, workers: int) -> None:
+    from tui_acc.metrics import MetricsEngine
+
     cmp = open_comparison(demo_pair.golden, demo_pair.test)
-    calls = {"n": 0}
+    engine = MetricsEngine(cmp.pairing, workers=workers)
+    stop = threading.Event()
 
     def stop_after_five() -> bool:
-        calls["n"] += 1
-        return calls["n"] > 5
+        if engine.computed >= 5:
+            stop.set()
+        return stop.is_set()
 
     with pytest.raises(Cancelled):
-        cmp.engine.node_rows(0, should_stop=stop_after_five)
-    assert cmp.engine.computed == 5
+        engine.node_rows(0, should_stop=stop_after_five)
+    total = sum(len(n.tensors) for n in cmp.pairing.node_pairs(0))
+    assert 5 <= engine.computed < total  # stopped well before the end; in-flight pairs may finish
 
 
 def test_demo_fault_is_found(demo_pair) -> None:

@@ -48,3 +48,13 @@ def test_garbage_and_non_tensors_are_named(tmp_path: Path) -> None:
         load_tensor(tmp_path / "dict.pth")
     with pytest.raises(TensorLoadError, match="file not found"):
         load_tensor(tmp_path / "missing.pth")
+
+
+def test_zip_files_are_memory_mapped_and_legacy_files_still_load(tmp_path: Path) -> None:
+    t = torch.arange(1 << 16, dtype=torch.float32)
+    torch.save(t, tmp_path / "new.pth")
+    loaded = load_tensor(tmp_path / "new.pth")
+    assert str(tmp_path / "new.pth") in Path("/proc/self/maps").read_text()
+    assert torch.equal(loaded, t)
+    torch.save(t[:4], tmp_path / "old.pth", _use_new_zipfile_serialization=False)
+    assert load_tensor(tmp_path / "old.pth").tolist() == [0.0, 1.0, 2.0, 3.0]

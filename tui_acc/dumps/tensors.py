@@ -36,7 +36,7 @@ def load_tensor(path: Path) -> torch.Tensor:
     import torch  # deferred: indexing and the UI start without paying torch's import
 
     try:
-        obj = torch.load(path, weights_only=True, map_location="cpu")
+        obj = _torch_load(path)
     except FileNotFoundError as exc:
         raise TensorLoadError(path, "file not found") from exc
     except pickle.UnpicklingError as exc:
@@ -46,6 +46,17 @@ def load_tensor(path: Path) -> torch.Tensor:
     if not isinstance(obj, torch.Tensor):
         raise TensorLoadError(path, f"holds a {type(obj).__name__}, not a tensor")
     return obj
+
+
+def _torch_load(path: Path) -> object:
+    """Memory-mapped where the file allows it (zip format), so a large tensor is paged in, not read."""
+    import zipfile
+
+    import torch
+
+    if zipfile.is_zipfile(path):
+        return torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    return torch.load(path, weights_only=True, map_location="cpu")  # legacy format: no mmap possible
 
 
 def _unpickling_problem(exc: BaseException) -> str:

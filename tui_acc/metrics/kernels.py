@@ -53,6 +53,11 @@ class _Sums:
     t_min: float = math.inf
     kl_sum: float = 0.0
     kl_rows: int = 0
+    within_1e3: int = 0
+    within_5e3: int = 0
+    worst_index: int | None = None
+    worst_golden: float | None = None
+    worst_test: float | None = None
 
 
 def compare_tensors(golden: torch.Tensor, test: torch.Tensor) -> dict[str, object]:
@@ -81,18 +86,29 @@ def compare_tensors(golden: torch.Tensor, test: torch.Tensor) -> dict[str, objec
     for start in range(0, g2.shape[0], rows_per_chunk):
         g = g2[start : start + rows_per_chunk].to(torch.float64)
         t = t2[start : start + rows_per_chunk].to(torch.float64)
-        _accumulate(g, t, sums, nan, kl=is_float)
+        _accumulate(g, t, sums, nan, kl=is_float, offset=start * width)
     row.update(nan)
     row.update(_finish(sums, is_float))
-    row.update(_top1(g2, t2) if is_float else {"golden_top1": None, "test_top1": None})
+    row.update(_top1(g2, t2) if is_float else {"golden_top1": None, "test_top1": None, "topk_overlap": None})
     return row
 
 
-def _top1(g2: torch.Tensor, t2: torch.Tensor) -> dict[str, int | None]:
-    """Argmax of the last row: for logits, the token each side would pick."""
+TOP_K = 5
+
+
+def _top1(g2: torch.Tensor, t2: torch.Tensor) -> dict[str, int | float | None]:
+    """The last row's argmax (for logits, the token each side would pick) and top-k overlap."""
     if not g2.shape[0] or not g2.shape[1]:
-        return {"golden_top1": None, "test_top1": None}
-    return {"golden_top1": int(g2[-1].float().argmax()), "test_top1": int(t2[-1].float().argmax())}
+        return {"golden_top1": None, "test_top1": None, "topk_overlap": None}
+    g_last, t_last = g2[-1].double(), t2[-1].double()
+    k = min(TOP_K, g_last.numel())
+    g_top = set(torch.topk(g_last, k).indices.tolist())
+    t_top = set(torch.topk(t_last, k).indices.tolist())
+    return {
+        "golden_top1": int(g_last.argmax()),
+        "test_top1": int(t_last.argmax()),
+        "topk_overlap": len(g_top & t_top) / k,
+    }
 
 
 def _as_real_pairs(tensor: torch.Tensor) -> torch.Tensor:
@@ -108,12 +124,14 @@ def _row_width(golden: torch.Tensor, test: torch.Tensor) -> int:
     return max(golden.numel(), 1)
 
 
-def _accumulate(g: torch.Tensor, t: torch.Tensor, s: _Sums, nan: dict[str, int], kl: bool) -> None:
+def _accumulate(
+    g: torch.Tensor, t: torch.Tensor, s: _Sums, nan: dict[str, int], kl: bool, offset: int = 0
+) -> None:
     gg, tt = float((g * g).sum()), float((t * t).sum())
     # Squares of finite fp32/fp16/bf16 values cannot overflow float64, so finite sums of squares
     # prove every element finite: the common case pays for no isfinite() pass at all.
     if math.isfinite(gg + tt):
-        _add(g, t, s, gg, tt, valid=None)
+        _add(g, t, s, gg, tt, valid=None, offset=offset)
         if kl:
             _add_kl(g, t, s)
         return
@@ -123,18 +141,24 @@ def _accumulate(g: torch.Tensor, t: torch.Tensor, s: _Sums, nan: dict[str, int],
     nan["golden_inf"] += int(torch.isinf(g).sum())
     nan["test_inf"] += int(torch.isinf(t).sum())
     gf, tf = torch.where(valid, g, 0.0), torch.where(valid, t, 0.0)
-    _add(gf, tf, s, float((gf * gf).sum()), float((tf * tf).sum()), valid)
+    _add(gf, tf, s, float((gf * gf).sum()), float((tf * tf).sum()), valid, offset)
     rows = valid.all(dim=-1)
     if kl and bool(rows.any()):
         _add_kl(g[rows], t[rows], s)
 
 
 def _add(
-    g: torch.Tensor, t: torch.Tensor, s: _Sums, gg: float, tt: float, valid: torch.Tensor | None
+    g: torch.Tensor, t: torch.Tensor, s: _Sums, gg: float, tt: float, valid: torch.Tensor | None, offset: int
 ) -> None:
     """Accumulate one chunk whose non-finite elements (``~valid``) are already zeroed."""
     diff = (t - g).abs()
     s.finite += g.numel() if valid is None else int(valid.sum())
+    if diff.numel():
+        worst = int(diff.argmax())
+        if s.worst_index is None or float(diff.reshape(-1)[worst]) > s.abs_max:
+            s.worst_index = offset + worst
+            s.worst_golden = float(g.reshape(-1)[worst])
+            s.worst_test = float(t.reshape(-1)[worst])
     s.dot += float((g * t).sum())
     s.gg += gg
     s.tt += tt
@@ -145,6 +169,14 @@ def _add(
     if diff.numel():
         s.abs_max = max(s.abs_max, float(diff.max()))
     g_abs = g.abs()
+    # msprobe's thousandth ratios: relative error with fp32 eps standing in for a zero golden
+    rel_all = diff / torch.where(g == 0, REL_ERR_FLOOR, g_abs)
+    close_1e3, close_5e3 = rel_all < 1e-3, rel_all < 5e-3
+    if valid is not None:
+        close_1e3 &= valid
+        close_5e3 &= valid
+    s.within_1e3 += int(close_1e3.sum())
+    s.within_5e3 += int(close_5e3.sum())
     mask = g_abs > REL_ERR_FLOOR  # zeroed elements fall below the floor, so they never count
     count = int(mask.sum())
     if count:
@@ -184,6 +216,19 @@ def _finish(s: _Sums, is_float: bool) -> dict[str, object]:
         "golden_norm": norm_g,
         "test_norm": norm_t,
         "cosine": cosine,
+        "abs_euclidean": math.sqrt(s.dd),
+        "rmse": math.sqrt(s.dd / n) if n else None,
+        "thousandth_ratio": s.within_1e3 / n if n else None,
+        "five_thousandths_ratio": s.within_5e3 / n if n else None,
+        "worst_index": s.worst_index,
+        "worst_golden": s.worst_golden,
+        "worst_test": s.worst_test,
+        # sufficient statistics: aggregates over many tensors are exact from these alone
+        "n": n,
+        "sum_gg": s.gg,
+        "sum_tt": s.tt,
+        "sum_gt": s.dot,
+        "sum_dd": s.dd,
         "max_abs_err": s.abs_max if n else None,
         "mean_abs_err": s.abs_sum / n if n else None,
         "max_rel_err": s.rel_max if s.rel_count else None,

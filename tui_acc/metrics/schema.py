@@ -14,7 +14,20 @@ METRIC_COLUMNS: dict[str, type[pl.DataType] | pl.DataType] = {
     "max_rel_err": pl.Float64,
     "mean_rel_err": pl.Float64,
     "rel_euclidean": pl.Float64,
+    "abs_euclidean": pl.Float64,
+    "rmse": pl.Float64,
     "kl": pl.Float64,
+    "thousandth_ratio": pl.Float64,
+    "five_thousandths_ratio": pl.Float64,
+}
+
+# Per-tensor sums from which any aggregate (a layer, a token) is exact without re-reading data.
+SUFFICIENT_COLUMNS: dict[str, type[pl.DataType] | pl.DataType] = {
+    "n": pl.Int64,
+    "sum_gg": pl.Float64,
+    "sum_tt": pl.Float64,
+    "sum_gt": pl.Float64,
+    "sum_dd": pl.Float64,
 }
 
 TENSOR_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
@@ -44,6 +57,11 @@ TENSOR_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
     "test_norm": pl.Float64,
     "golden_top1": pl.Int64,
     "test_top1": pl.Int64,
+    "topk_overlap": pl.Float64,
+    "worst_index": pl.Int64,
+    "worst_golden": pl.Float64,
+    "worst_test": pl.Float64,
+    **SUFFICIENT_COLUMNS,
     "stats_only": pl.Boolean,
     **{f"{s}_diff": pl.Float64 for s in ("max", "min", "mean", "norm")},
     **{f"{s}_rel_diff": pl.Float64 for s in ("max", "min", "mean", "norm")},
@@ -61,6 +79,7 @@ TOKEN_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
     "rel_euclidean": pl.Float64,
     "golden_top1": pl.Int64,
     "test_top1": pl.Int64,
+    "topk_overlap": pl.Float64,
     "golden_dtype": pl.String,
     "test_dtype": pl.String,
     "shape": pl.String,
