@@ -9,7 +9,7 @@ The headless engine is usable from a notebook or a CI job::
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from tui_acc.session import Comparison, open_comparison
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tui_acc import __version__
+from tui_acc.config import ConfigError, load_config
 from tui_acc.metrics.verdict import Thresholds
 
 _COMMANDS = ("open", "report", "demo")
@@ -84,23 +85,24 @@ def _add_dump_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="merge the test's ranks (concatenated, or summed before all-reduce) for a single-device golden",
     )
-    defaults = Thresholds()
-    parser.add_argument(
-        "--logits-cos", type=float, default=defaults.logits_cosine, help="min logits cosine (%(default)s)"
-    )
-    parser.add_argument(
-        "--kl-fp16", type=float, default=defaults.logits_kl_fp16, help="max logits KL, fp16 (%(default)s)"
-    )
-    parser.add_argument(
-        "--kl-bf16", type=float, default=defaults.logits_kl_bf16, help="max logits KL, bf16 (%(default)s)"
-    )
-    parser.add_argument(
-        "--op-cos", type=float, default=defaults.op_cosine, help="min operator cosine (%(default)s)"
-    )
+    parser.add_argument("--config", type=Path, metavar="FILE", help="tui-acc.toml with thresholds and rules")
+    parser.add_argument("--logits-cos", type=float, help="min logits cosine, every dtype")
+    parser.add_argument("--logits-kl", type=float, help="max logits KL, every dtype")
+    parser.add_argument("--kl-fp16", type=float, help="max logits KL for float16 (default 1e-4)")
+    parser.add_argument("--kl-bf16", type=float, help="max logits KL for bfloat16 (default 5e-3)")
+    parser.add_argument("--op-cos", type=float, help="min operator cosine, every dtype")
 
 
 def _thresholds(args: argparse.Namespace) -> Thresholds:
-    return Thresholds(args.logits_cos, args.kl_fp16, args.kl_bf16, args.op_cos)
+    """Defaults < config files < command line."""
+    thresholds = load_config(args.config).thresholds
+    logits = {k: v for k, v in (("cosine", args.logits_cos), ("kl", args.logits_kl)) if v is not None}
+    ops = {"cosine": args.op_cos} if args.op_cos is not None else {}
+    thresholds = thresholds.with_bounds(logits=logits, ops=ops)
+    for dtype, kl in (("float16", args.kl_fp16), ("bfloat16", args.kl_bf16)):
+        if kl is not None:
+            thresholds.logits[dtype]["kl"] = kl
+    return thresholds
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -122,11 +124,16 @@ def _run_compare(args: argparse.Namespace) -> int:
     from tui_acc.session import open_comparison
 
     try:
+        thresholds = _thresholds(args)
+    except ConfigError as exc:
+        print(f"tui-acc: error: {exc}", file=sys.stderr)
+        return 2
+    try:
         cmp = open_comparison(
             args.golden,
             args.test,
             args.logits_node,
-            _thresholds(args),
+            thresholds,
             args.mapping,
             args.token_offset,
             rank=args.rank,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 import polars as pl
@@ -51,13 +50,14 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
         "golden": _side(cmp.golden),
         "test": _side(cmp.test),
         "logits_node": cmp.pairing.logits_node,
-        "thresholds": asdict(engine.thresholds),
+        "thresholds": engine.thresholds.as_dict(),
         "tokens": [
             {
                 "token": r["token"],
                 "cosine": r.get("cosine"),
                 "kl": r.get("kl"),
                 "passed": r["passed"],
+                "verdict": r.get("verdict"),
                 "golden_top1": r.get("golden_top1"),
                 "test_top1": r.get("test_top1"),
                 "stats_only": bool(r.get("stats_only")),
@@ -70,6 +70,18 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
         "analysed_token": analysed,
         "first_failing_op": _op(suspect),
         "failing_ops": sum(1 for r in node_rows if r["outputs_passed"] is False),
+        # every failing operator of the analysed token: "local" where the error starts (its inputs
+        # pass), "inherited" where its inputs were already bad
+        "failing": [
+            {
+                "golden": r["golden_node"],
+                "test": r["test_node"],
+                "label": r["label"],
+                "cosine": r.get("cosine"),
+            }
+            for r in node_rows
+            if r["outputs_passed"] is False
+        ],
         "pairs": cmp.pairing.tensor_pair_count(),
         "unmatched": [u.as_dict() for u in cmp.pairing.unmatched],
         "errors": errors,
@@ -110,7 +122,7 @@ def format_text(report: dict[str, Any]) -> str:
     if stats:
         lines[-1] = f"{'token':>5}  {'verdict':<7}  {'norm rel':>10}   (statistics only: L2 norms compared)"
     for t in report["tokens"]:
-        verdict = "ERROR" if t["error"] else "pass" if t["passed"] else "FAIL"
+        verdict = {"error": "ERROR", "fail": "FAIL"}.get(t["verdict"] or "", t["verdict"] or "?")
         top1 = f"{t['golden_top1']}/{t['test_top1']}" if t["golden_top1"] is not None else "-"
         if stats:
             lines.append(f"{t['token']:>5}  {verdict:<7}  {_num(t['norm_rel_diff']):>10}")
@@ -125,11 +137,15 @@ def format_text(report: dict[str, Any]) -> str:
     if report["analysed_token"] is not None:
         if op:
             partner = f" <-> {op['test']} ({op['test_type']})" if op["test"] != op["golden"] else ""
+            inputs = (
+                "inputs pass" if op["inputs_from"] == "files" else f"inputs pass (fed by {op['inputs_from']})"
+            )
             lines.append(
                 f"first failing op at token {op['token']}: {op['golden']} ({op['golden_type']}){partner}"
-                f"  cosine {_num(op['cosine'])}  max abs err {_num(op['max_abs_err'])}"
-                f"  inputs {'pass' if op['input_cosine'] is None or op['inputs_passed'] else 'FAIL'}"
+                f"  cosine {_num(op['cosine'])}  max abs {_num(op['max_abs_err'])}  {op['label']}, {inputs}"
             )
+            inherited = sum(1 for f in report["failing"] if f["label"] == "inherited")
+            lines.append(f"  failing ops at that token: {len(report['failing'])} ({inherited} inherited)")
         else:
             lines.append(f"first failing op at token {report['analysed_token']}: none found")
     if report.get("tensor"):
@@ -182,7 +198,9 @@ def _op(row: Row | None) -> dict[str, Any] | None:
         return None
     op = {"token": row["token"], "golden": row["golden_node"], "test": row["test_node"]}
     op.update({key: row.get(key) for key in _OP_FIELDS})
-    op["inputs_passed"] = row["inputs_passed"]
+    op["inputs_passed"] = row["inputs_effective"]
+    op["inputs_from"] = row.get("inputs_from")
+    op["label"] = row.get("label")
     return op
 
 

@@ -77,6 +77,10 @@ def terminal_factory():
 
 
 def test_ssh_user_finds_the_fault_and_exports_it(demo_pair, tmp_path: Path, terminal_factory) -> None:
+    from tui_acc import open_comparison
+
+    fault = open_comparison(demo_pair.golden, demo_pair.test).engine.first_failing_op(demo_pair.fault_token)
+    assert fault is not None
     tui_acc = [sys.executable, "-m", "tui_acc", str(demo_pair.golden), str(demo_pair.test)]
     term = terminal_factory(tui_acc, tmp_path)
     term.wait_for(lambda s: "first failing: 3" in s, "the token verdicts")
@@ -84,7 +88,7 @@ def test_ssh_user_finds_the_fault_and_exports_it(demo_pair, tmp_path: Path, term
     term.wait_for(lambda s: "◆ model.layers.2.mlp.down_proj" in s, "the operator verdicts")
     term.keys("f")
     screen = term.wait_for(lambda s: "model.layers.2.mlp.down_proj  Linear" in s, "the tensor detail")
-    assert "◆42" in screen and "0.629364" in screen
+    assert "◆42" in screen and f"{fault['cosine']:.6f}" in screen
     term.keys("e")
     term.wait_for(lambda s: "exported 58 rows to" in s, "the export path")
     (exported,) = tmp_path.glob("tui-acc-token3-ops-*.csv")

@@ -51,7 +51,7 @@ def test_thresholds_are_configurable(demo_pair, capsys) -> None:
         capsys, str(demo_pair.golden), str(demo_pair.test), "--logits-cos", "0.9", "--kl-bf16", "0.01"
     )
     assert code == 1  # the tokens after the fault still fail
-    assert report["thresholds"]["logits_cosine"] == 0.9
+    assert report["thresholds"]["logits"]["bfloat16"] == {"cosine": 0.9, "kl": 0.01}
     assert [t["passed"] for t in report["tokens"]][demo_pair.fault_token] is True
 
 

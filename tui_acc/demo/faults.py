@@ -20,7 +20,7 @@ class StaleTailTile:
 
     module: str  # full dump name, e.g. root.model.layers.2.mlp.down_proj
     token: int
-    tile: int = 24
+    tile: int = 48
 
     def describe(self) -> str:
         return (

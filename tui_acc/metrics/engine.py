@@ -19,7 +19,7 @@ import polars as pl
 from tui_acc.dumps.model import DumpError, Stats, TensorRef, logical_name
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, TENSOR_SCHEMA, TOKEN_SCHEMA, to_frame
-from tui_acc.metrics.verdict import Thresholds, logits_passed, tensor_passed
+from tui_acc.metrics.verdict import Thresholds, logits_passed, near_tie, tensor_passed
 from tui_acc.pairing import NodePair, Pairing, TensorPair
 
 Row = dict[str, Any]
@@ -163,7 +163,14 @@ class MetricsEngine:
         row["node"] = tensor["golden_node"]
         row["test_node"] = tensor["test_node"]
         row["shape"] = tensor.get("golden_shape")
-        row["passed"] = logits_passed(tensor, self.thresholds)
+        passed = logits_passed(tensor, self.thresholds)
+        if tensor.get("error"):
+            row["verdict"] = "error"
+        elif passed and near_tie(tensor, self.thresholds):
+            row["verdict"] = "near-tie"  # the argmax flipped between near-equal candidates
+        else:
+            row["verdict"] = "pass" if passed else "fail"
+        row["passed"] = passed
         return row
 
     def token_rows(
@@ -197,14 +204,14 @@ class MetricsEngine:
 
     # --- nodes --------------------------------------------------------------------------------
 
-    def node_row(self, node: NodePair, should_stop: StopCheck = _never) -> Row:
+    def _raw_node_row(self, node: NodePair, should_stop: StopCheck = _never) -> Row:
         rows = []
         for pair in node.tensors:
             _check(should_stop)
             rows.append(self.tensor_row(pair))
         return self._node_row_from(node, rows)
 
-    def cached_node_row(self, node: NodePair) -> Row | None:
+    def _cached_raw_node_row(self, node: NodePair) -> Row | None:
         rows = [self.cached_row(pair) for pair in node.tensors]
         if any(row is None for row in rows):
             return None
@@ -233,7 +240,6 @@ class MetricsEngine:
         for key in _FROM_WORST_OUTPUT:
             row[key] = worst.get(key) if worst else None
         row["shape"] = worst.get("golden_shape") if worst else None
-        row["suspect"] = row["outputs_passed"] is False and row["inputs_passed"] is not False
         return row
 
     def node_rows(
@@ -242,17 +248,83 @@ class MetricsEngine:
         should_stop: StopCheck = _never,
         on_row: Callable[[Row], None] | None = None,
     ) -> list[Row]:
-        """One row per paired node of ``token``, in execution order, computed across every core."""
+        """One row per paired node of ``token``, in execution order, with input feeds and labels."""
         nodes = self.pairing.node_pairs(token)
-        rows = []
+        judged: dict[str, Row] = {}
         with self._ahead([pair for node in nodes for pair in node.tensors], should_stop):
             for order, node in enumerate(nodes):
-                row = self.node_row(node, should_stop)
+                row = self._judge(self._raw_node_row(node, should_stop), judged)
                 row["order"] = order
-                rows.append(row)
+                judged[node.golden] = row
                 if on_row:
                     on_row(row)
-        return rows
+        for row in self._mark_containers(judged):
+            if on_row:
+                on_row(row)  # its label changed now that its children are known
+        return list(judged.values())
+
+    def _mark_containers(self, judged: dict[str, Row]) -> list[Row]:
+        """A failing module whose error starts in one of its children is labelled "contains"."""
+        tree = self.pairing.golden.tree
+        changed = []
+        for name, row in judged.items():
+            if row["label"] != "local":
+                continue
+            parent = tree.nodes[name].parent
+            while parent is not None:
+                above = judged.get(parent)
+                if above is not None and above["label"] == "local":
+                    above["label"] = "contains"
+                    changed.append(above)
+                parent = tree.nodes[parent].parent
+        return changed
+
+    def cached_node_rows(self, token: int) -> list[Row]:
+        """The rows of ``token`` whose tensors are all computed already (nothing is computed)."""
+        judged: dict[str, Row] = {}
+        for order, node in enumerate(self.pairing.node_pairs(token)):
+            raw = self._cached_raw_node_row(node)
+            if raw is not None:
+                row = self._judge(raw, judged)
+                row["order"] = order
+                judged[node.golden] = row
+        self._mark_containers(judged)
+        return list(judged.values())
+
+    def _judge(self, row: Row, earlier: dict[str, Row]) -> Row:
+        """Effective input verdict, suspect flag and local/inherited label, from the rows before it.
+
+        Where a node's inputs were not dumped (ATB child ops, modules called with keyword
+        arguments), its input is what fed it: the outputs of the previous sibling that has
+        outputs, or for a first child, its parent's input.
+        """
+        if row["inputs_passed"] is not None:
+            row["inputs_effective"], row["inputs_from"] = row["inputs_passed"], "files"
+        else:
+            row["inputs_effective"], row["inputs_from"] = self._feed(row["golden_node"], earlier)
+        failing = row["outputs_passed"] is False
+        row["suspect"] = failing and row["inputs_effective"] is not False
+        # "local": the error starts here; "inherited": its inputs were already bad; "contains"
+        # (set once its children are known): the error starts in one of its children
+        row["label"] = ("local" if row["suspect"] else "inherited") if failing else None
+        return row
+
+    def _feed(self, name: str, earlier: dict[str, Row]) -> tuple[bool | None, str | None]:
+        tree = self.pairing.golden.tree
+        current = name
+        while True:
+            parent = tree.nodes[current].parent
+            if parent is None:
+                return None, None
+            siblings = tree.children(parent)
+            for previous in reversed(siblings[: siblings.index(current)]):
+                row = earlier.get(previous)
+                if row is not None and row["outputs_passed"] is not None:
+                    return bool(row["outputs_passed"]), previous
+            parent_row = earlier.get(parent)
+            if parent_row is not None and parent_row.get("inputs_effective") is not None:
+                return bool(parent_row["inputs_effective"]), parent
+            current = parent  # a parent with no rows (a container): look one level up
 
     @contextmanager
     def _ahead(self, pairs: list[TensorPair], should_stop: StopCheck) -> Iterator[None]:

@@ -89,26 +89,42 @@ def compare_tensors(golden: torch.Tensor, test: torch.Tensor) -> dict[str, objec
         _accumulate(g, t, sums, nan, kl=is_float, offset=start * width)
     row.update(nan)
     row.update(_finish(sums, is_float))
-    row.update(_top1(g2, t2) if is_float else {"golden_top1": None, "test_top1": None, "topk_overlap": None})
+    row.update(_top1(g2, t2) if is_float else _NO_TOP)
     return row
 
 
 TOP_K = 5
 
 
-def _top1(g2: torch.Tensor, t2: torch.Tensor) -> dict[str, int | float | None]:
+def _top1(g2: torch.Tensor, t2: torch.Tensor) -> dict[str, int | float | bool | None]:
     """The last row's argmax (for logits, the token each side would pick) and top-k overlap."""
     if not g2.shape[0] or not g2.shape[1]:
-        return {"golden_top1": None, "test_top1": None, "topk_overlap": None}
+        return _NO_TOP
     g_last, t_last = g2[-1].double(), t2[-1].double()
+    if not (bool(torch.isfinite(g_last).all()) and bool(torch.isfinite(t_last).all())):
+        return _NO_TOP
     k = min(TOP_K, g_last.numel())
-    g_top = set(torch.topk(g_last, k).indices.tolist())
-    t_top = set(torch.topk(t_last, k).indices.tolist())
+    g_top = torch.topk(g_last, k).indices.tolist()
+    t_top = torch.topk(t_last, k).indices.tolist()
+    g1, t1 = g_top[0], t_top[0]
+    log_p = torch.log_softmax(g_last, dim=-1)
     return {
-        "golden_top1": int(g_last.argmax()),
-        "test_top1": int(t_last.argmax()),
-        "topk_overlap": len(g_top & t_top) / k,
+        "golden_top1": g1,
+        "test_top1": t1,
+        "topk_overlap": len(set(g_top) & set(t_top)) / k,
+        # how much less likely the golden found the test's pick (0 when they agree)
+        "top1_logprob_gap": float(log_p[g1] - log_p[t1]),
+        "top1_mutual": g1 in t_top and t1 in g_top,
     }
+
+
+_NO_TOP: dict[str, int | float | bool | None] = {
+    "golden_top1": None,
+    "test_top1": None,
+    "topk_overlap": None,
+    "top1_logprob_gap": None,
+    "top1_mutual": None,
+}
 
 
 def _as_real_pairs(tensor: torch.Tensor) -> torch.Tensor:

@@ -25,14 +25,34 @@ def cosine(value: float | None) -> str:
     return "-" if value is None else f"{value:.6f}"
 
 
-def verdict(passed: bool | None, error: str | None = None, pending: bool = False) -> Text:
-    if pending:
-        return Text("…", style=PENDING_STYLE)
+_LABELS = {"local": ("L", "bold red"), "contains": ("c", "red"), "inherited": ("i", "dim red")}
+
+
+def output_mark(passed: bool | None, label: str | None, error: bool = False) -> Text:
+    """✓, or ✗ with where the error starts: L local, c in a child, i inherited from the inputs."""
+    cell = mark(passed)
+    if label in _LABELS:
+        letter, style = _LABELS[label]
+        cell.append(letter, style=style)
     if error:
-        return Text("ERR", style=ERROR_STYLE)
-    if passed is None:
-        return Text("-", style=PENDING_STYLE)
-    return Text("pass", style=PASS_STYLE) if passed else Text("FAIL", style=FAIL_STYLE)
+        cell.append("!", style=ERROR_STYLE)
+    return cell
+
+
+def input_mark(passed: bool | None, source: str | None) -> Text:
+    """The inputs' verdict; a dim ``f`` when it comes from the operator that fed this one."""
+    cell = mark(passed)
+    if passed is not None and source not in (None, "files"):
+        cell.append("f", style="dim")
+    return cell
+
+
+def token_verdict(verdict: str | None, pending: bool = False) -> Text:
+    if pending or verdict is None:
+        return Text("…", style=PENDING_STYLE)
+    styles = {"pass": PASS_STYLE, "fail": FAIL_STYLE, "near-tie": "bold yellow", "error": ERROR_STYLE}
+    words = {"pass": "pass", "fail": "FAIL", "near-tie": "tie", "error": "ERR"}
+    return Text(words.get(verdict, verdict), style=styles.get(verdict, ""))
 
 
 def mark(passed: bool | None) -> Text:

@@ -31,7 +31,11 @@ VERDICTS = (
     "Operator: each tensor passes when cosine ≥ 0.99; integer tensors must match exactly. In and Out "
     "are the verdicts of its inputs and outputs; the table shows its worst output.",
     "◆ First failing op: the earliest in execution order, and the innermost, whose output fails "
-    "while its inputs pass.",
+    "while its inputs pass. Out ✗L: the error starts here (local); ✗c: it starts in a child; "
+    "✗i: inherited from inputs that were already bad. In ✓f: no inputs were dumped, so the outputs "
+    "of the operator that fed it are used.",
+    "Token 'tie': logits within thresholds but the top-1 flipped between two near-equal candidates "
+    "(mutual top-5, log-prob gap <= 0.1): not a real divergence.",
     "Thresholds are options: tui-acc open --help.",
 )
 

@@ -113,11 +113,9 @@ class OperatorScreen(ViewScreen):
             table.add_column(label, key=key, width=width)
         engine = self.acc.comparison.engine
         tree = self.query_one(LayerTree)
-        for name, node in self._pairs.items():
-            cached = engine.cached_node_row(node)
-            if cached is not None:
-                self._rows[name] = cached
-                tree.set_row(cached)
+        for cached in engine.cached_node_rows(self.token):
+            self._rows[cached["golden_node"]] = cached
+            tree.set_row(cached)
         self._fill_table()
         self._update_summary()
         table.focus()
@@ -128,13 +126,14 @@ class OperatorScreen(ViewScreen):
     @work(thread=True, exclusive=True, group="operators", exit_on_error=False, name="operator metrics")
     def compute_operators(self) -> None:
         worker = get_current_worker()
-        engine = self.acc.comparison.engine
+
+        def publish(row: Row) -> None:
+            self.post_message(self.NodeComputed(row))
+
         try:
-            for node in self._pairs.values():
-                if worker.is_cancelled:
-                    return
-                if node.golden not in self._rows:
-                    self.post_message(self.NodeComputed(engine.node_row(node, lambda: worker.is_cancelled)))
+            self.acc.comparison.engine.node_rows(
+                self.token, should_stop=lambda: worker.is_cancelled, on_row=publish
+            )
         except Cancelled:
             return
         self.post_message(self.TokenFinished())
@@ -199,10 +198,8 @@ class OperatorScreen(ViewScreen):
             passed = row["outputs_passed"]
             cells.update(
                 name=fmt.styled(label, passed),
-                inputs=fmt.mark(row["inputs_passed"]),
-                outputs=Text.assemble(
-                    fmt.mark(passed), Text(" !", style=fmt.ERROR_STYLE) if row.get("error") else ""
-                ),
+                inputs=fmt.input_mark(row.get("inputs_effective"), row.get("inputs_from")),
+                outputs=fmt.output_mark(passed, row.get("label"), bool(row.get("error"))),
                 cosine=fmt.styled(fmt.cosine(row["cosine"]), passed),
                 max_abs_err=fmt.num(row["max_abs_err"]),
                 rel_euclidean=fmt.num(row["rel_euclidean"]),
@@ -234,7 +231,9 @@ class OperatorScreen(ViewScreen):
 
     def _show_detail(self, name: str | None) -> None:
         node = self._pairs.get(name) if name else None
-        self.query_one(TensorDetail).show(node, self.acc.comparison.engine)
+        self.query_one(TensorDetail).show(
+            node, self.acc.comparison.engine, self._rows.get(name) if name else None
+        )
 
     def _update_summary(self) -> None:
         done, total = len(self._rows), len(self._pairs)

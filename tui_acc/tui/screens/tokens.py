@@ -114,7 +114,7 @@ class TokenScreen(ViewScreen):
             top1 = Text(f"{row['golden_top1']}/{row['test_top1']}", style="" if same else "red")
         cells: dict[str, Text | str] = {
             "token": fmt.styled(str(row["token"]), None if pending else passed),
-            "passed": fmt.verdict(passed, row.get("error"), pending),
+            "passed": fmt.token_verdict(row.get("verdict"), pending),
             "cosine": fmt.styled(fmt.cosine(row.get("cosine")), passed),
             "kl": fmt.styled(fmt.num(row.get("kl")), passed),
             "max_abs_err": fmt.num(row.get("max_abs_err")),
@@ -212,8 +212,4 @@ _TOKEN_EXPORT = {
 
 
 def _verdict_word(row: Row) -> str:
-    if "passed" not in row:
-        return "pending"
-    if row.get("error"):
-        return "error"
-    return "pass" if row["passed"] else "fail"
+    return str(row.get("verdict") or "pending")

@@ -19,7 +19,7 @@ class TensorDetail(Static):
     TensorDetail { height: auto; max-height: 9; }
     """
 
-    def show(self, node: NodePair | None, engine: MetricsEngine) -> None:
+    def show(self, node: NodePair | None, engine: MetricsEngine, row: Row | None = None) -> None:
         if node is None:
             self.update("")
             return
@@ -32,6 +32,8 @@ class TensorDetail(Static):
             else f"{node.golden_type} ↔ {node.test_type}"
         )
         title = Text.assemble((names, "bold"), "  ", (types, "dim"))
+        if row is not None:
+            title.append_text(_verdict_line(row))
         if not node.tensors:
             self.update(Group(title, Text("no tensor files paired for this node", style="dim")))
             return
@@ -44,6 +46,25 @@ class TensorDetail(Static):
         for pair, row in zip(node.tensors, rows, strict=True):
             grid.add_row(*_cells(pair.slot, row))
         self.update(Group(title, grid))
+
+
+_LABEL_TEXT = {
+    "local": ("  error starts here", "bold red"),
+    "contains": ("  error starts in a child", "red"),
+    "inherited": ("  inherited: its inputs were already off", "dim red"),
+}
+
+
+def _verdict_line(row: Row) -> Text:
+    text = Text()
+    label = row.get("label")
+    if label in _LABEL_TEXT:
+        text.append(*_LABEL_TEXT[label])
+    source = row.get("inputs_from")
+    if source not in (None, "files"):
+        verdict = "pass" if row.get("inputs_effective") else "fail"
+        text.append(f"  inputs not dumped: judged by {fmt.short_name(str(source))} ({verdict})", style="dim")
+    return text
 
 
 def _cells(slot: str, row: Row | None) -> list[Text | str]:

@@ -1,0 +1,143 @@
+"""``tui-acc.toml``: thresholds, per-operator rules and (later) re-dump templates.
+
+Looked up, later ones overriding earlier ones: the user's config directory
+(``$XDG_CONFIG_HOME/tui-acc/tui-acc.toml``, else ``~/.config/tui-acc/tui-acc.toml``), then
+``./tui-acc.toml``, then ``--config FILE``; command-line flags override all of them::
+
+    [thresholds]
+    stats_norm_rel = 0.01          # statistics-only dumps: L2 norms may differ by 1%
+    near_tie_gap = 0.1             # log-prob gap under which a top-1 flip is a near tie
+
+    [thresholds.logits]            # every dtype
+    cosine = 0.999
+    [thresholds.logits.bfloat16]   # one dtype: float32, float16, bfloat16, int8
+    kl = 5e-3
+
+    [thresholds.ops]
+    cosine = 0.99
+    [thresholds.ops.int8]
+    cosine = 0.97
+
+    [[rules]]                      # operators whose golden or test name matches (globs)
+    pattern = "*.mlp.act_fn"
+    cosine = 0.95
+    max_abs_err = 0.05
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tui_acc.metrics.verdict import DTYPES, Rule, Thresholds
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+FILE_NAME = "tui-acc.toml"
+_METRICS = {
+    "cosine",
+    "kl",
+    "max_abs_err",
+    "mean_abs_err",
+    "max_rel_err",
+    "mean_rel_err",
+    "rel_euclidean",
+    "abs_euclidean",
+    "rmse",
+    "topk_overlap",
+    "thousandth_ratio",
+    "five_thousandths_ratio",
+}
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file and the problem."""
+
+
+@dataclass
+class Config:
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    sources: list[str] = field(default_factory=list)
+    sections: dict[str, Any] = field(default_factory=dict)  # other tables, for other features
+
+
+def user_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(base) if base else Path.home() / ".config") / "tui-acc" / FILE_NAME
+
+
+def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config:
+    """Defaults, then the user's file, then ./tui-acc.toml, then ``explicit``."""
+    config = Config()
+    candidates = [user_config_path(), (cwd or Path.cwd()) / FILE_NAME]
+    for path in candidates:
+        if path.is_file():
+            _merge(config, path)
+    if explicit is not None:
+        if not explicit.is_file():
+            raise ConfigError(f"{explicit}: no such config file")
+        _merge(config, explicit)
+    return config
+
+
+def _merge(config: Config, path: Path) -> None:
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read ({exc})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+    config.sources.append(str(path))
+    thresholds = config.thresholds
+    table = raw.pop("thresholds", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [thresholds] must be a table")
+    if "stats_norm_rel" in table:
+        thresholds = replace(
+            thresholds, stats_norm_rel=_number(path, "stats_norm_rel", table.pop("stats_norm_rel"))
+        )
+    if "near_tie_gap" in table:
+        thresholds = replace(
+            thresholds, near_tie_gap=_number(path, "near_tie_gap", table.pop("near_tie_gap"))
+        )
+    logits = {d: dict(b) for d, b in thresholds.logits.items()}
+    ops = {d: dict(b) for d, b in thresholds.ops.items()}
+    for kind, target in (("logits", logits), ("ops", ops)):
+        section = table.pop(kind, {})
+        for key, value in section.items():
+            if key in DTYPES:
+                target[key].update(_bounds(path, f"thresholds.{kind}.{key}", value))
+            else:
+                for bounds in target.values():
+                    bounds.update(_bounds(path, f"thresholds.{kind}", {key: value}))
+    if table:
+        raise ConfigError(f"{path}: unknown keys in [thresholds]: {sorted(table)}")
+    rules = list(thresholds.rules)
+    for index, rule in enumerate(raw.pop("rules", [])):
+        if not isinstance(rule, dict) or not isinstance(rule.get("pattern"), str):
+            raise ConfigError(f'{path}: [[rules]] #{index + 1} needs a pattern = "..."')
+        pattern = rule.pop("pattern")
+        rules.append(Rule(pattern, _bounds(path, f"rules #{index + 1}", rule)))
+    config.thresholds = replace(thresholds, logits=logits, ops=ops, rules=tuple(rules))
+    config.sections.update(raw)
+
+
+def _bounds(path: Path, where: str, table: Any) -> dict[str, float]:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: {where} must be a table of metric = bound")
+    unknown = set(table) - _METRICS
+    if unknown:
+        raise ConfigError(f"{path}: {where}: unknown metric(s) {sorted(unknown)}; known: {sorted(_METRICS)}")
+    return {k: _number(path, f"{where}.{k}", v) for k, v in table.items()}
+
+
+def _number(path: Path, where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{path}: {where} must be a number, not {value!r}")
+    return float(value)
