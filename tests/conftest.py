@@ -60,3 +60,9 @@ def atb_pair(demo_pair, tmp_path_factory: pytest.TempPathFactory):
     plain = export_atb(demo_pair.test, out / "plain")
     mindie = export_atb(demo_pair.test, out / "mindie", mindie=True)
     return demo_pair.golden, plain, mindie
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never read or write the user's row cache."""
+    monkeypatch.setenv("TUI_ACC_CACHE_DIR", str(tmp_path_factory.mktemp("row-cache")))

@@ -86,6 +86,9 @@ def _add_dump_args(parser: argparse.ArgumentParser) -> None:
         help="merge the test's ranks (concatenated, or summed before all-reduce) for a single-device golden",
     )
     parser.add_argument("--config", type=Path, metavar="FILE", help="tui-acc.toml with thresholds and rules")
+    parser.add_argument(
+        "--no-cache", action="store_true", help="neither read nor write the on-disk row cache"
+    )
     parser.add_argument("--logits-cos", type=float, help="min logits cosine, every dtype")
     parser.add_argument("--logits-kl", type=float, help="max logits KL, every dtype")
     parser.add_argument("--kl-fp16", type=float, help="max logits KL for float16 (default 1e-4)")
@@ -138,6 +141,7 @@ def _run_compare(args: argparse.Namespace) -> int:
             args.token_offset,
             rank=args.rank,
             gather=args.gather,
+            cache=not args.no_cache,
         )
     except DumpError as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)

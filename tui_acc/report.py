@@ -40,6 +40,7 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
     analysed = token if token is not None else failing
     node_rows: list[Row] = engine.node_rows(analysed) if analysed is not None else []
     suspect = engine.first_failing_op(analysed) if analysed is not None else None
+    engine.flush()
     errors = [p.as_dict() for p in cmp.golden.problems + cmp.test.problems]
     errors += [
         {"file": r["golden_path"], "message": r["error"]} for r in engine.cached_rows() if r.get("error")

@@ -8,6 +8,7 @@ from pathlib import Path
 from tui_acc.dumps import DumpError, DumpIndex, open_dump
 from tui_acc.dumps.model import logical_name
 from tui_acc.metrics import MetricsEngine, Thresholds
+from tui_acc.metrics.cache import RowCache
 from tui_acc.pairing import MappingError, Pairing, load_mapping, pair_dumps
 
 
@@ -30,6 +31,7 @@ def open_comparison(
     token_offset: int | None = None,
     rank: int | None = None,
     gather: bool = False,
+    cache: bool = True,
 ) -> Comparison:
     """Index both dumps and pair them; no tensor is loaded yet.
 
@@ -41,6 +43,7 @@ def open_comparison(
         token_offset: for ATB dumps, token = folder - offset (default: automatic, MindIE-aware).
         rank: for multi-rank dumps, which rank to compare (on both sides when both have ranks).
         gather: merge every rank of the test dump, for a single-device golden.
+        cache: keep computed rows on disk (``tui_acc.metrics.cache``) and reuse them next time.
 
     Raises:
         DumpError: a root (or the mapping file) cannot be used; the message names it.
@@ -65,7 +68,8 @@ def open_comparison(
     except MappingError as exc:
         raise DumpError(str(exc)) from exc
     pairing = pair_dumps(golden_index, test_index, logits_node, op_mapping)
-    return Comparison(golden_index, test_index, pairing, MetricsEngine(pairing, thresholds))
+    row_cache = RowCache(golden_index.data_dir, test_index.data_dir) if cache else None
+    return Comparison(golden_index, test_index, pairing, MetricsEngine(pairing, thresholds, cache=row_cache))
 
 
 def _gathered(path: str | Path, token_offset: int | None) -> DumpIndex:

@@ -18,6 +18,7 @@ import polars as pl
 
 from tui_acc.dumps.model import DumpError, Stats, TensorRef, logical_name
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
+from tui_acc.metrics.cache import RowCache, identity
 from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, TENSOR_SCHEMA, TOKEN_SCHEMA, to_frame
 from tui_acc.metrics.verdict import Thresholds, logits_passed, near_tie, tensor_passed
 from tui_acc.pairing import NodePair, Pairing, TensorPair
@@ -38,9 +39,15 @@ class MetricsEngine:
     """Computes and caches metric rows for the tensor pairs of a Pairing."""
 
     def __init__(
-        self, pairing: Pairing, thresholds: Thresholds | None = None, workers: int | None = None
+        self,
+        pairing: Pairing,
+        thresholds: Thresholds | None = None,
+        workers: int | None = None,
+        cache: RowCache | None = None,
     ) -> None:
         self.pairing = pairing
+        self.cache = cache
+        self.from_cache = 0  # rows found on disk instead of computed
         self.thresholds = thresholds or Thresholds()
         # torch already spreads each kernel over every core; extra pool threads pay off only when
         # there are cores to spare (measured on 2 cores: no gain), so half of them by default
@@ -73,19 +80,55 @@ class MetricsEngine:
                     break
             event.wait()
         try:
-            row = self._compute(pair)
+            row = self._from_cache(pair)
+            if row is None:
+                row = self._compute(pair)
+                if self.cache is not None:
+                    self.cache.put(self._cache_key(pair), row)
+                with self._lock:
+                    self.computed += 1
             with self._lock:
                 self._rows[pair] = row
-                self.computed += 1
             return row
         finally:
             with self._lock:
                 del self._in_flight[pair]
             event.set()
 
-    def cached_row(self, pair: TensorPair) -> Row | None:
+    def _cache_key(self, pair: TensorPair) -> str:
+        # node names too: statistics-only entries of many nodes share one file (dump.json, a csv)
+        return f"{pair.golden_node}:{identity(pair.golden)}=>{pair.test_node}:{identity(pair.test)}"
+
+    def _from_cache(self, pair: TensorPair) -> Row | None:
+        if self.cache is None:
+            return None
+        stored = self.cache.get(self._cache_key(pair))
+        if stored is None:
+            return None
+        # the tensors' names follow this session's pairing; the verdict its thresholds
+        stored.update(
+            token=pair.token, golden_node=pair.golden_node, test_node=pair.test_node, role=pair.role
+        )
+        stored["passed"] = self._verdict(pair, stored)
         with self._lock:
-            return self._rows.get(pair)
+            self.from_cache += 1
+        return stored
+
+    def flush(self) -> None:
+        """Save newly computed rows to the disk cache (if any)."""
+        if self.cache is not None:
+            self.cache.flush()
+
+    def cached_row(self, pair: TensorPair) -> Row | None:
+        """The row if it is known (in memory, or in the disk cache); never computes."""
+        with self._lock:
+            row = self._rows.get(pair)
+        if row is None and self.cache is not None:
+            row = self._from_cache(pair)
+            if row is not None:
+                with self._lock:
+                    self._rows.setdefault(pair, row)
+        return row
 
     def cached_rows(self) -> list[Row]:
         """Every row computed so far."""
@@ -122,11 +165,13 @@ class MetricsEngine:
             metrics["test_shape"] = _shape(metrics["test_shape"])
             row.update(metrics)
             row.setdefault("stats_only", False)
-        if pair.role == "output" and logical_name(pair.golden_node) in self._logits_holders:
-            row["passed"] = logits_passed(row, self.thresholds)
-        else:
-            row["passed"] = tensor_passed(row, self.thresholds)
+        row["passed"] = self._verdict(pair, row)
         return row
+
+    def _verdict(self, pair: TensorPair, row: Row) -> bool:
+        if pair.role == "output" and logical_name(pair.golden_node) in self._logits_holders:
+            return logits_passed(row, self.thresholds)
+        return tensor_passed(row, self.thresholds)
 
     def tensors_frame(self, token: int, should_stop: StopCheck = _never) -> pl.DataFrame:
         rows = []

@@ -50,7 +50,9 @@ class AccApp(App[None]):
             self.push_screen(ProblemsScreen(self.comparison))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        """The one place a failed background computation becomes visible."""
+        """The one place a failed background computation becomes visible; finished work is saved."""
+        if event.state == WorkerState.SUCCESS:
+            self.comparison.engine.flush()
         if event.state == WorkerState.ERROR and event.worker.error is not None:
             self.notify(
                 f"{event.worker.name}: {event.worker.error}", title="Computation failed", severity="error"

@@ -1,0 +1,85 @@
+"""The on-disk row cache: a second launch computes nothing; a changed file is recomputed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from tui_acc import open_comparison
+from tui_acc.metrics.cache import cache_dir
+
+
+def _copy(demo_pair, tmp_path: Path) -> tuple[Path, Path]:
+    golden, test = tmp_path / "golden", tmp_path / "test"
+    shutil.copytree(demo_pair.golden, golden)
+    shutil.copytree(demo_pair.test, test)
+    return golden, test
+
+
+def test_second_launch_reads_rows_from_disk(demo_pair, tmp_path: Path) -> None:
+    golden, test = _copy(demo_pair, tmp_path)
+    first = open_comparison(golden, test)
+    rows = first.engine.node_rows(3)
+    first.engine.flush()
+    assert first.engine.computed > 0 and first.engine.from_cache == 0
+    assert list(cache_dir().glob("*.parquet")) and not list(golden.rglob("*.parquet"))  # never in the dumps
+    second = open_comparison(golden, test)
+    again = second.engine.node_rows(3)
+    assert second.engine.computed == 0 and second.engine.from_cache > 0
+    assert [r["cosine"] for r in again] == [r["cosine"] for r in rows]
+    assert [r["label"] for r in again] == [r["label"] for r in rows]
+
+
+def test_changed_file_is_recomputed_and_no_cache_bypasses(demo_pair, tmp_path: Path) -> None:
+    golden, test = _copy(demo_pair, tmp_path)
+    first = open_comparison(golden, test)
+    first.engine.token_rows()
+    first.engine.flush()
+    pair = first.pairing.logits_pair(2)
+    stat = pair.test.path.stat()
+    os.utime(pair.test.path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    second = open_comparison(golden, test)
+    second.engine.token_rows()
+    assert second.engine.computed == 1  # only the touched file
+    third = open_comparison(golden, test, cache=False)
+    third.engine.token_rows()
+    assert third.engine.from_cache == 0 and third.engine.computed == len(third.pairing.tokens)
+
+
+def test_verdicts_follow_the_sessions_thresholds_not_the_cache(demo_pair, tmp_path: Path) -> None:
+    from tui_acc.metrics import Thresholds
+
+    golden, test = _copy(demo_pair, tmp_path)
+    first = open_comparison(golden, test)
+    first.engine.token_rows()
+    first.engine.flush()
+    lenient = open_comparison(
+        golden, test, thresholds=Thresholds().with_bounds(logits={"cosine": -1.0, "kl": 10.0})
+    )
+    assert all(r["passed"] for r in lenient.engine.token_rows())
+    assert lenient.engine.computed == 0
+
+
+def test_damaged_cache_is_ignored(demo_pair, tmp_path: Path) -> None:
+    golden, test = _copy(demo_pair, tmp_path)
+    first = open_comparison(golden, test)
+    first.engine.token_rows()
+    first.engine.flush()
+    first.engine.cache.path.write_bytes(b"not parquet")
+    second = open_comparison(golden, test)
+    rows = second.engine.token_rows()
+    assert second.engine.computed == len(rows)
+    assert "unreadable cache ignored" in second.engine.cache.problem
+
+
+def test_statistics_entries_sharing_one_file_do_not_collide(reference: Path) -> None:
+    case = reference / "msprobe-L0" / "statistics"
+    fresh = open_comparison(case / "golden", case / "test", cache=False).engine.tensors_frame(1)
+    first = open_comparison(case / "golden", case / "test")
+    first.engine.tensors_frame(1)
+    first.engine.flush()
+    second = open_comparison(case / "golden", case / "test")
+    again = second.engine.tensors_frame(1)
+    assert second.engine.computed == 0
+    assert again["norm_diff"].to_list() == fresh["norm_diff"].to_list()
