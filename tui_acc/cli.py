@@ -39,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--csv", type=Path, metavar="FILE", help="also write the analysed token's operator table"
     )
     report.add_argument("--force", action="store_true", help="let --csv replace an existing file")
+    report.add_argument(
+        "--compat",
+        choices=("msit", "msprobe"),
+        help="with --csv: every paired tensor in msit's or msprobe's columns, computed their way",
+    )
 
     demo = commands.add_parser("demo", help="generate a golden/test pair with a known fault, then open it")
     demo.add_argument(
@@ -163,9 +168,17 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
     except rpt.UnknownToken as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return rpt.EXIT_USAGE
+    if args.compat and args.csv is None:
+        print("tui-acc: error: --compat writes a CSV: give --csv FILE", file=sys.stderr)
+        return rpt.EXIT_USAGE
     if args.csv is not None:
         try:
-            written = write_csv(rpt.csv_frame(result), args.csv, overwrite=args.force)
+            frame = rpt.csv_frame(result)
+            if args.compat:
+                from tui_acc.compat_report import compat_frame
+
+                frame = compat_frame(cmp, args.compat)  # type: ignore[arg-type]
+            written = write_csv(frame, args.csv, overwrite=args.force)
         except ExportError as exc:
             print(f"tui-acc: error: {exc}", file=sys.stderr)
             return rpt.EXIT_USAGE

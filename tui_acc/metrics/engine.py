@@ -152,8 +152,8 @@ class MetricsEngine:
         }
         try:
             if pair.golden.has_data and pair.test.has_data:
-                golden = _load(pair.golden, None)
-                metrics = compare_tensors(golden, _load(pair.test, golden.shape))
+                golden = load_side(pair.golden, None)
+                metrics = compare_tensors(golden, load_side(pair.test, golden.shape))
             else:
                 metrics = compare_stats(_stats(pair.golden), _stats(pair.test))
         except (TensorLoadError, DumpError) as exc:
@@ -443,7 +443,7 @@ def first_suspect(tree: Any, rows: dict[str, Row]) -> Row | None:
     return search(tree.root)
 
 
-def _load(ref: TensorRef, like: Any) -> Any:
+def load_side(ref: TensorRef, like: Any) -> Any:
     """A tensor, merged from its ranks when it was gathered (shaped like the golden where that decides)."""
     if not ref.parts:
         return load_tensor(ref.path)
@@ -458,7 +458,7 @@ def _stats(ref: TensorRef) -> Stats:
         return ref.stats
     from tui_acc.metrics.stats import stats_of
 
-    return stats_of(_load(ref, None))
+    return stats_of(load_side(ref, None))
 
 
 def _badness(row: Row) -> tuple[int, float]:
