@@ -192,3 +192,43 @@ def test_aggregates_are_exact_from_sufficient_statistics() -> None:
     assert agg["tensors"] == 4
     for key in ("cosine", "rel_euclidean", "rmse"):
         assert agg[key] == pytest.approx(whole[key], rel=1e-12)
+
+
+def _both_kernels(
+    monkeypatch: pytest.MonkeyPatch, g: torch.Tensor, t: torch.Tensor, kl: bool = True
+) -> tuple[dict, dict]:
+    from tui_acc.metrics import fastkernel
+
+    assert fastkernel.available()
+    compiled = compare_tensors(g, t, kl=kl)
+    monkeypatch.setenv("TUI_ACC_KERNEL", "torch")
+    reference = compare_tensors(g, t, kl=kl)
+    monkeypatch.delenv("TUI_ACC_KERNEL")
+    return compiled, reference
+
+
+@pytest.mark.parametrize("test_dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_compiled_kernel_equals_torch_kernel(
+    monkeypatch: pytest.MonkeyPatch, test_dtype: torch.dtype
+) -> None:
+    gen = torch.Generator().manual_seed(9)
+    g = torch.randn(37, 129, generator=gen)
+    g[3, :5] = 0.0  # zero goldens: the eps rule of the thousandth ratios
+    t = (g + 0.02 * torch.randn(37, 129, generator=gen)).to(test_dtype)
+    t[5, 7] = float("nan")
+    t[6, 1] = float("inf")
+    monkeypatch.setattr(kernels, "CHUNK_ELEMENTS", 129 * 8)  # several chunks
+    compiled, reference = _both_kernels(monkeypatch, g, t)
+    assert compiled.keys() == reference.keys()
+    for key, value in reference.items():
+        if isinstance(value, float):
+            assert compiled[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+        else:
+            assert compiled[key] == value, key
+
+
+def test_kl_is_only_computed_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
+    compiled, reference = _both_kernels(monkeypatch, g, g * 1.01, kl=False)
+    assert compiled["kl"] is None and reference["kl"] is None
+    assert compiled["cosine"] == pytest.approx(reference["cosine"])

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from tui_acc.metrics import fastkernel
 
 # Below this |golden| a relative error means nothing (fp32 machine epsilon, as msit uses).
 REL_ERR_FLOOR = 1.1920928955078125e-07
@@ -60,8 +63,12 @@ class _Sums:
     worst_test: float | None = None
 
 
-def compare_tensors(golden: torch.Tensor, test: torch.Tensor) -> dict[str, object]:
-    """Compute every metric of one pair. Raises ShapeMismatch if element counts differ."""
+def compare_tensors(golden: torch.Tensor, test: torch.Tensor, kl: bool = True) -> dict[str, object]:
+    """Compute every metric of one pair. Raises ShapeMismatch if element counts differ.
+
+    ``kl=False`` skips the KL divergence (a softmax per row costs more than everything else
+    together): the engine asks for it on logits, where it means something.
+    """
     if golden.numel() != test.numel():
         raise ShapeMismatch(f"element counts differ: golden {list(golden.shape)} vs test {list(test.shape)}")
     row = {
@@ -77,18 +84,22 @@ def compare_tensors(golden: torch.Tensor, test: torch.Tensor) -> dict[str, objec
         is_float = False
     else:
         is_float = golden.is_floating_point() and test.is_floating_point()
+    with_kl = kl and is_float
     width = _row_width(golden, test)
     g2 = golden.detach().reshape(-1, width) if golden.numel() else golden.reshape(0, 1)
     t2 = test.detach().reshape(-1, width) if test.numel() else test.reshape(0, 1)
-    sums = _Sums()
     nan = {"golden_nan": 0, "golden_inf": 0, "test_nan": 0, "test_inf": 0}
     rows_per_chunk = max(1, CHUNK_ELEMENTS // max(width, 1))
-    for start in range(0, g2.shape[0], rows_per_chunk):
-        g = g2[start : start + rows_per_chunk].to(torch.float64)
-        t = t2[start : start + rows_per_chunk].to(torch.float64)
-        _accumulate(g, t, sums, nan, kl=is_float, offset=start * width)
+    if fastkernel.available():
+        sums = _sweep_compiled(g2, t2, width, rows_per_chunk, with_kl, nan)
+    else:
+        sums = _Sums()
+        for start in range(0, g2.shape[0], rows_per_chunk):
+            g = g2[start : start + rows_per_chunk].to(torch.float64)
+            t = t2[start : start + rows_per_chunk].to(torch.float64)
+            _accumulate(g, t, sums, nan, kl=with_kl, offset=start * width)
     row.update(nan)
-    row.update(_finish(sums, is_float))
+    row.update(_finish(sums, with_kl))
     row.update(_top1(g2, t2) if is_float else _NO_TOP)
     return row
 
@@ -125,6 +136,61 @@ _NO_TOP: dict[str, int | float | bool | None] = {
     "top1_logprob_gap": None,
     "top1_mutual": None,
 }
+
+
+def _sweep_compiled(
+    g2: torch.Tensor, t2: torch.Tensor, width: int, rows_per_chunk: int, kl: bool, nan: dict[str, int]
+) -> _Sums:
+    """The same sums from ``fastkernel``: one pass per chunk, chunks widened to float32/64 first."""
+    f = fastkernel
+    state, counts = f.new_state()
+    for start in range(0, g2.shape[0], rows_per_chunk):
+        g = _numpy_chunk(g2[start : start + rows_per_chunk])
+        t = _numpy_chunk(t2[start : start + rows_per_chunk])
+        f.sweep(g, t, start * width, kl, state, counts)
+    for key, index in (
+        ("golden_nan", f.C_GNAN),
+        ("golden_inf", f.C_GINF),
+        ("test_nan", f.C_TNAN),
+        ("test_inf", f.C_TINF),
+    ):
+        nan[key] = int(counts[index])
+    sums = _Sums(
+        dot=float(state[f.S_GT]),
+        gg=float(state[f.S_GG]),
+        tt=float(state[f.S_TT]),
+        dd=float(state[f.S_DD]),
+        abs_sum=float(state[f.S_AD]),
+        abs_max=float(state[f.M_AMAX]),
+        rel_sum=float(state[f.S_REL]),
+        rel_max=float(state[f.M_RELMAX]),
+        rel_count=int(counts[f.C_REL]),
+        finite=int(counts[f.C_N]),
+        g_sum=float(state[f.S_G]),
+        t_sum=float(state[f.S_T]),
+        g_max=float(state[f.M_GMAX]),
+        g_min=float(state[f.M_GMIN]),
+        t_max=float(state[f.M_TMAX]),
+        t_min=float(state[f.M_TMIN]),
+        kl_sum=float(state[f.S_KL]),
+        kl_rows=int(counts[f.C_KLROWS]),
+        within_1e3=int(counts[f.C_1E3]),
+        within_5e3=int(counts[f.C_5E3]),
+    )
+    if counts[f.C_WIDX] >= 0:
+        sums.worst_index = int(counts[f.C_WIDX])
+        sums.worst_golden = float(state[f.M_WG])
+        sums.worst_test = float(state[f.M_WT])
+    return sums
+
+
+def _numpy_chunk(chunk: torch.Tensor) -> Any:
+    """A contiguous float32/float64 array of the chunk (16-bit and 8-bit floats widen exactly)."""
+    if chunk.dtype not in (torch.float32, torch.float64):
+        chunk = chunk.to(
+            torch.float32 if chunk.is_floating_point() and chunk.element_size() <= 2 else torch.float64
+        )
+    return chunk.contiguous().numpy()
 
 
 def _as_real_pairs(tensor: torch.Tensor) -> torch.Tensor:

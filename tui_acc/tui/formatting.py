@@ -21,6 +21,15 @@ def num(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def percent(value: float | None) -> str:
+    """A share as a percentage, never rounding a share below 1 up to 100%."""
+    if value is None:
+        return "-"
+    if value >= 1.0:
+        return "100%"
+    return f"{min(value * 100, 99.9):.1f}%"
+
+
 def cosine(value: float | None) -> str:
     return "-" if value is None else f"{value:.6f}"
 

@@ -36,7 +36,8 @@ VERDICTS = (
     "of the operator that fed it are used.",
     "Token 'tie': logits within thresholds but the top-1 flipped between two near-equal candidates "
     "(mutual top-5, log-prob gap <= 0.1): not a real divergence.",
-    "Thresholds are options: tui-acc open --help.",
+    "≤1e-3: the share of elements within 0.1% of the golden (msprobe's one-thousandth ratio).",
+    "Thresholds: tui-acc.toml or options, see tui-acc open --help.",
 )
 
 
