@@ -10,6 +10,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tui_acc.metrics.kernels import cosine_from_sums
+
 
 def aggregate(rows: Iterable[Mapping[str, Any]]) -> dict[str, float | int | None]:
     n = gg = tt = gt = dd = 0.0
@@ -30,7 +32,7 @@ def aggregate(rows: Iterable[Mapping[str, Any]]) -> dict[str, float | int | None
     elif gg == 0.0 or tt == 0.0:
         cosine = 0.0
     else:
-        cosine = gt / math.sqrt(gg * tt)
+        cosine = cosine_from_sums(gt, gg, tt)
     return {
         "tensors": count,
         "cosine": cosine,

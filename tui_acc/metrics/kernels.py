@@ -235,8 +235,9 @@ def _add(
     """Accumulate one chunk whose non-finite elements (``~valid``) are already zeroed."""
     diff = (t - g).abs()
     s.finite += g.numel() if valid is None else int(valid.sum())
-    if diff.numel():
-        worst = int(diff.argmax())
+    if diff.numel() and (valid is None or bool(valid.any())):
+        ranked = diff if valid is None else torch.where(valid, diff, -1.0)  # never a non-finite position
+        worst = int(ranked.argmax())
         if s.worst_index is None or float(diff.reshape(-1)[worst]) > s.abs_max:
             s.worst_index = offset + worst
             s.worst_golden = float(g.reshape(-1)[worst])
@@ -283,6 +284,13 @@ def _add_kl(g: torch.Tensor, t: torch.Tensor, s: _Sums) -> None:
     s.kl_rows += g.shape[0]
 
 
+def cosine_from_sums(gt: float, gg: float, tt: float) -> float:
+    """gt / sqrt(gg * tt): exactly 1 for identical tensors (sqrt(x*x) == |x| in IEEE arithmetic)."""
+    product = gg * tt
+    denominator = math.sqrt(product) if math.isfinite(product) else math.sqrt(gg) * math.sqrt(tt)
+    return max(-1.0, min(1.0, gt / denominator))
+
+
 def _finish(s: _Sums, is_float: bool) -> dict[str, object]:
     norm_g, norm_t = math.sqrt(s.gg), math.sqrt(s.tt)
     if norm_g == 0.0 and norm_t == 0.0:
@@ -290,7 +298,7 @@ def _finish(s: _Sums, is_float: bool) -> dict[str, object]:
     elif norm_g == 0.0 or norm_t == 0.0:
         cosine = 0.0
     else:
-        cosine = s.dot / (norm_g * norm_t)
+        cosine = cosine_from_sums(s.dot, s.gg, s.tt)
     # With no golden scale to be relative to, equal is 0 and anything else infinitely far.
     rel_euclid = math.sqrt(s.dd) / norm_g if norm_g > 0.0 else (0.0 if s.dd == 0.0 else math.inf)
     n = s.finite
