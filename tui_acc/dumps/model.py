@@ -58,17 +58,22 @@ class TensorRef:
     """One tensor of one node at one token.
 
     ``slot`` names it within the node and pairs golden with test (``input_0``, ``output``,
-    ``output_1``, ``outtensor0``, ``input.0``). ``path`` is its file; for a statistics-only
-    entry, ``stats`` holds the numbers and ``path`` the file they were read from.
+    ``output_1``, ``outtensor0``, ``input.0``). ``location`` is its file; for a statistics-only
+    entry, ``stats`` holds the numbers and ``location`` the file they were read from. Locations are
+    kept as strings: an index of 100,000 files would spend most of its time building Path objects.
     """
 
     slot: str
     role: Role
-    path: Path = field(compare=False)
+    location: str = field(compare=False)
     stats: Stats | None = field(default=None, compare=False)
     # gathered from several ranks: every rank's file, and how to merge them ("sum" or "auto")
     parts: tuple[Path, ...] = field(default=(), compare=False)
     merge: str = field(default="", compare=False)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.location)
 
     @property
     def has_data(self) -> bool:

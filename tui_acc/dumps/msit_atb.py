@@ -255,6 +255,6 @@ def _tensors(node_dir: Path, problems: list[Problem]) -> list[TensorRef]:
                         slot = f"{slot}.after"  # inputs dumped both before and after execution
                 else:
                     before[slot] = True
-                refs.append(TensorRef(slot=slot, role=role, path=Path(entry.path)))
+                refs.append(TensorRef(slot=slot, role=role, location=entry.path))
     refs.sort(key=lambda r: (r.role != "input", int(re.sub(r"\D", "", r.slot.split(".")[0]) or 0), r.slot))
     return refs

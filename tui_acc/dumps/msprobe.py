@@ -249,9 +249,9 @@ def _collect(
         if not path.is_file():
             problems.append(Problem(str(path), "listed in dump.json but missing; compared by its statistics"))
         else:
-            refs.append(TensorRef(slot=slot, role=role, path=path))
+            refs.append(TensorRef(slot=slot, role=role, location=str(path)))
             return
-    refs.append(TensorRef(slot=slot, role=role, path=dump_json, stats=_stats(arg)))
+    refs.append(TensorRef(slot=slot, role=role, location=str(dump_json), stats=_stats(arg)))
 
 
 def _stats(arg: dict[str, Any]) -> Stats:

@@ -124,8 +124,8 @@ def _row(row: list[str], csv_path: Path, problems: list[Problem]) -> tuple[Tenso
     if tensor_path not in ("N/A", "") and data is None:
         problems.append(Problem(tensor_path, "tensor file not found; compared by its statistics"))
     if data is not None:
-        return TensorRef(slot, role, data), int(count), chain, op_type  # type: ignore[arg-type]
-    return TensorRef(slot, role, csv_path, stats=stats), int(count), chain, op_type  # type: ignore[arg-type]
+        return TensorRef(slot, role, str(data)), int(count), chain, op_type  # type: ignore[arg-type]
+    return TensorRef(slot, role, str(csv_path), stats=stats), int(count), chain, op_type  # type: ignore[arg-type]
 
 
 def _tensor_file(tensor_path: str, csv_path: Path) -> Path | None:

@@ -19,7 +19,7 @@ def read(path: Path) -> DumpIndex:
     if path.suffix not in SUFFIXES:
         raise DumpError(f"{path}: not a tensor file tui-acc can read (expected {', '.join(SUFFIXES)})")
     tree = NodeTree(root=NODE, nodes={NODE: Node(NODE, path.suffix.lstrip("."), None, 0)})
-    ref = TensorRef(slot="output", role="output", path=path)
+    ref = TensorRef(slot="output", role="output", location=str(path))
     return DumpIndex(
         root=path,
         data_dir=path.parent,
