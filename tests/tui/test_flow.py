@@ -139,7 +139,7 @@ async def test_help_tree_toggle_and_vim_keys(demo_app: AccApp) -> None:
         await pilot.press("question_mark")
         assert isinstance(demo_app.screen, HelpScreen)
         await pilot.press("escape")
-        await pilot.press("j", "j")
+        await pilot.press("g", "j", "j")  # the cursor starts on the first failing token
         assert _cursor_key(demo_app, "#tokens") == "2"
         await pilot.press("k")
         assert _cursor_key(demo_app, "#tokens") == "1"
@@ -165,10 +165,41 @@ async def test_damaged_input_is_shown_not_hidden(damaged_copy: tuple[Path, Path]
         listing = _static_text(app)
         for name in ("root.model.layers.0.mlp.act_fn", "root.model.norm/output_5", "root.model.norm/output"):
             assert name in listing
-        await pilot.press("escape", "home", "enter")
+        await pilot.press("escape", "g", "enter")  # token 0 holds the damaged file
         await settle(pilot)
         table = app.screen.query_one("#ops", DataTable)
         assert "!" in str(table.get_cell("root.model.layers.1.mlp.up_proj", "outputs"))
         await pilot.press("u")
         listing = _static_text(app)
         assert "up_proj/output.pth" in listing and "unreadable torch file" in listing
+
+
+async def test_next_previous_failure_edges_and_filter(demo_app: AccApp, demo_pair) -> None:
+    async with demo_app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        # the first failing token is selected at start
+        assert _cursor_key(demo_app, "#tokens") == str(demo_pair.fault_token)
+        await pilot.press("n")
+        assert _cursor_key(demo_app, "#tokens") == str(demo_pair.fault_token + 1)
+        await pilot.press("N", "N")
+        assert _cursor_key(demo_app, "#tokens") == str(demo_pair.fault_token)  # nothing earlier fails
+        await pilot.press("G")
+        assert _cursor_key(demo_app, "#tokens") == "7"
+        await pilot.press("g")
+        assert _cursor_key(demo_app, "#tokens") == "0"
+        await pilot.press("f", "enter")
+        await settle(pilot)
+        await pilot.press("g", "n")
+        first = _cursor_key(demo_app, "#ops")
+        rows = {r["golden_node"]: r for r in demo_app.comparison.engine.node_rows(demo_pair.fault_token)}
+        assert rows[first]["outputs_passed"] is False
+        await pilot.press("n")
+        assert _cursor_key(demo_app, "#ops") != first
+        await pilot.press("slash")
+        await pilot.press(*"down_proj", "enter")
+        table = demo_app.screen.query_one("#ops", DataTable)
+        keys = [str(k.value) for k in table.rows]
+        assert keys and all(k.endswith("down_proj") for k in keys)
+        assert "filter 'down_proj'" in _text(demo_app, "#summary")
+        await pilot.press("slash", "escape")
+        assert table.row_count == 58 and isinstance(demo_app.screen, OperatorScreen)

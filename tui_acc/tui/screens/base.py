@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
 from tui_acc.export import ExportError, fresh_path, write_csv
 from tui_acc.tui.messages import ExportWritten
@@ -23,7 +23,37 @@ class ViewScreen(Screen[None]):
     BINDINGS = [
         Binding("e", "export", "Export", id="export"),
         Binding("question_mark", "app.help", "Help", id="help"),
+        Binding("n", "next_failure(1)", "Next fail", id="next_failure"),
+        Binding("N", "next_failure(-1)", "Prev fail", show=False, id="previous_failure"),
+        Binding("g", "edge('top')", "Top", show=False, id="top"),
+        Binding("G", "edge('bottom')", "Bottom", show=False, id="bottom"),
     ]
+
+    def main_table(self) -> DataTable[object]:
+        """The table the navigation keys act on."""
+        raise NotImplementedError
+
+    def is_failing(self, key: str) -> bool:
+        """Whether the row ``key`` of the main table shows a failure."""
+        raise NotImplementedError
+
+    def action_next_failure(self, direction: int) -> None:
+        """``n`` / ``N``: the next / previous failing row from the cursor."""
+        table = self.main_table()
+        keys = [str(k.value) for k in table.rows]
+        if not keys:
+            return
+        here = table.cursor_row
+        order = range(here + 1, len(keys)) if direction > 0 else range(here - 1, -1, -1)
+        target = next((i for i in order if self.is_failing(keys[i])), None)
+        if target is None:
+            self.notify("No further failure that way." if direction > 0 else "No earlier failure.")
+            return
+        table.move_cursor(row=target)
+
+    def action_edge(self, where: str) -> None:
+        table = self.main_table()
+        table.move_cursor(row=0 if where == "top" else max(table.row_count - 1, 0))
 
     @property
     def acc(self) -> AccApp:

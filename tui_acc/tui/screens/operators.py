@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Input, Static
 from textual.worker import get_current_worker
 
 from tui_acc.metrics import Cancelled
@@ -58,6 +58,7 @@ class OperatorScreen(ViewScreen):
         Binding("tab", "focus_next", "Tree/table", show=False, id="focus_next"),
         Binding("a", "scope_all", "All ops", id="scope_all"),
         Binding("t", "toggle_tree", "Tree", id="toggle_tree"),
+        Binding("slash", "filter", "Filter", id="filter"),
         Binding("j", "cursor('down')", "Down", show=False, id="down"),
         Binding("k", "cursor('up')", "Up", show=False, id="up"),
     ]
@@ -80,6 +81,7 @@ class OperatorScreen(ViewScreen):
         self._columns: tuple[tuple[str, str, int], ...] = COLUMNS
         self._rows: dict[str, Row] = {}
         self._scope = ""
+        self._filter = ""
         self._suspect: str | None = None
         self._finished = False
 
@@ -104,6 +106,7 @@ class OperatorScreen(ViewScreen):
             yield LayerTree(tree, set(self._pairs), partners, id="layers")
             yield DataTable(id="ops", cursor_type="row", zebra_stripes=True)
         yield TensorDetail(id="detail")
+        yield Input(placeholder="filter by name or type; Enter applies, Esc clears", id="filter")
         yield Static(id="status")
         yield Footer()
 
@@ -169,7 +172,45 @@ class OperatorScreen(ViewScreen):
 
     def _in_scope(self) -> list[str]:
         tree = self.acc.comparison.golden.tree
-        return [n.name for n in tree.preorder(self._scope) if n.name in self._pairs]
+        names = [n.name for n in tree.preorder(self._scope) if n.name in self._pairs]
+        if not self._filter:
+            return names
+        wanted = self._filter.lower()
+
+        def shown(name: str) -> bool:
+            node = self._pairs[name]
+            return any(wanted in text.lower() for text in (name, node.test, node.golden_type, node.test_type))
+
+        return [name for name in names if shown(name)]
+
+    # --- filtering ----------------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = self._filter
+        box.display = True
+        box.focus()
+
+    @on(Input.Submitted, "#filter")
+    def _apply_filter(self, event: Input.Submitted) -> None:
+        self._set_filter(event.value.strip())
+
+    def _set_filter(self, text: str) -> None:
+        self._filter = text
+        box = self.query_one("#filter", Input)
+        box.display = False
+        self._fill_table()
+        self._update_summary()
+        table = self.query_one("#ops", DataTable)
+        table.focus()
+        self._show_detail(self._highlighted())
+
+    def main_table(self) -> DataTable[object]:
+        return self.query_one("#ops", DataTable)
+
+    def is_failing(self, key: str) -> bool:
+        row = self._rows.get(key)
+        return row is not None and row["outputs_passed"] is False
 
     def _fill_table(self) -> None:
         table = self.query_one("#ops", DataTable)
@@ -245,6 +286,8 @@ class OperatorScreen(ViewScreen):
         ]
         if self._scope != self.acc.comparison.golden.tree.root:
             parts.append(f"in {fmt.display_name(self._scope)} (a: all)")
+        if self._filter:
+            parts.append(f"filter {self._filter!r} (/)")
         if self._finished:
             parts.append(
                 f"◆ {fmt.display_name(self._suspect)} (f)"
@@ -279,6 +322,10 @@ class OperatorScreen(ViewScreen):
             self.query_one("#ops", DataTable).focus()
 
     def action_back(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.display:  # Esc in the filter box clears the filter first
+            self._set_filter("")
+            return
         self.app.pop_screen()
 
     def action_cursor(self, direction: str) -> None:
@@ -296,6 +343,8 @@ class OperatorScreen(ViewScreen):
         tree = self.acc.comparison.golden.tree
         if self._scope != self._suspect and not tree.is_ancestor(self._scope, self._suspect):
             self._set_scope(tree.root)
+        if self._suspect not in self._in_scope():
+            self._set_filter("")  # the filter hid it: show everything again
         table = self.query_one("#ops", DataTable)
         table.move_cursor(row=table.get_row_index(self._suspect))
         table.focus()

@@ -7,8 +7,9 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import Horizontal
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 from textual.worker import get_current_worker
 
 from tui_acc.metrics import Cancelled
@@ -53,9 +54,15 @@ class TokenScreen(ViewScreen):
             super().__init__()
             self.row = row
 
+    class TokensFinished(Message):
+        """Every token's logits are compared."""
+
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="summary")
+        with Horizontal(id="strip"):
+            yield Static("KL by token ", id="strip-label")
+            yield Sparkline([], id="kl-strip", summary_function=max)
         yield DataTable(id="tokens", cursor_type="row", zebra_stripes=True)
         yield Static(id="status")
         yield Footer()
@@ -70,6 +77,11 @@ class TokenScreen(ViewScreen):
             cached = engine.cached_token_row(token)
             table.add_row(*self._cells(cached or {"token": token}, pending=cached is None), key=str(token))
         self._update_summary()
+        # one cell per token (up to the screen's width): a bar is a token
+        self.query_one("#kl-strip", Sparkline).styles.width = max(
+            1, min(len(self.acc.comparison.pairing.tokens), 200)
+        )
+        self._update_strip()
         table.focus()
         self.compute_tokens()
 
@@ -83,6 +95,7 @@ class TokenScreen(ViewScreen):
         engine = self.acc.comparison.engine
         try:
             rows = engine.token_rows(should_stop=lambda: worker.is_cancelled, on_row=publish)
+            self.post_message(self.TokensFinished())
             # Prefetch: the user's next step is almost always Enter on the first failing token.
             failing = next((r["token"] for r in rows if r["passed"] is False), None)
             if failing is not None:
@@ -97,6 +110,22 @@ class TokenScreen(ViewScreen):
         for (column, _, _), cell in zip(self._columns, self._cells(message.row), strict=True):
             table.update_cell(key, column, cell)
         self._update_summary()
+        self._update_strip()
+
+    @on(TokensFinished)
+    def _select_first_failure(self) -> None:
+        """Start where the user would go first: the first failing token (unless they moved already)."""
+        if self.query_one("#tokens", DataTable).cursor_row == 0:
+            self.action_first_failure(quiet=True)
+
+    def _update_strip(self) -> None:
+        """KL (or, from statistics, the norm difference) of every token: the first divergence stands out."""
+        values = []
+        for token in self.acc.comparison.pairing.tokens:
+            row = self.acc.comparison.engine.cached_token_row(token) or {}
+            value = row.get("kl") if row.get("kl") is not None else row.get("norm_rel_diff")
+            values.append(float(value) if isinstance(value, (int, float)) else 0.0)
+        self.query_one("#kl-strip", Sparkline).data = values
 
     def _choose_columns(self) -> tuple[tuple[str, str, int], ...]:
         cmp = self.acc.comparison
@@ -154,8 +183,17 @@ class TokenScreen(ViewScreen):
         table = self.query_one("#tokens", DataTable)
         table.action_cursor_down() if direction == "down" else table.action_cursor_up()
 
-    def action_first_failure(self) -> None:
+    def main_table(self) -> DataTable[object]:
+        return self.query_one("#tokens", DataTable)
+
+    def is_failing(self, key: str) -> bool:
+        row = self.acc.comparison.engine.cached_token_row(int(key))
+        return row is not None and row["passed"] is False
+
+    def action_first_failure(self, quiet: bool = False) -> None:
         failing = [r["token"] for r in self._rows() if r["passed"] is False]
+        if not failing and quiet:
+            return
         if not failing:
             self.notify(
                 "No failing token (yet)."
