@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tui_acc.dumps.fs import subdirs
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -63,7 +64,7 @@ def claims(path: Path) -> bool:
         return True
     if path.name.isdigit() and path.parent.parent.name == "tensors":
         return True
-    return any(p.name.startswith(_DUMP_PREFIXES) and (p / "tensors").is_dir() for p in _subdirs(path))
+    return any(p.name.startswith(_DUMP_PREFIXES) and (p / "tensors").is_dir() for p in subdirs(path))
 
 
 def read(path: Path, token_offset: int | None = None, rank: int | None = None) -> DumpIndex:
@@ -74,7 +75,7 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
     root_name = topology.models[0][0] if topology.models else "model"
     tree = NodeTree(root=root_name, nodes={root_name: Node(root_name, "model", None, 0)})
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
-    folders = sorted((int(d.name), d) for d in _subdirs(device_dir) if d.name.isdigit())
+    folders = sorted((int(d.name), d) for d in subdirs(device_dir) if d.name.isdigit())
     if only_dir is not None:
         folders = [(n, d) for n, d in folders if n == only_dir]
     if not folders:
@@ -124,7 +125,7 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, Path, int | None, list[
         candidate = path.parent
     if not (candidate / "tensors").is_dir():
         dumps = sorted(
-            p for p in _subdirs(candidate) if p.name.startswith(_DUMP_PREFIXES) and (p / "tensors").is_dir()
+            p for p in subdirs(candidate) if p.name.startswith(_DUMP_PREFIXES) and (p / "tensors").is_dir()
         )
         if not dumps:
             raise DumpError(f"{path}: not an msit ATB dump (expected tensors/{{device}}_{{pid}}/ below it)")
@@ -134,20 +135,12 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, Path, int | None, list[
     ranks: list[str] = []
     picked: int | None = None
     if device_dir is None:
-        devices = [p for p in _subdirs(candidate / "tensors") if re.match(r"^\d+_\d+$", p.name)]
+        devices = [p for p in subdirs(candidate / "tensors") if re.match(r"^\d+_\d+$", p.name)]
         if not devices:
             raise DumpError(f"{candidate / 'tensors'}: no {{device}}_{{pid}} folder")
         device_dir, picked = pick_rank(candidate / "tensors", devices, rank, notes)
         ranks = sorted((p.name for p in devices), key=rank_sort_key)
     return candidate, device_dir, only_dir, notes, ranks, picked
-
-
-def _subdirs(path: Path) -> list[Path]:
-    try:
-        with os.scandir(path) as entries:
-            return [Path(e.path) for e in entries if e.is_dir()]
-    except OSError:
-        return []
 
 
 # --- topology -----------------------------------------------------------------------------------
@@ -209,7 +202,7 @@ def _walk(
     problems: list[Problem],
 ) -> None:
     children = []
-    for sub in _subdirs(folder):
+    for sub in subdirs(folder):
         match = _NODE_DIR.match(sub.name)
         if match:
             children.append((int(match.group(1)), match.group(2), sub))

@@ -17,6 +17,7 @@ import os
 import re
 from pathlib import Path
 
+from tui_acc.dumps.fs import subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -44,7 +45,7 @@ def claims(path: Path) -> bool:
         return True
     if path.name == "torch_tensors" or (path / "torch_tensors").is_dir():
         return True
-    return any(_DUMP_DIR.match(p.name) and (p / "torch_tensors").is_dir() for p in _subdirs(path))
+    return any(_DUMP_DIR.match(p.name) and (p / "torch_tensors").is_dir() for p in subdirs(path))
 
 
 def read(path: Path, rank: int | None = None) -> DumpIndex:
@@ -100,7 +101,7 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], 
     notes: list[str] = []
     search = path
     if not (path.name == "torch_tensors" or (path / "torch_tensors").is_dir()):
-        dumps = sorted(p for p in _subdirs(path) if _DUMP_DIR.match(p.name))
+        dumps = sorted(p for p in subdirs(path) if _DUMP_DIR.match(p.name))
         if not dumps:
             raise DumpError(
                 f"{path}: not an msit torch dump (expected {MODEL_TREE}, a torch_tensors/ folder, "
@@ -111,19 +112,11 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], 
             notes.append(f"{path} holds {len(dumps)} msit_dump_* folders; reading the newest, {search.name}")
     if search.name != "torch_tensors":
         search = search / "torch_tensors"
-    devices = [p for p in _subdirs(search) if (p / MODEL_TREE).is_file()]
+    devices = [p for p in subdirs(search) if (p / MODEL_TREE).is_file()]
     if not devices:
         raise DumpError(f"{search}: no {{device}}_{{pid}} folder with a {MODEL_TREE} was found")
     chosen, picked = pick_rank(search, devices, rank, notes)
     return chosen, None, notes, sorted((p.name for p in devices), key=rank_sort_key), picked
-
-
-def _subdirs(path: Path) -> list[Path]:
-    try:
-        with os.scandir(path) as entries:
-            return [Path(e.path) for e in entries if e.is_dir()]
-    except OSError:
-        return []
 
 
 # --- token folders ------------------------------------------------------------------------------
@@ -133,25 +126,16 @@ def _index_tokens(
     data_dir: Path, only_token: int | None, problems: list[Problem]
 ) -> dict[int, dict[str, list[TensorRef]]]:
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
-    for token_name, token_dir in _subdir_names(str(data_dir)):
+    for token_name, token_dir in subdir_names(str(data_dir)):
         if not token_name.isdigit():
             continue  # weights/ and the like
         token = int(token_name)
         if only_token is not None and token != only_token:
             continue
-        tokens[token] = {name: _index_node(node_dir, problems) for name, node_dir in _subdir_names(token_dir)}
+        tokens[token] = {name: _index_node(node_dir, problems) for name, node_dir in subdir_names(token_dir)}
     if not any(refs for nodes in tokens.values() for refs in nodes.values()):
         return {}
     return dict(sorted(tokens.items()))
-
-
-def _subdir_names(path: str) -> list[tuple[str, str]]:
-    """(name, path) of the folders in ``path``, as strings: cheap at 100,000 folders."""
-    try:
-        with os.scandir(path) as entries:
-            return [(e.name, e.path) for e in entries if e.is_dir()]
-    except OSError:
-        return []
 
 
 def _index_node(node_dir: str, problems: list[Problem]) -> list[TensorRef]:
