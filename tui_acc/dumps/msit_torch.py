@@ -21,6 +21,7 @@ from tui_acc.dumps.fs import subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
+    LazyTokens,
     Node,
     NodeTree,
     Problem,
@@ -52,17 +53,36 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
     """Index the msit torch dump at or below ``path`` (``rank``: which device folder, when several)."""
     data_dir, only_token, notes, ranks, rank = _locate(path, rank)
     problems: list[Problem] = []
-    tokens = _index_tokens(data_dir, only_token, problems)
-    if not tokens:
+    folders = {
+        int(name): folder
+        for name, folder in subdir_names(str(data_dir))
+        if name.isdigit() and (only_token is None or int(name) == only_token)
+    }
+    # Only the first token with files is listed now: it tells the tree, the order and the kind of
+    # dump; every other token is listed when it is first compared or opened (LazyTokens).
+    sample: dict[int, dict[str, list[TensorRef]]] = {}
+    for token in sorted(folders):
+        nodes = {name: _index_node(folder, problems) for name, folder in subdir_names(folders[token])}
+        sample[token] = nodes
+        if any(nodes.values()):
+            break
+    if not any(refs for nodes in sample.values() for refs in nodes.values()):
         raise DumpError(
             f"{data_dir}: no token folders (0, 1, 2, ...) with .pth tensor files or statistics.csv were found"
         )
     tree = _read_tree(data_dir / MODEL_TREE, problems)
-    _add_unlisted_nodes(tree, tokens)
-    order_source = _order_by_file_times(tree, tokens)
+    _add_unlisted_nodes(tree, sample)
+    order_source = _order_by_file_times(tree, sample)
     statistics_only = all(
-        not ref.has_data for nodes in tokens.values() for refs in nodes.values() for ref in refs
+        not ref.has_data for nodes in sample.values() for refs in nodes.values() for ref in refs
     )
+
+    def load(token: int) -> dict[str, list[TensorRef]]:
+        if token in sample:
+            return sample[token]
+        return {name: _index_node(folder, problems) for name, folder in subdir_names(folders[token])}
+
+    tokens = LazyTokens(sorted(folders), load)
     if statistics_only:
         notes.append(
             "msit statistics dump (dump_statistics_mode=1): Max/Min/Mean/L2Norm only, no tensor data"
@@ -120,22 +140,6 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], 
 
 
 # --- token folders ------------------------------------------------------------------------------
-
-
-def _index_tokens(
-    data_dir: Path, only_token: int | None, problems: list[Problem]
-) -> dict[int, dict[str, list[TensorRef]]]:
-    tokens: dict[int, dict[str, list[TensorRef]]] = {}
-    for token_name, token_dir in subdir_names(str(data_dir)):
-        if not token_name.isdigit():
-            continue  # weights/ and the like
-        token = int(token_name)
-        if only_token is not None and token != only_token:
-            continue
-        tokens[token] = {name: _index_node(node_dir, problems) for name, node_dir in subdir_names(token_dir)}
-    if not any(refs for nodes in tokens.values() for refs in nodes.values()):
-        return {}
-    return dict(sorted(tokens.items()))
 
 
 def _index_node(node_dir: str, problems: list[Problem]) -> list[TensorRef]:

@@ -202,6 +202,8 @@ class MetricsEngine:
         return self._token_row_from(token, self.tensor_row(pair))
 
     def cached_token_row(self, token: int) -> Row | None:
+        if not self.pairing.is_paired(token):
+            return None  # known not to be computed, and asking would list the token's files
         pair = self.pairing.logits_pair(token)
         if pair is None:
             return None

@@ -6,10 +6,12 @@ ATB pairs structurally (``structural.py``). Whatever has no partner is listed, n
 
 from __future__ import annotations
 
+import threading
+
 from tui_acc.dumps.model import DumpIndex
 from tui_acc.pairing.by_name import pair_token_by_name
 from tui_acc.pairing.mapping import MappingError, OpMapping, load_mapping
-from tui_acc.pairing.model import NodePair, Pairing, TensorPair, Unmatched
+from tui_acc.pairing.model import LazyPairs, NodePair, Pairing, TensorPair, Unmatched
 from tui_acc.pairing.structural import pair_token_structurally
 
 __all__ = [
@@ -38,6 +40,26 @@ def pair_dumps(
     tokens = sorted(golden_tokens & test_tokens)
     structural = (golden.format in _GRAPH_FORMATS) != (test.format in _GRAPH_FORMATS)
     logits = logits_node or _last_module_with_output(golden)
+    if not structural and golden.format != "tensor":
+        # by name, token by token when asked: the first screen never waits for every token
+        lock = threading.Lock()
+
+        def build(token: int) -> list[NodePair]:
+            found: list[Unmatched] = []
+            pairs = pair_token_by_name(token, golden, test, found)
+            with lock:
+                unmatched.extend(found)
+            return pairs
+
+        return Pairing(
+            golden=golden,
+            test=test,
+            tokens=tokens,
+            nodes=LazyPairs(tokens, build),
+            logits_node=logits,
+            unmatched_found=unmatched,
+            notes=[f"operator mapping: built-in types plus {mapping.source}"] if mapping.source else [],
+        )
     nodes: dict[int, list[NodePair]] = {}
     skipped_inputs: list[str] = []
     for token in tokens:
@@ -52,8 +74,6 @@ def pair_dumps(
             nodes[token] = pair_token_structurally(
                 token, torch_side, atb_side, torch_is_golden, torch_logits, mapping, unmatched, skipped_inputs
             )
-        else:
-            nodes[token] = pair_token_by_name(token, golden, test, unmatched)
     notes = []
     untrusted_order = golden.format not in _GRAPH_FORMATS and golden.order_source == "model_tree.json"
     if structural and untrusted_order and _borrow_execution_order(golden, test, nodes):
@@ -73,7 +93,7 @@ def pair_dumps(
         tokens=tokens,
         nodes=nodes,
         logits_node=logits,
-        unmatched=unmatched,
+        unmatched_found=unmatched,
         notes=notes,
     )
 
@@ -125,13 +145,13 @@ def _pair_single_files(token: int, golden: DumpIndex, test: DumpIndex) -> list[N
 
 
 def _last_module_with_output(index: DumpIndex) -> str:
-    """The model's last module that wrote an output: its output is the token's logits."""
-    has_output = {
-        name
-        for nodes in index.tokens.values()
-        for name, refs in nodes.items()
-        if any(r.role == "output" for r in refs)
-    }
+    """The model's last module that wrote an output: its output is the token's logits.
+
+    The first token with files decides (every token runs the same modules), so that no other
+    token has to be listed for it.
+    """
+    first = next((index.tokens[t] for t in index.tokens if any(index.tokens[t].values())), {})
+    has_output = {name for name, refs in first.items() if any(r.role == "output" for r in refs)}
     last = None
     for node in index.tree.preorder():
         if node.name in has_output:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from tui_acc.dumps.model import DumpIndex, TensorRef, logical_name
@@ -60,6 +62,37 @@ class Unmatched:
         return {"kind": self.kind, "side": self.side, "token": self.token, "name": self.name}
 
 
+class LazyPairs(Mapping[int, list[NodePair]]):
+    """Token -> node pairs, each token paired the first time it is asked for (thread-safe)."""
+
+    def __init__(self, tokens: list[int], build: Callable[[int], list[NodePair]]) -> None:
+        self._tokens = tokens
+        self._known = set(tokens)
+        self._build = build
+        self._done: dict[int, list[NodePair]] = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, token: int) -> list[NodePair]:
+        if token not in self._known:
+            raise KeyError(token)
+        with self._lock:
+            if token not in self._done:
+                self._done[token] = self._build(token)
+            return self._done[token]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._tokens)
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    def __contains__(self, token: object) -> bool:
+        return token in self._known
+
+    def is_built(self, token: int) -> bool:
+        return token in self._done
+
+
 @dataclass
 class Pairing:
     """Everything that could be aligned between two dumps."""
@@ -67,14 +100,29 @@ class Pairing:
     golden: DumpIndex
     test: DumpIndex
     tokens: list[int]
-    nodes: dict[int, list[NodePair]]
+    nodes: Mapping[int, list[NodePair]]
     logits_node: str
-    unmatched: list[Unmatched] = field(default_factory=list)
+    unmatched_found: list[Unmatched] = field(default_factory=list)  # so far: tokens pair when asked
     notes: list[str] = field(default_factory=list)
     _logits_cache: dict[int, TensorPair | None] = field(default_factory=dict, repr=False, compare=False)
 
     def node_pairs(self, token: int) -> list[NodePair]:
         return self.nodes.get(token, [])
+
+    @property
+    def unmatched(self) -> list[Unmatched]:
+        """Everything without a partner, every token paired to know it (a report; the UI uses
+        ``unmatched_found``, which never lists a token's files just to look)."""
+        for token in self.tokens:
+            self.nodes.get(token)
+        return self.unmatched_found
+
+    def all_paired(self) -> bool:
+        return all(self.is_paired(t) for t in self.tokens)
+
+    def is_paired(self, token: int) -> bool:
+        """Whether ``token`` is paired already (asking for its pairs would otherwise list its files)."""
+        return not isinstance(self.nodes, LazyPairs) or self.nodes.is_built(token)
 
     def logits_pair(self, token: int) -> TensorPair | None:
         """The output tensor holding the token's logits, if both sides dumped it (looked up once)."""

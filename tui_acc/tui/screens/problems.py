@@ -16,8 +16,9 @@ from tui_acc.session import Comparison
 
 def problems_renderable(cmp: Comparison) -> Group:
     parts: list[Table | Text] = []
-    unmatched = cmp.pairing.unmatched
-    parts.append(Text(f"Unmatched ({len(unmatched)})", style="bold underline"))
+    unmatched = cmp.pairing.unmatched_found
+    so_far = "" if cmp.pairing.all_paired() else ", in the tokens compared so far"
+    parts.append(Text(f"Unmatched ({len(unmatched)}{so_far})", style="bold underline"))
     if unmatched:
         table = Table(box=None, padding=(0, 2, 0, 0), header_style="dim")
         for column in ("only in", "kind", "token", "name"):

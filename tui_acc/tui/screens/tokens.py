@@ -174,7 +174,7 @@ class TokenScreen(ViewScreen):
         elif len(rows) == total:
             parts.append("every token passes")
         cmp = self.acc.comparison
-        issues = len(cmp.pairing.unmatched) + len(cmp.golden.problems) + len(cmp.test.problems)
+        issues = len(cmp.pairing.unmatched_found) + len(cmp.golden.problems) + len(cmp.test.problems)
         if issues:
             parts.append(f"⚠ {issues} unmatched/unreadable (u)")
         self.query_one("#summary", Static).update("  │  ".join(parts))
