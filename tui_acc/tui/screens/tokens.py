@@ -83,7 +83,8 @@ class TokenScreen(ViewScreen):
         )
         self._update_strip()
         table.focus()
-        self.compute_tokens()
+        # after the first paint: the worker competes for the GIL, and the list should show first
+        self.call_after_refresh(self.compute_tokens)
 
     @work(thread=True, exclusive=True, group="tokens", exit_on_error=False, name="token metrics")
     def compute_tokens(self) -> None:

@@ -1,0 +1,67 @@
+"""Time to first screen on a dump of many files, in a real terminal (tmux).
+
+    python scripts/bench_first_screen.py [--files 100000]
+
+Builds (in a temporary folder) an msit torch layout with ``--files`` tensor files, indexes it
+headless, then launches ``tui-acc`` on it in tmux and times until the token list is on screen
+(Python start-up and imports included). Nothing here is a test: machines are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--files", type=int, default=100_000)
+    args = parser.parse_args()
+    from bench_7b import synthetic_index
+
+    from tui_acc import open_comparison
+
+    figures: dict[str, object] = {}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        dump = Path(tmp_name) / "dump"
+        figures["index one dump s"] = round(synthetic_index(dump, args.files), 3)
+        start = time.perf_counter()
+        cmp = open_comparison(dump, dump, cache=False)
+        figures["open the comparison (both sides) s"] = round(time.perf_counter() - start, 4)
+        figures["tokens"] = len(cmp.pairing.tokens)
+        if shutil.which("tmux"):
+            times = []
+            for attempt in range(3):
+                name = f"tui-acc-first-screen-{attempt}"
+                command = f"{sys.executable} -m tui_acc {dump} {dump} --no-cache"
+                start = time.perf_counter()
+                subprocess.run(
+                    ["tmux", "new-session", "-d", "-s", name, "-x", "100", "-y", "30", command], check=True
+                )
+                while time.perf_counter() - start < 60:
+                    screen = subprocess.run(
+                        ["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True
+                    )
+                    if "Verdict" in screen.stdout and f"/{len(cmp.pairing.tokens)} tokens" in screen.stdout:
+                        break
+                    time.sleep(0.01)
+                times.append(time.perf_counter() - start)
+                subprocess.run(["tmux", "kill-session", "-t", name], check=False)
+            figures["token view in a terminal, launch included s (best of 3)"] = round(min(times), 2)
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
