@@ -203,3 +203,27 @@ async def test_next_previous_failure_edges_and_filter(demo_app: AccApp, demo_pai
         assert "filter 'down_proj'" in _text(demo_app, "#summary")
         await pilot.press("slash", "escape")
         assert table.row_count == 58 and isinstance(demo_app.screen, OperatorScreen)
+
+
+async def test_sort_cycles_and_keeps_the_cursor(demo_app: AccApp, demo_pair) -> None:
+    async with demo_app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("f", "enter")
+        await settle(pilot)
+        await pilot.press("f", "s")
+        table = demo_app.screen.query_one("#ops", DataTable)
+        keys = [str(k.value) for k in table.rows]
+        rows = {r["golden_node"]: r for r in demo_app.comparison.engine.node_rows(demo_pair.fault_token)}
+        cosines = [rows[k]["cosine"] for k in keys if rows[k]["cosine"] is not None]
+        assert cosines == sorted(cosines)
+        assert _cursor_key(demo_app, "#ops") == demo_pair.fault_module  # the cursor stays on its row
+        assert "sorted: lowest cosine first" in _text(demo_app, "#summary")
+        await pilot.press("s")
+        errors = [
+            rows[str(k.value)]["max_abs_err"]
+            for k in table.rows
+            if rows[str(k.value)]["max_abs_err"] is not None
+        ]
+        assert errors == sorted(errors, reverse=True)
+        await pilot.press("s")
+        assert [str(k.value) for k in table.rows] == list(rows)  # back to execution order

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 from rich.text import Text
 from textual import on, work
@@ -35,6 +37,13 @@ COLUMNS = (
 )
 
 
+# (what the summary says, the row metric, which end comes first); None keeps execution order
+SORTS: tuple[tuple[str, str | None, str], ...] = (
+    ("execution order", None, ""),
+    ("lowest cosine first", "cosine", "low"),
+    ("largest max abs error first", "max_abs_err", "high"),
+)
+
 STATS_COLUMNS = (
     ("order", "#", 3),
     ("name", "Operator", 18),
@@ -59,6 +68,7 @@ class OperatorScreen(ViewScreen):
         Binding("a", "scope_all", "All ops", id="scope_all"),
         Binding("t", "toggle_tree", "Tree", id="toggle_tree"),
         Binding("slash", "filter", "Filter", id="filter"),
+        Binding("s", "cycle_sort", "Sort", id="sort"),
         Binding("j", "cursor('down')", "Down", show=False, id="down"),
         Binding("k", "cursor('up')", "Up", show=False, id="up"),
     ]
@@ -82,6 +92,7 @@ class OperatorScreen(ViewScreen):
         self._rows: dict[str, Row] = {}
         self._scope = ""
         self._filter = ""
+        self._sort = 0  # index into SORTS
         self._suspect: str | None = None
         self._finished = False
 
@@ -171,8 +182,34 @@ class OperatorScreen(ViewScreen):
     # --- table --------------------------------------------------------------------------------
 
     def _in_scope(self) -> list[str]:
+        """The rows on screen: the scope's nodes, filtered, in the chosen order."""
         tree = self.acc.comparison.golden.tree
         names = [n.name for n in tree.preorder(self._scope) if n.name in self._pairs]
+        names = self._filtered(names)
+        _, metric, worst_first = SORTS[self._sort]
+        if metric is None:
+            return names
+
+        def value(name: str) -> float:
+            row = self._rows.get(name) or {}
+            raw = row.get(metric)
+            if not isinstance(raw, (int, float)):
+                return math.inf  # not computed (yet), or no such metric: last
+            return -raw if worst_first == "high" else raw
+
+        return sorted(names, key=value)
+
+    def action_cycle_sort(self) -> None:
+        """``s``: execution order, lowest cosine first, largest max abs error first."""
+        self._sort = (self._sort + 1) % len(SORTS)
+        current = self._highlighted()
+        self._fill_table()
+        self._update_summary()
+        table = self.query_one("#ops", DataTable)
+        if current is not None and current in table.rows:
+            table.move_cursor(row=table.get_row_index(current))
+
+    def _filtered(self, names: list[str]) -> list[str]:
         if not self._filter:
             return names
         wanted = self._filter.lower()
@@ -288,6 +325,8 @@ class OperatorScreen(ViewScreen):
             parts.append(f"in {fmt.display_name(self._scope)} (a: all)")
         if self._filter:
             parts.append(f"filter {self._filter!r} (/)")
+        if self._sort:
+            parts.append(f"sorted: {SORTS[self._sort][0]} (s)")
         if self._finished:
             parts.append(
                 f"◆ {fmt.display_name(self._suspect)} (f)"
