@@ -38,7 +38,7 @@ def _pairs(cmp: Comparison) -> Iterator[tuple[NodePair, TensorPair]]:
                     yield node, pair
 
 
-def _load(cmp: Comparison, pair: TensorPair) -> tuple[Any, Any]:
+def _load(pair: TensorPair) -> tuple[Any, Any]:
     golden = load_side(pair.golden, None)
     return golden, load_side(pair.test, golden.shape)
 
@@ -59,7 +59,7 @@ def _msit_rows(cmp: Comparison) -> Iterator[dict[str, Any]]:
         }
         data_id += 1
         try:
-            golden, test = _load(cmp, pair)
+            golden, test = _load(pair)
         except (TensorLoadError, ValueError) as exc:
             yield {**row, "cmp_fail_reason": str(exc)}
             continue
@@ -80,7 +80,7 @@ def _msprobe_rows(cmp: Comparison) -> Iterator[dict[str, Any]]:
                 "Bench Name": _name(pair.golden_node, pair.slot),
             }
             try:
-                golden, test = _load(cmp, pair)
+                golden, test = _load(pair)
             except (TensorLoadError, ValueError) as exc:
                 rows.append(
                     {**row, "Result": "error", "Err_message": json.dumps([str(exc)]), "_role": pair.role}
