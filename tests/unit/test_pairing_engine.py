@@ -125,3 +125,12 @@ def test_innermost_and_earliest_suspect_wins() -> None:
     assert first_suspect(tree, _rows({"a", "b1"}, names))["golden_node"] == "a"
     assert first_suspect(tree, _rows({"b1"}, names))["golden_node"] == "b1"
     assert first_suspect(tree, _rows(set(), names)) is None
+
+
+def test_tokens_are_listed_and_paired_only_when_asked(demo_pair) -> None:
+    cmp = open_comparison(demo_pair.golden, demo_pair.test)
+    assert not any(cmp.pairing.is_paired(t) for t in cmp.pairing.tokens)  # opening listed nothing
+    assert cmp.engine.cached_token_row(5) is None and not cmp.pairing.is_paired(5)  # looking does not pair
+    cmp.engine.token_row(5)
+    assert cmp.pairing.is_paired(5) and not cmp.pairing.is_paired(6)
+    assert cmp.pairing.unmatched == [] and cmp.pairing.all_paired()  # a full report pairs everything

@@ -6,8 +6,7 @@ Nothing here reads tensor data; an index is built from names and directory listi
 from __future__ import annotations
 
 import re
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -147,41 +146,6 @@ class DumpIndex:
 
     def token_ids(self) -> list[int]:
         return sorted(self.tokens)
-
-
-class LazyTokens(Mapping[int, dict[str, list[TensorRef]]]):
-    """Token id -> node -> tensors, each token's folder listed the first time it is asked for.
-
-    The token ids are known at once (one directory listing), so the first screen does not wait
-    for 100,000 files to be listed; a token's files are listed when it is compared or opened.
-    """
-
-    def __init__(self, ids: list[int], loader: Callable[[int], dict[str, list[TensorRef]]]) -> None:
-        self._ids = sorted(ids)
-        self._known = set(self._ids)
-        self._loader = loader
-        self._loaded: dict[int, dict[str, list[TensorRef]]] = {}
-        self._lock = threading.Lock()
-
-    def __getitem__(self, token: int) -> dict[str, list[TensorRef]]:
-        if token not in self._known:
-            raise KeyError(token)
-        with self._lock:
-            if token not in self._loaded:
-                self._loaded[token] = self._loader(token)
-            return self._loaded[token]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._ids)
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def __contains__(self, token: object) -> bool:
-        return token in self._known
-
-    def is_loaded(self, token: int) -> bool:
-        return token in self._loaded
 
 
 def rank_sort_key(name: str) -> tuple[int, ...]:

@@ -21,7 +21,6 @@ from tui_acc.dumps.fs import subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
-    LazyTokens,
     Node,
     NodeTree,
     Problem,
@@ -31,6 +30,7 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
+from tui_acc.lazy import LazyMapping
 
 FORMAT = "msit-torch"
 STATS_FORMAT = "msit-stats"
@@ -59,7 +59,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
         if name.isdigit() and (only_token is None or int(name) == only_token)
     }
     # Only the first token with files is listed now: it tells the tree, the order and the kind of
-    # dump; every other token is listed when it is first compared or opened (LazyTokens).
+    # dump; every other token is listed when it is first compared or opened (LazyMapping).
     sample: dict[int, dict[str, list[TensorRef]]] = {}
     for token in sorted(folders):
         nodes = {name: _index_node(folder, problems) for name, folder in subdir_names(folders[token])}
@@ -82,7 +82,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
             return sample[token]
         return {name: _index_node(folder, problems) for name, folder in subdir_names(folders[token])}
 
-    tokens = LazyTokens(sorted(folders), load)
+    tokens = LazyMapping(sorted(folders), load)
     if statistics_only:
         notes.append(
             "msit statistics dump (dump_statistics_mode=1): Max/Min/Mean/L2Norm only, no tensor data"

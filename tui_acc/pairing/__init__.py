@@ -9,9 +9,10 @@ from __future__ import annotations
 import threading
 
 from tui_acc.dumps.model import DumpIndex
+from tui_acc.lazy import LazyMapping
 from tui_acc.pairing.by_name import pair_token_by_name
 from tui_acc.pairing.mapping import MappingError, OpMapping, load_mapping
-from tui_acc.pairing.model import LazyPairs, NodePair, Pairing, TensorPair, Unmatched
+from tui_acc.pairing.model import NodePair, Pairing, TensorPair, Unmatched
 from tui_acc.pairing.structural import pair_token_structurally
 
 __all__ = [
@@ -55,7 +56,7 @@ def pair_dumps(
             golden=golden,
             test=test,
             tokens=tokens,
-            nodes=LazyPairs(tokens, build),
+            nodes=LazyMapping(tokens, build),
             logits_node=logits,
             unmatched_found=unmatched,
             notes=[f"operator mapping: built-in types plus {mapping.source}"] if mapping.source else [],

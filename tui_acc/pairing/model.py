@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tui_acc.dumps.model import DumpIndex, TensorRef, logical_name
+from tui_acc.lazy import LazyMapping
 
 
 @dataclass(frozen=True)
@@ -62,37 +62,6 @@ class Unmatched:
         return {"kind": self.kind, "side": self.side, "token": self.token, "name": self.name}
 
 
-class LazyPairs(Mapping[int, list[NodePair]]):
-    """Token -> node pairs, each token paired the first time it is asked for (thread-safe)."""
-
-    def __init__(self, tokens: list[int], build: Callable[[int], list[NodePair]]) -> None:
-        self._tokens = tokens
-        self._known = set(tokens)
-        self._build = build
-        self._done: dict[int, list[NodePair]] = {}
-        self._lock = threading.Lock()
-
-    def __getitem__(self, token: int) -> list[NodePair]:
-        if token not in self._known:
-            raise KeyError(token)
-        with self._lock:
-            if token not in self._done:
-                self._done[token] = self._build(token)
-            return self._done[token]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._tokens)
-
-    def __len__(self) -> int:
-        return len(self._tokens)
-
-    def __contains__(self, token: object) -> bool:
-        return token in self._known
-
-    def is_built(self, token: int) -> bool:
-        return token in self._done
-
-
 @dataclass
 class Pairing:
     """Everything that could be aligned between two dumps."""
@@ -122,7 +91,7 @@ class Pairing:
 
     def is_paired(self, token: int) -> bool:
         """Whether ``token`` is paired already (asking for its pairs would otherwise list its files)."""
-        return not isinstance(self.nodes, LazyPairs) or self.nodes.is_built(token)
+        return not isinstance(self.nodes, LazyMapping) or self.nodes.is_built(token)
 
     def logits_pair(self, token: int) -> TensorPair | None:
         """The output tensor holding the token's logits, if both sides dumped it (looked up once)."""
