@@ -6,6 +6,7 @@ import asyncio
 import os
 import sys
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,10 +17,12 @@ from tui_acc.demo import make_demo  # noqa: E402
 from tui_acc.tui.app import AccApp  # noqa: E402
 
 SIZE = (110, 32)
+SHOT_TIME = datetime(2026, 11, 21, 12, 0, 0)
 
 
 async def shoot(out: Path) -> None:
-    app = AccApp(open_comparison("golden", "test"), export_dir=Path(tempfile.mkdtemp()))
+    # Exports go to the (temporary) demo folder, at a fixed time, so the dialog reads the same each run.
+    app = AccApp(open_comparison("golden", "test"), export_dir=Path.cwd(), clock=lambda: SHOT_TIME)
     async with app.run_test(size=SIZE) as pilot:
 
         async def settle() -> None:
@@ -38,6 +41,8 @@ async def shoot(out: Path) -> None:
         await pilot.press("e")
         await pilot.pause()
         app.save_screenshot(str(out / "export.svg"))
+        await pilot.press("escape")
+        await pilot.pause()
         await pilot.press("question_mark")
         await pilot.pause()
         app.save_screenshot(str(out / "help.svg"))

@@ -75,7 +75,7 @@ async def test_export_operator_view_writes_what_is_shown(demo_app: AccApp, demo_
         await settle(pilot)
         await pilot.press("f", "enter")
         await settle(pilot)
-        await pilot.press("e")
+        await pilot.press("e", "enter")
         status = _text(demo_app, "#status")
         assert status.startswith("exported 58 rows to ")
         path = Path(status.removeprefix("exported 58 rows to "))
@@ -87,7 +87,7 @@ async def test_export_operator_view_writes_what_is_shown(demo_app: AccApp, demo_
         assert fault["first_failing"] == "true" and fault["outputs_passed"] == "false"
         assert fault["inputs_passed"] == "true" and float(fault["cosine"]) < 0.99
         # a second export never replaces the first
-        await pilot.press("e")
+        await pilot.press("e", "enter")
         second = Path(_text(demo_app, "#status").removeprefix("exported 58 rows to "))
         assert second != path and path.exists()
 
@@ -106,7 +106,7 @@ async def test_layer_tree_scopes_the_table_and_the_export(demo_app: AccApp) -> N
         keys = [str(k.value) for k in demo_app.screen.query_one("#ops", DataTable).rows]
         assert keys[0] == "root.model.layers.1" and len(keys) == 13
         assert all(k.startswith("root.model.layers.1") for k in keys)
-        await pilot.press("e")
+        await pilot.press("e", "enter")
         path = Path(_text(demo_app, "#status").removeprefix("exported 13 rows to "))
         assert "-ops-root.model.layers.1-" in path.name and len(_read_csv(path)) == 13
         await pilot.press("a")
@@ -116,7 +116,7 @@ async def test_layer_tree_scopes_the_table_and_the_export(demo_app: AccApp) -> N
 async def test_export_token_view(demo_app: AccApp) -> None:
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("e")
+        await pilot.press("e", "enter")
         path = Path(_text(demo_app, "#status").removeprefix("exported 8 rows to "))
         rows = _read_csv(path)
         assert [r["verdict"] for r in rows] == ["pass"] * 3 + ["fail"] * 5
@@ -127,7 +127,7 @@ async def test_export_failure_is_shown_and_nothing_crashes(demo_app: AccApp, tmp
     demo_app.export_dir = tmp_path / "no" / "such" / "dir"
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("e")
+        await pilot.press("e", "enter")
         status = _text(demo_app, "#status")
         assert status.startswith("export failed:") and "cannot write here" in status
         assert demo_app.screen.query_one("#status").has_class("error")
@@ -227,3 +227,43 @@ async def test_sort_cycles_and_keeps_the_cursor(demo_app: AccApp, demo_pair) -> 
         assert errors == sorted(errors, reverse=True)
         await pilot.press("s")
         assert [str(k.value) for k in table.rows] == list(rows)  # back to execution order
+
+
+async def test_export_dialog_takes_a_typed_path_and_asks_before_replacing(demo_app: AccApp) -> None:
+    from tui_acc.tui.screens.export_dialog import ExportDialog
+
+    mine = demo_app.export_dir / "mine.csv"
+    mine.write_text("keep me\n")
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("e")
+        assert isinstance(demo_app.screen, ExportDialog)
+        await pilot.press("ctrl+a", "ctrl+k", *"mine.csv", "enter")
+        # first Enter on an existing file only warns; the user's file is untouched
+        assert isinstance(demo_app.screen, ExportDialog)
+        assert "exists" in _text(demo_app, "#export-hint") and mine.read_text() == "keep me\n"
+        await pilot.press("enter")
+        assert isinstance(demo_app.screen, TokenScreen)
+        assert _text(demo_app, "#status") == f"exported 8 rows to {mine.resolve()}"
+        assert mine.read_text().startswith("token,verdict,")
+
+
+async def test_export_dialog_escape_writes_nothing(demo_app: AccApp) -> None:
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("e", "escape")
+        assert isinstance(demo_app.screen, TokenScreen)
+        assert _text(demo_app, "#status") == "export cancelled"
+        assert list(demo_app.export_dir.iterdir()) == []
+
+
+async def test_export_dialog_refuses_a_folder_and_an_empty_name(demo_app: AccApp) -> None:
+    (demo_app.export_dir / "sub").mkdir()
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("e", "ctrl+a", "ctrl+k", *"sub", "enter")
+        assert "is a folder" in _text(demo_app, "#export-hint")
+        await pilot.press("ctrl+a", "ctrl+k", "enter")
+        assert "Type a file name" in _text(demo_app, "#export-hint")
+        await pilot.press(*"sub/t.csv", "enter")
+        assert (demo_app.export_dir / "sub" / "t.csv").exists()

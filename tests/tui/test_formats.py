@@ -46,7 +46,7 @@ async def test_atb_names_stand_beside_torch_names(atb_app: AccApp) -> None:
         assert str(table.get_cell("root.model.layers.2.mlp.down_proj", "type")) == "Linear/LinearOperation"
         tree = atb_app.screen.query_one(LayerTree)
         assert tree.cursor_node is not None and "↔ 3_LinearOperation" in str(tree.cursor_node.label)
-        await pilot.press("e")
+        await pilot.press("e", "enter")
         status = str(atb_app.screen.query_one("#status", Static).render())
         exported = Path(status.split(" to ", 1)[1])
         assert "3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation" in exported.read_text()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from pathlib import Path
+
 import pytest
 from textual.pilot import Pilot
 
@@ -40,3 +43,18 @@ def test_help_screen(snap_compare, demo_app: AccApp, size: tuple[int, int]) -> N
         await pilot.pause()
 
     assert snap_compare(demo_app, terminal_size=size, run_before=help_open)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_export_dialog(snap_compare, demo_app: AccApp, size: tuple[int, int]) -> None:
+    demo_app.export_dir = Path.cwd()  # a relative name in the dialog, the same on every machine
+    demo_app.clock = lambda: datetime(2026, 11, 21, 12, 0, 0)
+
+    async def dialog_open(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("f", "enter")
+        await settle(pilot)
+        await pilot.press("e")
+        await pilot.pause()
+
+    assert snap_compare(demo_app, terminal_size=size, run_before=dialog_open)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from pathlib import Path
 
 from textual.app import App, SystemCommand
@@ -28,11 +29,17 @@ class AccApp(App[None]):
     ]
 
     def __init__(
-        self, comparison: Comparison, export_dir: Path | None = None, greeting: str | None = None
+        self,
+        comparison: Comparison,
+        export_dir: Path | None = None,
+        greeting: str | None = None,
+        clock: Callable[[], datetime] = datetime.now,
     ) -> None:
         super().__init__()
         self.comparison = comparison
         self.export_dir = export_dir or Path.cwd()
+        # Export names carry a timestamp; tests and screenshots pin the clock to stay reproducible.
+        self.clock = clock
         self.greeting = greeting
         self.sub_title = f"{comparison.golden.root}  vs  {comparison.test.root}"
 

@@ -12,6 +12,7 @@ from textual.widgets import DataTable, Static
 
 from tui_acc.export import ExportError, fresh_path, write_csv
 from tui_acc.tui.messages import ExportWritten
+from tui_acc.tui.screens.export_dialog import ExportChoice, ExportDialog
 
 if TYPE_CHECKING:
     from tui_acc.tui.app import AccApp
@@ -67,9 +68,23 @@ class ViewScreen(Screen[None]):
         raise NotImplementedError
 
     def action_export(self) -> None:
-        frame = self.view_frame()
+        """``e``: ask where (a fresh name in the export folder is proposed), then write the view."""
+        frame = self.view_frame()  # the view as it is now, whatever changes while the dialog is open
+        stem = self.export_stem()
+        proposed = fresh_path(self.acc.export_dir, stem, self.acc.clock())
+        dialog = ExportDialog(proposed, frame.height, stem.removeprefix("tui-acc-"), self.acc.export_dir)
+
+        def write(choice: ExportChoice | None) -> None:
+            if choice is None:
+                self.set_status("export cancelled")
+                return
+            self.write_export(frame, choice)
+
+        self.app.push_screen(dialog, write)
+
+    def write_export(self, frame: pl.DataFrame, choice: ExportChoice) -> None:
         try:
-            path = write_csv(frame, fresh_path(self.acc.export_dir, self.export_stem()))
+            path = write_csv(frame, choice.path, overwrite=choice.overwrite)
         except ExportError as exc:
             self.set_status(f"export failed: {exc}", error=True)
             self.notify(str(exc), title="Export failed", severity="error")

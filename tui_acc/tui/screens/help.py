@@ -22,7 +22,7 @@ KEYS = (
     ("a", "operators: show every operator again"),
     ("t", "operators: hide or show the layer tree"),
     ("Tab", "operators: switch between tree and table"),
-    ("e", "export the current view to CSV (path shown at the bottom)"),
+    ("e", "export the current view to CSV: Enter accepts the proposed path"),
     ("Esc", "back to the tokens"),
     ("u", "what could not be paired or read"),
     ("ctrl+p", "command palette"),

@@ -1,0 +1,84 @@
+"""The export dialog: a proposed CSV path that Enter accepts, or any other the user types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+
+@dataclass(frozen=True)
+class ExportChoice:
+    """Where to write, and whether the user agreed to replace a file that is already there."""
+
+    path: Path
+    overwrite: bool
+
+
+def shown_path(path: Path) -> str:
+    """``path`` relative to the working directory when it lies inside it (shorter to read and edit)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+class ExportDialog(ModalScreen[ExportChoice | None]):
+    """Asks where to write ``rows`` rows of ``view``; never agrees to overwrite without a second Enter."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="cancel")]
+
+    def __init__(self, proposed: Path, rows: int, view: str, base_dir: Path) -> None:
+        super().__init__()
+        self.proposed = proposed
+        self.rows = rows
+        self.view = view
+        self.base_dir = base_dir
+        # The path the user was warned about: Enter on it again means "yes, replace it".
+        self.confirming: Path | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="export-dialog"):
+            yield Static(f"Export {self.rows} rows of {self.view} to CSV", id="export-title")
+            yield Input(value=shown_path(self.proposed), id="export-path")
+            yield Static("Enter: write   Esc: cancel", id="export-hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#export-path", Input).focus()
+
+    def chosen_path(self, typed: str) -> Path:
+        path = Path(typed.strip()).expanduser()
+        return path if path.is_absolute() else self.base_dir / path
+
+    def warn(self, text: str) -> None:
+        hint = self.query_one("#export-hint", Static)
+        hint.update(text)
+        hint.add_class("warning")
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if self.confirming is not None:
+            self.confirming = None
+            self.query_one("#export-hint", Static).update("Enter: write   Esc: cancel")
+            self.query_one("#export-hint", Static).remove_class("warning")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if not event.value.strip():
+            self.warn("Type a file name, or Esc to cancel.")
+            return
+        path = self.chosen_path(event.value)
+        if path.is_dir():
+            self.warn(f"{shown_path(path)} is a folder: add a file name.")
+            return
+        if path.exists() and self.confirming != path:
+            self.confirming = path
+            self.warn(f"{shown_path(path)} exists. Enter again replaces it; edit the name to keep it.")
+            return
+        self.dismiss(ExportChoice(path, overwrite=self.confirming == path))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
