@@ -28,6 +28,9 @@ def shown_path(path: Path) -> str:
         return str(path)
 
 
+_HINT = "Enter: write   Esc: cancel"
+
+
 class ExportDialog(ModalScreen[ExportChoice | None]):
     """Asks where to write ``rows`` rows of ``view``; never agrees to overwrite without a second Enter."""
 
@@ -46,7 +49,7 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
         with Vertical(id="export-dialog"):
             yield Static(f"Export {self.rows} rows of {self.view} to CSV", id="export-title")
             yield Input(value=shown_path(self.proposed), id="export-path")
-            yield Static("Enter: write   Esc: cancel", id="export-hint")
+            yield Static(_HINT, id="export-hint")
 
     def on_mount(self) -> None:
         self.query_one("#export-path", Input).focus()
@@ -55,16 +58,18 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
         path = Path(typed.strip()).expanduser()
         return path if path.is_absolute() else self.base_dir / path
 
-    def warn(self, text: str) -> None:
+    def show_hint(self, text: str, warning: bool) -> None:
         hint = self.query_one("#export-hint", Static)
         hint.update(text)
-        hint.add_class("warning")
+        hint.set_class(warning, "warning")
+
+    def warn(self, text: str) -> None:
+        self.show_hint(text, warning=True)
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        if self.confirming is not None:
+        if self.confirming is not None:  # a new name: the warning no longer applies
             self.confirming = None
-            self.query_one("#export-hint", Static).update("Enter: write   Esc: cancel")
-            self.query_one("#export-hint", Static).remove_class("warning")
+            self.show_hint(_HINT, warning=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if not event.value.strip():
