@@ -205,28 +205,71 @@ async def test_next_previous_failure_edges_and_filter(demo_app: AccApp, demo_pai
         assert table.row_count == 58 and isinstance(demo_app.screen, OperatorScreen)
 
 
-async def test_sort_cycles_and_keeps_the_cursor(demo_app: AccApp, demo_pair) -> None:
+async def _sort_by(pilot, column: str) -> None:
+    """``s``, then pick ``column`` in the dialog with the keyboard (None: the natural order)."""
+    from tui_acc.tui.screens.sort_dialog import SortDialog
+
+    screen = pilot.app.screen
+    keys = [None, *(c.key for c in screen.sort_columns())]
+    await pilot.press("s")
+    assert isinstance(pilot.app.screen, SortDialog)
+    await pilot.press("home")
+    await pilot.press(*["down"] * keys.index(column), "enter")
+    assert pilot.app.screen is screen
+
+
+async def test_sort_by_any_column_keeps_the_cursor(demo_app: AccApp, demo_pair) -> None:
     async with demo_app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         await pilot.press("f", "enter")
         await settle(pilot)
-        await pilot.press("f", "s")
+        await pilot.press("f")
         table = demo_app.screen.query_one("#ops", DataTable)
-        keys = [str(k.value) for k in table.rows]
         rows = {r["golden_node"]: r for r in demo_app.comparison.engine.node_rows(demo_pair.fault_token)}
-        cosines = [rows[k]["cosine"] for k in keys if rows[k]["cosine"] is not None]
-        assert cosines == sorted(cosines)
+
+        def shown(metric: str) -> list:
+            return [rows[str(k.value)][metric] for k in table.rows if rows[str(k.value)][metric] is not None]
+
+        await _sort_by(pilot, "cosine")  # worst first: lowest cosine
+        assert shown("cosine") == sorted(shown("cosine")) and len(shown("cosine")) > 10
         assert _cursor_key(demo_app, "#ops") == demo_pair.fault_module  # the cursor stays on its row
-        assert "sorted: lowest cosine first" in _text(demo_app, "#summary")
-        await pilot.press("s")
-        errors = [
-            rows[str(k.value)]["max_abs_err"]
-            for k in table.rows
-            if rows[str(k.value)]["max_abs_err"] is not None
-        ]
-        assert errors == sorted(errors, reverse=True)
-        await pilot.press("s")
+        assert "sorted: Cosine ▲" in _text(demo_app, "#summary")
+        await pilot.press("S")  # reverse
+        assert shown("cosine") == sorted(shown("cosine"), reverse=True)
+        await _sort_by(pilot, "max_abs_err")  # worst first: largest error
+        assert shown("max_abs_err") == sorted(shown("max_abs_err"), reverse=True)
+        await _sort_by(pilot, "max_abs_err")  # the same column again reverses
+        assert shown("max_abs_err") == sorted(shown("max_abs_err"))
+        await _sort_by(pilot, "outputs")  # failures first, those where the error starts leading
+        outs = [rows[str(k.value)] for k in table.rows]
+        assert outs[0]["label"] == "local" and all(r["outputs_passed"] for r in outs[-5:])
+        await _sort_by(pilot, "name")
+        assert [str(k.value) for k in table.rows] == sorted(rows)
+        await pilot.press("e", "enter")  # the export is the view as shown: in this order
+        await settle(pilot)
+        written = next(demo_app.export_dir.glob("*.csv"))
+        assert [r["operator"] for r in _read_csv(written)] == sorted(rows)
+        await _sort_by(pilot, None)
         assert [str(k.value) for k in table.rows] == list(rows)  # back to execution order
+        await pilot.press("s", "escape")  # Esc leaves the order alone
+        assert [str(k.value) for k in table.rows] == list(rows)
+
+
+async def test_token_list_sorts_by_kl_and_exports_in_that_order(demo_app: AccApp) -> None:
+    async with demo_app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await _sort_by(pilot, "kl")
+        engine = demo_app.comparison.engine
+        kls = [engine.cached_token_row(int(str(k.value)))["kl"] for k in demo_app.screen.main_table().rows]
+        assert kls == sorted(kls, reverse=True) and kls[0] > kls[-1]
+        assert "sorted: KL ▼" in _text(demo_app, "#summary")
+        await _sort_by(pilot, "passed")  # failing tokens first
+        first = _cursor_key(demo_app, "#tokens")
+        await pilot.press("e", "enter")
+        await settle(pilot)
+        exported = _read_csv(next(demo_app.export_dir.glob("*.csv")))
+        assert [r["verdict"] for r in exported][:5] == ["fail"] * 5
+        assert exported[-1]["verdict"] == "pass" and first == _cursor_key(demo_app, "#tokens")
 
 
 async def test_export_dialog_takes_a_typed_path_and_asks_before_replacing(demo_app: AccApp) -> None:

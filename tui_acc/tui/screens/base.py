@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import polars as pl
+from textual import on
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
@@ -13,6 +14,8 @@ from textual.widgets import DataTable, Static
 from tui_acc.export import ExportError, fresh_path, write_csv
 from tui_acc.tui.messages import ExportWritten
 from tui_acc.tui.screens.export_dialog import ExportChoice, ExportDialog
+from tui_acc.tui.screens.sort_dialog import SortDialog
+from tui_acc.tui.sorting import Sort, SortColumn, sorted_keys, worst_end
 
 if TYPE_CHECKING:
     from tui_acc.tui.app import AccApp
@@ -28,7 +31,13 @@ class ViewScreen(Screen[None]):
         Binding("N", "next_failure(-1)", "Prev fail", show=False, id="previous_failure"),
         Binding("g", "edge('top')", "Top", show=False, id="top"),
         Binding("G", "edge('bottom')", "Bottom", show=False, id="bottom"),
+        Binding("s", "sort", "Sort", id="sort"),
+        Binding("S", "reverse_sort", "Reverse sort", show=False, id="reverse_sort"),
     ]
+
+    # What the view is ordered by; ``None`` column is its natural order (described by NATURAL_ORDER).
+    sort = Sort()
+    NATURAL_ORDER = "natural order"
 
     def main_table(self) -> DataTable[object]:
         """The table the navigation keys act on."""
@@ -55,6 +64,65 @@ class ViewScreen(Screen[None]):
     def action_edge(self, where: str) -> None:
         table = self.main_table()
         table.move_cursor(row=0 if where == "top" else max(table.row_count - 1, 0))
+
+    # --- sorting ------------------------------------------------------------------------------
+
+    # The main table's columns: (key, header, width), in screen order.
+    table_columns: tuple[tuple[str, str, int], ...] = ()
+
+    def sort_columns(self) -> list[SortColumn]:
+        """Every column of the main table, each sorting its bad end first."""
+        return [SortColumn(key, label, worst_end(key)) for key, label, _ in self.table_columns]
+
+    def sort_value(self, key: str, column: str) -> object:
+        """The value of row ``key`` in ``column`` to order by (None: not known, sorted last)."""
+        raise NotImplementedError
+
+    def fill_table(self) -> None:
+        """Rebuild the main table's rows in the current order."""
+        raise NotImplementedError
+
+    def update_summary(self) -> None:
+        raise NotImplementedError
+
+    def ordered(self, keys: list[str]) -> list[str]:
+        return sorted_keys(keys, self.sort_value, self.sort)
+
+    def action_sort(self) -> None:
+        """``s``: choose a column to sort by (the current one again reverses it)."""
+        self.app.push_screen(
+            SortDialog(self.sort_columns(), self.sort, self.NATURAL_ORDER),
+            lambda picked: None if picked is None else self.apply_sort(picked),
+        )
+
+    def action_reverse_sort(self) -> None:
+        self.apply_sort(self.sort.reversed())
+
+    @on(DataTable.HeaderSelected)
+    def _sort_by_header(self, event: DataTable.HeaderSelected) -> None:
+        """A click on a column's header sorts by it (the keyboard way is ``s``)."""
+        column = next((c for c in self.sort_columns() if c.key == str(event.column_key.value)), None)
+        if column is not None:
+            self.apply_sort(self.sort.picked(column))
+
+    def apply_sort(self, sort: Sort) -> None:
+        """Reorder the table; the cursor stays on the row it was on."""
+        table = self.main_table()
+        current = self.cursor_key()
+        self.sort = sort
+        self.fill_table()
+        self.update_summary()
+        if current is not None and current in table.rows:
+            table.move_cursor(row=table.get_row_index(current), animate=False)
+
+    def cursor_key(self) -> str | None:
+        table = self.main_table()
+        if not table.row_count:
+            return None
+        return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+
+    def sort_summary(self) -> str | None:
+        return None if self.sort.column is None else f"sorted: {self.sort.describe(self.sort_columns())} (s)"
 
     @property
     def acc(self) -> AccApp:

@@ -18,7 +18,7 @@ KEYS = (
     ("n  N", "next / previous failing token or operator"),
     ("g  G", "top / bottom"),
     ("/", "operators: filter by name or type (Esc clears)"),
-    ("s", "operators: order by execution, lowest cosine, largest max abs error"),
+    ("s  S", "sort by any column, worst first (the same column again reverses) · reverse"),
     ("a", "operators: show every operator again"),
     ("t", "operators: hide or show the layer tree"),
     ("Tab", "operators: switch between tree and table"),

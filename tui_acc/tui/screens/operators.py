@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import polars as pl
 from rich.text import Text
 from textual import on, work
@@ -19,6 +17,7 @@ from tui_acc.metrics.engine import Row, first_suspect
 from tui_acc.pairing import NodePair
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.screens.base import ViewScreen
+from tui_acc.tui.sorting import verdict_rank
 from tui_acc.tui.widgets.layer_tree import LayerTree
 from tui_acc.tui.widgets.tensor_detail import TensorDetail
 
@@ -36,13 +35,6 @@ COLUMNS = (
     ("shape", "Shape", 14),
 )
 
-
-# (what the summary says, the row metric, which end comes first); None keeps execution order
-SORTS: tuple[tuple[str, str | None, str], ...] = (
-    ("execution order", None, ""),
-    ("lowest cosine first", "cosine", "low"),
-    ("largest max abs error first", "max_abs_err", "high"),
-)
 
 STATS_COLUMNS = (
     ("order", "#", 3),
@@ -68,7 +60,6 @@ class OperatorScreen(ViewScreen):
         Binding("a", "scope_all", "All ops", id="scope_all"),
         Binding("t", "toggle_tree", "Tree", id="toggle_tree"),
         Binding("slash", "filter", "Filter", id="filter"),
-        Binding("s", "cycle_sort", "Sort", id="sort"),
         Binding("j", "cursor('down')", "Down", show=False, id="down"),
         Binding("k", "cursor('up')", "Up", show=False, id="up"),
     ]
@@ -88,11 +79,10 @@ class OperatorScreen(ViewScreen):
         self.token = token
         self._pairs: dict[str, NodePair] = {}
         self._order: dict[str, int] = {}
-        self._columns: tuple[tuple[str, str, int], ...] = COLUMNS
+        self.table_columns = COLUMNS
         self._rows: dict[str, Row] = {}
         self._scope = ""
         self._filter = ""
-        self._sort = 0  # index into SORTS
         self._suspect: str | None = None
         self._finished = False
 
@@ -104,10 +94,11 @@ class OperatorScreen(ViewScreen):
         self._order = {name: i for i, name in enumerate(self._pairs)}
         cmp = self.acc.comparison
         if cmp.golden.statistics_only or cmp.test.statistics_only:
-            self._columns = STATS_COLUMNS
+            self.table_columns = STATS_COLUMNS
         if any(node.golden != node.test for node in self._pairs.values()):
             # torch against ATB: the test side's own operator name goes right after ours
-            self._columns = (*self._columns[:2], ("test_name", "Test op", 18), *self._columns[2:])
+            first, rest = self.table_columns[:2], self.table_columns[2:]
+            self.table_columns = (*first, ("test_name", "Test op", 18), *rest)
         tree = self.acc.comparison.golden.tree
         self._scope = tree.root
         yield Header()
@@ -123,15 +114,15 @@ class OperatorScreen(ViewScreen):
 
     def on_mount(self) -> None:
         table = self.query_one("#ops", DataTable)
-        for key, label, width in self._columns:
+        for key, label, width in self.table_columns:
             table.add_column(label, key=key, width=width)
         engine = self.acc.comparison.engine
         tree = self.query_one(LayerTree)
         for cached in engine.cached_node_rows(self.token):
             self._rows[cached["golden_node"]] = cached
             tree.set_row(cached)
-        self._fill_table()
-        self._update_summary()
+        self.fill_table()
+        self.update_summary()
         table.focus()
         self.compute_operators()
 
@@ -160,15 +151,17 @@ class OperatorScreen(ViewScreen):
         self.query_one(LayerTree).set_row(row)
         table = self.query_one("#ops", DataTable)
         if name in table.rows:
-            for (column, _, _), cell in zip(self._columns, self._cells(name), strict=True):
+            for (column, _, _), cell in zip(self.table_columns, self._cells(name), strict=True):
                 table.update_cell(name, column, cell)
-        self._update_summary()
-        if self._highlighted() == name:
+        self.update_summary()
+        if self.cursor_key() == name:
             self._show_detail(name)
 
     @on(TokenFinished)
     def _finished_token(self) -> None:
         self._finished = True
+        if self.sort.column is not None:  # rows sorted while computing took their place then: settle them
+            self.apply_sort(self.sort)
         tree = self.acc.comparison.golden.tree
         found = first_suspect(tree, {name: self._rows[name] for name in self._pairs if name in self._rows})
         self._suspect = found["golden_node"] if found else None
@@ -176,8 +169,8 @@ class OperatorScreen(ViewScreen):
             self.query_one("#ops", DataTable).update_cell(
                 self._suspect, "order", self._order_cell(self._suspect)
             )
-        self._update_summary()
-        self._show_detail(self._highlighted())
+        self.update_summary()
+        self._show_detail(self.cursor_key())
 
     # --- table --------------------------------------------------------------------------------
 
@@ -185,29 +178,25 @@ class OperatorScreen(ViewScreen):
         """The rows on screen: the scope's nodes, filtered, in the chosen order."""
         tree = self.acc.comparison.golden.tree
         names = [n.name for n in tree.preorder(self._scope) if n.name in self._pairs]
-        names = self._filtered(names)
-        _, metric, worst_first = SORTS[self._sort]
-        if metric is None:
-            return names
+        return self.ordered(self._filtered(names))
 
-        def value(name: str) -> float:
-            row = self._rows.get(name) or {}
-            raw = row.get(metric)
-            if not isinstance(raw, (int, float)):
-                return math.inf  # not computed (yet), or no such metric: last
-            return -raw if worst_first == "high" else raw
+    NATURAL_ORDER = "execution order"
 
-        return sorted(names, key=value)
-
-    def action_cycle_sort(self) -> None:
-        """``s``: execution order, lowest cosine first, largest max abs error first."""
-        self._sort = (self._sort + 1) % len(SORTS)
-        current = self._highlighted()
-        self._fill_table()
-        self._update_summary()
-        table = self.query_one("#ops", DataTable)
-        if current is not None and current in table.rows:
-            table.move_cursor(row=table.get_row_index(current))
+    def sort_value(self, key: str, column: str) -> object:
+        node, row = self._pairs[key], self._rows.get(key) or {}
+        if column == "order":
+            return self._order[key]
+        if column == "name":
+            return key
+        if column == "test_name":
+            return node.test
+        if column == "type":
+            return node.golden_type
+        if column == "inputs":
+            return verdict_rank(row.get("inputs_effective"))
+        if column == "outputs":
+            return verdict_rank(row.get("outputs_passed"), row.get("label"))
+        return row.get(column)
 
     def _filtered(self, names: list[str]) -> list[str]:
         if not self._filter:
@@ -236,11 +225,11 @@ class OperatorScreen(ViewScreen):
         self._filter = text
         box = self.query_one("#filter", Input)
         box.display = False
-        self._fill_table()
-        self._update_summary()
+        self.fill_table()
+        self.update_summary()
         table = self.query_one("#ops", DataTable)
         table.focus()
-        self._show_detail(self._highlighted())
+        self._show_detail(self.cursor_key())
 
     def main_table(self) -> DataTable[object]:
         return self.query_one("#ops", DataTable)
@@ -249,14 +238,14 @@ class OperatorScreen(ViewScreen):
         row = self._rows.get(key)
         return row is not None and row["outputs_passed"] is False
 
-    def _fill_table(self) -> None:
+    def fill_table(self) -> None:
         table = self.query_one("#ops", DataTable)
         table.clear()
         for name in self._in_scope():
             table.add_row(*self._cells(name), key=name)
 
     def _cells(self, name: str) -> list[Text | str]:
-        """The row of ``name``, in the order of ``self._columns``."""
+        """The row of ``name``, in the order of ``self.table_columns``."""
         node = self._pairs[name]
         row = self._rows.get(name)
         depth = node.depth - self.acc.comparison.golden.tree.nodes[self._scope].depth
@@ -288,20 +277,13 @@ class OperatorScreen(ViewScreen):
                 mean_diff=fmt.num(row.get("mean_diff")),
                 shape=row["shape"] or "-",
             )
-        return [cells.get(key, "") for key, _, _ in self._columns]
+        return [cells.get(key, "") for key, _, _ in self.table_columns]
 
     def _order_cell(self, name: str) -> Text:
         order = self._order[name]
         if name == self._suspect:
             return Text(f"◆{order}", style="bold red reverse")
         return Text(str(order), style="dim")
-
-    def _highlighted(self) -> str | None:
-        table = self.query_one("#ops", DataTable)
-        if not table.row_count:
-            return None
-        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-        return str(key.value)
 
     @on(DataTable.RowHighlighted, "#ops")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -313,7 +295,7 @@ class OperatorScreen(ViewScreen):
             node, self.acc.comparison.engine, self._rows.get(name) if name else None
         )
 
-    def _update_summary(self) -> None:
+    def update_summary(self) -> None:
         done, total = len(self._rows), len(self._pairs)
         failing = sum(1 for r in self._rows.values() if r["outputs_passed"] is False)
         parts = [
@@ -325,8 +307,8 @@ class OperatorScreen(ViewScreen):
             parts.append(f"in {fmt.display_name(self._scope)} (a: all)")
         if self._filter:
             parts.append(f"filter {self._filter!r} (/)")
-        if self._sort:
-            parts.append(f"sorted: {SORTS[self._sort][0]} (s)")
+        if sorted_by := self.sort_summary():
+            parts.append(sorted_by)
         if self._finished:
             parts.append(
                 f"◆ {fmt.display_name(self._suspect)} (f)"
@@ -346,9 +328,9 @@ class OperatorScreen(ViewScreen):
         if name == self._scope:
             return
         self._scope = name
-        self._fill_table()
-        self._update_summary()
-        self._show_detail(self._highlighted())
+        self.fill_table()
+        self.update_summary()
+        self._show_detail(self.cursor_key())
 
     def action_scope_all(self) -> None:
         self._set_scope(self.acc.comparison.golden.tree.root)

@@ -37,6 +37,8 @@ STATS_COLUMNS = (
     ("shape", "Logits shape", 14),
 )
 
+_VERDICT_RANK = {"fail": 0, "error": 1, "near-tie": 2, "pass": 3}
+
 
 class TokenScreen(ViewScreen):
     """Token list: which generated token is the first whose logits diverge?"""
@@ -68,15 +70,12 @@ class TokenScreen(ViewScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self._columns = self._choose_columns()
+        self.table_columns = self._choose_columns()
         table = self.query_one("#tokens", DataTable)
-        for key, label, width in self._columns:
+        for key, label, width in self.table_columns:
             table.add_column(label, key=key, width=width)
-        engine = self.acc.comparison.engine
-        for token in self.acc.comparison.pairing.tokens:
-            cached = engine.cached_token_row(token)
-            table.add_row(*self._cells(cached or {"token": token}, pending=cached is None), key=str(token))
-        self._update_summary()
+        self.fill_table()
+        self.update_summary()
         # one cell per token (up to the screen's width): a bar is a token
         self.query_one("#kl-strip", Sparkline).styles.width = max(
             1, min(len(self.acc.comparison.pairing.tokens), 200)
@@ -108,16 +107,38 @@ class TokenScreen(ViewScreen):
     def _show_token(self, message: TokenComputed) -> None:
         table = self.query_one("#tokens", DataTable)
         key = str(message.row["token"])
-        for (column, _, _), cell in zip(self._columns, self._cells(message.row), strict=True):
+        for (column, _, _), cell in zip(self.table_columns, self._cells(message.row), strict=True):
             table.update_cell(key, column, cell)
-        self._update_summary()
+        self.update_summary()
         self._update_strip()
 
     @on(TokensFinished)
     def _select_first_failure(self) -> None:
         """Start where the user would go first: the first failing token (unless they moved already)."""
+        if self.sort.column is not None:  # sorted while computing: settle the order now
+            self.apply_sort(self.sort)
         if self.query_one("#tokens", DataTable).cursor_row == 0:
             self.action_first_failure(quiet=True)
+
+    NATURAL_ORDER = "token order"
+
+    def fill_table(self) -> None:
+        table = self.query_one("#tokens", DataTable)
+        table.clear()
+        engine = self.acc.comparison.engine
+        for key in self.ordered([str(t) for t in self.acc.comparison.pairing.tokens]):
+            cached = engine.cached_token_row(int(key))
+            table.add_row(*self._cells(cached or {"token": int(key)}, pending=cached is None), key=key)
+
+    def sort_value(self, key: str, column: str) -> object:
+        row = self.acc.comparison.engine.cached_token_row(int(key)) or {}
+        if column == "token":
+            return int(key)
+        if column == "passed":
+            return _VERDICT_RANK.get(row.get("verdict") or "")
+        if column == "top1":  # the flipped ones first
+            return None if row.get("golden_top1") is None else row["golden_top1"] == row["test_top1"]
+        return row.get(column)
 
     def _update_strip(self) -> None:
         """KL (or, from statistics, the norm difference) of every token: the first divergence stands out."""
@@ -155,7 +176,7 @@ class TokenScreen(ViewScreen):
             "shape": row.get("shape") or "-",
             "test_node": row.get("test_node") or "",
         }
-        return [cells[key] for key, _, _ in self._columns]
+        return [cells[key] for key, _, _ in self.table_columns]
 
     def _rows(self) -> list[Row]:
         engine = self.acc.comparison.engine
@@ -163,7 +184,7 @@ class TokenScreen(ViewScreen):
             r for t in self.acc.comparison.pairing.tokens if (r := engine.cached_token_row(t)) is not None
         ]
 
-    def _update_summary(self) -> None:
+    def update_summary(self) -> None:
         rows = self._rows()
         total = len(self.acc.comparison.pairing.tokens)
         failing = [r["token"] for r in rows if r["passed"] is False]
@@ -174,6 +195,8 @@ class TokenScreen(ViewScreen):
             parts.append(f"first failing: {failing[0]} (f jumps, Enter opens)")
         elif len(rows) == total:
             parts.append("every token passes")
+        if sorted_by := self.sort_summary():
+            parts.append(sorted_by)
         cmp = self.acc.comparison
         issues = len(cmp.pairing.unmatched_found) + len(cmp.golden.problems) + len(cmp.test.problems)
         if issues:
@@ -212,7 +235,8 @@ class TokenScreen(ViewScreen):
     def view_frame(self) -> pl.DataFrame:
         engine = self.acc.comparison.engine
         rows = []
-        for token in self.acc.comparison.pairing.tokens:
+        for key in self.main_table().rows:  # as shown: in the table's order
+            token = int(str(key.value))
             row = engine.cached_token_row(token) or {"token": token}
             rows.append(
                 {
