@@ -51,6 +51,19 @@ def damaged_copy(demo_pair, tmp_path: Path) -> tuple[Path, Path]:
     return golden, test
 
 
+@pytest.fixture
+def in_place_copy(demo_pair, tmp_path: Path) -> tuple[Path, Path]:
+    """The demo pair as a hook dumps an in-place op: the faulty op's input saved after it ran."""
+    sides = []
+    for side in ("golden", "test"):
+        copy = tmp_path / side
+        shutil.copytree(getattr(demo_pair, side), copy)
+        op = device_dir(copy) / str(demo_pair.fault_token) / demo_pair.fault_module
+        shutil.copyfile(op / "output.pth", op / "input_0.pth")
+        sides.append(copy)
+    return sides[0], sides[1]
+
+
 @pytest.fixture(scope="session")
 def atb_pair(demo_pair, tmp_path_factory: pytest.TempPathFactory):
     """(golden torch dump, test ATB dump, test MindIE dump) from the demo's test run."""

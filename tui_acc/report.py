@@ -141,6 +141,8 @@ def format_text(report: dict[str, Any]) -> str:
             inputs = (
                 "inputs pass" if op["inputs_from"] == "files" else f"inputs pass (fed by {op['inputs_from']})"
             )
+            if op["in_place"]:
+                inputs += f"; in place: {op['in_place']}"
             lines.append(
                 f"first failing op at token {op['token']}: {op['golden']} ({op['golden_type']}){partner}"
                 f"  cosine {_num(op['cosine'])}  max abs {_num(op['max_abs_err'])}  {op['label']}, {inputs}"
@@ -202,6 +204,7 @@ def _op(row: Row | None) -> dict[str, Any] | None:
     op["inputs_passed"] = row["inputs_effective"]
     op["inputs_from"] = row.get("inputs_from")
     op["label"] = row.get("label")
+    op["in_place"] = row.get("in_place")
     return op
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -36,11 +37,10 @@ class Terminal:
             check=True,
         )
 
-    def screen(self) -> str:
-        result = subprocess.run(
-            ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
-        )
-        return result.stdout
+    def screen(self, escapes: bool = False) -> str:
+        """The visible text; with ``escapes``, the SGR colour and style codes as well."""
+        command = ["tmux", "capture-pane", "-p", *(["-e"] if escapes else []), "-t", self.name]
+        return subprocess.run(command, capture_output=True, text=True).stdout
 
     def keys(self, *keys: str) -> None:
         subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
@@ -102,6 +102,69 @@ def test_ssh_user_finds_the_fault_and_exports_it(demo_pair, tmp_path: Path, term
     while term.alive() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not term.alive()
+
+
+_SGR = re.compile(r"\x1b\[([0-9;]*)m")
+_PLAIN_SGR = {0, 1, 2, 3, 4, 5, 7, 8, 9, 21, 22, 23, 24, 25, 27, 28, 29, 39, 49}
+_SIXTEEN = set(range(30, 38)) | set(range(40, 48)) | set(range(90, 98)) | set(range(100, 108))
+_GREY_256 = {0, 7, 8, 15, 16, 59, 102, 145, 188, 231, *range(232, 256)}  # no hue in any of them
+
+
+def _colours(screen: str) -> list[tuple[str, ...]]:
+    """Every colour the terminal was told to use: ("16", code), ("256", n) or ("rgb", r, g, b)."""
+    found: list[tuple[str, ...]] = []
+    for params in _SGR.findall(screen):
+        codes = [int(c) for c in params.split(";") if c] or [0]
+        i = 0
+        while i < len(codes):
+            code = codes[i]
+            if code in (38, 48, 58) and codes[i + 1] == 5:
+                found.append(("256", str(codes[i + 2])))
+                i += 3
+            elif code in (38, 48, 58) and codes[i + 1] == 2:
+                found.append(("rgb", *map(str, codes[i + 2 : i + 5])))
+                i += 5
+            else:
+                if code not in _PLAIN_SGR:
+                    found.append(("16", str(code)))
+                i += 1
+    return found
+
+
+def _is_grey(colour: tuple[str, ...]) -> bool:
+    if colour[0] == "rgb":
+        return len(set(colour[1:])) == 1
+    if colour[0] == "256":
+        return int(colour[1]) in _GREY_256
+    return int(colour[1]) in {30, 37, 90, 97, 40, 47, 100, 107}
+
+
+@pytest.mark.parametrize(
+    ("env", "allowed", "what"),
+    [
+        (["NO_COLOR=1", "TERM=xterm-256color"], _is_grey, "NO_COLOR: greys only"),
+        (["-u", "COLORTERM", "TERM=screen"], lambda c: c[0] == "16" and int(c[1]) in _SIXTEEN, "16 colours"),
+    ],
+)
+def test_verdicts_read_without_colour(
+    demo_pair, tmp_path: Path, terminal_factory, env, allowed, what
+) -> None:
+    """Every verdict is a word or a symbol, and the terminal gets only the colours it can show."""
+    tui_acc = ["env", *env, sys.executable, "-m", "tui_acc", str(demo_pair.golden), str(demo_pair.test)]
+    term = terminal_factory(tui_acc, tmp_path)
+    tokens = term.wait_for(lambda s: "first failing: 3" in s, "the token verdicts")
+    rows = [line.split() for line in tokens.splitlines()]
+    lines = {words[0]: words for words in rows if words and words[0].isdigit()}
+    assert "pass" in lines["2"] and "FAIL" in lines["3"]
+    term.keys("f", "Enter")
+    term.wait_for(lambda s: "◆ model.layers.2.mlp.down_proj" in s, "the operator verdicts")
+    term.keys("f")
+    ops = term.wait_for(lambda s: "✗ error starts here" in s, "the tensor detail")
+    fault = next(line for line in ops.splitlines() if "◆42" in line)
+    assert "✗L" in fault and "✓" in fault  # out fails here, in passes: no colour needed to see it
+    colours = _colours(term.screen(escapes=True))
+    assert colours, "the capture holds no colour codes at all"
+    assert [c for c in colours if not allowed(c)] == [], what
 
 
 def test_bad_path_prints_a_clear_error(tmp_path: Path) -> None:

@@ -29,6 +29,15 @@ def _static_text(app: AccApp) -> str:
     return console.export_text()
 
 
+def _render(app: AccApp, selector: str) -> str:
+    """A widget's content as plain text, as a terminal would show it."""
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(app.screen.query_one(selector, Static).content)
+    return console.export_text()
+
+
 def _cursor_key(app: AccApp, selector: str) -> str:
     table = app.screen.query_one(selector, DataTable)
     return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
@@ -162,7 +171,7 @@ async def test_damaged_input_is_shown_not_hidden(damaged_copy: tuple[Path, Path]
         assert "⚠ 4 unmatched/unreadable (u)" in _text(app, "#summary")
         await pilot.press("u")
         assert isinstance(app.screen, ProblemsScreen)
-        listing = _static_text(app)
+        listing = _render(app, "Static")
         for name in ("root.model.layers.0.mlp.act_fn", "root.model.norm/output_5", "root.model.norm/output"):
             assert name in listing
         await pilot.press("escape", "g", "enter")  # token 0 holds the damaged file
@@ -170,7 +179,7 @@ async def test_damaged_input_is_shown_not_hidden(damaged_copy: tuple[Path, Path]
         table = app.screen.query_one("#ops", DataTable)
         assert "!" in str(table.get_cell("root.model.layers.1.mlp.up_proj", "outputs"))
         await pilot.press("u")
-        listing = _static_text(app)
+        listing = _render(app, "Static")
         assert "up_proj/output.pth" in listing and "unreadable torch file" in listing
 
 
@@ -310,3 +319,53 @@ async def test_export_dialog_refuses_a_folder_and_an_empty_name(demo_app: AccApp
         assert "Type a file name" in _text(demo_app, "#export-hint")
         await pilot.press(*"sub/t.csv", "enter")
         assert (demo_app.export_dir / "sub" / "t.csv").exists()
+
+
+async def test_detail_panel_warns_about_an_in_place_op(in_place_copy, demo_pair, tmp_path: Path) -> None:
+    from tui_acc import open_comparison
+
+    app = AccApp(open_comparison(*in_place_copy), export_dir=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("f", "enter")
+        await settle(pilot)
+        await pilot.press("f")
+        assert _cursor_key(app, "#ops") == demo_pair.fault_module
+        detail = _render(app, "#detail")
+        assert "⚠ in place: input_0=output (golden) identical, inputs judged by up_proj" in detail
+        assert "error starts here" in detail
+
+
+async def test_kl_strip_makes_the_first_divergence_stand_out(demo_app: AccApp, demo_pair) -> None:
+    """On a linear scale token 3 (KL 2e-3) would be as flat as the passing tokens (5e-6)."""
+    from textual.widgets import Sparkline
+
+    from tui_acc.tui.screens.tokens import strip_height
+
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        bars = list(demo_app.screen.query_one("#kl-strip", Sparkline).data or [])
+        first = demo_pair.fault_token
+        assert len(bars) == 8 and max(bars[:first]) < 0.6 * bars[first] < bars[first] < max(bars)
+    assert strip_height(float("nan")) == strip_height(float("inf")) > strip_height(1e3)
+    assert strip_height(None) == strip_height(0.0) == 0.0
+
+
+async def test_resizing_keeps_the_view_and_the_cursor_on_screen(demo_app: AccApp, demo_pair) -> None:
+    async with demo_app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        await pilot.press("f", "enter")
+        await settle(pilot)
+        await _sort_by(pilot, "max_abs_err")
+        await pilot.press("f", "t")
+        screen = demo_app.screen
+        before = [str(k.value) for k in screen.main_table().rows]
+        for size in ((80, 24), (60, 16), (200, 60), (80, 24)):
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            table = screen.main_table()
+            assert demo_app.screen is screen and [str(k.value) for k in table.rows] == before
+            assert _cursor_key(demo_app, "#ops") == demo_pair.fault_module
+            assert not screen.query_one(LayerTree).display and screen.sort.column == "max_abs_err"
+            top, visible = int(table.scroll_y), table.scrollable_content_region.height - 1  # minus header
+            assert top <= table.cursor_row < top + visible, (size, top, table.cursor_row)

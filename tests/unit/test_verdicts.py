@@ -135,3 +135,16 @@ def test_near_tie_flips_are_labelled_not_failed() -> None:
     assert not near_tie({**tie, "top1_logprob_gap": 2.0}, t)  # the golden clearly preferred its token
     assert not near_tie({**tie, "top1_mutual": False}, t)
     assert not near_tie({**tie, "test_top1": 7}, t)  # no flip at all
+
+
+def test_in_place_inputs_are_judged_by_what_fed_them(demo_pair, in_place_copy: tuple[Path, Path]) -> None:
+    cmp = open_comparison(*in_place_copy)
+    rows = {r["golden_node"]: r for r in cmp.engine.node_rows(demo_pair.fault_token)}
+    fault = rows[demo_pair.fault_module]
+    assert fault["inputs_passed"] is False  # the files alone would call the fault inherited
+    assert fault["in_place"] == "input_0=output (golden)"
+    assert fault["inputs_from"] == "root.model.layers.2.mlp.up_proj" and fault["inputs_effective"] is True
+    assert fault["label"] == "local"
+    assert cmp.engine.first_failing_op(demo_pair.fault_token)["golden_node"] == demo_pair.fault_module
+    # an untouched op is not flagged
+    assert rows["root.model.layers.2.mlp.act_fn"]["in_place"] is None

@@ -288,6 +288,7 @@ class MetricsEngine:
             "params_passed": all(r["passed"] for r in params) if params else None,
             "input_cosine": min((r.get("cosine") or 0.0 for r in inputs), default=None),
             "worst_output": worst["slot"] if worst else None,
+            "in_place": _in_place(inputs, outputs),
             "error": next((r["error"] for r in rows if r.get("error")), None),
         }
         for key in _FROM_WORST_OUTPUT:
@@ -351,10 +352,12 @@ class MetricsEngine:
         arguments), its input is what fed it: the outputs of the previous sibling that has
         outputs, or for a first child, its parent's input.
         """
-        if row["inputs_passed"] is not None:
-            row["inputs_effective"], row["inputs_from"] = row["inputs_passed"], "files"
-        else:
-            row["inputs_effective"], row["inputs_from"] = self._feed(row["golden_node"], earlier)
+        row["inputs_effective"], row["inputs_from"] = row["inputs_passed"], "files"
+        if row["inputs_passed"] is None or row.get("in_place"):
+            # An in-place op's dumped input is its output (the hook ran after it): what fed it decides.
+            fed, source = self._feed(row["golden_node"], earlier)
+            if fed is not None or row["inputs_passed"] is None:
+                row["inputs_effective"], row["inputs_from"] = fed, source
         failing = row["outputs_passed"] is False
         row["suspect"] = failing and row["inputs_effective"] is not False
         # "local": the error starts here; "inherited": its inputs were already bad; "contains"
@@ -467,6 +470,32 @@ def _stats(ref: TensorRef) -> Stats:
     from tui_acc.metrics.stats import stats_of
 
     return stats_of(load_side(ref, None))
+
+
+def _in_place(inputs: list[Row], outputs: list[Row]) -> str | None:
+    """``"input_0=output (golden)"`` when a dumped input is its op's output, bit for bit.
+
+    That is what an in-place op (``SiLU(inplace=True)``, ``add_``) leaves in a dump, because the
+    input is saved after the op ran: comparing those "inputs" repeats the output comparison, so an
+    error starting in the op would look inherited. Equal shape, dtype, min, max, mean and L2 norm
+    (on a tensor that is not constant) identify the same data.
+    """
+    for side in ("golden", "test"):
+        for tensor_in in inputs:
+            seen = _fingerprint(tensor_in, side)
+            if seen is None:
+                continue
+            for tensor_out in outputs:
+                if _fingerprint(tensor_out, side) == seen:
+                    return f"{tensor_in['slot']}={tensor_out['slot']} ({side})"
+    return None
+
+
+def _fingerprint(row: Row, side: str) -> tuple[object, ...] | None:
+    stats = tuple(row.get(f"{side}_{key}") for key in ("shape", "dtype", "max", "min", "mean", "norm"))
+    if any(value is None for value in stats) or stats[2] == stats[3]:
+        return None  # not known, or a constant tensor (equal by coincidence too often)
+    return stats
 
 
 def _badness(row: Row) -> tuple[int, float]:

@@ -113,6 +113,7 @@ NODE_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
     "label": pl.String,
     "input_cosine": pl.Float64,
     "worst_output": pl.String,
+    "in_place": pl.String,
     **METRIC_COLUMNS,
     "golden_dtype": pl.String,
     "test_dtype": pl.String,

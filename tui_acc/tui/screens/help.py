@@ -38,6 +38,8 @@ VERDICTS = (
     "while its inputs pass. Out ✗L: the error starts here (local); ✗c: it starts in a child; "
     "✗i: inherited from inputs that were already bad. In ✓f: no inputs were dumped, so the outputs "
     "of the operator that fed it are used.",
+    "⚠ in place: a dumped input is identical to an output (saved after an in-place op ran), so "
+    "the inputs are judged by what fed the operator instead.",
     "Token 'tie': logits within thresholds but the top-1 flipped between two near-equal candidates "
     "(mutual top-5, log-prob gap <= 0.1): not a real divergence.",
     "≤1e-3: the share of elements within 0.1% of the golden (msprobe's one-thousandth ratio).",

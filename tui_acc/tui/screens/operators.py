@@ -19,6 +19,7 @@ from tui_acc.tui import formatting as fmt
 from tui_acc.tui.screens.base import ViewScreen
 from tui_acc.tui.sorting import verdict_rank
 from tui_acc.tui.widgets.layer_tree import LayerTree
+from tui_acc.tui.widgets.metric_table import MetricTable
 from tui_acc.tui.widgets.tensor_detail import TensorDetail
 
 # Ordered so that at 80 columns the verdicts and the two main metrics are on screen.
@@ -106,7 +107,7 @@ class OperatorScreen(ViewScreen):
         with Horizontal(id="main"):
             partners = {name: node.test for name, node in self._pairs.items()}
             yield LayerTree(tree, set(self._pairs), partners, id="layers")
-            yield DataTable(id="ops", cursor_type="row", zebra_stripes=True)
+            yield MetricTable(id="ops", cursor_type="row", zebra_stripes=True)
         yield TensorDetail(id="detail")
         yield Input(placeholder="filter by name or type; Enter applies, Esc clears", id="filter")
         yield Static(id="status")

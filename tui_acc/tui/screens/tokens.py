@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 from rich.text import Text
 from textual import on, work
@@ -17,6 +19,7 @@ from tui_acc.metrics.engine import Row
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.screens.base import ViewScreen
 from tui_acc.tui.screens.operators import OperatorScreen
+from tui_acc.tui.widgets.metric_table import MetricTable
 
 COLUMNS = (
     ("token", "Token", 6),
@@ -36,6 +39,20 @@ STATS_COLUMNS = (
     ("mean_diff", "MeanDiff", 9),
     ("shape", "Logits shape", 14),
 )
+
+# Bars on a log scale: the first divergence is orders of magnitude above the noise but far below
+# the broken tokens after it; on a linear scale it would be as flat as the noise.
+_STRIP_FLOOR = 1e-8
+
+
+def strip_height(value: object) -> float:
+    """A token's bar: decades of KL above 1e-8 (0 for a token not compared, or no divergence)."""
+    if not isinstance(value, (int, float)):
+        return 0.0
+    if not math.isfinite(value):
+        return 12.0  # NaN or Inf logits: broken outright, as tall as a bar gets
+    return math.log10(value / _STRIP_FLOOR) if value > _STRIP_FLOOR else 0.0
+
 
 _VERDICT_RANK = {"fail": 0, "error": 1, "near-tie": 2, "pass": 3}
 
@@ -63,9 +80,9 @@ class TokenScreen(ViewScreen):
         yield Header()
         yield Static(id="summary")
         with Horizontal(id="strip"):
-            yield Static("KL by token ", id="strip-label")
+            yield Static("log KL by token ", id="strip-label")
             yield Sparkline([], id="kl-strip", summary_function=max)
-        yield DataTable(id="tokens", cursor_type="row", zebra_stripes=True)
+        yield MetricTable(id="tokens", cursor_type="row", zebra_stripes=True)
         yield Static(id="status")
         yield Footer()
 
@@ -146,7 +163,7 @@ class TokenScreen(ViewScreen):
         for token in self.acc.comparison.pairing.tokens:
             row = self.acc.comparison.engine.cached_token_row(token) or {}
             value = row.get("kl") if row.get("kl") is not None else row.get("norm_rel_diff")
-            values.append(float(value) if isinstance(value, (int, float)) else 0.0)
+            values.append(strip_height(value))
         self.query_one("#kl-strip", Sparkline).data = values
 
     def _choose_columns(self) -> tuple[tuple[str, str, int], ...]:

@@ -32,10 +32,11 @@ class TensorDetail(Static):
             else f"{node.golden_type} ↔ {node.test_type}"
         )
         title = Text.assemble((names, "bold"), "  ", (types, "dim"))
-        if row is not None:
-            title.append_text(_verdict_line(row))
+        head = [title]
+        if row is not None and (verdict := _verdict_line(row)):
+            head.append(verdict)  # a line of its own: wrapped onto the title it lost its spacing
         if not node.tensors:
-            self.update(Group(title, Text("no tensor files paired for this node", style="dim")))
+            self.update(Group(*head, Text("no tensor files paired for this node", style="dim")))
             return
         rows = [engine.cached_row(pair) for pair in node.tensors]
         stats = any(r is not None and r.get("stats_only") for r in rows)
@@ -45,26 +46,30 @@ class TensorDetail(Static):
             grid.add_column(column, no_wrap=True)
         for pair, row in zip(node.tensors, rows, strict=True):
             grid.add_row(*_cells(pair.slot, row))
-        self.update(Group(title, grid))
+        self.update(Group(*head, grid))
 
 
 _LABEL_TEXT = {
-    "local": ("  error starts here", "bold red"),
-    "contains": ("  error starts in a child", "red"),
-    "inherited": ("  inherited: its inputs were already off", "dim red"),
+    "local": ("✗ error starts here", "bold red"),
+    "contains": ("✗ error starts in a child", "red"),
+    "inherited": ("✗ inherited: its inputs were already off", "dim red"),
 }
 
 
 def _verdict_line(row: Row) -> Text:
-    text = Text()
+    parts: list[tuple[str, str]] = []
     label = row.get("label")
     if label in _LABEL_TEXT:
-        text.append(*_LABEL_TEXT[label])
+        parts.append(_LABEL_TEXT[label])
     source = row.get("inputs_from")
-    if source not in (None, "files"):
+    if row.get("in_place"):
+        # the dumped input was saved after the op overwrote it: it says nothing about what came in
+        judged = "" if source in (None, "files") else f", inputs judged by {fmt.short_name(str(source))}"
+        parts.append((f"⚠ in place: {row['in_place']} identical{judged}", "bold yellow"))
+    elif source not in (None, "files"):
         verdict = "pass" if row.get("inputs_effective") else "fail"
-        text.append(f"  inputs not dumped: judged by {fmt.short_name(str(source))} ({verdict})", style="dim")
-    return text
+        parts.append((f"inputs not dumped: judged by {fmt.short_name(str(source))} ({verdict})", "dim"))
+    return Text("  ").join(Text(words, style=style) for words, style in parts)
 
 
 def _cells(slot: str, row: Row | None) -> list[Text | str]:
