@@ -369,3 +369,65 @@ async def test_resizing_keeps_the_view_and_the_cursor_on_screen(demo_app: AccApp
             assert not screen.query_one(LayerTree).display and screen.sort.column == "max_abs_err"
             top, visible = int(table.scroll_y), table.scrollable_content_region.height - 1  # minus header
             assert top <= table.cursor_row < top + visible, (size, top, table.cursor_row)
+
+
+async def test_the_rows_on_screen_are_computed_first_and_leaving_cancels_the_rest(
+    demo_app: AccApp,
+) -> None:
+    """Each of token 0's tensor pairs waits for a permit from the test: the order is observable."""
+    import asyncio
+    import threading
+
+    engine = demo_app.comparison.engine
+    engine.workers = 2
+    nodes = demo_app.comparison.pairing.node_pairs(0)
+    permits, finished = threading.Semaphore(0), threading.Semaphore(0)
+    computed: list[str] = []
+    compute = engine._compute
+
+    logits = demo_app.comparison.pairing.logits_pair(0)  # the token list's: not held back
+
+    def gated(pair):  # type: ignore[no-untyped-def]
+        if pair.token != 0 or pair == logits:
+            return compute(pair)
+        assert permits.acquire(timeout=60), "never released"
+        try:
+            return compute(pair)
+        finally:
+            computed.append(pair.golden_node)
+            finished.release()
+
+    engine._compute = gated  # type: ignore[method-assign]
+    loop = asyncio.get_running_loop()
+
+    async def let_one_through() -> None:
+        permits.release()
+        assert await loop.run_in_executor(None, finished.acquire, True, 60)
+        await pilot.pause()
+
+    try:
+        async with demo_app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            await pilot.press("g", "enter")  # token 0
+            screen = demo_app.screen
+            assert isinstance(screen, OperatorScreen) and screen.token == 0
+            await pilot.press("G")  # the bottom rows are what the user looks at now
+            bottom = screen._on_screen
+            assert nodes[-2].golden in bottom and nodes[1].golden not in bottom
+            for _ in range(12):
+                await let_one_through()
+            # up to 3 pairs were in the workers' hands before G (the top rows); then only the bottom
+            assert computed[3:] and set(computed[3:]) <= bottom, computed
+            shown = [name for name, row in screen._rows.items() if row.get("provisional")]
+            assert shown and set(shown) <= bottom  # metrics on screen before the rows above them
+            assert len(computed) == 12 < sum(len(n.tensors) for n in nodes) // 2
+            before = len(computed)
+            await pilot.press("escape")  # leave with most of the token not computed
+            assert isinstance(demo_app.screen, TokenScreen)
+            for _ in range(1000):
+                permits.release()
+            await settle(pilot)
+    finally:
+        for _ in range(1000):
+            permits.release()
+    assert len(computed) <= before + 3  # only the pairs already in the workers' hands

@@ -134,3 +134,68 @@ def test_tokens_are_listed_and_paired_only_when_asked(demo_pair) -> None:
     cmp.engine.token_row(5)
     assert cmp.pairing.is_paired(5) and not cmp.pairing.is_paired(6)
     assert cmp.pairing.unmatched == [] and cmp.pairing.all_paired()  # a full report pairs everything
+
+
+def _pair(node: str, slot: str):  # type: ignore[no-untyped-def]
+    from tui_acc.dumps.model import TensorRef
+    from tui_acc.pairing import TensorPair
+
+    ref = TensorRef(slot=slot, role="output", location=f"{node}/{slot}.pth")
+    return TensorPair(0, node, node, ref, ref)
+
+
+def test_backlog_serves_the_preferred_nodes_first_and_rereads_the_preference() -> None:
+    from tui_acc.metrics.backlog import Backlog
+
+    pairs = [_pair(node, "output") for node in ("a", "b", "c", "d", "e")]
+    wanted: set[str] = {"d"}
+    backlog = Backlog(pairs, prefer=lambda: wanted)
+    assert backlog.take().golden_node == "d"  # type: ignore[union-attr]
+    assert backlog.take().golden_node == "a"  # nothing preferred left: the caller's order
+    wanted = {"e", "c"}  # the user scrolled: asked again before every pair
+    assert [backlog.take().golden_node for _ in range(2)] == ["c", "e"]  # type: ignore[union-attr]
+    backlog.close()
+    assert backlog.take() is None and len(backlog) == 0
+
+
+def test_rows_on_screen_come_first_as_provisional_rows(demo_pair) -> None:
+    """While the first operator is stuck, the preferred (last) one is computed and shown."""
+    from tui_acc.metrics import MetricsEngine
+
+    cmp = open_comparison(demo_pair.golden, demo_pair.test)
+    engine = MetricsEngine(cmp.pairing, workers=2)
+    nodes = cmp.pairing.node_pairs(0)
+    first, last = nodes[1].golden, nodes[-2].golden  # nodes[0] is the root, holding the logits
+    gate, early = threading.Event(), threading.Event()
+    compute = engine._compute
+
+    def gated(pair):  # type: ignore[no-untyped-def]
+        if pair.golden_node == first:
+            assert gate.wait(60), "never released"
+        return compute(pair)
+
+    engine._compute = gated  # type: ignore[method-assign]
+    seen: list[dict] = []
+
+    def on_row(row: dict) -> None:
+        seen.append(row)
+        if row["golden_node"] == last and row.get("provisional"):
+            early.set()
+
+    worker = threading.Thread(
+        target=lambda: seen.append({"final": engine.node_rows(0, on_row=on_row, prefer=lambda: {last})})
+    )
+    worker.start()
+    try:
+        assert early.wait(60), "the preferred node was not computed while the first was stuck"
+        assert not any(r.get("golden_node") == first for r in seen)  # still stuck
+        provisional = next(r for r in seen if r.get("golden_node") == last)
+        assert provisional["cosine"] is not None and "label" not in provisional
+    finally:
+        gate.set()
+        worker.join(60)
+    final = seen[-1]["final"]
+    plain = MetricsEngine(cmp.pairing, workers=1).node_rows(0)
+    assert [r["golden_node"] for r in final] == [r["golden_node"] for r in plain]
+    assert [(r["cosine"], r["label"]) for r in final] == [(r["cosine"], r["label"]) for r in plain]
+    assert not any(r.get("provisional") for r in final)

@@ -18,6 +18,7 @@ import polars as pl
 
 from tui_acc.dumps.model import DumpError, Stats, TensorRef, logical_name
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
+from tui_acc.metrics.backlog import Backlog, Preference
 from tui_acc.metrics.cache import RowCache, identity
 from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, TENSOR_SCHEMA, TOKEN_SCHEMA, to_frame
 from tui_acc.metrics.verdict import Thresholds, logits_passed, near_tie, tensor_passed
@@ -129,6 +130,11 @@ class MetricsEngine:
                 with self._lock:
                     self._rows.setdefault(pair, row)
         return row
+
+    def _known(self, pair: TensorPair) -> bool:
+        """Whether the pair's row is in memory (cheap: no disk cache lookup)."""
+        with self._lock:
+            return pair in self._rows
 
     def cached_rows(self) -> list[Row]:
         """Every row computed so far."""
@@ -257,11 +263,16 @@ class MetricsEngine:
 
     # --- nodes --------------------------------------------------------------------------------
 
-    def _raw_node_row(self, node: NodePair, should_stop: StopCheck = _never) -> Row:
+    def _raw_node_row(
+        self,
+        node: NodePair,
+        should_stop: StopCheck = _never,
+        row_of: Callable[[TensorPair], Row] | None = None,
+    ) -> Row:
         rows = []
         for pair in node.tensors:
             _check(should_stop)
-            rows.append(self.tensor_row(pair))
+            rows.append((row_of or self.tensor_row)(pair))
         return self._node_row_from(node, rows)
 
     def _cached_raw_node_row(self, node: NodePair) -> Row | None:
@@ -301,13 +312,30 @@ class MetricsEngine:
         token: int,
         should_stop: StopCheck = _never,
         on_row: Callable[[Row], None] | None = None,
+        prefer: Preference | None = None,
     ) -> list[Row]:
-        """One row per paired node of ``token``, in execution order, with input feeds and labels."""
+        """One row per paired node of ``token``, in execution order, with input feeds and labels.
+
+        With ``prefer`` (the nodes on screen), those are computed first and ``on_row`` gets each
+        of them early as a *provisional* row (``provisional`` True: metrics and output verdict,
+        no input verdict or label yet, as those need every node before it); the final rows follow
+        in execution order.
+        """
         nodes = self.pairing.node_pairs(token)
         judged: dict[str, Row] = {}
-        with self._ahead([pair for node in nodes for pair in node.tensors], should_stop):
+        early = None
+        if on_row is not None and prefer is not None:
+            owner = {pair: node for node in nodes for pair in node.tensors}
+
+            def early(pair: TensorPair) -> None:  # on a worker thread, as soon as its node is whole
+                raw = self._cached_raw_node_row(owner[pair])
+                if raw is not None and on_row is not None:
+                    on_row({**raw, "provisional": True})
+
+        pairs = [pair for node in nodes for pair in node.tensors]
+        with self._ahead(pairs, should_stop, prefer, early) as row_of:
             for order, node in enumerate(nodes):
-                row = self._judge(self._raw_node_row(node, should_stop), judged)
+                row = self._judge(self._raw_node_row(node, should_stop, row_of), judged)
                 row["order"] = order
                 judged[node.golden] = row
                 if on_row:
@@ -383,28 +411,48 @@ class MetricsEngine:
             current = parent  # a parent with no rows (a container): look one level up
 
     @contextmanager
-    def _ahead(self, pairs: list[TensorPair], should_stop: StopCheck) -> Iterator[None]:
+    def _ahead(
+        self,
+        pairs: list[TensorPair],
+        should_stop: StopCheck,
+        prefer: Preference | None = None,
+        on_done: Callable[[TensorPair], None] | None = None,
+    ) -> Iterator[Callable[[TensorPair], Row]]:
         """Compute ``pairs`` on the worker threads while the caller consumes rows in its own order.
 
-        The caller's ``tensor_row`` then finds each row done, or waits for the worker computing
-        it (the in-flight table makes sure no pair is computed twice). Leaving cancels what has
-        not started. torch releases the GIL in its kernels, so threads use every core.
+        Yields ``row_of(pair)``: while the pair the caller needs is not done, the caller works
+        through the backlog too, so every thread takes the pairs of the nodes ``prefer`` names
+        first (what is on screen), and the caller's order only decides when rows are *reported*.
+        The in-flight table makes sure no pair is computed twice; ``on_done`` runs after each pair
+        computed here. Leaving (done or cancelled) stops the workers taking more. The kernels
+        release the GIL, so threads use every core.
         """
         todo = [p for p in pairs if self.cached_row(p) is None]
         if self.workers < 2 or len(todo) < 2:
-            yield
+            yield self.tensor_row
             return
+        backlog = Backlog(todo, prefer)
 
-        def work(pair: TensorPair) -> None:
-            if not should_stop():
-                self.tensor_row(pair)
+        def compute(pair: TensorPair) -> None:
+            self.tensor_row(pair)
+            if on_done is not None:
+                on_done(pair)
 
-        futures = [self._pool().submit(work, pair) for pair in todo]
+        def work() -> None:
+            while not should_stop() and (pair := backlog.take()) is not None:
+                compute(pair)
+
+        def row_of(pair: TensorPair) -> Row:
+            while not self._known(pair) and not should_stop() and (other := backlog.take()):
+                compute(other)
+            return self.tensor_row(pair)  # done, in flight on a worker (waited for), or computed now
+
+        for _ in range(self.workers - 1):  # the caller's thread is the last worker
+            self._pool().submit(work)
         try:
-            yield
+            yield row_of
         finally:
-            for future in futures:
-                future.cancel()
+            backlog.close()
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:

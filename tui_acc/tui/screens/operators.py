@@ -86,6 +86,8 @@ class OperatorScreen(ViewScreen):
         self._filter = ""
         self._suspect: str | None = None
         self._finished = False
+        # The rows on screen, computed before the rest; replaced whole (the workers read it).
+        self._on_screen: frozenset[str] = frozenset()
 
     # --- layout -------------------------------------------------------------------------------
 
@@ -138,7 +140,10 @@ class OperatorScreen(ViewScreen):
 
         try:
             self.acc.comparison.engine.node_rows(
-                self.token, should_stop=lambda: worker.is_cancelled, on_row=publish
+                self.token,
+                should_stop=lambda: worker.is_cancelled,
+                on_row=publish,
+                prefer=lambda: self._on_screen,
             )
         except Cancelled:
             return
@@ -148,6 +153,8 @@ class OperatorScreen(ViewScreen):
     def _show_node(self, message: NodeComputed) -> None:
         row = message.row
         name = row["golden_node"]
+        if row.get("provisional") and not self._rows.get(name, row).get("provisional"):
+            return  # the final row (input verdict, label) came first: keep it
         self._rows[name] = row
         self.query_one(LayerTree).set_row(row)
         table = self.query_one("#ops", DataTable)
@@ -244,6 +251,7 @@ class OperatorScreen(ViewScreen):
         table.clear()
         for name in self._in_scope():
             table.add_row(*self._cells(name), key=name)
+        self._track_screen()
 
     def _cells(self, name: str) -> list[Text | str]:
         """The row of ``name``, in the order of ``self.table_columns``."""
@@ -290,7 +298,18 @@ class OperatorScreen(ViewScreen):
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_detail(str(event.row_key.value))
 
+    def _track_screen(self) -> None:
+        """Note which rows are on screen now (and a screenful around), for the workers."""
+        table = self.query_one("#ops", DataTable)
+        keys = list(table.rows)
+        height = max(table.size.height, 10)
+        # around the cursor too: after a jump (f, G) the table scrolls to it only after a refresh
+        top, cursor = int(table.scroll_y), table.cursor_row
+        window = keys[max(min(top, cursor - height // 2), 0) : max(top + height, cursor + height // 2)]
+        self._on_screen = frozenset(str(key.value) for key in window)
+
     def _show_detail(self, name: str | None) -> None:
+        self._track_screen()
         node = self._pairs.get(name) if name else None
         self.query_one(TensorDetail).show(
             node, self.acc.comparison.engine, self._rows.get(name) if name else None

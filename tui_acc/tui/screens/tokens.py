@@ -109,14 +109,18 @@ class TokenScreen(ViewScreen):
         def publish(row: Row) -> None:
             self.post_message(self.TokenComputed(row))
 
-        engine = self.acc.comparison.engine
         try:
-            rows = engine.token_rows(should_stop=lambda: worker.is_cancelled, on_row=publish)
-            self.post_message(self.TokensFinished())
-            # Prefetch: the user's next step is almost always Enter on the first failing token.
-            failing = next((r["token"] for r in rows if r["passed"] is False), None)
-            if failing is not None:
-                engine.node_rows(failing, should_stop=lambda: worker.is_cancelled)
+            self.acc.comparison.engine.token_rows(should_stop=lambda: worker.is_cancelled, on_row=publish)
+        except Cancelled:
+            return
+        self.post_message(self.TokensFinished())
+
+    @work(thread=True, exclusive=True, group="prefetch", exit_on_error=False, name="prefetch")
+    def prefetch_operators(self, token: int) -> None:
+        """The user's next step is almost always Enter on the first failing token: start on it."""
+        worker = get_current_worker()
+        try:
+            self.acc.comparison.engine.node_rows(token, should_stop=lambda: worker.is_cancelled)
         except Cancelled:
             return
 
@@ -136,6 +140,9 @@ class TokenScreen(ViewScreen):
             self.apply_sort(self.sort)
         if self.query_one("#tokens", DataTable).cursor_row == 0:
             self.action_first_failure(quiet=True)
+        failing = next((r["token"] for r in self._rows() if r["passed"] is False), None)
+        if failing is not None:
+            self.prefetch_operators(failing)
 
     NATURAL_ORDER = "token order"
 
@@ -247,6 +254,9 @@ class TokenScreen(ViewScreen):
 
     @on(DataTable.RowSelected, "#tokens")
     def _open_token(self, event: DataTable.RowSelected) -> None:
+        # The operator screen computes the token it opens itself, what is on screen first; what
+        # the prefetch finished is kept, the rest of it would only compete for the cores.
+        self.workers.cancel_group(self, "prefetch")
         self.app.push_screen(OperatorScreen(int(str(event.row_key.value))))
 
     def view_frame(self) -> pl.DataFrame:
