@@ -38,6 +38,11 @@ async def shoot(out: Path) -> None:
         await pilot.press("f")
         await pilot.pause()
         app.save_screenshot(str(out / "operators.svg"))
+        await pilot.press("s", "down", "down", "down", "down", "down")  # onto Cosine
+        await pilot.pause()
+        app.save_screenshot(str(out / "sort.svg"))
+        await pilot.press("escape")
+        await pilot.pause()
         await pilot.press("e")
         await pilot.pause()
         app.save_screenshot(str(out / "export.svg"))

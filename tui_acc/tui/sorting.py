@@ -19,11 +19,29 @@ def worst_end(column: str) -> Worst:
     return "high" if column in HIGH_IS_BAD else "low"
 
 
+# What "worst first" means for the columns that are not plain numbers.
+_NOTES = {
+    **dict.fromkeys(("inputs", "outputs", "passed"), "failures first"),
+    **dict.fromkeys(("name", "test_name", "type", "shape", "test_node"), "A to Z"),
+    **dict.fromkeys(("order", "token"), "first to last"),
+    "top1": "flipped first",
+}
+
+
+def worst_note(column: str) -> str:
+    return _NOTES.get(column) or ("highest first" if column in HIGH_IS_BAD else "lowest first")
+
+
 @dataclass(frozen=True)
 class SortColumn:
     key: str
     label: str
     worst: Worst
+
+    @property
+    def note(self) -> str:
+        """What picking it does, in the sort dialog."""
+        return worst_note(self.key)
 
 
 @dataclass(frozen=True)

@@ -32,17 +32,14 @@ class SortDialog(ModalScreen[Sort | None]):
     def compose(self) -> ComposeResult:
         options = [Option(self.natural + ("   ← now" if self.current.column is None else ""), id=_NATURAL)]
         for column in self.columns:
-            worst = "lowest" if column.worst == "low" else "highest"
+            note = column.note
             if column.key == self.current.column:
-                now = "▼" if self.current.descending else "▲"
-                note = f"{now} now; Enter reverses"
-            else:
-                note = f"{worst} first"
+                note = f"{'▼' if self.current.descending else '▲'} now; Enter reverses"
             options.append(Option(f"{column.label:<14} {note}", id=column.key))
         with Vertical(id="sort-dialog"):
             yield Static("Sort by", id="sort-title")
             yield OptionList(*options, id="sort-columns")
-            yield Static("Enter: sort   Esc: cancel   S on the table: reverse", id="sort-hint")
+            yield Static("Enter: sort   Esc: cancel   S: reverse", id="sort-hint")
 
     def on_mount(self) -> None:
         listing = self.query_one(OptionList)
