@@ -152,9 +152,12 @@ def test_verdicts_read_without_colour(
     """Every verdict is a word or a symbol, and the terminal gets only the colours it can show."""
     tui_acc = ["env", *env, sys.executable, "-m", "tui_acc", str(demo_pair.golden), str(demo_pair.test)]
     term = terminal_factory(tui_acc, tmp_path)
-    tokens = term.wait_for(lambda s: "first failing: 3" in s, "the token verdicts")
-    rows = [line.split() for line in tokens.splitlines()]
-    lines = {words[0]: words for words in rows if words and words[0].isdigit()}
+
+    def verdicts(screen: str) -> dict[str, list[str]]:
+        rows = [line.split() for line in screen.splitlines()]
+        return {words[0]: words for words in rows if words and words[0].isdigit()}
+
+    lines = verdicts(term.wait_for(lambda s: "FAIL" in verdicts(s).get("7", []), "the token verdicts"))
     assert "pass" in lines["2"] and "FAIL" in lines["3"]
     term.keys("f", "Enter")
     term.wait_for(lambda s: "◆ model.layers.2.mlp.down_proj" in s, "the operator verdicts")
