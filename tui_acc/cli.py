@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tui_acc import __version__
-from tui_acc.config import ConfigError, load_config
+from tui_acc.config import Config, ConfigError, load_config
 from tui_acc.metrics.verdict import Thresholds
+from tui_acc.redump.settings import RedumpSettings, SettingsError, load_settings
+
+if TYPE_CHECKING:
+    from tui_acc.session import Comparison
 
 _COMMANDS = ("open", "report", "demo")
 
@@ -43,6 +49,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--compat",
         choices=("msit", "msprobe"),
         help="with --csv: every paired tensor in msit's or msprobe's columns, computed their way",
+    )
+
+    report.add_argument(
+        "--redump-command",
+        action="store_true",
+        help="print the re-dump command for --token (default: the first failing token) and exit",
+    )
+    report.add_argument(
+        "--redump-side",
+        choices=("test", "golden"),
+        default="test",
+        help="which side to re-dump (default: test)",
+    )
+    report.add_argument(
+        "--redump-node",
+        metavar="NAME",
+        help="re-dump only this golden node's subtree (default: the first failing op; 'all': every node)",
     )
 
     demo = commands.add_parser("demo", help="generate a golden/test pair with a known fault, then open it")
@@ -103,7 +126,7 @@ def _add_dump_args(parser: argparse.ArgumentParser) -> None:
 
 def _thresholds(args: argparse.Namespace) -> Thresholds:
     """Defaults < config files < command line."""
-    thresholds = load_config(args.config).thresholds
+    thresholds = _config(args).thresholds
     logits = {k: v for k, v in (("cosine", args.logits_cos), ("kl", args.logits_kl)) if v is not None}
     ops = {"cosine": args.op_cos} if args.op_cos is not None else {}
     thresholds = thresholds.with_bounds(logits=logits, ops=ops)
@@ -111,6 +134,18 @@ def _thresholds(args: argparse.Namespace) -> Thresholds:
         if kl is not None:
             thresholds.logits[dtype]["kl"] = kl
     return thresholds
+
+
+def _config(args: argparse.Namespace) -> Config:
+    config = getattr(args, "_loaded_config", None)
+    if config is None:
+        config = args._loaded_config = load_config(getattr(args, "config", None))
+    return config
+
+
+def _redump_settings(args: argparse.Namespace) -> RedumpSettings:
+    config = _config(args)
+    return load_settings(config.sections.get("redump"), " or ".join(config.sources) or "tui-acc.toml")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,29 +168,67 @@ def _run_compare(args: argparse.Namespace) -> int:
 
     try:
         thresholds = _thresholds(args)
-    except ConfigError as exc:
+        settings = _redump_settings(args)
+    except (ConfigError, SettingsError) as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return 2
+    # The same options open a re-dump in place of one side later (the TUI's "open the new dump").
+    opener = functools.partial(
+        open_comparison,
+        logits_node=args.logits_node,
+        thresholds=thresholds,
+        mapping=args.mapping,
+        token_offset=args.token_offset,
+        rank=args.rank,
+        gather=args.gather,
+        cache=not args.no_cache,
+    )
     try:
-        cmp = open_comparison(
-            args.golden,
-            args.test,
-            args.logits_node,
-            thresholds,
-            args.mapping,
-            args.token_offset,
-            rank=args.rank,
-            gather=args.gather,
-            cache=not args.no_cache,
-        )
+        cmp = opener(args.golden, args.test)
     except DumpError as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return 2
     if args.command == "report":
+        if args.redump_command:
+            return _print_redump(cmp, settings, args)
         return _report(cmp, args)
     from tui_acc.tui.app import AccApp
 
-    AccApp(cmp).run()
+    AccApp(cmp, redump=settings, opener=opener).run()
+    return 0
+
+
+def _print_redump(cmp: Comparison, settings: RedumpSettings, args: argparse.Namespace) -> int:
+    """``report --redump-command``: what ``r`` in the TUI would run, for scripts."""
+    from datetime import datetime
+
+    from tui_acc.redump import RedumpError
+    from tui_acc.redump.select import plan_for
+
+    token = args.token if args.token is not None else cmp.engine.first_failing_token()
+    if token is None:
+        print("tui-acc: error: no failing token; give --token N", file=sys.stderr)
+        return 2
+    if token not in cmp.pairing.tokens:
+        print(f"tui-acc: error: token {token} is not in both dumps", file=sys.stderr)
+        return 2
+    node = args.redump_node
+    if node is None:
+        found = cmp.engine.first_failing_op(token)
+        node = found["golden_node"] if found else None
+    elif node == "all":
+        node = None
+    elif node not in {n.golden for n in cmp.pairing.node_pairs(token)}:
+        print(
+            f"tui-acc: error: --redump-node {node!r} is not a paired node at token {token}", file=sys.stderr
+        )
+        return 2
+    try:
+        plan = plan_for(cmp, settings, args.redump_side, token, node, datetime.now())
+    except RedumpError as exc:
+        print(f"tui-acc: error: {exc}", file=sys.stderr)
+        return 2
+    print(plan.describe())
     return 0
 
 
@@ -208,5 +281,13 @@ def _run_demo(args: argparse.Namespace) -> int:
     from tui_acc.tui.app import AccApp
 
     hint = "Demo pair: one fault is injected. Find it with f (first failing token), Enter, then f again."
-    AccApp(open_comparison(demo.golden, demo.test), greeting=hint).run()
+    # the demo's tui-acc.toml tells r how to re-dump it (with the demo's own inference script)
+    try:
+        config = load_config(demo.out / "tui-acc.toml" if (demo.out / "tui-acc.toml").is_file() else None)
+        settings = load_settings(config.sections.get("redump"), " or ".join(config.sources))
+    except (ConfigError, SettingsError) as exc:
+        print(f"tui-acc: error: {exc}", file=sys.stderr)
+        return 2
+    opener = functools.partial(open_comparison, thresholds=config.thresholds)
+    AccApp(opener(demo.golden, demo.test), greeting=hint, redump=settings, opener=opener).run()
     return 0

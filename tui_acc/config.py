@@ -125,7 +125,16 @@ def _merge(config: Config, path: Path) -> None:
         pattern = rule.pop("pattern")
         rules.append(Rule(pattern, _bounds(path, f"rules #{index + 1}", rule)))
     config.thresholds = replace(thresholds, logits=logits, ops=ops, rules=tuple(rules))
-    config.sections.update(raw)
+    _merge_tables(config.sections, raw)
+
+
+def _merge_tables(into: dict[str, Any], later: dict[str, Any]) -> None:
+    """A later file overrides key by key, nested tables included (not table by table)."""
+    for key, value in later.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge_tables(into[key], value)
+        else:
+            into[key] = value
 
 
 def _bounds(path: Path, where: str, table: Any) -> dict[str, float]:

@@ -64,6 +64,7 @@ def make_demo(
     existing = _load_existing(out, seed, layout)
     if existing is not None:
         say(f"reusing the demo already in {out}")
+        write_redump_config(out, layout)
         return existing
     if out.exists() and any(out.iterdir()):
         raise DemoError(f"{out}: exists and is not an empty folder or an earlier demo; choose another --out")
@@ -107,7 +108,25 @@ def make_demo(
         "test_ids": result.test_ids,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    write_redump_config(out, layout)
     return demo
+
+
+def write_redump_config(out: Path, layout: str) -> None:
+    """A tui-acc.toml that points ``r`` at the demo's own inference script (never replaces one)."""
+    import shlex
+    import sys
+
+    from tui_acc.redump.settings import toml_string
+
+    config = out / "tui-acc.toml"
+    if config.exists() or layout != "torch":
+        return
+    run = f"{shlex.quote(sys.executable)} -m tui_acc.demo.infer --demo {shlex.quote(str(out.resolve()))}"
+    lines = ["# Written by `tui-acc demo`: how `r` re-dumps this pair (README: Re-dump).", ""]
+    for side in ("golden", "test"):
+        lines += [f"[redump.{side}]", 'dumper = "torch"', f"exec = {toml_string(f'{run} --side {side}')}", ""]
+    config.write_text("\n".join(lines), encoding="utf-8")
 
 
 def _load_existing(out: Path, seed: int, layout: str) -> Demo | None:

@@ -26,7 +26,8 @@ class MsitTorchCapture:
         model: the root module (named ``root`` in the dump).
         dump_path: msit's ``dump_path``; ``msit_dump_{ts}/torch_tensors/{device}_{pid}`` goes below it.
         token_range: token ids to dump (default: all).
-        module_glob: only dump modules whose full name matches (``*`` wildcards), as msit's ``layer_name``.
+        module_glob: only dump modules whose full name matches (``*`` wildcards), as msit's ``layer_name``;
+            several globs separated by commas.
         tensor_part: 0 inputs only, 1 outputs only, 2 both (msit's meaning).
         timestamp: the ``msit_dump_*`` suffix (default: now).
     """
@@ -51,6 +52,20 @@ class MsitTorchCapture:
         self._names = {module: _full_name(name) for name, module in model.named_modules()}
         self._first_call: dict[str, int] = {}
         self._handles: list[Any] = []
+
+    @classmethod
+    def from_env(cls, model: nn.Module, dump_path: Path) -> MsitTorchCapture:
+        """What tui-acc's re-dump asks for (``TUI_ACC_DUMP_DIR``, ``TUI_ACC_TOKEN``, ``TUI_ACC_MODULES``).
+
+        Without them (a normal run) everything is dumped under ``dump_path``.
+        """
+        token = os.environ.get("TUI_ACC_TOKEN")
+        return cls(
+            model,
+            Path(os.environ.get("TUI_ACC_DUMP_DIR") or dump_path),
+            token_range=[int(token)] if token else None,
+            module_glob=os.environ.get("TUI_ACC_MODULES") or None,
+        )
 
     def __enter__(self) -> MsitTorchCapture:
         self.data_dir.mkdir(parents=True, exist_ok=False)
@@ -78,7 +93,9 @@ class MsitTorchCapture:
         name = self._names[module]
         if self.token_range is not None and self.token not in self.token_range:
             return
-        if self.module_glob and not fnmatch.fnmatchcase(name, self.module_glob):
+        if self.module_glob and not any(
+            fnmatch.fnmatchcase(name, glob) for glob in self.module_glob.split(",") if glob
+        ):
             return
         folder = self.data_dir / str(self.token) / name
         folder.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ the execution order: a dump of it exercises the same ordering problem real dumps
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -177,7 +178,12 @@ def build_model(seed: int, config: TinyConfig | None = None) -> TinyLlamaForCaus
 
 
 @torch.no_grad()
-def generate(model: TinyLlamaForCausalLM, prompt: list[int], new_tokens: int) -> list[int]:
+def generate(
+    model: TinyLlamaForCausalLM,
+    prompt: list[int],
+    new_tokens: int,
+    on_token: Callable[[int], None] | None = None,
+) -> list[int]:
     """Greedy decoding with a KV cache: token 0 is the prefill, token k the k-th decode step."""
     caches: list[list[torch.Tensor]] = [[] for _ in model.model.layers]
     ids = torch.tensor([prompt])
@@ -187,6 +193,8 @@ def generate(model: TinyLlamaForCausalLM, prompt: list[int], new_tokens: int) ->
         logits = model(ids, positions, caches)
         next_id = int(logits[0, -1].float().argmax())
         out.append(next_id)
+        if on_token is not None:
+            on_token(len(out) - 1)
         ids = torch.tensor([[next_id]])
         positions = positions[:, -1:] + 1
     return out

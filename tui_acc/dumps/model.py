@@ -140,6 +140,8 @@ class DumpIndex:
     statistics_only: bool = False
     ranks: list[str] = field(default_factory=list)  # every rank folder found beside the one read
     rank: int | None = None  # which of them this index holds (None: single rank, or gathered)
+    # ATB: the execution count (token folder) each token was read from, for re-dump ranges (-er)
+    exec_counts: Mapping[int, int] = field(default_factory=dict)
 
     def tensors(self, token: int, node: str) -> list[TensorRef]:
         return self.tokens.get(token, {}).get(node, [])

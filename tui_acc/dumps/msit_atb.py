@@ -75,6 +75,7 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
     root_name = topology.models[0][0] if topology.models else "model"
     tree = NodeTree(root=root_name, nodes={root_name: Node(root_name, "model", None, 0)})
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
+    exec_counts: dict[int, int] = {}
     folders = sorted((int(d.name), d) for d in subdirs(device_dir) if d.name.isdigit())
     if only_dir is not None:
         folders = [(n, d) for n, d in folders if n == only_dir]
@@ -85,6 +86,7 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
         _walk(folder, "", root_name, tree, nodes, problems)
         for token, token_nodes in _tokens_of_folder(folder_id, nodes, topology, token_offset, notes):
             tokens[token] = token_nodes
+            exec_counts[token] = folder_id
     if topology.mindie and token_offset is None:
         notes.append(
             f"MindIE dump ({len(topology.models)} model topologies): folder 0 is the warm-up, "
@@ -101,6 +103,7 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
         notes=notes,
         ranks=ranks,
         rank=rank,
+        exec_counts=dict(sorted(exec_counts.items())),
     )
 
 

@@ -8,12 +8,22 @@ from pathlib import Path
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.message import Message
 from textual.screen import Screen
+from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from tui_acc.session import Comparison
+from tui_acc.config import FILE_NAME, load_config
+from tui_acc.dumps import DumpError
+from tui_acc.redump import RedumpError, RedumpSettings, load_settings, remember_exec
+from tui_acc.redump.runner import RedumpRun
+from tui_acc.redump.settings import SettingsError
+from tui_acc.session import Comparison, open_comparison
 from tui_acc.tui.screens.help import HelpScreen
+from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.screens.problems import ProblemsScreen
+from tui_acc.tui.screens.redump_dialog import QuitDialog, RedumpChoice
+from tui_acc.tui.screens.redump_log import RedumpLogScreen, run_status
 from tui_acc.tui.screens.tokens import TokenScreen
 
 
@@ -24,6 +34,7 @@ class AccApp(App[None]):
     TITLE = "tui-acc"
     BINDINGS = [
         Binding("q", "quit", "Quit", id="quit"),
+        Binding("L", "redump_log", "Re-dump log", id="redump_log", show=False),
         Binding("question_mark", "help", "Help", id="help", show=False),
         Binding("u", "problems", "Unmatched", id="problems", show=False),
     ]
@@ -34,9 +45,18 @@ class AccApp(App[None]):
         export_dir: Path | None = None,
         greeting: str | None = None,
         clock: Callable[[], datetime] = datetime.now,
+        redump: RedumpSettings | None = None,
+        opener: Callable[[Path, Path], Comparison] | None = None,
+        config_file: Path | None = None,
     ) -> None:
         super().__init__()
         self.comparison = comparison
+        # re-dumps: which dumper each side uses, how to open a new dump with this session's options,
+        # and the tui-acc.toml an inference command typed in the dialog is remembered in
+        self.redump_settings = redump or RedumpSettings()
+        self.opener = opener or (lambda golden, test: open_comparison(golden, test))
+        self.config_file = config_file or Path.cwd() / FILE_NAME
+        self.redump_run: RedumpRun | None = None
         self.export_dir = export_dir or Path.cwd()
         # Export names carry a timestamp; tests and screenshots pin the clock to stay reproducible.
         self.clock = clock
@@ -45,6 +65,7 @@ class AccApp(App[None]):
 
     def on_mount(self) -> None:
         self.push_screen(TokenScreen())
+        self.set_interval(1.0, self.show_redump_state)
         if self.greeting:
             self.notify(self.greeting, timeout=12)
 
@@ -64,6 +85,142 @@ class AccApp(App[None]):
             self.notify(
                 f"{event.worker.name}: {event.worker.error}", title="Computation failed", severity="error"
             )
+
+    # --- re-dump ------------------------------------------------------------------------------
+
+    class RedumpLine(Message):
+        def __init__(self, line: str) -> None:
+            super().__init__()
+            self.line = line
+
+    class RedumpEnded(Message):
+        pass
+
+    def start_redump(self, choice: RedumpChoice) -> None:
+        """Run the confirmed plan in the background; browsing goes on."""
+        if self.redump_run is not None and self.redump_run.running:
+            self.notify("A re-dump is already running (L shows it, x stops it).", severity="warning")
+            return
+        if choice.remember:
+            try:
+                remember_exec(self.config_file, choice.plan.selection.side, choice.remember)
+            except (SettingsError, OSError) as exc:
+                self.notify(str(exc), title="Command not remembered", severity="warning")
+            else:
+                self.redump_settings = load_settings(load_config(self.config_file).sections.get("redump"))
+
+        def line(text: str) -> None:  # on the log follower's thread
+            self.post_message(self.RedumpLine(text))
+
+        def ended(_run: RedumpRun) -> None:
+            self.post_message(self.RedumpEnded())
+
+        run = RedumpRun(choice.plan, on_line=line, on_exit=ended)
+        try:
+            run.start()
+        except RedumpError as exc:
+            self.notify(str(exc), title="Re-dump not started", severity="error")
+            return
+        self.redump_run = run
+        self.notify(f"{choice.plan.command_line()}", title="Re-dump started (L: log)")
+        self.show_redump_state()
+
+    def on_acc_app_redump_line(self, message: RedumpLine) -> None:
+        if isinstance(self.screen, RedumpLogScreen):
+            self.screen.add_line(message.line)
+
+    def on_acc_app_redump_ended(self, message: RedumpEnded) -> None:
+        run = self.redump_run
+        self.show_redump_state()
+        if run is None:
+            return
+        if run.status == "succeeded":
+            self.notify("o in the log (L) opens it in place of that side.", title="Re-dump finished")
+        elif run.status == "failed":
+            self.notify(
+                f"exit status {run.returncode}; the log (L) says why.",
+                title="Re-dump failed",
+                severity="error",
+            )
+
+    def show_redump_state(self) -> None:
+        """Refresh the re-dump line of the current screen (every second while one runs)."""
+        run = self.redump_run
+        if run is None:
+            return
+        status = run_status(run)
+        if isinstance(self.screen, RedumpLogScreen):
+            self.screen.show_status()
+        for bar in self.screen.query("#redump-bar"):
+            if isinstance(bar, Static):
+                bar.update(status)
+                bar.add_class("active")
+
+    def action_redump_log(self) -> None:
+        if not isinstance(self.screen, RedumpLogScreen):
+            self.push_screen(RedumpLogScreen())
+
+    def action_stop_redump(self) -> None:
+        run = self.redump_run
+        if run is None or not run.running:
+            self.notify("No re-dump is running.")
+            return
+        self.run_worker(run.cancel, thread=True, name="stop re-dump", group="redump-stop")
+        self.notify("Stopping the re-dump (its whole process group)…")
+
+    def action_open_redump(self) -> None:
+        """Open the finished re-dump in place of its side, at the same token and operator."""
+        run = self.redump_run
+        if run is None or run.status != "succeeded":
+            self.notify(
+                "No finished re-dump to open."
+                if run is None or run.running
+                else "The re-dump did not succeed."
+            )
+            return
+        side, token = run.plan.selection.side, run.plan.selection.token
+        golden = run.plan.out if side == "golden" else self.comparison.golden.root
+        test = run.plan.out if side == "test" else self.comparison.test.root
+        try:
+            comparison = self.opener(Path(golden), Path(test))
+        except DumpError as exc:
+            self.notify(str(exc), title="Cannot open the re-dump", severity="error")
+            return
+        operator = self.redump_operator
+        self.comparison.engine.flush()
+        self.comparison = comparison
+        self.sub_title = f"{comparison.golden.root}  vs  {comparison.test.root}"
+        while len(self.screen_stack) > 1:
+            self.pop_screen()
+        self.push_screen(TokenScreen())
+        if token in comparison.pairing.tokens:
+            self.push_screen(OperatorScreen(token, select=operator))
+        self.notify(f"{side} is now {run.plan.out}", title="Re-dump opened")
+
+    # The golden operator the re-dump was asked for (reopened with the cursor on it).
+    redump_operator: str | None = None
+
+    async def action_quit(self) -> None:
+        run = self.redump_run
+        if run is None or not run.running:
+            self.exit()
+            return
+
+        def decide(choice: str | None) -> None:
+            if choice == "stop":
+                run.cancel()
+                self.exit()
+            elif choice == "detach":
+                run.detach()
+                self.exit()
+
+        self.push_screen(QuitDialog(str(run.plan.log)), decide)
+
+    def on_unmount(self) -> None:
+        """No orphans: a run the user did not choose to leave running stops with tui-acc."""
+        run = self.redump_run
+        if run is not None and run.running:
+            run.cancel(grace=2.0)
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

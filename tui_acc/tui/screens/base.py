@@ -12,8 +12,11 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from tui_acc.export import ExportError, fresh_path, write_csv
+from tui_acc.redump import RedumpPlan
+from tui_acc.redump.select import plan_for
 from tui_acc.tui.messages import ExportWritten
 from tui_acc.tui.screens.export_dialog import ExportChoice, ExportDialog
+from tui_acc.tui.screens.redump_dialog import RedumpChoice, RedumpDialog
 from tui_acc.tui.screens.sort_dialog import SortDialog
 from tui_acc.tui.sorting import Sort, SortColumn, sorted_keys, worst_end
 
@@ -32,6 +35,7 @@ class ViewScreen(Screen[None]):
         Binding("g", "edge('top')", "Top", show=False, id="top"),
         Binding("G", "edge('bottom')", "Bottom", show=False, id="bottom"),
         Binding("s", "sort", "Sort", id="sort"),
+        Binding("r", "redump", "Re-dump", id="redump"),
         Binding("S", "reverse_sort", "Reverse sort", show=False, id="reverse_sort"),
     ]
 
@@ -123,6 +127,39 @@ class ViewScreen(Screen[None]):
 
     def sort_summary(self) -> str | None:
         return None if self.sort.column is None else f"sorted: {self.sort.describe(self.sort_columns())} (s)"
+
+    # --- re-dump ------------------------------------------------------------------------------
+
+    def redump_target(self) -> tuple[int, str | None]:
+        """(token, golden operator or None for the whole token) under the cursor."""
+        raise NotImplementedError
+
+    def action_redump(self) -> None:
+        """``r``: show the exact re-dump command for what is under the cursor; Enter runs it."""
+        try:
+            token, operator = self.redump_target()
+        except LookupError:
+            self.notify("Nothing under the cursor to re-dump.")
+            return
+        acc = self.acc
+        what = f"token {token}" + (f", {operator} and below" if operator else ", every operator")
+
+        def make_plan(side: str, typed: str | None) -> RedumpPlan:
+            return plan_for(
+                acc.comparison, acc.redump_settings, side, token, operator, acc.clock(), typed_exec=typed
+            )
+
+        def saved(side: str) -> str | None:
+            return acc.redump_settings.side(side).exec
+
+        def run(choice: RedumpChoice | None) -> None:
+            if choice is None:
+                self.set_status("re-dump cancelled: nothing ran")
+                return
+            acc.redump_operator = operator
+            acc.start_redump(choice)
+
+        self.app.push_screen(RedumpDialog(make_plan, "test", saved, what), run)
 
     @property
     def acc(self) -> AccApp:

@@ -75,9 +75,10 @@ class OperatorScreen(ViewScreen):
     class TokenFinished(Message):
         """Every operator of the token is computed."""
 
-    def __init__(self, token: int) -> None:
+    def __init__(self, token: int, select: str | None = None) -> None:
         super().__init__()
         self.token = token
+        self._select = select  # a golden operator to put the cursor on (reopening after a re-dump)
         self._pairs: dict[str, NodePair] = {}
         self._order: dict[str, int] = {}
         self.table_columns = COLUMNS
@@ -112,6 +113,7 @@ class OperatorScreen(ViewScreen):
             yield MetricTable(id="ops", cursor_type="row", zebra_stripes=True)
         yield TensorDetail(id="detail")
         yield Input(placeholder="filter by name or type; Enter applies, Esc clears", id="filter")
+        yield Static(id="redump-bar")
         yield Static(id="status")
         yield Footer()
 
@@ -127,6 +129,9 @@ class OperatorScreen(ViewScreen):
         self.fill_table()
         self.update_summary()
         table.focus()
+        if self._select is not None and self._select in table.rows:
+            table.move_cursor(row=table.get_row_index(self._select))
+            self.query_one(LayerTree).reveal(self._select)
         self.compute_operators()
 
     # --- computing ----------------------------------------------------------------------------
@@ -417,6 +422,9 @@ class OperatorScreen(ViewScreen):
                 }
             )
         return pl.DataFrame(rows, schema=_OP_EXPORT)
+
+    def redump_target(self) -> tuple[int, str | None]:
+        return self.token, self.cursor_key()
 
     def export_stem(self) -> str:
         scope = "" if self._scope == self.acc.comparison.golden.tree.root else f"-{self._scope}"

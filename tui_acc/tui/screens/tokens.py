@@ -83,6 +83,7 @@ class TokenScreen(ViewScreen):
             yield Static("log KL by token ", id="strip-label")
             yield Sparkline([], id="kl-strip", summary_function=max)
         yield MetricTable(id="tokens", cursor_type="row", zebra_stripes=True)
+        yield Static(id="redump-bar")
         yield Static(id="status")
         yield Footer()
 
@@ -281,6 +282,12 @@ class TokenScreen(ViewScreen):
                 }
             )
         return pl.DataFrame(rows, schema=_TOKEN_EXPORT)
+
+    def redump_target(self) -> tuple[int, str | None]:
+        key = self.cursor_key()
+        if key is None:
+            raise LookupError("no token to re-dump")
+        return int(key), None
 
     def export_stem(self) -> str:
         return "tui-acc-tokens"

@@ -1,0 +1,200 @@
+"""Re-dump templates (argv and config files exactly as formats.md describes), settings, runner."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from tui_acc.redump import RedumpError, Selection, SideSettings, build_plan, load_settings, remember_exec
+from tui_acc.redump.plan import atb_id_chain, new_folder
+from tui_acc.redump.runner import RedumpRun
+from tui_acc.redump.settings import SettingsError
+
+ATB_OP = "3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation"
+FOLDER = Path("/work/redumps/tui-acc-redump-test-token3-x")
+
+
+def _atb(nodes: tuple[str, ...] = (ATB_OP,), step: int = 3) -> Selection:
+    return Selection("test", 3, step, nodes, atb=True)
+
+
+def test_msit_atb_argv_follows_msit_llm_dump() -> None:
+    plan = build_plan(_atb(step=4), SideSettings("msit-atb", exec="bash run.sh --bad"), FOLDER)
+    assert plan.argv == (
+        "msit", "llm", "dump", "--exec", "bash run.sh --bad", "--type", "model", "tensor",
+        "-er", "4,4", "-ids", "3_3_3", "-child", "True", "-stp", "2", "-o", str(FOLDER / "dump"),
+    )  # fmt: skip
+    assert plan.files == {} and not plan.shell and plan.out == FOLDER / "dump"
+    assert plan.command_line().startswith(
+        "msit llm dump --exec 'bash run.sh --bad' --type model tensor -er 4,4"
+    )
+    whole = build_plan(_atb(nodes=()), SideSettings("msit-atb", exec="x"), FOLDER)
+    assert "-ids" not in whole.argv  # the whole token
+
+
+def test_atb_id_chains() -> None:
+    assert atb_id_chain("3_LlamaLayer/1_Attention/0_LinearOperation") == "3_1_0"
+    assert atb_id_chain("14_LmHead") == "14"
+    assert atb_id_chain("root.model.layers.2") is None
+
+
+def test_msprobe_atb_writes_its_config_and_points_the_variable_at_it() -> None:
+    plan = build_plan(_atb(), SideSettings("msprobe-atb", exec="python serve.py --n 1"), FOLDER)
+    assert plan.argv == ("python", "serve.py", "--n", "1")  # no shell
+    config = FOLDER / "atb_dump_config.json"
+    assert plan.env["ATB_DUMP_CONFIG"] == str(config)
+    assert json.loads(plan.files[config]) == {
+        "dump_enable": True,
+        "task": "tensor",
+        "dump_path": str(FOLDER / "dump"),
+        "exec_range": "3,3",
+        "ids": "3_3_3",
+        "op_name": "",
+        "save_child": True,
+        "device": "",
+    }
+
+
+def test_msprobe_torch_config_is_a_precision_debugger_config() -> None:
+    selection = Selection("test", 2, 2, ("Module.model.layers.1.mlp.MLP.forward.2",))
+    plan = build_plan(selection, SideSettings("msprobe-torch", exec="python gen.py"), FOLDER)
+    config = json.loads(plan.files[FOLDER / "msprobe_config.json"])
+    assert (
+        config["task"] == "tensor" and config["level"] == "L0" and config["dump_path"] == str(FOLDER / "dump")
+    )
+    assert config["tensor"]["list"] == ["Module.model.layers.1.mlp.MLP.forward"]
+    assert plan.env["TUI_ACC_MSPROBE_CONFIG"] == str(FOLDER / "msprobe_config.json")
+    assert plan.env["TUI_ACC_TOKEN"] == "2"
+
+
+def test_torch_side_gets_token_modules_and_folder_in_the_environment() -> None:
+    selection = Selection("golden", 3, 3, ("root.model.layers.2.mlp", "root.lm_head"))
+    plan = build_plan(selection, SideSettings("torch", exec="python run.py --cpu"), FOLDER)
+    assert plan.argv == ("python", "run.py", "--cpu")
+    assert plan.env["TUI_ACC_TOKEN"] == "3"
+    assert plan.env["TUI_ACC_MODULES"] == "root.model.layers.2.mlp*,root.lm_head*"
+    assert plan.env["TUI_ACC_DUMP_DIR"] == str(FOLDER / "dump")
+    assert "export TUI_ACC_MODULES='root.model.layers.2.mlp*,root.lm_head*'" in plan.describe()
+
+
+def test_custom_templates_fill_placeholders_as_whole_arguments() -> None:
+    settings = SideSettings("custom", command=("dumper", "--token={token}", "--ids", "{ids}", "{out}"))
+    plan = build_plan(_atb(), settings, FOLDER)
+    assert plan.argv == ("dumper", "--token=3", "--ids", "3_3_3", str(FOLDER / "dump"))
+    with pytest.raises(RedumpError, match="unknown placeholder 'tokn'"):
+        build_plan(_atb(), SideSettings("custom", command=("x", "{tokn}")), FOLDER)
+
+
+def test_a_shell_template_never_gets_dump_contents_interpolated() -> None:
+    shell = SideSettings("custom", command='run.sh --ids "$TUI_ACC_IDS"', shell=True)
+    plan = build_plan(_atb(), shell, FOLDER)
+    assert (
+        plan.argv == ("/bin/sh", "-c", 'run.sh --ids "$TUI_ACC_IDS"') and plan.env["TUI_ACC_IDS"] == "3_3_3"
+    )
+    with pytest.raises(RedumpError, match=r'write "\$TUI_ACC_IDS" instead of \{ids\}'):
+        build_plan(_atb(), SideSettings("custom", command="run.sh {ids}", shell=True), FOLDER)
+    evil = Selection("test", 3, 3, ("layers.0; rm -rf ~",))
+    with pytest.raises(RedumpError, match="characters tui-acc does not pass"):
+        build_plan(evil, SideSettings("torch", exec="python run.py"), FOLDER)
+
+
+def test_new_folders_are_fresh_and_never_inside_the_dumps(tmp_path: Path) -> None:
+    dumps = tmp_path / "dumps"
+    (dumps / "test").mkdir(parents=True)
+    selection = Selection("test", 3, 3)
+    now = datetime(2026, 11, 22, 3, 0, 0)
+    first = new_folder(tmp_path, selection, now, [dumps / "test"])
+    assert first == tmp_path / "tui-acc-redump-test-token3-20261122-030000"
+    first.mkdir()
+    assert new_folder(tmp_path, selection, now, [dumps / "test"]).name.endswith("-2")
+    with pytest.raises(RedumpError, match="never written inside the dumps"):
+        new_folder(dumps / "test" / "sub", selection, now, [dumps / "test"])
+
+
+def test_settings_are_validated_with_the_file_named() -> None:
+    settings = load_settings({"exec": "bash a.sh", "test": {"dumper": "msprobe-atb"}, "out_dir": "~/r"})
+    assert settings.test == SideSettings("msprobe-atb", "bash a.sh") and settings.golden.dumper == "torch"
+    assert settings.out_dir == Path("~/r").expanduser()
+    with pytest.raises(SettingsError, match=r"x.toml: redump.test.dumper = 'msit'; expected one of"):
+        load_settings({"test": {"dumper": "msit"}}, "x.toml")
+    with pytest.raises(SettingsError, match="command must be a list of strings"):
+        load_settings({"golden": {"dumper": "custom", "command": "run {out}"}}, "x.toml")
+
+
+def test_a_typed_command_is_remembered_without_touching_the_rest(tmp_path: Path) -> None:
+    config = tmp_path / "tui-acc.toml"
+    config.write_text('# mine\n[thresholds.ops]\ncosine = 0.99  # keep\n\n[redump.test]\ndumper = "torch"\n')
+    remember_exec(config, "test", 'python run.py --prompt "bad case"')
+    remember_exec(config, "golden", "python cpu.py")
+    text = config.read_text()
+    assert text.startswith("# mine\n[thresholds.ops]\ncosine = 0.99  # keep\n")
+    from tui_acc.config import load_config
+
+    sections = load_config(config).sections["redump"]
+    assert sections["test"] == {"dumper": "torch", "exec": 'python run.py --prompt "bad case"'}
+    assert sections["golden"] == {"exec": "python cpu.py"}
+    remember_exec(config, "test", "python run2.py")  # replaced, not added twice
+    assert load_config(config).sections["redump"]["test"]["exec"] == "python run2.py"
+
+
+def _script_plan(tmp_path: Path, code: str) -> object:
+    settings = SideSettings("custom", command=(sys.executable, "-c", code))
+    return build_plan(Selection("test", 0, 0), settings, tmp_path / "run")
+
+
+def test_runner_streams_lines_and_reports_the_exit_status(tmp_path: Path) -> None:
+    lines: list[str] = []
+    run = RedumpRun(
+        _script_plan(tmp_path, "print('one'); print('two', flush=True); raise SystemExit(4)"),
+        on_line=lines.append,
+    )  # type: ignore[arg-type]
+    run.start()
+    assert run.wait(60)
+    assert run.status == "failed" and run.returncode == 4
+    assert lines[-2:] == ["one", "two"] and lines[0].startswith("$ ")
+    assert (tmp_path / "run" / "redump.log").read_text().endswith("one\ntwo\n")
+
+
+def test_cancel_stops_the_whole_process_group(tmp_path: Path) -> None:
+    # the dumper starts a child of its own (as msit's LD_PRELOADed run does) and both must stop
+    code = (
+        "import subprocess, sys, time; "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+        "print(child.pid, flush=True); time.sleep(600)"
+    )
+    import threading
+
+    pids: list[int] = []
+    seen = threading.Event()
+
+    def on_line(line: str) -> None:
+        if line.strip().isdigit():
+            pids.append(int(line))
+            seen.set()
+
+    run = RedumpRun(_script_plan(tmp_path, code), on_line=on_line)  # type: ignore[arg-type]
+    run.start()
+    assert seen.wait(60), "the dumper never started its child"
+    child = pids[0]
+    assert {run.pid, child} <= set(_live_members(run.pid))  # type: ignore[arg-type]
+    run.cancel(grace=5)
+    assert run.wait(60) and run.status == "cancelled"
+    assert _live_members(run.pid) == []  # type: ignore[arg-type]
+
+
+def _live_members(group: int) -> list[int]:
+    """Processes of process group ``group`` that still run (zombies waiting for a reaper are not)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone while we looked
+        state, pgid = fields[0], int(fields[2])
+        if pgid == group and state not in ("Z", "X"):
+            live.append(int(stat.parent.name))
+    return live

@@ -1,0 +1,69 @@
+"""The demo's inference run, as a user's script would be: ``python -m tui_acc.demo.infer --side test``.
+
+It re-runs one side of a ``tui-acc demo`` pair (same seed, prompt and fault, from ``demo.json``)
+under our capture hook, which honours tui-acc's re-dump variables (``TUI_ACC_TOKEN``,
+``TUI_ACC_MODULES``, ``TUI_ACC_DUMP_DIR``). ``tui-acc demo`` writes a ``tui-acc.toml`` that points
+the ``r`` key at it, and the tests use it as a real dumper (``--delay`` paces it, ``--fail`` makes
+it exit with an error after its first token).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tui_acc.demo.infer", description=__doc__)
+    parser.add_argument("--side", choices=("golden", "test"), required=True)
+    parser.add_argument("--demo", type=Path, default=Path.cwd(), help="the demo folder (with demo.json)")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds to wait after each token")
+    parser.add_argument("--fail", action="store_true", help="exit with status 3 after the first token")
+    args = parser.parse_args(argv)
+    try:
+        manifest = json.loads((args.demo / "demo.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"infer: {args.demo / 'demo.json'}: cannot read the demo manifest ({exc})", file=sys.stderr)
+        return 2
+
+    import torch
+
+    from tui_acc.demo.capture import MsitTorchCapture
+    from tui_acc.demo.faults import StaleTailTile
+    from tui_acc.demo.model import build_model, generate
+
+    torch.set_num_threads(1)  # the same bits as the demo's own run
+    seed, prompt = manifest["seed"], manifest["prompt"]
+    model = build_model(seed)
+    if args.side == "test":
+        model = model.to(torch.bfloat16)
+    print(f"infer: {args.side} run, seed {seed}, prompt of {len(prompt)} tokens", flush=True)
+    with MsitTorchCapture.from_env(model, args.demo / f"{args.side}-rerun") as capture:
+        print(f"infer: dumping into {capture.data_dir}", flush=True)
+        handle = None
+        if args.side == "test":
+            fault = StaleTailTile(manifest["fault"]["module"], manifest["fault"]["token"])
+            handle = fault.install(model, lambda: capture.token)
+
+        def each_token(token: int) -> None:
+            print(f"infer: token {token} done", flush=True)
+            if args.fail:
+                print("infer: simulated device error (--fail)", file=sys.stderr, flush=True)
+                raise SystemExit(3)
+            if args.delay:
+                time.sleep(args.delay)
+
+        try:
+            ids = generate(model, prompt, len(manifest["golden_ids"]), on_token=each_token)
+        finally:
+            if handle is not None:
+                handle.remove()
+    print(f"infer: generated {ids}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

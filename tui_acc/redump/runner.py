@@ -1,0 +1,177 @@
+"""Running a re-dump: its own process group, output into a log file that a thread follows.
+
+The child writes straight into ``redump.log`` (not into a pipe to us), so a run the user detaches
+keeps going and keeps logging after tui-acc exits; the follower thread only reads that file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tui_acc.dumps import DumpError, DumpIndex, open_dump
+from tui_acc.redump.plan import RedumpError, RedumpPlan
+
+MAX_LINES = 5000  # kept for the log panel; the file has everything
+
+
+class RedumpRun:
+    """One re-dump process. ``status``: running, succeeded, failed, cancelled, detached."""
+
+    def __init__(
+        self,
+        plan: RedumpPlan,
+        cwd: Path | None = None,
+        on_line: Callable[[str], None] | None = None,
+        on_exit: Callable[[RedumpRun], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.cwd = cwd
+        self.on_line = on_line
+        self.on_exit = on_exit
+        self.lines: list[str] = []
+        self.status = "not started"
+        self.returncode: int | None = None
+        self.started = 0.0
+        self.ended: float | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._follower: threading.Thread | None = None
+        self._stop_following = threading.Event()
+        self._done = threading.Event()
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create the new folder, write the config files, start the command (no shell unless planned)."""
+        plan = self.plan
+        try:
+            plan.folder.mkdir(parents=True, exist_ok=False)
+        except FileExistsError as exc:
+            problem = f"{plan.folder}: already exists; a re-dump always goes to a new folder"
+            raise RedumpError(problem) from exc
+        except OSError as exc:
+            raise RedumpError(f"{plan.folder}: cannot create it ({exc.strerror})") from exc
+        for path, text in plan.files.items():
+            path.write_text(text + "\n", encoding="utf-8")
+        log = plan.log.open("ab")
+        try:
+            log.write(f"$ {plan.command_line()}\n".encode())
+            log.flush()
+            self._process = subprocess.Popen(
+                plan.argv,
+                cwd=self.cwd,
+                env={**os.environ, **plan.env},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: cancel stops it and its children
+            )
+        except OSError as exc:
+            self.status, self.ended = "failed", time.monotonic()
+            log.write(f"tui-acc: cannot start {plan.argv[0]!r}: {exc.strerror or exc}\n".encode())
+            log.close()
+            self._done.set()
+            raise RedumpError(f"cannot start {plan.argv[0]!r}: {exc.strerror or exc}") from exc
+        log.close()  # the child has its own copy of the descriptor
+        self.status, self.started = "running", time.monotonic()
+        self._follower = threading.Thread(target=self._follow, name="tui-acc-redump-log", daemon=True)
+        self._follower.start()
+
+    def _follow(self) -> None:
+        process = self._process
+        assert process is not None
+        with self.plan.log.open("rb") as handle:
+            pending = b""
+            while True:
+                chunk = handle.read(65536)
+                if chunk:
+                    pending = self._emit(pending + chunk)
+                    continue
+                if self._stop_following.is_set():
+                    return
+                try:
+                    process.wait(timeout=0.1)  # the wait is the pacing: a quiet run costs nothing
+                except subprocess.TimeoutExpired:
+                    continue
+                rest = handle.read()
+                pending = self._emit(pending + rest)
+                if pending:
+                    self._line(pending.decode(errors="replace"))
+                break
+        self.returncode = process.returncode
+        self.ended = time.monotonic()
+        if self.status == "running":
+            self.status = "succeeded" if process.returncode == 0 else "failed"
+        self._done.set()
+        if self.on_exit is not None:
+            self.on_exit(self)
+
+    def _emit(self, data: bytes) -> bytes:
+        *complete, rest = data.split(b"\n")
+        for raw in complete:
+            self._line(raw.rstrip(b"\r").decode(errors="replace"))
+        return rest
+
+    def _line(self, text: str) -> None:
+        self.lines.append(text)
+        if len(self.lines) > MAX_LINES:
+            del self.lines[: len(self.lines) - MAX_LINES]
+        if self.on_line is not None:
+            self.on_line(text)
+
+    def cancel(self, grace: float = 5.0) -> None:
+        """Stop the whole process group: SIGTERM, then SIGKILL if it is still there after ``grace``."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            return
+        self.status = "cancelled"
+        _signal_group(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait()
+        _signal_group(process.pid, signal.SIGKILL)  # children that outlived their parent
+
+    def detach(self) -> None:
+        """Leave it running (it logs to ``plan.log``); stop following it."""
+        if self.running:
+            self.status = "detached"
+        self._stop_following.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the process ended and its log is read (for scripts and tests)."""
+        return self._done.wait(timeout)
+
+    # --- state --------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def elapsed(self) -> float:
+        if not self.started:
+            return 0.0
+        return (self.ended or time.monotonic()) - self.started
+
+    def result(self) -> DumpIndex:
+        """The new dump, read like any other; raises DumpError naming what is wrong with it."""
+        out = self.plan.out
+        if not out.exists():
+            raise DumpError(f"{out}: the dumper wrote nothing there (see {self.plan.log})")
+        return open_dump(out)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+        os.killpg(pid, sig)

@@ -1,0 +1,60 @@
+"""From a comparison and what the user points at to a re-dump plan (no UI here)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+from tui_acc.redump.plan import RedumpPlan, Selection, build_plan, new_folder
+from tui_acc.redump.settings import RedumpSettings
+from tui_acc.session import Comparison
+
+ATB_FORMATS = ("msit-atb", "msprobe-atb")
+
+
+def selection_for(comparison: Comparison, side: str, token: int, golden_node: str | None) -> Selection:
+    """Token ``token`` of ``side``; with ``golden_node``, only that node's subtree (in that side's names).
+
+    On a torch side the logits module is added to a subtree, so the new dump still has the
+    token's verdict.
+    """
+    index = comparison.golden if side == "golden" else comparison.test
+    atb = index.format in ATB_FORMATS
+    nodes: list[str] = []
+    if golden_node is not None:
+        pair = next((n for n in comparison.pairing.node_pairs(token) if n.golden == golden_node), None)
+        name = golden_node if side == "golden" or pair is None else pair.test
+        nodes.append(name)
+        logits = comparison.pairing.logits_pair(token)
+        if logits is not None and not atb:
+            holder = logits.golden_node if side == "golden" else logits.test_node
+            if holder not in nodes and not any(holder.startswith(n + ".") for n in nodes):
+                nodes.append(holder)
+    return Selection(side, token, index.exec_counts.get(token, token), tuple(nodes), atb)
+
+
+def plan_for(
+    comparison: Comparison,
+    settings: RedumpSettings,
+    side: str,
+    token: int,
+    golden_node: str | None,
+    now: datetime,
+    base_dir: Path | None = None,
+    typed_exec: str | None = None,
+) -> RedumpPlan:
+    """The plan for the selection, into a new folder under ``[redump] out_dir`` (or ``base_dir``)."""
+    selection = selection_for(comparison, side, token, golden_node)
+    side_settings = settings.side(side)
+    if typed_exec:  # typed in the dialog: wins over tui-acc.toml
+        side_settings = replace(side_settings, exec=typed_exec)
+    protected = [
+        comparison.golden.root,
+        comparison.test.root,
+        comparison.golden.data_dir,
+        comparison.test.data_dir,
+    ]
+    base = settings.out_dir or base_dir or Path.cwd()
+    folder = new_folder(base, selection, now, protected)
+    return build_plan(selection, side_settings, folder)

@@ -1,0 +1,135 @@
+"""The ``[redump]`` table of tui-acc.toml: which dumper each side uses and the user's command.
+
+```toml
+[redump]
+exec = "bash run_npu.sh"        # the inference command ({exec}); per side below overrides it
+out_dir = "redumps"             # where new dumps go (default: the working directory)
+
+[redump.test]
+dumper = "msit-atb"             # msit-atb | msprobe-atb | msprobe-torch | torch | custom
+
+[redump.golden]
+dumper = "torch"
+exec = "python run_cpu.py"
+command = ["python", "run_cpu.py", "--token", "{token}", "--out", "{out}"]  # dumper = "custom"
+shell = false                   # true: command is one string run by /bin/sh (values in env vars)
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tui_acc.config import FILE_NAME, tomllib
+
+DEFAULT_DUMPER = {"test": "msit-atb", "golden": "torch"}
+
+
+class SettingsError(ValueError):
+    """A [redump] table that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class SideSettings:
+    dumper: str
+    exec: str | None = None
+    command: tuple[str, ...] | str | None = None  # custom template: argv, or one string with shell
+    shell: bool = False
+
+
+@dataclass(frozen=True)
+class RedumpSettings:
+    golden: SideSettings = field(default_factory=lambda: SideSettings(DEFAULT_DUMPER["golden"]))
+    test: SideSettings = field(default_factory=lambda: SideSettings(DEFAULT_DUMPER["test"]))
+    out_dir: Path | None = None
+
+    def side(self, name: str) -> SideSettings:
+        return self.golden if name == "golden" else self.test
+
+
+def load_settings(table: Any, where: str = FILE_NAME) -> RedumpSettings:
+    """Settings from the merged ``[redump]`` table (``where`` names the config files in errors)."""
+    from tui_acc.redump.plan import DUMPERS
+
+    if table is None:
+        table = {}
+    if not isinstance(table, dict):
+        raise SettingsError(f"{where}: [redump] must be a table")
+    shared_exec = _string(table.get("exec"), where, "redump.exec")
+    sides = {}
+    for side in ("golden", "test"):
+        raw = table.get(side, {})
+        if not isinstance(raw, dict):
+            raise SettingsError(f"{where}: [redump.{side}] must be a table")
+        dumper = _string(raw.get("dumper"), where, f"redump.{side}.dumper") or DEFAULT_DUMPER[side]
+        if dumper not in DUMPERS:
+            expected = ", ".join(DUMPERS)
+            raise SettingsError(f"{where}: redump.{side}.dumper = {dumper!r}; expected one of {expected}")
+        shell = raw.get("shell", False)
+        if not isinstance(shell, bool):
+            raise SettingsError(f"{where}: redump.{side}.shell must be true or false")
+        command = raw.get("command")
+        if command is not None:
+            if isinstance(command, list) and command and all(isinstance(c, str) for c in command):
+                command = tuple(command)
+            elif not (isinstance(command, str) and shell):
+                raise SettingsError(
+                    f"{where}: redump.{side}.command must be a list of strings "
+                    '(or one string with shell = true), e.g. ["python", "run.py", "--out", "{out}"]'
+                )
+        if dumper == "custom" and command is None:
+            raise SettingsError(f'{where}: redump.{side}.dumper = "custom" needs a command')
+        exec_ = _string(raw.get("exec"), where, f"redump.{side}.exec") or shared_exec
+        sides[side] = SideSettings(dumper, exec_, command, shell)
+    out_dir = _string(table.get("out_dir"), where, "redump.out_dir")
+    return RedumpSettings(sides["golden"], sides["test"], Path(out_dir).expanduser() if out_dir else None)
+
+
+def _string(value: Any, where: str, key: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise SettingsError(f"{where}: {key} must be a non-empty string")
+    return value
+
+
+def remember_exec(path: Path, side: str, command: str) -> None:
+    """Save the user's inference command for ``side`` in ``path`` (tui-acc.toml), keeping the rest.
+
+    The file is edited as text (comments and layout stay), checked by parsing it again, and
+    replaced atomically; a file that would not parse afterwards is left as it was.
+    """
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    line = f"exec = {toml_string(command)}\n"
+    header = f"[redump.{side}]"
+    lines = text.splitlines(keepends=True)
+    at = next((i for i, existing in enumerate(lines) if existing.strip() == header), None)
+    if at is None:
+        if text and not text.endswith("\n"):
+            text += "\n"
+        text += f"{'' if not text else chr(10)}{header}\n{line}"
+    else:
+        end = next((i for i in range(at + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
+        body = [i for i in range(at + 1, end) if lines[i].split("=", 1)[0].strip() == "exec"]
+        if body:
+            lines[body[0]] = line
+        else:
+            lines.insert(at + 1, line)
+        text = "".join(lines)
+    try:
+        parsed = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{path}: could not add the command without breaking the file ({exc})") from exc
+    if parsed.get("redump", {}).get(side, {}).get("exec") != command:
+        raise SettingsError(f"{path}: could not record redump.{side}.exec (the file defines it another way)")
+    temporary = path.with_name(f".{path.name}.tui-acc-tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
+
+
+def toml_string(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in escaped)
+    return f'"{escaped}"'

@@ -1,0 +1,127 @@
+"""``r``: the exact re-dump command for the token (and operator) under the cursor; Enter runs it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+from tui_acc.redump import RedumpError, RedumpPlan
+
+
+@dataclass(frozen=True)
+class RedumpChoice:
+    plan: RedumpPlan
+    remember: str | None  # the inference command to save in tui-acc.toml, if the user typed a new one
+
+
+# (side, inference command typed or None) -> the plan, or the reason there is none
+PlanMaker = Callable[[str, str | None], RedumpPlan]
+
+
+class RedumpDialog(ModalScreen[RedumpChoice | None]):
+    """Shows the command, its environment and config files, and the new output folder."""
+
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel", id="cancel_redump"),
+        Binding("ctrl+o", "other_side", "Other side", id="redump_other_side"),
+    ]
+
+    def __init__(
+        self, make_plan: PlanMaker, side: str, saved_exec: Callable[[str], str | None], what: str
+    ) -> None:
+        super().__init__()
+        self.make_plan = make_plan
+        self.side = side
+        self.saved_exec = saved_exec
+        self.what = what
+        self.plan: RedumpPlan | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="redump-dialog"):
+            yield Static(id="redump-title")
+            yield Static(
+                "your inference command ({exec}); a new one is remembered in ./tui-acc.toml",
+                id="redump-exec-label",
+            )
+            yield Input(id="redump-exec", placeholder="e.g. bash run_npu.sh --prompt bad_case.txt")
+            with VerticalScroll(id="redump-command-box"):
+                yield Static(id="redump-command")
+            yield Static("Enter: run   Esc: cancel   ctrl+o: the other side", id="redump-hint")
+
+    def on_mount(self) -> None:
+        self._load_side()
+
+    def _load_side(self) -> None:
+        box = self.query_one("#redump-exec", Input)
+        box.value = self.saved_exec(self.side) or ""
+        box.focus()
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        typed = self.query_one("#redump-exec", Input).value.strip() or None
+        self.query_one("#redump-title", Static).update(f"Re-dump the {self.side} side: {self.what}")
+        shown = self.query_one("#redump-command", Static)
+        try:
+            self.plan = self.make_plan(self.side, typed)
+        except RedumpError as exc:
+            self.plan = None
+            shown.update(Text(f"cannot run: {exc}"))
+            shown.set_class(True, "problem")
+            return
+        shown.set_class(False, "problem")
+        shown.update(
+            Text(f"{self.plan.describe()}\n# new folder: {self.plan.folder}\n# log: {self.plan.log}")
+        )
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self._rebuild()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self._rebuild()
+        if self.plan is None:
+            return  # the reason is on screen
+        typed = event.value.strip() or None
+        remember = typed if typed and typed != self.saved_exec(self.side) else None
+        self.dismiss(RedumpChoice(self.plan, remember))
+
+    def action_other_side(self) -> None:
+        self.side = "golden" if self.side == "test" else "test"
+        self._load_side()
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class QuitDialog(ModalScreen[str | None]):
+    """Quitting while a re-dump runs: stop it, leave it running, or stay."""
+
+    BINDINGS = [
+        Binding("s", "choose('stop')", "Stop it and quit", id="quit_stop"),
+        Binding("d", "choose('detach')", "Leave it running and quit", id="quit_detach"),
+        Binding("escape", "choose(None)", "Stay", id="quit_stay"),
+    ]
+
+    def __init__(self, log: str) -> None:
+        super().__init__()
+        self.log_path = log
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="quit-dialog"):
+            yield Static("A re-dump is still running.", id="quit-title")
+            yield Static(
+                Text(
+                    "s  stop it (its whole process group) and quit\n"
+                    f"d  leave it running and quit; it keeps writing to\n   {self.log_path}\n"
+                    "Esc  stay in tui-acc"
+                )
+            )
+
+    def action_choose(self, choice: str | None) -> None:
+        self.dismiss(choice)

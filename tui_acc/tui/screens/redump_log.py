@@ -1,0 +1,70 @@
+"""``L``: the running (or last) re-dump's output, status and elapsed time; stop it or open its dump."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Header, RichLog, Static
+
+if TYPE_CHECKING:
+    from tui_acc.redump.runner import RedumpRun
+    from tui_acc.tui.app import AccApp
+
+
+def run_status(run: RedumpRun) -> Text:
+    """One line: what runs, for how long, and how it ended (words and symbols, not colour alone)."""
+    sel = run.plan.selection
+    what = f"re-dump {sel.side} token {sel.token}"
+    seconds = f"{run.elapsed():.0f} s"
+    if run.status == "running":
+        return Text(f"⟳ {what}: running {seconds}, {len(run.lines)} lines  (L log · x stop)", style="bold")
+    if run.status == "succeeded":
+        return Text(f"✓ {what}: finished in {seconds}  (L log · o open the new dump)", style="bold green")
+    if run.status == "cancelled":
+        return Text(f"■ {what}: stopped after {seconds}", style="yellow")
+    if run.status == "detached":
+        return Text(f"{what}: left running, logging to {run.plan.log}", style="dim")
+    return Text(f"✗ {what}: failed (exit {run.returncode}) after {seconds}  (L log)", style="bold red")
+
+
+class RedumpLogScreen(Screen[None]):
+    """The log panel. Browsing goes on behind it (Esc); the run goes on whatever the terminal does."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back", id="log_back"),
+        Binding("x", "app.stop_redump", "Stop", id="log_stop"),
+        Binding("o", "app.open_redump", "Open new dump", id="log_open"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="redump-status")
+        yield RichLog(id="redump-log", max_lines=5000, wrap=False, highlight=False, markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        run = self.acc.redump_run
+        log = self.query_one(RichLog)
+        if run is None:
+            log.write("No re-dump has run in this session: press r on a token or an operator.")
+            return
+        log.write(Text(f"$ {run.plan.command_line()}", style="bold"))
+        for line in list(run.lines):
+            log.write(Text(line))
+        self.show_status()
+
+    def add_line(self, line: str) -> None:
+        self.query_one(RichLog).write(Text(line))
+
+    def show_status(self) -> None:
+        run = self.acc.redump_run
+        if run is not None:
+            self.query_one("#redump-status", Static).update(run_status(run))
+
+    @property
+    def acc(self) -> AccApp:
+        return self.app  # type: ignore[return-value]
