@@ -14,6 +14,7 @@ sys.path.insert(0, str(REPO))
 
 from tui_acc import open_comparison  # noqa: E402
 from tui_acc.demo import make_demo  # noqa: E402
+from tui_acc.redump import RedumpSettings, SideSettings  # noqa: E402
 from tui_acc.tui.app import AccApp  # noqa: E402
 
 SIZE = (110, 32)
@@ -22,7 +23,18 @@ SHOT_TIME = datetime(2026, 11, 21, 12, 0, 0)
 
 async def shoot(out: Path) -> None:
     # Exports go to the (temporary) demo folder, at a fixed time, so the dialog reads the same each run.
-    app = AccApp(open_comparison("golden", "test"), export_dir=Path.cwd(), clock=lambda: SHOT_TIME)
+    # Re-dumps run the demo's own inference script, as a user in the demo folder would configure it.
+    run = "python -m tui_acc.demo.infer --demo ."
+    settings = RedumpSettings(
+        golden=SideSettings("torch", f"{run} --side golden"), test=SideSettings("torch", f"{run} --side test")
+    )
+    app = AccApp(
+        open_comparison("golden", "test"),
+        export_dir=Path.cwd(),
+        clock=lambda: SHOT_TIME,
+        redump=settings,
+        opener=open_comparison,
+    )
     async with app.run_test(size=SIZE) as pilot:
 
         async def settle() -> None:
@@ -51,6 +63,21 @@ async def shoot(out: Path) -> None:
         await pilot.press("question_mark")
         await pilot.pause()
         app.save_screenshot(str(out / "help.svg"))
+        await pilot.press("escape")
+        await pilot.pause()
+        await pilot.press("r")
+        await pilot.pause()
+        app.save_screenshot(str(out / "redump.svg"))
+        await pilot.press("enter")
+        assert app.redump_run is not None
+        await asyncio.get_running_loop().run_in_executor(None, app.redump_run.wait, 300)
+        await pilot.pause()
+        await pilot.press("L")
+        await pilot.pause()
+        app.save_screenshot(str(out / "redump-log.svg"))
+        await pilot.press("o")
+        await settle()
+        app.save_screenshot(str(out / "redump-reopened.svg"))
 
 
 async def shoot_atb(out: Path) -> None:

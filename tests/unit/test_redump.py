@@ -198,3 +198,56 @@ def _live_members(group: int) -> list[int]:
         if pgid == group and state not in ("Z", "X"):
             live.append(int(stat.parent.name))
     return live
+
+
+def test_report_prints_the_redump_command_for_the_first_failing_op(
+    demo_pair, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    from tui_acc.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "tui-acc.toml"
+    config.write_text('[redump.test]\ndumper = "torch"\nexec = "python run_npu.py --case 7"\n')
+    argv = ["report", str(demo_pair.golden), str(demo_pair.test), "--redump-command"]
+    assert main([*argv, "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "# re-dump test, token 3, dumper torch" in out
+    assert "export TUI_ACC_TOKEN=3" in out
+    assert f"export TUI_ACC_MODULES='{demo_pair.fault_module}*,root.lm_head*'" in out
+    assert out.rstrip().endswith("python run_npu.py --case 7")
+    assert not list(tmp_path.glob("tui-acc-redump-*"))  # printing writes nothing
+    assert main([*argv, "--config", str(config), "--redump-node", "all", "--token", "5"]) == 0
+    whole = capsys.readouterr().out
+    assert "export TUI_ACC_TOKEN=5" in whole and "export TUI_ACC_MODULES" not in whole  # every module
+    assert main([*argv, "--redump-side", "golden", "--config", str(config)]) == 2
+    assert "no inference command for the golden side" in capsys.readouterr().err
+
+
+def test_msit_atb_command_for_an_atb_dump_uses_op_ids_and_the_folder_number(atb_pair, tmp_path: Path) -> None:
+    from tui_acc import open_comparison
+    from tui_acc.redump.select import plan_for
+
+    golden, _plain, mindie = atb_pair
+    cmp = open_comparison(golden, mindie)
+    settings = load_settings({"test": {"dumper": "msit-atb", "exec": "bash run.sh"}})
+    plan = plan_for(
+        cmp, settings, "test", 3, "root.model.layers.2.mlp.down_proj", datetime(2026, 1, 1), tmp_path
+    )
+    argv = list(plan.argv)
+    assert argv[argv.index("-er") + 1] == f"{cmp.test.exec_counts[3]},{cmp.test.exec_counts[3]}"
+    node = next(n for n in cmp.pairing.node_pairs(3) if n.golden == "root.model.layers.2.mlp.down_proj")
+    assert argv[argv.index("-ids") + 1] == atb_id_chain(node.test)
+
+
+def test_mindie_tokens_map_to_the_folder_msit_numbers_them_by(atb_pair, tmp_path: Path) -> None:
+    from tui_acc import open_comparison
+    from tui_acc.redump.select import plan_for
+
+    golden, _plain, mindie = atb_pair
+    cmp = open_comparison(golden, mindie)
+    settings = load_settings({"test": {"dumper": "msit-atb", "exec": "bash run.sh"}})
+    steps = {}
+    for token in (0, 1, 2):
+        argv = list(plan_for(cmp, settings, "test", token, None, datetime(2026, 1, 1), tmp_path).argv)
+        steps[token] = argv[argv.index("-er") + 1]
+    assert steps == {0: "1,1", 1: "1,1", 2: "2,2"}  # folder 0 is the warm-up; 1 holds tokens 0 and 1

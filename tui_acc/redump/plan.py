@@ -68,7 +68,9 @@ class RedumpPlan:
     def describe(self) -> str:
         lines = [f"# re-dump {self.selection.side}, token {self.selection.token}, dumper {self.dumper}"]
         lines += [f"# {note}" for note in self.notes]
-        shown = {k: v for k, v in self.env.items() if not k.startswith("TUI_ACC_") or self.dumper == "torch"}
+        # the dumper's own variables, and ours where the command reads them (empty ones say nothing)
+        ours = self.dumper in ("torch", "msprobe-torch") or self.shell
+        shown = {k: v for k, v in self.env.items() if v and (ours or not k.startswith("TUI_ACC_"))}
         lines += [f"export {key}={shlex.quote(value)}" for key, value in shown.items()]
         for path, text in self.files.items():
             lines.append(f"# {path}:")
@@ -104,6 +106,8 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
         raise RedumpError(
             f"no inference command for the {selection.side} side: set redump.exec in tui-acc.toml"
         )
+    if settings.shell and settings.dumper == "msit-atb":
+        raise RedumpError("shell = true does not apply to msit-atb: msit runs --exec itself")
     out = folder / "dump"
     values = _values(selection, settings, out)
     env = {f"TUI_ACC_{key.upper()}": value for key, value in values.items() if key != "out"}

@@ -56,7 +56,7 @@ class OperatorScreen(ViewScreen):
 
     BINDINGS = [
         Binding("escape", "back", "Back", id="back"),
-        Binding("f", "first_failure", "First failing", id="first_failing_op"),
+        Binding("f", "first_failure", "First fail", id="first_failing_op"),
         Binding("tab", "focus_next", "Tree/table", show=False, id="focus_next"),
         Binding("a", "scope_all", "All ops", id="scope_all"),
         Binding("t", "toggle_tree", "Tree", id="toggle_tree"),
@@ -115,7 +115,7 @@ class OperatorScreen(ViewScreen):
         yield Input(placeholder="filter by name or type; Enter applies, Esc clears", id="filter")
         yield Static(id="redump-bar")
         yield Static(id="status")
-        yield Footer()
+        yield Footer(compact=True)  # every key that matters fits in 80 columns
 
     def on_mount(self) -> None:
         table = self.query_one("#ops", DataTable)

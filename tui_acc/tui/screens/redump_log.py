@@ -44,7 +44,7 @@ class RedumpLogScreen(Screen[None]):
         yield Header()
         yield Static(id="redump-status")
         yield RichLog(id="redump-log", max_lines=5000, wrap=False, highlight=False, markup=False)
-        yield Footer()
+        yield Footer(compact=True)  # every key that matters fits in 80 columns
 
     def on_mount(self) -> None:
         run = self.acc.redump_run
@@ -52,7 +52,6 @@ class RedumpLogScreen(Screen[None]):
         if run is None:
             log.write("No re-dump has run in this session: press r on a token or an operator.")
             return
-        log.write(Text(f"$ {run.plan.command_line()}", style="bold"))
         for line in list(run.lines):
             log.write(Text(line))
         self.show_status()

@@ -61,7 +61,7 @@ class TokenScreen(ViewScreen):
     """Token list: which generated token is the first whose logits diverge?"""
 
     BINDINGS = [
-        Binding("f", "first_failure", "First failing", id="first_failing_token"),
+        Binding("f", "first_failure", "First fail", id="first_failing_token"),
         Binding("j", "cursor('down')", "Down", show=False, id="down"),
         Binding("k", "cursor('up')", "Up", show=False, id="up"),
     ]
@@ -85,7 +85,7 @@ class TokenScreen(ViewScreen):
         yield MetricTable(id="tokens", cursor_type="row", zebra_stripes=True)
         yield Static(id="redump-bar")
         yield Static(id="status")
-        yield Footer()
+        yield Footer(compact=True)  # every key that matters fits in 80 columns
 
     def on_mount(self) -> None:
         self.table_columns = self._choose_columns()

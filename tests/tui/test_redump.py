@@ -1,0 +1,189 @@
+"""Pilot: re-dump from the TUI with a real dumper (the demo's inference script writes a real dump)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, Input, RichLog, Static
+
+from tests.tui.conftest import settle
+from tui_acc import open_comparison
+from tui_acc.redump import RedumpSettings, SideSettings
+from tui_acc.tui.app import AccApp
+from tui_acc.tui.screens.operators import OperatorScreen
+from tui_acc.tui.screens.redump_dialog import QuitDialog, RedumpDialog
+from tui_acc.tui.screens.redump_log import RedumpLogScreen
+from tui_acc.tui.screens.tokens import TokenScreen
+
+
+def _infer(demo_pair, *extra: str) -> str:
+    args = [
+        sys.executable,
+        "-m",
+        "tui_acc.demo.infer",
+        "--demo",
+        str(demo_pair.out),
+        "--side",
+        "test",
+        *extra,
+    ]
+    return shlex.join(args)
+
+
+def _app(demo_pair, tmp_path: Path, exec_: str | None, monkeypatch: pytest.MonkeyPatch) -> AccApp:
+    monkeypatch.chdir(tmp_path)  # new dumps go to the working directory, beside the demo's
+    settings = RedumpSettings(test=SideSettings("torch", exec_), golden=SideSettings("torch", None))
+    opener = functools.partial(open_comparison)
+    app = AccApp(
+        open_comparison(demo_pair.golden, demo_pair.test), export_dir=tmp_path, redump=settings, opener=opener
+    )
+    app.config_file = tmp_path / "tui-acc.toml"
+    return app
+
+
+def _text(app: AccApp, selector: str) -> str:
+    return str(app.screen.query_one(selector, Static).render())
+
+
+async def _wait_run(app: AccApp, pilot) -> None:  # type: ignore[no-untyped-def]
+    run = app.redump_run
+    assert run is not None
+    assert await asyncio.get_running_loop().run_in_executor(None, run.wait, 120), "the re-dump never ended"
+    await pilot.pause()
+    await pilot.pause()
+
+
+async def _to_fault(pilot) -> None:  # type: ignore[no-untyped-def]
+    await settle(pilot)
+    await pilot.press("f", "enter")
+    await settle(pilot)
+    await pilot.press("f")
+
+
+async def test_redump_confirm_stream_succeed_and_reopen_at_the_same_operator(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = _app(demo_pair, tmp_path, _infer(demo_pair), monkeypatch)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _to_fault(pilot)
+        await pilot.press("r")
+        dialog = app.screen
+        assert isinstance(dialog, RedumpDialog)
+        shown = _text(app, "#redump-command")
+        assert "export TUI_ACC_TOKEN=3" in shown
+        assert f"export TUI_ACC_MODULES='{demo_pair.fault_module}*,root.lm_head*'" in shown
+        assert "tui_acc.demo.infer" in shown and "# new folder: " in shown
+        assert not list(tmp_path.glob("tui-acc-redump-*"))  # nothing runs before Enter
+        await pilot.press("enter")
+        assert isinstance(app.screen, OperatorScreen)  # back to browsing while it runs
+        await _wait_run(app, pilot)
+        run = app.redump_run
+        assert run is not None and run.status == "succeeded", run.lines
+        assert "re-dump test token 3: finished" in _text(app, "#redump-bar")
+        assert run.plan.folder.parent == tmp_path and run.plan.folder.name.startswith(
+            "tui-acc-redump-test-token3-"
+        )
+        await pilot.press("L")
+        assert isinstance(app.screen, RedumpLogScreen)
+        logged = "\n".join(str(line.text) for line in app.screen.query_one(RichLog).lines)
+        assert "infer: token 3 done" in logged and "infer: generated" in logged
+        await pilot.press("o")
+        await settle(pilot)
+        assert app.comparison.test.root == run.plan.out and app.comparison.golden.root == demo_pair.golden
+        screen = app.screen
+        assert isinstance(screen, OperatorScreen) and screen.token == 3
+        table = screen.query_one("#ops", DataTable)
+        key = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        assert key == demo_pair.fault_module  # reopened at the same operator
+        assert table.row_count < 20  # only the re-dumped subtree (and the logits) paired
+        found = app.comparison.engine.first_failing_op(3)
+        assert found is not None and found["golden_node"] == demo_pair.fault_module  # the fault, re-found
+
+
+async def test_redump_cancel_stops_it_and_keeps_the_session(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = _app(demo_pair, tmp_path, _infer(demo_pair, "--delay", "30"), monkeypatch)
+    before = app.comparison
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("r", "enter")
+        run = app.redump_run
+        assert run is not None and run.running
+        assert "running" in _text(app, "#redump-bar")
+        await pilot.press("L")
+        log = app.screen.query_one(RichLog)
+        for size in ((60, 16), (160, 48)):  # an SSH window resized: the run and its log go on
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            assert run.running and isinstance(app.screen, RedumpLogScreen) and log.lines
+        await pilot.press("x")
+        await _wait_run(app, pilot)
+        assert run.status == "cancelled" and app.comparison is before
+        assert "stopped after" in _text(app, "#redump-status")
+        await pilot.press("o")  # nothing to open
+        assert app.comparison is before
+
+
+async def test_redump_failure_is_shown_and_changes_nothing(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = _app(demo_pair, tmp_path, _infer(demo_pair, "--fail"), monkeypatch)
+    before = app.comparison
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("r", "enter")
+        await _wait_run(app, pilot)
+        run = app.redump_run
+        assert run is not None and run.status == "failed" and run.returncode == 3
+        assert "failed (exit 3)" in _text(app, "#redump-bar")
+        assert any("simulated device error" in line for line in run.lines)
+        await pilot.press("L", "o")
+        assert app.comparison is before and isinstance(app.screen, RedumpLogScreen)
+        await pilot.press("escape")
+        assert isinstance(app.screen, TokenScreen)
+
+
+async def test_escape_runs_nothing_and_a_typed_command_is_remembered(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = _app(demo_pair, tmp_path, None, monkeypatch)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("r")
+        assert "cannot run: no inference command for the test side" in _text(app, "#redump-command")
+        await pilot.press("escape")
+        assert app.redump_run is None and not list(tmp_path.glob("tui-acc-redump-*"))
+        assert "re-dump cancelled" in _text(app, "#status")
+        await pilot.press("r")
+        app.screen.query_one("#redump-exec", Input).value = _infer(demo_pair)
+        await pilot.pause()
+        assert "tui_acc.demo.infer" in _text(app, "#redump-command")
+        await pilot.press("enter")
+        await _wait_run(app, pilot)
+        assert app.redump_run is not None and app.redump_run.status == "succeeded"
+    remembered = (tmp_path / "tui-acc.toml").read_text()
+    assert "[redump.test]" in remembered and "tui_acc.demo.infer" in remembered
+    assert app.redump_settings.test.exec == _infer(demo_pair)
+
+
+async def test_quitting_during_a_redump_asks_and_stop_leaves_no_process(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = _app(demo_pair, tmp_path, _infer(demo_pair, "--delay", "30"), monkeypatch)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("r", "enter")
+        run = app.redump_run
+        assert run is not None and run.running
+        await pilot.press("q")
+        assert isinstance(app.screen, QuitDialog)
+        await pilot.press("escape")  # stay
+        assert run.running and not isinstance(app.screen, QuitDialog)
+        await pilot.press("q", "s")
+    assert run.wait(60) and run.status == "cancelled"
