@@ -187,3 +187,18 @@ async def test_quitting_during_a_redump_asks_and_stop_leaves_no_process(
         assert run.running and not isinstance(app.screen, QuitDialog)
         await pilot.press("q", "s")
     assert run.wait(60) and run.status == "cancelled"
+
+
+async def test_detach_leaves_the_redump_running_and_logging_after_quitting(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = _app(demo_pair, tmp_path, _infer(demo_pair, "--delay", "0.3"), monkeypatch)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("r", "enter")
+        run = app.redump_run
+        assert run is not None and run.running
+        await pilot.press("q", "d")
+    assert run.status == "detached" and run._process is not None
+    assert run._process.wait(120) == 0  # it went on to the end after tui-acc had quit
+    assert "infer: generated" in run.plan.log.read_text()  # and kept its log
