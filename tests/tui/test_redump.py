@@ -116,8 +116,15 @@ async def test_redump_cancel_stops_it_and_keeps_the_session(
         run = app.redump_run
         assert run is not None and run.running
         assert "running" in _text(app, "#redump-bar")
-        await pilot.press("L")
+        await pilot.press("L")  # at once: the script is still starting, its lines arrive while we watch
         log = app.screen.query_one(RichLog)
+        mounted_with = len(run.lines)
+        for _ in range(5000):  # bounded; each pause lets the follower thread's messages in
+            if any("token 0 done" in str(line.text) for line in log.lines):
+                break
+            await pilot.pause()
+        assert any("token 0 done" in str(line.text) for line in log.lines), run.lines
+        assert len(log.lines) > mounted_with  # streamed in, not only copied when the screen opened
         for size in ((60, 16), (160, 48)):  # an SSH window resized: the run and its log go on
             await pilot.resize_terminal(*size)
             await pilot.pause()
