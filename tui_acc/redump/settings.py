@@ -18,7 +18,7 @@ shell = false                   # true: command is one string run by /bin/sh (va
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,11 @@ class RedumpSettings:
 
     def side(self, name: str) -> SideSettings:
         return self.golden if name == "golden" else self.test
+
+    def with_exec(self, side: str, command: str) -> RedumpSettings:
+        """These settings with ``side``'s inference command replaced."""
+        updated = replace(self.side(side), exec=command)
+        return replace(self, golden=updated) if side == "golden" else replace(self, test=updated)
 
 
 def load_settings(table: Any, where: str = FILE_NAME) -> RedumpSettings:

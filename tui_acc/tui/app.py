@@ -1,4 +1,4 @@
-"""The Textual application: holds the comparison and the screen stack, nothing else."""
+"""The Textual application: the comparison, the screen stack, and the re-dump in progress."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from tui_acc.config import FILE_NAME, load_config
+from tui_acc.config import FILE_NAME
 from tui_acc.dumps import DumpError
-from tui_acc.redump import RedumpError, RedumpSettings, load_settings, remember_exec
+from tui_acc.redump import RedumpError, RedumpSettings, remember_exec
 from tui_acc.redump.runner import RedumpRun
 from tui_acc.redump.settings import SettingsError
 from tui_acc.session import Comparison, open_comparison
@@ -106,8 +106,7 @@ class AccApp(App[None]):
                 remember_exec(self.config_file, choice.plan.selection.side, choice.remember)
             except (SettingsError, OSError) as exc:
                 self.notify(str(exc), title="Command not remembered", severity="warning")
-            else:
-                self.redump_settings = load_settings(load_config(self.config_file).sections.get("redump"))
+            self.redump_settings = self.redump_settings.with_exec(choice.plan.selection.side, choice.remember)
 
         def line(text: str) -> None:  # on the log follower's thread
             self.post_message(self.RedumpLine(text))
