@@ -232,3 +232,23 @@ def test_kl_is_only_computed_when_asked(monkeypatch: pytest.MonkeyPatch) -> None
     compiled, reference = _both_kernels(monkeypatch, g, g * 1.01, kl=False)
     assert compiled["kl"] is None and reference["kl"] is None
     assert compiled["cosine"] == pytest.approx(reference["cosine"])
+
+
+def test_fast_rows_and_careful_rows_agree_with_the_torch_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finite rows take the vectorised loop; rows with NaN/Inf or float64 giants the exact one."""
+    gen = torch.Generator().manual_seed(4)
+    g = torch.randn(6, 300, generator=gen, dtype=torch.float64)
+    t = g + 0.01 * torch.randn(6, 300, generator=gen, dtype=torch.float64)
+    t[1, 10] = float("nan")  # a careful row before the worst element
+    g[2, 7] = 1e200  # squares overflow: never in the fast loop
+    t[2, 7] = 1e200
+    t[4, 250] = g[4, 250] + 3.0  # the worst element, in a fast row after careful ones
+    t[5, 3] = g[5, 3] + 3.0  # as bad, later: the first one is reported
+    compiled, reference = _both_kernels(monkeypatch, g, t)
+    assert compiled["worst_index"] == 4 * 300 + 250 == reference["worst_index"]
+    assert compiled["test_nan"] == 1
+    for key, value in reference.items():
+        if isinstance(value, float):
+            assert compiled[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+        else:
+            assert compiled[key] == value, key
