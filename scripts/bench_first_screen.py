@@ -32,6 +32,7 @@ def main() -> None:
     from bench_7b import synthetic_index
 
     from tui_acc import open_comparison
+    from tui_acc.dumps import open_dump
 
     figures: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -41,6 +42,14 @@ def main() -> None:
         cmp = open_comparison(dump, dump, cache=False)
         figures["open the comparison (both sides) s"] = round(time.perf_counter() - start, 4)
         figures["tokens"] = len(cmp.pairing.tokens)
+        atb = Path(tmp_name) / "atb"
+        synthetic_atb(atb, args.files)
+        start = time.perf_counter()
+        atb_index = open_dump(atb)
+        figures["ATB layout: index one dump s"] = round(time.perf_counter() - start, 4)
+        start = time.perf_counter()
+        atb_index.tokens[max(atb_index.tokens)]
+        figures["ATB layout: list one more token when asked s"] = round(time.perf_counter() - start, 4)
         if shutil.which("tmux"):
             times = []
             for attempt in range(3):
@@ -65,6 +74,20 @@ def main() -> None:
                 subprocess.run(["tmux", "kill-session", "-t", name], check=False)
             figures["token view in a terminal, launch included s (best of 3)"] = round(min(times), 2)
     print(json.dumps(figures, indent=2))
+
+
+def synthetic_atb(root: Path, files: int) -> None:
+    """An msit ATB layout of ``files`` empty .bin files: 250 ops of 4 tensors per token folder."""
+    device = root / "msit_dump_20250101_000000" / "tensors" / "0_4242"
+    per_token = 250 * 4
+    for token in range(max(1, files // per_token)):
+        for layer in range(25):
+            for op in range(10):
+                node = device / str(token) / f"{layer}_LlamaLayer" / f"{op}_LinearOperation"
+                for when, kind in (("before", "intensor"), ("after", "outtensor")):
+                    (node / when).mkdir(parents=True, exist_ok=True)
+                    for k in range(2):
+                        (node / when / f"{kind}{k}.bin").touch()
 
 
 def key_latency(session: str) -> float:

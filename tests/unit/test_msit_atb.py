@@ -80,6 +80,8 @@ def test_symlinked_tensors_resolve_and_broken_ones_are_reported(atb_pair, tmp_pa
     broken.unlink()
     broken.symlink_to(tmp_path / "gone.bin")
     index = open_dump(copy)
+    assert index.problems == []  # token 1's folder is not even listed until token 1 is asked for
+    assert "outtensor0" not in [r.slot for r in index.tokens[1]["5_RmsNormOperation"]]
     assert [p.message for p in index.problems] == [f"broken symlink to {tmp_path / 'gone.bin'}"]
     cmp = open_comparison(plain, copy)
     row = cmp.engine.tensor_row(cmp.pairing.logits_pair(3))
@@ -166,3 +168,26 @@ def test_single_files_compare_directly(atb_pair, demo_pair, capsys) -> None:
     assert report["tensor"]["numel"] == 512 and report["tensor"]["cosine"] < 0.999
     same = write_bin(Path(str(binf) + ".copy.bin"), torch.zeros(1))
     assert same.exists()
+
+
+def test_token_folders_are_walked_only_when_asked_and_late_nodes_join_the_tree(
+    atb_pair, tmp_path: Path
+) -> None:
+    _, plain, _ = atb_pair
+    copy = tmp_path / "dump"
+    shutil.copytree(plain, copy)
+    device = _device(copy)
+    extra = device / "5" / "7_ExtraOperation" / "after"
+    extra.mkdir(parents=True)
+    shutil.copyfile(device / "5" / "6_LmHead" / "after" / "outtensor0.bin", extra / "outtensor0.bin")
+    index = open_dump(copy)
+    assert list(index.tokens) == list(range(8)) and index.exec_counts == {t: t for t in range(8)}
+    assert not any(index.tokens.is_built(t) for t in range(1, 8))  # type: ignore[attr-defined]
+    before = index.tree.nodes
+    assert "7_ExtraOperation" not in before
+    assert "7_ExtraOperation" in index.tokens[5]
+    assert (
+        "7_ExtraOperation" in index.tree.nodes
+        and index.tree.children(index.tree.root)[-1] == "7_ExtraOperation"
+    )
+    assert "7_ExtraOperation" not in before  # copy-on-write: a walk in progress keeps its snapshot

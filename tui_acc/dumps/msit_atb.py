@@ -21,10 +21,10 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tui_acc.dumps.fs import subdirs
+from tui_acc.dumps.fs import subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -36,6 +36,7 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
+from tui_acc.lazy import LazyMapping
 
 FORMAT = "msit-atb"
 _NODE_DIR = re.compile(r"^(\d+)_(.+)$")
@@ -74,37 +75,83 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
     topology = _read_topology(dump_root / "model" / pid, problems)
     root_name = topology.models[0][0] if topology.models else "model"
     tree = NodeTree(root=root_name, nodes={root_name: Node(root_name, "model", None, 0)})
-    tokens: dict[int, dict[str, list[TensorRef]]] = {}
-    exec_counts: dict[int, int] = {}
-    folders = sorted((int(d.name), d) for d in subdirs(device_dir) if d.name.isdigit())
+    folders = {int(name): folder for name, folder in subdir_names(str(device_dir)) if name.isdigit()}
     if only_dir is not None:
-        folders = [(n, d) for n, d in folders if n == only_dir]
+        folders = {n: d for n, d in folders.items() if n == only_dir}
     if not folders:
         raise DumpError(f"{device_dir}: no token folders (0, 1, 2, ...) were found")
-    for folder_id, folder in folders:
-        nodes: dict[str, list[TensorRef]] = {}
-        _walk(folder, "", root_name, tree, nodes, problems)
-        for token, token_nodes in _tokens_of_folder(folder_id, nodes, topology, token_offset, notes):
-            tokens[token] = token_nodes
-            exec_counts[token] = folder_id
+    # Which folder holds which token is known from folder names and the topology alone.
+    folder_of: dict[int, int] = {}
+    for folder_id in sorted(folders):
+        for token in _folder_tokens(folder_id, topology, token_offset, notes):
+            folder_of[token] = folder_id
+    if not folder_of:
+        raise DumpError(
+            f"{device_dir}: its token folders hold no token (only a warm-up, or all below --token-offset)"
+        )
     if topology.mindie and token_offset is None:
         notes.append(
             f"MindIE dump ({len(topology.models)} model topologies): folder 0 is the warm-up, "
             "folder 1 holds tokens 0 and 1, folder k is token k"
         )
+    walked: dict[int, dict[int, dict[str, list[TensorRef]]]] = {}
+
+    def walk(folder_id: int, into: NodeTree) -> dict[int, dict[str, list[TensorRef]]]:
+        nodes: dict[str, list[TensorRef]] = {}
+        _walk(Path(folders[folder_id]), "", root_name, into, nodes, problems)
+        return dict(_tokens_of_folder(folder_id, nodes, topology, token_offset))
+
+    # The first token's folder is walked now (it gives the tree); every other one when its token
+    # is first compared or opened, so the first screen of 100,000 files needs only folder names.
+    first = folder_of[min(folder_of)]
+    walked[first] = walk(first, tree)
+
+    def load(token: int) -> dict[str, list[TensorRef]]:
+        folder_id = folder_of[token]
+        if folder_id not in walked:
+            scratch = _copy_tree(tree)
+            walked[folder_id] = walk(folder_id, scratch)
+            _adopt_new_nodes(tree, scratch)
+        return walked[folder_id].get(token, {})
+
     return DumpIndex(
         root=path,
         data_dir=device_dir,
         format=FORMAT,
         tree=tree,
-        tokens=dict(sorted(tokens.items())),
+        tokens=LazyMapping(sorted(folder_of), load),
         order_source="folder ids",
         problems=problems,
         notes=notes,
         ranks=ranks,
         rank=rank,
-        exec_counts=dict(sorted(exec_counts.items())),
+        exec_counts=folder_of,
     )
+
+
+def _copy_tree(tree: NodeTree) -> NodeTree:
+    return NodeTree(
+        tree.root, {name: replace(node, children=list(node.children)) for name, node in tree.nodes.items()}
+    )
+
+
+def _adopt_new_nodes(tree: NodeTree, grown: NodeTree) -> None:
+    """Nodes a later token has and the first had not, added copy-on-write.
+
+    The UI may be walking ``tree`` on another thread: the node table is replaced whole, and a
+    parent that gains a child is a new Node, so a walk in progress sees the old tree or the new one.
+    """
+    new = [name for name in grown.nodes if name not in tree.nodes]
+    if not new:
+        return
+    nodes = dict(tree.nodes)
+    for name in new:
+        nodes[name] = replace(grown.nodes[name], children=list(grown.nodes[name].children))
+    for name in new:
+        parent = grown.nodes[name].parent
+        if parent is not None and parent in tree.nodes:
+            nodes[parent] = replace(nodes[parent], children=list(grown.nodes[parent].children))
+    tree.nodes = nodes
 
 
 # --- finding the data ---------------------------------------------------------------------------
@@ -166,12 +213,25 @@ def _read_topology(model_dir: Path, problems: list[Problem]) -> Topology:
     return Topology(models)
 
 
+def _folder_tokens(
+    folder_id: int, topology: Topology, token_offset: int | None, notes: list[str]
+) -> list[int]:
+    """The tokens folder ``folder_id`` holds (see ``_tokens_of_folder``), from its number alone."""
+    if token_offset is not None:
+        return [folder_id - token_offset] if folder_id >= token_offset else []
+    if not topology.mindie:
+        return [folder_id]
+    if folder_id == 0:
+        notes.append("folder 0 (MindIE warm-up) is not compared")
+        return []
+    return [0, 1] if folder_id == 1 else [folder_id]
+
+
 def _tokens_of_folder(
     folder_id: int,
     nodes: dict[str, list[TensorRef]],
     topology: Topology,
     token_offset: int | None,
-    notes: list[str],
 ) -> list[tuple[int, dict[str, list[TensorRef]]]]:
     if token_offset is not None:
         token = folder_id - token_offset
@@ -179,7 +239,6 @@ def _tokens_of_folder(
     if not topology.mindie:
         return [(folder_id, nodes)]
     if folder_id == 0:
-        notes.append("folder 0 (MindIE warm-up) is not compared")
         return []
     if folder_id > 1:
         return [(folder_id, nodes)]
