@@ -117,6 +117,11 @@ def _add_dump_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-cache", action="store_true", help="neither read nor write the on-disk row cache"
     )
+    parser.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="read through symlinks (and ATB data= files) that lead out of the dumps (refused by default)",
+    )
     parser.add_argument("--logits-cos", type=float, help="min logits cosine, every dtype")
     parser.add_argument("--logits-kl", type=float, help="max logits KL, every dtype")
     parser.add_argument("--kl-fp16", type=float, help="max logits KL for float16 (default 1e-4)")
@@ -182,6 +187,7 @@ def _run_compare(args: argparse.Namespace) -> int:
         rank=args.rank,
         gather=args.gather,
         cache=not args.no_cache,
+        follow_links=args.follow_links,
     )
     try:
         cmp = opener(args.golden, args.test)

@@ -32,6 +32,7 @@ def open_comparison(
     rank: int | None = None,
     gather: bool = False,
     cache: bool = True,
+    follow_links: bool = False,
 ) -> Comparison:
     """Index both dumps and pair them; no tensor is loaded yet.
 
@@ -44,6 +45,7 @@ def open_comparison(
         rank: for multi-rank dumps, which rank to compare (on both sides when both have ranks).
         gather: merge every rank of the test dump, for a single-device golden.
         cache: keep computed rows on disk (``tui_acc.metrics.cache``) and reuse them next time.
+        follow_links: read through symlinks (and ATB ``data=`` files) that lead out of a dump.
 
     Raises:
         DumpError: a root (or the mapping file) cannot be used; the message names it.
@@ -69,7 +71,8 @@ def open_comparison(
         raise DumpError(str(exc)) from exc
     pairing = pair_dumps(golden_index, test_index, logits_node, op_mapping)
     row_cache = RowCache(golden_index.data_dir, test_index.data_dir) if cache else None
-    return Comparison(golden_index, test_index, pairing, MetricsEngine(pairing, thresholds, cache=row_cache))
+    engine = MetricsEngine(pairing, thresholds, cache=row_cache, follow_links=follow_links)
+    return Comparison(golden_index, test_index, pairing, engine)
 
 
 def _gathered(path: str | Path, token_offset: int | None) -> DumpIndex:

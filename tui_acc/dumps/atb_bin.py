@@ -180,8 +180,11 @@ def read_header(path: Path) -> BinHeader:
     return header
 
 
-def load_bin(path: Path) -> torch.Tensor:
-    """Read one ``.bin`` tensor exactly; refuse (BinFileError) what cannot be read exactly."""
+def load_bin(path: Path, within: Path | None = None) -> torch.Tensor:
+    """Read one ``.bin`` tensor exactly; refuse (BinFileError) what cannot be read exactly.
+
+    A ``data=`` file must lie inside ``within`` (the dump), or beside the ``.bin`` when not given.
+    """
     import torch
 
     header = read_header(path)
@@ -199,9 +202,12 @@ def load_bin(path: Path) -> torch.Tensor:
         raise BinFileError(path, f"unknown format code {header.format_code}; refused rather than misread")
     if header.stats and header.data_length is None and header.external is None:
         raise BinFileError(path, "a statistics-only tensor (max/min/mean/l2norm, no data)")
-    source, start = _payload_source(header)
+    source, start = _payload_source(header, within or path.parent)
     need = header.payload_bytes()
-    available = source.stat().st_size - start
+    try:
+        available = source.stat().st_size - start
+    except OSError as exc:
+        raise BinFileError(path, f"cannot read ({exc.strerror or exc})") from exc
     if header.data_length is not None and header.data_length < need:
         raise BinFileError(path, f"$Object.data says {header.data_length} bytes; dims x dtype need {need}")
     if available < need:
@@ -209,16 +215,21 @@ def load_bin(path: Path) -> torch.Tensor:
             path,
             f"truncated: {available} payload bytes, dims {header.dims} x {header.dtype_name} need {need}",
         )
-    raw = _map(source, start, need)
+    try:
+        raw = _map(source, start, need)
+    except (OSError, ValueError) as exc:  # unreadable, or shrunk since it was measured
+        raise BinFileError(path, f"cannot read its payload ({exc})") from exc
     return _decode(torch, raw, header)
 
 
-def _payload_source(header: BinHeader) -> tuple[Path, int]:
+def _payload_source(header: BinHeader, within: Path) -> tuple[Path, int]:
     if header.external is None:
         return header.path, header.header_bytes + header.data_offset
     external = Path(header.external)
     if not external.is_absolute():
         external = header.path.parent / external
+    if not external.resolve().is_relative_to(within.resolve()):
+        raise BinFileError(header.path, f"its data= file {external} lies outside the dump {within}; not read")
     if not external.is_file():
         raise BinFileError(header.path, f"its data= file {external} does not exist")
     return external, header.data_offset

@@ -24,13 +24,20 @@ class TensorLoadError(Exception):
         self.problem = problem
 
 
-def load_tensor(path: Path) -> torch.Tensor:
-    """Load one tensor file: ATB ``.bin`` exactly, torch ``.pth``/``.pt`` without executing code."""
+def load_tensor(path: Path, within: Path | None = None) -> torch.Tensor:
+    """Load one tensor file: ATB ``.bin`` exactly, torch ``.pth``/``.pt`` without executing code.
+
+    With ``within`` (the dump's root), a file that is a symlink to somewhere outside it, or an
+    ATB header whose ``data=`` points outside it, is refused: a dump from another machine must
+    not make tui-acc read whatever its links name.
+    """
+    if within is not None:
+        _check_inside(path, within)
     if path.suffix == ".bin":
         from tui_acc.dumps.atb_bin import BinFileError, load_bin
 
         try:
-            return load_bin(path)
+            return load_bin(path, within)
         except BinFileError as exc:
             raise TensorLoadError(path, exc.problem) from exc
     import torch  # deferred: indexing and the UI start without paying torch's import
@@ -46,6 +53,17 @@ def load_tensor(path: Path) -> torch.Tensor:
     if not isinstance(obj, torch.Tensor):
         raise TensorLoadError(path, f"holds a {type(obj).__name__}, not a tensor")
     return obj
+
+
+def _check_inside(path: Path, within: Path) -> None:
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise TensorLoadError(path, f"cannot resolve its path ({exc})") from exc
+    if not target.is_relative_to(within.resolve()):
+        raise TensorLoadError(
+            path, f"links to {target}, outside the dump {within}; not followed (--follow-links allows it)"
+        )
 
 
 def _torch_load(path: Path) -> object:

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -45,8 +46,14 @@ class MetricsEngine:
         thresholds: Thresholds | None = None,
         workers: int | None = None,
         cache: RowCache | None = None,
+        follow_links: bool = False,
     ) -> None:
         self.pairing = pairing
+        # Links inside a dump may not lead out of it, unless the user allows it (--follow-links).
+        self._within: dict[str, Path | None] = {
+            "golden": None if follow_links else _containing_folder(pairing.golden.root),
+            "test": None if follow_links else _containing_folder(pairing.test.root),
+        }
         self.cache = cache
         self.from_cache = 0  # rows found on disk instead of computed
         self.thresholds = thresholds or Thresholds()
@@ -158,10 +165,13 @@ class MetricsEngine:
         }
         try:
             if pair.golden.has_data and pair.test.has_data:
-                golden = load_side(pair.golden, None)
-                metrics = compare_tensors(golden, load_side(pair.test, golden.shape), kl=self._wants_kl(pair))
+                golden = load_side(pair.golden, None, self._within["golden"])
+                test = load_side(pair.test, golden.shape, self._within["test"])
+                metrics = compare_tensors(golden, test, kl=self._wants_kl(pair))
             else:
-                metrics = compare_stats(_stats(pair.golden), _stats(pair.test))
+                metrics = compare_stats(
+                    _stats(pair.golden, self._within["golden"]), _stats(pair.test, self._within["test"])
+                )
         except (TensorLoadError, DumpError) as exc:
             row["error"] = str(exc)
         except ShapeMismatch as exc:
@@ -502,22 +512,30 @@ def first_suspect(tree: Any, rows: dict[str, Row]) -> Row | None:
     return search(tree.root)
 
 
-def load_side(ref: TensorRef, like: Any) -> Any:
-    """A tensor, merged from its ranks when it was gathered (shaped like the golden where that decides)."""
+def load_side(ref: TensorRef, like: Any, within: Path | None = None) -> Any:
+    """A tensor, merged from its ranks when it was gathered (shaped like the golden where that decides).
+
+    ``within``: the dump's root, which links may not leave (None: follow them anywhere).
+    """
     if not ref.parts:
-        return load_tensor(ref.path)
+        return load_tensor(ref.path, within)
     from tui_acc.dumps.gather import merge_parts
 
-    return merge_parts([load_tensor(p) for p in ref.parts], ref.merge, like, ref.path)
+    return merge_parts([load_tensor(p, within) for p in ref.parts], ref.merge, like, ref.path)
 
 
-def _stats(ref: TensorRef) -> Stats:
+def _containing_folder(root: Path) -> Path:
+    """The folder a dump's files must stay in: the root given, or a single file's folder."""
+    return root if root.is_dir() else root.parent
+
+
+def _stats(ref: TensorRef, within: Path | None) -> Stats:
     """A side's statistics: as recorded, or computed from its tensor when the other side has only those."""
     if ref.stats is not None:
         return ref.stats
     from tui_acc.metrics.stats import stats_of
 
-    return stats_of(load_side(ref, None))
+    return stats_of(load_side(ref, None, within))
 
 
 def _in_place(inputs: list[Row], outputs: list[Row]) -> str | None:
