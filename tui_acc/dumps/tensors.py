@@ -46,6 +46,8 @@ def load_tensor(path: Path, within: Path | None = None) -> torch.Tensor:
         obj = _torch_load(path)
     except FileNotFoundError as exc:
         raise TensorLoadError(path, "file not found") from exc
+    except OSError as exc:  # permissions, a vanished mount, an I/O error
+        raise TensorLoadError(path, f"cannot read ({exc.strerror or exc})") from exc
     except pickle.UnpicklingError as exc:
         raise TensorLoadError(path, _unpickling_problem(exc)) from exc
     except Exception as exc:

@@ -91,7 +91,8 @@ class MetricsEngine:
             row = self._from_cache(pair)
             if row is None:
                 row = self._compute(pair)
-                if self.cache is not None:
+                transient = row.pop("_transient", False)
+                if self.cache is not None and not transient:
                     self.cache.put(self._cache_key(pair), row)
                 with self._lock:
                     self.computed += 1
@@ -165,9 +166,16 @@ class MetricsEngine:
         }
         try:
             if pair.golden.has_data and pair.test.has_data:
+                before = _file_states(pair)
                 golden = load_side(pair.golden, None, self._within["golden"])
                 test = load_side(pair.test, golden.shape, self._within["test"])
                 metrics = compare_tensors(golden, test, kl=self._wants_kl(pair))
+                changed = [path for path, state in before.items() if _file_state(path) != state]
+                if changed:  # a dump still being written (or copied): these numbers mix two versions
+                    row["_transient"] = True  # not kept in the disk cache: the next launch reads it again
+                    raise DumpError(
+                        f"{changed[0]}: changed while being read; compare again when it is complete"
+                    )
             else:
                 metrics = compare_stats(
                     _stats(pair.golden, self._within["golden"]), _stats(pair.test, self._within["test"])
@@ -522,6 +530,19 @@ def load_side(ref: TensorRef, like: Any, within: Path | None = None) -> Any:
     from tui_acc.dumps.gather import merge_parts
 
     return merge_parts([load_tensor(p, within) for p in ref.parts], ref.merge, like, ref.path)
+
+
+def _file_state(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _file_states(pair: TensorPair) -> dict[Path, tuple[int, int] | None]:
+    paths = [p for ref in (pair.golden, pair.test) for p in (ref.parts or (ref.path,))]
+    return {path: _file_state(path) for path in paths}
 
 
 def _containing_folder(root: Path) -> Path:

@@ -1,0 +1,255 @@
+"""The bad-input matrix: each damaged file is a named error, the rest of the comparison goes on.
+
+Every case is a copy of a generated dump pair with one thing broken the way crashed runs, full
+disks, half-copied folders and other people's machines break them; ``report --json`` must list
+the error with the file and the problem, and still report everything else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import device_dir
+from tui_acc import open_comparison
+from tui_acc.cli import main
+
+FAULT_OP = "root.model.layers.2.mlp.down_proj"
+
+
+def _copy(demo_pair, tmp_path: Path) -> tuple[Path, Path, Path]:
+    golden, test = tmp_path / "golden", tmp_path / "test"
+    shutil.copytree(demo_pair.golden, golden)
+    shutil.copytree(demo_pair.test, test)
+    return golden, test, device_dir(test)
+
+
+def _report(golden: Path, test: Path, capsys, *extra: str) -> dict:
+    code = main(["report", str(golden), str(test), "--json", "--no-cache", *extra])
+    report = json.loads(capsys.readouterr().out)
+    report["exit"] = code
+    return report
+
+
+def _errors(report: dict) -> list[str]:
+    return [f"{e['file']}: {e['message']}" for e in report["errors"]]
+
+
+# (what is done to test/<device>/1/<module>/<file>, the problem the error must name)
+TORCH_FILE_CASES = {
+    "empty .pth": (lambda f: f.write_bytes(b""), "unreadable torch file"),
+    "truncated .pth": (lambda f: f.write_bytes(f.read_bytes()[:100]), "unreadable torch file"),
+    "a pickle of a dict": (lambda f: torch.save({"x": torch.ones(2)}, f), "holds a dict, not a tensor"),
+    "a tensor of another shape": (lambda f: torch.save(torch.ones(3, 5), f), "element counts differ"),
+    "dangling symlink": (lambda f: (f.unlink(), f.symlink_to(f.parent / "gone.pth")), "file not found"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TORCH_FILE_CASES))
+def test_a_damaged_torch_file_is_named_and_the_rest_goes_on(
+    demo_pair, tmp_path: Path, capsys, case: str
+) -> None:
+    golden, test, device = _copy(demo_pair, tmp_path)
+    damage, problem = TORCH_FILE_CASES[case]
+    target = device / "3" / "root.model.layers.3.mlp.up_proj" / "output.pth"  # after the fault
+    damage(target)
+    report = _report(golden, test, capsys, "--token", "3")
+    assert report["exit"] == 1
+    named = [e for e in _errors(report) if str(target) in e or "up_proj/output" in e]
+    assert named and problem in named[0], _errors(report)
+    # the rest goes on: the injected fault is still found, the token verdicts are all there
+    assert report["first_failing_op"]["golden"] == FAULT_OP
+    assert len(report["tokens"]) == 8
+
+
+def test_a_dtype_mismatch_is_compared_and_flagged(demo_pair, tmp_path: Path) -> None:
+    golden, test, device = _copy(demo_pair, tmp_path)
+    target = device / "3" / "root.model.layers.0.mlp.up_proj" / "output.pth"
+    torch.save(torch.load(target, weights_only=True).to(torch.float16), target)
+    cmp = open_comparison(golden, test, cache=False)
+    row = next(
+        r
+        for r in cmp.engine.tensors_frame(3).to_dicts()
+        if r["golden_node"] == "root.model.layers.0.mlp.up_proj" and r["role"] == "output"
+    )
+    assert (row["golden_dtype"], row["test_dtype"]) == ("float32", "float16")
+    assert row["cosine"] is not None and row["error"] is None  # compared where meaningful
+
+
+def test_empty_and_missing_token_folders(demo_pair, tmp_path: Path, capsys) -> None:
+    golden, test, device = _copy(demo_pair, tmp_path)
+    shutil.rmtree(device / "5")
+    (device / "5").mkdir()  # an empty token folder: a run that died before dumping it
+    shutil.rmtree(device / "6")  # a token that is not there at all
+    report = _report(golden, test, capsys)
+    unmatched = {(u["kind"], u["side"], u["token"]) for u in report["unmatched"]}
+    assert ("token", "golden", 6) in unmatched
+    tokens = {t["token"]: t for t in report["tokens"]}
+    assert sorted(tokens) == [0, 1, 2, 3, 4, 5, 7]
+    assert tokens[5]["error"] == "token 5: root.lm_head has no output on both sides (no logits)"
+    assert report["first_failing_token"] == 3
+
+
+@pytest.mark.parametrize("text", ["{", '{"name": "root", "children": [NaN]}', "", "[1, 2]"])
+def test_a_bad_model_tree_is_reported_and_rebuilt(demo_pair, tmp_path: Path, capsys, text: str) -> None:
+    golden, test, device = _copy(demo_pair, tmp_path)
+    (device / "model_tree.json").write_text(text)
+    report = _report(golden, test, capsys)
+    assert any("model_tree.json" in e and "unreadable module tree" in e for e in _errors(report)), _errors(
+        report
+    )
+    assert report["first_failing_token"] == 3
+
+
+def test_a_file_that_changes_while_read_is_an_error_and_not_cached(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tui_acc.metrics import kernels
+
+    golden, test, device = _copy(demo_pair, tmp_path)
+    target = device / "3" / FAULT_OP / "output.pth"
+    compare = kernels.compare_tensors
+
+    def while_a_writer_appends(g, t, kl=True):  # type: ignore[no-untyped-def]
+        os.utime(target, ns=(1, target.stat().st_mtime_ns + 10**9))  # the writer touched it meanwhile
+        return compare(g, t, kl=kl)
+
+    monkeypatch.setattr(kernels, "compare_tensors", while_a_writer_appends)
+    cmp = open_comparison(golden, test)
+    pair = next(
+        p for n in cmp.pairing.node_pairs(3) if n.golden == FAULT_OP for p in n.tensors if p.role == "output"
+    )
+    row = cmp.engine.tensor_row(pair)
+    assert row["error"] == f"{target}: changed while being read; compare again when it is complete"
+    cmp.engine.flush()
+    monkeypatch.setattr(kernels, "compare_tensors", compare)
+    again = open_comparison(golden, test).engine.tensor_row(pair)  # a new launch reads it again
+    assert again["error"] is None and again["cosine"] < 0.99
+
+
+def test_an_unreadable_file_is_named(demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Permissions (simulated: the tests may run as root, who reads everything)."""
+    from tui_acc.dumps import tensors
+
+    golden, test, device = _copy(demo_pair, tmp_path)
+    target = device / "3" / FAULT_OP / "output.pth"
+    real = tensors._torch_load
+
+    def denied(path: Path) -> object:
+        if path == target:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(tensors, "_torch_load", denied)
+    cmp = open_comparison(golden, test, cache=False)
+    rows = {r["golden_node"]: r for r in cmp.engine.node_rows(3)}
+    assert rows[FAULT_OP]["error"] == f"{target}: cannot read (Permission denied)"
+    assert rows["root.model.layers.2.mlp.up_proj"]["outputs_passed"] is True
+
+
+def test_a_symlink_out_of_the_dump_is_not_followed(demo_pair, tmp_path: Path, capsys) -> None:
+    golden, test, device = _copy(demo_pair, tmp_path)
+    outside = tmp_path / "elsewhere.pth"
+    target = device / "3" / FAULT_OP / "output.pth"
+    shutil.move(target, outside)
+    target.symlink_to(outside)
+    report = _report(golden, test, capsys, "--token", "3")
+    assert any("outside the dump" in e and "--follow-links" in e for e in _errors(report)), _errors(report)
+    allowed = _report(golden, test, capsys, "--token", "3", "--follow-links")
+    assert allowed["first_failing_op"]["golden"] == FAULT_OP
+
+
+# --- ATB ----------------------------------------------------------------------------------------
+
+
+def _atb_copy(atb_pair, tmp_path: Path) -> tuple[Path, Path, Path]:
+    golden, plain, _ = atb_pair
+    test = tmp_path / "atb"
+    shutil.copytree(plain, test)
+    return golden, test, test / "tensors" / "0_4242"
+
+
+def _header(dims: str = "1,1,64", dtype: int = 0, extra: str = "") -> bytes:
+    return f"$Version=1.0\n$Object.Count=1\nformat=2\ndtype={dtype}\ndims={dims}\n{extra}".encode()
+
+
+ATB_FILE_CASES = {
+    "empty .bin": (b"", "no '$End=1' line"),
+    "missing $End": (_header() + b"\x00" * 16, "no '$End=1' line"),
+    "dims lie (bigger than the payload)": (_header("1,1,4096") + b"$End=1\n" + b"\x00" * 256, "truncated"),
+    "unknown dtype code": (_header(dtype=99) + b"$End=1\n" + b"\x00" * 256, "dtype"),
+    "malformed line": (_header() + b"garbage line\n$End=1\n", "malformed header line"),
+    "data= outside the dump": (_header(extra="data=/etc/hostname\n") + b"$End=1\n", "outside the dump"),
+    "not a number in dims": (_header("1,x,64") + b"$End=1\n", "dims"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ATB_FILE_CASES))
+def test_a_damaged_bin_file_is_named_and_the_rest_goes_on(
+    atb_pair, tmp_path: Path, capsys, case: str
+) -> None:
+    golden, test, device = _atb_copy(atb_pair, tmp_path)
+    content, problem = ATB_FILE_CASES[case]
+    layers = sorted((device / "3").glob("*_LlamaLayer"), key=lambda d: int(d.name.split("_")[0]))
+    target = next(layers[-1].glob("*_Attention/after/outtensor0.bin"))  # the last layer: after the fault
+    target.write_bytes(content)
+    report = _report(golden, test, capsys, "--token", "3")
+    named = [e for e in _errors(report) if str(target) in e]
+    assert named and problem in named[0], _errors(report)
+    assert report["first_failing_op"]["golden"] == FAULT_OP
+
+
+@pytest.mark.parametrize("text", ["{", '{"modelName": "m", "nodes": ', "null", "[]"])
+def test_a_bad_topology_is_reported(atb_pair, tmp_path: Path, capsys, text: str) -> None:
+    golden, test, _ = _atb_copy(atb_pair, tmp_path)
+    (topology,) = test.glob("model/*/*.json")
+    topology.write_text(text)
+    report = _report(golden, test, capsys)
+    assert any(str(topology) in e and "unreadable model topology" in e for e in _errors(report)), _errors(
+        report
+    )
+    assert report["first_failing_op"]["golden"] == FAULT_OP  # the folders alone still pair
+
+
+def test_nan_and_infinity_literals_in_a_topology_read_as_msit_reads_them(
+    atb_pair, tmp_path: Path, capsys
+) -> None:
+    golden, test, _ = _atb_copy(atb_pair, tmp_path)
+    (topology,) = test.glob("model/*/*.json")
+    text = topology.read_text().replace('"nodes"', '"weight": NaN, "scale": -Infinity, "nodes"', 1)
+    assert "NaN" in text
+    topology.write_text(text)
+    report = _report(golden, test, capsys)
+    assert report["errors"] == [] and report["first_failing_op"]["golden"] == FAULT_OP
+
+
+# --- exports ------------------------------------------------------------------------------------
+
+
+def test_a_full_disk_while_exporting_leaves_no_partial_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    import polars as pl
+
+    from tui_acc import export
+
+    target = tmp_path / "view.csv"
+    target.write_text("the user's old file\n")
+    real = pl.DataFrame.write_csv
+
+    def full(self, file, *args, **kwargs):  # type: ignore[no-untyped-def]
+        real(self.head(1), file, *args, **kwargs)  # some bytes made it, then the disk filled up
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pl.DataFrame, "write_csv", full)
+    with pytest.raises(export.ExportError, match="No space left on device"):
+        export.write_csv(pl.DataFrame({"a": [1, 2, 3]}), target, overwrite=True)
+    assert target.read_text() == "the user's old file\n"  # what the user had is intact
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["view.csv"]  # and no temporary file is left
