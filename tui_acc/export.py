@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from datetime import datetime
 from pathlib import Path
 
 import polars as pl
+
+from tui_acc.atomic import temp_beside
 
 
 class ExportError(Exception):
@@ -19,9 +20,8 @@ def write_csv(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Path:
     path = path.expanduser()
     if path.exists() and not overwrite:
         raise ExportError(f"{path}: already exists; not overwritten")
-    directory = path.parent if str(path.parent) else Path()
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        fd, tmp = temp_beside(path)
     except OSError as exc:
         raise ExportError(f"{path}: cannot write here ({exc.strerror or exc})") from exc
     try:
@@ -29,12 +29,11 @@ def write_csv(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Path:
             frame.write_csv(handle, float_precision=None)
         if not overwrite and path.exists():  # appeared while we wrote: keep theirs
             raise ExportError(f"{path}: already exists; not overwritten")
-        Path(tmp).replace(path)
+        tmp.replace(path)
     except OSError as exc:
         raise ExportError(f"{path}: write failed ({exc.strerror or exc})") from exc
     finally:
-        if Path(tmp).exists():
-            Path(tmp).unlink()
+        tmp.unlink(missing_ok=True)
     return path.resolve()
 
 

@@ -253,3 +253,65 @@ def test_a_full_disk_while_exporting_leaves_no_partial_file(
         export.write_csv(pl.DataFrame({"a": [1, 2, 3]}), target, overwrite=True)
     assert target.read_text() == "the user's old file\n"  # what the user had is intact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["view.csv"]  # and no temporary file is left
+
+
+def test_exports_caches_and_config_edits_get_the_users_umask(demo_pair, tmp_path: Path) -> None:
+    import polars as pl
+
+    from tui_acc.export import write_csv
+    from tui_acc.redump import remember_exec
+
+    old = os.umask(0o027)
+    try:
+        exported = write_csv(pl.DataFrame({"a": [1]}), tmp_path / "view.csv")
+        remember_exec(tmp_path / "tui-acc.toml", "test", "bash run.sh")
+        cmp = open_comparison(demo_pair.golden, demo_pair.test)
+        cmp.engine.token_rows([0])
+        cmp.engine.flush()
+        cache_file = cmp.engine.cache.path  # type: ignore[union-attr]
+    finally:
+        os.umask(old)
+    for path in (exported, tmp_path / "tui-acc.toml", cache_file):
+        assert path.stat().st_mode & 0o777 == 0o640, path  # 0o666 & ~0o027, not mkstemp's 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tui-acc.toml", "view.csv"]  # no temporaries
+
+
+# --- msprobe ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda text: text[: len(text) // 2], "dump.json"),
+        (lambda text: "", "dump.json"),
+        (lambda text: "[]", "dump.json"),
+    ],
+    ids=["truncated", "empty", "not an object"],
+)
+def test_a_bad_dump_json_names_the_file(
+    reference: Path, tmp_path: Path, capsys, damage, problem: str
+) -> None:
+    case = reference / "msprobe-L0" / "tensor"
+    golden, test = tmp_path / "golden", tmp_path / "test"
+    shutil.copytree(case / "golden", golden)
+    shutil.copytree(case / "test", test)
+    (dump_json,) = test.glob("step0/*/dump.json")
+    dump_json.write_text(damage(dump_json.read_text()))
+    code = main(["report", str(golden), str(test), "--json", "--no-cache"])
+    captured = capsys.readouterr()
+    assert code == 2 and str(dump_json) in captured.err and "dump.json" in captured.err
+
+
+def test_nan_literals_in_dump_json_are_read(reference: Path, tmp_path: Path) -> None:
+    case = reference / "msprobe-L0" / "statistics"
+    golden, test = tmp_path / "golden", tmp_path / "test"
+    shutil.copytree(case / "golden", golden)
+    shutil.copytree(case / "test", test)
+    (dump_json,) = test.glob("step0/*/dump.json")
+    text = dump_json.read_text()
+    first_max = text.index('"Max":')
+    end = text.index(",", first_max)
+    dump_json.write_text(text[:first_max] + '"Max": NaN' + text[end:])
+    cmp = open_comparison(golden, test, cache=False)
+    rows = cmp.engine.node_rows(cmp.pairing.tokens[0])
+    assert rows  # the comparison goes on; the NaN statistic is a failing (not a crashing) row

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from tui_acc.atomic import temp_beside
 from tui_acc.dumps.model import TensorRef
 from tui_acc.metrics.schema import TENSOR_SCHEMA
 
@@ -85,13 +85,13 @@ class RowCache:
         frame = pl.DataFrame(rows, schema={"key": pl.String, **_STORED})
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".rows-", suffix=".parquet.tmp", dir=self.path.parent)
+            fd, tmp = temp_beside(self.path, ".parquet.tmp")
             os.close(fd)
             try:
                 frame.write_parquet(tmp)
-                Path(tmp).replace(self.path)
+                tmp.replace(self.path)
             finally:
-                Path(tmp).unlink(missing_ok=True)
+                tmp.unlink(missing_ok=True)
         except OSError as exc:
             self.problem = f"{self.path}: cache not written ({exc.strerror or exc})"
 

@@ -18,10 +18,12 @@ shell = false                   # true: command is one string run by /bin/sh (va
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tui_acc.atomic import temp_beside
 from tui_acc.config import FILE_NAME, tomllib
 
 DEFAULT_DUMPER = {"test": "msit-atb", "golden": "torch"}
@@ -129,9 +131,13 @@ def remember_exec(path: Path, side: str, command: str) -> None:
         raise SettingsError(f"{path}: could not add the command without breaking the file ({exc})") from exc
     if parsed.get("redump", {}).get(side, {}).get("exec") != command:
         raise SettingsError(f"{path}: could not record redump.{side}.exec (the file defines it another way)")
-    temporary = path.with_name(f".{path.name}.tui-acc-tmp")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)
+    fd, temporary = temp_beside(path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def toml_string(value: str) -> str:
