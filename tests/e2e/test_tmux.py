@@ -178,3 +178,51 @@ def test_bad_path_prints_a_clear_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert f"tui-acc: error: {tmp_path / 'nope'}: no such file or directory" in result.stderr
+
+
+def _dumpers_writing_into(folder: Path) -> list[int]:
+    """Live processes whose TUI_ACC_DUMP_DIR lies in ``folder`` (a re-dump and its children)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            env = environ.read_bytes()
+            state = (environ.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"TUI_ACC_DUMP_DIR={folder}".encode() in env and state not in ("Z", "X"):
+            found.append(int(environ.parent.name))
+    return found
+
+
+def test_a_dropped_ssh_session_stops_the_redump(demo_pair, tmp_path: Path, terminal_factory) -> None:
+    """Closing the terminal (SIGHUP, as when SSH drops) leaves no re-dump running."""
+    import shlex
+
+    infer = [sys.executable, "-m", "tui_acc.demo.infer", "--demo", str(demo_pair.out), "--side", "test"]
+    config = tmp_path / "tui-acc.toml"
+    command = shlex.join([*infer, "--delay", "60"])
+    config.write_text(f'[redump.test]\ndumper = "torch"\nexec = "{command}"\n')
+    tui_acc = [
+        sys.executable,
+        "-m",
+        "tui_acc",
+        str(demo_pair.golden),
+        str(demo_pair.test),
+        "--config",
+        str(config),
+    ]
+    term = terminal_factory(tui_acc, tmp_path)
+    term.wait_for(lambda s: "first failing: 3" in s, "the token verdicts")
+    term.keys("r")
+    term.wait_for(lambda s: "Re-dump the test side" in s, "the re-dump dialog")
+    term.keys("Enter")
+    term.wait_for(lambda s: "running" in s, "the re-dump running")
+    deadline = time.monotonic() + 60
+    while not _dumpers_writing_into(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _dumpers_writing_into(tmp_path), "the dumper never started"
+    term.close()  # tmux kills the session: SIGHUP to tui-acc
+    deadline = time.monotonic() + 30
+    while _dumpers_writing_into(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _dumpers_writing_into(tmp_path) == []

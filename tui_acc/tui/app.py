@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
@@ -66,6 +69,12 @@ class AccApp(App[None]):
     def on_mount(self) -> None:
         self.push_screen(TokenScreen())
         self.set_interval(1.0, self.show_redump_state)
+        # A dropped SSH session (SIGHUP) or a kill (SIGTERM) ends the app the way q does, so a
+        # re-dump in progress is stopped and computed rows are saved, not left half done.
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGHUP, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.exit)
         if self.greeting:
             self.notify(self.greeting, timeout=12)
 
@@ -220,6 +229,7 @@ class AccApp(App[None]):
         run = self.redump_run
         if run is not None and run.running:
             run.cancel(grace=2.0)
+        self.comparison.engine.flush()
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
