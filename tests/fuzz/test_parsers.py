@@ -1,0 +1,204 @@
+"""Fuzzing the parsers of untrusted files: a .bin header, topology JSON, dump.json, mapping files,
+model_tree.json. Whatever the bytes, each either reads or fails with its own error naming the
+file; nothing else escapes (no crash, no hang, no IndexError from deep inside).
+
+CI runs a fixed budget (``TUI_ACC_FUZZ_EXAMPLES``, default 60 per parser);
+``python scripts/fuzz.py`` runs a longer campaign.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tui_acc.config import ConfigError, load_config
+from tui_acc.dumps import DumpError, open_dump
+from tui_acc.dumps.tensors import TensorLoadError, load_tensor
+from tui_acc.pairing import MappingError, load_mapping
+
+BUDGET = settings(
+    max_examples=int(os.environ.get("TUI_ACC_FUZZ_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    derandomize=os.environ.get("TUI_ACC_FUZZ_SEED") is None,  # CI: the same cases every run
+)
+
+# JSON-like text: real JSON of random shape, JSON with NaN/Infinity, and plain garbage
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
+    max_leaves=30,
+)
+json_texts = st.one_of(
+    json_values.map(lambda v: json.dumps(v, allow_nan=True)),
+    st.text(max_size=300),
+    st.binary(max_size=300).map(lambda b: b.decode("latin-1")),
+)
+
+
+@pytest.fixture(scope="module")
+def scratch() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="tui-acc-fuzz-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+# --- .bin ---------------------------------------------------------------------------------------
+
+header_lines = st.lists(
+    st.one_of(
+        st.sampled_from(["$Version=1.0", "$Object.Count=1", "$End=1", "format=2", "dtype=1", "dtype=27"]),
+        st.builds(
+            lambda k, v: f"{k}={v}",
+            st.sampled_from(["dtype", "format", "dims", "$Object.Length", "$Object.data", "data", "max"]),
+            st.text(alphabet="0123456789,-x. /", max_size=12),
+        ),
+        st.text(max_size=20),
+    ),
+    max_size=10,
+)
+
+
+@BUDGET
+@given(lines=header_lines, payload=st.binary(max_size=256))
+def test_bin_files(scratch: Path, lines: list[str], payload: bytes) -> None:
+    path = scratch / "bin" / "outtensor0.bin"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes("\n".join(lines).encode("utf-8", "replace") + b"\n" + payload)
+    try:
+        tensor = load_tensor(path, within=scratch)
+    except TensorLoadError as exc:
+        assert str(path) in str(exc)
+    else:
+        assert tensor.numel() >= 0
+
+
+@BUDGET
+@given(data=st.binary(max_size=512))
+def test_bin_files_of_random_bytes(scratch: Path, data: bytes) -> None:
+    path = scratch / "raw" / "intensor0.bin"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    try:
+        load_tensor(path, within=scratch)
+    except TensorLoadError as exc:
+        assert str(path) in str(exc)
+
+
+# --- ATB topology, msit model_tree.json, msprobe dump.json --------------------------------------
+
+
+def _atb_dump(root: Path, topology: str) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+    node = root / "tensors" / "0_1" / "0" / "0_LinearOperation" / "after"
+    node.mkdir(parents=True)
+    (node / "outtensor0.bin").write_bytes(b"format=2\ndtype=0\ndims=1\n$End=1\n\x00\x00\x80\x3f")
+    (root / "model" / "1").mkdir(parents=True)
+    (root / "model" / "1" / "model.json").write_text(topology, encoding="utf-8", errors="replace")
+
+
+@BUDGET
+@given(text=json_texts)
+def test_atb_topology(scratch: Path, text: str) -> None:
+    root = scratch / "atb"
+    _atb_dump(root, text)
+    index = open_dump(root)  # a bad topology is a problem of that file; the folders still read
+    assert list(index.tokens) == [0]
+    assert all(p.path.endswith("model.json") for p in index.problems)
+
+
+@BUDGET
+@given(text=json_texts)
+def test_msit_model_tree(scratch: Path, text: str) -> None:
+    import torch
+
+    root = scratch / "msit" / "msit_dump_20250101_000000" / "torch_tensors" / "cpu_1"
+    shutil.rmtree(scratch / "msit", ignore_errors=True)
+    (root / "0" / "root.lm_head").mkdir(parents=True)
+    torch.save(torch.ones(2), root / "0" / "root.lm_head" / "output.pth")
+    (root / "model_tree.json").write_text(text, encoding="utf-8", errors="replace")
+    index = open_dump(scratch / "msit")
+    assert "root.lm_head" in index.tokens[0]
+
+
+@BUDGET
+@given(text=json_texts)
+def test_msprobe_dump_json(scratch: Path, text: str) -> None:
+    root = scratch / "msprobe"
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "step0" / "proc1").mkdir(parents=True)
+    dump_json = root / "step0" / "proc1" / "dump.json"
+    dump_json.write_text(text, encoding="utf-8", errors="replace")
+    try:
+        index = open_dump(root)
+    except DumpError as exc:
+        assert str(root) in str(exc)
+    else:
+        for token in index.tokens:
+            index.tokens[token]  # listing a token must not fail either
+
+
+# --- mapping files and tui-acc.toml -------------------------------------------------------------
+
+toml_texts = st.one_of(
+    st.text(max_size=200),
+    st.lists(
+        st.sampled_from(
+            [
+                "[nodes]",
+                "[types]",
+                "[tensors]",
+                '"a" = "b"',
+                "x = 1",
+                "[thresholds.ops]",
+                'cosine = "x"',
+                "cosine = 0.5",
+                "[[rules]]",
+                'pattern = "*"',
+                "[redump.test]",
+                'dumper = "msit"',
+                "exec = 1",
+                'shell = "yes"',
+                'command = ["a", 1]',
+                "[redump]",
+                "out_dir = 3",
+                "nan = nan",
+                "inf = -inf",
+            ]
+        ),
+        max_size=8,
+    ).map("\n".join),
+)
+
+
+@BUDGET
+@given(text=st.one_of(json_texts, toml_texts), suffix=st.sampled_from([".json", ".toml"]))
+def test_mapping_files(scratch: Path, text: str, suffix: str) -> None:
+    path = scratch / f"mapping{suffix}"
+    path.write_text(text, encoding="utf-8", errors="replace")
+    try:
+        load_mapping(path)
+    except MappingError as exc:
+        assert str(path) in str(exc)
+
+
+@BUDGET
+@given(text=toml_texts)
+def test_config_files(scratch: Path, text: str) -> None:
+    from tui_acc.redump import load_settings
+    from tui_acc.redump.settings import SettingsError
+
+    path = scratch / "tui-acc.toml"
+    path.write_text(text, encoding="utf-8", errors="replace")
+    try:
+        config = load_config(path)
+        load_settings(config.sections.get("redump"), str(path))
+    except (ConfigError, SettingsError) as exc:
+        assert str(path) in str(exc)
