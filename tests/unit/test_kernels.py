@@ -252,3 +252,22 @@ def test_fast_rows_and_careful_rows_agree_with_the_torch_kernel(monkeypatch: pyt
             assert compiled[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
         else:
             assert compiled[key] == value, key
+
+
+def test_a_long_1d_tensor_is_swept_in_chunk_wide_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without KL a 1-D tensor is cut into chunk-wide rows plus a tail: same results, bounded copies."""
+    monkeypatch.setattr(kernels, "CHUNK_ELEMENTS", 1000)
+    gen = torch.Generator().manual_seed(5)
+    g = torch.randn(2500, generator=gen)
+    t = (g + 0.01 * torch.randn(2500, generator=gen)).to(torch.bfloat16)
+    t[2345] = g[2345] + 4.0  # the worst element, in the tail
+    blocks = kernels._blocks(g, t, 2500, with_kl=False)
+    assert [(b[0].shape, b[2], b[3]) for b in blocks] == [((2, 1000), 1000, 0), ((1, 500), 500, 2000)]
+    compiled, reference = _both_kernels(monkeypatch, g, t, kl=False)
+    assert compiled["worst_index"] == 2345 == reference["worst_index"]
+    assert compiled["golden_top1"] == int(g.argmax())  # top-1 still over the tensor's own last axis
+    for key, value in reference.items():
+        if isinstance(value, float):
+            assert compiled[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+        else:
+            assert compiled[key] == value, key

@@ -7,6 +7,7 @@ Long calls take ``should_stop`` (checked between tensors) so a UI can cancel the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -26,6 +27,9 @@ from tui_acc.metrics.verdict import Thresholds, logits_passed, near_tie, tensor_
 from tui_acc.pairing import NodePair, Pairing, TensorPair
 
 Row = dict[str, Any]
+
+# A pair whose files together exceed this is compared alone (see MetricsEngine._one_large_pair).
+LARGE_PAIR_BYTES = 64 << 20
 StopCheck = Callable[[], bool]
 
 
@@ -64,6 +68,9 @@ class MetricsEngine:
         self._rows: dict[TensorPair, Row] = {}
         self._in_flight: dict[TensorPair, threading.Event] = {}
         self._lock = threading.Lock()
+        # Large pairs are compared one at a time: memory stays a small multiple of the largest
+        # pair, not of the largest pair times the worker count.
+        self._one_large_pair = threading.Lock()
         self.computed = 0  # how many pairs were actually loaded and compared (for tests/benchmarks)
         # The logits module's outputs (and any enclosing module's, which end in them) are judged
         # as logits, so the operator view never passes what the token view fails.
@@ -167,9 +174,12 @@ class MetricsEngine:
         try:
             if pair.golden.has_data and pair.test.has_data:
                 before = _file_states(pair)
-                golden = load_side(pair.golden, None, self._within["golden"])
-                test = load_side(pair.test, golden.shape, self._within["test"])
-                metrics = compare_tensors(golden, test, kl=self._wants_kl(pair))
+                large = sum(state[0] for state in before.values() if state) > LARGE_PAIR_BYTES
+                with self._one_large_pair if large else contextlib.nullcontext():
+                    golden = load_side(pair.golden, None, self._within["golden"])
+                    test = load_side(pair.test, golden.shape, self._within["test"])
+                    metrics = compare_tensors(golden, test, kl=self._wants_kl(pair))
+                    del golden, test  # the mapped files go before the next large pair comes in
                 changed = [path for path, state in before.items() if _file_state(path) != state]
                 if changed:  # a dump still being written (or copied): these numbers mix two versions
                     row["_transient"] = True  # not kept in the disk cache: the next launch reads it again

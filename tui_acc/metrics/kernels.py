@@ -86,47 +86,106 @@ def compare_tensors(golden: torch.Tensor, test: torch.Tensor, kl: bool = True) -
         is_float = golden.is_floating_point() and test.is_floating_point()
     with_kl = kl and is_float
     width = _row_width(golden, test)
-    g2 = golden.detach().reshape(-1, width) if golden.numel() else golden.reshape(0, 1)
-    t2 = test.detach().reshape(-1, width) if test.numel() else test.reshape(0, 1)
+    blocks = _blocks(golden, test, width, with_kl)
     nan = {"golden_nan": 0, "golden_inf": 0, "test_nan": 0, "test_inf": 0}
-    rows_per_chunk = max(1, CHUNK_ELEMENTS // max(width, 1))
     if fastkernel.available():
-        sums = _sweep_compiled(g2, t2, width, rows_per_chunk, with_kl, nan)
+        sums = _sweep_compiled(blocks, with_kl, nan)
     else:
         sums = _Sums()
-        for start in range(0, g2.shape[0], rows_per_chunk):
-            g = g2[start : start + rows_per_chunk].to(torch.float64)
-            t = t2[start : start + rows_per_chunk].to(torch.float64)
-            _accumulate(g, t, sums, nan, kl=with_kl, offset=start * width)
+        for g2, t2, block_width, base in blocks:
+            rows_per_chunk = max(1, CHUNK_ELEMENTS // block_width)
+            for start in range(0, g2.shape[0], rows_per_chunk):
+                g = g2[start : start + rows_per_chunk].to(torch.float64)
+                t = t2[start : start + rows_per_chunk].to(torch.float64)
+                _accumulate(g, t, sums, nan, kl=with_kl, offset=base + start * block_width)
     row.update(nan)
     row.update(_finish(sums, with_kl))
-    row.update(_top1(g2, t2) if is_float else _NO_TOP)
+    row.update(_top1(golden, test, width) if is_float else _NO_TOP)
     return row
+
+
+# (golden rows, test rows, row width, index of the first element): the views a comparison sweeps
+Block = tuple[torch.Tensor, torch.Tensor, int, int]
+
+
+def _blocks(golden: torch.Tensor, test: torch.Tensor, width: int, with_kl: bool) -> list[Block]:
+    """Row views covering every element once, in order.
+
+    Rows are the softmax axis, which only KL needs. Without KL a long row (a 1-D tensor of 50M
+    values) is cut into chunk-wide rows, so that widening it (bf16 to fp32) never copies more than
+    a chunk: memory stays bounded by the chunk, not by the tensor.
+    """
+    g, t = golden.detach(), test.detach()
+    if not g.numel():
+        return [(g.reshape(0, 1), t.reshape(0, 1), 1, 0)]
+    if with_kl or width <= CHUNK_ELEMENTS:
+        return [(g.reshape(-1, width), t.reshape(-1, width), width, 0)]
+    flat_g, flat_t = g.reshape(-1), t.reshape(-1)
+    whole = flat_g.numel() // CHUNK_ELEMENTS * CHUNK_ELEMENTS
+    blocks: list[Block] = [
+        (
+            flat_g[:whole].reshape(-1, CHUNK_ELEMENTS),
+            flat_t[:whole].reshape(-1, CHUNK_ELEMENTS),
+            CHUNK_ELEMENTS,
+            0,
+        )
+    ]
+    if whole < flat_g.numel():
+        tail = flat_g.numel() - whole
+        blocks.append((flat_g[whole:].reshape(1, tail), flat_t[whole:].reshape(1, tail), tail, whole))
+    return blocks
 
 
 TOP_K = 5
 
 
-def _top1(g2: torch.Tensor, t2: torch.Tensor) -> dict[str, int | float | bool | None]:
-    """The last row's argmax (for logits, the token each side would pick) and top-k overlap."""
-    if not g2.shape[0] or not g2.shape[1]:
+def _top1(golden: torch.Tensor, test: torch.Tensor, width: int) -> dict[str, int | float | bool | None]:
+    """The last row's argmax (for logits, the token each side would pick) and top-k overlap.
+
+    Works on the tensors' own dtype, without a float64 copy of the row (a row can be a 1-D
+    tensor of 50M values); the log-prob gap needs only the two logits, as the softmax's
+    normaliser cancels.
+    """
+    if not golden.numel() or not width:
         return _NO_TOP
-    g_last, t_last = g2[-1].double(), t2[-1].double()
-    if not (bool(torch.isfinite(g_last).all()) and bool(torch.isfinite(t_last).all())):
+    g_last = golden.detach().reshape(-1, width)[-1]
+    t_last = test.detach().reshape(-1, width)[-1]
+    g_top, t_top = _top_k(g_last), _top_k(t_last)
+    if g_top is None or t_top is None:
         return _NO_TOP
-    k = min(TOP_K, g_last.numel())
-    g_top = torch.topk(g_last, k).indices.tolist()
-    t_top = torch.topk(t_last, k).indices.tolist()
+    k = len(g_top)
     g1, t1 = g_top[0], t_top[0]
-    log_p = torch.log_softmax(g_last, dim=-1)
     return {
         "golden_top1": g1,
         "test_top1": t1,
         "topk_overlap": len(set(g_top) & set(t_top)) / k,
-        # how much less likely the golden found the test's pick (0 when they agree)
-        "top1_logprob_gap": float(log_p[g1] - log_p[t1]),
+        # how much less likely the golden found the test's pick (0 when they agree):
+        # log p(g1) - log p(t1) = logit(g1) - logit(t1)
+        "top1_logprob_gap": float(g_last[g1].double()) - float(g_last[t1].double()),
         "top1_mutual": g1 in t_top and t1 in g_top,
     }
+
+
+def _top_k(row: torch.Tensor) -> list[int] | None:
+    """Indices of the row's TOP_K largest values, best first; None when the row holds NaN/Inf.
+
+    A chunk at a time (a row can be a 1-D tensor of 50M values, and ``torch.topk`` copies its
+    input): each chunk's top k are candidates, and the top k of the candidates is the answer.
+    8-bit floats, which have no CPU topk, are widened (exactly) a chunk at a time.
+    """
+    k = min(TOP_K, row.numel())
+    values, indices = [], []
+    for start in range(0, row.numel(), CHUNK_ELEMENTS):
+        chunk = row[start : start + CHUNK_ELEMENTS]
+        if chunk.element_size() < 2:
+            chunk = chunk.float()
+        if not bool(torch.isfinite(chunk).all()):
+            return None
+        top = torch.topk(chunk, min(k, chunk.numel()))
+        values.append(top.values.double())
+        indices.append(top.indices + start)
+    best = torch.topk(torch.cat(values), k)
+    return torch.cat(indices)[best.indices].tolist()
 
 
 _NO_TOP: dict[str, int | float | bool | None] = {
@@ -138,16 +197,16 @@ _NO_TOP: dict[str, int | float | bool | None] = {
 }
 
 
-def _sweep_compiled(
-    g2: torch.Tensor, t2: torch.Tensor, width: int, rows_per_chunk: int, kl: bool, nan: dict[str, int]
-) -> _Sums:
-    """The same sums from ``fastkernel``: one pass per chunk, chunks widened to float32/64 first."""
+def _sweep_compiled(blocks: list[Block], kl: bool, nan: dict[str, int]) -> _Sums:
+    """The same sums from ``fastkernel``, chunk by chunk, chunks widened to float32/64 first."""
     f = fastkernel
     state, counts = f.new_state()
-    for start in range(0, g2.shape[0], rows_per_chunk):
-        g = _numpy_chunk(g2[start : start + rows_per_chunk])
-        t = _numpy_chunk(t2[start : start + rows_per_chunk])
-        f.sweep(g, t, start * width, kl, state, counts)
+    for g2, t2, width, base in blocks:
+        rows_per_chunk = max(1, CHUNK_ELEMENTS // width)
+        for start in range(0, g2.shape[0], rows_per_chunk):
+            g = _numpy_chunk(g2[start : start + rows_per_chunk])
+            t = _numpy_chunk(t2[start : start + rows_per_chunk])
+            f.sweep(g, t, base + start * width, kl, state, counts)
     for key, index in (
         ("golden_nan", f.C_GNAN),
         ("golden_inf", f.C_GINF),
