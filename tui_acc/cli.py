@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -153,7 +155,22 @@ def _redump_settings(args: argparse.Namespace) -> RedumpSettings:
     return load_settings(config.sections.get("redump"), " or ".join(config.sources) or "tui-acc.toml")
 
 
+def exit_on_signals() -> None:
+    """SIGTERM and SIGHUP (a dropped SSH session) exit through Python's unwinding, not abruptly:
+    ``finally`` blocks run, so a half-written export's temporary file is removed and nothing
+    partial is left. (The TUI installs its own handlers, which end it as ``q`` does.)
+    """
+
+    def leave(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, leave)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if threading.current_thread() is threading.main_thread():
+        exit_on_signals()
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] not in _COMMANDS and not args_list[0].startswith("-"):
         args_list.insert(0, "open")

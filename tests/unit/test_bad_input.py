@@ -315,3 +315,30 @@ def test_nan_literals_in_dump_json_are_read(reference: Path, tmp_path: Path) -> 
     cmp = open_comparison(golden, test, cache=False)
     rows = cmp.engine.node_rows(cmp.pairing.tokens[0])
     assert rows  # the comparison goes on; the NaN statistic is a failing (not a crashing) row
+
+
+def test_a_kill_during_an_export_leaves_neither_a_partial_file_nor_a_temporary(tmp_path: Path) -> None:
+    """SIGTERM arrives while the CSV is being written: the process exits, and nothing half-done stays."""
+    import subprocess
+    import sys
+
+    script = f"""
+import os, signal
+import polars as pl
+from tui_acc.cli import exit_on_signals
+from tui_acc.export import write_csv
+
+exit_on_signals()
+real = pl.DataFrame.write_csv
+
+def killed_halfway(self, file, *args, **kwargs):
+    real(self.head(1), file, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)  # e.g. the job scheduler, or the SSH session going away
+
+pl.DataFrame.write_csv = killed_halfway
+write_csv(pl.DataFrame({{"a": [1, 2, 3]}}), __import__("pathlib").Path({str(tmp_path / "view.csv")!r}))
+print("not reached")
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 128 + 15 and "not reached" not in result.stdout
+    assert list(tmp_path.iterdir()) == []
