@@ -217,7 +217,12 @@ def _run_compare(args: argparse.Namespace) -> int:
         return _report(cmp, args)
     from tui_acc.tui.app import AccApp
 
-    AccApp(cmp, redump=settings, opener=opener).run()
+    app = AccApp(cmp, redump=settings, opener=opener)
+    try:
+        app.run()
+    finally:  # however the app ended: a re-dump the user did not choose to leave running stops
+        if app.redump_run is not None:
+            app.redump_run.cancel(grace=2.0)
     return 0
 
 

@@ -6,6 +6,7 @@ keeps going and keeps logging after tui-acc exits; the follower thread only read
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -80,6 +81,9 @@ class RedumpRun:
             raise RedumpError(f"cannot start {plan.argv[0]!r}: {exc.strerror or exc}") from exc
         log.close()  # the child has its own copy of the descriptor
         self.status, self.started = "running", time.monotonic()
+        # However tui-acc ends (an exception, a signal turned into an exit), a run the user did
+        # not choose to leave running does not outlive it.
+        atexit.register(self._stop_at_exit)
         self._follower = threading.Thread(target=self._follow, name="tui-acc-redump-log", daemon=True)
         self._follower.start()
 
@@ -130,6 +134,8 @@ class RedumpRun:
         process = self._process
         if process is None or process.poll() is not None:
             return
+        if self.status == "detached":
+            return
         self.status = "cancelled"
         _signal_group(process.pid, signal.SIGTERM)
         try:
@@ -138,6 +144,17 @@ class RedumpRun:
             _signal_group(process.pid, signal.SIGKILL)
             process.wait()
         _signal_group(process.pid, signal.SIGKILL)  # children that outlived their parent
+
+    def terminate(self) -> None:
+        """Ask the whole process group to stop (SIGTERM) without waiting: for signal handlers."""
+        process = self._process
+        if process is not None and process.poll() is None and self.running:
+            self.status = "cancelled"
+            _signal_group(process.pid, signal.SIGTERM)
+
+    def _stop_at_exit(self) -> None:
+        if self.status != "detached":
+            self.cancel(grace=2.0)
 
     def detach(self) -> None:
         """Leave it running (it logs to ``plan.log``); stop following it."""

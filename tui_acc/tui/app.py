@@ -74,7 +74,7 @@ class AccApp(App[None]):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGHUP, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, self.exit)
+                loop.add_signal_handler(sig, self._end_on_signal)
         if self.greeting:
             self.notify(self.greeting, timeout=12)
 
@@ -223,6 +223,12 @@ class AccApp(App[None]):
                 self.exit()
 
         self.push_screen(QuitDialog(str(run.plan.log)), decide)
+
+    def _end_on_signal(self) -> None:
+        """SIGHUP/SIGTERM: stop a re-dump at once (the terminal may already be gone), then exit."""
+        if self.redump_run is not None:
+            self.redump_run.terminate()
+        self.exit()
 
     def on_unmount(self) -> None:
         """No orphans: a run the user did not choose to leave running stops with tui-acc."""
