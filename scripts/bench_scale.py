@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -119,6 +120,44 @@ def report(golden: Path, test: Path) -> dict[str, object]:
     return {"s": round(elapsed, 2), "peak_rss_mib": round(figures["rss"] / 1024), **figures}
 
 
+def app_peak(golden: Path, test: Path, tokens: int) -> int:
+    """Peak RSS of ``tui-acc`` in a real terminal, after every token and the first failing one's ops."""
+    name = "tui-acc-bench-scale"
+    command = f"{sys.executable} -m tui_acc {golden} {test} --no-cache"
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "120", "-y", "40", command], check=True)
+    try:
+        pid = int(
+            subprocess.run(
+                ["tmux", "display", "-p", "-t", name, "#{pane_pid}"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+
+        def wait_for(*texts: str) -> None:
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                screen = subprocess.run(
+                    ["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True
+                )
+                if any(text in screen.stdout for text in texts):
+                    return
+                time.sleep(0.2)
+            raise SystemExit(f"timed out waiting for {texts!r}")
+
+        wait_for(f"{tokens}/{tokens} tokens compared")
+        subprocess.run(["tmux", "send-keys", "-t", name, "f", "Enter"], check=True)
+        # the whole token is compared once its verdict on the first failing operator is shown
+        wait_for("◆", "no op fails with passing inputs")
+        status = Path(f"/proc/{pid}/status").read_text()
+        return round(
+            int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM"))) / 1024
+        )
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], check=False)
+
+
 def baseline_rss() -> int:
     code = (
         "import resource, tui_acc, torch, polars\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
@@ -152,6 +191,10 @@ def main() -> None:
         figures["many: report s"] = result["s"]
         figures["many: report peak RSS MiB"] = result["peak_rss_mib"]
         figures["many: tensor pairs read / present"] = f"{result['read']} / {result['pairs']}"
+        if shutil.which("tmux"):
+            figures["many: the TUI, every token and the failing token's operators, peak RSS MiB"] = app_peak(
+                tmp / "golden", tmp / "test", len(cmp.pairing.tokens)
+            )
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         large(tmp / "golden", args.large_elements, "fp32")
