@@ -308,7 +308,10 @@ def _run_demo(args: argparse.Namespace) -> int:
     from tui_acc.session import open_comparison
     from tui_acc.tui.app import AccApp
 
-    hint = "Demo pair: one fault is injected. Find it with f (first failing token), Enter, then f again."
+    hint = (
+        "Demo pair: one fault is injected. Find it with f (first failing token), Enter, then f again; "
+        "r re-dumps just that operator."
+    )
     # the demo's tui-acc.toml tells r how to re-dump it (with the demo's own inference script)
     try:
         config = load_config(demo.out / "tui-acc.toml" if (demo.out / "tui-acc.toml").is_file() else None)
