@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Input, RichLog, Static
 from tests.tui.conftest import settle
 from tui_acc import open_comparison
 from tui_acc.redump import RedumpSettings, SideSettings
+from tui_acc.redump.runner import RedumpRun
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.screens.redump_dialog import QuitDialog, RedumpDialog
@@ -56,6 +57,15 @@ async def _wait_run(app: AccApp, pilot) -> None:  # type: ignore[no-untyped-def]
     assert await asyncio.get_running_loop().run_in_executor(None, run.wait, 120), "the re-dump never ended"
     await pilot.pause()
     await pilot.pause()
+
+
+async def _start(app: AccApp, pilot) -> RedumpRun:  # type: ignore[no-untyped-def]
+    """From the token list: `r`, Enter; the re-dump is running."""
+    await settle(pilot)
+    await pilot.press("r", "enter")
+    run = app.redump_run
+    assert run is not None and run.running
+    return run
 
 
 async def _to_fault(pilot) -> None:  # type: ignore[no-untyped-def]
@@ -111,10 +121,7 @@ async def test_redump_cancel_stops_it_and_keeps_the_session(
     app = _app(demo_pair, tmp_path, _infer(demo_pair, "--delay", "30"), monkeypatch)
     before = app.comparison
     async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot)
-        await pilot.press("r", "enter")
-        run = app.redump_run
-        assert run is not None and run.running
+        run = await _start(app, pilot)
         assert "running" in _text(app, "#redump-bar")
         await pilot.press("L")  # at once: the script is still starting, its lines arrive while we watch
         log = app.screen.query_one(RichLog)
@@ -184,10 +191,7 @@ async def test_quitting_during_a_redump_asks_and_stop_leaves_no_process(
 ) -> None:
     app = _app(demo_pair, tmp_path, _infer(demo_pair, "--delay", "30"), monkeypatch)
     async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot)
-        await pilot.press("r", "enter")
-        run = app.redump_run
-        assert run is not None and run.running
+        run = await _start(app, pilot)
         await pilot.press("q")
         assert isinstance(app.screen, QuitDialog)
         await pilot.press("escape")  # stay
@@ -201,10 +205,7 @@ async def test_detach_leaves_the_redump_running_and_logging_after_quitting(
 ) -> None:
     app = _app(demo_pair, tmp_path, _infer(demo_pair, "--delay", "0.3"), monkeypatch)
     async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot)
-        await pilot.press("r", "enter")
-        run = app.redump_run
-        assert run is not None and run.running
+        run = await _start(app, pilot)
         await pilot.press("q", "d")
     assert run.status == "detached" and run._process is not None
     assert run._process.wait(120) == 0  # it went on to the end after tui-acc had quit

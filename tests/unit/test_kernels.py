@@ -207,6 +207,15 @@ def _both_kernels(
     return compiled, reference
 
 
+def _assert_same(compiled: dict, reference: dict) -> None:
+    """Every metric of the two kernels equal: floats to 1e-9 relative, everything else exactly."""
+    for key, value in reference.items():
+        if isinstance(value, float):
+            assert compiled[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+        else:
+            assert compiled[key] == value, key
+
+
 @pytest.mark.parametrize("test_dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_compiled_kernel_equals_torch_kernel(
     monkeypatch: pytest.MonkeyPatch, test_dtype: torch.dtype
@@ -220,11 +229,7 @@ def test_compiled_kernel_equals_torch_kernel(
     monkeypatch.setattr(kernels, "CHUNK_ELEMENTS", 129 * 8)  # several chunks
     compiled, reference = _both_kernels(monkeypatch, g, t)
     assert compiled.keys() == reference.keys()
-    for key, value in reference.items():
-        if isinstance(value, float):
-            assert compiled[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
-        else:
-            assert compiled[key] == value, key
+    _assert_same(compiled, reference)
 
 
 def test_kl_is_only_computed_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -247,11 +252,7 @@ def test_fast_rows_and_careful_rows_agree_with_the_torch_kernel(monkeypatch: pyt
     compiled, reference = _both_kernels(monkeypatch, g, t)
     assert compiled["worst_index"] == 4 * 300 + 250 == reference["worst_index"]
     assert compiled["test_nan"] == 1
-    for key, value in reference.items():
-        if isinstance(value, float):
-            assert compiled[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
-        else:
-            assert compiled[key] == value, key
+    _assert_same(compiled, reference)
 
 
 def test_a_long_1d_tensor_is_swept_in_chunk_wide_rows(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -266,8 +267,4 @@ def test_a_long_1d_tensor_is_swept_in_chunk_wide_rows(monkeypatch: pytest.Monkey
     compiled, reference = _both_kernels(monkeypatch, g, t, kl=False)
     assert compiled["worst_index"] == 2345 == reference["worst_index"]
     assert compiled["golden_top1"] == int(g.argmax())  # top-1 still over the tensor's own last axis
-    for key, value in reference.items():
-        if isinstance(value, float):
-            assert compiled[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
-        else:
-            assert compiled[key] == value, key
+    _assert_same(compiled, reference)

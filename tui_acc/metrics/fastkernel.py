@@ -133,19 +133,7 @@ def _sweep(
             mg = max(mg, gv)
             mt = max(mt, tv)
         if kl and row_finite and width > 0:
-            zg = 0.0
-            zt = 0.0
-            for c in range(width):
-                zg += math.exp(np.float64(g[r, c]) - mg)
-                zt += math.exp(np.float64(t[r, c]) - mt)
-            log_zg = math.log(zg)
-            log_zt = math.log(zt)
-            acc = 0.0
-            for c in range(width):
-                log_p = np.float64(g[r, c]) - mg - log_zg
-                log_q = np.float64(t[r, c]) - mt - log_zt
-                acc += math.exp(log_p) * (log_p - log_q)
-            skl += acc if acc > 0.0 else 0.0
+            skl += _row_kl_c(g, t, r, width, mg, mt)
             klrows += 1
     sums[S_GG] = sgg
     sums[S_TT] = stt
@@ -254,6 +242,7 @@ def _first_at(g: Any, t: Any, r: int, width: int, target: float) -> int:  # prag
 
 
 def _row_kl(g: Any, t: Any, r: int, width: int, mg: float, mt: float) -> float:  # pragma: no cover
+    """KL(golden || test) of row ``r``'s softmax; ``mg``/``mt`` are the row maxima (for stability)."""
     zg = 0.0
     zt = 0.0
     for c in range(width):

@@ -57,7 +57,7 @@ class AccApp(App[None]):
         # re-dumps: which dumper each side uses, how to open a new dump with this session's options,
         # and the tui-acc.toml an inference command typed in the dialog is remembered in
         self.redump_settings = redump or RedumpSettings()
-        self.opener = opener or (lambda golden, test: open_comparison(golden, test))
+        self.opener = opener or open_comparison
         self.config_file = config_file or Path.cwd() / FILE_NAME
         self.redump_run: RedumpRun | None = None
         self.export_dir = export_dir or Path.cwd()
