@@ -1,4 +1,4 @@
-"""Shared fixtures: the reference dumps beside the repo, and a seeded demo pair built at test time."""
+"""Shared fixtures: the reference dumps (compact and full), and a seeded demo pair built at test time."""
 
 from __future__ import annotations
 
@@ -9,18 +9,51 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+COMPACT_REFERENCE = REPO / "tests" / "data" / "reference"
 
 
-def _reference_dir() -> Path:
+def full_reference_dir() -> Path | None:
+    """The full reference set: ``$TUI_ACC_REFERENCE`` if set, else ``../shared/reference`` if present.
+
+    An explicit ``TUI_ACC_REFERENCE`` is always returned, so that a wrong path fails loudly in the
+    ``reference`` fixture instead of silently running the compact set alone.
+    """
     override = os.environ.get("TUI_ACC_REFERENCE")
-    return Path(override) if override else REPO.parent / "shared" / "reference"
+    if override:
+        return Path(override)
+    beside = REPO.parent / "shared" / "reference"
+    return beside if (beside / "MANIFEST.md").is_file() else None
+
+
+def reference_sets() -> dict[str, Path]:
+    """Every reference set the ``reference`` fixture runs on, by test id.
+
+    "compact" (tests/data/reference, a cut made by scripts/make_test_data.py) always; "full" where
+    the real-tool reference dumps are available.
+    """
+    sets = {"compact": COMPACT_REFERENCE}
+    full = full_reference_dir()
+    if full is not None:
+        sets["full"] = full
+    return sets
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test that uses ``reference`` once per available set (ids ``compact``, ``full``).
+
+    Parametrising (rather than skipping) keeps a bare clone free of skips: it simply has one set.
+    """
+    if "reference" in metafunc.fixturenames:
+        sets = reference_sets()
+        metafunc.parametrize("reference", list(sets.values()), ids=list(sets), indirect=True, scope="session")
 
 
 @pytest.fixture(scope="session")
-def reference() -> Path:
-    path = _reference_dir()
+def reference(request: pytest.FixtureRequest) -> Path:
+    """One reference set (see ``reference_sets``); tests derive counts and tokens from its data."""
+    path: Path = request.param
     if not (path / "MANIFEST.md").is_file():
-        pytest.fail(f"reference dumps not found at {path} (set TUI_ACC_REFERENCE)")
+        pytest.fail(f"reference dumps not found at {path} (check TUI_ACC_REFERENCE)")
     return path
 
 

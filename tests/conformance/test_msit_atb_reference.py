@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -31,9 +32,25 @@ def ours(reference: Path) -> dict[tuple[str, str], dict[str, object]]:
     return rows
 
 
+def _atb_token_dirs(case_dir: Path) -> dict[int, Path]:
+    (tensors,) = (case_dir / "test_atb").glob("msit_dump_*/tensors/*_*")
+    return {int(p.name): p for p in tensors.iterdir() if p.name.isdigit()}
+
+
 def test_every_pair_msit_makes_we_make_identically(reference: Path, ours) -> None:
-    msit = _msit_rows(reference / CASE)
-    assert len(msit) == 492
+    case_dir = reference / CASE
+    msit = _msit_rows(case_dir)
+    atb_tokens = _atb_token_dirs(case_dir)
+    per_token = Counter(int(row["token_id"]) for row in msit)
+    # msit pairs every ATB node that has an output (123 here: embedding, 12 layers of 1 + 9 ops,
+    # norm, lm head), at every token both sides hold
+    assert (
+        sorted(per_token)
+        == sorted(atb_tokens)
+        == open_comparison(case_dir / "golden", case_dir / "test_atb").pairing.tokens
+    )
+    for token, folder in atb_tokens.items():
+        assert per_token[token] == len(list(folder.rglob("after/outtensor0.bin"))) == 123, token
     for row in msit:
         key = (row["golden_data_path"], row["my_data_path"])
         assert key in ours, f"msit pairs {key}; we do not"
@@ -42,7 +59,7 @@ def test_every_pair_msit_makes_we_make_identically(reference: Path, ours) -> Non
 def test_operator_names_are_the_atb_folders(reference: Path) -> None:
     case_dir = reference / CASE
     cmp = open_comparison(case_dir / "golden", case_dir / "test_atb")
-    pairs = {n.golden: (n.test, n.test_type) for n in cmp.pairing.node_pairs(2)}
+    pairs = {n.golden: (n.test, n.test_type) for n in cmp.pairing.node_pairs(cmp.pairing.tokens[-1])}
     assert pairs["root.model.layers.7.mlp.up_proj"] == ("8_LlamaLayer/7_LinearOperation", "LinearOperation")
     assert pairs["root.model.layers.0.input_layernorm"] == (
         "1_LlamaLayer/0_RmsNormOperation",
@@ -66,11 +83,12 @@ def test_atb_reader_is_bit_identical_to_the_torch_dump_it_was_made_from(referenc
     """test_atb holds the bf16 torch tensors re-encoded as .bin: every pair must match exactly."""
     case_dir = reference / CASE
     cmp = open_comparison(case_dir / "test_torch_bf16", case_dir / "test_atb")
-    compared = 0
+    atb_tokens = _atb_token_dirs(case_dir)
+    assert cmp.pairing.tokens == sorted(atb_tokens)
     for token in cmp.pairing.tokens:
         frame = cmp.engine.tensors_frame(token)
         assert frame["error"].null_count() == frame.height
         assert frame["max_abs_err"].max() == 0.0
-        compared += frame.height
-    assert compared == 552
+        # every ATB tensor (138 a token: 123 outputs, 15 top-level inputs) met its torch original
+        assert frame.height == len(list(atb_tokens[token].rglob("*.bin"))) == 138, token
     assert cmp.engine.first_failing_token() is None
