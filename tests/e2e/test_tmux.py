@@ -36,6 +36,8 @@ class Terminal:
             ],
             check=True,
         )
+        pane = ["tmux", "display-message", "-p", "-t", self.name, "#{pane_pid}"]
+        self.pid = int(subprocess.run(pane, capture_output=True, text=True, check=True).stdout)
 
     def screen(self, escapes: bool = False) -> str:
         """The visible text; with ``escapes``, the SGR colour and style codes as well."""
@@ -73,7 +75,20 @@ def terminal_factory():
 
     yield make
     for term in opened:
-        term.close()
+        term.close()  # tmux hangs up the terminal: SIGHUP (and SIGCONT) to the app, as a dropped SSH session
+    for term in opened:
+        deadline = time.monotonic() + 30
+        while _alive(term.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(term.pid), f"tui-acc (pid {term.pid}) still runs after its terminal closed"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
 
 
 def test_ssh_user_finds_the_fault_and_exports_it(demo_pair, tmp_path: Path, terminal_factory) -> None:

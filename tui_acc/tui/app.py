@@ -11,6 +11,7 @@ from pathlib import Path
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.driver import Driver
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
@@ -77,6 +78,15 @@ class AccApp(App[None]):
                 loop.add_signal_handler(sig, self._end_on_signal)
         if self.greeting:
             self.notify(self.greeting, timeout=12)
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver for this platform; on Linux one that survives a dropped SSH session."""
+        driver = super().get_driver_class()
+        if driver.__module__ != "textual.drivers.linux_driver":  # Windows, or TEXTUAL_DRIVER set
+            return driver
+        from tui_acc.tui.driver import HangupSafeDriver  # needs termios: imported where it exists
+
+        return HangupSafeDriver
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
