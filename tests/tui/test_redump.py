@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import os
 import shlex
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,6 +52,24 @@ def _app(demo_pair, tmp_path: Path, exec_: str | None, monkeypatch: pytest.Monke
 
 def _text(app: AccApp, selector: str) -> str:
     return str(app.screen.query_one(selector, Static).render())
+
+
+@contextlib.contextmanager
+def _gate(tmp_path: Path) -> Iterator[tuple[Path, Callable[[], None]]]:
+    """A named pipe for the dumper's ``--gate``: yields it and a function that lets one token through.
+
+    The dumper waits at the gate before each token; closing the pipe (on leaving) lets it run to
+    the end. The test decides when the dumper moves on: no delay to outlast, no race.
+    """
+    path = tmp_path / "gate"
+    os.mkfifo(path)
+    # Read-write: on Linux this open never waits for the other end, whether the dumper has opened
+    # its end yet, already has, or never will (a run cancelled while starting).
+    held = os.open(path, os.O_RDWR)
+    try:
+        yield path, functools.partial(os.write, held, b"1")
+    finally:
+        os.close(held)
 
 
 async def _wait_run(app: AccApp, pilot) -> None:  # type: ignore[no-untyped-def]
@@ -118,30 +139,32 @@ async def test_redump_confirm_stream_succeed_and_reopen_at_the_same_operator(
 async def test_redump_cancel_stops_it_and_keeps_the_session(
     demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = _app(demo_pair, tmp_path, _infer(demo_pair, "--delay", "30"), monkeypatch)
-    before = app.comparison
-    async with app.run_test(size=(100, 30)) as pilot:
-        run = await _start(app, pilot)
-        assert "running" in _text(app, "#redump-bar")
-        await pilot.press("L")  # at once: the script is still starting, its lines arrive while we watch
-        log = app.screen.query_one(RichLog)
-        mounted_with = len(run.lines)
-        for _ in range(5000):  # bounded; each pause lets the follower thread's messages in
-            if any("token 0 done" in str(line.text) for line in log.lines):
-                break
-            await pilot.pause()
-        assert any("token 0 done" in str(line.text) for line in log.lines), run.lines
-        assert len(log.lines) > mounted_with  # streamed in, not only copied when the screen opened
-        for size in ((60, 16), (160, 48)):  # an SSH window resized: the run and its log go on
-            await pilot.resize_terminal(*size)
-            await pilot.pause()
-            assert run.running and isinstance(app.screen, RedumpLogScreen) and log.lines
-        await pilot.press("x")
-        await _wait_run(app, pilot)
-        assert run.status == "cancelled" and app.comparison is before
-        assert "stopped after" in _text(app, "#redump-status")
-        await pilot.press("o")  # nothing to open
-        assert app.comparison is before
+    with _gate(tmp_path) as (gate, let_one_token_through):
+        app = _app(demo_pair, tmp_path, _infer(demo_pair, "--gate", str(gate)), monkeypatch)
+        before = app.comparison
+        async with app.run_test(size=(100, 30)) as pilot:
+            run = await _start(app, pilot)
+            assert "running" in _text(app, "#redump-bar")
+            await pilot.press("L")  # the dumper waits at its gate: its token lines arrive while we watch
+            log = app.screen.query_one(RichLog)
+            mounted_with = len(run.lines)
+            assert not any("token 0 done" in line for line in run.lines)
+            let_one_token_through()
+            token_0_done = functools.partial(run.wait_for_line, lambda line: "token 0 done" in line, 120)
+            assert await asyncio.get_running_loop().run_in_executor(None, token_0_done), run.lines
+            await pilot.pause()  # the line's message, posted before wait_for_line returned, is handled
+            assert any("token 0 done" in str(line.text) for line in log.lines), run.lines
+            assert len(log.lines) > mounted_with  # streamed in, not only copied when the screen opened
+            for size in ((60, 16), (160, 48)):  # an SSH window resized: the run (held at token 1) goes on
+                await pilot.resize_terminal(*size)
+                await pilot.pause()
+                assert run.running and isinstance(app.screen, RedumpLogScreen) and log.lines
+            await pilot.press("x")
+            await _wait_run(app, pilot)
+            assert run.status == "cancelled" and app.comparison is before
+            assert "stopped after" in _text(app, "#redump-status")
+            await pilot.press("o")  # nothing to open
+            assert app.comparison is before
 
 
 async def test_redump_failure_is_shown_and_changes_nothing(
@@ -189,24 +212,29 @@ async def test_escape_runs_nothing_and_a_typed_command_is_remembered(
 async def test_quitting_during_a_redump_asks_and_stop_leaves_no_process(
     demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = _app(demo_pair, tmp_path, _infer(demo_pair, "--delay", "30"), monkeypatch)
-    async with app.run_test(size=(100, 30)) as pilot:
-        run = await _start(app, pilot)
-        await pilot.press("q")
-        assert isinstance(app.screen, QuitDialog)
-        await pilot.press("escape")  # stay
-        assert run.running and not isinstance(app.screen, QuitDialog)
-        await pilot.press("q", "s")
-    assert run.wait(60) and run.status == "cancelled"
+    with _gate(tmp_path) as (gate, _):
+        app = _app(demo_pair, tmp_path, _infer(demo_pair, "--gate", str(gate)), monkeypatch)
+        async with app.run_test(size=(100, 30)) as pilot:
+            run = await _start(app, pilot)  # held at its gate until the test lets it go
+            await pilot.press("q")
+            assert isinstance(app.screen, QuitDialog)
+            await pilot.press("escape")  # stay
+            assert run.running and not isinstance(app.screen, QuitDialog)
+            await pilot.press("q", "s")
+        assert run.wait(60) and run.status == "cancelled" and run.returncode != 0
 
 
 async def test_detach_leaves_the_redump_running_and_logging_after_quitting(
     demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = _app(demo_pair, tmp_path, _infer(demo_pair, "--delay", "0.3"), monkeypatch)
-    async with app.run_test(size=(100, 30)) as pilot:
-        run = await _start(app, pilot)
-        await pilot.press("q", "d")
-    assert run.status == "detached" and run._process is not None
-    assert run._process.wait(120) == 0  # it went on to the end after tui-acc had quit
+    with _gate(tmp_path) as (gate, _):
+        app = _app(demo_pair, tmp_path, _infer(demo_pair, "--gate", str(gate)), monkeypatch)
+        async with app.run_test(size=(100, 30)) as pilot:
+            run = await _start(app, pilot)
+            at_gate = functools.partial(run.wait_for_line, lambda line: "waits at the gate" in line, 120)
+            assert await asyncio.get_running_loop().run_in_executor(None, at_gate), run.lines
+            await pilot.press("q", "d")  # held at its gate: it cannot have ended before we quit
+        assert run.status == "detached" and run._process is not None and run._process.poll() is None
+    # the gate is gone: the dumper runs on, after tui-acc has quit
+    assert run._process.wait(120) == 0
     assert "infer: generated" in run.plan.log.read_text()  # and kept its log

@@ -4,7 +4,7 @@ It re-runs one side of a ``tui-acc demo`` pair (same seed, prompt and fault, fro
 under our capture hook, which honours tui-acc's re-dump variables (``TUI_ACC_TOKEN``,
 ``TUI_ACC_MODULES``, ``TUI_ACC_DUMP_DIR``). ``tui-acc demo`` writes a ``tui-acc.toml`` that points
 the ``r`` key at it, and the tests use it as a real dumper (``--delay`` paces it, ``--fail`` makes
-it exit with an error after its first token).
+it exit with an error after its first token, ``--gate`` lets a test release it token by token).
 """
 
 from __future__ import annotations
@@ -22,6 +22,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--demo", type=Path, default=Path.cwd(), help="the demo folder (with demo.json)")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds to wait after each token")
     parser.add_argument("--fail", action="store_true", help="exit with status 3 after the first token")
+    parser.add_argument(
+        "--gate",
+        type=Path,
+        help="a named pipe: before each token, wait for one byte from it; once its writer closes it, "
+        "run to the end (tests hold the run at a known point this way, with no timing)",
+    )
     args = parser.parse_args(argv)
     try:
         manifest = json.loads((args.demo / "demo.json").read_text(encoding="utf-8"))
@@ -41,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.side == "test":
         model = model.to(torch.bfloat16)
     print(f"infer: {args.side} run, seed {seed}, prompt of {len(prompt)} tokens", flush=True)
+    new_tokens = len(manifest["golden_ids"])
+    gate = _Gate(args.gate)
     with MsitTorchCapture.from_env(model, args.demo / f"{args.side}-rerun") as capture:
         print(f"infer: dumping into {capture.data_dir}", flush=True)
         handle = None
@@ -55,14 +63,34 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(3)
             if args.delay:
                 time.sleep(args.delay)
+            if token + 1 < new_tokens:
+                gate.wait()
 
         try:
-            ids = generate(model, prompt, len(manifest["golden_ids"]), on_token=each_token)
+            gate.wait()
+            ids = generate(model, prompt, new_tokens, on_token=each_token)
         finally:
             if handle is not None:
                 handle.remove()
     print(f"infer: generated {ids}", flush=True)
     return 0
+
+
+class _Gate:
+    """``--gate``: one byte from the pipe lets one token through; its end lets every token through."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._pipe = None if path is None else path.open("rb", buffering=0)  # waits for a writer
+        self._token = 0
+
+    def wait(self) -> None:
+        if self._pipe is None:
+            return
+        print(f"infer: token {self._token} waits at the gate", flush=True)
+        self._token += 1
+        if not self._pipe.read(1):
+            self._pipe.close()
+            self._pipe = None
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ class RedumpRun:
         self._follower: threading.Thread | None = None
         self._stop_following = threading.Event()
         self._done = threading.Event()
+        self._news = threading.Condition()  # a new line, or the end
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -113,6 +114,8 @@ class RedumpRun:
         if self.status == "running":
             self.status = "succeeded" if process.returncode == 0 else "failed"
         self._done.set()
+        with self._news:
+            self._news.notify_all()
         if self.on_exit is not None:
             self.on_exit(self)
 
@@ -128,6 +131,8 @@ class RedumpRun:
             del self.lines[: len(self.lines) - MAX_LINES]
         if self.on_line is not None:
             self.on_line(text)
+        with self._news:
+            self._news.notify_all()
 
     def cancel(self, grace: float = 5.0) -> None:
         """Stop the whole process group: SIGTERM, then SIGKILL if it is still there after ``grace``."""
@@ -165,6 +170,19 @@ class RedumpRun:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the process ended and its log is read (for scripts and tests)."""
         return self._done.wait(timeout)
+
+    def wait_for_line(self, predicate: Callable[[str], bool], timeout: float | None = None) -> bool:
+        """Block until a logged line satisfies ``predicate`` (True), or the run ended or timed out.
+
+        ``on_line`` has been called for that line by the time this returns.
+        """
+
+        def seen() -> bool:
+            return any(predicate(line) for line in self.lines)
+
+        with self._news:
+            self._news.wait_for(lambda: seen() or self._done.is_set(), timeout)
+            return seen()
 
     # --- state --------------------------------------------------------------------------------
 
