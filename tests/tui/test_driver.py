@@ -29,7 +29,9 @@ def test_output_to_a_terminal_that_hung_up_goes_nowhere_without_an_error() -> No
         output.flush()
 
 
-async def test_sigcont_without_a_suspend_does_not_resume(demo_app: AccApp, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_sigcont_without_a_suspend_does_not_resume(
+    demo_app: AccApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTSTP, signal.SIGCONT)}
     try:
         driver = HangupSafeDriver(demo_app)  # installs its SIGTSTP/SIGCONT handlers

@@ -46,9 +46,25 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 def test_ruff_and_mypy_are_clean() -> None:
-    for command in ([sys.executable, "-m", "ruff", "check", "."], [sys.executable, "-m", "mypy"]):
+    for command in (
+        [sys.executable, "-m", "ruff", "check", "."],
+        [sys.executable, "-m", "ruff", "format", "--check", "."],
+        [sys.executable, "-m", "mypy"],
+    ):
         result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_test_tools_are_pinned() -> None:
+    """The suite passes tomorrow as today: no tool it runs comes in at whatever release is newest."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    test_extra = project["optional-dependencies"]["test"]
+    assert {"ruff", "mypy", "textual", "pytest"} <= {re.split("[=<>]", r)[0] for r in test_extra}
+    assert [r for r in test_extra if not re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", r)] == []
 
 
 def test_short_names_tell_siblings_apart() -> None:
