@@ -2,6 +2,14 @@
 
 Attribute order follows Hugging Face's (``self_attn, mlp, input_layernorm, ...``), which is not
 the execution order: a dump of it exercises the same ordering problem real dumps have.
+
+Every operator computes in float64 from its inputs as stored and rounds its result once to the
+model's dtype (float32 for the golden run, bfloat16 for the test run). A float32 or bfloat16
+kernel's summation order depends on the CPU (vector width, oneDNN's bf16 instructions), so the
+same seed would give other bits, and other metrics, on another machine; float64 differences of a
+few ulps almost never survive the rounding, so the demo's dumps are the same on every CPU. The
+test run still carries bfloat16's rounding at every operator, as an NPU kernel that accumulates
+in float32 and writes bfloat16 does.
 """
 
 from __future__ import annotations
@@ -9,8 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
+
+EMBEDDING_STD = 0.3
 
 
 @dataclass(frozen=True)
@@ -29,6 +40,23 @@ class TinyConfig:
         return self.hidden_size // self.num_heads
 
 
+def _exact(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.float64)
+
+
+def _add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A residual add, rounded once to the activations' dtype."""
+    return (_exact(a) + _exact(b)).to(a.dtype)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` (same name in the dump) computed in float64, rounded once to the input's dtype."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = None if self.bias is None else _exact(self.bias)
+        return nn.functional.linear(_exact(x), _exact(self.weight), bias).to(x.dtype)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, size: int, eps: float) -> None:
         super().__init__()
@@ -36,23 +64,21 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32 whatever the model dtype, as Hugging Face's LlamaRMSNorm does.
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        x64 = _exact(x)
+        normed = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (_exact(self.weight) * normed).to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
     def __init__(self, config: TinyConfig) -> None:
         super().__init__()
-        dim = config.head_dim
-        self.register_buffer(
-            "inv_freq", 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2).float() / dim)), persistent=False
-        )
+        self.dim = config.head_dim
+        self.theta = config.rope_theta
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        inv_freq: torch.Tensor = self.inv_freq  # type: ignore[assignment]  # a registered buffer
-        freqs = position_ids[..., None].float() * inv_freq  # [B, S, dim/2]
+        # Computed here rather than kept as a buffer, which ``model.to(bfloat16)`` would round.
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.dim, 2, dtype=torch.float64) / self.dim))
+        freqs = _exact(position_ids[..., None]) * inv_freq  # [B, S, dim/2]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
@@ -64,7 +90,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 class SiLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return nn.functional.silu(x)
+        return nn.functional.silu(_exact(x)).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -72,48 +98,49 @@ class Attention(nn.Module):
         super().__init__()
         self.config = config
         hd = config.head_dim
-        self.q_proj = nn.Linear(config.hidden_size, config.num_heads * hd, bias=False)
-        self.k_proj = nn.Linear(config.hidden_size, config.num_kv_heads * hd, bias=False)
-        self.v_proj = nn.Linear(config.hidden_size, config.num_kv_heads * hd, bias=False)
-        self.o_proj = nn.Linear(config.num_heads * hd, config.hidden_size, bias=False)
+        self.q_proj = Linear(config.hidden_size, config.num_heads * hd, bias=False)
+        self.k_proj = Linear(config.hidden_size, config.num_kv_heads * hd, bias=False)
+        self.v_proj = Linear(config.hidden_size, config.num_kv_heads * hd, bias=False)
+        self.o_proj = Linear(config.num_heads * hd, config.hidden_size, bias=False)
 
     def forward(
         self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: list[torch.Tensor]
     ) -> torch.Tensor:
         c = self.config
         b, s, _ = hidden.shape
-        q = self.q_proj(hidden).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
-        k = self.k_proj(hidden).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        q = _exact(self.q_proj(hidden)).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
+        k = _exact(self.k_proj(hidden)).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
         v = self.v_proj(hidden).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
-        cos_, sin_ = cos[:, None], sin[:, None]
+        cos_, sin_ = _exact(cos[:, None]), _exact(sin[:, None])
         q = q * cos_ + _rotate_half(q) * sin_
-        k = k * cos_ + _rotate_half(k) * sin_
+        k = (k * cos_ + _rotate_half(k) * sin_).to(hidden.dtype)  # the KV cache holds the model's dtype
         if cache:
             k = torch.cat((cache[0], k), dim=2)
             v = torch.cat((cache[1], v), dim=2)
         cache[:] = [k, v]
         groups = c.num_heads // c.num_kv_heads
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
-        scores = (q @ k.transpose(-1, -2)) / c.head_dim**0.5
-        total = k.shape[2]
+        k64 = _exact(k).repeat_interleave(groups, dim=1)
+        v64 = _exact(v).repeat_interleave(groups, dim=1)
+        scores = (q @ k64.transpose(-1, -2)) / c.head_dim**0.5
+        total = k64.shape[2]
         causal = torch.ones(s, total, dtype=torch.bool).tril(total - s)
         scores = scores.masked_fill(~causal, float("-inf"))
-        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        context = (probs @ v).transpose(1, 2).reshape(b, s, c.num_heads * c.head_dim)
-        return self.o_proj(context)
+        probs = torch.softmax(scores, dim=-1)
+        context = (probs @ v64).transpose(1, 2).reshape(b, s, c.num_heads * c.head_dim)
+        return self.o_proj(context.to(hidden.dtype))
 
 
 class MLP(nn.Module):
     def __init__(self, config: TinyConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
         self.act_fn = SiLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        gated = _exact(self.act_fn(self.gate_proj(x))) * _exact(self.up_proj(x))
+        return self.down_proj(gated.to(x.dtype))
 
 
 class DecoderLayer(nn.Module):
@@ -127,8 +154,8 @@ class DecoderLayer(nn.Module):
     def forward(
         self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: list[torch.Tensor]
     ) -> torch.Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, sin, cache)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        hidden = _add(hidden, self.self_attn(self.input_layernorm(hidden), cos, sin, cache))
+        return _add(hidden, self.mlp(self.post_attention_layernorm(hidden)))
 
 
 class TinyModel(nn.Module):
@@ -154,7 +181,7 @@ class TinyLlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = TinyModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
 
     def forward(
         self, input_ids: torch.Tensor, position_ids: torch.Tensor, caches: list[list[torch.Tensor]]
@@ -165,15 +192,29 @@ class TinyLlamaForCausalLM(nn.Module):
 
 
 def build_model(seed: int, config: TinyConfig | None = None) -> TinyLlamaForCausalLM:
-    """The same weights for every caller with the same seed."""
+    """The same weights for every caller with the same seed, on every CPU.
+
+    The weights come from numpy's seeded generator in float64, rounded once to float32: torch's
+    own ``normal_`` takes a vectorised path on some CPUs and a scalar one on others.
+    """
     generator_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
     try:
-        model = TinyLlamaForCausalLM(config or TinyConfig())
-        with torch.no_grad():
-            model.model.embed_tokens.weight.normal_(0.0, 1.0)
+        model = TinyLlamaForCausalLM(config or TinyConfig())  # torch's initialisation is overwritten
     finally:
         torch.random.set_rng_state(generator_state)
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.Embedding):
+                # The blocks' outputs are then of the residual stream's size, as in a trained model,
+                # so that a fault inside a block shows in the layer's output (at N(0, 1) it hardly did).
+                values = EMBEDDING_STD * rng.standard_normal(tuple(module.weight.shape))
+            elif isinstance(module, nn.Linear):
+                bound = 1.0 / module.in_features**0.5  # nn.Linear's own default scale
+                values = rng.uniform(-bound, bound, tuple(module.weight.shape))
+            else:
+                continue
+            module.weight.copy_(torch.from_numpy(values.astype(np.float32)))
     return model.eval()
 
 
