@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import select
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -180,9 +182,24 @@ def test_cancel_stops_the_whole_process_group(tmp_path: Path) -> None:
     run.start()
     assert seen.wait(60), "the dumper never started its child"
     child = pids[0]
-    assert {run.pid, child} <= set(_live_members(run.pid))  # type: ignore[arg-type]
+    members = _live_members(run.pid)  # type: ignore[arg-type]
+    assert {run.pid, child} <= set(members)
+    # pidfds: each becomes readable when its process ends (SIGKILL is sent, not yet delivered, when
+    # cancel returns), so the test waits for the deaths themselves, not for an amount of time
+    endings = [os.pidfd_open(pid) for pid in members]
     run.cancel(grace=5)
     assert run.wait(60) and run.status == "cancelled"
+    poll = select.poll()
+    for fd in endings:
+        poll.register(fd, select.POLLIN)
+    ended: set[int] = set()
+    while len(ended) < len(endings) and (ready := poll.poll(60_000)):
+        for fd, _ in ready:
+            ended.add(fd)
+            poll.unregister(fd)
+    for fd in endings:
+        os.close(fd)
+    assert len(ended) == len(endings), "a process of the re-dump's group outlived the cancel"
     assert _live_members(run.pid) == []  # type: ignore[arg-type]
 
 
