@@ -75,8 +75,9 @@ Limits:
 
 - Git keeps no empty folders: the msit torch dumps' empty `root/` and `root.model/` folders (one
   per token) are absent here; a reader must not need them.
-- A git checkout stamps files with checkout times, as a copy does, so these msit torch dumps carry
-  no execution order in their file times (the reader falls back to `model_tree.json`).
+- A git checkout stamps files with checkout times, as a copy does, so these msit torch dumps' file
+  times say nothing about execution order (the reader then orders by `model_tree.json`); a test
+  that needs a copy's times sets them itself rather than rely on the filesystem's granularity.
 - Fewer tokens than the full set: tests derive their expectations (token lists, row counts) from
   the data present, and run on the full set as well where it exists (tests/conftest.py).
 

@@ -53,9 +53,17 @@ def test_index_lists_files_without_loading(reference: Path) -> None:
     assert index.problems == []
 
 
-def test_copied_dump_keeps_model_tree_order(reference: Path) -> None:
-    """The reference was copied (file times are alphabetical): those times must not be trusted."""
-    index = open_dump(reference / "msit-torch-2layer" / "golden")
+def test_copied_dump_keeps_model_tree_order(reference: Path, tmp_path: Path) -> None:
+    """A copy (or a git checkout) stamps files in the order it writes them, alphabetically: those
+    times must not be trusted. They are set here one microsecond apart, as a copy on a filesystem
+    with fine timestamps leaves them, so the test does not depend on how coarse this one's are."""
+    import os
+
+    copy = tmp_path / "golden"
+    shutil.copytree(reference / "msit-torch-2layer" / "golden", copy)
+    for i, path in enumerate(sorted(copy.rglob("*"))):
+        os.utime(path, ns=(1_700_000_000_000_000_000 + i * 1000,) * 2)
+    index = open_dump(copy)
     assert index.order_source == "model_tree.json"
     assert index.tree.children("root.model")[-1] == "root.model.rotary_emb"
 
