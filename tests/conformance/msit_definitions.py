@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from tests.conformance import rounding
 from tests.conformance.rounding import any_order_depth, first_order
 
 EPS32 = np.float32(1.1920929e-07)
@@ -123,3 +124,21 @@ def whole_tensor_kl64(golden: np.ndarray, test: np.ndarray) -> float:
     log_p = g - g.max() - np.log(np.exp(g - g.max()).sum())
     log_q = m - m.max() - np.log(np.exp(m - m.max()).sum())
     return max(0.0, float((np.exp(log_p) * (log_p - log_q)).sum()))
+
+
+def assert_cosine_and_distance_agree(mine: dict[str, object], row: dict[str, str], key: object) -> None:
+    """Our row against a row of msit's compare CSV: cosine and relative Euclidean distance.
+
+    Cosine has one definition, in float64 on both sides (any summation order), and msit rounds it to
+    10 decimals; the relative Euclidean distance is ours in float64 and msit's in fp32.
+    """
+    n = int(mine["numel"])  # type: ignore[call-overload]
+    cosine = float(mine["cosine"])  # type: ignore[arg-type]
+    cosine_apart = rounding.rounded_from(10, 2 * rounding.cosine_bound(n, rounding.EPS64))
+    assert abs(cosine - float(row["cosine_similarity"])) <= cosine_apart, key
+    red = float(row["relative_euclidean_distance"])
+    bound = red * (
+        rounding.relative_euclidean_bound(n, rounding.EPS32)
+        + rounding.relative_euclidean_bound(n, rounding.EPS64)
+    )
+    assert abs(float(mine["rel_euclidean"]) - red) <= bound, key  # type: ignore[arg-type]

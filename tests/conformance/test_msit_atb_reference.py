@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conformance.rounding import EPS32, EPS64, cosine_bound, relative_euclidean_bound, rounded_from
+from tests.conformance.msit_definitions import assert_cosine_and_distance_agree
 from tui_acc import open_comparison
 
 CASE = "msit-torch-12layer-vs-atb"
@@ -76,14 +76,7 @@ def test_metrics_agree_with_msit(reference: Path, ours) -> None:
     for row in _msit_rows(reference / CASE):
         key = (row["golden_data_path"], row["my_data_path"])
         mine = ours[key]
-        n = mine["numel"]
-        # cosine in float64 on both sides (any summation order); msit rounds it to 10 decimals
-        bound = rounded_from(10, 2 * cosine_bound(n, EPS64))
-        assert abs(mine["cosine"] - float(row["cosine_similarity"])) <= bound, key
-        # relative Euclidean distance: ours in float64, msit's in fp32
-        red = float(row["relative_euclidean_distance"])
-        bound = red * (relative_euclidean_bound(n, EPS32) + relative_euclidean_bound(n, EPS64))
-        assert abs(mine["rel_euclidean"] - red) <= bound, key
+        assert_cosine_and_distance_agree(mine, row, key)
         assert mine["test_max"] == float(row["my_max_value"]), key  # an extreme: exact in any precision
         assert mine["test_dtype"] == row["my_dtype"].removeprefix("torch.")
 

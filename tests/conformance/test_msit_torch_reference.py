@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.conformance.msit_definitions import (
+    assert_cosine_and_distance_agree,
     kl_rounding_bound,
     msit_elementwise,
     msit_metrics,
@@ -24,7 +25,6 @@ from tests.conformance.rounding import (
     mean_bound,
     relative_euclidean_bound,
     rounded_apart,
-    rounded_from,
 )
 from tui_acc import open_comparison
 from tui_acc.dumps.tensors import load_tensor
@@ -79,14 +79,7 @@ def test_metrics_agree_with_msit(reference: Path, case: str) -> None:
     for row in _msit_rows(case_dir):
         key = _key(case_dir, row["golden_data_path"])
         mine = ours[key]
-        n = mine["numel"]
-        # cosine: same definition, float64 on both sides (any summation order); msit rounds to 10 decimals
-        bound = rounded_from(10, 2 * cosine_bound(n, EPS64))
-        assert abs(mine["cosine"] - float(row["cosine_similarity"])) <= bound, key
-        # relative Euclidean distance: ours in float64, msit's in fp32
-        red = float(row["relative_euclidean_distance"])
-        bound = red * (relative_euclidean_bound(n, EPS32) + relative_euclidean_bound(n, EPS64))
-        assert abs(mine["rel_euclidean"] - red) <= bound, key
+        assert_cosine_and_distance_agree(mine, row, key)
         # extremes are exact in any precision (msit's after .float(), ours of the same values)
         assert mine["golden_max"] == float(row["golden_max_value"]), key
         assert mine["test_min"] == float(row["my_min_value"]), key
