@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import select
 import sys
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from tests.processes import all_end
 from tui_acc.redump import RedumpError, Selection, SideSettings, build_plan, load_settings, remember_exec
 from tui_acc.redump.plan import atb_id_chain, new_folder
 from tui_acc.redump.runner import RedumpRun
@@ -161,6 +162,18 @@ def test_runner_streams_lines_and_reports_the_exit_status(tmp_path: Path) -> Non
     assert (tmp_path / "run" / "redump.log").read_text().endswith("one\ntwo\n")
 
 
+def test_wait_for_line_sees_a_line_after_on_line_and_gives_up_when_the_run_ends(tmp_path: Path) -> None:
+    handed: list[str] = []
+    run = RedumpRun(
+        _script_plan(tmp_path, "print('one', flush=True); raise SystemExit(1)"), on_line=handed.append
+    )  # type: ignore[arg-type]
+    run.start()
+    assert run.wait_for_line(lambda line: line == "one", 60)
+    assert "one" in handed  # on_line had it before the waiter was told
+    assert not run.wait_for_line(lambda line: line == "never printed", 60)  # returns when the run ends
+    assert run.status == "failed"
+
+
 def test_cancel_stops_the_whole_process_group(tmp_path: Path) -> None:
     # the dumper starts a child of its own (as msit's LD_PRELOADed run does) and both must stop
     code = (
@@ -186,20 +199,13 @@ def test_cancel_stops_the_whole_process_group(tmp_path: Path) -> None:
     assert {run.pid, child} <= set(members)
     # pidfds: each becomes readable when its process ends (SIGKILL is sent, not yet delivered, when
     # cancel returns), so the test waits for the deaths themselves, not for an amount of time
-    endings = [os.pidfd_open(pid) for pid in members]
-    run.cancel(grace=5)
-    assert run.wait(60) and run.status == "cancelled"
-    poll = select.poll()
-    for fd in endings:
-        poll.register(fd, select.POLLIN)
-    ended: set[int] = set()
-    while len(ended) < len(endings) and (ready := poll.poll(60_000)):
-        for fd, _ in ready:
-            ended.add(fd)
-            poll.unregister(fd)
-    for fd in endings:
-        os.close(fd)
-    assert len(ended) == len(endings), "a process of the re-dump's group outlived the cancel"
+    with contextlib.ExitStack() as fds:
+        endings = [os.pidfd_open(pid) for pid in members]
+        for fd in endings:
+            fds.callback(os.close, fd)
+        run.cancel(grace=5)
+        assert run.wait(60) and run.status == "cancelled"
+        assert all_end(endings, timeout=60), "a process of the re-dump's group outlived the cancel"
     assert _live_members(run.pid) == []  # type: ignore[arg-type]
 
 

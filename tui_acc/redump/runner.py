@@ -126,12 +126,12 @@ class RedumpRun:
         return rest
 
     def _line(self, text: str) -> None:
-        self.lines.append(text)
-        if len(self.lines) > MAX_LINES:
-            del self.lines[: len(self.lines) - MAX_LINES]
-        if self.on_line is not None:
-            self.on_line(text)
-        with self._news:
+        with self._news:  # a waiter sees the line only once on_line has had it
+            self.lines.append(text)
+            if len(self.lines) > MAX_LINES:
+                del self.lines[: len(self.lines) - MAX_LINES]
+            if self.on_line is not None:
+                self.on_line(text)
             self._news.notify_all()
 
     def cancel(self, grace: float = 5.0) -> None:
@@ -166,13 +166,16 @@ class RedumpRun:
         if self.running:
             self.status = "detached"
         self._stop_following.set()
+        with self._news:
+            self._news.notify_all()  # no more lines will come: wait_for_line returns
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the process ended and its log is read (for scripts and tests)."""
         return self._done.wait(timeout)
 
     def wait_for_line(self, predicate: Callable[[str], bool], timeout: float | None = None) -> bool:
-        """Block until a logged line satisfies ``predicate`` (True), or the run ended or timed out.
+        """Block until a logged line satisfies ``predicate`` (True), or the run ended, was detached
+        or the time ran out (False, unless such a line came in time).
 
         ``on_line`` has been called for that line by the time this returns.
         """
@@ -180,8 +183,11 @@ class RedumpRun:
         def seen() -> bool:
             return any(predicate(line) for line in self.lines)
 
+        def over() -> bool:
+            return self._done.is_set() or self._stop_following.is_set()
+
         with self._news:
-            self._news.wait_for(lambda: seen() or self._done.is_set(), timeout)
+            self._news.wait_for(lambda: seen() or over(), timeout)
             return seen()
 
     # --- state --------------------------------------------------------------------------------
