@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import signal
 import sys
@@ -27,6 +29,23 @@ def test_output_to_a_terminal_that_hung_up_goes_nowhere_without_an_error() -> No
         assert output.gone
         output.write("after")  # and later writes are dropped, not raised
         output.flush()
+
+
+def test_a_passing_error_loses_one_write_not_the_terminal() -> None:
+    class Busy(io.StringIO):
+        busy = True
+
+        def write(self, text: str) -> int:
+            if self.busy:
+                self.busy = False
+                raise BlockingIOError(errno.EAGAIN, "try again")
+            return super().write(text)
+
+    file = Busy()
+    output = TerminalOutput(file)
+    output.write("lost")
+    output.write("kept")
+    assert not output.gone and file.getvalue() == "kept"
 
 
 async def test_sigcont_without_a_suspend_does_not_resume(

@@ -11,31 +11,41 @@ suspended, and its output goes nowhere, without an error, once the terminal is g
 
 from __future__ import annotations
 
+import errno
+from collections.abc import Callable
 from typing import IO, Any
 
 from textual.drivers.linux_driver import LinuxDriver
 
+# What a write to a terminal that hung up (or a closed pipe or descriptor) fails with.
+_GONE = frozenset({errno.EIO, errno.EPIPE, errno.ENXIO, errno.EBADF, errno.ENODEV})
+
 
 class TerminalOutput:
-    """The driver's output file: once a write or flush fails (the terminal is gone), a sink."""
+    """The driver's output file. It never raises: textual's writer thread would die of it.
+
+    Once the terminal is gone (``_GONE``) it is a sink; any other error (say EAGAIN, when something
+    left the terminal non-blocking) loses that one write, which leaves some cells stale until they
+    are drawn again, rather than stopping all output for good.
+    """
 
     def __init__(self, file: IO[str]) -> None:
         self._file = file
         self.gone = False
 
     def write(self, text: str) -> None:
-        if not self.gone:
-            try:
-                self._file.write(text)
-            except OSError:
-                self.gone = True
+        self._attempt(self._file.write, text)
 
     def flush(self) -> None:
-        if not self.gone:
-            try:
-                self._file.flush()
-            except OSError:
-                self.gone = True
+        self._attempt(self._file.flush)
+
+    def _attempt(self, operation: Callable[..., object], *args: object) -> None:
+        if self.gone:
+            return
+        try:
+            operation(*args)
+        except OSError as exc:
+            self.gone = exc.errno in _GONE
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._file, name)
