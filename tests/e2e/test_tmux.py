@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -12,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.processes import all_end
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
@@ -38,6 +41,7 @@ class Terminal:
         )
         pane = ["tmux", "display-message", "-p", "-t", self.name, "#{pane_pid}"]
         self.pid = int(subprocess.run(pane, capture_output=True, text=True, check=True).stdout)
+        self.ending = os.pidfd_open(self.pid)  # readable once the app has ended (no pid reuse race)
 
     def screen(self, escapes: bool = False) -> str:
         """The visible text; with ``escapes``, the SGR colour and style codes as well."""
@@ -76,19 +80,14 @@ def terminal_factory():
     yield make
     for term in opened:
         term.close()  # tmux hangs up the terminal: SIGHUP (and SIGCONT) to the app, as a dropped SSH session
-    for term in opened:
-        deadline = time.monotonic() + 30
-        while _alive(term.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _alive(term.pid), f"tui-acc (pid {term.pid}) still runs after its terminal closed"
-
-
-def _alive(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
+        for term in opened:
+            assert all_end([term.ending], 30), (
+                f"tui-acc (pid {term.pid}) still runs after its terminal closed"
+            )
+    finally:
+        for term in opened:
+            os.close(term.ending)
 
 
 def test_ssh_user_finds_the_fault_and_exports_it(demo_pair, tmp_path: Path, terminal_factory) -> None:
@@ -214,8 +213,11 @@ def test_a_dropped_ssh_session_stops_the_redump(demo_pair, tmp_path: Path, termi
     import shlex
 
     infer = [sys.executable, "-m", "tui_acc.demo.infer", "--demo", str(demo_pair.out), "--side", "test"]
+    gate = tmp_path / "gate"  # the dumper waits there before its first token: it runs until stopped
+    os.mkfifo(gate)
+    holding_the_gate = os.open(gate, os.O_RDWR)  # never waits for the other end (Linux)
     config = tmp_path / "tui-acc.toml"
-    command = shlex.join([*infer, "--delay", "60"])
+    command = shlex.join([*infer, "--gate", str(gate)])
     config.write_text(f'[redump.test]\ndumper = "torch"\nexec = "{command}"\n')
     tui_acc = [
         sys.executable,
@@ -234,10 +236,14 @@ def test_a_dropped_ssh_session_stops_the_redump(demo_pair, tmp_path: Path, termi
     term.wait_for(lambda s: "running" in s, "the re-dump running")
     deadline = time.monotonic() + 60
     while not _dumpers_writing_into(tmp_path) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _dumpers_writing_into(tmp_path), "the dumper never started"
-    term.close()  # tmux kills the session: SIGHUP to tui-acc
-    deadline = time.monotonic() + 30
-    while _dumpers_writing_into(tmp_path) and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.1)  # the screen cannot tell when the dumper has started; /proc can
+    dumpers = _dumpers_writing_into(tmp_path)
+    assert dumpers, "the dumper never started"
+    endings = [os.pidfd_open(pid) for pid in dumpers]
+    try:
+        term.close()  # tmux kills the session: SIGHUP to tui-acc
+        assert all_end(endings, 30), "the re-dump outlived the dropped session"
+    finally:
+        for fd in [*endings, holding_the_gate]:
+            os.close(fd)
     assert _dumpers_writing_into(tmp_path) == []
