@@ -25,8 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gate",
         type=Path,
-        help="a named pipe: before each token, wait for one byte from it; once its writer closes it, "
-        "run to the end (tests hold the run at a known point this way, with no timing)",
+        help="a named pipe: wait until something opens it for writing, then, before each token, for "
+        "one byte from it; once it is closed, run to the end (tests hold the run at a known point "
+        "this way, with no timing)",
     )
     args = parser.parse_args(argv)
     try:

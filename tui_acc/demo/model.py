@@ -4,12 +4,15 @@ Attribute order follows Hugging Face's (``self_attn, mlp, input_layernorm, ...``
 the execution order: a dump of it exercises the same ordering problem real dumps have.
 
 Every operator computes in float64 from its inputs as stored and rounds its result once to the
-model's dtype (float32 for the golden run, bfloat16 for the test run). A float32 or bfloat16
-kernel's summation order depends on the CPU (vector width, oneDNN's bf16 instructions), so the
-same seed would give other bits, and other metrics, on another machine; float64 differences of a
-few ulps almost never survive the rounding, so the demo's dumps are the same on every CPU. The
-test run still carries bfloat16's rounding at every operator, as an NPU kernel that accumulates
-in float32 and writes bfloat16 does.
+model's dtype (float32 for the golden run, bfloat16 for the test run); attention is one fused
+operator (its probabilities are never rounded, as in a flash-attention kernel) whose rotated
+queries and keys are. A float32 or bfloat16 kernel's summation order depends on the CPU (vector
+width, oneDNN's bf16 instructions), so the same seed would give other bits, and other metrics, on
+another machine. In float64 another order moves a result by a few of its ulps, some 2**-29 of a
+float32 ulp: only a result that close to a rounding boundary could round the other way, and the
+dumps are the same on every CPU (``tests/unit/test_demo_reproducible.py`` checks the default seed
+against other code paths). The test run still carries bfloat16's rounding at every operator, as
+an NPU kernel that accumulates in a wider type and writes bfloat16 does.
 """
 
 from __future__ import annotations
@@ -40,21 +43,21 @@ class TinyConfig:
         return self.hidden_size // self.num_heads
 
 
-def _exact(x: torch.Tensor) -> torch.Tensor:
+def _wide(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float64)
 
 
 def _add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """A residual add, rounded once to the activations' dtype."""
-    return (_exact(a) + _exact(b)).to(a.dtype)
+    return (_wide(a) + _wide(b)).to(a.dtype)
 
 
 class Linear(nn.Linear):
     """``nn.Linear`` (same name in the dump) computed in float64, rounded once to the input's dtype."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        bias = None if self.bias is None else _exact(self.bias)
-        return nn.functional.linear(_exact(x), _exact(self.weight), bias).to(x.dtype)
+        bias = None if self.bias is None else _wide(self.bias)
+        return nn.functional.linear(_wide(x), _wide(self.weight), bias).to(x.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -64,9 +67,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x64 = _exact(x)
+        x64 = _wide(x)
         normed = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (_exact(self.weight) * normed).to(x.dtype)
+        return (_wide(self.weight) * normed).to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -78,7 +81,7 @@ class RotaryEmbedding(nn.Module):
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # Computed here rather than kept as a buffer, which ``model.to(bfloat16)`` would round.
         inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.dim, 2, dtype=torch.float64) / self.dim))
-        freqs = _exact(position_ids[..., None]) * inv_freq  # [B, S, dim/2]
+        freqs = _wide(position_ids[..., None]) * inv_freq  # [B, S, dim/2]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
@@ -90,7 +93,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 class SiLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return nn.functional.silu(_exact(x)).to(x.dtype)
+        return nn.functional.silu(_wide(x)).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -108,19 +111,20 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         c = self.config
         b, s, _ = hidden.shape
-        q = _exact(self.q_proj(hidden)).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
-        k = _exact(self.k_proj(hidden)).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        q = _wide(self.q_proj(hidden)).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
+        k = _wide(self.k_proj(hidden)).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
         v = self.v_proj(hidden).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
-        cos_, sin_ = _exact(cos[:, None]), _exact(sin[:, None])
-        q = q * cos_ + _rotate_half(q) * sin_
-        k = (k * cos_ + _rotate_half(k) * sin_).to(hidden.dtype)  # the KV cache holds the model's dtype
+        cos_, sin_ = _wide(cos[:, None]), _wide(sin[:, None])
+        # The rotary kernel writes both in the model's dtype, and the KV cache holds it.
+        q = _wide((q * cos_ + _rotate_half(q) * sin_).to(hidden.dtype))
+        k = (k * cos_ + _rotate_half(k) * sin_).to(hidden.dtype)
         if cache:
             k = torch.cat((cache[0], k), dim=2)
             v = torch.cat((cache[1], v), dim=2)
         cache[:] = [k, v]
         groups = c.num_heads // c.num_kv_heads
-        k64 = _exact(k).repeat_interleave(groups, dim=1)
-        v64 = _exact(v).repeat_interleave(groups, dim=1)
+        k64 = _wide(k).repeat_interleave(groups, dim=1)
+        v64 = _wide(v).repeat_interleave(groups, dim=1)
         scores = (q @ k64.transpose(-1, -2)) / c.head_dim**0.5
         total = k64.shape[2]
         causal = torch.ones(s, total, dtype=torch.bool).tril(total - s)
@@ -139,7 +143,7 @@ class MLP(nn.Module):
         self.act_fn = SiLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gated = _exact(self.act_fn(self.gate_proj(x))) * _exact(self.up_proj(x))
+        gated = _wide(self.act_fn(self.gate_proj(x))) * _wide(self.up_proj(x))
         return self.down_proj(gated.to(x.dtype))
 
 
