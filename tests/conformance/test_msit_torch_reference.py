@@ -1,4 +1,4 @@
-"""Conformance with msit's own compare CSVs on real msit torch dumps (../shared/reference)."""
+"""Conformance with msit's own compare CSVs on real msit torch dumps (each reference set: conftest)."""
 
 from __future__ import annotations
 

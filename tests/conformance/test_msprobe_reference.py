@@ -1,4 +1,4 @@
-"""Conformance with msprobe's own compare CSVs (../shared/reference/msprobe-L0), both tasks."""
+"""Conformance with msprobe's own compare CSVs (msprobe-L0 of each reference set), both tasks."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -57,7 +58,6 @@ def test_copied_dump_keeps_model_tree_order(reference: Path, tmp_path: Path) -> 
     """A copy (or a git checkout) stamps files in the order it writes them, alphabetically: those
     times must not be trusted. They are set here one microsecond apart, as a copy on a filesystem
     with fine timestamps leaves them, so the test does not depend on how coarse this one's are."""
-    import os
 
     copy = tmp_path / "golden"
     shutil.copytree(reference / "msit-torch-2layer" / "golden", copy)
@@ -82,7 +82,6 @@ def test_fresh_dump_is_ordered_by_execution(demo_pair) -> None:
 
 
 def test_file_times_that_contradict_the_tree_are_ignored(demo_pair, tmp_path: Path) -> None:
-    import os
 
     copy = tmp_path / "golden"
     shutil.copytree(demo_pair.golden, copy)

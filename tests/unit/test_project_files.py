@@ -41,6 +41,7 @@ def test_ci_runs_the_readme_test_command() -> None:
     demo, tests = commands[0].strip(), commands[1].strip()
     assert demo.endswith("tui-acc demo")
     assert "pip install torch==2.13.0" in tests and tests.endswith("python -m pytest")
+    assert "-c tests/constraints.txt" in tests
     ci = (REPO / ".ci" / "run").read_text().splitlines()
     assert tests in ci
 
@@ -65,6 +66,19 @@ def test_the_test_tools_are_pinned() -> None:
     test_extra = project["optional-dependencies"]["test"]
     assert {"ruff", "mypy", "textual", "pytest"} <= {re.split("[=<>]", r)[0] for r in test_extra}
     assert [r for r in test_extra if not re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", r)] == []
+    # and the README's test command pins everything else too, the same versions of those
+    pins = {}
+    for line in (REPO / "tests" / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split(";")[0].strip().split("==")
+            pins[_canonical(name)] = version
+    assert {_canonical(r.split("==")[0]): r.split("==")[1] for r in test_extra}.items() <= pins.items()
+    runtime = {_canonical(re.split("[=<>; ]", r)[0]) for r in project["dependencies"]} - {"torch", "tomli"}
+    assert runtime <= pins.keys()  # torch is installed first, at its own pin; tomli is for Python 3.10
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def test_short_names_tell_siblings_apart() -> None:
