@@ -13,7 +13,7 @@ from tui_acc.lazy import LazyMapping
 from tui_acc.pairing.by_name import pair_token_by_name
 from tui_acc.pairing.mapping import MappingError, OpMapping, load_mapping
 from tui_acc.pairing.model import NodePair, Pairing, TensorPair, Unmatched
-from tui_acc.pairing.structural import pair_token_structurally
+from tui_acc.pairing.structural import pair_token_structurally, structural_notes
 
 __all__ = [
     "MappingError",
@@ -86,6 +86,8 @@ def pair_dumps(
             f"{len(skipped_inputs)} torch input files have no ATB counterpart because those ATB operations "
             "were dumped without inputs; only their outputs are compared"
         )
+    if structural:  # what it could not pair, and why
+        notes += structural_notes(golden, test, golden.format not in _GRAPH_FORMATS, unmatched)
     if mapping.source:
         notes.append(f"operator mapping: built-in types plus {mapping.source}")
     return Pairing(

@@ -1,13 +1,16 @@
 """Pairing a torch dump with an ATB dump, whose names have nothing in common.
 
-The two graphs are aligned the way an engineer would do it by hand (and as msit's matcher does):
+The two graphs are aligned the way an engineer would do it by hand (and as msit's matcher does),
+pairing only what can be justified; the rest is listed as unmatched, and ``structural_notes``
+says why:
 
 1. **Layers by order.** The torch layers are the children of the first module whose children
    repeat one type (``root.model.layers``); the ATB layers are the top-level nodes of the most
-   repeated type (``LlamaLayer``). The k-th layer pairs with the k-th layer.
-2. **Operators by type and order within a layer.** Inside a layer pair, ATB operations of a type
-   pair with the torch modules that type stands for (``LinearOperation`` -> ``Linear``), in order,
-   when both sides have the same number of them.
+   repeated type (``LlamaLayer``). The k-th layer pairs with the k-th layer, when both sides have
+   the same number of layers.
+2. **Operators by type and order within a layer** (``by_type.py``). Inside a layer pair, ATB
+   operations of a type pair with the torch modules that type stands for (``LinearOperation`` ->
+   ``Linear``), in order, when both sides have the same number of them, graph inside graph.
 3. **Outside the layers**, the same rule over the rest of the model (``WordEmbedding`` ->
    ``Embedding``, the final ``RmsNormOperation`` -> the final norm), and the last ATB node with
    the module holding the logits.
@@ -20,11 +23,11 @@ unmatched.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from tui_acc.dumps.model import DumpIndex, Node, NodeTree, TensorRef
+from tui_acc.pairing.by_type import TypeMatcher, family_prefix, pair_scope
 from tui_acc.pairing.mapping import OpMapping
 from tui_acc.pairing.model import NodePair, TensorPair, Unmatched
 
@@ -105,20 +108,23 @@ def match_nodes(
                 taken_torch.add(t)
                 taken_atb.add(a)
 
-    torch_layers = _torch_layers(torch_tree, torch_present)
+    all_torch_layers = _torch_layers(torch_tree, torch_present)
+    types = _type_matcher(torch_tree, all_torch_layers, mapping)
     atb_top = [
         c
         for c in atb_tree.children(atb_tree.root)
         if c in atb_present or _has_present(atb_tree, c, atb_present)
     ]
     atb_layers = _atb_layers(atb_tree, atb_top)
-    for torch_layer, atb_layer in zip(torch_layers, atb_layers, strict=False):  # extras stay unmatched
+    for torch_layer, atb_layer in _layer_pairs(all_torch_layers, atb_layers, pinned):
+        if not _has_present(torch_tree, torch_layer, torch_present):
+            continue
         add([(torch_layer, atb_layer)])
         torch_inside = [n for n in _descendants(torch_tree, torch_layer) if n in torch_present]
         atb_inside = [n for n in _descendants(atb_tree, atb_layer) if n in atb_present]
-        add(_by_type(torch_tree, torch_inside, atb_tree, atb_inside, mapping))
+        add(pair_scope(torch_tree, torch_inside, atb_tree, atb_inside, types))
     # outside the layers
-    in_layers = {d for layer in torch_layers for d in [layer, *_descendants(torch_tree, layer)]}
+    in_layers = {d for layer in all_torch_layers for d in [layer, *_descendants(torch_tree, layer)]}
     torch_outside = [
         n.name
         for n in torch_tree.preorder()
@@ -135,23 +141,51 @@ def match_nodes(
     lm_head = [a for a in atb_outside if "lmhead" in atb_tree.nodes[a].type.lower().replace("_", "")]
     if lm_head and logits_node in torch_present:
         add([(logits_node, lm_head[-1])])
-    add(_by_type(torch_tree, torch_outside, atb_tree, atb_outside, mapping))
+    add(pair_scope(torch_tree, torch_outside, atb_tree, atb_outside, types))
     # msit's policy_output: the last ATB node holds the logits
     if atb_top and logits_node in torch_present:
         add([(logits_node, atb_top[-1])])
     return matches
 
 
+def _layer_pairs(
+    torch_layers: list[str], atb_layers: list[str], pinned: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """The k-th torch layer with the k-th ATB layer, when both sides have the same number of them.
+
+    With different numbers, which layer is which cannot be told: none pairs by position, only
+    the layers a mapping file pins (and what is inside them, by type).
+    """
+    if len(torch_layers) == len(atb_layers):
+        return list(zip(torch_layers, atb_layers, strict=True))
+    torch_set, atb_set = set(torch_layers), set(atb_layers)
+    return [(t, a) for t, a in pinned if t in torch_set and a in atb_set]
+
+
+def _type_matcher(torch_tree: NodeTree, torch_layers: list[str], mapping: OpMapping) -> TypeMatcher:
+    """Types matched for this model: its family is what its layer class shares with a class above
+    the layers (``Qwen2Moe`` from ``Qwen2MoeDecoderLayer`` and ``Qwen2MoeModel``)."""
+    family = ""
+    if torch_layers:
+        layer = torch_tree.nodes[torch_layers[0]]
+        above = layer.parent
+        while above is not None:
+            shared = family_prefix(torch_tree.nodes[above].type, layer.type)
+            family = max(family, shared, key=len)
+            above = torch_tree.nodes[above].parent
+    return TypeMatcher(mapping, family)
+
+
 def _torch_layers(tree: NodeTree, present: set[str]) -> list[str]:
-    """Children of the first module whose children repeat one type (``root.model.layers``)."""
+    """The children of the first module whose children at this token repeat one type
+    (``root.model.layers``); all of them, so that a dump of some layers keeps the model's numbering."""
     for node in tree.preorder():
-        kids = node.children
+        kids = [k for k in node.children if _has_present(tree, k, present)]
         if len(kids) < 2:
             continue
         kind, count = Counter(tree.nodes[k].type for k in kids).most_common(1)[0]
         if count >= 2 and count * 2 >= len(kids):
-            layers = [k for k in kids if tree.nodes[k].type == kind]
-            return [k for k in layers if k in present or _has_present(tree, k, present)]
+            return [k for k in node.children if tree.nodes[k].type == kind]
     return []
 
 
@@ -160,60 +194,6 @@ def _atb_layers(tree: NodeTree, top: list[str]) -> list[str]:
         return []
     kind, count = Counter(tree.nodes[n].type for n in top).most_common(1)[0]
     return [n for n in top if tree.nodes[n].type == kind] if count >= 2 else []
-
-
-def _by_type(
-    torch_tree: NodeTree, torch_names: list[str], atb_tree: NodeTree, atb_names: list[str], mapping: OpMapping
-) -> list[tuple[str, str]]:
-    """Zip ATB ops with the torch modules their types stand for, in order, when counts agree.
-
-    ATB types that stand for the same torch modules (``RmsNormOperation`` and a custom norm both
-    meaning ``RMSNorm``) form one group, so that together they pair with those modules in order.
-    """
-    candidates: dict[str, list[str]] = {}  # normalised ATB type -> torch candidates
-    by_type: dict[str, list[str]] = {}
-    for name in atb_names:
-        atb_type = _normalised(atb_tree.nodes[name].type)
-        by_type.setdefault(atb_type, []).append(name)
-        if atb_type not in candidates:
-            matching = [n for n in torch_names if mapping.matches(atb_type, torch_tree.nodes[n].type)]
-            candidates[atb_type] = _outermost(torch_tree, matching)
-    pairs = []
-    for group in _overlapping(candidates):
-        atb_group = [n for n in atb_names if _normalised(atb_tree.nodes[n].type) in group]
-        torch_group = [n for n in torch_names if any(n in candidates[t] for t in group)]
-        if len(torch_group) != len(atb_group) and len(group) == 1:
-            # "Embedding" also matches "LlamaRotaryEmbedding": try the exact type names alone
-            (atb_type,) = group
-            exact = {t.lower() for t in mapping.torch_types_for(atb_type)}
-            torch_group = [n for n in torch_group if torch_tree.nodes[n].type.lower() in exact]
-        if len(torch_group) == len(atb_group):
-            pairs += list(zip(torch_group, atb_group, strict=True))
-    return pairs
-
-
-def _overlapping(candidates: dict[str, list[str]]) -> list[set[str]]:
-    """Group ATB types whose torch candidates overlap (connected components)."""
-    groups: list[tuple[set[str], set[str]]] = []  # (ATB types, torch names)
-    for atb_type, names in candidates.items():
-        types, torch_names = {atb_type}, set(names)
-        for other in [g for g in groups if g[1] & torch_names]:
-            groups.remove(other)
-            types |= other[0]
-            torch_names |= other[1]
-        groups.append((types, torch_names))
-    return [types for types, _ in groups]
-
-
-def _normalised(atb_type: str) -> str:
-    """Quantized and parallel variants align with their plain op (msit normalises them too)."""
-    return re.sub(r"Quant|W\d+A\d+", "", atb_type)
-
-
-def _outermost(tree: NodeTree, names: list[str]) -> list[str]:
-    """Drop modules nested in another candidate (an MLP type inside an MLP type) to keep one per op."""
-    chosen = set(names)
-    return [n for n in names if not any(tree.is_ancestor(other, n) for other in chosen if other != n)]
 
 
 def _descendants(tree: NodeTree, name: str) -> list[str]:
@@ -282,3 +262,64 @@ def _pair_files(
         # the golden file's slot names the pair; roles follow the golden side
         result.append(TensorPair(token, golden_node, test_node, golden, test))
     return tuple(result)
+
+
+def structural_notes(
+    golden: DumpIndex, test: DumpIndex, torch_is_golden: bool, unmatched: list[Unmatched]
+) -> list[str]:
+    """Why modules stayed unmatched (a model family the operator map does not know, operations that
+    cannot be told apart, layers that differ), and how a mapping file can name them."""
+    torch_side, atb_side = (golden, test) if torch_is_golden else (test, golden)
+    torch_name, atb_name = ("golden", "test") if torch_is_golden else ("test", "golden")
+    torch_tree, atb_tree = torch_side.tree, atb_side.tree
+    notes = []
+    layer_counts = set()
+    for token in [t for t in atb_side.tokens if t in torch_side.tokens]:
+        torch_layers = _torch_layers(torch_tree, set(torch_side.tokens[token]))
+        present = set(atb_side.tokens[token])
+        top = [c for c in atb_tree.children(atb_tree.root) if _has_present(atb_tree, c, present)]
+        atb_layers = _atb_layers(atb_tree, top)
+        if torch_layers and atb_layers and len(torch_layers) != len(atb_layers):
+            layer_counts.add(
+                (
+                    len(torch_layers),
+                    _types_of(torch_tree, torch_layers),
+                    len(atb_layers),
+                    _types_of(atb_tree, atb_layers),
+                )
+            )
+    for torch_count, torch_type, atb_count, atb_type in sorted(layer_counts):
+        notes.append(
+            f"the torch model has {torch_count} layers{torch_type}, the ATB dump {atb_count}{atb_type}: "
+            "which is which cannot be told, so no layer is paired by position (a --mapping file's [nodes] "
+            "can pin layers; inside pinned layers operations pair by type)"
+        )
+    lonely = _types_unmatched(torch_tree, unmatched, torch_name)
+    spare = _types_unmatched(atb_tree, unmatched, atb_name)
+    # Only where both sides have leftovers: modules an ATB graph computes inside other operations
+    # (a Llama's rotary embedding) leave nothing a mapping could name.
+    if lonely and spare:
+        notes.append(
+            f"{sum(lonely.values())} torch modules have no ATB counterpart known to stand for them and are "
+            f"listed as unmatched ({_counted(lonely)}), as are {sum(spare.values())} ATB operations "
+            f"({_counted(spare)}): no ATB type is mapped to those torch types, or the operations that are "
+            "differ in number or nesting; if some of these operations compute those modules, a --mapping "
+            'file can name them ([types] AtbType = ["TorchType"], [nodes] for single operations)'
+        )
+    return notes
+
+
+def _types_unmatched(tree: NodeTree, unmatched: list[Unmatched], side: str) -> Counter[str]:
+    """How many nodes of each type one side has without a partner (at any token)."""
+    names = {u.name for u in unmatched if u.kind == "node" and u.side == side}
+    return Counter(tree.nodes[name].type for name in names if name in tree.nodes)
+
+
+def _types_of(tree: NodeTree, names: list[str]) -> str:
+    kinds = sorted({tree.nodes[n].type for n in names})
+    return f" ({', '.join(kinds)})" if kinds else ""
+
+
+def _counted(counts: Mapping[str, int]) -> str:
+    ordered = sorted(counts.items(), key=lambda kind_count: (-kind_count[1], kind_count[0]))
+    return ", ".join(f"{count} {kind}" for kind, count in ordered)
