@@ -100,6 +100,27 @@ def _add_dump_args(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="torch<->ATB operator mapping: msit op_mapping_file.json or TOML",
     )
+    parser.add_argument(  # msprobe compare's own spellings too: commands are pasted from its docs
+        "-dm",
+        "--data-mapping",
+        "--data_mapping",
+        dest="data_mapping",
+        type=Path,
+        metavar="FILE",
+        help="two msprobe dumps: msprobe compare's data mapping YAML (test tensor name: golden tensor name)",
+    )
+    parser.add_argument(
+        "-lm",
+        "--layer-mapping",
+        "--layer_mapping",
+        dest="layer_mapping",
+        type=Path,
+        nargs="?",
+        const=True,
+        metavar="FILE",
+        help="two msprobe dumps: msprobe compare's layer mapping YAML (Class: {test child: golden child}); "
+        "without FILE, records pair by their place in the layer tree",
+    )
     parser.add_argument(
         "--token-offset",
         type=int,
@@ -200,6 +221,8 @@ def _run_compare(args: argparse.Namespace) -> int:
         logits_node=args.logits_node,
         thresholds=thresholds,
         mapping=args.mapping,
+        data_mapping=args.data_mapping,
+        layer_mapping=args.layer_mapping,
         token_offset=args.token_offset,
         rank=args.rank,
         gather=args.gather,

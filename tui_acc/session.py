@@ -9,7 +9,7 @@ from tui_acc.dumps import DumpError, DumpIndex, open_dump
 from tui_acc.dumps.model import logical_name
 from tui_acc.metrics import MetricsEngine, Thresholds
 from tui_acc.metrics.cache import RowCache
-from tui_acc.pairing import MappingError, Pairing, load_mapping, pair_dumps
+from tui_acc.pairing import MappingError, Pairing, load_mapping, load_msprobe_mapping, pair_dumps
 
 
 @dataclass
@@ -33,6 +33,8 @@ def open_comparison(
     gather: bool = False,
     cache: bool = True,
     follow_links: bool = False,
+    data_mapping: str | Path | None = None,
+    layer_mapping: str | Path | bool | None = None,
 ) -> Comparison:
     """Index both dumps and pair them; no tensor is loaded yet.
 
@@ -46,6 +48,9 @@ def open_comparison(
         gather: merge every rank of the test dump, for a single-device golden.
         cache: keep computed rows on disk (``tui_acc.metrics.cache``) and reuse them next time.
         follow_links: read through symlinks (and ATB ``data=`` files) that lead out of a dump.
+        data_mapping: two msprobe dumps: msprobe compare's ``-dm`` YAML (test tensor -> golden tensor).
+        layer_mapping: two msprobe dumps: msprobe compare's ``-lm`` YAML (per class: test child ->
+            golden child), or True for ``-lm`` without a file (records paired by layer position).
 
     Raises:
         DumpError: a root (or the mapping file) cannot be used; the message names it.
@@ -67,9 +72,15 @@ def open_comparison(
         )
     try:
         op_mapping = load_mapping(Path(mapping).expanduser() if mapping is not None else None)
+        names = load_msprobe_mapping(
+            Path(data_mapping).expanduser() if data_mapping is not None else None,
+            layer_mapping
+            if isinstance(layer_mapping, bool) or layer_mapping is None
+            else Path(layer_mapping).expanduser(),
+        )
+        pairing = pair_dumps(golden_index, test_index, logits_node, op_mapping, names)
     except MappingError as exc:
         raise DumpError(str(exc)) from exc
-    pairing = pair_dumps(golden_index, test_index, logits_node, op_mapping)
     row_cache = RowCache(golden_index.data_dir, test_index.data_dir) if cache else None
     engine = MetricsEngine(pairing, thresholds, cache=row_cache, follow_links=follow_links)
     return Comparison(golden_index, test_index, pairing, engine)

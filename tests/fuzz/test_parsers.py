@@ -15,13 +15,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tui_acc.config import ConfigError, load_config
 from tui_acc.dumps import DumpError, open_dump
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
-from tui_acc.pairing import MappingError, load_mapping
+from tui_acc.pairing import MappingError, load_mapping, load_msprobe_mapping
 
 BUDGET = settings(
     max_examples=int(os.environ.get("TUI_ACC_FUZZ_EXAMPLES", "60")),
@@ -185,6 +186,34 @@ def test_mapping_files(scratch: Path, text: str, suffix: str) -> None:
     path.write_text(text, encoding="utf-8", errors="replace")
     try:
         load_mapping(path)
+    except MappingError as exc:
+        assert str(path) in str(exc)
+
+
+# msprobe's -dm / -lm YAML: JSON is YAML too, plus mapping-shaped YAML and YAML's own syntax
+yaml_texts = st.one_of(
+    json_texts,
+    st.dictionaries(
+        st.text(max_size=12),
+        st.one_of(st.text(max_size=12), st.dictionaries(st.text(max_size=8), json_values, max_size=3)),
+        max_size=4,
+    ).map(lambda d: yaml.safe_dump(d, allow_unicode=True)),
+    st.lists(
+        st.sampled_from(
+            ["Cell:", "  a.b: c(d)", "  0: 1", "x: N/A", "- y", "&a [*a]", "!!python/object:os.system", "? z"]
+        ),
+        max_size=6,
+    ).map("\n".join),
+)
+
+
+@BUDGET
+@given(text=yaml_texts, which=st.sampled_from(["data_mapping", "layer_mapping"]))
+def test_msprobe_mapping_files(scratch: Path, text: str, which: str) -> None:
+    path = scratch / f"{which}.yaml"
+    path.write_text(text, encoding="utf-8", errors="replace")
+    try:
+        load_msprobe_mapping(**{which: path})
     except MappingError as exc:
         assert str(path) in str(exc)
 

@@ -13,16 +13,19 @@ from tui_acc.lazy import LazyMapping
 from tui_acc.pairing.by_name import pair_token_by_name
 from tui_acc.pairing.mapping import MappingError, OpMapping, load_mapping
 from tui_acc.pairing.model import NodePair, Pairing, TensorPair, Unmatched
+from tui_acc.pairing.msprobe_mapping import MsprobeMapping, bind, load_msprobe_mapping
 from tui_acc.pairing.structural import pair_token_structurally, structural_notes
 
 __all__ = [
     "MappingError",
+    "MsprobeMapping",
     "NodePair",
     "OpMapping",
     "Pairing",
     "TensorPair",
     "Unmatched",
     "load_mapping",
+    "load_msprobe_mapping",
     "pair_dumps",
 ]
 
@@ -30,10 +33,18 @@ _GRAPH_FORMATS = {"msit-atb", "msprobe-atb"}
 
 
 def pair_dumps(
-    golden: DumpIndex, test: DumpIndex, logits_node: str | None = None, mapping: OpMapping | None = None
+    golden: DumpIndex,
+    test: DumpIndex,
+    logits_node: str | None = None,
+    mapping: OpMapping | None = None,
+    names: MsprobeMapping | None = None,
 ) -> Pairing:
-    """Pair two dumps: tokens by id, then nodes and files by the strategy their formats call for."""
+    """Pair two dumps: tokens by id, then nodes and files by the strategy their formats call for.
+
+    ``names`` (msprobe's -dm/-lm files) renames the test side of two msprobe dumps for pairing.
+    """
     mapping = mapping or OpMapping()
+    translation = bind(names, golden, test)
     unmatched: list[Unmatched] = []
     golden_tokens, test_tokens = set(golden.tokens), set(test.tokens)
     unmatched += [Unmatched("token", "golden", t, str(t)) for t in sorted(golden_tokens - test_tokens)]
@@ -47,7 +58,10 @@ def pair_dumps(
 
         def build(token: int) -> list[NodePair]:
             found: list[Unmatched] = []
-            pairs = pair_token_by_name(token, golden, test, found)
+            if translation is not None:
+                pairs = translation.pair(token, found, pair_token_by_name)
+            else:
+                pairs = pair_token_by_name(token, golden, test, found)
             with lock:
                 unmatched.extend(found)
             return pairs
@@ -59,7 +73,8 @@ def pair_dumps(
             nodes=LazyMapping(tokens, build),
             logits_node=logits,
             unmatched_found=unmatched,
-            notes=[f"operator mapping: built-in types plus {mapping.source}"] if mapping.source else [],
+            notes=([f"operator mapping: built-in types plus {mapping.source}"] if mapping.source else [])
+            + (translation.notes if translation is not None else []),
         )
     nodes: dict[int, list[NodePair]] = {}
     skipped_inputs: list[str] = []
