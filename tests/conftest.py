@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 COMPACT_REFERENCE = REPO / "tests" / "data" / "reference"
+MODEL_CASES = REPO / "tests" / "data" / "models"  # scripts/make_model_fixtures.py
 
 
 def full_reference_dir() -> Path | None:
@@ -55,6 +58,27 @@ def reference(request: pytest.FixtureRequest) -> Path:
     if not (path / "MANIFEST.md").is_file():
         pytest.fail(f"reference dumps not found at {path} (check TUI_ACC_REFERENCE)")
     return path
+
+
+@pytest.fixture(scope="session")
+def model_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``model_case(name)``: a real-tool dump pair of tests/data/models, unpacked once per session.
+
+    The folder holds ``golden/``, ``test/`` and ``case.json`` (where the injected fault is).
+    """
+    root = tmp_path_factory.mktemp("models")
+
+    def unpack(name: str) -> Path:
+        target = root / name
+        if not target.is_dir():
+            with tarfile.open(MODEL_CASES / f"{name}.tar.xz") as archive:
+                if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4
+                    archive.extractall(root, filter="data")
+                else:  # pragma: no cover - our own archives, on an older patch release
+                    archive.extractall(root)
+        return target
+
+    return unpack
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ Looked up, later ones overriding earlier ones: the user's config directory
 ``./tui-acc.toml``, then ``--config FILE``; command-line flags override all of them::
 
     [thresholds]
-    stats_norm_rel = 0.01          # statistics-only dumps: L2 norms may differ by 1%
+    stats_norm_rel = 0.01          # statistics-only dumps: every statistic within 1% (default by dtype)
     near_tie_gap = 0.1             # log-prob gap under which a top-1 flip is a near tie
 
     [thresholds.logits]            # every dtype

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tui_acc.dumps import DumpError, DumpIndex, open_dump
-from tui_acc.dumps.model import logical_name
 from tui_acc.metrics import MetricsEngine, Thresholds
 from tui_acc.metrics.cache import RowCache
 from tui_acc.pairing import MappingError, Pairing, load_mapping, load_msprobe_mapping, pair_dumps
@@ -65,8 +64,8 @@ def open_comparison(
         test_index = _gathered(test, token_offset)
     else:
         test_index = open_dump(test, token_offset=token_offset, rank=rank)
-    known = {logical_name(n) for n in golden_index.tree.nodes}
-    if logits_node is not None and logical_name(logits_node) not in known and logits_node not in known:
+    known = {golden_index.stable_name(n) for n in golden_index.tree.nodes}
+    if logits_node is not None and logits_node not in golden_index.tree.nodes and logits_node not in known:
         raise DumpError(
             f"{golden_index.data_dir}: --logits-node {logits_node!r} is not a module of this dump"
         )

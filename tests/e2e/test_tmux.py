@@ -118,6 +118,29 @@ def test_ssh_user_finds_the_fault_and_exports_it(demo_pair, tmp_path: Path, term
     assert not term.alive()
 
 
+def test_an_msprobe_l1_pair_leads_to_the_faulty_api_call(
+    model_case, tmp_path: Path, terminal_factory
+) -> None:
+    """A real msprobe L1 dump (API calls only): tokens are its forward passes, the culprit an F.linear."""
+    import json
+
+    folder = model_case("llama-msprobe-L1")
+    case = json.loads((folder / "case.json").read_text())
+    term = terminal_factory(
+        [sys.executable, "-m", "tui_acc", str(folder / "golden"), str(folder / "test")], tmp_path
+    )
+    tokens = term.wait_for(lambda s: f"first failing: {case['fault_token']}" in s, "the token verdicts")
+    assert f"{case['new_tokens']}/{case['new_tokens']} tokens compared" in tokens  # no generate() record
+    term.keys("f", "Enter")
+    term.wait_for(lambda s: f"◆ {case['fault_record']}" in s, "the operator verdicts")
+    term.keys("f")
+    term.wait_for(
+        lambda s: "✗ error starts here" in s and f"{case['fault_record']}  linear" in s, "the detail"
+    )
+    term.keys("q")
+    assert all_end([term.ending], 30)
+
+
 _SGR = re.compile(r"\x1b\[([0-9;]*)m")
 _PLAIN_SGR = {0, 1, 2, 3, 4, 5, 7, 8, 9, 21, 22, 23, 24, 25, 27, 28, 29, 39, 49}
 _SIXTEEN = set(range(30, 38)) | set(range(40, 48)) | set(range(90, 98)) | set(range(100, 108))

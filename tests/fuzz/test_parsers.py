@@ -146,6 +146,42 @@ def test_msprobe_dump_json(scratch: Path, text: str) -> None:
             index.tokens[token]  # listing a token must not fail either
 
 
+_record_names = st.one_of(
+    st.builds("Module.m{}.L.forward.{}".format, st.integers(0, 3), st.integers(0, 3)),
+    st.builds("Functional.{}.{}.forward".format, st.sampled_from(["embedding", "linear"]), st.integers(0, 5)),
+    st.builds("Tensor.__add__.{}.forward".format, st.integers(0, 5)),
+)
+_outputs = st.lists(
+    st.fixed_dictionaries(
+        {"type": st.just("torch.Tensor"), "shape": st.lists(st.integers(0, 300), max_size=3)}
+    ),
+    max_size=2,
+)
+
+
+@BUDGET
+@given(
+    records=st.lists(st.tuples(_record_names, _outputs, _outputs), max_size=12, unique_by=lambda r: r[0]),
+    parents=st.dictionaries(_record_names, st.one_of(st.none(), _record_names), max_size=12),
+    level=st.sampled_from(["L0", "L1", "mix", "L2", ""]),
+)
+def test_msprobe_call_streams(
+    scratch: Path, records: list[tuple[str, list, list]], parents: dict, level: str
+) -> None:
+    """Any stream of records and any construct.json (cycles, API parents, strangers) is read:
+    every record lands in exactly one token or between them, and nothing hangs."""
+    rank = scratch / "stream" / "step0" / "proc1"
+    shutil.rmtree(scratch / "stream", ignore_errors=True)
+    rank.mkdir(parents=True)
+    data = {name: {"input_args": inputs, "output": outputs} for name, inputs, outputs in records}
+    (rank / "dump.json").write_text(json.dumps({"task": "statistics", "level": level, "data": data}))
+    (rank / "construct.json").write_text(json.dumps(parents))
+    index = open_dump(scratch / "stream")
+    placed = [name for nodes in index.tokens.values() for name in nodes if name in data]
+    assert sorted(placed + index.between_tokens) == sorted(data)
+    assert all(str(rank) in p.path for p in index.problems)
+
+
 # --- mapping files and tui-acc.toml -------------------------------------------------------------
 
 toml_texts = st.one_of(

@@ -342,3 +342,53 @@ print("not reached")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 128 + 15 and "not reached" not in result.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def _msprobe_copy(model_case, name: str, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A copy of a real msprobe L1/mix case: (golden, test, the test's rank folder)."""
+    folder = model_case(name)
+    golden, test = tmp_path / "golden", tmp_path / "test"
+    shutil.copytree(folder / "golden", golden)
+    shutil.copytree(folder / "test", test)
+    (rank,) = test.glob("step0/*")
+    return golden, test, rank
+
+
+def test_a_missing_msprobe_tensor_file_is_named_and_the_rest_compared(model_case, tmp_path, capsys):
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
+    lost = rank / "dump_tensor_data" / "Functional.linear.0.forward.output.0.pt"
+    lost.unlink()
+    report = _report(golden, test, capsys)
+    assert f"{lost}: listed in dump.json but missing; compared by its statistics" in _errors(report)
+    assert report["first_failing_token"] == 2  # the rest is compared as before
+
+
+def test_an_unknown_msprobe_level_is_named_and_read_by_record_names(model_case, tmp_path, capsys):
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
+    dump_json = rank / "dump.json"
+    dump = json.loads(dump_json.read_text())
+    dump["level"] = "L7"
+    dump_json.write_text(json.dumps(dump))
+    report = _report(golden, test, capsys)
+    assert any(e.startswith(f"{dump_json}: level 'L7' is not one tui-acc knows") for e in _errors(report))
+    assert report["first_failing_token"] == 2
+
+
+@pytest.mark.parametrize("damage", ["cycle", "api parent", "unplaced"])
+def test_a_construct_json_that_disagrees_with_dump_json_is_named(model_case, tmp_path, capsys, damage):
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-mix", tmp_path)
+    construct = rank / "construct.json"
+    parents = json.loads(construct.read_text())
+    layer = "Module.model.layers.0.LlamaDecoderLayer.forward.0"
+    if damage == "cycle":  # the model's top module made a child of one of its own layers
+        parents["Module.model.LlamaModel.forward.0"] = layer
+    elif damage == "api parent":
+        parents["Tensor.__add__.9.forward"] = "Functional.linear.6.forward"
+    else:
+        del parents["Functional.linear.6.forward"]
+    construct.write_text(json.dumps(parents))
+    report = _report(golden, test, capsys)
+    errors = [e for e in _errors(report) if e.startswith(f"{construct}: ")]
+    expected = {"cycle": "form a cycle", "api parent": "is not a module call", "unplaced": "are not in it"}
+    assert len(errors) == 1 and expected[damage] in errors[0], errors
+    assert report["tokens"], "the rest is compared"

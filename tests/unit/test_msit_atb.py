@@ -158,7 +158,7 @@ def test_a_root_holding_torch_and_atb_dumps_asks_which(atb_pair, demo_pair, tmp_
         open_dump(tmp_path)
 
 
-def test_single_files_compare_directly(atb_pair, demo_pair, capsys) -> None:
+def test_single_files_compare_directly(atb_pair, demo_pair, capsys, tmp_path: Path) -> None:
     _, plain, _ = atb_pair
     pth = next(demo_pair.golden.glob("msit_dump_*/torch_tensors/*/3/root.lm_head/output.pth"))
     binf = _device(plain) / "3" / "6_LmHead" / "after" / "outtensor0.bin"
@@ -166,7 +166,7 @@ def test_single_files_compare_directly(atb_pair, demo_pair, capsys) -> None:
     report = json.loads(capsys.readouterr().out)
     assert report["golden"]["format"] == report["test"]["format"] == "tensor"
     assert report["tensor"]["numel"] == 512 and report["tensor"]["cosine"] < 0.999
-    same = write_bin(Path(str(binf) + ".copy.bin"), torch.zeros(1))
+    same = write_bin(tmp_path / "outtensor0.copy.bin", torch.zeros(1))  # never into the shared dump
     assert same.exists()
 
 

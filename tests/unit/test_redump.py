@@ -74,6 +74,22 @@ def test_msprobe_torch_config_is_a_precision_debugger_config() -> None:
     assert plan.env["TUI_ACC_TOKEN"] == "2"
 
 
+@pytest.mark.parametrize(
+    ("nodes", "level"),
+    [
+        (("Functional.linear.43.forward",), "L1"),
+        (("Module.model.layers.1.mlp.down_proj.Linear.forward.2", "Functional.linear.43.forward"), "mix"),
+    ],
+)
+def test_msprobe_torch_redump_of_api_calls_dumps_at_their_level(nodes: tuple[str, ...], level: str) -> None:
+    plan = build_plan(
+        Selection("test", 2, 2, nodes), SideSettings("msprobe-torch", exec="python gen.py"), FOLDER
+    )
+    config = json.loads(plan.files[FOLDER / "msprobe_config.json"])
+    assert config["level"] == level
+    assert "Functional.linear.43.forward" in config["tensor"]["list"]  # msprobe matches it by substring
+
+
 def test_torch_side_gets_token_modules_and_folder_in_the_environment() -> None:
     selection = Selection("golden", 3, 3, ("root.model.layers.2.mlp", "root.lm_head"))
     plan = build_plan(selection, SideSettings("torch", exec="python run.py --cpu"), FOLDER)

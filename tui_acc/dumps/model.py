@@ -142,6 +142,18 @@ class DumpIndex:
     rank: int | None = None  # which of them this index holds (None: single rank, or gathered)
     # ATB: the execution count (token folder) each token was read from, for re-dump ranges (-er)
     exec_counts: Mapping[int, int] = field(default_factory=dict)
+    # msprobe L1/mix: API records' names that stay the same from token to token (``stable_name``)
+    stable: Mapping[str, str] = field(default_factory=dict)
+    # records made between forward passes (``generate()``'s own calls): part of no token
+    between_tokens: list[str] = field(default_factory=list)
+    # the float dtypes its statistics name (msprobe lists them without loading a tensor)
+    float_dtypes: frozenset[str] = frozenset()
+    # the node holding the logits, where the reader can tell (else the last module with an output)
+    logits_hint: str | None = None
+
+    def stable_name(self, name: str) -> str:
+        """``name`` without what changes from token to token: the key for "the same operator"."""
+        return self.stable.get(name) or logical_name(name)
 
     def tensors(self, token: int, node: str) -> list[TensorRef]:
         return self.tokens.get(token, {}).get(node, [])

@@ -31,6 +31,7 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
+from tui_acc.dumps.msprobe_passes import is_module, module_call_index, split_passes, top_of
 
 FORMAT = "msprobe"
 ROOT = "model"
@@ -38,6 +39,7 @@ _STEP = re.compile(r"^step(\d+)$")
 _RANK = re.compile(r"^(rank|proc)(\d+)$")
 _CALL = re.compile(r"\.(forward|backward)\.(\d+)$")
 _API_CALL = re.compile(r"\.(\d+)\.(forward|backward)$")
+LEVELS = ("L0", "L1", "mix")
 
 
 def claims(path: Path) -> bool:
@@ -58,20 +60,44 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
         raise DumpError(f"{dump_json}: no 'data' object; not an msprobe dump.json")
     if dump.get("framework") not in (None, "pytorch"):
         raise DumpError(f"{dump_json}: a {dump.get('framework')} dump; only PyTorch msprobe dumps are read")
-    parents = _read_construct(rank_dir / "construct.json", problems)
     data: dict[str, Any] = dump["data"]
+    level = str(dump.get("level") or "")
+    if level and level not in LEVELS:
+        problems.append(
+            Problem(
+                str(dump_json),
+                f"level {level!r} is not one tui-acc knows ({', '.join(LEVELS)}); "
+                "its records are read by their names (Module.* as modules, the rest as API calls)",
+            )
+        )
+    construct = rank_dir / "construct.json"
+    parents = _read_construct(construct, problems)
+    _check_construct(construct, parents, data, problems)
     task = str(dump.get("task", "tensor"))
     tensor_dir = rank_dir / "dump_tensor_data"
-    tree = _build_tree(list(data), parents)
+    # construct.json also names API calls that recorded nothing (Tensor.__bool__): no nodes for them
+    holders = dict.fromkeys(name for name in parents if name not in data and is_module(name))
+    tree = _build_tree(list(data), {k: v for k, v in parents.items() if k in data or k in holders})
+    passes = split_passes(list(data), data, parents)
+    notes += [f"{rank_dir}: {note}" for note in passes.notes]
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
     statistics_only = True
     for name, entry in data.items():
-        token = _token_of(name, parents)
         refs = _refs(name, entry, tensor_dir, dump_json, task, problems)
         statistics_only &= all(not r.has_data for r in refs)
-        tokens.setdefault(token, {})[name] = refs
-    for name in parents:  # modules recorded only in construct.json (no tensors) still hold their children
-        tokens.setdefault(_token_of(name, parents), {}).setdefault(name, [])
+        token = passes.token_of.get(name)
+        if token is not None:
+            tokens.setdefault(token, {})[name] = refs
+    for name in holders:  # modules recorded only in construct.json (no tensors) still hold their children
+        token = module_call_index(top_of(name, parents))
+        if token is not None:
+            tokens.setdefault(token, {}).setdefault(name, [])
+    if passes.between:
+        examples = ", ".join(passes.between[:3])
+        notes.append(
+            f"{rank_dir}: {len(passes.between)} records were made between forward passes "
+            f"(generate()'s own calls, e.g. {examples}): they belong to no token and are not compared"
+        )
     if statistics_only:
         notes.append(f"msprobe task '{task}': statistics only (Max/Min/Mean/Norm), no tensor data")
     return DumpIndex(
@@ -86,6 +112,16 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
         statistics_only=statistics_only,
         ranks=ranks,
         rank=rank,
+        stable=passes.stable,
+        float_dtypes=frozenset(
+            ref.stats.dtype
+            for refs in tokens.values()
+            for node in refs.values()
+            for ref in node
+            if ref.stats is not None and ref.stats.dtype and "float" in ref.stats.dtype
+        ),
+        between_tokens=passes.between,
+        logits_hint=passes.logits,
     )
 
 
@@ -190,14 +226,41 @@ def _type_of(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
-def _token_of(name: str, parents: dict[str, str | None]) -> int:
-    top = name
-    while parents.get(top):
-        top = parents[top]  # type: ignore[assignment]
-    call = _CALL.search(top) or _API_CALL.search(top)
-    if call is None:
-        return 0
-    return int(call.group(2) if call.re is _CALL else call.group(1))
+def _check_construct(
+    path: Path, parents: dict[str, str | None], data: dict[str, Any], problems: list[Problem]
+) -> None:
+    """construct.json must agree with dump.json: every record placed, parents that are modules, no
+    cycles. Where it does not, the record is shown at the top level and the file is named."""
+    if not parents:
+        return  # L1 writes {}; a missing file is reported where it is read
+    unplaced = [name for name in data if name not in parents]
+    if unplaced:
+        problems.append(
+            Problem(
+                str(path),
+                f"{len(unplaced)} records of dump.json are not in it (e.g. {unplaced[0]}); "
+                "they are shown at the top level",
+            )
+        )
+    for name, parent in list(parents.items()):
+        if parent is not None and not is_module(parent):
+            message = f"{name}: its parent {parent} is not a module call; shown at the top level"
+            problems.append(Problem(str(path), message))
+            parents[name] = None
+    for name in list(parents):
+        seen = [name]
+        while (parent := parents.get(seen[-1])) is not None:
+            if parent in seen:  # cut the cycle where it closes: each cycle is found and named once
+                cycle = seen[seen.index(parent) :]
+                chain = " -> ".join([*cycle, parent])
+                problems.append(
+                    Problem(
+                        str(path), f"parents form a cycle ({chain}); {seen[-1]} is shown at the top level"
+                    )
+                )
+                parents[seen[-1]] = None
+                break
+            seen.append(parent)
 
 
 # --- tensors ------------------------------------------------------------------------------------

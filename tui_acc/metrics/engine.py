@@ -18,12 +18,12 @@ from typing import Any
 
 import polars as pl
 
-from tui_acc.dumps.model import DumpError, Stats, TensorRef, logical_name
+from tui_acc.dumps.model import DumpError, Stats, TensorRef
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 from tui_acc.metrics.backlog import Backlog, Preference
 from tui_acc.metrics.cache import RowCache, identity
 from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, TENSOR_SCHEMA, TOKEN_SCHEMA, to_frame
-from tui_acc.metrics.verdict import Thresholds, logits_passed, near_tie, tensor_passed
+from tui_acc.metrics.verdict import Thresholds, logits_passed, near_tie, precision_class, tensor_passed
 from tui_acc.pairing import NodePair, Pairing, TensorPair
 
 Row = dict[str, Any]
@@ -74,11 +74,13 @@ class MetricsEngine:
         self.computed = 0  # how many pairs were actually loaded and compared (for tests/benchmarks)
         # The logits module's outputs (and any enclosing module's, which end in them) are judged
         # as logits, so the operator view never passes what the token view fails.
+        run_dtypes = pairing.golden.float_dtypes | pairing.test.float_dtypes
+        self._stats_floor = precision_class(*run_dtypes) if run_dtypes else None
         tree = pairing.golden.tree
         holder: str | None = pairing.logits_node if pairing.logits_node in tree.nodes else None
         self._logits_holders: set[str] = set()
         while holder is not None:
-            self._logits_holders.add(logical_name(holder))
+            self._logits_holders.add(pairing.golden.stable_name(holder))
             holder = tree.nodes[holder].parent
 
     # --- tensors ------------------------------------------------------------------------------
@@ -206,12 +208,16 @@ class MetricsEngine:
         """KL is a logits metric: computed for the logits module's outputs and for single files."""
         if self.pairing.golden.format == "tensor":
             return True
-        return pair.role == "output" and logical_name(pair.golden_node) in self._logits_holders
+        return self._holds_logits(pair)
+
+    def _holds_logits(self, pair: TensorPair) -> bool:
+        stable = self.pairing.golden.stable_name(pair.golden_node)
+        return pair.role == "output" and stable in self._logits_holders
 
     def _verdict(self, pair: TensorPair, row: Row) -> bool:
-        if pair.role == "output" and logical_name(pair.golden_node) in self._logits_holders:
-            return logits_passed(row, self.thresholds)
-        return tensor_passed(row, self.thresholds)
+        if self._holds_logits(pair):
+            return logits_passed(row, self.thresholds, self._stats_floor)
+        return tensor_passed(row, self.thresholds, self._stats_floor)
 
     def tensors_frame(self, token: int, should_stop: StopCheck = _never) -> pl.DataFrame:
         rows = []
@@ -250,7 +256,7 @@ class MetricsEngine:
         row["node"] = tensor["golden_node"]
         row["test_node"] = tensor["test_node"]
         row["shape"] = tensor.get("golden_shape")
-        passed = logits_passed(tensor, self.thresholds)
+        passed = logits_passed(tensor, self.thresholds, self._stats_floor)
         if tensor.get("error"):
             row["verdict"] = "error"
         elif passed and near_tie(tensor, self.thresholds):

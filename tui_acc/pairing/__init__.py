@@ -10,7 +10,7 @@ import threading
 
 from tui_acc.dumps.model import DumpIndex
 from tui_acc.lazy import LazyMapping
-from tui_acc.pairing.by_name import pair_token_by_name
+from tui_acc.pairing.by_name import differing_names, pair_token_by_name
 from tui_acc.pairing.mapping import MappingError, OpMapping, load_mapping
 from tui_acc.pairing.model import NodePair, Pairing, TensorPair, Unmatched
 from tui_acc.pairing.msprobe_mapping import MsprobeMapping, bind, load_msprobe_mapping
@@ -51,10 +51,13 @@ def pair_dumps(
     unmatched += [Unmatched("token", "test", t, str(t)) for t in sorted(test_tokens - golden_tokens)]
     tokens = sorted(golden_tokens & test_tokens)
     structural = (golden.format in _GRAPH_FORMATS) != (test.format in _GRAPH_FORMATS)
-    logits = logits_node or _last_module_with_output(golden)
+    logits = logits_node or golden.logits_hint or _last_module_with_output(golden)
     if not structural and golden.format != "tensor":
         # by name, token by token when asked: the first screen never waits for every token
         lock = threading.Lock()
+        notes = [f"operator mapping: built-in types plus {mapping.source}"] if mapping.source else []
+        notes += translation.notes if translation is not None else []
+        aligned: list[int] = []
 
         def build(token: int) -> list[NodePair]:
             found: list[Unmatched] = []
@@ -64,6 +67,13 @@ def pair_dumps(
                 pairs = pair_token_by_name(token, golden, test, found)
             with lock:
                 unmatched.extend(found)
+                renamed = translation.view if translation is not None else test
+                if differing_names(token, golden, renamed) and not aligned:
+                    aligned.append(token)
+                    notes.append(
+                        f"token {token} (and maybe others): names differ between the sides (call counters "
+                        "shifted), so records were paired by kind and order, as msprobe compare's fuzzy match"
+                    )
             return pairs
 
         return Pairing(
@@ -73,8 +83,7 @@ def pair_dumps(
             nodes=LazyMapping(tokens, build),
             logits_node=logits,
             unmatched_found=unmatched,
-            notes=([f"operator mapping: built-in types plus {mapping.source}"] if mapping.source else [])
-            + (translation.notes if translation is not None else []),
+            notes=notes,
         )
     nodes: dict[int, list[NodePair]] = {}
     skipped_inputs: list[str] = []

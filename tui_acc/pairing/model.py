@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tui_acc.dumps.model import DumpIndex, TensorRef, logical_name
+from tui_acc.dumps.model import DumpIndex, TensorRef
 from tui_acc.lazy import LazyMapping
 
 
@@ -96,8 +96,9 @@ class Pairing:
     def logits_pair(self, token: int) -> TensorPair | None:
         """The output tensor holding the token's logits, if both sides dumped it (looked up once)."""
         if token not in self._logits_cache:
-            wanted = logical_name(self.logits_node)
-            node = next((n for n in self.nodes.get(token, []) if logical_name(n.golden) == wanted), None)
+            wanted = self.golden.stable_name(self.logits_node)
+            stable = self.golden.stable_name
+            node = next((n for n in self.nodes.get(token, []) if stable(n.golden) == wanted), None)
             outputs = node.outputs if node is not None else ()
             self._logits_cache[token] = outputs[0] if outputs else None
         return self._logits_cache[token]

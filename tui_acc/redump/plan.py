@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from tui_acc.dumps.msprobe_passes import is_module
 from tui_acc.redump.settings import SideSettings
 
 DUMPERS = ("msit-atb", "msprobe-atb", "msprobe-torch", "torch", "custom")
@@ -150,7 +152,7 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
                 "dump_path": values["out"],
                 "rank": [],
                 "step": [],
-                "level": "L0",
+                "level": _msprobe_level(selection.nodes),
                 "async_dump": False,
                 "tensor": {"scope": [], "list": names, "data_mode": ["all"], "file_format": "npy"},
             },
@@ -198,6 +200,15 @@ def atb_id_chain(name: str) -> str | None:
     if not parts or any(p is None for p in parts):
         return None
     return "_".join(p.group(1) for p in parts if p is not None)
+
+
+def _msprobe_level(names: Sequence[str]) -> str:
+    """L0 for modules, L1 for API calls (``Functional.linear.43.forward``), mix for both.
+
+    msprobe's ``list`` matches by substring, so an API call's full name picks that one call.
+    """
+    apis = [is_module(name) for name in names]
+    return "L0" if all(apis) else "L1" if not any(apis) else "mix"
 
 
 def _msprobe_module(name: str) -> str:
