@@ -392,3 +392,18 @@ def test_a_construct_json_that_disagrees_with_dump_json_is_named(model_case, tmp
     expected = {"cycle": "form a cycle", "api parent": "is not a module call", "unplaced": "are not in it"}
     assert len(errors) == 1 and expected[damage] in errors[0], errors
     assert report["tokens"], "the rest is compared"
+
+
+def test_a_deep_construct_json_cycle_is_named_once(model_case, tmp_path, capsys):
+    """Hooks left unbalanced make each record the previous one's parent: a chain as long as the dump,
+    closed into a cycle. It is named once and the dump is still read."""
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-mix", tmp_path)
+    parents = json.loads((rank / "construct.json").read_text())
+    modules = [name for name in parents if name.startswith("Module.")]
+    parents.update(
+        zip(modules, [modules[-1], *modules[:-1]], strict=True)
+    )  # each module's parent: the one before
+    (rank / "construct.json").write_text(json.dumps(parents))
+    report = _report(golden, test, capsys)
+    cycles = [e for e in _errors(report) if "form a cycle" in e]
+    assert len(cycles) == 1 and str(rank / "construct.json") in cycles[0]

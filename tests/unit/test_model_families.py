@@ -140,3 +140,36 @@ def test_renumbered_calls_pair_by_kind_and_order(model_case, tmp_path):
     assert renamed and all(t == shifted(g) for g, t in renamed.items())
     assert not comparison.pairing.unmatched
     assert any("fuzzy match" in note for note in comparison.pairing.notes)
+
+
+def test_the_call_inside_the_logits_module_is_judged_as_logits(model_case):
+    """mix: lm_head's F.linear outputs the logits too; judged as logits, as its module is."""
+    folder = model_case("llama-msprobe-mix")
+    case = _case(folder)
+    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    token = case["fault_token"]
+    (inner,) = comparison.golden.tree.children(f"Module.lm_head.Linear.forward.{token}")
+    (node,) = [n for n in comparison.pairing.node_pairs(token) if n.golden == inner]
+    row = comparison.engine.tensor_row(node.outputs[0])
+    assert row["kl"] is not None and row["passed"] is False
+    assert comparison.engine.token_row(token)["passed"] is False
+
+
+def test_l1_passes_that_never_reach_the_vocabulary_still_split_at_the_embedding(model_case, tmp_path):
+    """An lm_head wider than the embedding table (padded vocabularies): the next pass still starts at
+    the next embedding call, and a note says the ends were not found."""
+    copies = {}
+    for side in ("golden", "test"):
+        copies[side] = tmp_path / side
+        shutil.copytree(model_case("llama-msprobe-L1") / side, copies[side])
+        dump_json = next(copies[side].rglob("dump.json"))
+        dump = json.loads(dump_json.read_text())
+        for entry in dump["data"].values():
+            for out in entry.get("output") or []:
+                if isinstance(out, dict) and (out.get("shape") or [0])[-1] == 256:
+                    out["shape"][-1] = 264  # the logits are padded; the table has 256 rows
+        dump_json.write_text(json.dumps(dump))
+    comparison = open_comparison(copies["golden"], copies["test"], cache=False)
+    assert comparison.pairing.tokens == [0, 1, 2, 3]
+    assert all(api_of(next(iter(nodes))) == EMBEDDING for nodes in comparison.golden.tokens.values())
+    assert any("never reached an output as wide as the embedding table" in n for n in comparison.golden.notes)

@@ -31,7 +31,7 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
-from tui_acc.dumps.msprobe_passes import is_module, module_call_index, split_passes, top_of
+from tui_acc.dumps.msprobe_passes import is_module, module_call_index, split_passes, tops
 
 FORMAT = "msprobe"
 ROOT = "model"
@@ -88,8 +88,9 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
         token = passes.token_of.get(name)
         if token is not None:
             tokens.setdefault(token, {})[name] = refs
+    holder_tops = tops(list(holders), parents)
     for name in holders:  # modules recorded only in construct.json (no tensors) still hold their children
-        token = module_call_index(top_of(name, parents))
+        token = module_call_index(holder_tops[name])
         if token is not None:
             tokens.setdefault(token, {}).setdefault(name, [])
     if passes.between:
@@ -247,20 +248,25 @@ def _check_construct(
             message = f"{name}: its parent {parent} is not a module call; shown at the top level"
             problems.append(Problem(str(path), message))
             parents[name] = None
+    done: set[str] = set()  # each record's chain is walked once: linear even for a malformed tree
     for name in list(parents):
-        seen = [name]
-        while (parent := parents.get(seen[-1])) is not None:
-            if parent in seen:  # cut the cycle where it closes: each cycle is found and named once
-                cycle = seen[seen.index(parent) :]
-                chain = " -> ".join([*cycle, parent])
+        chain: dict[str, None] = {}  # the current walk, in order (a dict: ordered, and O(1) lookups)
+        current: str | None = name
+        while current is not None and current not in done:
+            if current in chain:  # cut the cycle where it closes: each cycle is found and named once
+                cycle = [*list(chain)[list(chain).index(current) :], current]
+                last = cycle[-2]
                 problems.append(
                     Problem(
-                        str(path), f"parents form a cycle ({chain}); {seen[-1]} is shown at the top level"
+                        str(path),
+                        f"parents form a cycle ({' -> '.join(cycle)}); {last} is shown at the top level",
                     )
                 )
-                parents[seen[-1]] = None
+                parents[last] = None
                 break
-            seen.append(parent)
+            chain[current] = None
+            current = parents.get(current)
+        done.update(chain)
 
 
 # --- tensors ------------------------------------------------------------------------------------

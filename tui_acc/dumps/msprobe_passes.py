@@ -58,7 +58,7 @@ class Passes:
 
 def split_passes(order: list[str], data: Mapping[str, Any], parents: Mapping[str, str | None]) -> Passes:
     """Assign every record of ``order`` (dump.json order: completion order) to a token or to none."""
-    top = {name: top_of(name, parents) for name in order}
+    top = tops(order, parents)
     if any(is_module(t) for t in top.values()):
         passes = _by_module_calls(order, top)
     else:
@@ -74,13 +74,19 @@ def module_call_index(name: str) -> int | None:
     return int(call.group(2)) if call else None
 
 
-def top_of(name: str, parents: Mapping[str, str | None]) -> str:
-    """The outermost record above ``name`` (itself when it has no parent)."""
-    seen = {name}
-    while (parent := parents.get(name)) and parent not in seen:  # a cycle is reported elsewhere
-        seen.add(parent)
-        name = parent
-    return name
+def tops(names: list[str], parents: Mapping[str, str | None]) -> dict[str, str]:
+    """The outermost record above each name (itself when it has none).
+
+    Each chain is walked once, so a deep, malformed tree stays linear."""
+    found: dict[str, str] = {}
+    for name in names:
+        chain = {name: None}  # ordered, with O(1) lookups
+        last = name
+        while last not in found and (parent := parents.get(last)) and parent not in chain:
+            chain[parent] = None
+            last = parent
+        found.update(dict.fromkeys(chain, found.get(last, last)))
+    return found
 
 
 def _by_module_calls(order: list[str], top: dict[str, str]) -> Passes:
@@ -116,20 +122,27 @@ def _by_embedding(order: list[str], data: Mapping[str, Any]) -> Passes:
         )
         passes.token_of = dict.fromkeys(order, 0)
         return passes
-    token, vocab, open_pass = -1, None, False
+    token, vocab, open_pass, unclosed = -1, None, False, 0
     for name in order:
-        if not open_pass and api_of(name) == EMBEDDING:
-            token, open_pass = token + 1, True
-            vocab = _embedding_rows(data.get(name))
+        if api_of(name) == EMBEDDING:
+            rows = _embedding_rows(data.get(name))
+            # the token table again (not GPT-2's position table) while a pass is open: that pass
+            # never reached a vocabulary-wide output, and a new one starts here
+            if not open_pass or (rows is not None and rows == vocab):
+                unclosed += open_pass
+                token, open_pass, vocab = token + 1, True, rows
         if not open_pass:
             passes.between.append(name)
             continue
         passes.token_of[name] = token
         if vocab is not None and vocab in _output_last_dims(data.get(name)):
             open_pass = False
-    if open_pass and vocab is None:
+    unclosed += open_pass
+    if unclosed:
         passes.notes.append(
-            f"the {EMBEDDING} calls record no table shape, so a pass's end (its logits) is not known"
+            f"{unclosed} forward passes never reached an output as wide as the embedding table "
+            f"({vocab if vocab is not None else 'shape not recorded'}): their ends, and so their logits, "
+            "are guessed; --logits-node names the logits"
         )
     return passes
 

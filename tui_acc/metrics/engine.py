@@ -79,6 +79,10 @@ class MetricsEngine:
         tree = pairing.golden.tree
         holder: str | None = pairing.logits_node if pairing.logits_node in tree.nodes else None
         self._logits_holders: set[str] = set()
+        inner = holder
+        while inner is not None and tree.children(inner):  # the call inside that made the logits
+            inner = tree.children(inner)[-1]  # (msprobe mix: lm_head's F.linear, its last child)
+            self._logits_holders.add(pairing.golden.stable_name(inner))
         while holder is not None:
             self._logits_holders.add(pairing.golden.stable_name(holder))
             holder = tree.nodes[holder].parent
