@@ -53,7 +53,8 @@ class Case:
     fault_token: int
     level: str = ""  # msprobe: L0 | L1 | mix
     task: str = "tensor"  # msprobe: tensor | statistics
-    summary_mode: str = "statistics"  # msprobe statistics task: statistics | md5
+    summary_mode: str = "statistics"  # msprobe statistics task: statistics | md5 | xor
+    golden_risk_level: str = ""  # msprobe: the golden's risk_level (the test keeps the default, FOCUS)
     api_fault: bool = False  # the fault is inside the module's F.linear call (an API), not after it
     # "stale": the last TILE output columns keep the previous step's values (shows in the values,
     # hardly in a norm); "scale": they come out doubled (a wrong scale: shows in the statistics too)
@@ -89,6 +90,35 @@ CASES: dict[str, Case] = {
         api_fault=True,
         fault_kind="scale",
     ),
+    # msprobe's default risk_level FOCUS leaves view/reshape/transpose/to... out of the test; the
+    # golden was dumped with risk_level ALL, so those records are present on one side only
+    "llama-msprobe-L1-focus": Case(
+        "llama",
+        "msprobe",
+        "bfloat16",
+        "model.layers.1.mlp.down_proj",
+        2,
+        "L1",
+        "statistics",
+        api_fault=True,
+        fault_kind="scale",
+        golden_risk_level="ALL",
+    ),
+    # checksums only: both sides in float32, so every tensor before the fault has the same bits
+    "llama-msprobe-L1-xor": Case(
+        "llama",
+        "msprobe",
+        "float32",
+        "model.layers.1.mlp.down_proj",
+        2,
+        "L1",
+        "statistics",
+        summary_mode="xor",
+        api_fault=True,
+        fault_kind="scale",
+    ),
+    # single-point saves (PrecisionDebugger.save) of each MLP, each layer and the logits; step() per token
+    "llama-msprobe-debug": Case("llama", "msprobe", "bfloat16", "model.layers.1.mlp.down_proj", 2, "debug"),
     "qwen2moe-msit": Case("qwen2_moe", "msit", "bfloat16", "model.layers.1.mlp.experts", 2),
     "qwen2moe-msprobe-L0": Case("qwen2_moe", "msprobe", "bfloat16", "model.layers.1.mlp.experts", 2, "L0"),
     "gpt2-msit": Case("gpt2", "msit", "float16", "transformer.h.1.mlp.c_proj", 2),
@@ -202,6 +232,32 @@ def install_api_fault(model: Any, case: Case, tokens: TokenCounter, record: dict
     F.linear = faulty_linear
 
 
+def install_saves(model: Any, debugger: Any, case: Case, record: dict[str, Any]) -> None:
+    """Level debug: save each layer's MLP output and output, and the logits; a step per token.
+
+    The saves run in forward hooks, so an MLP's save comes before its layer's; the logits' hook
+    ends the forward pass, and ``step()`` there makes each token a step folder of its own.
+    """
+    layers = model.model.layers
+    for index, layer in enumerate(layers):
+        layer.mlp.register_forward_hook(
+            lambda _m, _i, out, name=f"mlp{index}": debugger.save(out, name, save_backward=False)
+        )
+        layer.register_forward_hook(
+            lambda _m, _i, out, name=f"layer{index}": debugger.save(
+                out[0] if isinstance(out, tuple) else out, name, save_backward=False
+            )
+        )
+
+    def end_of_pass(_module: Any, _inputs: Any, out: Any) -> None:
+        debugger.save(out, "logits", save_backward=False)
+        debugger.step()
+
+    model.lm_head.register_forward_hook(end_of_pass)
+    fault_layer = case.fault_module.split(".")[2]  # model.layers.{i}.mlp...
+    record["fault_record"] = f"mlp{fault_layer}.0.debug"  # a save's count starts at 0 every step
+
+
 def _faulty_output(case: Case, out: Any, stale: Any) -> Any:
     patched = out.clone()
     if case.fault_kind == "scale":
@@ -238,12 +294,19 @@ def dump_side(name: str, side: str, out: Path) -> None:
         from msprobe.pytorch import PrecisionDebugger
 
         config = out / f"{side}_config.json"
-        config.write_text(json.dumps(_msprobe_config(case, out)), encoding="utf-8")
+        settings = _msprobe_config(case, out)
+        if side == "golden" and case.golden_risk_level:
+            settings["risk_level"] = case.golden_risk_level
+        config.write_text(json.dumps(settings), encoding="utf-8")
         debugger = PrecisionDebugger(config_path=str(config))
-        debugger.start(model)
-        ids = _generate(model)
-        debugger.stop()
-        debugger.step()
+        if case.level == "debug":
+            install_saves(model, debugger, case, record)
+            ids = _generate(model)
+        else:
+            debugger.start(model)
+            ids = _generate(model)
+            debugger.stop()
+            debugger.step()
         config.rename(out.parent / config.name)
     record["generated"] = ids
     (out.parent / f"{side}_run.json").write_text(json.dumps(record), encoding="utf-8")
@@ -309,7 +372,7 @@ def make_case(name: str, work: Path) -> Path:
 def _relativise(case_dir: Path) -> None:
     """No absolute path of this machine stays in the dumps: dump.json's data dir, stack.json's files."""
     site = re.escape(str(Path(shutil.which("python") or sys.executable).parents[1]))
-    for dump_json in case_dir.rglob("dump.json"):
+    for dump_json in [*case_dir.rglob("dump.json"), *case_dir.rglob("debug.json")]:
         data = json.loads(dump_json.read_text(encoding="utf-8"))
         if data.get("dump_data_dir"):
             data["dump_data_dir"] = "dump_tensor_data"

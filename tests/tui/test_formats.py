@@ -78,3 +78,29 @@ async def test_statistics_dumps_show_statistics_columns(reference: Path, tmp_pat
         assert "NormRel" in labels and "Cosine" not in labels
         first = str(ops.coordinate_to_cell_key(ops.cursor_coordinate).row_key.value)
         assert first.startswith("Module.model.")
+
+
+async def test_the_detail_panel_names_records_one_side_left_out(model_case, tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from tui_acc.tui.widgets.tensor_detail import TensorDetail
+
+    folder = model_case("llama-msprobe-L1-focus")  # golden dumped with risk_level ALL, test with FOCUS
+    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    gap_before = next(iter(comparison.pairing.absent_before(2)))
+    app = AccApp(comparison, export_dir=tmp_path)
+    async with app.run_test(size=(120, 32)) as pilot:
+        await settle(pilot)
+        await pilot.press("f", "enter")  # the first failing token, 2
+        await settle(pilot)
+        ops = app.screen.query_one("#ops", DataTable)
+        ops.move_cursor(row=ops.get_row_index(gap_before))
+        await pilot.pause()
+        console = Console(width=200, record=True)
+        console.print(app.screen.query_one(TensorDetail).content)
+        text = console.export_text()
+    absent = comparison.pairing.absent_before(2)[gap_before]
+    from tui_acc.tui.formatting import short_name
+
+    assert "not in test just before it" in text
+    assert short_name(absent[0].name) in text and all(u.side == "golden" for u in absent)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui_acc.dumps import msit_atb, msit_torch, msprobe, msprobe_atb, single
+from tui_acc.dumps import msit_atb, msit_torch, msprobe, msprobe_atb, msprobe_debug, single
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, TensorRef
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 
@@ -27,7 +27,7 @@ __all__ = [
 EXPECTED = (
     "an msit torch dump (model_tree.json, torch_tensors/ or msit_dump_*/torch_tensors/), "
     "an msit ATB dump (tensors/{device}_{pid}/ or msit_dump_*/tensors/), "
-    "an msprobe dump (step*/rank*|proc*/dump.json), an msprobe ATB dump (statistic.csv), "
+    "an msprobe dump (step*/rank*|proc*/dump.json or debug.json), an msprobe ATB dump (statistic.csv), "
     "or a single tensor file (.pth, .pt, .bin)"
 )
 
@@ -59,4 +59,6 @@ def open_dump(path: str | Path, token_offset: int | None = None, rank: int | Non
         return msit_atb.read(root, token_offset=token_offset, rank=rank)
     if msprobe.claims(root):
         return msprobe.read(root, rank=rank)
+    if msprobe_debug.claims(root):
+        return msprobe_debug.read(root, rank=rank)
     raise DumpError(f"{root}: not a dump tui-acc can read; expected {EXPECTED}")

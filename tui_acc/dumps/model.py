@@ -51,6 +51,15 @@ class Stats:
     norm: float | None
     dtype: str | None = None
     shape: tuple[int, ...] | None = None
+    # msprobe summary_mode md5 (a CRC32, with the statistics) or xor (a checksum instead of them)
+    checksum: str | None = None
+    # msprobe task nan_check: whether the call produced a NaN (a record's flag, not a tensor's)
+    is_nan: bool | None = None
+
+    def comparable(self) -> bool:
+        """Whether it records anything to compare (an NPU's NZ-format tensor has null statistics)."""
+        numbers = (self.max, self.min, self.mean, self.norm)
+        return any(v is not None for v in numbers) or self.checksum is not None or self.is_nan is not None
 
 
 @dataclass(frozen=True, order=True)

@@ -31,7 +31,7 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
-from tui_acc.dumps.msprobe_passes import is_module, module_call_index, split_passes, tops
+from tui_acc.dumps.msprobe_passes import api_of, is_module, module_call_index, split_passes, tops
 
 FORMAT = "msprobe"
 ROOT = "model"
@@ -40,6 +40,10 @@ _RANK = re.compile(r"^(rank|proc)(\d+)$")
 _CALL = re.compile(r"\.(forward|backward)\.(\d+)$")
 _API_CALL = re.compile(r"\.(\d+)\.(forward|backward)$")
 LEVELS = ("L0", "L1", "mix")
+# LOW-risk APIs of msprobe (api_dump/api_risk_level.py's LOW_RISK_API_SET) that a transformer calls in
+# every layer: an L1 or mix dump of a model without any of them was filtered by risk_level FOCUS
+LAYOUT_APIS = frozenset({"view", "reshape", "transpose", "permute", "to", "unsqueeze", "contiguous", "float"})
+_FOCUS_EVIDENCE = 50  # records: a tiny dump may simply not call any of them
 
 
 def claims(path: Path) -> bool:
@@ -82,8 +86,9 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
     notes += [f"{rank_dir}: {note}" for note in passes.notes]
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
     statistics_only = True
+    builder = _RefBuilder(tensor_dir, dump_json, problems)
     for name, entry in data.items():
-        refs = _refs(name, entry, tensor_dir, dump_json, task, problems)
+        refs = builder.refs(name, entry)
         statistics_only &= all(not r.has_data for r in refs)
         token = passes.token_of.get(name)
         if token is not None:
@@ -99,8 +104,16 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
             f"{rank_dir}: {len(passes.between)} records were made between forward passes "
             f"(generate()'s own calls, e.g. {examples}): they belong to no token and are not compared"
         )
-    if statistics_only:
-        notes.append(f"msprobe task '{task}': statistics only (Max/Min/Mean/Norm), no tensor data")
+    notes += _content_notes(rank_dir, task, statistics_only, builder, data)
+    if (
+        level in ("L1", "mix")
+        and len(data) >= _FOCUS_EVIDENCE
+        and not any((api := api_of(name)) and api.rsplit(".", 1)[-1] in LAYOUT_APIS for name in data)
+    ):
+        notes.append(
+            f"{rank_dir}: no reshape/view/transpose/permute/to records: dumped with msprobe's default "
+            "risk_level FOCUS, which leaves them out; an operator fed by them is judged by its own inputs"
+        )
     return DumpIndex(
         root=path,
         data_dir=rank_dir,
@@ -124,6 +137,38 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
         between_tokens=passes.between,
         logits_hint=passes.logits,
     )
+
+
+def _content_notes(
+    rank_dir: Path, task: str, statistics_only: bool, builder: _RefBuilder, data: dict[str, Any]
+) -> list[str]:
+    """What the user should know about how this dump's records can be compared."""
+    notes = []
+    if task == "nan_check":
+        notes.append(
+            f"{rank_dir}: msprobe task nan_check: each call says only whether it produced a NaN; "
+            "a call is judged by that flag against the golden's"
+        )
+    elif statistics_only and builder.checksums and not builder.numbered:
+        notes.append(
+            f"{rank_dir}: checksums only (msprobe summary_mode xor): tensors are compared by equality, "
+            "bit for bit; against a golden of another dtype or device every tensor differs"
+        )
+    elif statistics_only:
+        what = "Max/Min/Mean/Norm" + (" and an md5 checksum (equal: a pass)" if builder.checksums else "")
+        notes.append(f"msprobe task '{task}': statistics only ({what}), no tensor data")
+    if builder.blank:
+        notes.append(
+            f"{rank_dir}: {builder.blank} tensors are recorded without statistics (NZ-format tensors "
+            "on the NPU, or the task records none): they are not compared"
+        )
+    triton = sum(1 for name in data if name.startswith(TRITON))
+    if triton:
+        notes.append(
+            f"{rank_dir}: {triton} Triton kernel calls: a kernel writes into its arguments, so it is "
+            "judged by what fed it and by its arguments after the run"
+        )
+    return notes
 
 
 # --- finding the data ---------------------------------------------------------------------------
@@ -272,58 +317,78 @@ def _check_construct(
 # --- tensors ------------------------------------------------------------------------------------
 
 
-def _refs(
-    name: str, entry: Any, tensor_dir: Path, dump_json: Path, task: str, problems: list[Problem]
-) -> list[TensorRef]:
-    refs: list[TensorRef] = []
-    if not isinstance(entry, dict):
-        problems.append(Problem(str(dump_json), f"{name}: entry is not an object; skipped"))
+TRITON = "Triton."
+
+
+class _RefBuilder:
+    """Tensor references of dump.json records, and what they could not hold."""
+
+    def __init__(self, tensor_dir: Path, dump_json: Path, problems: list[Problem]) -> None:
+        self.tensor_dir = tensor_dir
+        self.dump_json = dump_json
+        self.problems = problems
+        self.blank = 0  # tensors recorded with nothing to compare (NZ format, nan_check's entries)
+        self.checksums = 0  # tensors with a checksum (summary_mode md5 or xor)
+        self.numbered = 0  # tensors with a statistic (xor writes none)
+
+    def refs(self, name: str, entry: Any) -> list[TensorRef]:
+        refs: list[TensorRef] = []
+        if not isinstance(entry, dict):
+            self.problems.append(Problem(str(self.dump_json), f"{name}: entry is not an object; skipped"))
+            return refs
+        # A Triton kernel writes into its arguments and msprobe records them before and after the
+        # run (output = the arguments): the "inputs" include buffers not yet written, so the kernel
+        # is judged by what fed it, and its arguments after the run as outputs.
+        if not name.startswith(TRITON):
+            for index, arg in enumerate(entry.get("input_args") or []):
+                self.collect(refs, f"input.{index}", "input", arg)
+            for key, arg in (entry.get("input_kwargs") or {}).items():
+                self.collect(refs, f"input.{key}", "input", arg)
+        output = entry.get("output")
+        for index, arg in enumerate(output if isinstance(output, list) else [output] if output else []):
+            self.collect(refs, f"output.{index}", "output", arg)
+        for key, arg in (entry.get("parameters") or {}).items():
+            self.collect(refs, f"parameters.{key}", "param", arg)
+        flag = entry.get("is_nan")
+        if isinstance(flag, bool):  # nan_check: the call's own verdict (null: the check failed)
+            stats = Stats(None, None, None, None, is_nan=flag)
+            refs.append(TensorRef(slot="is_nan", role="output", location=str(self.dump_json), stats=stats))
         return refs
-    for index, arg in enumerate(entry.get("input_args") or []):
-        _collect(refs, f"input.{index}", "input", arg, tensor_dir, dump_json, task, problems)
-    for key, arg in (entry.get("input_kwargs") or {}).items():
-        _collect(refs, f"input.{key}", "input", arg, tensor_dir, dump_json, task, problems)
-    output = entry.get("output")
-    for index, arg in enumerate(output if isinstance(output, list) else [output] if output else []):
-        _collect(refs, f"output.{index}", "output", arg, tensor_dir, dump_json, task, problems)
-    for key, arg in (entry.get("parameters") or {}).items():
-        _collect(refs, f"parameters.{key}", "param", arg, tensor_dir, dump_json, task, problems)
-    return refs
 
-
-def _collect(
-    refs: list[TensorRef],
-    slot: str,
-    role: Role,
-    arg: Any,
-    tensor_dir: Path,
-    dump_json: Path,
-    task: str,
-    problems: list[Problem],
-) -> None:
-    if isinstance(arg, list):
-        for index, item in enumerate(arg):
-            _collect(refs, f"{slot}.{index}", role, item, tensor_dir, dump_json, task, problems)
-        return
-    if not isinstance(arg, dict):
-        return
-    if arg.get("type") != "torch.Tensor":
-        if "type" not in arg:  # a dict output such as a ModelOutput: {field: tensor}
-            for key, item in arg.items():
-                _collect(refs, f"{slot}.{key}", role, item, tensor_dir, dump_json, task, problems)
-        return
-    data_name = arg.get("data_name")
-    if data_name:
-        path = tensor_dir / str(data_name)
-        if not path.is_file():
-            problems.append(Problem(str(path), "listed in dump.json but missing; compared by its statistics"))
-        else:
-            refs.append(TensorRef(slot=slot, role=role, location=str(path)))
+    def collect(self, refs: list[TensorRef], slot: str, role: Role, arg: Any) -> None:
+        """Append the tensors found in ``arg`` (a tensor entry, or lists and dicts of them)."""
+        if isinstance(arg, list):
+            for index, item in enumerate(arg):
+                self.collect(refs, f"{slot}.{index}", role, item)
             return
-    refs.append(TensorRef(slot=slot, role=role, location=str(dump_json), stats=_stats(arg)))
+        if not isinstance(arg, dict):
+            return
+        if arg.get("type") != "torch.Tensor":
+            if "type" not in arg:  # a dict output such as a ModelOutput: {field: tensor}
+                for key, item in arg.items():
+                    self.collect(refs, f"{slot}.{key}", role, item)
+            return
+        data_name = arg.get("data_name")
+        if data_name:
+            path = self.tensor_dir / str(data_name)
+            if path.is_file():
+                refs.append(TensorRef(slot=slot, role=role, location=str(path)))
+                return
+            self.problems.append(
+                Problem(str(path), "listed in dump.json but missing; compared by its statistics")
+            )
+        stats = stats_of_entry(arg)
+        if not stats.comparable():
+            self.blank += 1
+            return
+        self.checksums += stats.checksum is not None
+        self.numbered += any(v is not None for v in (stats.max, stats.min, stats.mean, stats.norm))
+        refs.append(TensorRef(slot=slot, role=role, location=str(self.dump_json), stats=stats))
 
 
-def _stats(arg: dict[str, Any]) -> Stats:
+def stats_of_entry(arg: dict[str, Any]) -> Stats:
+    """A dump.json tensor entry's statistics (None where msprobe wrote null or nothing)."""
+
     def number(key: str) -> float | None:
         value = arg.get(key)
         if isinstance(value, bool):
@@ -331,6 +396,7 @@ def _stats(arg: dict[str, Any]) -> Stats:
         return float(value) if isinstance(value, (int, float)) else None
 
     shape = arg.get("shape")
+    checksum = arg.get("md5")
     return Stats(
         number("Max"),
         number("Min"),
@@ -338,4 +404,5 @@ def _stats(arg: dict[str, Any]) -> Stats:
         number("Norm"),
         str(arg.get("dtype", "")).removeprefix("torch.") or None,
         tuple(int(d) for d in shape) if isinstance(shape, list) else None,
+        checksum=str(checksum) if isinstance(checksum, (str, int)) else None,
     )

@@ -23,7 +23,7 @@ from tui_acc.dumps.model import TensorRef
 from tui_acc.metrics.schema import TENSOR_SCHEMA
 
 # Bump when the kernels change what they compute: old caches are then simply not found.
-VERSION = 3
+VERSION = 4  # 4: checksums and NaN flags of statistics-only dumps
 _STORED = {k: v for k, v in TENSOR_SCHEMA.items() if k != "passed"}
 
 

@@ -51,7 +51,22 @@ def compare_stats(golden: Stats, test: Stats) -> dict[str, object]:
         # equal values differ by 0, infinities included (-inf - -inf would be NaN)
         row[f"{name}_diff"] = None if g is None or t is None else 0.0 if t == g else t - g
         row[f"{name}_rel_diff"] = relative_error(g, t)
+    if golden.checksum is not None or test.checksum is not None:
+        row["golden_checksum"], row["test_checksum"] = golden.checksum, test.checksum
+    if golden.is_nan is not None or test.is_nan is not None:
+        row["golden_is_nan"], row["test_is_nan"] = golden.is_nan, test.is_nan
+    shared = [name for name in FIELDS if row[f"{name}_diff"] is not None]
+    if not shared and (golden.checksum is None or test.checksum is None) and test.is_nan is None:
+        sides = f"golden: {_recorded(golden)}; test: {_recorded(test)}"
+        row["error"] = f"nothing recorded on both sides to compare ({sides})"
     return row
+
+
+def _recorded(stats: Stats) -> str:
+    kinds = [name for name in FIELDS if getattr(stats, name) is not None]
+    kinds += ["checksum"] if stats.checksum is not None else []
+    kinds += ["NaN flag"] if stats.is_nan is not None else []
+    return ", ".join(kinds) or "nothing"
 
 
 def relative_error(golden: float | None, test: float | None) -> float | None:

@@ -154,9 +154,19 @@ def within(row: Mapping[str, object], bounds: Mapping[str, float]) -> bool:
 
 def stats_passed(row: Mapping[str, object], thresholds: Thresholds, floor: str | None = None) -> bool:
     """Verdict from statistics alone: equal extremes for integers; for floats, every statistic
-    within the module docstring's bound."""
+    within the module docstring's bound. A checksum (msprobe summary_mode md5 or xor) that matches
+    passes; one that differs fails when it is all there is (xor), and leaves the statistics to decide
+    otherwise (md5: a golden of another dtype never has the same bits). msprobe's nan_check records
+    only whether a call produced a NaN: that flag decides."""
     if row.get("error"):
         return False
+    if row.get("test_is_nan") is not None:  # nan_check: a NaN only the test produced fails
+        return not (row["test_is_nan"] and not row.get("golden_is_nan"))
+    checksum = row.get("test_checksum")
+    if checksum is not None and checksum == row.get("golden_checksum"):
+        return True  # the same bits
+    if checksum is not None and row.get("norm_diff") is None and row.get("max_diff") is None:
+        return False  # a checksum and nothing else (summary_mode xor): different bits differ
     if _stats_gain_non_finite(row):
         return False
     golden_dtype, test_dtype = row.get("golden_dtype"), row.get("test_dtype")

@@ -74,6 +74,9 @@ class Pairing:
     unmatched_found: list[Unmatched] = field(default_factory=list)  # so far: tokens pair when asked
     notes: list[str] = field(default_factory=list)
     _logits_cache: dict[int, TensorPair | None] = field(default_factory=dict, repr=False, compare=False)
+    _absent_cache: dict[int, dict[str, list[Unmatched]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def node_pairs(self, token: int) -> list[NodePair]:
         return self.nodes.get(token, [])
@@ -102,6 +105,17 @@ class Pairing:
             outputs = node.outputs if node is not None else ()
             self._logits_cache[token] = outputs[0] if outputs else None
         return self._logits_cache[token]
+
+    def absent_before(self, token: int) -> dict[str, list[Unmatched]]:
+        """Golden node -> the records of ``token`` only one side holds, just before it (absent.py)."""
+        if token not in self._absent_cache:
+            from tui_acc.pairing.absent import absent_before
+
+            pairs = self.nodes.get(token, [])  # pairs the token first: that is what finds its unmatched
+            self._absent_cache[token] = absent_before(
+                token, self.golden, self.test, pairs, self.unmatched_found
+            )
+        return self._absent_cache[token]
 
     def tensor_pair_count(self) -> int:
         return sum(len(n.tensors) for nodes in self.nodes.values() for n in nodes)

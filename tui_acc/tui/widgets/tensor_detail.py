@@ -9,6 +9,7 @@ from textual.widgets import Static
 
 from tui_acc.metrics.engine import MetricsEngine, Row
 from tui_acc.pairing import NodePair
+from tui_acc.pairing.model import Unmatched
 from tui_acc.tui import formatting as fmt
 
 
@@ -35,6 +36,9 @@ class TensorDetail(Static):
         head = [title]
         if row is not None and (verdict := _verdict_line(row)):
             head.append(verdict)  # a line of its own: wrapped onto the title it lost its spacing
+        absent = engine.pairing.absent_before(node.token).get(node.golden)
+        if absent:
+            head.append(_absent_line(absent))
         if not node.tensors:
             self.update(Group(*head, Text("no tensor files paired for this node", style="dim")))
             return
@@ -72,11 +76,41 @@ def _verdict_line(row: Row) -> Text:
     return Text("  ").join(Text(words, style=style) for words, style in parts)
 
 
+def _absent_line(records: list[Unmatched]) -> Text:
+    """The records between this operator and the paired one before it that one side does not hold."""
+    parts = []
+    for side in ("golden", "test"):
+        names = [fmt.short_name(r.name) for r in records if r.side == side]
+        if names:
+            shown = ", ".join(names[:_ABSENT_SHOWN]) + (
+                f" +{len(names) - _ABSENT_SHOWN}" if len(names) > _ABSENT_SHOWN else ""
+            )
+            other = "test" if side == "golden" else "golden"
+            parts.append(f"not in {other} just before it: {shown}")
+    return Text("; ".join(parts), style="dim")
+
+
+_ABSENT_SHOWN = 4
+
+
 def _cells(slot: str, row: Row | None) -> list[Text | str]:
     if row is None:
         return [fmt.mark(None), slot, Text("computing…", style=fmt.PENDING_STYLE)]
     if row.get("error"):
         return [fmt.mark(False), slot, Text(row["error"], style=fmt.ERROR_STYLE)]
+    if row.get("test_is_nan") is not None:  # msprobe nan_check: the call's NaN flag
+        flags = f"NaN: golden {_yes_no(row.get('golden_is_nan'))}, test {_yes_no(row['test_is_nan'])}"
+        return [fmt.mark(row["passed"]), slot, "-", "-", Text(flags, style="" if row["passed"] else "red")]
+    if row.get("test_checksum") is not None and row.get("norm_diff") is None:  # summary_mode xor
+        same = row["test_checksum"] == row.get("golden_checksum")
+        words = "same checksum" if same else f"checksum {row.get('golden_checksum')} ≠ {row['test_checksum']}"
+        return [
+            fmt.mark(row["passed"]),
+            slot,
+            row["golden_shape"] or "-",
+            fmt.dtypes(row["golden_dtype"], row["test_dtype"]),
+            Text(words, style="" if same else "red"),
+        ]
     if row.get("stats_only"):
         return [
             fmt.mark(row["passed"]),
@@ -104,3 +138,7 @@ def _cells(slot: str, row: Row | None) -> list[Text | str]:
     if nan:
         cells.append(Text(f"{nan} NaN/Inf in test", style="red"))
     return cells
+
+
+def _yes_no(flag: object) -> str:
+    return "-" if flag is None else "yes" if flag else "no"

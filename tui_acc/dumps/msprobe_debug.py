@@ -1,0 +1,142 @@
+"""Reader for msprobe's single-point saves (level ``debug``: ``PrecisionDebugger.save``).
+
+Layout::
+
+    {dump_path}/step{N}/{rank{R} | proc{PID}}/debug.json
+                                             /dump_tensor_data/{var}.{count}.debug[.{i}].pt  (task "tensor")
+
+``debug.json`` holds one record per save, ``{var}.{count}.debug``, its value a tensor entry or a
+list/dict of them (as in dump.json); ``count`` counts the saves of ``var`` within a step and
+starts again at 0 after ``debugger.step()``. A token is a step: the user calls ``step()`` once per
+forward pass. Each save is a node, flat in save order; it has no inputs, so a save is judged by the
+saves before it (the first that differs while the ones before it match is where the error starts).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tui_acc.dumps.model import (
+    DumpError,
+    DumpIndex,
+    Node,
+    NodeTree,
+    Problem,
+    TensorRef,
+    pick_rank,
+    rank_sort_key,
+)
+from tui_acc.dumps.msprobe import _RefBuilder
+
+FORMAT = "msprobe-debug"
+FILE = "debug.json"
+ROOT = "saves"
+_STEP = re.compile(r"^step(\d+)$")
+_RANK = re.compile(r"^(rank|proc)(\d+)$")
+
+
+def claims(path: Path) -> bool:
+    return bool(_step_folders(path)) or (path.name == FILE and path.is_file())
+
+
+def read(path: Path, rank: int | None = None) -> DumpIndex:
+    notes: list[str] = []
+    problems: list[Problem] = []
+    if path.name == FILE:
+        steps = {0: path.parent}
+        ranks: list[str] = []
+    else:
+        steps, ranks, rank = _choose_rank(path, rank, notes)
+    tree = NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "saves", None, 0)})
+    tokens: dict[int, dict[str, list[TensorRef]]] = {}
+    builders = []
+    for step, folder in sorted(steps.items()):
+        debug_json = folder / FILE
+        try:
+            raw = json.loads(debug_json.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            problems.append(Problem(str(debug_json), f"unreadable ({exc}); step {step} is not compared"))
+            continue
+        if not isinstance(raw, dict) or not isinstance(raw.get("data"), dict):
+            problems.append(Problem(str(debug_json), f"no 'data' object; step {step} is not compared"))
+            continue
+        builder = _RefBuilder(folder / "dump_tensor_data", debug_json, problems)
+        builders.append(builder)
+        nodes = tokens.setdefault(step, {})
+        for name, value in raw["data"].items():
+            refs: list[TensorRef] = []
+            builder.collect(refs, "value", "output", value)
+            nodes[name] = refs
+            if name not in tree.nodes:
+                tree.nodes[name] = Node(name, name.split(".", 1)[0], ROOT, 1)
+                tree.nodes[ROOT].children.append(name)
+    if not tokens:
+        raise DumpError(f"{path}: no readable {FILE} (msprobe level debug)")
+    statistics_only = all(
+        not ref.has_data for nodes in tokens.values() for refs in nodes.values() for ref in refs
+    )
+    notes.append(
+        f"msprobe level debug: {len(tokens)} steps are the tokens; each save is a node, judged by the "
+        "saves before it; the token's verdict is its last save's"
+    )
+    if statistics_only:
+        notes.append(
+            "msprobe level debug, task statistics: statistics only (Max/Min/Mean/Norm), no tensor data"
+        )
+    blank = sum(b.blank for b in builders)
+    if blank:
+        notes.append(f"{blank} saved tensors are recorded without statistics: they are not compared")
+    return DumpIndex(
+        root=path,
+        data_dir=next(iter(steps.values())),
+        format=FORMAT,
+        tree=tree,
+        tokens=dict(sorted(tokens.items())),
+        order_source="debug.json order",
+        problems=problems,
+        notes=notes,
+        statistics_only=statistics_only,
+        ranks=ranks,
+        rank=rank,
+    )
+
+
+def _step_folders(path: Path) -> dict[int, list[Path]]:
+    """step number -> its rank/proc folders holding a debug.json, at or below ``path``."""
+    if _RANK.match(path.name) and (path / FILE).is_file():
+        return {0: [path]}
+    if not path.is_dir():
+        return {}
+    steps = (
+        [path]
+        if _STEP.match(path.name)
+        else [p for p in path.iterdir() if p.is_dir() and _STEP.match(p.name)]
+    )
+    found: dict[int, list[Path]] = {}
+    for step in steps:
+        ranks = [p for p in step.iterdir() if p.is_dir() and _RANK.match(p.name) and (p / FILE).is_file()]
+        if ranks:
+            found[int(step.name[4:])] = ranks
+    return found
+
+
+def _choose_rank(
+    path: Path, rank: int | None, notes: list[str]
+) -> tuple[dict[int, Path], list[str], int | None]:
+    """Every step's folder of one rank (matched by folder name; proc folders by their order)."""
+    by_step = _step_folders(path)
+    names = sorted({p.name for folders in by_step.values() for p in folders}, key=rank_sort_key)
+    first_step = min(by_step)
+    chosen, picked = pick_rank(path, by_step[first_step], rank, notes)
+    position = sorted(by_step[first_step], key=lambda p: rank_sort_key(p.name)).index(chosen)
+    steps: dict[int, Path] = {}
+    for step, folders in by_step.items():
+        ordered = sorted(folders, key=lambda p: rank_sort_key(p.name))
+        same = [p for p in ordered if p.name == chosen.name]
+        if same:
+            steps[step] = same[0]
+        elif position < len(ordered):  # proc{pid} names differ from step to step only if the process did
+            steps[step] = ordered[position]
+    return steps, names, picked
