@@ -90,6 +90,13 @@ def test_msprobe_torch_redump_of_api_calls_dumps_at_their_level(nodes: tuple[str
     assert "Functional.linear.43.forward" in config["tensor"]["list"]  # msprobe matches it by substring
 
 
+def test_msprobe_torch_redump_of_saves_is_level_debug_without_a_list() -> None:
+    selection = Selection("test", 2, 2, ("mlp1.0.debug", "layer1.0.debug"))
+    plan = build_plan(selection, SideSettings("msprobe-torch", exec="python gen.py"), FOLDER)
+    config = json.loads(plan.files[FOLDER / "msprobe_config.json"])
+    assert config["level"] == "debug" and config["tensor"]["list"] == []
+
+
 def test_torch_side_gets_token_modules_and_folder_in_the_environment() -> None:
     selection = Selection("golden", 3, 3, ("root.model.layers.2.mlp", "root.lm_head"))
     plan = build_plan(selection, SideSettings("torch", exec="python run.py --cpu"), FOLDER)

@@ -145,14 +145,16 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
         argv = exec_argv
     elif dumper == "msprobe-torch":
         config = folder / "msprobe_config.json"
-        names = [_msprobe_module(name) for name in selection.nodes]
+        level = _msprobe_level(selection.nodes)
+        # level debug dumps what the script saves (debugger.save): there is no list to narrow
+        names = [] if level == "debug" else [_msprobe_module(name) for name in selection.nodes]
         files[config] = json.dumps(
             {
                 "task": "tensor",
                 "dump_path": values["out"],
                 "rank": [],
                 "step": [],
-                "level": _msprobe_level(selection.nodes),
+                "level": level,
                 "async_dump": False,
                 "tensor": {"scope": [], "list": names, "data_mode": ["all"], "file_format": "npy"},
             },
@@ -203,10 +205,13 @@ def atb_id_chain(name: str) -> str | None:
 
 
 def _msprobe_level(names: Sequence[str]) -> str:
-    """L0 for modules, L1 for API calls (``Functional.linear.43.forward``), mix for both.
+    """L0 for modules, L1 for API calls (``Functional.linear.43.forward``), mix for both; debug for
+    single-point saves (``mlp1.0.debug``).
 
     msprobe's ``list`` matches by substring, so an API call's full name picks that one call.
     """
+    if names and all(name.endswith(".debug") for name in names):
+        return "debug"
     apis = [is_module(name) for name in names]
     return "L0" if all(apis) else "L1" if not any(apis) else "mix"
 
