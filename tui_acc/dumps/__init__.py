@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui_acc.dumps import msit_atb, msit_torch, msprobe, msprobe_atb, single
+from tui_acc.dumps import msit_atb, msit_torch, msprobe, msprobe_atb, sglang, single
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, TensorRef
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 
@@ -28,6 +28,7 @@ EXPECTED = (
     "an msit torch dump (model_tree.json, torch_tensors/ or msit_dump_*/torch_tensors/), "
     "an msit ATB dump (tensors/{device}_{pid}/ or msit_dump_*/tensors/), "
     "an msprobe dump (step*/rank*|proc*/dump.json), an msprobe ATB dump (statistic.csv), "
+    "an SGLang dumper folder (step=*___rank=*___dump_index=*___name=*...pt), "
     "or a single tensor file (.pth, .pt, .bin)"
 )
 
@@ -47,6 +48,8 @@ def open_dump(path: str | Path, token_offset: int | None = None, rank: int | Non
         return msprobe_atb.read(root)
     if single.claims(root):
         return single.read(root)
+    if sglang.claims(root):
+        return sglang.read(root, rank=rank)
     torch_like, atb_like = msit_torch.claims(root), msit_atb.claims(root)
     if torch_like and atb_like:
         raise DumpError(
