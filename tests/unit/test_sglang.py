@@ -239,3 +239,18 @@ def test_without_input_ids_steps_pair_by_number(case_dir, tmp_path):
     comparison = open_comparison(case_dir / "golden", test, cache=False)
     assert not any("aligned by the input_ids" in note for note in comparison.test.notes)
     assert comparison.test.exec_counts == {}
+
+
+def test_a_redump_of_the_test_side_asks_for_the_servers_own_step(case_dir, case, tmp_path):
+    from datetime import datetime
+
+    from tui_acc.redump import load_settings
+    from tui_acc.redump.select import plan_for
+
+    comparison = open_comparison(case_dir / "golden", case_dir / "test", cache=False)
+    settings = load_settings({"test": {"dumper": "sglang-dumper", "exec": "python -m sglang.launch_server"}})
+    token = case["fault_step"]
+    plan = plan_for(comparison, settings, "test", token, case["fault_module"], datetime(2026, 1, 1), tmp_path)
+    assert plan.selection.step == token + case["test_step_shift"]  # the warm-up ran first
+    assert plan.selection.nodes == (case["fault_module"], "lm_head")
+    assert "non_intrusive__model.layers.1.mlp.down_proj." in plan.env["DUMPER_FILTER"]
