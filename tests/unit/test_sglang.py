@@ -254,3 +254,25 @@ def test_a_redump_of_the_test_side_asks_for_the_servers_own_step(case_dir, case,
     assert plan.selection.step == token + case["test_step_shift"]  # the warm-up ran first
     assert plan.selection.nodes == (case["fault_module"], "lm_head")
     assert "non_intrusive__model.layers.1.mlp.down_proj." in plan.env["DUMPER_FILTER"]
+
+
+def test_indexing_opens_files_only_to_read_dims_of_a_multi_rank_dump(case_dir, monkeypatch):
+    opened: list[str] = []
+    real = torch.load
+
+    def counting(path, *args, **kwargs):
+        opened.append(str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counting)
+    open_dump(case_dir / "golden")
+    open_dump(case_dir / "test_tp2", rank=1)
+    assert opened == []  # one rank, or not the rank --gather takes the merges from: names only
+    index = open_dump(case_dir / "test_tp2")
+    names = {
+        ref.path.name.split("___name=")[1].split("___")[0]
+        for n in index.tokens.values()
+        for r in n.values()
+        for ref in r
+    }
+    assert len(opened) == len(names)  # the first file of each name, once

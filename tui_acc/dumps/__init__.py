@@ -48,8 +48,6 @@ def open_dump(path: str | Path, token_offset: int | None = None, rank: int | Non
         return msprobe_atb.read(root)
     if single.claims(root):
         return single.read(root)
-    if sglang.claims(root):
-        return sglang.read(root, rank=rank)
     torch_like, atb_like = msit_torch.claims(root), msit_atb.claims(root)
     if torch_like and atb_like:
         raise DumpError(
@@ -62,4 +60,6 @@ def open_dump(path: str | Path, token_offset: int | None = None, rank: int | Non
         return msit_atb.read(root, token_offset=token_offset, rank=rank)
     if msprobe.claims(root):
         return msprobe.read(root, rank=rank)
+    if sglang.claims(root):  # last: it lists every folder right below the root, looking for an experiment
+        return sglang.read(root, rank=rank)
     raise DumpError(f"{root}: not a dump tui-acc can read; expected {EXPECTED}")

@@ -285,8 +285,8 @@ def _merges_from_dims(records: list[Record], problems: list[Problem], notes: lis
         others = sorted(axis for axis in sizes if axis not in _TP_AXES)
         if others:
             notes.append(
-                f"only tensor parallelism is unsharded; {', '.join(others)} ranks are gathered as "
-                "if they were tensor-parallel ranks"
+                f"only tensor parallelism is unsharded: with {', '.join(others)} above 1 as well, "
+                "--gather merges the files as if every process were a tensor-parallel one"
             )
     return merges
 
