@@ -43,12 +43,12 @@ _FILE = re.compile(
     r"^step=(?P<step>\d+)___rank=(?P<rank>\d+)___dump_index=(?P<index>\d+)___name=(?P<rest>.+)\.pt$"
 )
 _RECOMPUTE = "___recompute_status="
-# dumper.py:742-753: "non_intrusive__" + module path + "inputs.{i|kwarg}" or "output", then the key
+# dumper.py:722-756: "non_intrusive__" + module path + "inputs.{i|kwarg}" or "output", then the key
 # of one tensor of a tuple or plugin object ("output.0", "output.next_token_logits")
 _HOOK = re.compile(r"^(?:(?P<module>.+)\.)?(?P<slot>(?:inputs\.[^.]+|output)(?:\.[^.]+)?)$")
 # The layer a module belongs to: the hooks set layer_id inside modules named "...layers.N" (dumper.py:658)
 _LAYER_MODULE = re.compile(r"^(?P<path>(?:.+\.)?layers\.(?P<layer>\d+))(?:\..+)?$")
-# Where the automatic hooks put the logits: SGLang's LogitsProcessorOutput field (dumper.py:1769),
+# Where the automatic hooks put the logits: SGLang's LogitsProcessorOutput field (dumper.py:1767),
 # else the module that computes them.
 _LOGITS_SLOT = "next_token_logits"
 _LOGITS_MODULES = ("logits_processor", "lm_head")
