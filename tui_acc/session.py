@@ -64,6 +64,10 @@ def open_comparison(
         test_index = _gathered(test, token_offset)
     else:
         test_index = open_dump(test, token_offset=token_offset, rank=rank)
+    if golden_index.format == test_index.format == "sglang":
+        from tui_acc.dumps.sglang_align import align_steps
+
+        test_index = align_steps(golden_index, test_index)
     known = {golden_index.stable_name(n) for n in golden_index.tree.nodes}
     if logits_node is not None and logits_node not in golden_index.tree.nodes and logits_node not in known:
         raise DumpError(

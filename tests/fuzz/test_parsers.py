@@ -267,3 +267,54 @@ def test_config_files(scratch: Path, text: str) -> None:
         load_settings(config.sections.get("redump"), str(path))
     except (ConfigError, SettingsError) as exc:
         assert str(path) in str(exc)
+
+
+# --- SGLang's dumper ----------------------------------------------------------------------------
+
+_sglang_names = st.one_of(
+    st.builds(
+        "step={}___rank={}___dump_index={}___name={}___recompute_status={}{}.pt".format,
+        st.integers(0, 3),
+        st.integers(0, 2),
+        st.integers(1, 40),
+        st.one_of(
+            st.sampled_from(
+                ["input_ids", "non_intrusive__model.layers.0.mlp.output", "non_intrusive__output"]
+            ),
+            st.text(alphabet="abc_.=#0", min_size=1, max_size=12),
+        ),
+        st.sampled_from(["disabled", "original", ""]),
+        st.sampled_from(["", "___layer_id=0", "___layer_id=x", "___tp_rank=1___pp_rank=0", "___junk"]),
+    ),
+    st.text(alphabet="step=_rank0123.pt", max_size=40).map(lambda t: "step=" + t + ".pt"),
+)
+
+
+@BUDGET
+@given(names=st.lists(_sglang_names, min_size=1, max_size=8, unique=True), dims=st.text(max_size=30))
+def test_sglang_dumper_folders(scratch: Path, names: list[str], dims: str) -> None:
+    import torch
+
+    from tui_acc.dumps.sglang import merge_of_dims
+
+    root = scratch / "sglang"
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "exp").mkdir(parents=True)
+    for number, name in enumerate(names):
+        if "/" in name or name in (".", ".."):
+            continue
+        value = {"value": torch.ones(2), "meta": {"dims": dims}} if number % 2 else {"meta": {"dims": dims}}
+        torch.save(value, root / "exp" / name)
+    merge, problem = merge_of_dims(dims)
+    assert isinstance(merge, str) and isinstance(problem, str)
+    try:
+        index = open_dump(root)
+    except DumpError as exc:
+        assert str(root) in str(exc)
+    else:
+        for refs in (r for nodes in index.tokens.values() for r in nodes.values()):
+            for ref in refs:
+                try:
+                    load_tensor(ref.path)
+                except TensorLoadError as exc:
+                    assert str(ref.path) in str(exc)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui_acc.dumps import msit_atb, msit_torch, msprobe, msprobe_atb, msprobe_debug, single
+from tui_acc.dumps import msit_atb, msit_torch, msprobe, msprobe_atb, msprobe_debug, sglang, single
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, TensorRef
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 
@@ -28,6 +28,7 @@ EXPECTED = (
     "an msit torch dump (model_tree.json, torch_tensors/ or msit_dump_*/torch_tensors/), "
     "an msit ATB dump (tensors/{device}_{pid}/ or msit_dump_*/tensors/), "
     "an msprobe dump (step*/rank*|proc*/dump.json or debug.json), an msprobe ATB dump (statistic.csv), "
+    "an SGLang dumper folder (step=*___rank=*___dump_index=*___name=*...pt), "
     "or a single tensor file (.pth, .pt, .bin)"
 )
 
@@ -61,4 +62,6 @@ def open_dump(path: str | Path, token_offset: int | None = None, rank: int | Non
         return msprobe.read(root, rank=rank)
     if msprobe_debug.claims(root):
         return msprobe_debug.read(root, rank=rank)
+    if sglang.claims(root):  # last: it lists every folder right below the root, looking for an experiment
+        return sglang.read(root, rank=rank)
     raise DumpError(f"{root}: not a dump tui-acc can read; expected {EXPECTED}")

@@ -8,6 +8,7 @@ Each tensor becomes the list of its ranks' files, merged when loaded:
 * **auto** otherwise: concatenated along the dimension where the ranks together have the
   golden's size (column-parallel outputs; msit's rule), or taken from rank 0 when every rank
   holds the full tensor (replicated, as after an all-reduce).
+* **cat:D** where the reader knows the split: concatenated along dimension D (SGLang's ``[tp]``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     import torch
 
 SUM, AUTO = "sum", "auto"
+CONCAT = "cat:"  # + the dimension: concatenated along it, as the dump annotated it
 
 
 def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:
@@ -42,7 +44,9 @@ def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:
                     )
                     continue
                 parts = (ref.path, *(o.path for o in others if o is not None))
-                gathered.append(replace(ref, parts=parts, merge=_merge_kind(first, name, ref)))
+                # a reader that knows how its ranks split a tensor (SGLang's dims annotation) says so
+                merge = ref.merge or _merge_kind(first, name, ref)
+                gathered.append(replace(ref, parts=parts, merge=merge))
             nodes[name] = gathered
         tokens[token] = nodes
     note = (
@@ -83,6 +87,12 @@ def merge_parts(
 
     if how == SUM:
         return torch.stack([p.to(torch.float64) for p in parts]).sum(dim=0)
+    if how.startswith(CONCAT):  # "cat:1": along the dimension the dump's own annotation names
+        dim = int(how.removeprefix(CONCAT))
+        if not all(p.dim() > dim for p in parts):
+            shapes = ", ".join(str(list(p.shape)) for p in parts)
+            raise DumpError(f"{where}: ranks {shapes} have no dimension {dim} to concatenate along")
+        return torch.cat(list(parts), dim=dim)
     first = parts[0]
     if like is None or list(first.shape) == list(like):
         return first  # replicated on every rank

@@ -52,9 +52,18 @@ def load_tensor(path: Path, within: Path | None = None) -> torch.Tensor:
         raise TensorLoadError(path, _unpickling_problem(exc)) from exc
     except Exception as exc:
         raise TensorLoadError(path, f"unreadable torch file ({_first_line(exc)})") from exc
+    if isinstance(obj, dict) and ("value" in obj or "meta" in obj):
+        obj = _sglang_value(path, obj)
     if not isinstance(obj, torch.Tensor):
         raise TensorLoadError(path, f"holds a {type(obj).__name__}, not a tensor")
     return obj
+
+
+def _sglang_value(path: Path, record: dict[object, object]) -> object:
+    """SGLang's dumper saves ``{"value": tensor, "meta": {...}}`` (tui_acc/dumps/sglang.py)."""
+    if "value" not in record:
+        raise TensorLoadError(path, "SGLang dump without 'value' (only its meta was saved)")
+    return record["value"]
 
 
 def _check_inside(path: Path, within: Path) -> None:

@@ -24,8 +24,9 @@ from pathlib import Path
 
 from tui_acc.dumps.msprobe_passes import is_module
 from tui_acc.redump.settings import SideSettings
+from tui_acc.redump.sglang import sglang_dumper_env, sglang_msprobe_config
 
-DUMPERS = ("msit-atb", "msprobe-atb", "msprobe-torch", "torch", "custom")
+DUMPERS = ("msit-atb", "msprobe-atb", "msprobe-torch", "sglang", "sglang-dumper", "torch", "custom")
 PLACEHOLDERS = ("token", "step", "ids", "layers", "modules", "out", "exec")
 
 # What a node name may contain to be handed to a dumper (anything else is refused, not escaped).
@@ -165,6 +166,14 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
             "your script: PrecisionDebugger(config_path=os.environ['TUI_ACC_MSPROBE_CONFIG']) and "
             "debugger.start(model, token_range=[t, t]) with t = int(os.environ['TUI_ACC_TOKEN'])"
         )
+        argv = exec_argv
+    elif dumper == "sglang":
+        config = folder / "msprobe_config.json"
+        files[config] = sglang_msprobe_config(selection.step, selection.nodes, values["out"], notes)
+        env["TUI_ACC_MSPROBE_CONFIG"] = str(config)
+        argv = exec_argv if settings.shell else [*exec_argv, "--msprobe-dump-config", str(config)]
+    elif dumper == "sglang-dumper":
+        env.update(sglang_dumper_env(selection.step, selection.nodes, values["out"], notes))
         argv = exec_argv
     elif dumper == "torch":
         argv = exec_argv

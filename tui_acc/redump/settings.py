@@ -6,7 +6,8 @@ exec = "bash run_npu.sh"        # the inference command ({exec}); per side below
 out_dir = "redumps"             # where new dumps go (default: the working directory)
 
 [redump.test]
-dumper = "msit-atb"             # msit-atb | msprobe-atb | msprobe-torch | torch | custom
+dumper = "msit-atb"             # msit-atb | msprobe-atb | msprobe-torch | torch | custom,
+                                # sglang (--msprobe-dump-config) | sglang-dumper (DUMPER_* variables)
 
 [redump.golden]
 dumper = "torch"

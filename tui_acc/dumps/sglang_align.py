@@ -1,0 +1,80 @@
+"""Two SGLang dumper runs: pair their steps by the tokens each step processes.
+
+A step is a forward pass of the server, and two runs need not number them alike: a warm-up
+request, another request scheduled in between, or a re-dump started later shifts every step.
+SGLang's comparator aligns by ``input_ids`` (comparator/aligner/token_aligner); here a test step is
+renumbered to the golden step that processed the same ``input_ids``, in order, where both sides
+dumped them (the hooks dump them under that name at every step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tui_acc.dumps.model import DumpIndex
+from tui_acc.dumps.sglang import INPUT_IDS
+from tui_acc.dumps.tensors import TensorLoadError, load_tensor
+
+
+def align_steps(golden: DumpIndex, test: DumpIndex) -> DumpIndex:
+    """``test`` with its steps numbered as the golden's steps that processed the same tokens.
+
+    A test step no golden step matches keeps a number after every golden step (listed unmatched,
+    with a note). Without ``input_ids`` on both sides the steps pair by number, as dumped.
+    """
+    golden_ids, test_ids = _tokens_by_step(golden), _tokens_by_step(test)
+    if golden_ids is None or test_ids is None:
+        return test
+    golden_steps = sorted(golden_ids)
+    matched: dict[int, int] = {}
+    cursor = 0
+    for step in sorted(test_ids):
+        for position in range(cursor, len(golden_steps)):
+            if golden_ids[golden_steps[position]] == test_ids[step]:
+                matched[step] = golden_steps[position]
+                cursor = position + 1
+                break
+    if all(matched.get(step) == step for step in test_ids):
+        return test
+    spare = max([*golden_steps, *matched.values()], default=-1) + 1
+    numbering: dict[int, int] = {}
+    notes: list[str] = []
+    for step in sorted(test_ids):
+        if step in matched:
+            numbering[step] = matched[step]
+        else:
+            numbering[step] = spare
+            notes.append(
+                f"test step {step} processes tokens no golden step does (a warm-up or another request?); "
+                f"listed as token {spare}, not compared"
+            )
+            spare += 1
+    shifted = [f"test step {step} is golden step {matched[step]}" for step in sorted(matched)]
+    notes.insert(0, "steps aligned by the input_ids they process: " + ", ".join(shifted))
+    return replace(
+        test,
+        tokens={numbering[step]: test.tokens[step] for step in sorted(numbering, key=numbering.__getitem__)},
+        exec_counts={new: test.exec_counts.get(step, step) for step, new in numbering.items()},
+        notes=[*test.notes, *notes],
+    )
+
+
+def _tokens_by_step(index: DumpIndex) -> dict[int, tuple[int, ...]] | None:
+    """Each step's ``input_ids``, or None where a step lacks them or they cannot be read.
+
+    This loads tensors while pairing (the readers never do): which tokens a step processed is
+    written nowhere else. They are a few integers per step.
+    """
+    found: dict[int, tuple[int, ...]] = {}
+    for step, nodes in index.tokens.items():
+        refs = [ref for ref in nodes.get(INPUT_IDS, []) if ref.has_data]
+        if not refs:
+            return None
+        try:
+            ids = load_tensor(refs[0].path, index.data_dir)
+        except TensorLoadError:
+            return None  # the comparison reports the file itself
+        if ids.is_floating_point() or ids.is_complex():
+            return None
+        found[step] = tuple(int(i) for i in ids.flatten().tolist())
+    return found
