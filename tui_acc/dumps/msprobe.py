@@ -36,7 +36,7 @@ from tui_acc.dumps.msprobe_passes import is_module, module_call_index, split_pas
 FORMAT = "msprobe"
 ROOT = "model"
 _STEP = re.compile(r"^step(\d+)$")
-_RANK = re.compile(r"^(rank|proc)(\d+)$")
+_RANK = re.compile(r"^(rank|proc|pid)(\d+)$")  # pid{P}: msprobe's graph mode names folders so
 _CALL = re.compile(r"\.(forward|backward)\.(\d+)$")
 _API_CALL = re.compile(r"\.(\d+)\.(forward|backward)$")
 LEVELS = ("L0", "L1", "mix")
