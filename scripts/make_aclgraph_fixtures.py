@@ -82,7 +82,9 @@ CASES: dict[str, tuple[str, str, list[str]]] = {
 
 
 def _load_model_fixtures() -> Any:
-    spec = importlib.util.spec_from_file_location("make_model_fixtures", REPO / "scripts" / "make_model_fixtures.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_model_fixtures", REPO / "scripts" / "make_model_fixtures.py"
+    )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look themselves up there
@@ -118,7 +120,9 @@ class _Extension:
     def _enabled(switch: Any) -> bool:  # is_switch_enabled_on_host, aclgraph_dump.cpp:461-489
         return switch is None or switch.numel() == 0 or int(switch.reshape(-1)[0]) != 0
 
-    def acl_tensor_save(self, x: Any, path: str, api_name: str, is_call_start: bool = False, switch: Any = None) -> Any:
+    def acl_tensor_save(
+        self, x: Any, path: str, api_name: str, is_call_start: bool = False, switch: Any = None
+    ) -> Any:
         import torch
         from torch.utils._python_dispatch import _disable_current_modes
 
@@ -283,7 +287,9 @@ def dump_side(name: str, side: str, out: Path) -> None:
     out.mkdir(parents=True)
     config = out.parent / f"{side}_config.json"
     config.write_text(
-        json.dumps({"task": task, "dump_path": str(out), "rank": [], "level": level, task: {"list": keywords}}),
+        json.dumps(
+            {"task": task, "dump_path": str(out), "rank": [], "level": level, task: {"list": keywords}}
+        ),
         encoding="utf-8",
     )
     dumper = AclGraphDumper(str(config))
@@ -306,7 +312,9 @@ def dump_side(name: str, side: str, out: Path) -> None:
     data = json.loads(config.read_text(encoding="utf-8"))
     data["dump_path"] = out.name
     config.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    (out.parent / f"{side}_run.json").write_text(json.dumps({"generated": generated, **record}), encoding="utf-8")
+    (out.parent / f"{side}_run.json").write_text(
+        json.dumps({"generated": generated, **record}), encoding="utf-8"
+    )
 
 
 def _archived(written: Path, out: Path) -> Path | None:
@@ -330,7 +338,7 @@ def make_case(name: str, work: Path) -> Path:
             rank.rmdir()
         folder.rmdir()
     fault = runs["test"]
-    if "Aten.mm" in keywords or level == "L1" and "mm" in keywords:  # the faulty aten.mm is recorded
+    if "Aten.mm" in keywords or (level == "L1" and "mm" in keywords):  # the faulty aten.mm is recorded
         call = fault["mm_call"] if task == "tensor" else fault["mm_call_in_step"]
         fault_record = f"Aten.mm.{call}.forward"
     else:  # its module: one call per step, counted on across steps by the tensor task only
@@ -350,7 +358,7 @@ def make_case(name: str, work: Path) -> Path:
         "fault_token": FAULT_TOKEN,
         "fault_record": fault_record,  # msprobe's name for the faulty call, in the dump's naming
         "fault_stable": f"Aten.mm#{fault['mm_call_in_step']}" if fault_record.startswith("Aten") else None,
-        "fault": f"{FAULT_MODULE} at token {FAULT_TOKEN}: its aten.mm returns the last {TILE} columns doubled",
+        "fault": f"{FAULT_MODULE} at token {FAULT_TOKEN}: its aten.mm doubles its last {TILE} columns",
         "generated": {side: runs[side]["generated"] for side in runs},
         "tools": fixtures._versions(),
     }

@@ -20,11 +20,22 @@ from __future__ import annotations
 import json
 import os
 import re
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from tui_acc.dumps.fs import subdirs
-from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Role, TensorRef, pick_rank, rank_sort_key
+from tui_acc.dumps.model import (
+    DumpError,
+    DumpIndex,
+    Node,
+    NodeTree,
+    Problem,
+    Role,
+    TensorRef,
+    pick_rank,
+    rank_sort_key,
+)
 from tui_acc.dumps.msprobe import _refs as statistics_refs
 from tui_acc.dumps.msprobe_graph_order import ROOT, Record, logits_record, natural_key, place, stable_names
 
@@ -34,7 +45,9 @@ _STEP = re.compile(r"^step(\d+)$")
 _RANK = re.compile(r"^(rank|pid|proc)(\d+)$")
 # {scope}.{call}.{io}[.{suffix}].pt (aclgraph_dump.cpp:170-189); the scope is the longest that fits,
 # as module paths hold numbers of their own (Module.model.layers.0.mlp.LlamaMLP.3.input.0.pt)
-_FILE = re.compile(r"^(?P<scope>.+)\.(?P<call>\d+)\.(?P<io>input_kwargs|input|output)(?:\.(?P<suffix>.+))?\.pt$")
+_FILE = re.compile(
+    r"^(?P<scope>.+)\.(?P<call>\d+)\.(?P<io>input_kwargs|input|output)(?:\.(?P<suffix>.+))?\.pt$"
+)
 _MODULE_SCOPE = "Module."
 
 
@@ -47,7 +60,9 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
     problems: list[Problem] = []
     steps = _steps(path)
     if not steps:
-        raise DumpError(f"{path}: not an msprobe graph-mode dump (expected step*/rank*|pid*/dump_tensor_data/)")
+        raise DumpError(
+            f"{path}: not an msprobe graph-mode dump (expected step*/rank*|pid*/dump_tensor_data/)"
+        )
     names = sorted({d.name for _, step in steps for d in _rank_dirs_in(step)}, key=rank_sort_key)
     where = path if len(steps) > 1 or not _STEP.match(path.name) else path.parent
     chosen, picked = pick_rank(where, [where / n for n in names], rank, notes)
@@ -71,7 +86,9 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
             records, order = _tensor_records(folder / TENSOR_DIR, problems)
             orders.add(order)
         if not records:
-            problems.append(Problem(str(folder), f"no tensors; token {number} (step{number}) is not compared"))
+            problems.append(
+                Problem(str(folder), f"no tensors; token {number} (step{number}) is not compared")
+            )
             continue
         place(records, tree)
         stable.update(stable_names(records))
@@ -132,9 +149,7 @@ def _rank_dirs_in(step: Path) -> list[Path]:
 
 
 def _steps(path: Path) -> list[tuple[int, Path]]:
-    """(N, step folder) of every step at or below ``path`` (dump_path, a step, a rank folder, its dump.json)."""
-    if path.name == "dump.json" and path.is_file():
-        path = path.parent
+    """(N, step folder) of every step at or below ``path`` (dump_path, a step, or a rank folder)."""
     if _RANK.match(path.name) and _STEP.match(path.parent.name) and _is_graph_rank(path):
         return [(int(path.parent.name[4:]), path.parent)]
     if _STEP.match(path.name):
@@ -167,13 +182,15 @@ def _statistics_records(dump_json: Path, problems: list[Problem]) -> list[Record
             continue
         scope = _scope_of(name)
         records.append(
-            Record(name, scope, refs, position, out_dims=_out_dims(entry), table_rows=_table_rows(scope, entry))
+            Record(
+                name, scope, refs, position, out_dims=_out_dims(entry), table_rows=_table_rows(scope, entry)
+            )
         )
     return records
 
 
 def _scope_of(name: str) -> str:
-    """``Aten.mm.3.forward`` -> ``Aten.mm``; ``Module.model.norm.LlamaRMSNorm.forward.3`` -> without ``.forward.3``."""
+    """``Aten.mm.3.forward`` -> ``Aten.mm``; a module's record name without ``.forward.{call}``."""
     parts = name.split(".")
     if name.startswith(_MODULE_SCOPE) and len(parts) > 3 and parts[-2] == "forward":
         return ".".join(parts[:-2])
@@ -225,14 +242,17 @@ def _tensor_records(folder: Path, problems: list[Problem]) -> tuple[list[Record]
             problems.append(
                 Problem(
                     location,
-                    "not a graph-mode tensor file name ({api}.{call}.{input|input_kwargs|output}[.{i}].pt); skipped",
+                    "not a graph-mode tensor file name "
+                    "({api}.{call}.{input|input_kwargs|output}[.{i}].pt); skipped",
                 )
             )
             continue
         io, suffix = match.group("io"), match.group("suffix") or "0"
         role: Role = "output" if io == "output" else "input"
         slot = f"{'output' if io == 'output' else 'input'}.{suffix}"
-        calls.setdefault((match.group("scope"), int(match.group("call"))), []).append((slot, location, role, mtime))
+        calls.setdefault((match.group("scope"), int(match.group("call"))), []).append(
+            (slot, location, role, mtime)
+        )
     timed = _times_hold_order(calls)
     records = []
     for (scope, call), files in calls.items():
@@ -268,6 +288,6 @@ def _times_hold_order(calls: dict[tuple[str, int], list[tuple[str, str, Role, in
         starts.setdefault(scope, []).append((call, min(f[3] for f in files)))
     for pairs in starts.values():
         times = [t for _, t in sorted(pairs)]
-        if any(b <= a for a, b in zip(times, times[1:])):
+        if any(b <= a for a, b in pairwise(times)):
             return False
     return bool(calls)
