@@ -189,6 +189,41 @@ def test_several_ranks_compare_rank_0_unless_asked(graph_case, tmp_path) -> None
         open_dump(folder / "test", rank=2)
 
 
+def test_a_rank_folder_passed_is_the_one_read(graph_case, tmp_path) -> None:
+    folder = _copy(graph_case, MIX_STATISTICS, tmp_path)
+    for rank_dir in _rank_dirs(folder / "test"):
+        rank0 = rank_dir.with_name("rank0")
+        rank_dir.rename(rank0)
+        shutil.copytree(rank0, rank0.with_name("rank1"))
+    rank1 = folder / "test" / "step2" / "rank1"
+    index = open_dump(rank1)
+    assert list(index.tokens) == [2] and not index.ranks
+    assert all(r.location == str(rank1 / "dump.json") for n in index.tokens[2].values() for r in n)
+
+
+def test_gather_merges_the_ranks_of_a_graph_mode_dump(graph_case, tmp_path) -> None:
+    """Two ranks that each hold the whole tensors (replicated): --gather takes rank 0's."""
+    folder = _copy(graph_case, L1_TENSOR, tmp_path)
+    for rank_dir in _rank_dirs(folder / "test"):
+        rank0 = rank_dir.with_name("rank0")
+        rank_dir.rename(rank0)
+        shutil.copytree(rank0, rank0.with_name("rank1"))
+    comparison = open_comparison(folder / "golden", folder / "test", cache=False, gather=True)
+    assert any("gathered 2 ranks" in note for note in comparison.test.notes)
+    _assert_fault_found(folder / "golden", folder / "test", _case(folder), gather=True)
+
+
+def test_an_unreadable_dump_json_is_named_once_and_the_other_steps_compared(graph_case, tmp_path) -> None:
+    folder = _copy(graph_case, MIX_STATISTICS, tmp_path)
+    broken = next((folder / "test" / "step1").glob("*/dump.json"))
+    broken.write_text("{", encoding="utf-8")
+    index = open_dump(folder / "test")
+    assert [p.path for p in index.problems] == [str(broken)]
+    assert sorted(index.tokens) == [0, 2, 3]
+    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    assert comparison.engine.first_failing_token() == _case(folder)["fault_token"]
+
+
 def test_a_file_name_that_does_not_parse_is_named_and_the_rest_compared(graph_case, tmp_path) -> None:
     folder = _copy(graph_case, L1_TENSOR, tmp_path)
     tensors = next((folder / "test" / "step1").glob("*/dump_tensor_data"))

@@ -17,7 +17,7 @@ from tui_acc.redump.settings import SettingsError
 
 FOLDER = Path("/work/redumps/tui-acc-redump-test-token2-x")
 SERVE = "vllm serve /models/qwen --dtype bfloat16 --port 8000"
-GRAPH_NODES = ("Aten.mm.43.forward",)
+GRAPH_NODES = ("Aten.mm.43.forward", "Aten.mm.44.forward")  # the fault and the logits: one keyword
 MODULE = "Module.model.layers.1.mlp.down_proj.Linear.forward.2"
 
 

@@ -63,7 +63,10 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
         raise DumpError(
             f"{path}: not an msprobe graph-mode dump (expected step*/rank*|pid*/dump_tensor_data/)"
         )
-    names = sorted({d.name for _, step in steps for d in _rank_dirs_in(step)}, key=rank_sort_key)
+    if _RANK.match(path.name) and _is_graph_rank(path):  # the user picked the rank folder
+        names = [path.name]
+    else:
+        names = sorted({d.name for _, step in steps for d in _rank_dirs_in(step)}, key=rank_sort_key)
     where = path if len(steps) > 1 or not _STEP.match(path.name) else path.parent
     chosen, picked = pick_rank(where, [where / n for n in names], rank, notes)
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
@@ -86,9 +89,9 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
             records, order = _tensor_records(folder / TENSOR_DIR, problems)
             orders.add(order)
         if not records:
-            problems.append(
-                Problem(str(folder), f"no tensors; token {number} (step{number}) is not compared")
-            )
+            if not any(p.path == str(folder / "dump.json") for p in problems):  # named once
+                message = f"no tensors; token {number} (step{number}) is not compared"
+                problems.append(Problem(str(folder), message))
             continue
         place(records, tree)
         stable.update(stable_names(records))

@@ -259,7 +259,7 @@ def _vllm_ascend(
             "dump_path": values["out"],
             "rank": [],
             "level": level,
-            "tensor": {"list": [_graph_keyword(name) for name in selection.nodes]},
+            "tensor": {"list": list(dict.fromkeys(_graph_keyword(name) for name in selection.nodes))},
         }
         notes.append(
             "graph mode (vllm-ascend's default): msprobe's AclGraphDumper dumps every replay (it has no "
