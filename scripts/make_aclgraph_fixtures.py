@@ -193,7 +193,7 @@ class _Extension:
         return result
 
 
-# c10::toString(ScalarType), which aclgraph_dumper.py:446-463 maps back to torch.* names
+# c10::toString(ScalarType), which aclgraph_dumper.py:447-463 maps back to torch.* names
 _C10_NAMES = {
     "torch.float32": "Float",
     "torch.bfloat16": "BFloat16",

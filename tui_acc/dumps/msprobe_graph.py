@@ -257,6 +257,8 @@ def _tensor_records(folder: Path, problems: list[Problem]) -> tuple[list[Record]
             (slot, location, role, mtime)
         )
     timed = _times_hold_order(calls)
+    # positions, not nanoseconds: a float would merge times closer than its precision (~256 ns)
+    rank_of = {t: i for i, t in enumerate(sorted({f[3] for files in calls.values() for f in files}))}
     records = []
     for (scope, call), files in calls.items():
         files.sort(key=lambda f: natural_key(f[0]))
@@ -264,7 +266,7 @@ def _tensor_records(folder: Path, problems: list[Problem]) -> tuple[list[Record]
         name = f"{scope}.forward.{call}" if scope.startswith(_MODULE_SCOPE) else f"{scope}.{call}.forward"
         if timed:
             first, last = min(f[3] for f in files), max(f[3] for f in files)
-            records.append(Record(name, scope, refs, float(first), float(last)))
+            records.append(Record(name, scope, refs, float(rank_of[first]), float(rank_of[last])))
         else:
             records.append(Record(name, scope, refs, 0.0))
     if not timed:

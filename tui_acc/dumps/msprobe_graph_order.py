@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from tui_acc.dumps.model import Node, NodeTree, TensorRef, logical_name
 
 ROOT = "model"
-ROOT_SCOPE = "__root__"  # msprobe's name for the model passed to start() (aclgraph_dumper.py:351-352)
+ROOT_SCOPE = "__root__"  # msprobe's name for the model passed to start() (aclgraph_dumper.py:352-353)
 _MODULE = re.compile(r"^Module\.(?P<path>.+)\.(?P<cls>[^.]+)\.forward\.(?P<call>\d+)$")
 
 
