@@ -108,10 +108,15 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
     leftover = path / TENSOR_DIR / chosen.name
     if leftover.is_dir() and any(leftover.iterdir()):
         notes.append(f"{leftover}: files of a replay that step() never archived; not compared")
+    nesting = (
+        "calls sit in the module calls whose file times span them"
+        if "file times" in orders
+        else "modules nest by their names, API calls under the model's call"
+    )
     notes.append(
         "msprobe graph mode (AclGraphDumper): one step per replay, so a token is a step; "
-        "no construct.json or stack.json is written in this mode (expected): modules nest by their names, "
-        f"API calls under the model's call; order from {' and '.join(sorted(orders))}"
+        f"no construct.json or stack.json is written in this mode (expected): {nesting}; "
+        f"order from {' and '.join(sorted(orders))}"
     )
     if logits is None:
         notes.append(
