@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui_acc.dumps import msit_atb, msit_torch, msprobe, msprobe_atb, msprobe_debug, sglang, single
+from tui_acc.dumps import (
+    msit_atb,
+    msit_torch,
+    msprobe,
+    msprobe_atb,
+    msprobe_debug,
+    msprobe_graph,
+    sglang,
+    single,
+)
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, TensorRef
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 
@@ -27,7 +36,8 @@ __all__ = [
 EXPECTED = (
     "an msit torch dump (model_tree.json, torch_tensors/ or msit_dump_*/torch_tensors/), "
     "an msit ATB dump (tensors/{device}_{pid}/ or msit_dump_*/tensors/), "
-    "an msprobe dump (step*/rank*|proc*/dump.json or debug.json), an msprobe ATB dump (statistic.csv), "
+    "an msprobe dump (step*/rank*|proc*/dump.json or debug.json), an msprobe graph-mode dump "
+    "(step*/rank*|pid*/dump_tensor_data/ or a dump.json alone), an msprobe ATB dump (statistic.csv), "
     "an SGLang dumper folder (step=*___rank=*___dump_index=*___name=*...pt), "
     "or a single tensor file (.pth, .pt, .bin)"
 )
@@ -58,6 +68,8 @@ def open_dump(path: str | Path, token_offset: int | None = None, rank: int | Non
         return msit_torch.read(root, rank=rank)
     if atb_like:
         return msit_atb.read(root, token_offset=token_offset, rank=rank)
+    if msprobe_graph.claims(root):  # before msprobe: its dump.json has no construct.json beside it
+        return msprobe_graph.read(root, rank=rank)
     if msprobe.claims(root):
         return msprobe.read(root, rank=rank)
     if msprobe_debug.claims(root):

@@ -15,6 +15,7 @@ The statistics task records Max/Min/Mean/Norm instead of files; those become sta
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from tui_acc.dumps.msprobe_passes import api_of, is_module, module_call_index, s
 FORMAT = "msprobe"
 ROOT = "model"
 _STEP = re.compile(r"^step(\d+)$")
-_RANK = re.compile(r"^(rank|proc)(\d+)$")
+_RANK = re.compile(r"^(rank|proc|pid)(\d+)$")  # pid{P}: msprobe's graph mode names folders so
 _CALL = re.compile(r"\.(forward|backward)\.(\d+)$")
 _API_CALL = re.compile(r"\.(\d+)\.(forward|backward)$")
 LEVELS = ("L0", "L1", "mix")
@@ -86,7 +87,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
     notes += [f"{rank_dir}: {note}" for note in passes.notes]
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
     statistics_only = True
-    builder = _RefBuilder(tensor_dir, dump_json, problems)
+    builder = RefBuilder(tensor_dir, dump_json, problems)
     for name, entry in data.items():
         refs = builder.refs(name, entry)
         statistics_only &= all(not r.has_data for r in refs)
@@ -140,7 +141,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
 
 
 def _content_notes(
-    rank_dir: Path, task: str, statistics_only: bool, builder: _RefBuilder, data: dict[str, Any]
+    rank_dir: Path, task: str, statistics_only: bool, builder: RefBuilder, data: dict[str, Any]
 ) -> list[str]:
     """What the user should know about how this dump's records can be compared."""
     notes = []
@@ -320,10 +321,13 @@ def _check_construct(
 TRITON = "Triton."
 
 
-class _RefBuilder:
+class RefBuilder:
     """Tensor references of dump.json records, and what they could not hold."""
 
-    def __init__(self, tensor_dir: Path, dump_json: Path, problems: list[Problem]) -> None:
+    def __init__(
+        self, tensor_dir: Path, dump_json: Path, problems: list[Problem], null_is_non_finite: bool = False
+    ) -> None:
+        self.null_is_non_finite = null_is_non_finite
         self.tensor_dir = tensor_dir
         self.dump_json = dump_json
         self.problems = problems
@@ -377,7 +381,7 @@ class _RefBuilder:
             self.problems.append(
                 Problem(str(path), "listed in dump.json but missing; compared by its statistics")
             )
-        stats = stats_of_entry(arg)
+        stats = stats_of_entry(arg, self.null_is_non_finite)
         if not stats.comparable():
             self.blank += 1
             return
@@ -386,11 +390,18 @@ class _RefBuilder:
         refs.append(TensorRef(slot=slot, role=role, location=str(self.dump_json), stats=stats))
 
 
-def stats_of_entry(arg: dict[str, Any]) -> Stats:
-    """A dump.json tensor entry's statistics (None where msprobe wrote null or nothing)."""
+def stats_of_entry(arg: dict[str, Any], null_is_non_finite: bool = False) -> Stats:
+    """A dump.json tensor entry's statistics (None where msprobe wrote null or nothing).
+
+    ``null_is_non_finite``: msprobe's graph mode writes null for a statistic that is not finite
+    (ccsrc/aclgraph_dump/aclgraph_dump.cpp, build_stat_record_dict): it becomes inf, so a test
+    that turns non-finite where the golden did not fails, and two non-finite statistics agree.
+    """
 
     def number(key: str) -> float | None:
         value = arg.get(key)
+        if value is None and null_is_non_finite and key in arg:
+            return math.inf
         if isinstance(value, bool):
             return float(value)
         return float(value) if isinstance(value, (int, float)) else None

@@ -28,7 +28,7 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
-from tui_acc.dumps.msprobe import _RefBuilder
+from tui_acc.dumps.msprobe import RefBuilder
 
 FORMAT = "msprobe-debug"
 FILE = "debug.json"
@@ -62,7 +62,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
         if not isinstance(raw, dict) or not isinstance(raw.get("data"), dict):
             problems.append(Problem(str(debug_json), f"no 'data' object; step {step} is not compared"))
             continue
-        builder = _RefBuilder(folder / "dump_tensor_data", debug_json, problems)
+        builder = RefBuilder(folder / "dump_tensor_data", debug_json, problems)
         builders.append(builder)
         nodes = tokens.setdefault(step, {})
         for name, value in raw["data"].items():

@@ -6,8 +6,9 @@ exec = "bash run_npu.sh"        # the inference command ({exec}); per side below
 out_dir = "redumps"             # where new dumps go (default: the working directory)
 
 [redump.test]
-dumper = "msit-atb"             # msit-atb | msprobe-atb | msprobe-torch | torch | custom,
+dumper = "msit-atb"             # msit-atb | msprobe-atb | msprobe-torch | vllm-ascend | torch | custom,
                                 # sglang (--msprobe-dump-config) | sglang-dumper (DUMPER_* variables)
+request_id = "chatcmpl-req-0"   # vllm-ascend, eager runs: dump this request only (msprobe >= 26.2.0)
 
 [redump.golden]
 dumper = "torch"
@@ -40,6 +41,7 @@ class SideSettings:
     exec: str | None = None
     command: tuple[str, ...] | str | None = None  # custom template: argv, or one string with shell
     shell: bool = False
+    request_id: str | None = None  # vllm-ascend: msprobe's per-request dump (eager runs)
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,8 @@ def load_settings(table: Any, where: str = FILE_NAME) -> RedumpSettings:
         if dumper == "custom" and command is None:
             raise SettingsError(f'{where}: redump.{side}.dumper = "custom" needs a command')
         exec_ = _string(raw.get("exec"), where, f"redump.{side}.exec") or shared_exec
-        sides[side] = SideSettings(dumper, exec_, command, shell)
+        request_id = _string(raw.get("request_id"), where, f"redump.{side}.request_id")
+        sides[side] = SideSettings(dumper, exec_, command, shell, request_id)
     out_dir = _string(table.get("out_dir"), where, "redump.out_dir")
     return RedumpSettings(sides["golden"], sides["test"], Path(out_dir).expanduser() if out_dir else None)
 

@@ -1,0 +1,305 @@
+"""Reader for msprobe's graph-mode dumps (``AclGraphDumper``, ACLGraph / NPUGraph replays).
+
+Layout (msprobe ``python/msprobe/pytorch/aclgraph_dumper.py``, ``ccsrc/aclgraph_dump/aclgraph_dump.cpp``)::
+
+    {dump_path}/step{N}/{rank{R} | pid{P}}/dump.json                       task "statistics"
+    {dump_path}/step{N}/{rank{R} | pid{P}}/dump_tensor_data/
+        {api}.{call}.{input | input_kwargs | output}[.{i}].pt             task "tensor" (no dump.json)
+
+``step()`` closes each replay (aclgraph_dumper.py:740-762), so a step is one forward pass: the
+token here is N. Neither task writes construct.json or stack.json; a statistics ``dump.json``
+without them is how graph mode is told from an eager one. Record names are msprobe's statistics
+names (aclgraph_dumper.py:503-518), for both tasks: ``Aten.mm.43.forward``,
+``Module.model.layers.0.mlp.LlamaMLP.forward.3``. The tensor task's call counters run on across
+steps (only the statistics task clears them, aclgraph_dump.cpp:745-749), so every record also gets
+a stable name, its order among the step's calls of the same API (``Aten.mm#13``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from tui_acc.dumps.fs import subdirs
+from tui_acc.dumps.model import (
+    DumpError,
+    DumpIndex,
+    Node,
+    NodeTree,
+    Problem,
+    Role,
+    TensorRef,
+    pick_rank,
+    rank_sort_key,
+)
+from tui_acc.dumps.msprobe import RefBuilder
+from tui_acc.dumps.msprobe_graph_order import ROOT, Record, logits_record, natural_key, place, stable_names
+
+FORMAT = "msprobe"  # the same records as eager msprobe dumps: pairs, verdicts and re-dumps as for them
+TENSOR_DIR = "dump_tensor_data"  # msprobe's Const.DUMP_TENSOR_DATA (its docs say tensor_data/)
+_STEP = re.compile(r"^step(\d+)$")
+_RANK = re.compile(r"^(rank|pid|proc)(\d+)$")
+# {scope}.{call}.{io}[.{suffix}].pt (aclgraph_dump.cpp:170-189); the scope is the longest that fits,
+# as module paths hold numbers of their own (Module.model.layers.0.mlp.LlamaMLP.3.input.0.pt)
+_FILE = re.compile(
+    r"^(?P<scope>.+)\.(?P<call>\d+)\.(?P<io>input_kwargs|input|output)(?:\.(?P<suffix>.+))?\.pt$"
+)
+_MODULE_SCOPE = "Module."
+
+
+def claims(path: Path) -> bool:
+    return bool(_rank_dirs(path))
+
+
+def read(path: Path, rank: int | None = None) -> DumpIndex:
+    notes: list[str] = []
+    problems: list[Problem] = []
+    steps = _steps(path)
+    if not steps:
+        raise DumpError(
+            f"{path}: not an msprobe graph-mode dump (expected step*/rank*|pid*/dump_tensor_data/)"
+        )
+    if _RANK.match(path.name) and _is_graph_rank(path):  # the user picked the rank folder
+        names = [path.name]
+    else:
+        names = sorted({d.name for _, step in steps for d in _rank_dirs_in(step)}, key=rank_sort_key)
+    where = path if len(steps) > 1 or not _STEP.match(path.name) else path.parent
+    chosen, picked = pick_rank(where, [where / n for n in names], rank, notes)
+    tokens: dict[int, dict[str, list[TensorRef]]] = {}
+    tree = NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "model", None, 0)})
+    stable: dict[str, str] = {}
+    logits: str | None = None
+    statistics = False
+    orders: set[str] = set()
+    float_dtypes: set[str] = set()
+    for number, step in steps:
+        folder = step / chosen.name
+        if not folder.is_dir():
+            problems.append(Problem(str(step), f"no {chosen.name} folder; token {number} is not compared"))
+            continue
+        if (folder / "dump.json").is_file():
+            statistics = True
+            records = _statistics_records(folder / "dump.json", problems)
+            orders.add("dump.json order (when each call started)")
+        else:
+            records, order = _tensor_records(folder / TENSOR_DIR, problems)
+            orders.add(order)
+        if not records:
+            if not any(p.path == str(folder / "dump.json") for p in problems):  # named once
+                message = f"no tensors; token {number} (step{number}) is not compared"
+                problems.append(Problem(str(folder), message))
+            continue
+        place(records, tree)
+        stable.update(stable_names(records))
+        tokens[number] = {r.name: r.refs for r in sorted(records, key=lambda r: r.first)}
+        logits = logits or logits_record(records)
+        float_dtypes |= {
+            ref.stats.dtype
+            for r in records
+            for ref in r.refs
+            if ref.stats is not None and ref.stats.dtype and "float" in ref.stats.dtype
+        }
+    if not tokens:
+        raise DumpError(f"{path}: no step of this graph-mode dump holds any tensor")
+    leftover = path / TENSOR_DIR / chosen.name
+    if leftover.is_dir() and any(leftover.iterdir()):
+        notes.append(f"{leftover}: files of a replay that step() never archived; not compared")
+    nesting = (
+        "calls sit in the module calls whose file times span them"
+        if "file times" in orders
+        else "modules nest by their names, API calls under the model's call"
+    )
+    notes.append(
+        "msprobe graph mode (AclGraphDumper): one step per replay, so a token is a step; "
+        f"no construct.json or stack.json is written in this mode (expected): {nesting}; "
+        f"order from {' and '.join(sorted(orders))}"
+    )
+    if logits is None:
+        notes.append(
+            "the logits could not be told from the dump (no vocabulary-wide output, no lm_head module); "
+            "the last call with an output is taken, --logits-node names them"
+        )
+    return DumpIndex(
+        root=path,
+        data_dir=path,
+        format=FORMAT,
+        tree=tree,
+        tokens=dict(sorted(tokens.items())),
+        order_source=", ".join(sorted(orders)),
+        problems=problems,
+        notes=notes,
+        statistics_only=statistics,
+        ranks=names if len(names) > 1 else [],
+        rank=picked,
+        stable=stable,
+        float_dtypes=frozenset(float_dtypes),
+        logits_hint=logits,
+    )
+
+
+# --- finding the steps ----------------------------------------------------------------------------
+
+
+def _is_graph_rank(folder: Path) -> bool:
+    """A rank folder of graph mode: tensors without a dump.json, or a dump.json alone (eager msprobe
+    always writes construct.json and stack.json beside it)."""
+    if (folder / "dump.json").is_file():
+        return not (folder / "construct.json").exists() and not (folder / "stack.json").exists()
+    # level debug's saves have a dump_tensor_data/ too, described by a debug.json
+    return (folder / TENSOR_DIR).is_dir() and not (folder / "debug.json").is_file()
+
+
+def _rank_dirs_in(step: Path) -> list[Path]:
+    return [p for p in subdirs(step) if _RANK.match(p.name) and _is_graph_rank(p)]
+
+
+def _steps(path: Path) -> list[tuple[int, Path]]:
+    """(N, step folder) of every step at or below ``path`` (dump_path, a step, or a rank folder)."""
+    if _RANK.match(path.name) and _STEP.match(path.parent.name) and _is_graph_rank(path):
+        return [(int(path.parent.name[4:]), path.parent)]
+    if _STEP.match(path.name):
+        return [(int(path.name[4:]), path)] if _rank_dirs_in(path) else []
+    found = [(int(p.name[4:]), p) for p in subdirs(path) if _STEP.match(p.name)] if path.is_dir() else []
+    return sorted((n, p) for n, p in found if _rank_dirs_in(p))
+
+
+def _rank_dirs(path: Path) -> list[Path]:
+    return [d for _, step in _steps(path) for d in _rank_dirs_in(step)]
+
+
+# --- the statistics task ------------------------------------------------------------------------
+
+
+def _statistics_records(dump_json: Path, problems: list[Problem]) -> list[Record]:
+    try:
+        dump = json.loads(dump_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        problems.append(Problem(str(dump_json), f"unreadable dump.json ({exc}); this step is not compared"))
+        return []
+    data = dump.get("data") if isinstance(dump, dict) else None
+    if not isinstance(data, dict):
+        problems.append(Problem(str(dump_json), "no 'data' object; this step is not compared"))
+        return []
+    records = []
+    builder = RefBuilder(dump_json.parent / "dump_tensor_data", dump_json, problems, null_is_non_finite=True)
+    for position, (name, entry) in enumerate(data.items()):
+        refs = builder.refs(name, entry)
+        if not refs:
+            continue
+        scope = _scope_of(name)
+        records.append(
+            Record(
+                name, scope, refs, position, out_dims=_out_dims(entry), table_rows=_table_rows(scope, entry)
+            )
+        )
+    return records
+
+
+def _scope_of(name: str) -> str:
+    """``Aten.mm.3.forward`` -> ``Aten.mm``; a module's record name without ``.forward.{call}``."""
+    parts = name.split(".")
+    if name.startswith(_MODULE_SCOPE) and len(parts) > 3 and parts[-2] == "forward":
+        return ".".join(parts[:-2])
+    if len(parts) > 2 and parts[-1] == "forward" and parts[-2].isdigit():
+        return ".".join(parts[:-2])
+    return name
+
+
+def _out_dims(entry: Any) -> set[int]:
+    dims: set[int] = set()
+    stack = [entry.get("output")] if isinstance(entry, dict) else []
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            shape = item.get("shape")
+            if item.get("type") == "torch.Tensor" and isinstance(shape, list) and shape:
+                dims.add(int(shape[-1]))
+            elif "type" not in item:
+                stack.extend(item.values())
+    return dims
+
+
+def _table_rows(scope: str, entry: Any) -> int | None:
+    """``aten.embedding(weight, indices)``: the table is the first argument, its rows the vocabulary."""
+    if scope != "Aten.embedding" or not isinstance(entry, dict):
+        return None
+    args = entry.get("input_args") or []
+    table = args[0] if args else None
+    shape = table.get("shape") if isinstance(table, dict) else None
+    return int(shape[0]) if isinstance(shape, list) and len(shape) == 2 else None
+
+
+# --- the tensor task ----------------------------------------------------------------------------
+
+
+def _tensor_records(folder: Path, problems: list[Problem]) -> tuple[list[Record], str]:
+    """The step's calls from its file names; ordered by the files' times where they hold the order."""
+    try:
+        with os.scandir(folder) as entries:
+            listing = [(e.name, e.path, e.stat().st_mtime_ns) for e in entries if e.is_file()]
+    except OSError:
+        return [], "file names"
+    calls: dict[tuple[str, int], list[tuple[str, str, Role, int]]] = {}
+    for name, location, mtime in listing:
+        match = _FILE.match(name)
+        if match is None:
+            problems.append(
+                Problem(
+                    location,
+                    "not a graph-mode tensor file name "
+                    "({api}.{call}.{input|input_kwargs|output}[.{i}].pt); skipped",
+                )
+            )
+            continue
+        io, suffix = match.group("io"), match.group("suffix") or "0"
+        role: Role = "output" if io == "output" else "input"
+        slot = f"{'output' if io == 'output' else 'input'}.{suffix}"
+        calls.setdefault((match.group("scope"), int(match.group("call"))), []).append(
+            (slot, location, role, mtime)
+        )
+    timed = _times_hold_order(calls)
+    # positions, not nanoseconds: a float would merge times closer than its precision (~256 ns)
+    rank_of = {t: i for i, t in enumerate(sorted({f[3] for files in calls.values() for f in files}))}
+    records = []
+    for (scope, call), files in calls.items():
+        files.sort(key=lambda f: natural_key(f[0]))
+        refs = [TensorRef(slot=slot, role=role, location=location) for slot, location, role, _ in files]
+        name = f"{scope}.forward.{call}" if scope.startswith(_MODULE_SCOPE) else f"{scope}.{call}.forward"
+        if timed:
+            first, last = min(f[3] for f in files), max(f[3] for f in files)
+            records.append(Record(name, scope, refs, float(rank_of[first]), float(rank_of[last])))
+        else:
+            records.append(Record(name, scope, refs, 0.0))
+    if not timed:
+        ordered = sorted(records, key=lambda r: (r.path is None, natural_key(r.scope), int(_call_of(r.name))))
+        for position, record in enumerate(ordered):
+            record.first = float(position)
+    return records, "file times" if timed else "file names (the file times do not hold the call order)"
+
+
+def _call_of(name: str) -> str:
+    parts = name.split(".")
+    return parts[-1] if parts[-1].isdigit() else parts[-2]
+
+
+def _times_hold_order(calls: dict[tuple[str, int], list[tuple[str, str, Role, int]]]) -> bool:
+    """Whether file times order the calls: every API's calls start in counter order, each call's
+    inputs are written before its outputs, and no two calls of an API share a start time."""
+    starts: dict[str, list[tuple[int, int]]] = {}
+    for (scope, call), files in calls.items():
+        inputs = [f[3] for f in files if f[2] == "input"]
+        outputs = [f[3] for f in files if f[2] == "output"]
+        if inputs and outputs and max(inputs) > min(outputs):
+            return False
+        starts.setdefault(scope, []).append((call, min(f[3] for f in files)))
+    for pairs in starts.values():
+        times = [t for _, t in sorted(pairs)]
+        if any(b <= a for a, b in pairwise(times)):
+            return False
+    return bool(calls)
