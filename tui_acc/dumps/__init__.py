@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui_acc.dumps import msit_atb, msit_torch, msprobe, msprobe_atb, single
+from tui_acc.dumps import msit_atb, msit_torch, msprobe, msprobe_atb, msprobe_atb_probe, single
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, TensorRef
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 
@@ -28,6 +28,7 @@ EXPECTED = (
     "an msit torch dump (model_tree.json, torch_tensors/ or msit_dump_*/torch_tensors/), "
     "an msit ATB dump (tensors/{device}_{pid}/ or msit_dump_*/tensors/), "
     "an msprobe dump (step*/rank*|proc*/dump.json), an msprobe ATB dump (statistic.csv), "
+    "msprobe's ATB probe dump (atb_dump_data/data/{device}_{pid}/), "
     "or a single tensor file (.pth, .pt, .bin)"
 )
 
@@ -45,6 +46,8 @@ def open_dump(path: str | Path, token_offset: int | None = None, rank: int | Non
         raise DumpError(f"{root}: no such file or directory")
     if msprobe_atb.claims(root):
         return msprobe_atb.read(root)
+    if msprobe_atb_probe.claims(root):
+        return msprobe_atb_probe.read(root, token_offset=token_offset, rank=rank)
     if single.claims(root):
         return single.read(root)
     torch_like, atb_like = msit_torch.claims(root), msit_atb.claims(root)
