@@ -42,6 +42,8 @@ COLUMNS = [
     "Tensor Path",
 ]
 ROOT = "model"
+# the probe writes Mki's dtype names (atb_probe.h:175-203); the verdicts know torch's
+_DTYPES = {"bf16": "bfloat16", "float": "float32", "double": "float64"}
 
 
 def claims(path: Path) -> bool:
@@ -135,7 +137,7 @@ def _row(row: list[str], csv_path: Path, problems: list[Problem]) -> tuple[Tenso
         _number(mn),
         _number(mean),
         _number(norm),
-        dtype or None,
+        _DTYPES.get(dtype, dtype) or None,
         tuple(int(d) for d in re.findall(r"\d+", shape)),
     )
     data = _tensor_file(tensor_path, csv_path)

@@ -49,13 +49,15 @@ from tui_acc.lazy import LazyMapping
 FORMAT = msprobe_atb.FORMAT  # the same kind of dump: pairing and re-dump treat both alike
 ROOT_DIR = "atb_dump_data"
 # {device}_{pid}, or {pid} alone when the device is unknown (atb_probe.cpp:1893-1901)
-_DEVICE = re.compile(r"^(\d+_)?\d+$")
-_NODE_DIR = re.compile(r"^(\d+)_(.+)$")
+_DEVICE = re.compile(r"^([0-9]+_)?[0-9]+$")
+_NODE_DIR = re.compile(r"^([0-9]+)_(.+)$")
+_NUMBER = re.compile(r"^[0-9]+$")
+_MAX_DEPTH = 64  # deeper than any ATB graph: a symlink loop, not a model
 # only inputs before and outputs after are written (atb_probe.cpp:1570-1575); CANN versions that
 # pass the parameter name give intensor0_x.bin (the name is taken as ATB gives it, :1688)
-_TENSOR_FILE = {
-    "before": (re.compile(r"^intensor(\d+)(?:_[^.]+)?\.bin$"), "intensor", "input"),
-    "after": (re.compile(r"^outtensor(\d+)(?:_[^.]+)?\.bin$"), "outtensor", "output"),
+_TENSOR_FILE: dict[str, tuple[re.Pattern[str], str, Role]] = {
+    "before": (re.compile(r"^intensor([0-9]+)(?:_[^.]+)?\.bin$"), "intensor", "input"),
+    "after": (re.compile(r"^outtensor([0-9]+)(?:_[^.]+)?\.bin$"), "outtensor", "output"),
 }
 PARAM_FILE = "op_param.json"
 
@@ -68,7 +70,7 @@ def claims(path: Path) -> bool:
         return True
     if _DEVICE.match(path.name) and path.parent.name == "data" and path.parent.parent.name == ROOT_DIR:
         return path.is_dir()
-    execution = path.name.isdigit() and path.parent.parent.name == "data"
+    execution = _NUMBER.match(path.name) is not None and path.parent.parent.name == "data"
     return execution and _DEVICE.match(path.parent.name) is not None
 
 
@@ -80,7 +82,7 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
     tree = NodeTree(root=root_name, nodes={root_name: Node(root_name, "model", None, 0)})
     folders: dict[int, Path] = {}
     for name, folder in subdir_names(str(device_dir)):
-        if not name.isdigit() or (only_exec is not None and int(name) != only_exec):
+        if not _NUMBER.match(name) or (only_exec is not None and int(name) != only_exec):
             continue
         if not subdirs(Path(folder)) and not (Path(folder) / msprobe_atb.FILE).is_file():
             problems.append(Problem(folder, "an execution folder without any operation or statistic.csv"))
@@ -142,7 +144,7 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, Path, int | None, list[
     notes: list[str] = []
     if (path / ROOT_DIR).is_dir():
         path = path / ROOT_DIR
-    if path.name.isdigit() and _DEVICE.match(path.parent.name):
+    if _NUMBER.match(path.name) and _DEVICE.match(path.parent.name):
         notes.append(f"only execution {path.name} of {path.parent} is read")
         return path.parent.parent.parent, path.parent, int(path.name), notes, [], None
     if _DEVICE.match(path.name) and path.parent.name == "data":
@@ -188,7 +190,7 @@ def _under(
     ids: tuple[int, ...] = ()
     for name in chain:
         head = name.rsplit("/", 1)[-1].split("_", 1)[0]
-        ids = (*ids, int(head)) if head.isdigit() else ids
+        ids = (*ids, int(head)) if _NUMBER.match(head) else ids
         if name not in types and ids in topology.types:
             types[name] = topology.types[ids]
     msprobe_atb.add_chain(tree, chain, op_type, types, root)
@@ -205,6 +207,9 @@ def _walk(
     topology: ProbeTopology,
     problems: list[Problem],
 ) -> None:
+    if len(ids) >= _MAX_DEPTH:
+        problems.append(Problem(str(folder), f"nested over {_MAX_DEPTH} deep (a link loop?); not read"))
+        return
     children = []
     for sub in subdirs(folder):
         match = _NODE_DIR.match(sub.name)
@@ -231,20 +236,24 @@ def _tensors(node_dir: Path, problems: list[Problem]) -> list[TensorRef]:
         part = node_dir / side
         if not part.is_dir():
             continue
-        with os.scandir(part) as entries:
-            for entry in sorted(entries, key=lambda e: e.name):
-                if not entry.name.endswith(".bin"):
-                    continue
-                match = pattern.match(entry.name)
-                if match is None:
-                    problems.append(Problem(entry.path, "unexpected tensor file name; not compared"))
-                    continue
-                slot = f"{kind}{int(match.group(1))}"
-                if slot in refs:
-                    problems.append(Problem(entry.path, f"a second file for {slot}; not compared"))
-                    continue
-                resolved_role: Role = "input" if role == "input" else "output"
-                refs[slot] = TensorRef(slot=slot, role=resolved_role, location=entry.path)
+        try:
+            with os.scandir(part) as scanned:
+                entries = sorted(scanned, key=lambda e: e.name)
+        except OSError as exc:
+            problems.append(Problem(str(part), f"cannot list ({exc.strerror or exc})"))
+            continue
+        for entry in entries:
+            if not entry.name.endswith(".bin"):
+                continue
+            match = pattern.match(entry.name)
+            if match is None:
+                problems.append(Problem(entry.path, "unexpected tensor file name; not compared"))
+                continue
+            slot = f"{kind}{int(match.group(1))}"
+            if slot in refs:
+                problems.append(Problem(entry.path, f"a second file for {slot}; not compared"))
+                continue
+            refs[slot] = TensorRef(slot=slot, role=role, location=entry.path)
     return sorted(refs.values(), key=lambda r: (r.role != "input", int(re.sub(r"\D", "", r.slot))))
 
 
@@ -254,10 +263,10 @@ def _check_params(file: Path, problems: list[Problem]) -> None:
         return
     try:
         json.loads(file.read_text(encoding="utf-8"), parse_constant=lambda _c: None)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         problems.append(Problem(str(file), f"unreadable operation parameters ({exc})"))
 
 
 def _id_of(name: str) -> tuple[int, str]:
     head = name.rsplit("/", 1)[-1].split("_", 1)[0]
-    return (int(head), name) if head.isdigit() else (1 << 30, name)
+    return (int(head), name) if _NUMBER.match(head) else (1 << 30, name)

@@ -75,7 +75,7 @@ def _load(file: Path, problems: list[Problem]) -> Any:
     try:
         # the probe's JSON library writes NaN as null, but a hand-edited file may hold NaN
         return json.loads(file.read_text(encoding="utf-8"), parse_constant=lambda _c: None)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         problems.append(Problem(str(file), f"unreadable topology ({exc}); node types from folder names"))
         return None
 
@@ -83,7 +83,7 @@ def _load(file: Path, problems: list[Problem]) -> Any:
 def _suffix_id(node: Any) -> int | None:
     name = node.get("opName") if isinstance(node, dict) else None
     suffix = str(name).rsplit("_", 1)[-1] if isinstance(name, str) and "_" in name else ""
-    return int(suffix) if suffix.isdigit() else None
+    return int(suffix) if suffix.isascii() and suffix.isdigit() else None
 
 
 def _collect(node: dict[str, Any], chain: IdChain, types: dict[IdChain, str]) -> None:
