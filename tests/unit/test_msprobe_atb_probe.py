@@ -91,6 +91,19 @@ def test_types_come_from_info_and_a_broken_topology_falls_back(atb_pair, probe: 
     assert token == 3 and op is not None and op["test_node"] == FAULT_OP
 
 
+def test_prefill_and_decode_topologies_map_executions_to_tokens(atb_pair, tmp_path: Path) -> None:
+    """Two info/model files (MindIE's prefill and decode): execution 1 holds tokens 0 and 1."""
+    golden, _plain, mindie = atb_pair
+    out = tmp_path / "mindie"
+    export_probe([mindie], out)
+    index = open_dump(out)
+    assert dict(index.exec_counts) == {0: 1, 1: 1, **{k: k for k in range(2, 8)}}
+    assert "0_WordEmbedding" in index.tokens[0] and "7_WordEmbedding" in index.tokens[1]
+    token, op = _failing(golden, out)
+    # the decode model's layers carry the ids after the prefill model's (atb_probe.cpp:369)
+    assert token == 3 and op is not None and op["test_node"] == f"10_{FAULT_OP.split('_', 1)[1]}"
+
+
 def test_statistics_only_pairs_by_the_same_names(atb_pair, probe: Path, tmp_path: Path) -> None:
     golden, plain, _ = atb_pair
     stats = tmp_path / "stats"
