@@ -75,6 +75,21 @@ def test_a_kernel_tensor_the_probe_left_out_is_refused(tmp_path: Path) -> None:
         load_tensor(kernel, tmp_path)
 
 
+def test_kernels_are_nodes_below_their_operation(atb_pair, probe: Path, tmp_path: Path) -> None:
+    """{id_Kernel} folders (save_child): children of the operation; the fault stays at the operation."""
+    copy = tmp_path / "run"
+    shutil.copytree(probe, copy)
+    for op in (copy / "atb_dump_data/data" / DEVICE).glob("*/*/*/*_LinearOperation"):
+        kernel = op / "0_MatMulKernel/after"
+        kernel.mkdir(parents=True)
+        shutil.copy(op / "after/outtensor0.bin", kernel / "outtensor0.bin")
+    index = open_dump(copy)
+    assert index.tree.nodes[FAULT_OP].children == [f"{FAULT_OP}/0_MatMulKernel"]
+    assert index.tree.nodes[f"{FAULT_OP}/0_MatMulKernel"].type == "MatMulKernel"
+    token, op = _failing(atb_pair[0], copy)
+    assert token == 3 and op is not None and op["test_node"] == FAULT_OP
+
+
 def test_types_come_from_info_and_a_broken_topology_falls_back(atb_pair, probe: Path, tmp_path: Path) -> None:
     copy = tmp_path / "run"
     shutil.copytree(probe, copy)
