@@ -115,6 +115,28 @@ def test_atb_topology(scratch: Path, text: str) -> None:
     assert all(p.path.endswith("model.json") for p in index.problems)
 
 
+def _probe_dump(root: Path, text: str) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+    node = root / "atb_dump_data" / "data" / "0_1" / "0" / "0_LinearOperation"
+    (node / "after").mkdir(parents=True)
+    (node / "after" / "outtensor0.bin").write_bytes(b"format=2\ndtype=0\ndims=1\n$End=1\n\x00\x00\x80\x3f")
+    (node / "op_param.json").write_text(text, encoding="utf-8", errors="replace")
+    for kind, name in (("model", "Model_Prefill.json"), ("layer", "LinearOperation_0.json")):
+        folder = root / "atb_dump_data" / "info" / kind / "0_1"
+        folder.mkdir(parents=True)
+        (folder / name).write_text(text, encoding="utf-8", errors="replace")
+
+
+@BUDGET
+@given(text=json_texts)
+def test_atb_probe_topology_and_parameters(scratch: Path, text: str) -> None:
+    root = scratch / "probe"
+    _probe_dump(root, text)
+    index = open_dump(root)  # msprobe's ATB probe: info/*.json and op_param.json are problems at worst
+    assert index.tokens[0]["0_LinearOperation"]
+    assert all(p.path.endswith(".json") for p in index.problems)
+
+
 @BUDGET
 @given(text=json_texts)
 def test_msit_model_tree(scratch: Path, text: str) -> None:

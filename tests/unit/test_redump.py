@@ -50,16 +50,20 @@ def test_msprobe_atb_writes_its_config_and_points_the_variable_at_it() -> None:
     assert plan.argv == ("python", "serve.py", "--n", "1")  # no shell
     config = FOLDER / "atb_dump_config.json"
     assert plan.env["ATB_DUMP_CONFIG"] == str(config)
+    # the probe writes below ATB_OUTPUT_DIR (msprobe atb_probe.cpp:247); a config has no dump path
+    assert plan.env["ATB_OUTPUT_DIR"] == str(FOLDER / "dump")
+    # exactly the keys SetConfigParameters reads (atb_probe.cpp:1149-1158)
     assert json.loads(plan.files[config]) == {
-        "dump_enable": True,
         "task": "tensor",
-        "dump_path": str(FOLDER / "dump"),
+        "dump_enable": True,
         "exec_range": "3,3",
         "ids": "3_3_3",
         "op_name": "",
         "save_child": True,
         "device": "",
+        "filter_level": 0,
     }
+    assert any("load_atb_probe.sh" in note for note in plan.notes)
 
 
 def test_msprobe_torch_config_is_a_precision_debugger_config() -> None:

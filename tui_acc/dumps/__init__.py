@@ -13,6 +13,7 @@ from tui_acc.dumps import (
     msit_torch,
     msprobe,
     msprobe_atb,
+    msprobe_atb_probe,
     msprobe_debug,
     msprobe_graph,
     sglang,
@@ -38,6 +39,7 @@ EXPECTED = (
     "an msit ATB dump (tensors/{device}_{pid}/ or msit_dump_*/tensors/), "
     "an msprobe dump (step*/rank*|proc*/dump.json or debug.json), an msprobe graph-mode dump "
     "(step*/rank*|pid*/dump_tensor_data/ or a dump.json alone), an msprobe ATB dump (statistic.csv), "
+    "msprobe's ATB probe dump (atb_dump_data/data/{device}_{pid}/), "
     "an SGLang dumper folder (step=*___rank=*___dump_index=*___name=*...pt), "
     "or a single tensor file (.pth, .pt, .bin)"
 )
@@ -56,6 +58,8 @@ def open_dump(path: str | Path, token_offset: int | None = None, rank: int | Non
         raise DumpError(f"{root}: no such file or directory")
     if msprobe_atb.claims(root):
         return msprobe_atb.read(root)
+    if msprobe_atb_probe.claims(root):
+        return msprobe_atb_probe.read(root, token_offset=token_offset, rank=rank)
     if single.claims(root):
         return single.read(root)
     torch_like, atb_like = msit_torch.claims(root), msit_atb.claims(root)

@@ -23,10 +23,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tui_acc.dumps import atb_probe_alias
+
 if TYPE_CHECKING:
     import torch
 
 END_LINE = b"$End=1\n"
+_MAX_ALIAS_HOPS = 4
 _HEADER_LIMIT = 1 << 20
 
 # aclDataType codes (formats.md §2.3) -> (name, bytes per element or None when packed below a byte)
@@ -180,14 +183,18 @@ def read_header(path: Path) -> BinHeader:
     return header
 
 
-def load_bin(path: Path, within: Path | None = None) -> torch.Tensor:
+def load_bin(path: Path, within: Path | None = None, _hops: int = 0) -> torch.Tensor:
     """Read one ``.bin`` tensor exactly; refuse (BinFileError) what cannot be read exactly.
 
     A ``data=`` file must lie inside ``within`` (the dump), or beside the ``.bin`` when not given.
+    msprobe's probe aliases (``data={ids}_outtensor0.bin``) are followed to the ``.bin`` they name.
     """
     import torch
 
     header = read_header(path)
+    alias = _probe_alias(header, within or path.parent, _hops)
+    if alias is not None:
+        return load_bin(alias, within, _hops + 1)
     if header.dtype_code not in ACL_DTYPES:
         raise BinFileError(
             path, f"dtype {header.dtype_name} cannot be decoded exactly; refused rather than misread"
@@ -220,6 +227,27 @@ def load_bin(path: Path, within: Path | None = None) -> torch.Tensor:
     except (OSError, ValueError) as exc:  # unreadable, or shrunk since it was measured
         raise BinFileError(path, f"cannot read its payload ({exc})") from exc
     return _decode(torch, raw, header)
+
+
+def _probe_alias(header: BinHeader, within: Path, hops: int) -> Path | None:
+    """The file a probe alias names (atb_probe_alias.py), checked to lie inside the dump."""
+    if header.external is None:
+        return None
+    if atb_probe_alias.is_self_reference(header.path, header.external):
+        raise BinFileError(
+            header.path,
+            "its data= names the file itself: a kernel tensor the probe did not save (filter_level 2)",
+        )
+    if (header.path.parent / header.external).is_file():
+        return None  # a payload file beside it (msit's data=)
+    target = atb_probe_alias.resolve(header.path, header.external)
+    if target is None:
+        return None  # not a probe alias: read as a data= payload file (which says what is missing)
+    if hops >= _MAX_ALIAS_HOPS:
+        raise BinFileError(header.path, f"its data= aliases chain over {_MAX_ALIAS_HOPS} files; not followed")
+    if not target.resolve().is_relative_to(within.resolve()):
+        raise BinFileError(header.path, f"its data= alias {target} lies outside the dump {within}; not read")
+    return target
 
 
 def _payload_source(header: BinHeader, within: Path) -> tuple[Path, int]:

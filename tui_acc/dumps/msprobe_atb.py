@@ -42,6 +42,8 @@ COLUMNS = [
     "Tensor Path",
 ]
 ROOT = "model"
+# the probe writes Mki's dtype names (atb_probe.h:175-203); the verdicts know torch's
+_DTYPES = {"bf16": "bfloat16", "float": "float32", "double": "float64"}
 
 
 def claims(path: Path) -> bool:
@@ -51,18 +53,8 @@ def claims(path: Path) -> bool:
 def read(path: Path) -> DumpIndex:
     csv_path = path if path.name == FILE else path / FILE
     problems: list[Problem] = []
-    try:
-        with csv_path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.reader(handle)
-            header = next(reader, [])
-            rows = list(reader)
-    except (OSError, csv.Error, UnicodeDecodeError) as exc:
-        raise DumpError(f"{csv_path}: unreadable ({exc})") from exc
-    if header[: len(COLUMNS)] != COLUMNS:
-        raise DumpError(
-            f"{csv_path}: not msprobe's ATB statistic.csv (expected the columns {', '.join(COLUMNS)})"
-        )
-    devices = sorted({row[0] for row in rows if len(row) == len(COLUMNS)})
+    rows = read_rows(csv_path, problems)
+    devices = sorted({device for device, *_ in rows})
     if len(devices) > 1:
         raise DumpError(
             f"{csv_path}: holds several devices ({', '.join(devices)}); split them to compare one"
@@ -70,19 +62,9 @@ def read(path: Path) -> DumpIndex:
     tree = NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "model", None, 0)})
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
     statistics_only = True
-    for number, row in enumerate(rows, start=2):
-        if len(row) != len(COLUMNS):
-            problems.append(
-                Problem(str(csv_path), f"line {number}: {len(row)} columns, expected {len(COLUMNS)}")
-            )
-            continue
-        try:
-            ref, token, chain, op_type = _row(row, csv_path, problems)
-        except ValueError as exc:
-            problems.append(Problem(str(csv_path), f"line {number}: {exc}"))
-            continue
+    for _device, token, chain, op_type, ref in rows:
         statistics_only &= not ref.has_data
-        _add_chain(tree, chain, op_type)
+        add_chain(tree, chain, op_type)
         tokens.setdefault(token, {}).setdefault(chain[-1], []).append(ref)
     if not tokens:
         raise DumpError(f"{csv_path}: no usable rows")
@@ -100,6 +82,38 @@ def read(path: Path) -> DumpIndex:
     )
 
 
+Row = tuple[str, int, list[str], str, TensorRef]  # device, execution count, node chain, op type, tensor
+
+
+def read_rows(csv_path: Path, problems: list[Problem]) -> list[Row]:
+    """Every usable row of one ``statistic.csv``; a bad row is a Problem, a bad file a DumpError."""
+    try:
+        with csv_path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, [])
+            raw_rows = list(reader)
+    except (OSError, csv.Error, UnicodeDecodeError) as exc:
+        raise DumpError(f"{csv_path}: unreadable ({exc})") from exc
+    if header[: len(COLUMNS)] != COLUMNS:
+        raise DumpError(
+            f"{csv_path}: not msprobe's ATB statistic.csv (expected the columns {', '.join(COLUMNS)})"
+        )
+    rows: list[Row] = []
+    for number, row in enumerate(raw_rows, start=2):
+        if len(row) != len(COLUMNS):
+            problems.append(
+                Problem(str(csv_path), f"line {number}: {len(row)} columns, expected {len(COLUMNS)}")
+            )
+            continue
+        try:
+            ref, token, chain, op_type = _row(row, csv_path, problems)
+        except ValueError as exc:
+            problems.append(Problem(str(csv_path), f"line {number}: {exc}"))
+            continue
+        rows.append((row[0], token, chain, op_type, ref))
+    return rows
+
+
 def _row(row: list[str], csv_path: Path, problems: list[Problem]) -> tuple[TensorRef, int, list[str], str]:
     _, count, op_name, op_type, op_id, io, index, dtype, _fmt, shape, mx, mn, mean, norm, tensor_path = row
     names = op_name.split("/")
@@ -108,16 +122,22 @@ def _row(row: list[str], csv_path: Path, problems: list[Problem]) -> tuple[Tenso
         raise ValueError(f"Op Id {op_id!r} does not match the scopes of Op Name {op_name!r}")
     scopes = [f"{i}_{n}" for i, n in zip(ids, names, strict=True)]
     chain = ["/".join(scopes[: k + 1]) for k in range(len(scopes))]
-    if io not in ("Input", "Output"):
+    # the probe writes "input"/"output" (atb_probe.cpp:858,863); earlier files were capitalised
+    if io.lower() not in ("input", "output"):
         raise ValueError(f"Input/Output is {io!r}")
-    role = "input" if io == "Input" else "output"
-    slot = f"{'intensor' if role == 'input' else 'outtensor'}{int(index)}"
+    role = "input" if io.lower() == "input" else "output"
+    # Index is the file name between the prefix and the first "." (atb_probe.cpp:854-864): "0", or
+    # "0_x" where the CANN version names the parameter (intensor0_x.bin); the slot is the number.
+    number = re.match(r"\d+", index)
+    if number is None:
+        raise ValueError(f"Index {index!r} is not a tensor number")
+    slot = f"{'intensor' if role == 'input' else 'outtensor'}{int(number.group())}"
     stats = Stats(
         _number(mx),
         _number(mn),
         _number(mean),
         _number(norm),
-        dtype or None,
+        _DTYPES.get(dtype, dtype) or None,
         tuple(int(d) for d in re.findall(r"\d+", shape)),
     )
     data = _tensor_file(tensor_path, csv_path)
@@ -144,11 +164,16 @@ def _tensor_file(tensor_path: str, csv_path: Path) -> Path | None:
     return None
 
 
-def _add_chain(tree: NodeTree, chain: list[str], op_type: str) -> None:
-    parent = ROOT
+def add_chain(
+    tree: NodeTree, chain: list[str], op_type: str, types: dict[str, str] | None = None, root: str = ROOT
+) -> None:
+    """Add a node and its scopes below ``root``; ``types`` gives types where known (else the names)."""
+    parent = root
     for depth, name in enumerate(chain, start=1):
         if name not in tree.nodes:
-            kind = op_type if name == chain[-1] else name.rsplit("/", 1)[-1].split("_", 1)[-1]
+            kind = (types or {}).get(name) or (
+                op_type if name == chain[-1] else name.rsplit("/", 1)[-1].split("_", 1)[-1]
+            )
             tree.nodes[name] = Node(name, kind, parent, depth)
             siblings = tree.nodes[parent].children
             siblings.append(name)

@@ -137,21 +137,29 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
         if selection.nodes and not values["ids"]:
             notes.append("the selected nodes have no ATB op ids: every operation of the token is dumped")
     elif dumper == "msprobe-atb":
+        # msprobe's ATB probe reads the file ATB_DUMP_CONFIG names and writes below ATB_OUTPUT_DIR
+        # (ccsrc/atb_probe/atb_probe.cpp:1190, 247); its keys are those of SetConfigParameters (:1149-1158)
         config = folder / "atb_dump_config.json"
         files[config] = json.dumps(
             {
-                "dump_enable": True,
                 "task": "tensor",
-                "dump_path": values["out"],
+                "dump_enable": True,
                 "exec_range": f"{selection.step},{selection.step}",
                 "ids": values["ids"],
                 "op_name": "",
                 "save_child": True,
                 "device": "",
+                # 0: every file holds its tensor (1 would write data= aliases msprobe compare cannot read)
+                "filter_level": 0,
             },
             indent=2,
         )
         env["ATB_DUMP_CONFIG"] = str(config)
+        env["ATB_OUTPUT_DIR"] = values["out"]
+        notes.append(
+            "the probe must be loaded: source msprobe/scripts/atb/load_atb_probe.sh (it sets LD_PRELOAD; "
+            "tui-acc sets ATB_DUMP_CONFIG and ATB_OUTPUT_DIR, which the script would overwrite)"
+        )
         argv = exec_argv
     elif dumper == "msprobe-torch":
         config = folder / "msprobe_config.json"
