@@ -55,6 +55,10 @@ class Case:
     task: str = "tensor"  # msprobe: tensor | statistics
     summary_mode: str = "statistics"  # msprobe statistics task: statistics | md5 | xor
     golden_risk_level: str = ""  # msprobe: the golden's risk_level (the test keeps the default, FOCUS)
+    # msprobe: the test dumps as a serving engine does (vllm-ascend eager, SGLang's
+    # --msprobe-dump-config): start() before each forward pass, stop() and step() after it; one step
+    # in between belongs to another request and is not dumped, as a per-request dump skips it
+    serving: bool = False
     api_fault: bool = False  # the fault is inside the module's F.linear call (an API), not after it
     # "stale": the last TILE output columns keep the previous step's values (shows in the values,
     # hardly in a norm); "scale": they come out doubled (a wrong scale: shows in the statistics too)
@@ -116,6 +120,17 @@ CASES: dict[str, Case] = {
         summary_mode="xor",
         api_fault=True,
         fault_kind="scale",
+    ),
+    "llama-msprobe-L0-serving": Case(
+        "llama",
+        "msprobe",
+        "bfloat16",
+        "model.layers.1.mlp.down_proj",
+        2,
+        "L0",
+        "statistics",
+        fault_kind="scale",
+        serving=True,
     ),
     # single-point saves (PrecisionDebugger.save) of each MLP, each layer and the logits; step() per token
     "llama-msprobe-debug": Case("llama", "msprobe", "bfloat16", "model.layers.1.mlp.down_proj", 2, "debug"),
@@ -302,6 +317,8 @@ def dump_side(name: str, side: str, out: Path) -> None:
         if case.level == "debug":
             install_saves(model, debugger, case, record)
             ids = _generate(model)
+        elif case.serving:
+            ids = _serve(model, debugger if side == "test" else None, debugger)
         else:
             debugger.start(model)
             ids = _generate(model)
@@ -326,6 +343,39 @@ def _msprobe_config(case: Case, out: Path) -> dict[str, Any]:
     else:
         config["tensor"] = section
     return config
+
+
+def _serve(model: Any, per_step: Any, whole: Any) -> list[int]:
+    """Greedy decoding one forward pass at a time, with the KV cache, as a serving engine runs it.
+
+    ``per_step``: the debugger to start and step around each forward pass (the test side), with a
+    step of another request (not dumped) after the first decode; else ``whole`` dumps the whole
+    loop as one step (the golden side, as a script dumping generate() would).
+    """
+    import torch
+    from transformers import DynamicCache
+
+    ids = torch.tensor([PROMPT])
+    cache = DynamicCache()
+    generated: list[int] = []
+    if per_step is None:
+        whole.start(model)
+    with torch.no_grad():
+        for token in range(NEW_TOKENS):
+            if per_step is not None:
+                per_step.start(model)
+            logits = model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+            if per_step is not None:
+                per_step.stop()
+                per_step.step()
+                if token == 1:
+                    per_step.step()  # another request's step: a per-request dump writes nothing for it
+            ids = logits[:, -1:].argmax(-1)
+            generated.append(int(ids[0, 0]))
+    if per_step is None:
+        whole.stop()
+        whole.step()
+    return generated
 
 
 def _generate(model: Any) -> list[int]:

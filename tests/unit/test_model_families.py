@@ -38,7 +38,7 @@ def _expected_op(case: dict) -> re.Pattern[str]:
 
 def test_every_case_is_tested():
     assert {"llama-msprobe-L1", "llama-msprobe-mix", "qwen2moe-msit", "gpt2-msit"} <= set(CASES)
-    assert len(CASES) == 11
+    assert len(CASES) == 12
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -224,3 +224,30 @@ def test_focus_gaps_are_named_and_looked_past(model_case):
     # a record right after a gap: its inputs come from its own files, not from the absent record
     after_gap = next(r for r in rows if r["golden_node"] in absent and r["inputs_passed"] is not None)
     assert after_gap["inputs_from"] == "files"
+
+
+# --- a serving engine's steps -------------------------------------------------------------------
+
+
+def test_a_serving_dump_has_a_token_per_step_and_skipped_steps_are_said(model_case):
+    folder = model_case("llama-msprobe-L0-serving")  # test: start/stop/step around each forward pass
+    test = open_dump(folder / "test")
+    assert test.token_ids() == [0, 1, 2, 3]
+    assert dict(test.exec_counts) == {0: 0, 1: 1, 2: 3, 3: 4}  # step 2 was another request's
+    assert any("the steps are the tokens" in n and "steps 0-1, 3-4 were dumped" in n for n in test.notes)
+    # each step's records are named as in the first: the module tree is the same one
+    assert all(set(test.tokens[t]) == set(test.tokens[0]) for t in test.token_ids())
+    assert not open_dump(folder / "golden").exec_counts  # the golden: one step, four passes in it
+    one = open_dump(folder / "test" / "step3")  # a step folder passed: that step alone
+    assert one.token_ids() == [0] and not any("steps are the tokens" in n for n in one.notes)
+
+
+def test_steps_holding_several_passes_each_read_the_newest(model_case, tmp_path):
+    source = model_case("llama-msprobe-L1-statistics")
+    shutil.copytree(source / "test", tmp_path / "test")
+    (tmp_path / "test" / "step0").rename(tmp_path / "test" / "step7")
+    shutil.copytree(source / "test" / "step0", tmp_path / "test" / "step2")
+    index = open_dump(tmp_path / "test")
+    assert index.token_ids() == [0, 1, 2, 3]
+    assert index.data_dir.parent.name == "step7"
+    assert any("holds 2 steps; reading the last, step7" in note for note in index.notes)

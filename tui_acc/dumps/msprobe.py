@@ -33,6 +33,7 @@ from tui_acc.dumps.model import (
     rank_sort_key,
 )
 from tui_acc.dumps.msprobe_passes import api_of, is_module, module_call_index, split_passes, tops
+from tui_acc.dumps.msprobe_steps import merge_steps
 
 FORMAT = "msprobe"
 ROOT = "model"
@@ -54,7 +55,41 @@ def claims(path: Path) -> bool:
 
 
 def read(path: Path, rank: int | None = None) -> DumpIndex:
+    """The dump's newest step; or, where every step holds one forward pass (a serving engine calls
+    ``step()`` after each: vllm-ascend eager, SGLang's --msprobe-dump-config), every step, a token each."""
     rank_dir, notes, ranks, rank = _locate(path, rank)
+    steps = _steps_of(path, rank_dir)
+    index = _read_rank_dir(path, rank_dir, [] if len(steps) > 1 else notes, ranks, rank)
+    if len(steps) < 2:
+        return index
+    if len(index.tokens) == 1:
+        first = _read_rank_dir(path, steps[0][1], [], ranks, rank)
+        if len(first.tokens) == 1:
+            rest = [(n, _read_rank_dir(path, d, [], ranks, rank)) for n, d in steps[1:-1]]
+            return merge_steps(path, [(steps[0][0], first), *rest, (steps[-1][0], index)], notes)
+    newest = steps[-1][1].parent.name
+    index.notes[:0] = [
+        *notes,
+        f"{path} holds {len(steps)} steps; reading the last, {newest} (pass a step* folder to pick one)",
+    ]
+    return index
+
+
+def _steps_of(path: Path, rank_dir: Path) -> list[tuple[int, Path]]:
+    """(N, the rank folder of that name in step N) for every step, when ``path`` is the dump_path."""
+    if path.name == "dump.json" or (path / "dump.json").is_file() or _STEP.match(path.name):
+        return [(0, rank_dir)]
+    found = []
+    for step in path.iterdir():
+        folder = step / rank_dir.name
+        if step.is_dir() and _STEP.match(step.name) and (folder / "dump.json").is_file():
+            found.append((int(step.name[4:]), folder))
+    return sorted(found)
+
+
+def _read_rank_dir(
+    path: Path, rank_dir: Path, notes: list[str], ranks: list[str], rank: int | None
+) -> DumpIndex:
     problems: list[Problem] = []
     dump_json = rank_dir / "dump.json"
     try:
@@ -202,11 +237,6 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, list[str], list[str], i
         return path.parent, notes, [], None
     if (path / "dump.json").is_file():
         return path, notes, [], None
-    if not _STEP.match(path.name):
-        steps = [p for p in path.iterdir() if p.is_dir() and _STEP.match(p.name)]
-        if len(steps) > 1:
-            newest = max(steps, key=lambda p: int(p.name[4:]))
-            notes.append(f"{path} holds {len(steps)} steps; reading the last, {newest.name}")
     ranks = _rank_dirs(path)
     if not ranks:
         raise DumpError(f"{path}: not an msprobe dump (expected step*/rank*|proc*/dump.json)")
