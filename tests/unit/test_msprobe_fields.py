@@ -251,3 +251,23 @@ def test_steps_holding_several_passes_each_read_the_newest(model_case, tmp_path)
     assert index.token_ids() == [0, 1, 2, 3]
     assert index.data_dir.parent.name == "step7"
     assert any("holds 2 steps; reading the last, step7" in note for note in index.notes)
+
+
+# --- which reader --------------------------------------------------------------------------------
+
+
+def test_a_dump_json_or_debug_json_passed_as_a_file_is_read(model_case):
+    dump_json = _dump_json(model_case("llama-msprobe-L1-xor") / "test")
+    assert open_dump(dump_json).token_ids() == [0, 1, 2, 3]
+    debug_json = next((model_case("llama-msprobe-debug") / "test").glob("step0/*/debug.json"))
+    assert open_dump(debug_json).format == "msprobe-debug"
+
+
+def test_an_eager_dump_json_copied_alone_stays_eager(model_case, tmp_path):
+    """Graph mode writes a dump.json alone too; eager tensors carry requires_grad, graph mode's not."""
+    rank = tmp_path / "step0" / "proc1"
+    rank.mkdir(parents=True)
+    shutil.copy(_dump_json(model_case("llama-msprobe-L1-statistics") / "test"), rank / "dump.json")
+    index = open_dump(tmp_path)
+    assert index.token_ids() == [0, 1, 2, 3]  # eager L1: its forward passes, not one step-token
+    assert [p.path for p in index.problems] == [str(rank / "construct.json")]

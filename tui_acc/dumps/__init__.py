@@ -80,4 +80,6 @@ def open_dump(path: str | Path, token_offset: int | None = None, rank: int | Non
         return msprobe_debug.read(root, rank=rank)
     if sglang.claims(root):  # last: it lists every folder right below the root, looking for an experiment
         return sglang.read(root, rank=rank)
+    if root.is_file():
+        return single.read(root)  # says which tensor files it reads
     raise DumpError(f"{root}: not a dump tui-acc can read; expected {EXPECTED}")

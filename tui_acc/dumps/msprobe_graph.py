@@ -146,11 +146,26 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
 
 def _is_graph_rank(folder: Path) -> bool:
     """A rank folder of graph mode: tensors without a dump.json, or a dump.json alone (eager msprobe
-    always writes construct.json and stack.json beside it)."""
-    if (folder / "dump.json").is_file():
-        return not (folder / "construct.json").exists() and not (folder / "stack.json").exists()
+    writes construct.json and stack.json beside it, and ``requires_grad`` with every tensor)."""
+    dump_json = folder / "dump.json"
+    if dump_json.is_file():
+        beside = (folder / "construct.json").exists() or (folder / "stack.json").exists()
+        return not beside and not _written_eagerly(dump_json)
     # level debug's saves have a dump_tensor_data/ too, described by a debug.json
     return (folder / TENSOR_DIR).is_dir() and not (folder / "debug.json").is_file()
+
+
+def _written_eagerly(dump_json: Path) -> bool:
+    """Whether its tensors carry ``requires_grad``, as eager msprobe writes them
+    (pytorch_processor.py ``_analyze_tensor``) and graph mode never does (aclgraph_dumper.py:749-762):
+    an eager dump.json copied without its construct.json stays an eager dump. The first records
+    tell, so only the head of the file is read."""
+    try:
+        with dump_json.open("rb") as handle:
+            head = handle.read(1 << 16)
+    except OSError:
+        return False
+    return b'"requires_grad"' in head
 
 
 def _rank_dirs_in(step: Path) -> list[Path]:

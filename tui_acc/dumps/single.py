@@ -12,7 +12,8 @@ NODE = "tensor"
 
 
 def claims(path: Path) -> bool:
-    return path.is_file()
+    """A tensor file; other files (msprobe's dump.json, debug.json) are their readers'."""
+    return path.is_file() and path.suffix in SUFFIXES
 
 
 def read(path: Path) -> DumpIndex:
