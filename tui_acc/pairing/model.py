@@ -112,9 +112,10 @@ class Pairing:
             from tui_acc.pairing.absent import absent_before
 
             pairs = self.nodes.get(token, [])  # pairs the token first: that is what finds its unmatched
-            self._absent_cache[token] = absent_before(
-                token, self.golden, self.test, pairs, self.unmatched_found
-            )
+            alone = [u for u in self.unmatched_found if u.token == token and u.kind == "node"]
+            # placing them walks both trees: only where there is something to place
+            found = absent_before(token, self.golden, self.test, pairs, alone) if alone else {}
+            self._absent_cache[token] = found
         return self._absent_cache[token]
 
     def tensor_pair_count(self) -> int:
