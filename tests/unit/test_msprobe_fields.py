@@ -242,6 +242,17 @@ def test_a_serving_dump_has_a_token_per_step_and_skipped_steps_are_said(model_ca
     assert one.token_ids() == [0] and not any("steps are the tokens" in n for n in one.notes)
 
 
+def test_a_damaged_step_of_a_serving_dump_is_named_and_the_others_compared(model_case, tmp_path):
+    source = model_case("llama-msprobe-L0-serving")
+    shutil.copytree(source / "test", tmp_path / "test")
+    broken = next((tmp_path / "test").glob("step1/*/dump.json"))
+    broken.write_text('{"data": ', encoding="utf-8")
+    index = open_dump(tmp_path / "test")
+    assert index.token_ids() == [0, 1, 2] and dict(index.exec_counts) == {0: 0, 1: 3, 2: 4}
+    assert [p.path for p in index.problems] == [str(broken)]
+    assert "step 1 is not compared" in index.problems[0].message
+
+
 def test_steps_holding_several_passes_each_read_the_newest(model_case, tmp_path):
     source = model_case("llama-msprobe-L1-statistics")
     shutil.copytree(source / "test", tmp_path / "test")

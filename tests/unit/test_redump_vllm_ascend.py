@@ -69,6 +69,24 @@ def test_eager_runs_dump_the_step_and_the_request() -> None:
     assert not any("every replay" in note for note in plan.notes)
 
 
+@pytest.mark.parametrize(
+    ("exec_", "shell"),
+    [
+        (SERVE + " --enforce-eager", True),  # a shell string: still read word by word
+        (SERVE + " --enforce-eager=true", False),
+        (SERVE + """ --compilation-config '{"cudagraph_mode": "NONE"}'""", False),
+        (SERVE + """ -O '{"cudagraph_mode":"NONE"}'""", True),
+    ],
+)
+def test_every_way_of_running_eagerly_gets_the_eager_config(exec_: str, shell: bool) -> None:
+    settings = SideSettings("vllm-ascend", exec=exec_, shell=shell, request_id="r-1")
+    plan = build_plan(Selection("test", 2, 5, (MODULE,)), settings, FOLDER)
+    config = json.loads(plan.env["TUI_ACC_ADDITIONAL_CONFIG"])["dump_config"]
+    assert config["step"] == [5] and config["tensor"]["request_id"] == "r-1"
+    graph = build_plan(Selection("test", 2, 5, (MODULE,)), SideSettings("vllm-ascend", exec=SERVE), FOLDER)
+    assert "step" not in json.loads(graph.env["TUI_ACC_ADDITIONAL_CONFIG"])["dump_config"]
+
+
 def test_an_existing_additional_config_is_kept_and_its_config_path_replaced() -> None:
     existing = json.dumps({"dump_config_path": "/old.json", "enable_shared_expert_dp": True})
     for exec_ in (

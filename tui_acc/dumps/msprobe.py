@@ -59,20 +59,48 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
     ``step()`` after each: vllm-ascend eager, SGLang's --msprobe-dump-config), every step, a token each."""
     rank_dir, notes, ranks, rank = _locate(path, rank)
     steps = _steps_of(path, rank_dir)
-    index = _read_rank_dir(path, rank_dir, [] if len(steps) > 1 else notes, ranks, rank)
     if len(steps) < 2:
-        return index
-    if len(index.tokens) == 1:
-        first = _read_rank_dir(path, steps[0][1], [], ranks, rank)
-        if len(first.tokens) == 1:
-            rest = [(n, _read_rank_dir(path, d, [], ranks, rank)) for n, d in steps[1:-1]]
-            return merge_steps(path, [(steps[0][0], first), *rest, (steps[-1][0], index)], notes)
-    newest = steps[-1][1].parent.name
-    index.notes[:0] = [
+        return _read_rank_dir(path, rank_dir, notes, ranks, rank)
+    problems: list[Problem] = []
+
+    def attempt(number: int, folder: Path) -> DumpIndex | None:
+        try:
+            return _read_rank_dir(path, folder, [], ranks, rank)
+        except DumpError as exc:  # one damaged step: named, and the others are still read
+            problems.append(Problem(str(folder / "dump.json"), f"{exc}; step {number} is not compared"))
+            return None
+
+    newest, first = attempt(*steps[-1]), attempt(*steps[0])
+    ends = [index for index in (first, newest) if index is not None]
+    if ends and all(len(index.tokens) == 1 for index in ends):
+        merged = []
+        for number, folder in steps:
+            index = (
+                first
+                if number == steps[0][0]
+                else newest
+                if number == steps[-1][0]
+                else attempt(number, folder)
+            )
+            if index is None:
+                continue
+            if len(index.tokens) != 1:
+                message = (
+                    f"holds {len(index.tokens)} forward passes where the other steps hold one; not compared"
+                )
+                problems.append(Problem(str(folder / "dump.json"), message))
+                continue
+            merged.append((number, index))
+        return merge_steps(path, merged, notes, problems, [number for number, _ in steps])
+    if newest is None:
+        raise DumpError(f"{problems[0].path}: {problems[0].message}")
+    newest.problems[:0] = problems
+    last = f"step{steps[-1][0]}"
+    newest.notes[:0] = [
         *notes,
-        f"{path} holds {len(steps)} steps; reading the last, {newest} (pass a step* folder to pick one)",
+        f"{path} holds {len(steps)} steps; reading the last, {last} (pass a step* folder to pick one)",
     ]
-    return index
+    return newest
 
 
 def _steps_of(path: Path, rank_dir: Path) -> list[tuple[int, Path]]:

@@ -16,12 +16,22 @@ from pathlib import Path
 from tui_acc.dumps.model import DumpIndex, Node, NodeTree, Problem, TensorRef
 
 
-def merge_steps(path: Path, steps: Sequence[tuple[int, DumpIndex]], notes: list[str]) -> DumpIndex:
-    """One index whose token k is the k-th of ``steps`` (each holding a single forward pass)."""
+def merge_steps(
+    path: Path,
+    steps: Sequence[tuple[int, DumpIndex]],
+    notes: list[str],
+    problems: list[Problem],
+    found: list[int],
+) -> DumpIndex:
+    """One index whose token k is the k-th of ``steps`` (each holding a single forward pass).
+
+    ``problems``: steps that could not be used (named); ``found``: every step number on disk, so
+    that the note tells steps never dumped from steps that were damaged.
+    """
     first = steps[0][1]
     tree = NodeTree(root=first.tree.root, nodes={})
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
-    problems: list[Problem] = []
+    problems = list(problems)
     stable: dict[str, str] = {}
     between: list[str] = []
     for token, (_, index) in enumerate(steps):
@@ -31,12 +41,12 @@ def merge_steps(path: Path, steps: Sequence[tuple[int, DumpIndex]], notes: list[
         stable.update(index.stable)
         between += index.between_tokens
     numbers = [number for number, _ in steps]
-    gaps = numbers != list(range(numbers[0], numbers[0] + len(numbers)))
+    gaps = found != list(range(found[0], found[0] + len(found)))
     said = (
         f"{path}: each of its {len(steps)} steps holds one forward pass (a serving engine's step per "
         "forward): the steps are the tokens"
         + (
-            f"; steps {_ranges(numbers)} were dumped (a per-request dump skips the steps its request was "
+            f"; steps {_ranges(found)} were dumped (a per-request dump skips the steps its request was "
             "not in), so token k is the k-th step dumped"
             if gaps
             else ""

@@ -263,7 +263,7 @@ def _vllm_ascend(
     (``--enforce-eager``: cudagraph mode NONE) and to its AclGraphDumper otherwise
     (vllm_ascend/worker/model_runner_v1.py:347-365; ascend_config.py:462-478 writes the dict to a file).
     """
-    eager = "--enforce-eager" in exec_argv
+    eager = _runs_eagerly(settings.exec or "")
     level = _msprobe_level(selection.nodes)
     if eager:
         section: dict[str, object] = {
@@ -305,6 +305,26 @@ def _vllm_ascend(
         notes.append('your command passes --additional-config "$TUI_ACC_ADDITIONAL_CONFIG" to vllm')
         return exec_argv
     return _with_additional_config(exec_argv, config)
+
+
+def _runs_eagerly(command: str) -> bool:
+    """Whether a vllm command runs without graphs: ``--enforce-eager`` (``=true`` too), or a
+    compilation config whose cudagraph mode is NONE. Looked for in the words of the command, also
+    when it is a shell string."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    for position, word in enumerate(words):
+        flag, _, value = word.partition("=")
+        if flag in ("--enforce-eager", "-enforce-eager") and value.lower() not in ("false", "0"):
+            return True
+        config = value if flag in ("--compilation-config", "-O") else ""
+        if not config and word in ("--compilation-config", "-O") and position + 1 < len(words):
+            config = words[position + 1]
+        if re.search(r'"?cudagraph_mode"?\s*:\s*"?NONE"?', config):
+            return True
+    return False
 
 
 def _graph_keyword(name: str) -> str:
