@@ -147,7 +147,7 @@ def test_new_folders_are_fresh_and_never_inside_the_dumps(tmp_path: Path) -> Non
 
 def test_settings_are_validated_with_the_file_named() -> None:
     settings = load_settings({"exec": "bash a.sh", "test": {"dumper": "msprobe-atb"}, "out_dir": "~/r"})
-    assert settings.test == SideSettings("msprobe-atb", "bash a.sh") and settings.golden.dumper == "torch"
+    assert settings.test == SideSettings("msprobe-atb", "bash a.sh", chosen=True) and settings.golden.dumper == "torch"
     assert settings.out_dir == Path("~/r").expanduser()
     with pytest.raises(SettingsError, match=r"x.toml: redump.test.dumper = 'msit'; expected one of"):
         load_settings({"test": {"dumper": "msit"}}, "x.toml")
@@ -301,3 +301,17 @@ def test_mindie_tokens_map_to_the_folder_msit_numbers_them_by(atb_pair, tmp_path
         argv = list(plan_for(cmp, settings, "test", token, None, datetime(2026, 1, 1), tmp_path).argv)
         steps[token] = argv[argv.index("-er") + 1]
     assert steps == {0: "1,1", 1: "1,1", 2: "2,2"}  # folder 0 is the warm-up; 1 holds tokens 0 and 1
+
+
+def test_without_a_named_dumper_each_side_gets_the_one_that_writes_its_format(model_case, tmp_path) -> None:
+    from tui_acc import open_comparison
+    from tui_acc.redump.select import plan_for
+
+    folder = model_case("llama-msprobe-L1-statistics")
+    cmp = open_comparison(folder / "golden", folder / "test", cache=False)
+    when = datetime(2026, 1, 1)
+    default = load_settings({"exec": "python gen.py"})
+    assert plan_for(cmp, default, "test", 2, None, when, tmp_path).dumper == "msprobe-torch"
+    assert plan_for(cmp, default, "golden", 2, None, when, tmp_path).dumper == "msprobe-torch"
+    named = load_settings({"exec": "python gen.py", "test": {"dumper": "custom", "command": ["x", "{out}"]}})
+    assert plan_for(cmp, named, "test", 2, None, when, tmp_path).dumper == "custom"  # named: kept

@@ -46,7 +46,8 @@ def plan_for(
 ) -> RedumpPlan:
     """The plan for the selection, into a new folder under ``[redump] out_dir`` (or ``base_dir``)."""
     selection = selection_for(comparison, side, token, golden_node)
-    side_settings = settings.side(side)
+    index = comparison.golden if side == "golden" else comparison.test
+    side_settings = settings.side(side).for_format(index.format)
     if typed_exec:  # typed in the dialog: wins over tui-acc.toml
         side_settings = replace(side_settings, exec=typed_exec)
     protected = [

@@ -29,6 +29,16 @@ from tui_acc.atomic import temp_beside
 from tui_acc.config import FILE_NAME, tomllib
 
 DEFAULT_DUMPER = {"test": "msit-atb", "golden": "torch"}
+# Where tui-acc.toml names no dumper: the one that writes the side's format
+DUMPER_OF_FORMAT = {
+    "msit-atb": "msit-atb",
+    "msprobe-atb": "msprobe-atb",
+    "msit-torch": "torch",
+    "msit-stats": "torch",
+    "msprobe": "msprobe-torch",
+    "msprobe-debug": "msprobe-torch",
+    "sglang": "sglang-dumper",
+}
 
 
 class SettingsError(ValueError):
@@ -42,6 +52,13 @@ class SideSettings:
     command: tuple[str, ...] | str | None = None  # custom template: argv, or one string with shell
     shell: bool = False
     request_id: str | None = None  # vllm-ascend: msprobe's per-request dump (eager runs)
+    chosen: bool = False  # the dumper was named in tui-acc.toml (else it follows the dump's format)
+
+    def for_format(self, dump_format: str) -> SideSettings:
+        """These settings, with the dumper that writes ``dump_format`` unless one was named."""
+        if self.chosen or dump_format not in DUMPER_OF_FORMAT:
+            return self
+        return replace(self, dumper=DUMPER_OF_FORMAT[dump_format])
 
 
 @dataclass(frozen=True)
@@ -73,7 +90,8 @@ def load_settings(table: Any, where: str = FILE_NAME) -> RedumpSettings:
         raw = table.get(side, {})
         if not isinstance(raw, dict):
             raise SettingsError(f"{where}: [redump.{side}] must be a table")
-        dumper = _string(raw.get("dumper"), where, f"redump.{side}.dumper") or DEFAULT_DUMPER[side]
+        named = _string(raw.get("dumper"), where, f"redump.{side}.dumper")
+        dumper = named or DEFAULT_DUMPER[side]
         if dumper not in DUMPERS:
             expected = ", ".join(DUMPERS)
             raise SettingsError(f"{where}: redump.{side}.dumper = {dumper!r}; expected one of {expected}")
@@ -93,7 +111,7 @@ def load_settings(table: Any, where: str = FILE_NAME) -> RedumpSettings:
             raise SettingsError(f'{where}: redump.{side}.dumper = "custom" needs a command')
         exec_ = _string(raw.get("exec"), where, f"redump.{side}.exec") or shared_exec
         request_id = _string(raw.get("request_id"), where, f"redump.{side}.request_id")
-        sides[side] = SideSettings(dumper, exec_, command, shell, request_id)
+        sides[side] = SideSettings(dumper, exec_, command, shell, request_id, chosen=named is not None)
     out_dir = _string(table.get("out_dir"), where, "redump.out_dir")
     return RedumpSettings(sides["golden"], sides["test"], Path(out_dir).expanduser() if out_dir else None)
 
