@@ -87,6 +87,7 @@ def test_short_names_tell_siblings_apart() -> None:
     assert short_name("root.model.layers.2") == "layers.2"
     assert short_name("root.model.layers.2.mlp") == "mlp"
     assert short_name("8_LlamaLayer/7_LinearOperation") == "7_LinearOperation"
+    assert short_name("mlp1.0.debug") == "mlp1.0"  # msprobe level debug's saves
     assert short_name("Module.model.layers.0.mlp.LlamaMLP.forward.3") == "mlp"
     assert short_name("Module.model.layers.1.LlamaDecoderLayer.forward.0") == "layers.1"
     assert short_name("Functional.linear.5.forward") == "linear.5"

@@ -147,7 +147,10 @@ def test_new_folders_are_fresh_and_never_inside_the_dumps(tmp_path: Path) -> Non
 
 def test_settings_are_validated_with_the_file_named() -> None:
     settings = load_settings({"exec": "bash a.sh", "test": {"dumper": "msprobe-atb"}, "out_dir": "~/r"})
-    assert settings.test == SideSettings("msprobe-atb", "bash a.sh", chosen=True) and settings.golden.dumper == "torch"
+    assert (
+        settings.test == SideSettings("msprobe-atb", "bash a.sh", chosen=True)
+        and settings.golden.dumper == "torch"
+    )
     assert settings.out_dir == Path("~/r").expanduser()
     with pytest.raises(SettingsError, match=r"x.toml: redump.test.dumper = 'msit'; expected one of"):
         load_settings({"test": {"dumper": "msit"}}, "x.toml")

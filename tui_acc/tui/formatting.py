@@ -78,6 +78,7 @@ def styled(text: str, passed: bool | None) -> Text:
 
 _MSPROBE_MODULE = re.compile(r"^Module\.(.+)\.[A-Za-z_][A-Za-z0-9_]*\.(?:forward|backward)\.\d+$")
 _MSPROBE_API = re.compile(r"^[A-Za-z]+\.(.+)\.(\d+)\.(?:forward|backward)$")
+_MSPROBE_SAVE = re.compile(r"^(.+\.\d+)\.debug$")  # level debug: {variable}.{count}.debug
 
 
 def short_name(name: str) -> str:
@@ -86,8 +87,11 @@ def short_name(name: str) -> str:
     ``root.model.layers.2`` -> ``layers.2``; ``root.model.layers.2.mlp`` -> ``mlp``;
     ``8_LlamaLayer/7_LinearOperation`` -> ``7_LinearOperation``;
     ``Module.model.layers.0.mlp.LlamaMLP.forward.3`` -> ``mlp``;
-    ``Functional.linear.5.forward`` -> ``linear.5``.
+    ``Functional.linear.5.forward`` -> ``linear.5``; msprobe's saves ``mlp1.0.debug`` -> ``mlp1.0``.
     """
+    save = _MSPROBE_SAVE.match(name)
+    if save:  # the saved variable and its count are what tells it from the other saves
+        return save.group(1)
     module = _MSPROBE_MODULE.match(name)
     if module:
         name = module.group(1)
