@@ -121,7 +121,9 @@ def format_text(report: dict[str, Any]) -> str:
     ]
     stats = any(t["stats_only"] for t in report["tokens"])
     if stats:
-        lines[-1] = f"{'token':>5}  {'verdict':<7}  {'norm rel':>10}   (statistics only: L2 norms compared)"
+        lines[-1] = (
+            f"{'token':>5}  {'verdict':<7}  {'norm rel':>10}   (statistics only: max, min, mean, norm)"
+        )
     for t in report["tokens"]:
         verdict = {"error": "ERROR", "fail": "FAIL"}.get(t["verdict"] or "", t["verdict"] or "?")
         top1 = f"{t['golden_top1']}/{t['test_top1']}" if t["golden_top1"] is not None else "-"

@@ -295,7 +295,12 @@ def _tensor_records(folder: Path, problems: list[Problem]) -> tuple[list[Record]
         ordered = sorted(records, key=lambda r: (r.path is None, natural_key(r.scope), int(_call_of(r.name))))
         for position, record in enumerate(ordered):
             record.first = float(position)
-    return records, "file times" if timed else "file names (the file times do not hold the call order)"
+    untimed = (
+        "file names (the file times do not hold the call order: a copy made without keeping them, "
+        "cp -r or scp without -p? copy dumps with cp -a or rsync -a): calls of different APIs are in "
+        "name order, not in the order they ran, and the logits may need --logits-node"
+    )
+    return records, "file times" if timed else untimed
 
 
 def _call_of(name: str) -> str:

@@ -276,8 +276,8 @@ def _merges_from_dims(records: list[Record], problems: list[Problem], notes: lis
     if merges:
         annotated = sum(1 for merge in merges.values() if merge)
         notes.append(
-            f"{annotated} of {len(first)} names carry a tensor-parallel dims annotation: gathered by it "
-            "(concatenated along [tp], summed for [tp:partial]); the others by shape"
+            f"{annotated} of {len(first)} names carry a tensor-parallel dims annotation: --gather merges "
+            "by it (concatenated along [tp], summed for [tp:partial]), the others by shape"
         )
     if sizes:
         described = ", ".join(f"{axis}={size}" for axis, size in sorted(sizes.items()))
