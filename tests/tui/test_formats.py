@@ -104,3 +104,20 @@ async def test_the_detail_panel_names_records_one_side_left_out(model_case, tmp_
 
     assert "not in test just before it" in text
     assert short_name(absent[0].name) in text and all(u.side == "golden" for u in absent)
+
+
+async def test_the_notes_that_decide_how_to_read_verdicts_are_on_screen(model_case, tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from tui_acc.tui.screens.problems import ProblemsScreen
+
+    folder = model_case("llama-msprobe-L1-xor")
+    app = AccApp(open_comparison(folder / "golden", folder / "test", cache=False), export_dir=tmp_path)
+    async with app.run_test(size=(120, 32)) as pilot:
+        await settle(pilot)
+        await pilot.press("u")
+        assert isinstance(app.screen, ProblemsScreen)
+        console = Console(width=200, record=True)
+        console.print(app.screen.query_one(Static).content)
+        text = console.export_text()
+    assert "Notes (" in text and "test: " in text and "compared by equality" in text

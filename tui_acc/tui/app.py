@@ -40,7 +40,7 @@ class AccApp(App[None]):
         Binding("q", "quit", "Quit", id="quit"),
         Binding("L", "redump_log", "Re-dump log", id="redump_log", show=False),
         Binding("question_mark", "help", "Help", id="help", show=False),
-        Binding("u", "problems", "Unmatched", id="problems", show=False),
+        Binding("u", "problems", "Notes and unmatched", id="problems", show=False),
     ]
 
     def __init__(

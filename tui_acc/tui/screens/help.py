@@ -26,7 +26,7 @@ KEYS = (
     ("r", "re-dump the token (and operator) under the cursor: shows the command, Enter runs it"),
     ("L", "the re-dump's log: x stops it, o opens the new dump at the same token and operator"),
     ("Esc", "back to the tokens"),
-    ("u", "what could not be paired or read"),
+    ("u", "notes on how the dumps were read; what could not be paired or read"),
     ("ctrl+p", "command palette"),
     ("?  q", "this help · quit"),
 )

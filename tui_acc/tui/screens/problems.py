@@ -1,4 +1,4 @@
-"""``u``: what could not be paired, and which files could not be read."""
+"""``u``: how the dumps were read (notes), what could not be paired, and which files could not be read."""
 
 from __future__ import annotations
 
@@ -16,6 +16,16 @@ from tui_acc.session import Comparison
 
 def problems_renderable(cmp: Comparison) -> Group:
     parts: list[Table | Text] = []
+    # what decides how to read the verdicts: checksums compared by equality, steps that are tokens,
+    # a filtered dump, a guessed logits node, the rank compared, records aligned by kind
+    notes = [("golden", n) for n in cmp.golden.notes] + [("test", n) for n in cmp.test.notes]
+    notes += [("pairing", n) for n in cmp.pairing.notes]
+    parts.append(Text(f"Notes ({len(notes)})", style="bold underline"))
+    for source, note in notes:
+        parts.append(Text.assemble((f"{source}: ", "bold"), note))
+    if not notes:
+        parts.append(Text("none", style="green"))
+    parts.append(Text(""))
     unmatched = cmp.pairing.unmatched_found
     so_far = "" if cmp.pairing.all_paired() else ", in the tokens compared so far"
     parts.append(Text(f"Unmatched ({len(unmatched)}{so_far})", style="bold underline"))
