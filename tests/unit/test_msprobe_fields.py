@@ -217,6 +217,15 @@ def test_focus_gaps_are_named_and_looked_past(model_case):
     kinds = {u.name.rsplit(".", 2)[0] for records in absent.values() for u in records}
     assert {"Tensor.transpose", "Tensor.reshape"} <= kinds
     assert all(u.side == "golden" for records in absent.values() for u in records)
+    # each lands on the first paired operator after it: none lies between the record and its operator
+    golden = comparison.golden
+    order = [n.name for n in golden.tree.preorder() if n.name in golden.tokens[2]]
+    at = {name: i for i, name in enumerate(order)}
+    paired = sorted(at[p.golden] for p in comparison.pairing.node_pairs(2))
+    for operator, records in absent.items():
+        for record in records:
+            assert at[record.name] < at[operator]
+            assert not [i for i in paired if at[record.name] < i < at[operator]], (record.name, operator)
     # every operator of the token is judged on its inputs: no gap leaves one unjudged
     rows = comparison.engine.node_rows(2)
     with_inputs = [r for r in rows if r["inputs_passed"] is not None or r["inputs_from"] != "files"]

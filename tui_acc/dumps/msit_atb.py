@@ -83,7 +83,7 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
     # Which folder holds which token is known from folder names and the topology alone.
     folder_of: dict[int, int] = {}
     for folder_id in sorted(folders):
-        for token in _folder_tokens(folder_id, topology, token_offset, notes):
+        for token in folder_tokens(folder_id, topology, token_offset, notes):
             folder_of[token] = folder_id
     if not folder_of:
         raise DumpError(
@@ -99,7 +99,7 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
     def walk(folder_id: int, into: NodeTree) -> dict[int, dict[str, list[TensorRef]]]:
         nodes: dict[str, list[TensorRef]] = {}
         _walk(Path(folders[folder_id]), "", root_name, into, nodes, problems)
-        return dict(_tokens_of_folder(folder_id, nodes, topology, token_offset))
+        return dict(tokens_of_folder(folder_id, nodes, topology, token_offset))
 
     # The first token's folder is walked now (it gives the tree); every other one when its token
     # is first compared or opened, so the first screen of 100,000 files needs only folder names.
@@ -109,9 +109,9 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
     def load(token: int) -> dict[str, list[TensorRef]]:
         folder_id = folder_of[token]
         if folder_id not in walked:
-            scratch = _copy_tree(tree)
+            scratch = copy_tree(tree)
             walked[folder_id] = walk(folder_id, scratch)
-            _adopt_new_nodes(tree, scratch)
+            adopt_new_nodes(tree, scratch)
         return walked[folder_id].get(token, {})
 
     return DumpIndex(
@@ -129,13 +129,13 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
     )
 
 
-def _copy_tree(tree: NodeTree) -> NodeTree:
+def copy_tree(tree: NodeTree) -> NodeTree:
     return NodeTree(
         tree.root, {name: replace(node, children=list(node.children)) for name, node in tree.nodes.items()}
     )
 
 
-def _adopt_new_nodes(tree: NodeTree, grown: NodeTree) -> None:
+def adopt_new_nodes(tree: NodeTree, grown: NodeTree) -> None:
     """Nodes a later token has and the first had not, added copy-on-write.
 
     The UI may be walking ``tree`` on another thread: the node table is replaced whole, and a
@@ -213,10 +213,10 @@ def _read_topology(model_dir: Path, problems: list[Problem]) -> Topology:
     return Topology(models)
 
 
-def _folder_tokens(
+def folder_tokens(
     folder_id: int, topology: Topology, token_offset: int | None, notes: list[str]
 ) -> list[int]:
-    """The tokens folder ``folder_id`` holds (see ``_tokens_of_folder``), from its number alone."""
+    """The tokens folder ``folder_id`` holds (see ``tokens_of_folder``), from its number alone."""
     if token_offset is not None:
         return [folder_id - token_offset] if folder_id >= token_offset else []
     if not topology.mindie:
@@ -227,7 +227,7 @@ def _folder_tokens(
     return [0, 1] if folder_id == 1 else [folder_id]
 
 
-def _tokens_of_folder(
+def tokens_of_folder(
     folder_id: int,
     nodes: dict[str, list[TensorRef]],
     topology: Topology,

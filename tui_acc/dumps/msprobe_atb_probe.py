@@ -70,8 +70,11 @@ def claims(path: Path) -> bool:
         return True
     if _DEVICE.match(path.name) and path.parent.name == "data" and path.parent.parent.name == ROOT_DIR:
         return path.is_dir()
+    # one {exec}/ of data/{dev}_{pid}/ below atb_dump_data/ (an msit ATB dump kept in a folder named
+    # data/ has the same shape below it: the atb_dump_data/ above tells them apart)
     execution = _NUMBER.match(path.name) is not None and path.parent.parent.name == "data"
-    return execution and _DEVICE.match(path.parent.name) is not None
+    below_root = path.parent.parent.parent.name == ROOT_DIR
+    return execution and below_root and _DEVICE.match(path.parent.name) is not None
 
 
 def read(path: Path, token_offset: int | None = None, rank: int | None = None) -> DumpIndex:
@@ -92,7 +95,7 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
         raise DumpError(f"{device_dir}: no execution folder (0, 1, 2, ...) holds any data")
     folder_of: dict[int, int] = {}
     for folder_id in sorted(folders):
-        for token in msit_atb._folder_tokens(folder_id, topology.models, token_offset, notes):
+        for token in msit_atb.folder_tokens(folder_id, topology.models, token_offset, notes):
             folder_of[token] = folder_id
     if not folder_of:
         raise DumpError(f"{device_dir}: its execution folders hold no token (all below --token-offset)")
@@ -105,7 +108,7 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
 
     def walk(folder_id: int, into: NodeTree) -> dict[int, dict[str, list[TensorRef]]]:
         nodes = _execution(folders[folder_id], root_name, into, topology, problems)
-        return dict(msit_atb._tokens_of_folder(folder_id, nodes, topology.models, token_offset))
+        return dict(msit_atb.tokens_of_folder(folder_id, nodes, topology.models, token_offset))
 
     # The first token's folder gives the tree now; the others are walked when first compared.
     first = folder_of[min(folder_of)]
@@ -118,9 +121,9 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
     def load(token: int) -> dict[str, list[TensorRef]]:
         folder_id = folder_of[token]
         if folder_id not in walked:
-            scratch = msit_atb._copy_tree(tree)
+            scratch = msit_atb.copy_tree(tree)
             walked[folder_id] = walk(folder_id, scratch)
-            msit_atb._adopt_new_nodes(tree, scratch)
+            msit_atb.adopt_new_nodes(tree, scratch)
         return walked[folder_id].get(token, {})
 
     return DumpIndex(

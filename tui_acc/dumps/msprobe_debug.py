@@ -15,7 +15,6 @@ saves before it (the first that differs while the ones before it match is where 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from tui_acc.dumps.model import (
@@ -28,13 +27,12 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
-from tui_acc.dumps.msprobe import RefBuilder
+from tui_acc.dumps.msprobe import RANK_FOLDER, STEP_FOLDER
+from tui_acc.dumps.msprobe_refs import RefBuilder
 
 FORMAT = "msprobe-debug"
 FILE = "debug.json"
 ROOT = "saves"
-_STEP = re.compile(r"^step(\d+)$")
-_RANK = re.compile(r"^(rank|proc)(\d+)$")
 
 
 def claims(path: Path) -> bool:
@@ -105,18 +103,20 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
 
 def _step_folders(path: Path) -> dict[int, list[Path]]:
     """step number -> its rank/proc folders holding a debug.json, at or below ``path``."""
-    if _RANK.match(path.name) and (path / FILE).is_file():
+    if RANK_FOLDER.match(path.name) and (path / FILE).is_file():
         return {0: [path]}
     if not path.is_dir():
         return {}
     steps = (
         [path]
-        if _STEP.match(path.name)
-        else [p for p in path.iterdir() if p.is_dir() and _STEP.match(p.name)]
+        if STEP_FOLDER.match(path.name)
+        else [p for p in path.iterdir() if p.is_dir() and STEP_FOLDER.match(p.name)]
     )
     found: dict[int, list[Path]] = {}
     for step in steps:
-        ranks = [p for p in step.iterdir() if p.is_dir() and _RANK.match(p.name) and (p / FILE).is_file()]
+        ranks = [
+            p for p in step.iterdir() if p.is_dir() and RANK_FOLDER.match(p.name) and (p / FILE).is_file()
+        ]
         if ranks:
             found[int(step.name[4:])] = ranks
     return found

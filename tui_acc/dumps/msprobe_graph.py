@@ -36,13 +36,13 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
-from tui_acc.dumps.msprobe import RefBuilder
+from tui_acc.dumps.msprobe import RANK_FOLDER, STEP_FOLDER
 from tui_acc.dumps.msprobe_graph_order import ROOT, Record, logits_record, natural_key, place, stable_names
+from tui_acc.dumps.msprobe_passes import output_last_dims
+from tui_acc.dumps.msprobe_refs import RefBuilder
 
 FORMAT = "msprobe"  # the same records as eager msprobe dumps: pairs, verdicts and re-dumps as for them
 TENSOR_DIR = "dump_tensor_data"  # msprobe's Const.DUMP_TENSOR_DATA (its docs say tensor_data/)
-_STEP = re.compile(r"^step(\d+)$")
-_RANK = re.compile(r"^(rank|pid|proc)(\d+)$")
 # {scope}.{call}.{io}[.{suffix}].pt (aclgraph_dump.cpp:170-189); the scope is the longest that fits,
 # as module paths hold numbers of their own (Module.model.layers.0.mlp.LlamaMLP.3.input.0.pt)
 _FILE = re.compile(
@@ -63,11 +63,11 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
         raise DumpError(
             f"{path}: not an msprobe graph-mode dump (expected step*/rank*|pid*/dump_tensor_data/)"
         )
-    if _RANK.match(path.name) and _is_graph_rank(path):  # the user picked the rank folder
+    if RANK_FOLDER.match(path.name) and _is_graph_rank(path):  # the user picked the rank folder
         names = [path.name]
     else:
         names = sorted({d.name for _, step in steps for d in _rank_dirs_in(step)}, key=rank_sort_key)
-    where = path if len(steps) > 1 or not _STEP.match(path.name) else path.parent
+    where = path if len(steps) > 1 or not STEP_FOLDER.match(path.name) else path.parent
     chosen, picked = pick_rank(where, [where / n for n in names], rank, notes)
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
     tree = NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "model", None, 0)})
@@ -169,16 +169,18 @@ def _written_eagerly(dump_json: Path) -> bool:
 
 
 def _rank_dirs_in(step: Path) -> list[Path]:
-    return [p for p in subdirs(step) if _RANK.match(p.name) and _is_graph_rank(p)]
+    return [p for p in subdirs(step) if RANK_FOLDER.match(p.name) and _is_graph_rank(p)]
 
 
 def _steps(path: Path) -> list[tuple[int, Path]]:
     """(N, step folder) of every step at or below ``path`` (dump_path, a step, or a rank folder)."""
-    if _RANK.match(path.name) and _STEP.match(path.parent.name) and _is_graph_rank(path):
+    if RANK_FOLDER.match(path.name) and STEP_FOLDER.match(path.parent.name) and _is_graph_rank(path):
         return [(int(path.parent.name[4:]), path.parent)]
-    if _STEP.match(path.name):
+    if STEP_FOLDER.match(path.name):
         return [(int(path.name[4:]), path)] if _rank_dirs_in(path) else []
-    found = [(int(p.name[4:]), p) for p in subdirs(path) if _STEP.match(p.name)] if path.is_dir() else []
+    found = (
+        [(int(p.name[4:]), p) for p in subdirs(path) if STEP_FOLDER.match(p.name)] if path.is_dir() else []
+    )
     return sorted((n, p) for n, p in found if _rank_dirs_in(p))
 
 
@@ -208,7 +210,12 @@ def _statistics_records(dump_json: Path, problems: list[Problem]) -> list[Record
         scope = _scope_of(name)
         records.append(
             Record(
-                name, scope, refs, position, out_dims=_out_dims(entry), table_rows=_table_rows(scope, entry)
+                name,
+                scope,
+                refs,
+                position,
+                out_dims=output_last_dims(entry),
+                table_rows=_table_rows(scope, entry),
             )
         )
     return records
@@ -222,22 +229,6 @@ def _scope_of(name: str) -> str:
     if len(parts) > 2 and parts[-1] == "forward" and parts[-2].isdigit():
         return ".".join(parts[:-2])
     return name
-
-
-def _out_dims(entry: Any) -> set[int]:
-    dims: set[int] = set()
-    stack = [entry.get("output")] if isinstance(entry, dict) else []
-    while stack:
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            shape = item.get("shape")
-            if item.get("type") == "torch.Tensor" and isinstance(shape, list) and shape:
-                dims.add(int(shape[-1]))
-            elif "type" not in item:
-                stack.extend(item.values())
-    return dims
 
 
 def _table_rows(scope: str, entry: Any) -> int | None:

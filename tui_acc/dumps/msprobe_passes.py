@@ -135,7 +135,7 @@ def _by_embedding(order: list[str], data: Mapping[str, Any]) -> Passes:
             passes.between.append(name)
             continue
         passes.token_of[name] = token
-        if vocab is not None and vocab in _output_last_dims(data.get(name)):
+        if vocab is not None and vocab in output_last_dims(data.get(name)):
             open_pass = False
     unclosed += open_pass
     if unclosed:
@@ -167,7 +167,7 @@ def _logits_record(
         (
             n
             for n in order
-            if passes.token_of.get(n) == first_token and vocab in _output_last_dims(data.get(n))
+            if passes.token_of.get(n) == first_token and vocab in output_last_dims(data.get(n))
         ),
         None,
     )
@@ -175,7 +175,7 @@ def _logits_record(
         parent = parents.get(found)
         if not parent or passes.token_of.get(parent) != first_token:
             break
-        if vocab not in _output_last_dims(data.get(parent)):
+        if vocab not in output_last_dims(data.get(parent)):
             break
         found = parent
     return found
@@ -210,7 +210,7 @@ def _embedding_rows(entry: Any) -> int | None:
     return int(shape[0]) if isinstance(shape, list) and len(shape) == 2 else None
 
 
-def _output_last_dims(entry: Any) -> set[int]:
+def output_last_dims(entry: Any) -> set[int]:
     dims: set[int] = set()
     if not isinstance(entry, dict):
         return dims

@@ -1,0 +1,151 @@
+"""The tensors of msprobe's dump.json (and debug.json) records, as tensor references.
+
+A tensor entry points at its file (``data_name``, task tensor) or holds its statistics (task
+statistics: Max/Min/Mean/Norm; ``summary_mode`` md5 adds a CRC32 as ``md5``, xor writes a checksum
+there instead of the statistics); task nan_check gives each record an ``is_nan`` flag. What a record
+holds decides how it can be compared, and ``content_notes`` says so.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from tui_acc.dumps.model import Problem, Role, Stats, TensorRef
+
+
+def content_notes(
+    rank_dir: Path, task: str, statistics_only: bool, builder: RefBuilder, data: dict[str, Any]
+) -> list[str]:
+    """What the user should know about how this dump's records can be compared."""
+    notes = []
+    if task == "nan_check":
+        notes.append(
+            f"{rank_dir}: msprobe task nan_check: each call says only whether it produced a NaN; "
+            "a call is judged by that flag against the golden's"
+        )
+    elif statistics_only and builder.checksums and not builder.numbered:
+        notes.append(
+            f"{rank_dir}: checksums only (msprobe summary_mode xor): tensors are compared by equality, "
+            "bit for bit; against a golden of another dtype or device every tensor differs"
+        )
+    elif statistics_only:
+        what = "Max/Min/Mean/Norm" + (" and an md5 checksum (equal: a pass)" if builder.checksums else "")
+        notes.append(f"msprobe task '{task}': statistics only ({what}), no tensor data")
+    if builder.blank:
+        notes.append(
+            f"{rank_dir}: {builder.blank} tensors are recorded without statistics (NZ-format tensors "
+            "on the NPU, or the task records none): they are not compared"
+        )
+    triton = sum(1 for name in data if name.startswith(TRITON))
+    if triton:
+        notes.append(
+            f"{rank_dir}: {triton} Triton kernel calls: a kernel writes into its arguments, so it is "
+            "judged by what fed it and by its arguments after the run"
+        )
+    return notes
+
+
+# --- finding the data ---------------------------------------------------------------------------
+
+
+TRITON = "Triton."
+
+
+class RefBuilder:
+    """Tensor references of dump.json records, and what they could not hold."""
+
+    def __init__(
+        self, tensor_dir: Path, dump_json: Path, problems: list[Problem], null_is_non_finite: bool = False
+    ) -> None:
+        self.null_is_non_finite = null_is_non_finite
+        self.tensor_dir = tensor_dir
+        self.dump_json = dump_json
+        self.problems = problems
+        self.blank = 0  # tensors recorded with nothing to compare (NZ format, nan_check's entries)
+        self.checksums = 0  # tensors with a checksum (summary_mode md5 or xor)
+        self.numbered = 0  # tensors with a statistic (xor writes none)
+
+    def refs(self, name: str, entry: Any) -> list[TensorRef]:
+        refs: list[TensorRef] = []
+        if not isinstance(entry, dict):
+            self.problems.append(Problem(str(self.dump_json), f"{name}: entry is not an object; skipped"))
+            return refs
+        # A Triton kernel writes into its arguments and msprobe records them before and after the
+        # run (output = the arguments): the "inputs" include buffers not yet written, so the kernel
+        # is judged by what fed it, and its arguments after the run as outputs.
+        if not name.startswith(TRITON):
+            for index, arg in enumerate(entry.get("input_args") or []):
+                self.collect(refs, f"input.{index}", "input", arg)
+            for key, arg in (entry.get("input_kwargs") or {}).items():
+                self.collect(refs, f"input.{key}", "input", arg)
+        output = entry.get("output")
+        for index, arg in enumerate(output if isinstance(output, list) else [output] if output else []):
+            self.collect(refs, f"output.{index}", "output", arg)
+        for key, arg in (entry.get("parameters") or {}).items():
+            self.collect(refs, f"parameters.{key}", "param", arg)
+        flag = entry.get("is_nan")
+        if isinstance(flag, bool):  # nan_check: the call's own verdict (null: the check failed)
+            stats = Stats(None, None, None, None, is_nan=flag)
+            refs.append(TensorRef(slot="is_nan", role="output", location=str(self.dump_json), stats=stats))
+        return refs
+
+    def collect(self, refs: list[TensorRef], slot: str, role: Role, arg: Any) -> None:
+        """Append the tensors found in ``arg`` (a tensor entry, or lists and dicts of them)."""
+        if isinstance(arg, list):
+            for index, item in enumerate(arg):
+                self.collect(refs, f"{slot}.{index}", role, item)
+            return
+        if not isinstance(arg, dict):
+            return
+        if arg.get("type") != "torch.Tensor":
+            if "type" not in arg:  # a dict output such as a ModelOutput: {field: tensor}
+                for key, item in arg.items():
+                    self.collect(refs, f"{slot}.{key}", role, item)
+            return
+        data_name = arg.get("data_name")
+        if data_name:
+            path = self.tensor_dir / str(data_name)
+            if path.is_file():
+                refs.append(TensorRef(slot=slot, role=role, location=str(path)))
+                return
+            self.problems.append(
+                Problem(str(path), "listed in dump.json but missing; compared by its statistics")
+            )
+        stats = stats_of_entry(arg, self.null_is_non_finite)
+        if not stats.comparable():
+            self.blank += 1
+            return
+        self.checksums += stats.checksum is not None
+        self.numbered += any(v is not None for v in (stats.max, stats.min, stats.mean, stats.norm))
+        refs.append(TensorRef(slot=slot, role=role, location=str(self.dump_json), stats=stats))
+
+
+def stats_of_entry(arg: dict[str, Any], null_is_non_finite: bool = False) -> Stats:
+    """A dump.json tensor entry's statistics (None where msprobe wrote null or nothing).
+
+    ``null_is_non_finite``: msprobe's graph mode writes null for a statistic that is not finite
+    (ccsrc/aclgraph_dump/aclgraph_dump.cpp, build_stat_record_dict): it becomes inf, so a test
+    that turns non-finite where the golden did not fails, and two non-finite statistics agree.
+    """
+
+    def number(key: str) -> float | None:
+        value = arg.get(key)
+        if value is None and null_is_non_finite and key in arg:
+            return math.inf
+        if isinstance(value, bool):
+            return float(value)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    shape = arg.get("shape")
+    checksum = arg.get("md5")
+    return Stats(
+        number("Max"),
+        number("Min"),
+        number("Mean"),
+        number("Norm"),
+        str(arg.get("dtype", "")).removeprefix("torch.") or None,
+        tuple(int(d) for d in shape) if isinstance(shape, list) else None,
+        checksum=str(checksum) if isinstance(checksum, (str, int)) else None,
+    )
