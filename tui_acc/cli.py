@@ -308,7 +308,7 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
             return rpt.EXIT_USAGE
         result["csv"] = str(written)
     if args.json:
-        print(json.dumps(rpt.public(result), indent=2, allow_nan=True))
+        print(json.dumps(rpt.strict_json(rpt.public(result)), indent=2, allow_nan=False))
     else:
         print(rpt.format_text(result))
         if args.csv is not None:

@@ -407,3 +407,14 @@ def test_a_deep_construct_json_cycle_is_named_once(model_case, tmp_path, capsys)
     report = _report(golden, test, capsys)
     cycles = [e for e in _errors(report) if "form a cycle" in e]
     assert len(cycles) == 1 and str(rank / "construct.json") in cycles[0]
+
+
+def test_any_failure_of_one_pair_is_an_error_row_and_the_token_goes_on(demo_pair, tmp_path: Path) -> None:
+    """A sparse tensor loads but cannot be compared like a dense one: that pair is an error, not a stop."""
+    golden, test, device = _copy(demo_pair, tmp_path)
+    target = device / "1" / "root.model.layers.0.mlp.act_fn" / "output.pth"
+    torch.save(torch.load(target).reshape(-1, torch.load(target).shape[-1]).to_sparse(), target)
+    cmp = open_comparison(golden, test, cache=False)
+    rows = {r["golden_node"]: r for r in cmp.engine.node_rows(1)}
+    assert str(target) in str(rows["root.model.layers.0.mlp.act_fn"]["error"])
+    assert rows["root.model.layers.0.mlp.up_proj"]["outputs_passed"] is True  # the rest is compared

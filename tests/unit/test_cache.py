@@ -83,3 +83,34 @@ def test_statistics_entries_sharing_one_file_do_not_collide(reference: Path) -> 
     again = second.engine.tensors_frame(1)
     assert second.engine.computed == 0
     assert again["norm_diff"].to_list() == fresh["norm_diff"].to_list()
+
+
+def test_a_row_cached_without_kl_is_not_taken_for_one_that_needs_it(demo_pair, tmp_path: Path) -> None:
+    """KL is computed for the logits only: moving the logits (--logits-node) must not reuse a row
+    cached without it, or a token would pass from the cache and fail without it."""
+    golden, test = _copy(demo_pair, tmp_path)
+    first = open_comparison(golden, test)
+    first.engine.node_rows(0)  # rows cached, KL only for the last module's outputs
+    first.engine.flush()
+    inner = "root.model.layers.1"
+    moved = open_comparison(golden, test, logits_node=inner)
+    row = moved.engine.token_row(0)
+    assert row["kl"] is not None
+    fresh = open_comparison(golden, test, logits_node=inner, cache=False).engine.token_row(0)
+    assert row["passed"] == fresh["passed"]
+
+
+def test_rows_with_an_error_are_never_cached(demo_pair, tmp_path: Path) -> None:
+    """A link refused today is followed with --follow-links tomorrow: the error must not stick."""
+    golden, test = _copy(demo_pair, tmp_path)
+    target = next(test.rglob("2/root.model.norm/output*.pth"))
+    outside = tmp_path / "elsewhere.pth"
+    shutil.move(target, outside)
+    target.symlink_to(outside)
+    refused = open_comparison(golden, test)
+    rows = refused.engine.node_rows(2)
+    refused.engine.flush()
+    assert any(r["error"] and "outside the dump" in r["error"] for r in rows)
+    allowed = open_comparison(golden, test, follow_links=True)
+    again = {r["golden_node"]: r for r in allowed.engine.node_rows(2)}
+    assert again["root.model.norm"]["error"] is None

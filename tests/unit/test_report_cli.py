@@ -120,3 +120,21 @@ def test_demo_reuses_an_existing_demo_and_refuses_foreign_folders(demo_pair, tmp
     assert main(["demo", "--out", str(foreign), "--no-tui"]) == 2
     assert "not an empty folder or an earlier demo" in capsys.readouterr().err
     assert (foreign / "notes.txt").read_text() == "keep me"
+
+
+def test_json_is_strict_and_says_which_numbers_were_not_finite(tmp_path: Path, capsys) -> None:
+    """An all-zero golden makes relative errors infinite: strict JSON has no Infinity, so null."""
+    import json
+
+    import torch
+
+    torch.save(torch.zeros(4, 4), tmp_path / "golden.pt")
+    torch.save(torch.ones(4, 4), tmp_path / "test.pt")
+    main(["report", str(tmp_path / "golden.pt"), str(tmp_path / "test.pt"), "--json", "--no-cache"])
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not strict JSON: {constant}")
+
+    report = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    tensor = report["tensor"]
+    assert tensor["rel_euclidean"] is None and tensor["non_finite"] == {"rel_euclidean": "inf"}

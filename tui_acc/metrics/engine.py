@@ -105,7 +105,9 @@ class MetricsEngine:
             if row is None:
                 row = self._compute(pair)
                 transient = row.pop("_transient", False)
-                if self.cache is not None and not transient:
+                # an error is a fact about this launch (a link refused, a permission, a file being
+                # written): never kept, so --follow-links or a chmod is seen the next time
+                if self.cache is not None and not transient and not row.get("error"):
                     self.cache.put(self._cache_key(pair), row)
                 with self._lock:
                     self.computed += 1
@@ -118,8 +120,10 @@ class MetricsEngine:
             event.set()
 
     def _cache_key(self, pair: TensorPair) -> str:
-        # node names too: statistics-only entries of many nodes share one file (dump.json, a csv)
-        return f"{pair.golden_node}:{identity(pair.golden)}=>{pair.test_node}:{identity(pair.test)}"
+        # node names too: statistics-only entries of many nodes share one file (dump.json, a csv);
+        # and whether KL was computed (it is for the logits only, and --logits-node moves them)
+        files = f"{pair.golden_node}:{identity(pair.golden)}=>{pair.test_node}:{identity(pair.test)}"
+        return f"{files}|kl={int(self._wants_kl(pair))}"
 
     def _from_cache(self, pair: TensorPair) -> Row | None:
         if self.cache is None:
@@ -200,6 +204,9 @@ class MetricsEngine:
             row["error"] = str(exc)
         except ShapeMismatch as exc:
             row["error"] = f"{pair.golden_node}/{pair.slot}: {exc}"
+        except Exception as exc:  # one odd pair (a sparse tensor, a header torch chokes on) is its own error
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            row["error"] = f"{pair.test.path} against {pair.golden.path}: {type(exc).__name__}: {first}"
         else:
             metrics["golden_shape"] = _shape(metrics["golden_shape"])
             metrics["test_shape"] = _shape(metrics["test_shape"])
