@@ -418,3 +418,22 @@ def test_any_failure_of_one_pair_is_an_error_row_and_the_token_goes_on(demo_pair
     rows = {r["golden_node"]: r for r in cmp.engine.node_rows(1)}
     assert str(target) in str(rows["root.model.layers.0.mlp.act_fn"]["error"])
     assert rows["root.model.layers.0.mlp.up_proj"]["outputs_passed"] is True  # the rest is compared
+
+
+def test_an_unreadable_file_is_never_taken_for_the_culprit(demo_pair, tmp_path: Path) -> None:
+    """An error row says nothing about the numbers: it is not a suspect, and what it fed is judged
+    past it, so the real culprit keeps its place."""
+    golden, test, device = _copy(demo_pair, tmp_path)
+    before = device / "3" / "root.model.layers.2.mlp.up_proj" / "output.pth"  # runs before the fault
+    before.write_bytes(before.read_bytes()[:100])
+    own_input = next((device / "3" / FAULT_OP).glob("input*.pth"))  # the culprit's own input file
+    own_input.write_bytes(b"")
+    cmp = open_comparison(golden, test, cache=False)
+    rows = {r["golden_node"]: r for r in cmp.engine.node_rows(3)}
+    assert (
+        rows["root.model.layers.2.mlp.up_proj"]["error"]
+        and rows["root.model.layers.2.mlp.up_proj"]["label"] is None
+    )
+    op = cmp.engine.first_failing_op(3)
+    assert op is not None and op["golden_node"] == FAULT_OP and op["label"] == "local"
+    assert op["inputs_from"] != "files"  # its own input unreadable: judged by what fed it

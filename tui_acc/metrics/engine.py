@@ -338,7 +338,10 @@ class MetricsEngine:
             "test_node": node.test,
             "golden_type": node.golden_type,
             "test_type": node.test_type,
-            "inputs_passed": all(r["passed"] for r in inputs) if inputs else None,
+            # an input that could not be read says nothing about what came in: the others, or what fed it, do
+            "inputs_passed": all(r["passed"] for r in readable)
+            if (readable := _without_errors(inputs))
+            else None,
             "outputs_passed": all(r["passed"] for r in outputs) if outputs else None,
             # weights are reported, not counted as inputs: a wrong weight makes its op the suspect
             "params_passed": all(r["passed"] for r in params) if params else None,
@@ -346,6 +349,11 @@ class MetricsEngine:
             "worst_output": worst["slot"] if worst else None,
             "in_place": _in_place(inputs, outputs),
             "error": next((r["error"] for r in rows if r.get("error")), None),
+            # its outputs fail only because a file could not be read or compared: no evidence
+            # either way, so it is neither a suspect nor what judges the operator after it
+            "outputs_unknown": bool(outputs)
+            and all(r.get("error") for r in outputs if not r["passed"])
+            and not all(r["passed"] for r in outputs),
         }
         for key in _FROM_WORST_OUTPUT:
             row[key] = worst.get(key) if worst else None
@@ -431,7 +439,7 @@ class MetricsEngine:
             fed, source = self._feed(row["golden_node"], earlier)
             if fed is not None or row["inputs_passed"] is None:
                 row["inputs_effective"], row["inputs_from"] = fed, source
-        failing = row["outputs_passed"] is False
+        failing = row["outputs_passed"] is False and not row.get("outputs_unknown")
         row["suspect"] = failing and row["inputs_effective"] is not False
         # "local": the error starts here; "inherited": its inputs were already bad; "contains"
         # (set once its children are known): the error starts in one of its children
@@ -448,7 +456,7 @@ class MetricsEngine:
             siblings = tree.children(parent)
             for previous in reversed(siblings[: siblings.index(current)]):
                 row = earlier.get(previous)
-                if row is not None and row["outputs_passed"] is not None:
+                if row is not None and row["outputs_passed"] is not None and not row.get("outputs_unknown"):
                     return bool(row["outputs_passed"]), previous
             parent_row = earlier.get(parent)
             if parent_row is not None and parent_row.get("inputs_effective") is not None:
@@ -518,6 +526,10 @@ class MetricsEngine:
         """
         rows = {row["golden_node"]: row for row in self.node_rows(token, should_stop)}
         return first_suspect(self.pairing.golden.tree, rows)
+
+
+def _without_errors(rows: list[Row]) -> list[Row]:
+    return [r for r in rows if not r.get("error")]
 
 
 # A node row shows its worst output: these columns are copied from that output's row.
