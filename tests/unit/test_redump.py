@@ -318,3 +318,14 @@ def test_without_a_named_dumper_each_side_gets_the_one_that_writes_its_format(mo
     assert plan_for(cmp, default, "golden", 2, None, when, tmp_path).dumper == "msprobe-torch"
     named = load_settings({"exec": "python gen.py", "test": {"dumper": "custom", "command": ["x", "{out}"]}})
     assert plan_for(cmp, named, "test", 2, None, when, tmp_path).dumper == "custom"  # named: kept
+
+
+def test_a_config_file_that_cannot_be_written_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    plan = _script_plan(tmp_path, "print('never')")
+    unwritable = tmp_path / "run" / "missing" / "config.json"  # its folder is never made: write fails
+    run = RedumpRun(replace(plan, files={unwritable: "{}"}))
+    with pytest.raises(RedumpError, match="cannot write it"):
+        run.start()
+    assert run.status == "not started"

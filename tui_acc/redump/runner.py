@@ -59,9 +59,14 @@ class RedumpRun:
             raise RedumpError(problem) from exc
         except OSError as exc:
             raise RedumpError(f"{plan.folder}: cannot create it ({exc.strerror})") from exc
-        for path, text in plan.files.items():
-            path.write_text(text + "\n", encoding="utf-8")
-        log = plan.log.open("ab")
+        try:  # a full disk or a folder made read-only under us: an error the dialog shows, not a crash
+            for path, text in plan.files.items():
+                path.write_text(text + "\n", encoding="utf-8")
+            log = plan.log.open("ab")
+        except OSError as exc:
+            raise RedumpError(
+                f"{exc.filename or plan.folder}: cannot write it ({exc.strerror or exc})"
+            ) from exc
         try:
             log.write(f"$ {plan.command_line()}\n".encode())
             log.flush()
