@@ -29,6 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from settle import settle  # noqa: E402  (scripts/settle.py, beside this one)
+
 
 def kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -138,6 +140,7 @@ def main() -> None:
             config,
         )
         export_atb(tmp / "test", tmp / "test_atb")
+        settle(tmp)
         figures["generate s"] = round(time.perf_counter() - start, 1)
         files = sorted(p for p in (tmp / "golden").rglob("*.pth")) + sorted((tmp / "test").rglob("*.pth"))
         size = sum(p.stat().st_size for p in files)

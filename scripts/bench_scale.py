@@ -28,6 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from settle import settle  # noqa: E402  (scripts/settle.py, beside this one)
+
 
 def many_files(root: Path, files: int, seed: int) -> int:
     """An msit torch dump of about ``files`` .pth files; returns the number written or linked."""
@@ -181,6 +183,7 @@ def main() -> None:
         start = time.perf_counter()
         files = many_files(tmp / "golden", args.files, seed=1)
         many_files(tmp / "test", args.files, seed=2)
+        settle(tmp)
         figures["many: files per side"] = files
         figures["many: generate s"] = round(time.perf_counter() - start, 1)
         start = time.perf_counter()
@@ -199,6 +202,7 @@ def main() -> None:
         tmp = Path(tmp_name)
         large(tmp / "golden", args.large_elements, "fp32")
         large(tmp / "test", args.large_elements, "bf16")
+        settle(tmp)
         pair_mib = args.large_elements * (4 + 2) / 2**20
         result = report(tmp / "golden", tmp / "test")
         figures["large: largest pair MiB (fp32 + bf16)"] = round(pair_mib)

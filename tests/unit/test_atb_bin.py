@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +173,10 @@ def test_damaged_files_are_named(tmp_path: Path) -> None:
 
 def test_payload_is_memory_mapped_not_read(tmp_path: Path) -> None:
     path = write_bin(tmp_path / "big.bin", torch.zeros(1 << 16))
+    stat = (
+        path.stat()
+    )  # a file that has settled (one written moments ago is read: tests/unit/test_tensors.py)
+    os.utime(path, (stat.st_atime - 60, stat.st_mtime - 60))
     loaded = load_tensor(path)
     maps = Path("/proc/self/maps").read_text()
     assert str(path) in maps  # the tensor is backed by a mapping of the file, not a copy

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 
@@ -50,11 +51,37 @@ def test_garbage_and_non_tensors_are_named(tmp_path: Path) -> None:
         load_tensor(tmp_path / "missing.pth")
 
 
+def _age(path: Path, seconds: float = 60.0) -> None:
+    stat = path.stat()
+    os.utime(path, (stat.st_atime - seconds, stat.st_mtime - seconds))
+
+
 def test_zip_files_are_memory_mapped_and_legacy_files_still_load(tmp_path: Path) -> None:
     t = torch.arange(1 << 16, dtype=torch.float32)
     torch.save(t, tmp_path / "new.pth")
+    _age(tmp_path / "new.pth")
     loaded = load_tensor(tmp_path / "new.pth")
     assert str(tmp_path / "new.pth") in Path("/proc/self/maps").read_text()
     assert torch.equal(loaded, t)
     torch.save(t[:4], tmp_path / "old.pth", _use_new_zipfile_serialization=False)
     assert load_tensor(tmp_path / "old.pth").tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_a_file_changed_moments_ago_is_read_not_mapped(tmp_path: Path) -> None:
+    """It may still be being written: a mapped page the writer truncates away is SIGBUS."""
+    import numpy as np
+
+    from tui_acc.dumps.atb_bin import _map
+
+    t = torch.arange(1 << 16, dtype=torch.float32)
+    torch.save(t, tmp_path / "fresh.pth")
+    loaded = load_tensor(tmp_path / "fresh.pth")
+    assert str(tmp_path / "fresh.pth") not in Path("/proc/self/maps").read_text()
+    assert torch.equal(loaded, t)
+    raw = tmp_path / "payload"
+    raw.write_bytes(bytes(range(256)) * 4)
+    fresh = _map(raw, 16, 32)
+    assert not isinstance(fresh, np.memmap) and fresh.tolist() == list(range(16, 48))
+    _age(raw)
+    settled = _map(raw, 16, 32)
+    assert isinstance(settled, np.memmap) and settled.tolist() == list(range(16, 48))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tui_acc.dumps import atb_probe_alias
+from tui_acc.dumps.tensors import settled
 
 if TYPE_CHECKING:
     import torch
@@ -266,6 +267,10 @@ def _payload_source(header: BinHeader, within: Path) -> tuple[Path, int]:
 def _map(source: Path, start: int, length: int) -> np.ndarray:
     if length == 0:
         return np.zeros(0, dtype=np.uint8)
+    if not settled(source):  # may still be being written: a mapped page cut off would be SIGBUS
+        with source.open("rb") as handle:
+            handle.seek(start)
+            return np.frombuffer(bytearray(handle.read(length)), dtype=np.uint8)
     # Copy-on-write: pages are read only when touched, and torch gets a writable array.
     return np.memmap(source, dtype=np.uint8, mode="c", offset=start, shape=(length,))
 

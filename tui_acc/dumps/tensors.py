@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,15 +78,29 @@ def _check_inside(path: Path, within: Path) -> None:
         )
 
 
+# A file changed this recently may still be being written: torch.save truncates in place, and a
+# mapped page that the writer cuts off kills the process with SIGBUS. Such a file is read instead.
+SETTLED_SECONDS = 10.0
+
+
+def settled(path: Path) -> bool:
+    """Whether ``path`` has not changed for ``SETTLED_SECONDS`` (safe to memory-map)."""
+    try:
+        return time.time() - path.stat().st_mtime >= SETTLED_SECONDS
+    except OSError:
+        return False
+
+
 def _torch_load(path: Path) -> object:
-    """Memory-mapped where the file allows it (zip format), so a large tensor is paged in, not read."""
+    """Memory-mapped where the file allows it (zip format) and has settled, so a large tensor is
+    paged in, not read; read whole otherwise."""
     import zipfile
 
     import torch
 
-    if zipfile.is_zipfile(path):
+    if zipfile.is_zipfile(path) and settled(path):
         return torch.load(path, weights_only=True, map_location="cpu", mmap=True)
-    return torch.load(path, weights_only=True, map_location="cpu")  # legacy format: no mmap possible
+    return torch.load(path, weights_only=True, map_location="cpu")
 
 
 def _unpickling_problem(exc: BaseException) -> str:
