@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tui_acc.dumps.gather import CONCAT, SUM
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Role, TensorRef, pick_rank
+from tui_acc.dumps.tensors import settled
 
 FORMAT = "sglang"
 ROOT = "root"
@@ -297,7 +298,8 @@ def _meta(path: Path) -> dict[str, object] | None:
     import torch
 
     try:
-        obj = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+        # mapped, so the tensor's bytes are not read for its meta; read where it may still be written
+        obj = torch.load(path, weights_only=True, map_location="cpu", mmap=settled(path))
     except (OSError, RuntimeError, ValueError, pickle.UnpicklingError):
         return None  # the comparison names the file when it loads it
     if isinstance(obj, dict) and isinstance(obj.get("meta"), dict):
