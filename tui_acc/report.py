@@ -101,7 +101,7 @@ def public(report: dict[str, Any]) -> dict[str, Any]:
 
 def strict_json(value: Any) -> Any:
     """``value`` with every NaN and infinity made ``null`` (strict JSON readers reject them); each
-    object that held one says which in ``non_finite`` (``{"max_rel_err": "inf"}``: an all-zero golden
+    object that held one says which in ``non_finite`` (``{"rel_euclidean": "inf"}``: an all-zero golden
     makes relative errors infinite)."""
     if isinstance(value, dict):
         cleaned = {key: strict_json(item) for key, item in value.items()}
