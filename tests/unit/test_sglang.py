@@ -276,3 +276,14 @@ def test_indexing_opens_files_only_to_read_dims_of_a_multi_rank_dump(case_dir, m
         for ref in r
     }
     assert len(opened) == len(names)  # the first file of each name, once
+
+
+def test_a_warm_up_step_that_shares_a_decode_token_does_not_pull_the_alignment_past_the_prefill():
+    from tui_acc.dumps.sglang_align import match_steps
+
+    golden = {0: (1, 37, 200, 88), 1: (9,), 2: (42,), 3: (16,)}
+    # the test ran a one-token warm-up first, and its token is the golden's second decode token
+    test = {0: (42,), 1: (1, 37, 200, 88), 2: (9,), 3: (42,), 4: (16,)}
+    assert match_steps(golden, test) == {1: 0, 2: 1, 3: 2, 4: 3}
+    # without the prompt anywhere on the test side, steps still match in order
+    assert match_steps(golden, {0: (9,), 1: (42,)}) == {0: 1, 1: 2}

@@ -26,14 +26,7 @@ def align_steps(golden: DumpIndex, test: DumpIndex) -> DumpIndex:
     if golden_ids is None or test_ids is None:
         return test
     golden_steps = sorted(golden_ids)
-    matched: dict[int, int] = {}
-    cursor = 0
-    for step in sorted(test_ids):
-        for position in range(cursor, len(golden_steps)):
-            if golden_ids[golden_steps[position]] == test_ids[step]:
-                matched[step] = golden_steps[position]
-                cursor = position + 1
-                break
+    matched = match_steps(golden_ids, test_ids)
     if all(matched.get(step) == step for step in test_ids):
         return test
     spare = max([*golden_steps, *matched.values()], default=-1) + 1
@@ -57,6 +50,34 @@ def align_steps(golden: DumpIndex, test: DumpIndex) -> DumpIndex:
         exec_counts={new: test.exec_counts.get(step, step) for step, new in numbering.items()},
         notes=[*test.notes, *notes],
     )
+
+
+def match_steps(
+    golden_ids: dict[int, tuple[int, ...]], test_ids: dict[int, tuple[int, ...]]
+) -> dict[int, int]:
+    """Test step -> the golden step that processed the same tokens, in order.
+
+    Anchored on the golden's first step (the prefill: the prompt's tokens, which a warm-up or
+    another request's decode step does not process): test steps before the first that processes
+    them match nothing, so a one-token warm-up whose token happens to equal a later decode token
+    cannot pull the alignment past the prefill. Without such a step, steps match greedily in order.
+    """
+    golden_steps = sorted(golden_ids)
+    test_steps = sorted(test_ids)
+    if golden_steps:
+        prefill = golden_ids[golden_steps[0]]
+        anchor = next((i for i, step in enumerate(test_steps) if test_ids[step] == prefill), None)
+        if anchor is not None:
+            test_steps = test_steps[anchor:]
+    matched: dict[int, int] = {}
+    cursor = 0
+    for step in test_steps:
+        for position in range(cursor, len(golden_steps)):
+            if golden_ids[golden_steps[position]] == test_ids[step]:
+                matched[step] = golden_steps[position]
+                cursor = position + 1
+                break
+    return matched
 
 
 def _tokens_by_step(index: DumpIndex) -> dict[int, tuple[int, ...]] | None:
