@@ -42,6 +42,7 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
     node_rows: list[Row] = engine.node_rows(analysed) if analysed is not None else []
     suspect = engine.first_failing_op(analysed) if analysed is not None else None
     engine.flush()
+    cache_notes = [engine.cache.problem] if engine.cache is not None and engine.cache.problem else []
     errors = [p.as_dict() for p in cmp.golden.problems + cmp.test.problems]
     errors += [
         {"file": r["golden_path"], "message": r["error"]} for r in engine.cached_rows() if r.get("error")
@@ -87,7 +88,7 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
         "pairs": cmp.pairing.tensor_pair_count(),
         "unmatched": [u.as_dict() for u in cmp.pairing.unmatched],
         "errors": errors,
-        "notes": cmp.golden.notes + cmp.test.notes + cmp.pairing.notes,
+        "notes": cmp.golden.notes + cmp.test.notes + cmp.pairing.notes + cache_notes,
         "tensor": _single_pair(cmp),
         "_token_rows": token_rows,
         "_node_rows": node_rows,

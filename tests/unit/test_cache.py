@@ -23,7 +23,9 @@ def test_second_launch_reads_rows_from_disk(demo_pair, tmp_path: Path) -> None:
     rows = first.engine.node_rows(3)
     first.engine.flush()
     assert first.engine.computed > 0 and first.engine.from_cache == 0
-    assert list(cache_dir().glob("*.parquet")) and not list(golden.rglob("*.parquet"))  # never in the dumps
+    assert (cache_dir() / "rows.sqlite3").is_file() and not list(
+        golden.rglob("*.sqlite3*")
+    )  # never in the dumps
     second = open_comparison(golden, test)
     again = second.engine.node_rows(3)
     assert second.engine.computed == 0 and second.engine.from_cache > 0
@@ -66,7 +68,9 @@ def test_damaged_cache_is_ignored(demo_pair, tmp_path: Path) -> None:
     first = open_comparison(golden, test)
     first.engine.token_rows()
     first.engine.flush()
-    first.engine.cache.path.write_bytes(b"not parquet")
+    first.engine.cache.path.write_bytes(b"not a database, not at all" * 100)
+    for journal in first.engine.cache.path.parent.glob("rows.sqlite3-*"):
+        journal.unlink()
     second = open_comparison(golden, test)
     rows = second.engine.token_rows()
     assert second.engine.computed == len(rows)
@@ -114,3 +118,50 @@ def test_rows_with_an_error_are_never_cached(demo_pair, tmp_path: Path) -> None:
     allowed = open_comparison(golden, test, follow_links=True)
     again = {r["golden_node"]: r for r in allowed.engine.node_rows(2)}
     assert again["root.model.norm"]["error"] is None
+
+
+def test_two_processes_on_the_same_dumps_keep_each_others_rows(tmp_path: Path) -> None:
+    from tui_acc.metrics.cache import RowCache
+
+    golden, test = tmp_path / "g", tmp_path / "t"
+    first, second = RowCache(golden, test, tmp_path), RowCache(golden, test, tmp_path)
+    assert first.get("warm") is None and second.get("warm") is None  # both have read the database
+    first.put("a", {"cosine": 0.5})
+    second.put("b", {"cosine": 0.25})
+    first.flush()
+    second.flush()  # a snapshot written whole would drop "a" here
+    third = RowCache(golden, test, tmp_path)
+    assert third.get("a")["cosine"] == 0.5 and third.get("b")["cosine"] == 0.25
+
+
+def test_rows_of_dumps_not_looked_at_for_a_month_are_pruned(tmp_path: Path) -> None:
+    import sqlite3
+    import time
+
+    from tui_acc.metrics.cache import KEEP_DAYS, RowCache
+
+    old = RowCache(tmp_path / "g1", tmp_path / "t1", tmp_path)
+    old.put("a", {"cosine": 1.0})
+    old.flush()
+    with sqlite3.connect(old.path) as db:
+        db.execute("UPDATE pairs SET used = ?", (time.time() - (KEEP_DAYS + 1) * 86400,))
+    db.close()
+    RowCache(tmp_path / "g2", tmp_path / "t2", tmp_path).get("anything")  # any later launch prunes
+    with sqlite3.connect(old.path) as db:
+        left = db.execute("SELECT count(*) FROM rows").fetchone()[0]
+    db.close()
+    assert left == 0
+    assert RowCache(tmp_path / "g1", tmp_path / "t1", tmp_path).get("a") is None
+
+
+def test_a_cache_that_cannot_be_written_says_so(demo_pair, tmp_path: Path, monkeypatch, capsys) -> None:
+    import json
+
+    from tui_acc.cli import main
+
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("TUI_ACC_CACHE_DIR", str(blocked))
+    main(["report", str(demo_pair.golden), str(demo_pair.test), "--token", "0", "--json"])
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any("cache not written" in note for note in notes)

@@ -1,30 +1,47 @@
 """Computed rows on disk, so a second launch on the same dumps shows its results at once.
 
-One parquet file per pair of dump folders, in the user's cache directory
-(``$TUI_ACC_CACHE_DIR``, else ``$XDG_CACHE_HOME/tui-acc``, else ``~/.cache/tui-acc``), never in
-the dump folders. A row is keyed by the identity of the files it was computed from (path, size,
-modification time), so a re-written file is recomputed. Verdicts are not stored: they are
-derived again from the metrics with the thresholds of the session. Files are replaced
-atomically (a temporary file, then a rename), and a damaged cache file is ignored, not trusted.
+One SQLite database (``rows.sqlite3``) in the user's cache directory (``$TUI_ACC_CACHE_DIR``, else
+``$XDG_CACHE_HOME/tui-acc``, else ``~/.cache/tui-acc``), never in the dump folders. A row is keyed
+by the pair of dump folders and by the identity of the files it was computed from (path, size,
+modification time), so a re-written file is recomputed. Verdicts are not stored: they are derived
+again from the metrics with the thresholds of the session.
+
+SQLite in WAL mode with upserts: two tui-acc processes on the same dumps each add their rows and
+neither loses the other's; a flush writes only the new rows; rows of a pair not looked at for
+``KEEP_DAYS`` are pruned. A damaged database is set aside, never trusted; a cache that cannot be
+read or written says so (``problem``), and the comparison goes on without it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import sqlite3
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
-from tui_acc.atomic import temp_beside
 from tui_acc.dumps.model import TensorRef
 from tui_acc.metrics.schema import TENSOR_SCHEMA
 
-# Bump when the kernels change what they compute: old caches are then simply not found.
+# Bump when the kernels change what they compute: old rows are then simply not found.
 VERSION = 4  # 4: checksums and NaN flags of statistics-only dumps
-_STORED = {k: v for k, v in TENSOR_SCHEMA.items() if k != "passed"}
+_STORED = [k for k in TENSOR_SCHEMA if k != "passed"]
+FILE_NAME = "rows.sqlite3"
+KEEP_DAYS = 30
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS rows (
+    pair TEXT NOT NULL,   -- the two dump folders (and the cache version)
+    key TEXT NOT NULL,    -- the files the row was computed from
+    data TEXT NOT NULL,   -- the row, as JSON
+    PRIMARY KEY (pair, key)
+);
+CREATE TABLE IF NOT EXISTS pairs (pair TEXT PRIMARY KEY, used REAL NOT NULL);
+"""
 
 
 def cache_dir() -> Path:
@@ -51,10 +68,10 @@ class RowCache:
     """The cached rows of one golden/test pair of dumps."""
 
     def __init__(self, golden_dir: Path, test_dir: Path, directory: Path | None = None) -> None:
-        digest = hashlib.sha1(f"v{VERSION}|{golden_dir.resolve()}|{test_dir.resolve()}".encode()).hexdigest()[
-            :20
-        ]
-        self.path = (directory or cache_dir()) / f"{digest}.parquet"
+        self.pair = hashlib.sha1(
+            f"v{VERSION}|{golden_dir.resolve()}|{test_dir.resolve()}".encode()
+        ).hexdigest()
+        self.path = (directory or cache_dir()) / FILE_NAME
         self._rows: dict[str, dict[str, Any]] | None = None
         self._unsaved: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
@@ -76,31 +93,66 @@ class RowCache:
             self._unsaved[key] = stored
 
     def flush(self) -> None:
-        """Write the new rows (merged with what is on disk) atomically; a write error is kept, not raised."""
+        """Add the new rows (an upsert each: what another process added stays); an error is kept in
+        ``problem``, not raised."""
         with self._lock:
-            if not self._unsaved or self._rows is None:
+            if not self._unsaved:
                 return
-            rows = [{"key": key, **row} for key, row in self._rows.items()]
+            rows = [(self.pair, key, json.dumps(row)) for key, row in self._unsaved.items()]
             self._unsaved.clear()
-        frame = pl.DataFrame(rows, schema={"key": pl.String, **_STORED})
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = temp_beside(self.path, ".parquet.tmp")
-            os.close(fd)
-            try:
-                frame.write_parquet(tmp)
-                tmp.replace(self.path)
-            finally:
-                tmp.unlink(missing_ok=True)
-        except OSError as exc:
-            self.problem = f"{self.path}: cache not written ({exc.strerror or exc})"
+            with self._connect() as db:
+                db.executemany(
+                    "INSERT INTO rows (pair, key, data) VALUES (?, ?, ?) "
+                    "ON CONFLICT (pair, key) DO UPDATE SET data = excluded.data",
+                    rows,
+                )
+                db.execute(
+                    "INSERT INTO pairs (pair, used) VALUES (?, ?) "
+                    "ON CONFLICT (pair) DO UPDATE SET used = excluded.used",
+                    (self.pair, time.time()),
+                )
+        except (OSError, sqlite3.Error) as exc:
+            self.problem = f"{self.path}: cache not written ({exc}); rows are computed again next time"
 
     def _load(self) -> dict[str, dict[str, Any]]:
+        """This pair's rows; the pairs not used for KEEP_DAYS go."""
         if not self.path.is_file():
             return {}
         try:
-            frame = pl.read_parquet(self.path)
-            return {row.pop("key"): row for row in frame.iter_rows(named=True)}
-        except Exception as exc:  # a damaged cache is recomputed, never trusted
-            self.problem = f"{self.path}: unreadable cache ignored ({type(exc).__name__})"
+            with self._connect() as db:
+                stale = time.time() - KEEP_DAYS * 86400
+                gone = [p for (p,) in db.execute("SELECT pair FROM pairs WHERE used < ?", (stale,))]
+                db.executemany("DELETE FROM rows WHERE pair = ?", [(p,) for p in gone])
+                db.executemany("DELETE FROM pairs WHERE pair = ?", [(p,) for p in gone])
+                found = db.execute("SELECT key, data FROM rows WHERE pair = ?", (self.pair,)).fetchall()
+                db.execute("UPDATE pairs SET used = ? WHERE pair = ?", (time.time(), self.pair))
+            return {key: json.loads(data) for key, data in found}
+        except (sqlite3.DatabaseError, ValueError) as exc:  # damaged: set aside, recomputed, never trusted
+            self._set_aside(exc)
             return {}
+        except (OSError, sqlite3.Error) as exc:
+            self.problem = f"{self.path}: cache not read ({exc}); rows are computed"
+            return {}
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        """One transaction on the database (committed on success), the connection closed after."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, timeout=10)  # another process writing: wait, briefly
+        try:
+            db.execute("PRAGMA journal_mode=WAL")  # readers never block the writer, nor it them
+            db.executescript(_SCHEMA)
+            with db:
+                yield db
+        finally:
+            db.close()
+
+    def _set_aside(self, exc: Exception) -> None:
+        damaged = self.path.with_name(f"{self.path.name}.damaged")
+        try:
+            self.path.replace(damaged)
+            where = f"moved to {damaged}"
+        except OSError:
+            where = "left in place"
+        self.problem = f"{self.path}: unreadable cache ignored ({type(exc).__name__}; {where})"

@@ -55,6 +55,7 @@ class AccApp(App[None]):
     ) -> None:
         super().__init__()
         self.comparison = comparison
+        self._cache_warned = False  # a row cache that cannot be used is said once, not per worker
         # re-dumps: which dumper each side uses, how to open a new dump with this session's options,
         # and the tui-acc.toml an inference command typed in the dialog is remembered in
         self.redump_settings = redump or RedumpSettings()
@@ -100,10 +101,18 @@ class AccApp(App[None]):
         """The one place a failed background computation becomes visible; finished work is saved."""
         if event.state == WorkerState.SUCCESS:
             self.comparison.engine.flush()
+            self.warn_about_cache()
         if event.state == WorkerState.ERROR and event.worker.error is not None:
             self.notify(
                 f"{event.worker.name}: {event.worker.error}", title="Computation failed", severity="error"
             )
+
+    def warn_about_cache(self) -> None:
+        """Once: the row cache could not be read or written (results are computed again next time)."""
+        cache = self.comparison.engine.cache
+        if cache is not None and cache.problem and not self._cache_warned:
+            self._cache_warned = True
+            self.notify(cache.problem, title="Row cache", severity="warning")
 
     # --- re-dump ------------------------------------------------------------------------------
 
