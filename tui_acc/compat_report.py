@@ -10,7 +10,6 @@ import polars as pl
 
 from tui_acc.dumps.tensors import TensorLoadError
 from tui_acc.metrics.compat import MSIT_COLUMNS, MSPROBE_COLUMNS, msit_metrics, msprobe_metrics
-from tui_acc.metrics.engine import load_side
 from tui_acc.pairing import NodePair, TensorPair
 from tui_acc.session import Comparison
 
@@ -38,11 +37,6 @@ def _pairs(cmp: Comparison) -> Iterator[tuple[NodePair, TensorPair]]:
                     yield node, pair
 
 
-def _load(pair: TensorPair) -> tuple[Any, Any]:
-    golden = load_side(pair.golden, None)
-    return golden, load_side(pair.test, golden.shape)
-
-
 def _msit_rows(cmp: Comparison) -> Iterator[dict[str, Any]]:
     """msit compares outputs only (``output*``/``outtensor*``, nested tuples dropped)."""
     data_id = 0
@@ -59,7 +53,7 @@ def _msit_rows(cmp: Comparison) -> Iterator[dict[str, Any]]:
         }
         data_id += 1
         try:
-            golden, test = _load(pair)
+            golden, test = cmp.engine.load_pair(pair)
         except (TensorLoadError, ValueError) as exc:
             yield {**row, "cmp_fail_reason": str(exc)}
             continue
@@ -80,7 +74,7 @@ def _msprobe_rows(cmp: Comparison) -> Iterator[dict[str, Any]]:
                 "Bench Name": _name(pair.golden_node, pair.slot),
             }
             try:
-                golden, test = _load(pair)
+                golden, test = cmp.engine.load_pair(pair)
             except (TensorLoadError, ValueError) as exc:
                 rows.append(
                     {**row, "Result": "error", "Err_message": json.dumps([str(exc)]), "_role": pair.role}

@@ -437,3 +437,19 @@ def test_an_unreadable_file_is_never_taken_for_the_culprit(demo_pair, tmp_path: 
     op = cmp.engine.first_failing_op(3)
     assert op is not None and op["golden_node"] == FAULT_OP and op["label"] == "local"
     assert op["inputs_from"] != "files"  # its own input unreadable: judged by what fed it
+
+
+def test_the_compat_export_keeps_to_the_dump_as_the_comparison_does(demo_pair, tmp_path: Path) -> None:
+    """One path policy: --compat reads tensor files only as the comparison would (no link out)."""
+    from tui_acc.compat_report import compat_frame
+
+    golden, test, device = _copy(demo_pair, tmp_path)
+    outside = tmp_path / "elsewhere.pth"
+    target = device / "3" / FAULT_OP / "output.pth"
+    shutil.move(target, outside)
+    target.symlink_to(outside)
+    frame = compat_frame(open_comparison(golden, test, cache=False), "msit")
+    refused = frame.filter(frame["my_data_path"] == str(target))
+    assert "outside the dump" in refused["cmp_fail_reason"][0]
+    allowed = compat_frame(open_comparison(golden, test, cache=False, follow_links=True), "msit")
+    assert allowed.filter(allowed["my_data_path"] == str(target))["cmp_fail_reason"][0] == ""

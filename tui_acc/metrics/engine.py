@@ -186,8 +186,7 @@ class MetricsEngine:
                 before = _file_states(pair)
                 large = sum(state[0] for state in before.values() if state) > LARGE_PAIR_BYTES
                 with self._one_large_pair if large else contextlib.nullcontext():
-                    golden = load_side(pair.golden, None, self._within["golden"])
-                    test = load_side(pair.test, golden.shape, self._within["test"])
+                    golden, test = self.load_pair(pair)
                     metrics = compare_tensors(golden, test, kl=self._wants_kl(pair))
                     del golden, test  # the mapped files go before the next large pair comes in
                 changed = [path for path, state in before.items() if _file_state(path) != state]
@@ -214,6 +213,12 @@ class MetricsEngine:
             row.setdefault("stats_only", False)
         row["passed"] = self._verdict(pair, row)
         return row
+
+    def load_pair(self, pair: TensorPair) -> tuple[Any, Any]:
+        """Both tensors of ``pair`` under this comparison's path policy (links may not leave a dump
+        unless --follow-links): every reader of tensor data goes through here."""
+        golden = load_side(pair.golden, None, self._within["golden"])
+        return golden, load_side(pair.test, golden.shape, self._within["test"])
 
     def _wants_kl(self, pair: TensorPair) -> bool:
         """KL is a logits metric: computed for the logits module's outputs and for single files."""
