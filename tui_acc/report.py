@@ -210,7 +210,7 @@ def _unmatched_summary(report: dict[str, Any]) -> str:
 
 
 def _side_line(side: dict[str, Any]) -> str:
-    return f"{side['path']}  ({side['format']}, {side['tokens']} tokens)"
+    return f"{side['path']}  ({side['format']}, {side['tokens']} tokens, order: {side['order']})"
 
 
 def _side(index: DumpIndex) -> dict[str, Any]:

@@ -431,3 +431,32 @@ async def test_the_rows_on_screen_are_computed_first_and_leaving_cancels_the_res
         for _ in range(1000):
             permits.release()
     assert len(computed) <= before + 3  # only the pairs already in the workers' hands
+
+
+async def test_a_fallback_order_is_said_where_first_failing_is_shown(demo_pair, tmp_path: Path) -> None:
+    """A copy without file times leaves msit's model_tree.json order, which is not execution order:
+    "first failing" is then first in that order, and the header says so."""
+    import os
+    import shutil
+
+    from tui_acc import open_comparison
+
+    golden = tmp_path / "golden"
+    shutil.copytree(demo_pair.golden, golden)
+    for i, path in enumerate(sorted(golden.rglob("*"))):  # stamped as a copy stamps them
+        os.utime(path, ns=(1_700_000_000_000_000_000 + i * 1000,) * 2)
+    comparison = open_comparison(golden, demo_pair.test, cache=False)
+    assert not comparison.golden.order_is_execution
+    app = AccApp(comparison, export_dir=tmp_path)
+    async with app.run_test(size=(160, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert "⚠ order: model_tree.json, not execution" in _text(app, "#summary")
+        assert app.screen.natural_order == "dump order (model_tree.json)"
+    plain = AccApp(open_comparison(demo_pair.golden, demo_pair.test, cache=False), export_dir=tmp_path)
+    async with plain.run_test(size=(160, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert "order" not in _text(plain, "#summary")

@@ -160,6 +160,12 @@ class DumpIndex:
     # the node holding the logits, where the reader can tell (else the last module with an output)
     logits_hint: str | None = None
 
+    @property
+    def order_is_execution(self) -> bool:
+        """Whether its nodes are in the order they ran, not in a fallback order: msit's
+        model_tree.json (declaration order, where file times were lost) or graph mode's file names."""
+        return not (self.order_source == "model_tree.json" or self.order_source.startswith("file names"))
+
     def stable_name(self, name: str) -> str:
         """``name`` without what changes from token to token: the key for "the same operator"."""
         return self.stable.get(name) or logical_name(name)

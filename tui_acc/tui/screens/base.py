@@ -89,13 +89,17 @@ class ViewScreen(Screen[None]):
     def update_summary(self) -> None:
         raise NotImplementedError
 
+    @property
+    def natural_order(self) -> str:
+        return self.NATURAL_ORDER
+
     def ordered(self, keys: list[str]) -> list[str]:
         return sorted_keys(keys, self.sort_value, self.sort)
 
     def action_sort(self) -> None:
         """``s``: choose a column to sort by (the current one again reverses it)."""
         self.app.push_screen(
-            SortDialog(self.sort_columns(), self.sort, self.NATURAL_ORDER),
+            SortDialog(self.sort_columns(), self.sort, self.natural_order),
             lambda picked: None if picked is None else self.apply_sort(picked),
         )
 

@@ -195,6 +195,12 @@ class OperatorScreen(ViewScreen):
 
     NATURAL_ORDER = "execution order"
 
+    @property
+    def natural_order(self) -> str:
+        """What the unsorted view is ordered by: execution order, or the dump's fallback order."""
+        golden = self.acc.comparison.golden
+        return self.NATURAL_ORDER if golden.order_is_execution else f"dump order ({golden.order_source})"
+
     def sort_value(self, key: str, column: str) -> object:
         node, row = self._pairs[key], self._rows.get(key) or {}
         if column == "order":
@@ -334,6 +340,9 @@ class OperatorScreen(ViewScreen):
             parts.append(f"filter {self._filter!r} (/)")
         if sorted_by := self.sort_summary():
             parts.append(sorted_by)
+        golden = self.acc.comparison.golden
+        if not golden.order_is_execution:  # "first failing" means first in the order shown: say which
+            parts.append(f"⚠ order: {golden.order_source.split(' (')[0]}, not execution")
         if self._finished:
             parts.append(
                 f"◆ {fmt.display_name(self._suspect)} (f)"
