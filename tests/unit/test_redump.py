@@ -130,6 +130,9 @@ def test_a_shell_template_never_gets_dump_contents_interpolated() -> None:
     evil = Selection("test", 3, 3, ("layers.0; rm -rf ~",))
     with pytest.raises(RedumpError, match="characters tui-acc does not pass"):
         build_plan(evil, SideSettings("torch", exec="python run.py"), FOLDER)
+    option = Selection("test", 3, 3, ("--output=/etc/passwd",))  # a name read as the dumper's option
+    with pytest.raises(RedumpError, match="characters tui-acc does not pass"):
+        build_plan(option, SideSettings("custom", command=("dump", "{layers}")), FOLDER)
 
 
 def test_new_folders_are_fresh_and_never_inside_the_dumps(tmp_path: Path) -> None:

@@ -39,7 +39,8 @@ DUMPERS = (
 PLACEHOLDERS = ("token", "step", "ids", "layers", "modules", "out", "exec")
 
 # What a node name may contain to be handed to a dumper (anything else is refused, not escaped).
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.\-/]+$")
+# (never a leading "-": in an argv item it would read as an option of the dumper)
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_./][A-Za-z0-9_.\-/]*$")
 _ATB_PART = re.compile(r"^(\d+)_[A-Za-z0-9]")
 
 
