@@ -238,3 +238,30 @@ async def test_detach_leaves_the_redump_running_and_logging_after_quitting(
     # the gate is gone: the dumper runs on, after tui-acc has quit
     assert run._process.wait(120) == 0
     assert "infer: generated" in run.plan.log.read_text()  # and kept its log
+
+
+async def test_a_chatty_dumper_does_not_flood_the_app_with_messages(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "chatty.py"
+    script.write_text("for n in range(3000):\n    print('line', n, flush=True)\n")
+    app = _app(demo_pair, tmp_path, shlex.join([sys.executable, str(script)]), monkeypatch)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("L")  # the log screen, before the run: every line arrives while it is shown
+        await pilot.press("escape", "r", "enter")
+        await _wait_run(app, pilot)
+        await pilot.press("L")
+        await pilot.pause()
+        log = app.screen.query_one(RichLog)
+        shown = [str(line) for line in log.lines]
+        assert any("line 2999" in line for line in shown) and sum("line 1500" in line for line in shown) == 1
+
+
+def test_only_one_news_message_waits_however_many_lines_arrive() -> None:
+    from tui_acc.tui.messages import OneInFlight
+
+    news = OneInFlight()
+    assert [news.arrive() for _ in range(1000)].count(True) == 1  # one message for a burst of lines
+    news.handled()
+    assert news.arrive() and not news.arrive()

@@ -332,3 +332,17 @@ def test_a_config_file_that_cannot_be_written_is_an_error_not_a_crash(tmp_path: 
     with pytest.raises(RedumpError, match="cannot write it"):
         run.start()
     assert run.status == "not started"
+
+
+def test_lines_since_gives_what_was_not_seen_even_past_the_kept_window(tmp_path: Path) -> None:
+    from tui_acc.redump.runner import MAX_LINES
+
+    run = RedumpRun(_script_plan(tmp_path, "print('x')"))
+    for n in range(3):
+        run._line(f"line {n}")
+    assert run.lines_since(0) == (["line 0", "line 1", "line 2"], 3)
+    assert run.lines_since(2) == (["line 2"], 3)
+    for n in range(3, MAX_LINES + 10):
+        run._line(f"line {n}")
+    lines, seen = run.lines_since(3)  # more came than are kept: the kept ones, oldest first
+    assert seen == MAX_LINES + 10 and len(lines) == MAX_LINES and lines[-1] == f"line {MAX_LINES + 9}"

@@ -36,7 +36,8 @@ class RedumpRun:
         self.cwd = cwd
         self.on_line = on_line
         self.on_exit = on_exit
-        self.lines: list[str] = []
+        self.lines: list[str] = []  # the last MAX_LINES lines
+        self.emitted = 0  # every line so far (``lines`` keeps only the last ones)
         self.status = "not started"
         self.returncode: int | None = None
         self.started = 0.0
@@ -132,12 +133,19 @@ class RedumpRun:
 
     def _line(self, text: str) -> None:
         with self._news:  # a waiter sees the line only once on_line has had it
+            self.emitted += 1
             self.lines.append(text)
             if len(self.lines) > MAX_LINES:
                 del self.lines[: len(self.lines) - MAX_LINES]
             if self.on_line is not None:
                 self.on_line(text)
             self._news.notify_all()
+
+    def lines_since(self, seen: int) -> tuple[list[str], int]:
+        """The lines after the first ``seen`` (those still kept), and how many there are now."""
+        with self._news:
+            new = min(self.emitted - seen, len(self.lines))
+            return self.lines[len(self.lines) - new :] if new > 0 else [], self.emitted
 
     def cancel(self, grace: float = 5.0) -> None:
         """Stop the whole process group: SIGTERM, then SIGKILL if it is still there after ``grace``."""

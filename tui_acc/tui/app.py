@@ -23,6 +23,7 @@ from tui_acc.redump import RedumpError, RedumpSettings, remember_exec
 from tui_acc.redump.runner import RedumpRun
 from tui_acc.redump.settings import SettingsError
 from tui_acc.session import Comparison, open_comparison
+from tui_acc.tui.messages import OneInFlight
 from tui_acc.tui.screens.help import HelpScreen
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.screens.problems import ProblemsScreen
@@ -56,6 +57,7 @@ class AccApp(App[None]):
         super().__init__()
         self.comparison = comparison
         self._cache_warned = False  # a row cache that cannot be used is said once, not per worker
+        self._log_news = OneInFlight()  # a chatty dumper's lines come in a few messages, not one each
         # re-dumps: which dumper each side uses, how to open a new dump with this session's options,
         # and the tui-acc.toml an inference command typed in the dialog is remembered in
         self.redump_settings = redump or RedumpSettings()
@@ -116,10 +118,9 @@ class AccApp(App[None]):
 
     # --- re-dump ------------------------------------------------------------------------------
 
-    class RedumpLine(Message):
-        def __init__(self, line: str) -> None:
-            super().__init__()
-            self.line = line
+    class RedumpLines(Message):
+        """New lines in the re-dump's log: at most one such message waits at a time, however fast
+        a chatty dumper writes (the screen reads what it has not shown from the run)."""
 
     class RedumpEnded(Message):
         pass
@@ -136,8 +137,9 @@ class AccApp(App[None]):
                 self.notify(str(exc), title="Command not remembered", severity="warning")
             self.redump_settings = self.redump_settings.with_exec(choice.plan.selection.side, choice.remember)
 
-        def line(text: str) -> None:  # on the log follower's thread
-            self.post_message(self.RedumpLine(text))
+        def line(_text: str) -> None:  # on the log follower's thread
+            if self._log_news.arrive():
+                self.post_message(self.RedumpLines())
 
         def ended(_run: RedumpRun) -> None:
             self.post_message(self.RedumpEnded())
@@ -152,9 +154,10 @@ class AccApp(App[None]):
         self.notify(f"{choice.plan.command_line()}", title="Re-dump started (L: log)")
         self.show_redump_state()
 
-    def on_acc_app_redump_line(self, message: RedumpLine) -> None:
+    def on_acc_app_redump_lines(self, message: RedumpLines) -> None:
+        self._log_news.handled()  # lines after this point post a new message
         if isinstance(self.screen, RedumpLogScreen):
-            self.screen.add_line(message.line)
+            self.screen.show_new_lines()
 
     def on_acc_app_redump_ended(self, message: RedumpEnded) -> None:
         run = self.redump_run

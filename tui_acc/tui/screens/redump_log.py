@@ -34,6 +34,8 @@ def run_status(run: RedumpRun) -> Text:
 class RedumpLogScreen(Screen[None]):
     """The log panel. Browsing goes on behind it (Esc); the run goes on whatever the terminal does."""
 
+    _seen = 0  # how many of the run's lines are shown
+
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="log_back"),
         Binding("x", "app.stop_redump", "Stop", id="log_stop"),
@@ -52,12 +54,19 @@ class RedumpLogScreen(Screen[None]):
         if run is None:
             log.write("No re-dump has run in this session: press r on a token or an operator.")
             return
-        for line in list(run.lines):
-            log.write(Text(line))
+        self._seen = 0
+        self.show_new_lines()
         self.show_status()
 
-    def add_line(self, line: str) -> None:
-        self.query_one(RichLog).write(Text(line))
+    def show_new_lines(self) -> None:
+        """Write the run's lines this screen has not shown yet."""
+        run = self.acc.redump_run
+        if run is None:
+            return
+        lines, self._seen = run.lines_since(self._seen)
+        log = self.query_one(RichLog)
+        for line in lines:
+            log.write(Text(line))
 
     def show_status(self) -> None:
         run = self.acc.redump_run
