@@ -66,6 +66,7 @@ class MetricsEngine:
         self.workers = workers if workers is not None else (os.cpu_count() or 1)
         self._executor: ThreadPoolExecutor | None = None
         self._rows: dict[TensorPair, Row] = {}
+        self._keys: dict[TensorPair, str] = {}  # disk-cache keys, computed once (each costs stats)
         self._in_flight: dict[TensorPair, threading.Event] = {}
         self._lock = threading.Lock()
         # Large pairs are compared one at a time: memory stays a small multiple of the largest
@@ -120,10 +121,19 @@ class MetricsEngine:
             event.set()
 
     def _cache_key(self, pair: TensorPair) -> str:
+        """The pair's key in the disk cache, found once per session: the files' identities take a
+        stat each, and the views ask for every token's logits row after each computed token."""
+        with self._lock:
+            known = self._keys.get(pair)
+        if known is not None:
+            return known
         # node names too: statistics-only entries of many nodes share one file (dump.json, a csv);
         # and whether KL was computed (it is for the logits only, and --logits-node moves them)
         files = f"{pair.golden_node}:{identity(pair.golden)}=>{pair.test_node}:{identity(pair.test)}"
-        return f"{files}|kl={int(self._wants_kl(pair))}"
+        key = f"{files}|kl={int(self._wants_kl(pair))}"
+        with self._lock:
+            self._keys[pair] = key
+        return key
 
     def _from_cache(self, pair: TensorPair) -> Row | None:
         if self.cache is None:
