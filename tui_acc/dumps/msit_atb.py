@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -94,32 +95,19 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
             f"MindIE dump ({len(topology.models)} model topologies): folder 0 is the warm-up, "
             "folder 1 holds tokens 0 and 1, folder k is token k"
         )
-    walked: dict[int, dict[int, dict[str, list[TensorRef]]]] = {}
 
     def walk(folder_id: int, into: NodeTree) -> dict[int, dict[str, list[TensorRef]]]:
         nodes: dict[str, list[TensorRef]] = {}
         _walk(Path(folders[folder_id]), "", root_name, into, nodes, problems)
         return dict(tokens_of_folder(folder_id, nodes, topology, token_offset))
 
-    # The first token's folder is walked now (it gives the tree); every other one when its token
-    # is first compared or opened, so the first screen of 100,000 files needs only folder names.
-    first = folder_of[min(folder_of)]
-    walked[first] = walk(first, tree)
-
-    def load(token: int) -> dict[str, list[TensorRef]]:
-        folder_id = folder_of[token]
-        if folder_id not in walked:
-            scratch = copy_tree(tree)
-            walked[folder_id] = walk(folder_id, scratch)
-            adopt_new_nodes(tree, scratch)
-        return walked[folder_id].get(token, {})
-
+    tokens, _ = tokens_walked_lazily(folder_of, tree, walk)
     return DumpIndex(
         root=path,
         data_dir=device_dir,
         format=FORMAT,
         tree=tree,
-        tokens=LazyMapping(sorted(folder_of), load),
+        tokens=tokens,
         order_source="folder ids",
         problems=problems,
         notes=notes,
@@ -129,13 +117,40 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
     )
 
 
-def copy_tree(tree: NodeTree) -> NodeTree:
+FolderTokens = dict[int, dict[str, list[TensorRef]]]  # token -> node -> tensors, of one folder
+
+
+def tokens_walked_lazily(
+    folder_of: dict[int, int], tree: NodeTree, walk: Callable[[int, NodeTree], FolderTokens]
+) -> tuple[LazyMapping[int, dict[str, list[TensorRef]]], FolderTokens]:
+    """Tokens whose folders are walked when first asked for, and the first token's folder's.
+
+    The first token's folder is walked now, into ``tree`` (it gives the tree); every other one when
+    its token is first compared or opened, into a copy whose new nodes ``tree`` then adopts, so the
+    first screen of 100,000 files needs only folder names. ``walk(folder, into)`` reads a folder.
+    """
+    walked: dict[int, FolderTokens] = {}
+    first = folder_of[min(folder_of)]
+    walked[first] = walk(first, tree)
+
+    def load(token: int) -> dict[str, list[TensorRef]]:
+        folder_id = folder_of[token]
+        if folder_id not in walked:
+            scratch = _copy_tree(tree)
+            walked[folder_id] = walk(folder_id, scratch)
+            _adopt_new_nodes(tree, scratch)
+        return walked[folder_id].get(token, {})
+
+    return LazyMapping(sorted(folder_of), load), walked[first]
+
+
+def _copy_tree(tree: NodeTree) -> NodeTree:
     return NodeTree(
         tree.root, {name: replace(node, children=list(node.children)) for name, node in tree.nodes.items()}
     )
 
 
-def adopt_new_nodes(tree: NodeTree, grown: NodeTree) -> None:
+def _adopt_new_nodes(tree: NodeTree, grown: NodeTree) -> None:
     """Nodes a later token has and the first had not, added copy-on-write.
 
     The UI may be walking ``tree`` on another thread: the node table is replaced whole, and a

@@ -44,7 +44,6 @@ from tui_acc.dumps.model import (
     rank_sort_key,
 )
 from tui_acc.dumps.msprobe_atb_topology import ProbeTopology, read_topology
-from tui_acc.lazy import LazyMapping
 
 FORMAT = msprobe_atb.FORMAT  # the same kind of dump: pairing and re-dump treat both alike
 ROOT_DIR = "atb_dump_data"
@@ -104,34 +103,24 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
             f"{len(topology.models.models)} model topologies (prefill and decode): execution 0 is the "
             "warm-up, execution 1 holds tokens 0 and 1, execution k is token k"
         )
-    walked: dict[int, dict[int, dict[str, list[TensorRef]]]] = {}
 
-    def walk(folder_id: int, into: NodeTree) -> dict[int, dict[str, list[TensorRef]]]:
+    def walk(folder_id: int, into: NodeTree) -> msit_atb.FolderTokens:
         nodes = _execution(folders[folder_id], root_name, into, topology, problems)
         return dict(msit_atb.tokens_of_folder(folder_id, nodes, topology.models, token_offset))
 
-    # The first token's folder gives the tree now; the others are walked when first compared.
-    first = folder_of[min(folder_of)]
-    walked[first] = walk(first, tree)
-    first_refs = [r for nodes in walked[first].values() for refs in nodes.values() for r in refs]
+    # walked as msit's ATB folders are: the first token's execution now, the others when asked
+    tokens, first = msit_atb.tokens_walked_lazily(folder_of, tree, walk)
+    first_refs = [r for nodes in first.values() for refs in nodes.values() for r in refs]
     statistics_only = bool(first_refs) and not any(r.has_data for r in first_refs)
     if statistics_only:
         notes.append("msprobe ATB probe dump: statistics only (statistic.csv: Max/Min/Mean/Norm)")
-
-    def load(token: int) -> dict[str, list[TensorRef]]:
-        folder_id = folder_of[token]
-        if folder_id not in walked:
-            scratch = msit_atb.copy_tree(tree)
-            walked[folder_id] = walk(folder_id, scratch)
-            msit_atb.adopt_new_nodes(tree, scratch)
-        return walked[folder_id].get(token, {})
 
     return DumpIndex(
         root=path,
         data_dir=device_dir,
         format=FORMAT,
         tree=tree,
-        tokens=LazyMapping(sorted(folder_of), load),
+        tokens=tokens,
         order_source="op ids",
         problems=problems,
         notes=notes,
