@@ -6,7 +6,7 @@ Nothing here reads tensor data; an index is built from names and directory listi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -175,6 +175,16 @@ class DumpIndex:
 
     def token_ids(self) -> list[int]:
         return sorted(self.tokens)
+
+
+def float_dtypes_of(refs: Iterable[TensorRef]) -> frozenset[str]:
+    """The float dtypes statistics entries name (a statistics dump's run precision, read without
+    loading a tensor)."""
+    return frozenset(
+        ref.stats.dtype
+        for ref in refs
+        if ref.stats is not None and ref.stats.dtype and "float" in ref.stats.dtype
+    )
 
 
 def rank_sort_key(name: str) -> tuple[int, ...]:

@@ -26,6 +26,7 @@ from tui_acc.dumps.model import (
     NodeTree,
     Problem,
     TensorRef,
+    float_dtypes_of,
     pick_rank,
     rank_sort_key,
 )
@@ -190,12 +191,8 @@ def _read_rank_dir(
         ranks=ranks,
         rank=rank,
         stable=passes.stable,
-        float_dtypes=frozenset(
-            ref.stats.dtype
-            for refs in tokens.values()
-            for node in refs.values()
-            for ref in node
-            if ref.stats is not None and ref.stats.dtype and "float" in ref.stats.dtype
+        float_dtypes=float_dtypes_of(
+            ref for nodes in tokens.values() for refs in nodes.values() for ref in refs
         ),
         between_tokens=passes.between,
         logits_hint=passes.logits,

@@ -33,6 +33,7 @@ from tui_acc.dumps.model import (
     Problem,
     Role,
     TensorRef,
+    float_dtypes_of,
     pick_rank,
     rank_sort_key,
 )
@@ -97,12 +98,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
         stable.update(stable_names(records))
         tokens[number] = {r.name: r.refs for r in sorted(records, key=lambda r: r.first)}
         logits = logits or logits_record(records)
-        float_dtypes |= {
-            ref.stats.dtype
-            for r in records
-            for ref in r.refs
-            if ref.stats is not None and ref.stats.dtype and "float" in ref.stats.dtype
-        }
+        float_dtypes |= float_dtypes_of(ref for r in records for ref in r.refs)
     if not tokens:
         raise DumpError(f"{path}: no step of this graph-mode dump holds any tensor")
     leftover = path / TENSOR_DIR / chosen.name
