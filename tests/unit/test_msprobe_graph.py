@@ -61,6 +61,14 @@ def _rank_dirs(side: Path) -> list[Path]:
     return sorted(side.glob("step*/*"))
 
 
+def _two_ranks(side: Path) -> None:
+    """Every step's folder becomes rank0, and a copy of it rank1 (two ranks holding the same)."""
+    for rank_dir in _rank_dirs(side):
+        rank0 = rank_dir.with_name("rank0")
+        rank_dir.rename(rank0)
+        shutil.copytree(rank0, rank0.with_name("rank1"))
+
+
 def _assert_fault_found(golden: Path, test: Path, case: dict, **options: object) -> None:
     comparison = open_comparison(golden, test, cache=False, **options)
     first = comparison.engine.first_failing_token()
@@ -175,10 +183,7 @@ def test_several_ranks_compare_rank_0_unless_asked(graph_case, tmp_path) -> None
     folder = _copy(graph_case, L1_TENSOR, tmp_path)
     case = _case(folder)
     for side in ("golden", "test"):
-        for rank_dir in _rank_dirs(folder / side):
-            rank0 = rank_dir.with_name("rank0")
-            rank_dir.rename(rank0)
-            shutil.copytree(rank0, rank0.with_name("rank1"))
+        _two_ranks(folder / side)
     test = open_dump(folder / "test")
     assert test.ranks == ["rank0", "rank1"] and test.rank == 0
     assert any("comparing rank 0" in note for note in test.notes)
@@ -191,10 +196,7 @@ def test_several_ranks_compare_rank_0_unless_asked(graph_case, tmp_path) -> None
 
 def test_a_rank_folder_passed_is_the_one_read(graph_case, tmp_path) -> None:
     folder = _copy(graph_case, MIX_STATISTICS, tmp_path)
-    for rank_dir in _rank_dirs(folder / "test"):
-        rank0 = rank_dir.with_name("rank0")
-        rank_dir.rename(rank0)
-        shutil.copytree(rank0, rank0.with_name("rank1"))
+    _two_ranks(folder / "test")
     rank1 = folder / "test" / "step2" / "rank1"
     index = open_dump(rank1)
     assert list(index.tokens) == [2] and not index.ranks
@@ -204,10 +206,7 @@ def test_a_rank_folder_passed_is_the_one_read(graph_case, tmp_path) -> None:
 def test_gather_merges_the_ranks_of_a_graph_mode_dump(graph_case, tmp_path) -> None:
     """Two ranks that each hold the whole tensors (replicated): --gather takes rank 0's."""
     folder = _copy(graph_case, L1_TENSOR, tmp_path)
-    for rank_dir in _rank_dirs(folder / "test"):
-        rank0 = rank_dir.with_name("rank0")
-        rank_dir.rename(rank0)
-        shutil.copytree(rank0, rank0.with_name("rank1"))
+    _two_ranks(folder / "test")
     comparison = open_comparison(folder / "golden", folder / "test", cache=False, gather=True)
     assert any("gathered 2 ranks" in note for note in comparison.test.notes)
     _assert_fault_found(folder / "golden", folder / "test", _case(folder), gather=True)
