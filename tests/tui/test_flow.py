@@ -378,8 +378,10 @@ async def test_the_rows_on_screen_are_computed_first_and_leaving_cancels_the_res
     import asyncio
     import threading
 
+    from tui_acc.metrics.scheduling import Scheduler
+
     engine = demo_app.comparison.engine
-    engine.workers = 2
+    engine.scheduler = Scheduler(workers=2)
     nodes = demo_app.comparison.pairing.node_pairs(0)
     permits, finished = threading.Semaphore(0), threading.Semaphore(0)
     computed: list[str] = []

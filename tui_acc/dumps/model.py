@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from tui_acc.dumps.policy import LoadPolicy
+
 # "param" is a module parameter (a weight) recorded with the call, as msprobe does.
 Role = Literal["input", "output", "param"]
 
@@ -159,12 +161,18 @@ class DumpIndex:
     float_dtypes: frozenset[str] = frozenset()
     # the node holding the logits, where the reader can tell (else the last module with an output)
     logits_hint: str | None = None
+    # where its files may lead (None: inside ``root``); every read of its data goes through it
+    policy: LoadPolicy | None = None
 
     @property
     def order_is_execution(self) -> bool:
         """Whether its nodes are in the order they ran, not in a fallback order: msit's
         model_tree.json (declaration order, where file times were lost) or graph mode's file names."""
         return not (self.order_source == "model_tree.json" or self.order_source.startswith("file names"))
+
+    @property
+    def load_policy(self) -> LoadPolicy:
+        return self.policy or LoadPolicy.inside(self.root)
 
     def stable_name(self, name: str) -> str:
         """``name`` without what changes from token to token: the key for "the same operator"."""

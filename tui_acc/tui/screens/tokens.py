@@ -14,8 +14,8 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 from textual.worker import get_current_worker
 
-from tui_acc.metrics import Cancelled
-from tui_acc.metrics.engine import Row
+from tui_acc.metrics.engine import Cancelled
+from tui_acc.metrics.schema import Row
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.screens.base import ViewScreen
 from tui_acc.tui.screens.operators import OperatorScreen
