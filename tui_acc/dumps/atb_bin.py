@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tui_acc.dumps import atb_probe_alias
-from tui_acc.dumps.tensors import settled
+from tui_acc.dumps.fs import settled
 
 if TYPE_CHECKING:
     import torch
