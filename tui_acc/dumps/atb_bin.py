@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tui_acc.dumps import atb_probe_alias
+from tui_acc.dumps.fs import settled
 from tui_acc.dumps.policy import LoadPolicy, OutsideDump
-from tui_acc.dumps.tensors import settled
 
 if TYPE_CHECKING:
     import torch

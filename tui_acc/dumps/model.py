@@ -181,9 +181,6 @@ class DumpIndex:
     def tensors(self, token: int, node: str) -> list[TensorRef]:
         return self.tokens.get(token, {}).get(node, [])
 
-    def token_ids(self) -> list[int]:
-        return sorted(self.tokens)
-
 
 def float_dtypes_of(refs: Iterable[TensorRef]) -> frozenset[str]:
     """The float dtypes statistics entries name (a statistics dump's run precision, read without

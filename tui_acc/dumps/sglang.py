@@ -29,10 +29,10 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tui_acc.dumps.fs import settled
 from tui_acc.dumps.gather import CONCAT, SUM
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Role, TensorRef, pick_rank
 from tui_acc.dumps.policy import LoadPolicy
-from tui_acc.dumps.tensors import settled
 
 FORMAT = "sglang"
 ROOT = "root"

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pickle
 import re
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tui_acc.dumps.fs import settled
 from tui_acc.dumps.policy import LoadPolicy, OutsideDump
 
 if TYPE_CHECKING:
@@ -69,19 +69,6 @@ def _sglang_value(path: Path, record: dict[object, object]) -> object:
     if "value" not in record:
         raise TensorLoadError(path, "SGLang dump without 'value' (only its meta was saved)")
     return record["value"]
-
-
-# A file changed this recently may still be being written: torch.save truncates in place, and a
-# mapped page that the writer cuts off kills the process with SIGBUS. Such a file is read instead.
-SETTLED_SECONDS = 10.0
-
-
-def settled(path: Path) -> bool:
-    """Whether ``path`` has not changed for ``SETTLED_SECONDS`` (safe to memory-map)."""
-    try:
-        return time.time() - path.stat().st_mtime >= SETTLED_SECONDS
-    except OSError:
-        return False
 
 
 def _torch_load(path: Path) -> object:

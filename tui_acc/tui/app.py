@@ -8,6 +8,7 @@ import signal
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -25,6 +26,7 @@ from tui_acc.redump.settings import SettingsError
 from tui_acc.session import Comparison, open_comparison
 from tui_acc.tui.messages import OneInFlight
 from tui_acc.tui.screens.help import HelpScreen
+from tui_acc.tui.screens.host import Host
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.screens.problems import ProblemsScreen
 from tui_acc.tui.screens.redump_dialog import QuitDialog, RedumpChoice
@@ -275,3 +277,8 @@ class AccApp(App[None]):
                 "Jump to the first failing token or operator",
                 screen.action_first_failure,
             )
+
+
+if TYPE_CHECKING:
+    # mypy checks here that the app gives the screens all they use of it (screens/host.py)
+    _hosts_the_screens: type[Host] = AccApp
