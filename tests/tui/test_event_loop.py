@@ -31,6 +31,13 @@ from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.screens.tokens import TokenScreen
 
 
+async def _handled(screen: TokenScreen) -> None:
+    """Wait until the messages posted to ``screen`` so far are handled (its queue is in order)."""
+    done = asyncio.Event()
+    screen.call_later(done.set)
+    await done.wait()
+
+
 async def test_token_rows_arriving_ask_nothing_of_the_row_cache_or_the_files(
     demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -53,7 +60,7 @@ async def test_token_rows_arriving_ask_nothing_of_the_row_cache_or_the_files(
         assert isinstance(screen, TokenScreen)
         for row in rows:
             screen.post_message(TokenScreen.TokenComputed(row))
-        await pilot.pause()
+        await _handled(screen)
         assert lookups == []
         summary = str(screen.query_one("#summary", Static).render())
         assert f"{len(rows)}/{len(rows)} tokens compared" in summary
@@ -62,7 +69,7 @@ async def test_token_rows_arriving_ask_nothing_of_the_row_cache_or_the_files(
         fault = comparison.pairing.tokens.index(demo_pair.fault_token)
         assert strip[fault] > strip[0]  # the fault stands out from a clean token
         screen.post_message(TokenScreen.TokenComputed(rows[fault]))  # the same token again: counted once
-        await pilot.pause()
+        await _handled(screen)
         assert f"{len(rows)}/{len(rows)} tokens compared" in str(
             screen.query_one("#summary", Static).render()
         )
@@ -94,12 +101,12 @@ async def test_rows_are_saved_off_the_event_loop_and_the_last_ones_at_exit(
     assert again.computed == 0 and again.from_cache > 0  # every row of that token was saved at exit
 
 
-def _succeeded_run(comparison: Comparison, tmp_path: Path) -> RedumpRun:
-    """A finished re-dump of the test side at token 3 (the opener the test gives decides what it read)."""
+def _succeeded_run(comparison: Comparison, tmp_path: Path, token: int) -> RedumpRun:
+    """A finished re-dump of the test side at ``token`` (the test's opener decides what it read)."""
     settings = RedumpSettings(
         test=SideSettings("torch", "python infer.py"), golden=SideSettings("torch", None)
     )
-    run = RedumpRun(plan_for(comparison, settings, "test", 3, None, datetime(2026, 1, 1), tmp_path))
+    run = RedumpRun(plan_for(comparison, settings, "test", token, None, datetime(2026, 1, 1), tmp_path))
     run.status = "succeeded"
     return run
 
@@ -120,7 +127,7 @@ async def test_a_redump_is_read_off_the_event_loop_and_the_screens_switch_after(
     loop_thread = threading.get_ident()
     before = open_comparison("golden", "test")
     app = AccApp(before, export_dir=tmp_path, opener=opener)
-    app.redump_run = _succeeded_run(before, tmp_path)
+    app.redump_run = _succeeded_run(before, tmp_path, demo_pair.fault_token)
     notes: list[tuple[str, Any]] = []
     real_notify = app.notify
     monkeypatch.setattr(
@@ -133,7 +140,7 @@ async def test_a_redump_is_read_off_the_event_loop_and_the_screens_switch_after(
         assert opened_on and loop_thread not in opened_on
         if readable:
             assert app.comparison is not before
-            assert isinstance(app.screen, OperatorScreen) and app.screen.token == 3
+            assert isinstance(app.screen, OperatorScreen) and app.screen.token == demo_pair.fault_token
             assert any(title == "Re-dump opened" for _, title in notes)
         else:
             assert app.comparison is before
