@@ -340,7 +340,7 @@ async def test_kl_strip_makes_the_first_divergence_stand_out(demo_app: AccApp, d
     """On a linear scale token 3 (KL 2e-3) would be as flat as the passing tokens (5e-6)."""
     from textual.widgets import Sparkline
 
-    from tui_acc.tui.screens.tokens import strip_height
+    from tui_acc.tui.token_tally import strip_height
 
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
