@@ -12,7 +12,7 @@ import bisect
 import math
 from collections.abc import Sequence
 
-from tui_acc.metrics.engine import Row
+from tui_acc.metrics.schema import Row
 
 # Bars on a log scale: the first divergence is orders of magnitude above the noise but far below
 # the broken tokens after it; on a linear scale it would be as flat as the noise.
