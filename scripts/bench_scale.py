@@ -1,11 +1,15 @@
 """Scale: a dump pair of 100,000+ tensor files, and one of a few large tensors.
 
-    python scripts/bench_scale.py [--files 100000] [--large-elements 50000000]
+    python scripts/bench_scale.py [--files 100000] [--large-elements 50000000] [--baseline-tree DIR]
 
 1. Many files: an msit torch pair with real structure (tokens x modules x input/output, small real
    tensors; token folders beyond the first few are hard links, so generating is quick). Figures:
    the time to index both sides, and ``tui-acc report`` run as a user runs it, in a subprocess:
    its time, peak RSS, and how many tensor pairs it read out of how many there are.
+   Then every token's operator rows (100,000 tensor rows, 50,000 node rows: the engine's node
+   derivation at scale). With ``--baseline-tree`` (another checkout of tui-acc, e.g. a worktree of
+   an earlier commit), both report runs are repeated with that tree's code, in the same run, and
+   their ratios printed: how a change to the engine moved whole-process time and memory.
 2. A few large tensors: an msit torch pair of three modules whose outputs are ``--large-elements``
    fp32 values (golden) vs bf16 (test); ``report``'s peak RSS against the bound of the engine
    issue (300 MB + 3 x the largest pair).
@@ -103,20 +107,26 @@ def large(root: Path, elements: int, dtype: str) -> None:
     (device.parent / "model_tree.json").write_text(json.dumps(_tree(names)))
 
 
-def report(golden: Path, test: Path) -> dict[str, object]:
-    """``tui-acc report --json`` in a child: wall time, its peak RSS, the pairs it read."""
+def report(golden: Path, test: Path, tree: Path = REPO, every_token: bool = False) -> dict[str, object]:
+    """``tui-acc report --json`` in a child (the code of ``tree``): wall time, its peak RSS, the pairs
+    it read; with ``every_token``, every token's operator rows instead."""
+    work = (
+        "[cmp.engine.node_rows(t) for t in cmp.pairing.tokens]\n"
+        if every_token
+        else "build_report(cmp, None)\n"
+    )
     code = (
         "import json, sys, resource\n"
         "from tui_acc import open_comparison\n"
         "from tui_acc.report import build_report\n"
         f"cmp = open_comparison({str(golden)!r}, {str(test)!r}, cache=False)\n"
-        "build_report(cmp, None)\n"
+        f"{work}"
         "total = sum(len(n.tensors) for t in cmp.pairing.tokens for n in cmp.pairing.node_pairs(t))\n"
         "print(json.dumps({'read': cmp.engine.computed, 'pairs': total,"
         " 'rss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))\n"
     )
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tree)
     elapsed = time.perf_counter() - start
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     return {"s": round(elapsed, 2), "peak_rss_mib": round(figures["rss"] / 1024), **figures}
@@ -174,6 +184,8 @@ def main() -> None:
     )
     parser.add_argument("--files", type=int, default=100_000, help="tensor files per side")
     parser.add_argument("--large-elements", type=int, default=50_000_000)
+    parser.add_argument("--baseline-tree", type=Path, help="another checkout to compare the engine with")
+    parser.add_argument("--skip-large", action="store_true", help="only the many-files figures")
     args = parser.parse_args()
     from tui_acc import open_comparison
 
@@ -194,10 +206,28 @@ def main() -> None:
         figures["many: report s"] = result["s"]
         figures["many: report peak RSS MiB"] = result["peak_rss_mib"]
         figures["many: tensor pairs read / present"] = f"{result['read']} / {result['pairs']}"
+        every = report(tmp / "golden", tmp / "test", every_token=True)
+        figures["many: every token's operator rows s"] = every["s"]
+        figures["many: every token's operator rows peak RSS MiB"] = every["peak_rss_mib"]
+        if args.baseline_tree:
+            for name, ours, kwargs in (
+                ("report", result, {}),
+                ("every token's operator rows", every, {"every_token": True}),
+            ):
+                theirs = report(tmp / "golden", tmp / "test", tree=args.baseline_tree, **kwargs)
+                figures[f"many: {name}, baseline s"] = theirs["s"]
+                figures[f"many: {name}, time / baseline"] = round(ours["s"] / theirs["s"], 2)  # type: ignore[operator]
+                figures[f"many: {name}, peak RSS / baseline"] = round(
+                    ours["peak_rss_mib"] / theirs["peak_rss_mib"],
+                    2,  # type: ignore[operator]
+                )
         if shutil.which("tmux"):
             figures["many: the TUI, every token and the failing token's operators, peak RSS MiB"] = app_peak(
                 tmp / "golden", tmp / "test", len(cmp.pairing.tokens)
             )
+    if args.skip_large:
+        print(json.dumps(figures, indent=2))
+        return
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         large(tmp / "golden", args.large_elements, "fp32")

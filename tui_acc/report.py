@@ -9,7 +9,8 @@ import polars as pl
 
 from tui_acc import __version__
 from tui_acc.dumps import DumpIndex
-from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, TOKEN_SCHEMA, Row, to_frame
+from tui_acc.metrics.judge import first_suspect
+from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, Row
 from tui_acc.session import Comparison
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -35,16 +36,19 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
     engine = cmp.engine
     if token is not None and token not in cmp.pairing.tokens:
         raise UnknownToken(f"token {token} is not in both dumps (paired tokens: {_span(cmp.pairing.tokens)})")
-    token_rows = engine.token_rows()
-    failing = next((r["token"] for r in token_rows if r["passed"] is False), None)
+    tokens = engine.tokens_frame()
+    failing = next(iter(tokens.filter(pl.col("passed").not_())["token"].to_list()), None)
     analysed = token if token is not None else failing
-    node_rows: list[Row] = engine.node_rows(analysed) if analysed is not None else []
-    suspect = engine.first_failing_op(analysed) if analysed is not None else None
+    nodes = engine.nodes_frame(analysed) if analysed is not None else pl.DataFrame(schema=NODE_SCHEMA)
+    suspect = first_suspect(cmp.golden.tree, {row["golden_node"]: row for row in nodes.to_dicts()})
+    failing_ops = nodes.filter(pl.col("outputs_passed").not_())
     engine.flush()
     cache_notes = [engine.cache.problem] if engine.cache is not None and engine.cache.problem else []
     errors = [p.as_dict() for p in cmp.golden.problems + cmp.test.problems]
     errors += [
-        {"file": r["golden_path"], "message": r["error"]} for r in engine.cached_rows() if r.get("error")
+        {"file": r["golden_path"], "message": error}
+        for r in engine.cached_rows()
+        if (error := r.get("error"))
     ]
     return {
         "tool": "tui-acc",
@@ -66,31 +70,35 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
                 "norm_rel_diff": r.get("norm_rel_diff"),
                 "error": r.get("error"),
             }
-            for r in token_rows
+            for r in tokens.iter_rows(named=True)
         ],
         "first_failing_token": failing,
         "analysed_token": analysed,
         "first_failing_op": _op(suspect),
-        "failing_ops": sum(1 for r in node_rows if r["outputs_passed"] is False),
+        "failing_ops": failing_ops.height,
         # every failing operator of the analysed token: "local" where the error starts (its inputs
         # pass), "inherited" where its inputs were already bad
-        "failing": [
-            {
-                "golden": r["golden_node"],
-                "test": r["test_node"],
-                "label": r["label"],
-                "cosine": r.get("cosine"),
-            }
-            for r in node_rows
-            if r["outputs_passed"] is False
-        ],
+        "failing": failing_ops.select(
+            golden="golden_node", test="test_node", label="label", cosine="cosine"
+        ).to_dicts(),
+        # each module of the analysed token as a whole: every output inside it as one flat tensor
+        "modules": nodes.filter(pl.col("tensors_within") > 0)
+        .select(
+            golden="golden_node",
+            depth="depth",
+            tensors="tensors_within",
+            cosine="cosine_within",
+            rel_euclidean="rel_euclidean_within",
+            rmse="rmse_within",
+        )
+        .to_dicts(),
         "pairs": cmp.pairing.tensor_pair_count(),
         "unmatched": [u.as_dict() for u in cmp.pairing.unmatched],
         "errors": errors,
         "notes": cmp.golden.notes + cmp.test.notes + cmp.pairing.notes + cache_notes,
         "tensor": _single_pair(cmp),
-        "_token_rows": token_rows,
-        "_node_rows": node_rows,
+        "_tokens": tokens,
+        "_nodes": nodes,
     }
 
 
@@ -130,9 +138,8 @@ def exit_code(report: dict[str, Any]) -> int:
 
 def csv_frame(report: dict[str, Any]) -> pl.DataFrame:
     """The operator table of the analysed token, or the token table when no token was analysed."""
-    if report["analysed_token"] is not None:
-        return to_frame(report["_node_rows"], NODE_SCHEMA)
-    return to_frame(report["_token_rows"], TOKEN_SCHEMA)
+    frame: pl.DataFrame = report["_nodes"] if report["analysed_token"] is not None else report["_tokens"]
+    return frame
 
 
 def format_text(report: dict[str, Any]) -> str:
@@ -175,6 +182,12 @@ def format_text(report: dict[str, Any]) -> str:
             )
             inherited = sum(1 for f in report["failing"] if f["label"] == "inherited")
             lines.append(f"  failing ops at that token: {len(report['failing'])} ({inherited} inherited)")
+            if report["modules"]:
+                whole = min(report["modules"], key=lambda m: m["depth"])  # the outermost: the whole token
+                lines.append(
+                    f"  all {whole['tensors']} operator outputs of that token: cosine {_num(whole['cosine'])}"
+                    f"  rel eucl {_num(whole['rel_euclidean'])}"
+                )
         else:
             lines.append(f"first failing op at token {report['analysed_token']}: none found")
     if report.get("tensor"):

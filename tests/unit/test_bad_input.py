@@ -204,6 +204,45 @@ def test_a_damaged_bin_file_is_named_and_the_rest_goes_on(
     assert report["first_failing_op"]["golden"] == FAULT_OP
 
 
+def test_follow_links_lets_an_atb_data_file_lead_out_of_the_dump(atb_pair, tmp_path: Path, capsys) -> None:
+    """--follow-links loosens ATB ``data=`` files as it loosens links: one policy for both (it used
+    to confine them to the .bin's own folder, stricter than without it)."""
+    golden, test, device = _atb_copy(atb_pair, tmp_path)
+    layers = sorted((device / "3").glob("*_LlamaLayer"), key=lambda d: int(d.name.split("_")[0]))
+    target = next(layers[-1].glob("*_Attention/after/outtensor0.bin"))
+    raw = target.read_bytes()
+    end = raw.index(b"$End=1\n") + len(b"$End=1\n")
+    header = raw[:end].decode()
+    data_line = next((line for line in header.splitlines() if line.startswith("$Object.data=")), None)
+    payload = tmp_path / "elsewhere" / "payload.raw"  # outside the dump: a sibling of it
+    payload.parent.mkdir()
+    payload.write_bytes(raw[end:])
+    kept = [line for line in header.splitlines() if line != data_line and line != "$End=1"]
+    target.write_bytes(("\n".join([*kept, f"data={payload}", "$End=1"]) + "\n").encode())
+    refused = _report(golden, test, capsys, "--token", "3")
+    named = [e for e in _errors(refused) if str(target) in e]
+    assert named and "outside the dump" in named[0] and "--follow-links" in named[0], _errors(refused)
+    allowed = _report(golden, test, capsys, "--token", "3", "--follow-links")
+    assert not [e for e in _errors(allowed) if str(target) in e], _errors(allowed)
+    assert allowed["first_failing_op"]["golden"] == FAULT_OP
+
+
+def test_a_metadata_file_linked_out_of_the_dump_is_refused_like_a_tensor(
+    demo_pair, tmp_path: Path, capsys
+) -> None:
+    """model_tree.json (as statistics CSVs, dump.json, topologies) is read under the dump's policy."""
+    golden, test, device = _copy(demo_pair, tmp_path)
+    tree = device / "model_tree.json"
+    outside = tmp_path / "elsewhere.json"
+    shutil.move(tree, outside)
+    tree.symlink_to(outside)
+    refused = _report(golden, test, capsys, "--token", "3")
+    named = [e for e in _errors(refused) if str(tree) in e]
+    assert named and "outside the dump" in named[0] and "--follow-links" in named[0], _errors(refused)
+    allowed = _report(golden, test, capsys, "--token", "3", "--follow-links")
+    assert not [e for e in _errors(allowed) if str(tree) in e], _errors(allowed)
+
+
 @pytest.mark.parametrize("text", ["{", '{"modelName": "m", "nodes": ', "null", "[]"])
 def test_a_bad_topology_is_reported(atb_pair, tmp_path: Path, capsys, text: str) -> None:
     golden, test, _ = _atb_copy(atb_pair, tmp_path)

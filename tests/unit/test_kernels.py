@@ -188,7 +188,11 @@ def test_aggregates_are_exact_from_sufficient_statistics() -> None:
     whole = compare_tensors(
         torch.cat([g.reshape(-1) for g, _ in parts]), torch.cat([t.reshape(-1) for _, t in parts])
     )
-    agg = aggregate(rows)
+    from tui_acc.metrics.schema import TENSOR_SCHEMA, to_frame
+
+    sums = [{key: row[key] for key in ("n", "sum_gg", "sum_tt", "sum_gt", "sum_dd")} for row in rows]
+    sums.append({"n": 1, "sum_gg": 9.0, "sum_tt": 0.0, "error": "unreadable"})  # left out, not counted
+    agg = aggregate(to_frame(sums, TENSOR_SCHEMA)).row(0, named=True)
     assert agg["tensors"] == 4
     for key in ("cosine", "rel_euclidean", "rmse"):
         assert agg[key] == pytest.approx(whole[key], rel=1e-12)

@@ -185,3 +185,47 @@ def test_rows_on_screen_come_first_as_provisional_rows(demo_pair) -> None:
     assert [r["golden_node"] for r in final] == [r["golden_node"] for r in plain]
     assert [(r["cosine"], r["label"]) for r in final] == [(r["cosine"], r["label"]) for r in plain]
     assert not any(r.get("provisional") for r in final)
+
+
+def test_a_modules_aggregate_is_exactly_its_inside_outputs_as_one_tensor(demo_pair) -> None:
+    """``*_within`` comes from the rows' sufficient statistics alone: it equals comparing every
+    output inside the module, read again and concatenated, up to float64 rounding."""
+    import torch
+
+    from tui_acc.dumps.policy import ANYWHERE
+    from tui_acc.dumps.tensors import load_tensor
+    from tui_acc.metrics.kernels import compare_tensors
+
+    cmp = open_comparison(demo_pair.golden, demo_pair.test, cache=False)
+    rows = {row["golden_node"]: row for row in cmp.engine.node_rows(3)}
+    tree = cmp.golden.tree
+    module = "root.model.layers.2.mlp"  # holds the demo's fault (down_proj)
+    leaves = [n.name for n in tree.preorder(module) if not tree.children(n.name) and n.name in rows]
+    outputs = [p for node in cmp.pairing.node_pairs(3) if node.golden in leaves for p in node.tensors]
+    outputs = [p for p in outputs if p.role == "output"]
+    golden = torch.cat([load_tensor(p.golden.path, ANYWHERE).double().reshape(-1) for p in outputs])
+    test = torch.cat([load_tensor(p.test.path, ANYWHERE).double().reshape(-1) for p in outputs])
+    whole = compare_tensors(golden, test)
+    row = rows[module]
+    assert row["tensors_within"] == len(outputs) >= 3
+    assert row["cosine_within"] == pytest.approx(whole["cosine"], rel=1e-9)
+    assert row["rel_euclidean_within"] == pytest.approx(whole["rel_euclidean"], rel=1e-9)
+    assert rows["root.model.layers.0"]["cosine_within"] > row["cosine_within"]  # before the fault
+    assert "tensors_within" not in rows[leaves[0]] or not rows[leaves[0]]["tensors_within"]
+    cached = {r["golden_node"]: r for r in cmp.engine.cached_node_rows(3)}
+    assert cached[module]["cosine_within"] == row["cosine_within"]  # the same sums, all known
+
+
+def test_rows_hold_only_the_columns_their_shapes_declare(demo_pair) -> None:
+    """The TypedDicts are the rows' one declaration (their frames' schemas derive from them): a
+    column the engine adds without declaring it would be lost from every export and the cache."""
+    from tui_acc.metrics.schema import NodeRow, TensorRow, TokenRow
+
+    cmp = open_comparison(demo_pair.golden, demo_pair.test, cache=False)
+    nodes = cmp.engine.node_rows(3)
+    tensors = cmp.engine.cached_rows()
+    tokens = cmp.engine.token_rows([3])
+    assert nodes and tensors and tokens
+    for rows, shape in ((nodes, NodeRow), (tensors, TensorRow), (tokens, TokenRow)):
+        declared = set(shape.__annotations__)
+        assert all(set(row) <= declared for row in rows), {k for row in rows for k in row} - declared

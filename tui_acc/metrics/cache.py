@@ -20,7 +20,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -84,7 +84,7 @@ class RowCache:
             row = self._rows.get(key)
             return dict(row) if row is not None else None
 
-    def put(self, key: str, row: dict[str, Any]) -> None:
+    def put(self, key: str, row: Mapping[str, Any]) -> None:
         stored = {k: row.get(k) for k in _STORED}
         with self._lock:
             if self._rows is None:

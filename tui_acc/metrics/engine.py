@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import polars as pl
 
@@ -23,6 +23,7 @@ from tui_acc.dumps.loading import changed_since, file_states, load_side
 from tui_acc.dumps.model import DumpError, Stats, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import TensorLoadError
+from tui_acc.metrics.aggregate import within_each_module
 from tui_acc.metrics.cache import RowCache, identity
 from tui_acc.metrics.judge import first_suspect, judge, judge_one, mark_containers, node_frame
 from tui_acc.metrics.row_store import RowStore
@@ -32,7 +33,9 @@ from tui_acc.metrics.schema import (
     NODE_SCHEMA,
     TENSOR_SCHEMA,
     TOKEN_SCHEMA,
-    Row,
+    NodeRow,
+    TensorRow,
+    TokenRow,
     to_frame,
 )
 from tui_acc.metrics.verdict import Thresholds, logits_passed, near_tie, precision_class, tensor_passed
@@ -72,7 +75,7 @@ class MetricsEngine:
         # the compiled kernel releases the GIL, so worker threads scale with the cores
         # (scripts/bench_7b.py: 2 threads on 2 cores, 2.1x faster than 1)
         self.scheduler = Scheduler(workers if workers is not None else (os.cpu_count() or 1))
-        self._rows: RowStore[TensorPair] = RowStore()
+        self._rows: RowStore[TensorPair, TensorRow] = RowStore()
         self._keys: dict[TensorPair, str] = {}  # disk-cache keys, computed once (each costs stats)
         self._lock = threading.Lock()
         # Large pairs are compared one at a time: memory stays a small multiple of the largest
@@ -91,16 +94,15 @@ class MetricsEngine:
 
     # --- tensors ------------------------------------------------------------------------------
 
-    def tensor_row(self, pair: TensorPair) -> Row:
+    def tensor_row(self, pair: TensorPair) -> TensorRow:
         """The metric row of one tensor pair, computed at most once."""
         return self._rows.once(pair, lambda: self._produce(pair))
 
-    def _produce(self, pair: TensorPair) -> Row:
-        row = self._from_cache(pair)
-        if row is not None:
-            return row
-        row = self._compute(pair)
-        transient = row.pop("_transient", False)
+    def _produce(self, pair: TensorPair) -> TensorRow:
+        cached = self._from_cache(pair)
+        if cached is not None:
+            return cached
+        row, transient = self._compute(pair)
         # an error is a fact about this launch (a link refused, a permission, a file being
         # written): never kept, so --follow-links or a chmod is seen the next time
         if self.cache is not None and not transient and not row.get("error"):
@@ -124,16 +126,16 @@ class MetricsEngine:
             self._keys[pair] = key
         return key
 
-    def _from_cache(self, pair: TensorPair) -> Row | None:
+    def _from_cache(self, pair: TensorPair) -> TensorRow | None:
         if self.cache is None:
             return None
-        stored = self.cache.get(self._cache_key(pair))
-        if stored is None:
+        found = self.cache.get(self._cache_key(pair))
+        if found is None:
             return None
+        stored = cast(TensorRow, found)  # as it was put: a TensorRow's stored columns
         # the tensors' names follow this session's pairing; the verdict its thresholds
-        stored.update(
-            token=pair.token, golden_node=pair.golden_node, test_node=pair.test_node, role=pair.role
-        )
+        stored["token"], stored["role"] = pair.token, pair.role
+        stored["golden_node"], stored["test_node"] = pair.golden_node, pair.test_node
         stored["passed"] = self._verdict(pair, stored)
         with self._lock:
             self.from_cache += 1
@@ -144,7 +146,7 @@ class MetricsEngine:
         if self.cache is not None:
             self.cache.flush()
 
-    def cached_row(self, pair: TensorPair) -> Row | None:
+    def cached_row(self, pair: TensorPair) -> TensorRow | None:
         """The row if it is known (in memory, or in the disk cache); never computes."""
         row = self._rows.get(pair)
         if row is None and self.cache is not None:
@@ -153,16 +155,24 @@ class MetricsEngine:
                 row = self._rows.adopt(pair, row)
         return row
 
-    def cached_rows(self) -> list[Row]:
+    def known_row(self, pair: TensorPair) -> TensorRow | None:
+        """The row if it is in memory: no disk cache, no stat (what a UI thread may ask)."""
+        return self._rows.get(pair)
+
+    def cached_rows(self) -> list[TensorRow]:
         """Every row computed so far."""
         return self._rows.rows()
 
-    def _compute(self, pair: TensorPair) -> Row:
+    def _compute(self, pair: TensorPair) -> tuple[TensorRow, bool]:
+        """The pair's row, and whether it is transient: the files changed while they were read (a
+        dump still being written or copied), so it is not kept in the disk cache and the next
+        launch reads them again."""
         # Deferred so that opening a dump (and the UI) never waits for torch to import.
         from tui_acc.metrics.kernels import ShapeMismatch, compare_tensors
         from tui_acc.metrics.stats import compare_stats
 
-        row: Row = {
+        transient = False
+        row: TensorRow = {
             "token": pair.token,
             "golden_node": pair.golden_node,
             "test_node": pair.test_node,
@@ -182,7 +192,7 @@ class MetricsEngine:
                     del golden, test  # the mapped files go before the next large pair comes in
                 changed = changed_since(before)
                 if changed:  # a dump still being written (or copied): these numbers mix two versions
-                    row["_transient"] = True  # not kept in the disk cache: the next launch reads it again
+                    transient = True
                     raise DumpError(
                         f"{changed[0]}: changed while being read; compare again when it is complete"
                     )
@@ -201,10 +211,10 @@ class MetricsEngine:
         else:
             metrics["golden_shape"] = _shape(metrics["golden_shape"])
             metrics["test_shape"] = _shape(metrics["test_shape"])
-            row.update(metrics)
+            row.update(cast(TensorRow, metrics))
             row.setdefault("stats_only", False)
         row["passed"] = self._verdict(pair, row)
-        return row
+        return row, transient
 
     def load_pair(self, pair: TensorPair) -> tuple[Any, Any]:
         """Both tensors of ``pair``, each under its dump's load policy (links may not leave a dump
@@ -222,7 +232,7 @@ class MetricsEngine:
         stable = self.pairing.golden.stable_name(pair.golden_node)
         return pair.role == "output" and stable in self._logits_holders
 
-    def _verdict(self, pair: TensorPair, row: Row) -> bool:
+    def _verdict(self, pair: TensorPair, row: TensorRow) -> bool:
         if self._holds_logits(pair):
             return logits_passed(row, self.thresholds, self._stats_floor)
         return tensor_passed(row, self.thresholds, self._stats_floor)
@@ -235,7 +245,7 @@ class MetricsEngine:
 
     # --- tokens -------------------------------------------------------------------------------
 
-    def token_row(self, token: int) -> Row:
+    def token_row(self, token: int) -> TokenRow:
         """The token's logits verdict and metrics."""
         pair = self.pairing.logits_pair(token)
         if pair is None:
@@ -247,7 +257,7 @@ class MetricsEngine:
             }
         return self._token_row_from(token, self.tensor_row(pair))
 
-    def cached_token_row(self, token: int) -> Row | None:
+    def cached_token_row(self, token: int) -> TokenRow | None:
         if not self.pairing.is_paired(token):
             return None  # known not to be computed, and asking would list the token's files
         pair = self.pairing.logits_pair(token)
@@ -256,8 +266,8 @@ class MetricsEngine:
         row = self.cached_row(pair)
         return None if row is None else self._token_row_from(token, row)
 
-    def _token_row_from(self, token: int, tensor: Row) -> Row:
-        row = {key: tensor.get(key) for key in TOKEN_SCHEMA}
+    def _token_row_from(self, token: int, tensor: TensorRow) -> TokenRow:
+        row = cast(TokenRow, {key: tensor.get(key) for key in TOKEN_SCHEMA})
         row["token"] = token
         row["node"] = tensor["golden_node"]
         row["test_node"] = tensor["test_node"]
@@ -276,8 +286,8 @@ class MetricsEngine:
         self,
         tokens: Iterable[int] | None = None,
         should_stop: StopCheck = _never,
-        on_row: Callable[[Row], None] | None = None,
-    ) -> list[Row]:
+        on_row: Callable[[TokenRow], None] | None = None,
+    ) -> list[TokenRow]:
         wanted = list(self.pairing.tokens if tokens is None else tokens)
         pairs = [p for t in wanted if (p := self.pairing.logits_pair(t)) is not None]
         rows = []
@@ -305,9 +315,9 @@ class MetricsEngine:
         self,
         token: int,
         should_stop: StopCheck = _never,
-        on_row: Callable[[Row], None] | None = None,
+        on_row: Callable[[NodeRow], None] | None = None,
         prefer: Preference | None = None,
-    ) -> list[Row]:
+    ) -> list[NodeRow]:
         """One row per paired node of ``token``, in execution order, with input feeds and labels.
 
         With ``prefer`` (the nodes on screen), those are computed first and ``on_row`` gets each
@@ -317,7 +327,7 @@ class MetricsEngine:
         """
         nodes = self.pairing.node_pairs(token)
         tree = self.pairing.golden.tree
-        judged: dict[str, Row] = {}
+        judged: dict[str, NodeRow] = {}
         early = None
         if on_row is not None and prefer is not None:
             owner = {pair: (order, node) for order, node in enumerate(nodes) for pair in node.tensors}
@@ -350,12 +360,27 @@ class MetricsEngine:
                     row_of(pair)
                 chunk.append((order, node))
             settle()
-        for row in mark_containers(judged, tree):
-            if on_row:
-                on_row(row)  # its label changed now that its children are known
+        relabelled = mark_containers(judged, tree)
+        summed = self._add_within(judged, [self.tensor_row(p) for p in pairs])
+        if on_row:  # known now that their children are: a "contains" label, the sums of what is inside
+            for name in dict.fromkeys(row["golden_node"] for row in (*relabelled, *summed)):
+                on_row(judged[name])
         return list(judged.values())
 
-    def _raw_node_rows(self, nodes: Sequence[tuple[int, NodePair]], tensor_rows: list[Row]) -> list[Row]:
+    def _add_within(self, judged: dict[str, NodeRow], tensor_rows: Sequence[TensorRow]) -> list[NodeRow]:
+        """Each module's aggregate of every output inside it (``*_within``); returns those rows."""
+        within = within_each_module(to_frame(tensor_rows, TENSOR_SCHEMA), self.pairing.golden.tree)
+        changed = []
+        for sums in within.iter_rows(named=True):
+            row = judged.get(sums.pop("golden_node"))
+            if row is not None:
+                row.update(cast(NodeRow, sums))
+                changed.append(row)
+        return changed
+
+    def _raw_node_rows(
+        self, nodes: Sequence[tuple[int, NodePair]], tensor_rows: Sequence[TensorRow]
+    ) -> list[NodeRow]:
         """Node rows (metrics, output verdict; not yet judged) of ``nodes`` from their tensors' rows."""
         meta = to_frame(
             [
@@ -372,20 +397,26 @@ class MetricsEngine:
             ],
             NODE_META_SCHEMA,
         )
-        return node_frame(to_frame(tensor_rows, TENSOR_SCHEMA), meta).to_dicts()
+        return cast(list[NodeRow], node_frame(to_frame(tensor_rows, TENSOR_SCHEMA), meta).to_dicts())
 
-    def cached_node_rows(self, token: int) -> list[Row]:
-        """The rows of ``token`` whose tensors are all computed already (nothing is computed)."""
+    def cached_node_rows(self, token: int, disk: bool = True) -> list[NodeRow]:
+        """The rows of ``token`` whose tensors are all computed already (nothing is computed); with
+        ``disk`` False, from the rows in memory only (what a UI thread may ask)."""
+        lookup = self.cached_row if disk else self.known_row
         complete: list[tuple[int, NodePair]] = []
-        rows: list[Row] = []
-        for order, node in enumerate(self.pairing.node_pairs(token)):
-            known = [self.cached_row(pair) for pair in node.tensors]
+        rows: list[TensorRow] = []
+        nodes = self.pairing.node_pairs(token)
+        for order, node in enumerate(nodes):
+            known = [lookup(pair) for pair in node.tensors]
             if all(row is not None for row in known):
                 complete.append((order, node))
                 rows.extend(row for row in known if row is not None)
         if not complete:
             return []
-        return judge(self._raw_node_rows(complete, rows), self.pairing.golden.tree)
+        judged = judge(self._raw_node_rows(complete, rows), self.pairing.golden.tree)
+        if len(complete) == len(nodes):  # a module's sums only once everything inside it is known
+            self._add_within({row["golden_node"]: row for row in judged}, rows)
+        return judged
 
     @contextmanager
     def _ahead(
@@ -394,7 +425,7 @@ class MetricsEngine:
         should_stop: StopCheck,
         prefer: Preference | None = None,
         on_done: Callable[[TensorPair], None] | None = None,
-    ) -> Iterator[Callable[[TensorPair], Row]]:
+    ) -> Iterator[Callable[[TensorPair], TensorRow]]:
         """Compute ``pairs`` on the scheduler's workers while the caller consumes rows in its own order.
 
         Yields ``row_of(pair)``: while the pair the caller needs is not done, the caller's thread
@@ -417,7 +448,7 @@ class MetricsEngine:
 
         with self.scheduler.batch(todo, compute, should_stop, node_of, prefer):
 
-            def row_of(pair: TensorPair) -> Row:
+            def row_of(pair: TensorPair) -> TensorRow:
                 while pair not in self._rows and not should_stop() and self.scheduler.help():
                     pass
                 return self.tensor_row(pair)  # done, in flight on a worker (waited for), or computed now
@@ -427,7 +458,7 @@ class MetricsEngine:
     def nodes_frame(self, token: int, should_stop: StopCheck = _never) -> pl.DataFrame:
         return to_frame(self.node_rows(token, should_stop), NODE_SCHEMA)
 
-    def first_failing_op(self, token: int, should_stop: StopCheck = _never) -> Row | None:
+    def first_failing_op(self, token: int, should_stop: StopCheck = _never) -> NodeRow | None:
         """The innermost, earliest node whose output fails while its inputs pass."""
         rows = {row["golden_node"]: row for row in self.node_rows(token, should_stop)}
         return first_suspect(self.pairing.golden.tree, rows)

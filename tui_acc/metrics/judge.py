@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from tui_acc.dumps.model import NodeTree
-from tui_acc.metrics.schema import METRIC_COLUMNS, Row
+from tui_acc.metrics.schema import METRIC_COLUMNS, NodeRow
 
 # A node row shows its worst output: these columns are copied from that output's row.
 FROM_WORST_OUTPUT = (
@@ -123,7 +123,7 @@ def _in_place(rows: pl.DataFrame) -> pl.DataFrame:
     return matches.group_by("golden_node").agg(pl.col("in_place").first())
 
 
-def judge(rows: list[Row], tree: NodeTree) -> list[Row]:
+def judge(rows: list[NodeRow], tree: NodeTree) -> list[NodeRow]:
     """Effective input verdict, suspect flag and label of each row (in execution order), in place.
 
     Where a node's inputs were not dumped (ATB child ops, modules called with keyword arguments),
@@ -131,7 +131,7 @@ def judge(rows: list[Row], tree: NodeTree) -> list[Row]:
     child, its parent's input. "local": the error starts here; "inherited": its inputs were
     already bad; "contains": the error starts in one of its children.
     """
-    judged: dict[str, Row] = {}
+    judged: dict[str, NodeRow] = {}
     for row in rows:
         judge_one(row, judged, tree)
         judged[row["golden_node"]] = row
@@ -139,7 +139,7 @@ def judge(rows: list[Row], tree: NodeTree) -> list[Row]:
     return rows
 
 
-def judge_one(row: Row, earlier: Mapping[str, Row], tree: NodeTree) -> Row:
+def judge_one(row: NodeRow, earlier: Mapping[str, NodeRow], tree: NodeTree) -> NodeRow:
     """``row``'s verdicts, from the rows before it (``earlier``, by golden name)."""
     row["inputs_effective"], row["inputs_from"] = row["inputs_passed"], "files"
     if row["inputs_passed"] is None or row.get("in_place"):
@@ -153,7 +153,7 @@ def judge_one(row: Row, earlier: Mapping[str, Row], tree: NodeTree) -> Row:
     return row
 
 
-def mark_containers(judged: Mapping[str, Row], tree: NodeTree) -> list[Row]:
+def mark_containers(judged: Mapping[str, NodeRow], tree: NodeTree) -> list[NodeRow]:
     """A failing module whose error starts in one of its children is labelled "contains"; returns
     the rows whose label changed."""
     changed = []
@@ -170,7 +170,7 @@ def mark_containers(judged: Mapping[str, Row], tree: NodeTree) -> list[Row]:
     return changed
 
 
-def _feed(name: str, earlier: Mapping[str, Row], tree: NodeTree) -> tuple[bool | None, str | None]:
+def _feed(name: str, earlier: Mapping[str, NodeRow], tree: NodeTree) -> tuple[bool | None, str | None]:
     current = name
     while True:
         parent = tree.nodes[current].parent
@@ -187,11 +187,11 @@ def _feed(name: str, earlier: Mapping[str, Row], tree: NodeTree) -> tuple[bool |
         current = parent  # a parent with no rows (a container): look one level up
 
 
-def first_suspect(tree: NodeTree, rows: Mapping[str, Any]) -> Row | None:
+def first_suspect(tree: NodeTree, rows: Mapping[str, Any]) -> Any:
     """The innermost, earliest suspect in execution order: a module and its child can both qualify
     (the parent's output fails because the child's does); the child is the answer."""
 
-    def search(name: str) -> Row | None:
+    def search(name: str) -> NodeRow | None:
         for child in tree.children(name):
             found = search(child)
             if found is not None:

@@ -1,4 +1,4 @@
-"""Rows computed at most once, shared between threads: what is known, and what is being computed."""
+"""Values computed at most once, shared between threads: what is known, and what is being computed."""
 
 from __future__ import annotations
 
@@ -6,20 +6,19 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from tui_acc.metrics.schema import Row
-
 Key = TypeVar("Key", bound=Hashable)
+Value = TypeVar("Value")
 
 
-class RowStore(Generic[Key]):
-    """Rows by key. A key being computed by one thread is waited for, not recomputed, by another."""
+class RowStore(Generic[Key, Value]):
+    """Values by key. A key being computed by one thread is waited for, not recomputed, by another."""
 
     def __init__(self) -> None:
-        self._rows: dict[Key, Row] = {}
+        self._rows: dict[Key, Value] = {}
         self._in_flight: dict[Key, threading.Event] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: Key) -> Row | None:
+    def get(self, key: Key) -> Value | None:
         with self._lock:
             return self._rows.get(key)
 
@@ -27,16 +26,16 @@ class RowStore(Generic[Key]):
         with self._lock:
             return key in self._rows
 
-    def adopt(self, key: Key, row: Row) -> Row:
+    def adopt(self, key: Key, row: Value) -> Value:
         """Keep ``row`` unless one is known already; returns the one kept."""
         with self._lock:
             return self._rows.setdefault(key, row)
 
-    def rows(self) -> list[Row]:
+    def rows(self) -> list[Value]:
         with self._lock:
             return list(self._rows.values())
 
-    def once(self, key: Key, produce: Callable[[], Row]) -> Row:
+    def once(self, key: Key, produce: Callable[[], Value]) -> Value:
         """The row of ``key``: known, waited for while another thread produces it, or produced here."""
         while True:
             with self._lock:

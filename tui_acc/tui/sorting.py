@@ -1,11 +1,13 @@
-"""Ordering a table by any of its columns (no textual here: the screens hold the state)."""
+"""Ordering and filtering a table's rows, as polars expressions (no textual here: the screens hold
+the state, and say what each row's value in a column is)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+import polars as pl
 
 # Which end of a column is the bad one: picking a column puts its worst rows first.
 Worst = Literal["low", "high"]
@@ -67,28 +69,34 @@ class Sort:
         return f"{label} {'▼' if self.descending else '▲'}"
 
 
-def _missing(value: object) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
 def sorted_keys(keys: list[str], value: Callable[[str, str], object], sort: Sort) -> list[str]:
-    """``keys`` ordered by ``value(key, sort.column)``; rows without a value (pending, n/a) stay last.
-
-    The sort is stable, so rows with equal values keep the view's natural order.
-    """
-    if sort.column is None:
+    """``keys`` ordered by ``value(key, sort.column)``; rows without a value (pending, n/a, NaN) stay
+    last, whichever way. The sort is stable: rows with equal values keep the view's natural order."""
+    if sort.column is None or not keys:
         return keys
-    column = sort.column
-    present: list[tuple[object, str]] = []
-    missing: list[str] = []
-    for key in keys:
-        found = value(key, column)
-        if _missing(found):
-            missing.append(key)
-        else:
-            present.append((found, key))
-    present.sort(key=lambda pair: pair[0], reverse=sort.descending)  # type: ignore[arg-type, return-value]
-    return [key for _, key in present] + missing
+    values = pl.Series("value", [value(key, sort.column) for key in keys], strict=False)
+    if values.dtype.is_float():
+        values = values.fill_nan(None)
+    frame = pl.DataFrame({"key": keys, "value": values})
+    ordered = frame.sort("value", descending=sort.descending, nulls_last=True, maintain_order=True)
+    return ordered["key"].to_list()
+
+
+def matching_keys(texts: Mapping[str, Sequence[str]], wanted: str) -> list[str]:
+    """The keys (in their order) one of whose texts (name, type, ...) holds ``wanted``, any case."""
+    if not wanted or not texts:
+        return list(texts)
+    width = max(len(values) for values in texts.values())
+    frame = pl.DataFrame(
+        [[key, *values, *[""] * (width - len(values))] for key, values in texts.items()],
+        schema=["key", *(f"text{i}" for i in range(width))],
+        orient="row",
+    )
+    needle = wanted.lower()
+    hit = pl.any_horizontal(
+        pl.col(f"text{i}").str.to_lowercase().str.contains(needle, literal=True) for i in range(width)
+    )
+    return frame.filter(hit)["key"].to_list()
 
 
 def verdict_rank(passed: bool | None, label: str | None = None) -> int | None:

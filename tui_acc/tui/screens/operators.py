@@ -18,7 +18,7 @@ from tui_acc.metrics.schema import Row
 from tui_acc.pairing import NodePair
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.screens.base import ViewScreen
-from tui_acc.tui.sorting import verdict_rank
+from tui_acc.tui.sorting import matching_keys, verdict_rank
 from tui_acc.tui.widgets.layer_tree import LayerTree
 from tui_acc.tui.widgets.metric_table import MetricTable
 from tui_acc.tui.widgets.tensor_detail import TensorDetail
@@ -124,7 +124,7 @@ class OperatorScreen(ViewScreen):
             table.add_column(label, key=key, width=width)
         engine = self.acc.comparison.engine
         tree = self.query_one(LayerTree)
-        for cached in engine.cached_node_rows(self.token):
+        for cached in engine.cached_node_rows(self.token, disk=False):  # the worker reads the disk cache
             self._rows[cached["golden_node"]] = cached
             tree.set_row(cached)
         self.fill_table()
@@ -219,15 +219,10 @@ class OperatorScreen(ViewScreen):
         return row.get(column)
 
     def _filtered(self, names: list[str]) -> list[str]:
-        if not self._filter:
-            return names
-        wanted = self._filter.lower()
-
-        def shown(name: str) -> bool:
-            node = self._pairs[name]
-            return any(wanted in text.lower() for text in (name, node.test, node.golden_type, node.test_type))
-
-        return [name for name in names if shown(name)]
+        """The rows whose golden or test name or type holds the filter text."""
+        nodes = {name: self._pairs[name] for name in names}
+        texts = {name: (name, node.test, node.golden_type, node.test_type) for name, node in nodes.items()}
+        return matching_keys(texts, self._filter)
 
     # --- filtering ----------------------------------------------------------------------------
 
@@ -336,7 +331,9 @@ class OperatorScreen(ViewScreen):
             f"{failing} failing",
         ]
         if self._scope != self.acc.comparison.golden.tree.root:
-            parts.append(f"in {fmt.display_name(self._scope)} (a: all)")
+            scope = self._rows.get(self._scope, {})
+            inside = f" cos {fmt.cosine(scope['cosine_within'])}" if scope.get("tensors_within") else ""
+            parts.append(f"in {fmt.display_name(self._scope)}{inside} (a: all)")
         if self._filter:
             parts.append(f"filter {self._filter!r} (/)")
         if sorted_by := self.sort_summary():

@@ -37,13 +37,15 @@ class TensorDetail(Static):
         head = [title]
         if row is not None and (verdict := _verdict_line(row)):
             head.append(verdict)  # a line of its own: wrapped onto the title it lost its spacing
+        if row is not None and row.get("tensors_within"):
+            head.append(_within_line(row))
         absent = engine.pairing.absent_before(node.token).get(node.golden)
         if absent:
             head.append(_absent_line(absent))
         if not node.tensors:
             self.update(Group(*head, Text("no tensor files paired for this node", style="dim")))
             return
-        rows = [engine.cached_row(pair) for pair in node.tensors]
+        rows = [engine.known_row(pair) for pair in node.tensors]  # memory only: this is the UI thread
         stats = any(r is not None and r.get("stats_only") for r in rows)
         metrics = ("norm rel", "max Δ", "mean Δ", "") if stats else ("cosine", "max abs", "rel eucl", "KL")
         grid = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim")
@@ -75,6 +77,15 @@ def _verdict_line(row: Row) -> Text:
         verdict = "pass" if row.get("inputs_effective") else "fail"
         parts.append((f"inputs not dumped: judged by {fmt.short_name(str(source))} ({verdict})", "dim"))
     return Text("  ").join(Text(words, style=style) for words, style in parts)
+
+
+def _within_line(row: Row) -> Text:
+    """A module's drift as a whole: every output of the operators inside it, as one tensor."""
+    return Text(
+        f"all {row['tensors_within']} outputs inside: cosine {fmt.cosine(row.get('cosine_within'))}, "
+        f"rel eucl {fmt.num(row.get('rel_euclidean_within'))}",
+        style="dim",
+    )
 
 
 def _absent_line(records: list[Unmatched]) -> Text:
