@@ -13,6 +13,7 @@ named problem, so a link refused is reported exactly like a file that cannot be 
 from __future__ import annotations
 
 import errno
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -56,7 +57,7 @@ class LoadPolicy:
         if self.root is None:
             return path
         try:
-            target = path.resolve()
+            target = _resolved(path)
         except (OSError, RuntimeError) as exc:  # a symlink loop
             raise OutsideDump(path, f"cannot resolve its path ({exc})") from exc
         if not target.is_relative_to(self.root):
@@ -68,6 +69,19 @@ class LoadPolicy:
 
     def read_text(self, path: Path) -> str:
         return self.check(path).read_text(encoding="utf-8")
+
+
+def _resolved(path: Path) -> Path:
+    """``path.resolve()``, with its folder resolved once for all the files in it: a dump holds
+    thousands of files per folder, and a full resolve costs a system call per path component."""
+    if path.is_symlink() or path.name in ("", ".", ".."):
+        return path.resolve()
+    return _resolved_folder(path.parent) / path.name
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolved_folder(folder: Path) -> Path:
+    return folder.resolve()
 
 
 # For files tui-acc wrote itself or a script was given directly (the demo, benchmarks, tests).
