@@ -20,10 +20,12 @@ import io
 import os
 import re
 import stat
+import struct
 import zipfile
 from dataclasses import dataclass
 
 _STORAGE_RECORD = re.compile(r"(?:^|/)data/(\d+)$")  # torch/serialization.py _save: f"data/{key}"
+_LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # zipfile's structFileHeader: signature ... name, extra lengths
 _NO_CRC = 0  # what the archive holds for every record when torch was told not to compute CRCs
 
 
@@ -33,6 +35,7 @@ class StorageListing:
 
     path: str
     records: tuple[tuple[str, int, int], ...]
+    offsets: tuple[int, ...]  # each record's local header
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -45,12 +48,12 @@ class StorageListing:
         if all(crc != _NO_CRC or size == 0 for _, size, crc in self.records):
             return tuple((size, crc) for _, size, crc in self.records)
         try:
-            with _open_regular(self.path) as handle, zipfile.ZipFile(handle) as archive:
+            with _open_regular(self.path) as handle:
                 return tuple(
-                    (size, crc if crc != _NO_CRC else _blake2b(archive, name))
-                    for name, size, crc in self.records
+                    (size, crc if crc != _NO_CRC else _blake2b(handle, offset, size))
+                    for (_, size, crc), offset in zip(self.records, self.offsets, strict=True)
                 )
-        except (OSError, zipfile.BadZipFile, KeyError, ValueError):
+        except (OSError, ValueError, struct.error):
             return None
 
 
@@ -63,13 +66,16 @@ def list_storage(path: str) -> StorageListing | None:
             for info in archive.infolist():
                 match = _STORAGE_RECORD.search(info.filename)
                 if match is not None and info.compress_type == zipfile.ZIP_STORED:
-                    found.append((int(match.group(1)), info.filename, info.file_size, info.CRC))
+                    found.append(
+                        (int(match.group(1)), info.filename, info.file_size, info.CRC, info.header_offset)
+                    )
     except (OSError, zipfile.BadZipFile, ValueError, EOFError):
         return None
     if not found:
         return None
     found.sort()
-    return StorageListing(path, tuple((name, size, crc) for _, name, size, crc in found))
+    records = tuple((name, size, crc) for _, name, size, crc, _ in found)
+    return StorageListing(path, records, tuple(offset for *_, offset in found))
 
 
 def _open_regular(path: str) -> io.BufferedReader:
@@ -85,9 +91,21 @@ def _open_regular(path: str) -> io.BufferedReader:
         raise
 
 
-def _blake2b(archive: zipfile.ZipFile, name: str) -> str:
+def _blake2b(handle: io.BufferedReader, offset: int, size: int) -> str:
+    """The hash of a stored record's bytes, read past its local header (zipfile itself would check
+    them against the CRC the archive lacks and refuse them)."""
+    handle.seek(offset)
+    header = handle.read(_LOCAL_HEADER.size)
+    if len(header) != _LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
+        raise ValueError("not a local file header")
+    name_length, extra_length = _LOCAL_HEADER.unpack(header)[-2:]
+    handle.seek(offset + _LOCAL_HEADER.size + name_length + extra_length)
     digest = hashlib.blake2b(digest_size=16)
-    with archive.open(name) as record:
-        while chunk := record.read(1 << 20):
-            digest.update(chunk)
+    left = size
+    while left > 0:
+        chunk = handle.read(min(left, 1 << 20))
+        if not chunk:
+            raise ValueError("record shorter than its directory entry")
+        digest.update(chunk)
+        left -= len(chunk)
     return digest.hexdigest()
