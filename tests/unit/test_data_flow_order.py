@@ -237,3 +237,17 @@ def test_without_any_producer_the_tree_stays(tmp_path: Path) -> None:
     index = open_dump(tmp_path)
     assert index.order_source == "model_tree.json" and not index.order_is_execution
     assert order_by_data_flow(index.tree, index.tokens[0]) is None
+
+
+def test_an_archive_the_quick_reader_does_not_know_is_read_by_zipfile(tmp_path: Path) -> None:
+    """A torch archive with a comment after its directory (not what torch writes, but a valid
+    zip): the standard library's reader lists it, with the same storage identity."""
+    import zipfile
+
+    torch.save(torch.arange(8.0), tmp_path / "output.pth")
+    shutil.copy(tmp_path / "output.pth", tmp_path / "input_0.pth")
+    with zipfile.ZipFile(tmp_path / "input_0.pth", "a") as archive:
+        archive.comment = b"rewritten"
+    plain, commented = list_storage(str(tmp_path / "output.pth")), list_storage(str(tmp_path / "input_0.pth"))
+    assert plain is not None and commented is not None
+    assert plain.identity() == commented.identity()

@@ -16,7 +16,6 @@ output it came from, with other strides.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import re
 import stat
@@ -26,6 +25,10 @@ from dataclasses import dataclass
 
 _STORAGE_RECORD = re.compile(r"(?:^|/)data/(\d+)$")  # torch/serialization.py _save: f"data/{key}"
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # zipfile's structFileHeader: signature ... name, extra lengths
+_END = struct.Struct("<4s4H2LH")  # zipfile's structEndArchive
+_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")  # zipfile's structCentralDir
+_ZIP64_MARK = 0xFFFFFFFF  # the size or offset is in a zip64 extra field
+_TAIL_BYTES = 4096
 _NO_CRC = 0  # what the archive holds for every record when torch was told not to compute CRCs
 
 
@@ -48,64 +51,120 @@ class StorageListing:
         if all(crc != _NO_CRC or size == 0 for _, size, crc in self.records):
             return tuple((size, crc) for _, size, crc in self.records)
         try:
-            with _open_regular(self.path) as handle:
-                return tuple(
-                    (size, crc if crc != _NO_CRC else _blake2b(handle, offset, size))
-                    for (_, size, crc), offset in zip(self.records, self.offsets, strict=True)
-                )
+            fd, _ = _open_regular(self.path)
+        except OSError:
+            return None
+        try:
+            return tuple(
+                (size, crc if crc != _NO_CRC else _blake2b(fd, offset, size))
+                for (_, size, crc), offset in zip(self.records, self.offsets, strict=True)
+            )
         except (OSError, ValueError, struct.error):
             return None
+        finally:
+            os.close(fd)
 
 
 def list_storage(path: str) -> StorageListing | None:
     """The storage records of the torch zip archive at ``path``; None when it is not one (torch's
     legacy format, a damaged or growing file), is not a regular file, or cannot be read."""
     try:
-        with _open_regular(path) as handle, zipfile.ZipFile(handle) as archive:
-            found = []
-            for info in archive.infolist():
-                match = _STORAGE_RECORD.search(info.filename)
-                if match is not None and info.compress_type == zipfile.ZIP_STORED:
-                    found.append(
-                        (int(match.group(1)), info.filename, info.file_size, info.CRC, info.header_offset)
-                    )
-    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        fd, size = _open_regular(path)
+    except OSError:
         return None
-    if not found:
+    try:
+        found = _directory_at_the_end(fd, size)
+        if found is None:  # anything unusual (zip64 sizes, a comment): the standard library's reader
+            with os.fdopen(os.dup(fd), "rb") as handle, zipfile.ZipFile(handle) as archive:
+                found = [
+                    (info.filename, info.compress_type, info.file_size, info.CRC, info.header_offset)
+                    for info in archive.infolist()
+                ]
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError, struct.error):
         return None
-    found.sort()
-    records = tuple((name, size, crc) for _, name, size, crc, _ in found)
-    return StorageListing(path, records, tuple(offset for *_, offset in found))
+    finally:
+        os.close(fd)
+    storages = []
+    for name, compression, size, crc, offset in found:
+        match = _STORAGE_RECORD.search(name)
+        if match is not None and compression == zipfile.ZIP_STORED:
+            storages.append((int(match.group(1)), name, size, crc, offset))
+    if not storages:
+        return None
+    storages.sort()
+    records = tuple((name, size, crc) for _, name, size, crc, _ in storages)
+    return StorageListing(path, records, tuple(offset for *_, offset in storages))
 
 
-def _open_regular(path: str) -> io.BufferedReader:
-    """``path`` opened for reading if it is a regular file itself: a link is not followed out of
-    the dump and a FIFO named like a tensor cannot block the reader."""
+Entry = tuple[str, int, int, int, int]  # name, compression, size, CRC-32, local header's offset
+
+
+def _directory_at_the_end(fd: int, size: int) -> list[Entry] | None:
+    """The central directory from one read of the file's tail, where torch's writer puts it
+    (about 100 bytes per record, 7 records); None when it is not that simple: ``zipfile`` then
+    reads it (some 40 us more per file, which a token of thousands of files notices)."""
+    tail_length = min(size, _TAIL_BYTES)
+    tail = os.pread(fd, tail_length, size - tail_length)
+    end = len(tail) - _END.size
+    if end < 0 or tail[end : end + 4] != b"PK\x05\x06":
+        return None
+    *_, count, directory_size, directory_offset, comment = _END.unpack_from(tail, end)
+    start = directory_offset - (size - tail_length)
+    if comment or start < 0 or start + directory_size > end:
+        return None
+    entries: list[Entry] = []
+    at = start
+    for _ in range(count):
+        fields = _CENTRAL.unpack_from(tail, at)
+        if fields[0] != b"PK\x01\x02":
+            return None
+        compression, crc, stored_size, name_length, extra_length, comment_length = (
+            fields[6],
+            fields[9],
+            fields[11],
+            fields[12],
+            fields[13],
+            fields[14],
+        )
+        offset = fields[18]
+        if _ZIP64_MARK in (stored_size, offset):
+            return None
+        name = tail[at + _CENTRAL.size : at + _CENTRAL.size + name_length]
+        if b"data/" in name:  # storages only: the other records' names need no decoding
+            entries.append((name.decode("utf-8", "replace"), compression, stored_size, crc, offset))
+        at += _CENTRAL.size + name_length + extra_length + comment_length
+    return entries
+
+
+def _open_regular(path: str) -> tuple[int, int]:
+    """A descriptor of ``path``, and its size, if it is a regular file itself: a link is not
+    followed out of the dump and a FIFO named like a tensor cannot block the reader."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
             raise OSError(f"{path}: not a regular file")
-        return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+    return fd, status.st_size
 
 
-def _blake2b(handle: io.BufferedReader, offset: int, size: int) -> str:
+def _blake2b(fd: int, offset: int, size: int) -> str:
     """The hash of a stored record's bytes, read past its local header (zipfile itself would check
     them against the CRC the archive lacks and refuse them)."""
-    handle.seek(offset)
-    header = handle.read(_LOCAL_HEADER.size)
+    header = os.pread(fd, _LOCAL_HEADER.size, offset)
     if len(header) != _LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
         raise ValueError("not a local file header")
     name_length, extra_length = _LOCAL_HEADER.unpack(header)[-2:]
-    handle.seek(offset + _LOCAL_HEADER.size + name_length + extra_length)
+    position = offset + _LOCAL_HEADER.size + name_length + extra_length
     digest = hashlib.blake2b(digest_size=16)
     left = size
     while left > 0:
-        chunk = handle.read(min(left, 1 << 20))
+        chunk = os.pread(fd, min(left, 1 << 20), position)
         if not chunk:
             raise ValueError("record shorter than its directory entry")
         digest.update(chunk)
+        position += len(chunk)
         left -= len(chunk)
     return digest.hexdigest()
