@@ -105,9 +105,8 @@ def main() -> None:
         start = time.perf_counter()
         device, files = make_dump(tmp / "dump", args.files, args.layers, crc=not args.no_crc)
         settle(tmp)
-        print(
-            f"dump: {files} tensor files, {args.layers} layers, generated in {time.perf_counter() - start:.1f} s"
-        )
+        took = time.perf_counter() - start
+        print(f"dump: {files} tensor files, {args.layers} layers, generated in {took:.1f} s")
         plain, plain_source = best_index_time(tmp / "dump", args.repeat)
         stamp_as_a_copy(tmp)
         inferred, inferred_source = best_index_time(tmp / "dump", args.repeat)
