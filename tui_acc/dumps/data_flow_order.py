@@ -22,7 +22,7 @@ which a coincidence or a module called twice can make, is broken in that order t
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import pairwise
 
 from tui_acc.dumps.model import NodeTree, TensorRef
@@ -56,10 +56,10 @@ def order_by_data_flow(
         if len(node.children) < 2:
             continue
         pairs = before.get(node.name, set())
-        node.children[:] = _stable_topological(node.children, pairs)
+        node.children[:] = stable_topological(node.children, pairs)
         counted = [child for child in node.children if child in dumped]
         if len(counted) >= 2:
-            placed += _placed(node.children, counted, pairs)
+            placed += placed_count(node.children, counted, pairs)
             ambiguous += len(counted)
     if ambiguous == 0:
         return None
@@ -71,8 +71,17 @@ def order_by_data_flow(
     )
 
 
-def producer_edges(tree: NodeTree, nodes: Mapping[str, list[TensorRef]]) -> set[Edge]:
-    """(producer, consumer) pairs: the innermost module that made a value, and each that read it."""
+def producer_edges(
+    tree: NodeTree,
+    nodes: Mapping[str, list[TensorRef]],
+    maker: Callable[[set[str]], str | None] | None = None,
+) -> set[Edge]:
+    """(producer, consumer) pairs: the innermost module that made a value, and each that read it.
+
+    ``maker`` picks the one that made a value among those holding it as an output (and not as an
+    input), or None when it cannot be told; by default the deepest, when they are one module and
+    its ancestors in ``tree``."""
+    pick = maker or (lambda makers: _innermost_maker(tree, makers))
     listed: list[tuple[str, str, StorageListing]] = []
     for name, refs in nodes.items():
         for ref in refs:
@@ -94,7 +103,7 @@ def producer_edges(tree: NodeTree, nodes: Mapping[str, list[TensorRef]]) -> set[
             (made_by if role == "output" else read_by).setdefault(identity, set()).add(name)
     edges: set[Edge] = set()
     for value, readers in read_by.items():
-        producer = _innermost_maker(tree, made_by.get(value, set()) - readers)
+        producer = pick(made_by.get(value, set()) - readers)
         if producer is not None:
             edges.update((producer, reader) for reader in readers if reader != producer)
     return edges
@@ -138,7 +147,7 @@ def _path_from_root(tree: NodeTree, name: str) -> list[str]:
     return path[::-1]
 
 
-def _stable_topological(children: list[str], pairs: set[Edge]) -> list[str]:
+def stable_topological(children: list[str], pairs: set[Edge]) -> list[str]:
     """``children`` sorted so that every pair's first comes before its second, otherwise in their
     given order: at each step the earliest child (given order) whose predecessors are all placed."""
     index = {child: i for i, child in enumerate(children)}
@@ -167,7 +176,7 @@ def _stable_topological(children: list[str], pairs: set[Edge]) -> list[str]:
     return order
 
 
-def _placed(order: list[str], counted: list[str], pairs: set[Edge]) -> int:
+def placed_count(order: list[str], counted: list[str], pairs: set[Edge]) -> int:
     """How many of ``counted`` (in ``order``) the data flow puts where they are: each neighbour
     among ``counted`` is reached from it, or reaches it, through pairs the order keeps."""
     position = {child: i for i, child in enumerate(order)}

@@ -164,9 +164,8 @@ class DumpIndex:
     def order_is_execution(self) -> bool:
         """Whether its nodes are in the order they ran, not in a fallback order: msit's
         model_tree.json (declaration order, where file times were lost), graph mode's file names, or
-        data flow that left some siblings in model_tree.json's order ("data flow and model_tree.json")."""
-        source = self.order_source.split(" (")[0]
-        return not (source.endswith("model_tree.json") or source.startswith("file names"))
+        data flow that left some in either ("data flow and model_tree.json", "data flow and file names")."""
+        return not self.order_source.split(" (")[0].endswith(("model_tree.json", "file names"))
 
     def stable_name(self, name: str) -> str:
         """``name`` without what changes from token to token: the key for "the same operator"."""
