@@ -97,6 +97,7 @@ def main() -> None:
     from tui_acc import open_comparison
     from tui_acc.demo.model import TinyConfig
     from tui_acc.demo.run import run_pair
+    from tui_acc.dumps.policy import ANYWHERE
     from tui_acc.dumps.tensors import load_tensor
 
     config = TinyConfig(
@@ -127,7 +128,7 @@ def main() -> None:
         )
 
         t_open, cmp = timed(lambda: open_comparison(Path(tmp) / "golden", Path(tmp) / "test"))
-        t_read_all, _ = timed(lambda: [load_tensor(f) for f in files])
+        t_read_all, _ = timed(lambda: [load_tensor(f, ANYWHERE) for f in files])
         figures["1 open (index only) s"] = round(t_open, 3)
         figures["1 read every tensor s"] = round(t_read_all, 3)
         figures["1 ratio read-all / open"] = round(t_read_all / t_open, 1)
@@ -147,7 +148,10 @@ def main() -> None:
             if "float" in str(p.golden.path) or True
         ]
         # clone: memory-mapped files would otherwise be paged in inside whichever kernel runs first
-        loaded = [(load_tensor(p.golden.path).clone(), load_tensor(p.test.path).clone()) for p in pairs]
+        loaded = [
+            (load_tensor(p.golden.path, ANYWHERE).clone(), load_tensor(p.test.path, ANYWHERE).clone())
+            for p in pairs
+        ]
         loaded = [(g, t) for g, t in loaded if g.is_floating_point() and g.numel() == t.numel()]
         from tui_acc.metrics.kernels import compare_tensors
 

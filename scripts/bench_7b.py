@@ -152,7 +152,7 @@ def main() -> None:
         cmp = open_comparison(tmp / "golden", tmp / "test", cache=False)
         figures["index this pair s"] = round(time.perf_counter() - start, 3)
 
-        from tui_acc.metrics import MetricsEngine
+        from tui_acc.metrics.engine import MetricsEngine
         from tui_acc.metrics.kernels import compare_tensors
 
         start = time.perf_counter()

@@ -1,5 +1,5 @@
 """Benchmarks measure dumps that have settled: tui-acc reads (does not memory-map) a file changed in
-the last few seconds (tui_acc/dumps/tensors.py, SETTLED_SECONDS), so freshly generated files are
+the last few seconds (tui_acc/dumps/fs.py, SETTLED_SECONDS), so freshly generated files are
 dated back first, as a dump a user opens minutes after the run would be."""
 
 from __future__ import annotations

@@ -238,6 +238,7 @@ def _run_compare(args: argparse.Namespace) -> int:
         if args.redump_command:
             return _print_redump(cmp, settings, args)
         return _report(cmp, args)
+    from tui_acc.redump.runner import EXIT_GRACE
     from tui_acc.tui.app import AccApp
 
     app = AccApp(cmp, redump=settings, opener=opener)
@@ -245,7 +246,7 @@ def _run_compare(args: argparse.Namespace) -> int:
         app.run()
     finally:  # however the app ended: a re-dump the user did not choose to leave running stops
         if app.redump_run is not None:
-            app.redump_run.cancel(grace=2.0)
+            app.redump_run.stop(EXIT_GRACE)
     return 0
 
 

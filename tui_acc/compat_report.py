@@ -13,8 +13,6 @@ from tui_acc.metrics.compat import MSIT_COLUMNS, MSPROBE_COLUMNS, msit_metrics, 
 from tui_acc.pairing import NodePair, TensorPair
 from tui_acc.session import Comparison
 
-TOOLS = ("msit", "msprobe")
-
 
 def compat_frame(cmp: Comparison, tool: str) -> pl.DataFrame:
     """Every paired tensor with data, in ``tool``'s columns and arithmetic."""

@@ -9,8 +9,7 @@ import polars as pl
 
 from tui_acc import __version__
 from tui_acc.dumps import DumpIndex
-from tui_acc.metrics.engine import Row
-from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, TOKEN_SCHEMA, to_frame
+from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, TOKEN_SCHEMA, Row, to_frame
 from tui_acc.session import Comparison
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2

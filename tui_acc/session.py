@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tui_acc.dumps import DumpError, DumpIndex, open_dump
-from tui_acc.metrics import MetricsEngine, Thresholds
 from tui_acc.metrics.cache import RowCache
+from tui_acc.metrics.engine import MetricsEngine
+from tui_acc.metrics.verdict import Thresholds
 from tui_acc.pairing import MappingError, Pairing, load_mapping, load_msprobe_mapping, pair_dumps
 
 
@@ -54,16 +55,16 @@ def open_comparison(
     Raises:
         DumpError: a root (or the mapping file) cannot be used; the message names it.
     """
-    golden_index = open_dump(golden, token_offset=token_offset, rank=rank)
+    golden_index = open_dump(golden, token_offset=token_offset, rank=rank, follow_links=follow_links)
     if gather:
         if len(golden_index.ranks) > 1:
             raise DumpError(
                 f"{golden}: --gather merges the test's ranks for a single-device golden, but the golden has "
                 f"{len(golden_index.ranks)} ranks; compare rank to rank with --rank instead"
             )
-        test_index = _gathered(test, token_offset)
+        test_index = _gathered(test, token_offset, follow_links)
     else:
-        test_index = open_dump(test, token_offset=token_offset, rank=rank)
+        test_index = open_dump(test, token_offset=token_offset, rank=rank, follow_links=follow_links)
     if golden_index.format == test_index.format == "sglang":
         from tui_acc.dumps.sglang_align import align_steps
 
@@ -85,15 +86,18 @@ def open_comparison(
     except MappingError as exc:
         raise DumpError(str(exc)) from exc
     row_cache = RowCache(golden_index.data_dir, test_index.data_dir) if cache else None
-    engine = MetricsEngine(pairing, thresholds, cache=row_cache, follow_links=follow_links)
+    engine = MetricsEngine(pairing, thresholds, cache=row_cache)
     return Comparison(golden_index, test_index, pairing, engine)
 
 
-def _gathered(path: str | Path, token_offset: int | None) -> DumpIndex:
+def _gathered(path: str | Path, token_offset: int | None, follow_links: bool) -> DumpIndex:
     from tui_acc.dumps.gather import gather
 
-    first = open_dump(path, token_offset=token_offset, rank=None)
+    first = open_dump(path, token_offset=token_offset, rank=None, follow_links=follow_links)
     if len(first.ranks) < 2:
         raise DumpError(f"{path}: --gather needs a dump with several ranks; this one has one")
-    others = [open_dump(path, token_offset=token_offset, rank=r) for r in range(1, len(first.ranks))]
+    others = [
+        open_dump(path, token_offset=token_offset, rank=r, follow_links=follow_links)
+        for r in range(1, len(first.ranks))
+    ]
     return gather([first, *others])

@@ -28,13 +28,14 @@ from tests.conformance.rounding import (
 from tui_acc import open_comparison
 from tui_acc.cli import main
 from tui_acc.compat_report import compat_frame
+from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
 from tui_acc.metrics.compat import MSIT_COLUMNS, MSPROBE_COLUMNS
 
 
 def _fp32(path: str) -> np.ndarray:
     """A tensor as msit reads it: flattened to fp32."""
-    return load_tensor(Path(path)).float().reshape(-1).numpy()
+    return load_tensor(Path(path), ANYWHERE).float().reshape(-1).numpy()
 
 
 def _csv(path: Path) -> list[dict[str, str]]:

@@ -29,7 +29,7 @@ def test_statistics_read_from_csv_equal_those_computed_from_the_tensors(referenc
     tensors = reference / "msit-torch-2layer" / "test"
     cmp = open_comparison(stats, tensors)
     # every token both dumps hold is compared (4 in the full set, where the tensor dump has 8)
-    both = sorted(set(open_dump(stats).token_ids()) & set(open_dump(tensors).token_ids()))
+    both = sorted(set(open_dump(stats).tokens) & set(open_dump(tensors).tokens))
     assert cmp.pairing.tokens == both and len(both) >= 2
     (device,) = tensors.glob("msit_dump_*/torch_tensors/*_*")
     for token in cmp.pairing.tokens:

@@ -27,6 +27,7 @@ from tests.conformance.rounding import (
     rounded_apart,
 )
 from tui_acc import open_comparison
+from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
 
 CASES = ["msit-torch-2layer", "msit-torch-logits"]
@@ -54,7 +55,7 @@ def _our_rows(case_dir: Path) -> dict[tuple[int, str, str], dict[str, Any]]:
 
 
 def _np(path: Path) -> np.ndarray:
-    return load_tensor(path).to(torch.float64).numpy()
+    return load_tensor(path, ANYWHERE).to(torch.float64).numpy()
 
 
 @pytest.mark.parametrize("case", CASES)

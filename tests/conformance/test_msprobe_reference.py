@@ -23,6 +23,7 @@ from tests.conformance.rounding import (
     rounded_from,
 )
 from tui_acc import open_comparison
+from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
 
 CASE = "msprobe-L0"
@@ -46,7 +47,7 @@ def _ours(task_dir: Path) -> dict[str, dict[str, Any]]:
 
 def _flat64(path: str) -> np.ndarray:
     """A tensor's values as msprobe compares them: bf16 widened, flattened, in float64."""
-    return load_tensor(Path(path)).to(torch.float64).reshape(-1).numpy()
+    return load_tensor(Path(path), ANYWHERE).to(torch.float64).reshape(-1).numpy()
 
 
 def _undecided(bench: np.ndarray, npu: np.ndarray, threshold: float) -> int:

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from tui_acc.config import ConfigError, load_config
 from tui_acc.dumps import DumpError, open_dump
+from tui_acc.dumps.policy import ANYWHERE, LoadPolicy
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 from tui_acc.pairing import MappingError, load_mapping, load_msprobe_mapping
 
@@ -74,7 +75,7 @@ def test_bin_files(scratch: Path, lines: list[str], payload: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes("\n".join(lines).encode("utf-8", "replace") + b"\n" + payload)
     try:
-        tensor = load_tensor(path, within=scratch)
+        tensor = load_tensor(path, LoadPolicy.inside(scratch))
     except TensorLoadError as exc:
         assert str(path) in str(exc)
     else:
@@ -88,7 +89,7 @@ def test_bin_files_of_random_bytes(scratch: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     try:
-        load_tensor(path, within=scratch)
+        load_tensor(path, LoadPolicy.inside(scratch))
     except TensorLoadError as exc:
         assert str(path) in str(exc)
 
@@ -337,6 +338,6 @@ def test_sglang_dumper_folders(scratch: Path, names: list[str], dims: str) -> No
         for refs in (r for nodes in index.tokens.values() for r in nodes.values()):
             for ref in refs:
                 try:
-                    load_tensor(ref.path)
+                    load_tensor(ref.path, ANYWHERE)
                 except TensorLoadError as exc:
                     assert str(ref.path) in str(exc)

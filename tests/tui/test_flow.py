@@ -340,7 +340,7 @@ async def test_kl_strip_makes_the_first_divergence_stand_out(demo_app: AccApp, d
     """On a linear scale token 3 (KL 2e-3) would be as flat as the passing tokens (5e-6)."""
     from textual.widgets import Sparkline
 
-    from tui_acc.tui.screens.tokens import strip_height
+    from tui_acc.tui.token_tally import strip_height
 
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
@@ -378,8 +378,10 @@ async def test_the_rows_on_screen_are_computed_first_and_leaving_cancels_the_res
     import asyncio
     import threading
 
+    from tui_acc.metrics.scheduling import Scheduler
+
     engine = demo_app.comparison.engine
-    engine.workers = 2
+    engine.scheduler = Scheduler(workers=2)
     nodes = demo_app.comparison.pairing.node_pairs(0)
     permits, finished = threading.Semaphore(0), threading.Semaphore(0)
     computed: list[str] = []

@@ -11,6 +11,7 @@ import torch
 
 from tui_acc.dumps.atb_bin import ACL_DTYPES, REFUSED_DTYPES, TILED_FORMATS, read_header
 from tui_acc.dumps.atb_writer import write_bin
+from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 
 GEN = torch.Generator().manual_seed(11)
@@ -61,7 +62,7 @@ def test_every_code_is_decoded_or_refused() -> None:
 def test_byte_aligned_codes_round_trip_bit_exactly(tmp_path: Path, code: int) -> None:
     tensor = _sample(BYTE_ALIGNED[code])
     path = write_bin(tmp_path / "t.bin", tensor, dtype_code=code)
-    loaded = load_tensor(path)
+    loaded = load_tensor(path, ANYWHERE)
     assert loaded.dtype == tensor.dtype and loaded.shape == tensor.shape
     assert loaded.view(torch.uint8).tolist() == tensor.contiguous().view(torch.uint8).tolist()
 
@@ -74,7 +75,7 @@ def test_complex32_is_widened_exactly(tmp_path: Path) -> None:
         dtype_code=33,
         payload=halves.numpy().tobytes(),
     )
-    loaded = load_tensor(path)
+    loaded = load_tensor(path, ANYWHERE)
     assert loaded.dtype == torch.complex64
     assert loaded.tolist() == [complex(1.5, -2.0), complex(0.25, 65504.0)]
 
@@ -82,7 +83,7 @@ def test_complex32_is_widened_exactly(tmp_path: Path) -> None:
 def test_bf16_is_the_upper_half_of_fp32(tmp_path: Path) -> None:
     words = np.array([0x3F80, 0xC040, 0x0000, 0x7F80], dtype="<u2")  # 1.0, -3.0, 0.0, +inf
     path = write_bin(tmp_path / "b.bin", torch.zeros(4, dtype=torch.bfloat16), payload=words.tobytes())
-    assert load_tensor(path).float().tolist() == [1.0, -3.0, 0.0, float("inf")]
+    assert load_tensor(path, ANYWHERE).float().tolist() == [1.0, -3.0, 0.0, float("inf")]
 
 
 def test_int4_is_two_per_byte_low_nibble_first(tmp_path: Path) -> None:
@@ -90,14 +91,14 @@ def test_int4_is_two_per_byte_low_nibble_first(tmp_path: Path) -> None:
     nibbles = [v & 0xF for v in values] + [0]
     packed = bytes(nibbles[i] | (nibbles[i + 1] << 4) for i in range(0, 6, 2))
     path = write_bin(tmp_path / "i4.bin", torch.zeros(5, dtype=torch.int8), dtype_code=29, payload=packed)
-    assert load_tensor(path).tolist() == values
+    assert load_tensor(path, ANYWHERE).tolist() == values
 
 
 def test_fp4_e2m1_decodes_the_ocp_table(tmp_path: Path) -> None:
     codes = [0b0001, 0b1011, 0b0111, 0b1000]  # 0.5, -1.5, 6.0, -0.0
     packed = bytes([codes[0] | codes[1] << 4, codes[2] | codes[3] << 4])
     path = write_bin(tmp_path / "f4.bin", torch.zeros(2, 2), dtype_code=40, payload=packed)
-    assert load_tensor(path).tolist() == [[0.5, -1.5], [6.0, -0.0]]
+    assert load_tensor(path, ANYWHERE).tolist() == [[0.5, -1.5], [6.0, -0.0]]
 
 
 @pytest.mark.parametrize("code", sorted(REFUSED_DTYPES))
@@ -106,27 +107,27 @@ def test_unverifiable_codes_are_refused_by_name(tmp_path: Path, code: int) -> No
     with pytest.raises(
         TensorLoadError, match=r"r\.bin: dtype .* cannot be decoded exactly; refused rather than misread"
     ):
-        load_tensor(path)
+        load_tensor(path, ANYWHERE)
 
 
 def test_unknown_code_is_refused(tmp_path: Path) -> None:
     path = write_bin(tmp_path / "u.bin", torch.zeros(4, dtype=torch.uint8), dtype_code=99)
     with pytest.raises(TensorLoadError, match="dtype code 99 cannot be decoded"):
-        load_tensor(path)
+        load_tensor(path, ANYWHERE)
 
 
 @pytest.mark.parametrize("code", sorted(TILED_FORMATS))
 def test_tiled_formats_are_refused(tmp_path: Path, code: int) -> None:
     path = write_bin(tmp_path / "nz.bin", torch.zeros(2, 16), format_code=code)
     with pytest.raises(TensorLoadError, match=rf"format {TILED_FORMATS[code]} \({code}\) is a tiled layout"):
-        load_tensor(path)
+        load_tensor(path, ANYWHERE)
 
 
 def test_plain_formats_read_as_dims(tmp_path: Path) -> None:
     tensor = torch.arange(24.0).reshape(1, 2, 3, 4)
     for code in (0, 1, 2, -1):
         assert torch.equal(
-            load_tensor(write_bin(tmp_path / f"p{code}.bin", tensor, format_code=code)), tensor
+            load_tensor(write_bin(tmp_path / f"p{code}.bin", tensor, format_code=code), ANYWHERE), tensor
         )
 
 
@@ -135,10 +136,10 @@ def test_external_data_attribute(tmp_path: Path) -> None:
     path = write_bin(tmp_path / "ext.bin", tensor, external="ext.data")
     header = read_header(path)
     assert header.external == "ext.data" and header.header_bytes == path.stat().st_size
-    assert torch.equal(load_tensor(path), tensor)
+    assert torch.equal(load_tensor(path, ANYWHERE), tensor)
     (tmp_path / "ext.data").unlink()
     with pytest.raises(TensorLoadError, match=r"its data= file .*ext\.data does not exist"):
-        load_tensor(path)
+        load_tensor(path, ANYWHERE)
 
 
 def test_data_offset_is_honoured(tmp_path: Path) -> None:
@@ -148,7 +149,7 @@ def test_data_offset_is_honoured(tmp_path: Path) -> None:
     text += "$Object.data=4,12\n$End=1\n"
     path = tmp_path / "off.bin"
     path.write_bytes(text.encode() + raw)
-    assert load_tensor(path).tolist() == [1.0, 2.0, 3.0]
+    assert load_tensor(path, ANYWHERE).tolist() == [1.0, 2.0, 3.0]
 
 
 def test_damaged_files_are_named(tmp_path: Path) -> None:
@@ -157,18 +158,18 @@ def test_damaged_files_are_named(tmp_path: Path) -> None:
     with pytest.raises(
         TensorLoadError, match=r"trunc\.bin: truncated: 32 payload bytes, dims \[10\] x float32 need 40"
     ):
-        load_tensor(path)
+        load_tensor(path, ANYWHERE)
     (tmp_path / "noend.bin").write_bytes(b"dtype=0\ndims=2\n")
     with pytest.raises(TensorLoadError, match="no '\\$End=1' line"):
-        load_tensor(tmp_path / "noend.bin")
+        load_tensor(tmp_path / "noend.bin", ANYWHERE)
     (tmp_path / "bad.bin").write_bytes(b"dtype=0\ndims=2\nx=1=2\n$End=1\n")
     with pytest.raises(TensorLoadError, match="malformed header line 'x=1=2'"):
-        load_tensor(tmp_path / "bad.bin")
+        load_tensor(tmp_path / "bad.bin", ANYWHERE)
     (tmp_path / "stats.bin").write_bytes(
         b"format=2\ndtype=0\ndims=2\nmax=1\nmin=0\nmean=0.5\nl2norm=1\n$End=1\n"
     )
     with pytest.raises(TensorLoadError, match="statistics-only tensor"):
-        load_tensor(tmp_path / "stats.bin")
+        load_tensor(tmp_path / "stats.bin", ANYWHERE)
 
 
 def test_payload_is_memory_mapped_not_read(tmp_path: Path) -> None:
@@ -177,7 +178,7 @@ def test_payload_is_memory_mapped_not_read(tmp_path: Path) -> None:
         path.stat()
     )  # a file that has settled (one written moments ago is read: tests/unit/test_tensors.py)
     os.utime(path, (stat.st_atime - 60, stat.st_mtime - 60))
-    loaded = load_tensor(path)
+    loaded = load_tensor(path, ANYWHERE)
     maps = Path("/proc/self/maps").read_text()
     assert str(path) in maps  # the tensor is backed by a mapping of the file, not a copy
     assert loaded.shape == (1 << 16,)

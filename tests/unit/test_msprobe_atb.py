@@ -11,6 +11,7 @@ import pytest
 from tui_acc import open_comparison
 from tui_acc.dumps import DumpError, open_dump
 from tui_acc.dumps.msprobe_atb import COLUMNS
+from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
 from tui_acc.metrics.stats import stats_of
 
@@ -24,7 +25,7 @@ def _write_statistic_csv(atb_root: Path, out: Path, with_tensors: bool) -> Path:
         node_parts = list(file.relative_to(device / token_dir).parts[:-2])
         ids = [p.split("_", 1)[0] for p in node_parts]
         names = [p.split("_", 1)[1] for p in node_parts]
-        stats = stats_of(load_tensor(file))
+        stats = stats_of(load_tensor(file, ANYWHERE))
         io = "Input" if file.name.startswith("intensor") else "Output"
         index = file.stem.removeprefix("intensor").removeprefix("outtensor")
         tensor_path = "N/A"

@@ -20,6 +20,7 @@ from tui_acc.demo.probe_export import ProbeOptions, export_probe
 from tui_acc.dumps import DumpError, TensorLoadError, load_tensor, open_dump
 from tui_acc.dumps.atb_writer import write_bin
 from tui_acc.dumps.gather import SUM, gather, merge_parts
+from tui_acc.dumps.policy import ANYWHERE, LoadPolicy
 
 FAULT_OP = "3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation"
 DEVICE = "0_4242"
@@ -48,7 +49,7 @@ def test_the_fault_is_found_in_the_tensor_layout(demo_pair, atb_pair, probe: Pat
     golden = atb_pair[0]
     index = open_dump(probe)
     assert index.format == "msprobe-atb" and not index.statistics_only and not index.problems
-    assert index.token_ids() == list(range(8)) and index.tree.root == "DecoderModel_Prefill"
+    assert sorted(index.tokens) == list(range(8)) and index.tree.root == "DecoderModel_Prefill"
     assert index.tree.nodes[FAULT_OP].type == "LinearOperation"
     token, op = _failing(golden, probe)
     assert token == demo_pair.fault_token
@@ -63,7 +64,10 @@ def test_an_alias_reads_the_tensor_it_names(probe: Path) -> None:
     mlp = probe / "atb_dump_data/data" / DEVICE / "3/3_LlamaLayer/3_MlpGateLayerV2"
     alias = mlp / "after/outtensor0.bin"
     assert b"\ndata=3_3_3_outtensor0.bin\n" in alias.read_bytes()  # written as an alias, no payload
-    assert torch.equal(load_tensor(alias, probe), load_tensor(mlp / "3_LinearOperation/after/outtensor0.bin"))
+    assert torch.equal(
+        load_tensor(alias, LoadPolicy.inside(probe)),
+        load_tensor(mlp / "3_LinearOperation/after/outtensor0.bin", ANYWHERE),
+    )
 
 
 def test_a_kernel_tensor_the_probe_left_out_is_refused(tmp_path: Path) -> None:
@@ -72,7 +76,7 @@ def test_a_kernel_tensor_the_probe_left_out_is_refused(tmp_path: Path) -> None:
     kernel.write_bytes(b"$Version=1.0\n$Object.Count=0\n$Object.Length=0\nformat=2\ndtype=0\ndims=2\n"
                        b"data=intensor0.bin\n$End=1\n")  # fmt: skip
     with pytest.raises(TensorLoadError, match="filter_level 2"):
-        load_tensor(kernel, tmp_path)
+        load_tensor(kernel, LoadPolicy.inside(tmp_path))
 
 
 def test_kernels_are_nodes_below_their_operation(atb_pair, probe: Path, tmp_path: Path) -> None:
@@ -188,7 +192,7 @@ def test_gather_sums_what_feeds_an_all_reduce(tmp_path: Path) -> None:
     reduce_in = refs[("0_Layer/1_AllReduceOperation", "intensor0")]
     assert linear.merge == reduce_in.merge == SUM
     assert refs[("0_Layer/1_AllReduceOperation", "outtensor0")].merge != SUM
-    merged = merge_parts([load_tensor(p) for p in linear.parts], linear.merge, [2], linear.path)
+    merged = merge_parts([load_tensor(p, ANYWHERE) for p in linear.parts], linear.merge, [2], linear.path)
     assert merged.tolist() == [11.0, 22.0]
 
 
@@ -214,7 +218,7 @@ def test_bad_files_are_named_and_the_rest_compared(atb_pair, probe: Path, tmp_pa
     assert "operation parameters" in problems[str(params)]
     assert "topology" in problems[str(layer)]
     assert "without any operation" in problems[str(device / "5")]
-    assert 5 not in index.token_ids() and "1_LlamaLayer" in index.tokens[0]
+    assert 5 not in index.tokens and "1_LlamaLayer" in index.tokens[0]
     token, op = _failing(atb_pair[0], copy)
     assert token == 3 and op is not None and op["test_node"] == FAULT_OP
 

@@ -182,7 +182,7 @@ def test_debug_saves_are_tokens_by_step_and_nodes_by_save(model_case):
     folder = model_case("llama-msprobe-debug")
     index = open_dump(folder / "test")
     assert index.format == "msprobe-debug"
-    assert index.token_ids() == [0, 1, 2, 3]
+    assert sorted(index.tokens) == [0, 1, 2, 3]
     assert list(index.tokens[0]) == [
         "mlp0.0.debug",
         "layer0.0.debug",
@@ -199,7 +199,7 @@ def test_a_damaged_debug_json_loses_its_step_only(model_case, tmp_path):
     broken = next((tmp_path / "test").glob("step1/*/debug.json"))
     broken.write_text("{ not json", encoding="utf-8")
     index = open_dump(tmp_path / "test")
-    assert index.token_ids() == [0, 2, 3]
+    assert sorted(index.tokens) == [0, 2, 3]
     assert [p.path for p in index.problems] == [str(broken)]
     comparison = open_comparison(source / "golden", tmp_path / "test", cache=False)
     assert comparison.engine.first_failing_token() == 2
@@ -241,14 +241,14 @@ def test_focus_gaps_are_named_and_looked_past(model_case):
 def test_a_serving_dump_has_a_token_per_step_and_skipped_steps_are_said(model_case):
     folder = model_case("llama-msprobe-L0-serving")  # test: start/stop/step around each forward pass
     test = open_dump(folder / "test")
-    assert test.token_ids() == [0, 1, 2, 3]
+    assert sorted(test.tokens) == [0, 1, 2, 3]
     assert dict(test.exec_counts) == {0: 0, 1: 1, 2: 3, 3: 4}  # step 2 was another request's
     assert any("the steps are the tokens" in n and "steps 0-1, 3-4 were dumped" in n for n in test.notes)
     # each step's records are named as in the first: the module tree is the same one
-    assert all(set(test.tokens[t]) == set(test.tokens[0]) for t in test.token_ids())
+    assert all(set(test.tokens[t]) == set(test.tokens[0]) for t in test.tokens)
     assert not open_dump(folder / "golden").exec_counts  # the golden: one step, four passes in it
     one = open_dump(folder / "test" / "step3")  # a step folder passed: that step alone
-    assert one.token_ids() == [0] and not any("steps are the tokens" in n for n in one.notes)
+    assert sorted(one.tokens) == [0] and not any("steps are the tokens" in n for n in one.notes)
 
 
 def test_a_damaged_step_of_a_serving_dump_is_named_and_the_others_compared(model_case, tmp_path):
@@ -257,7 +257,7 @@ def test_a_damaged_step_of_a_serving_dump_is_named_and_the_others_compared(model
     broken = next((tmp_path / "test").glob("step1/*/dump.json"))
     broken.write_text('{"data": ', encoding="utf-8")
     index = open_dump(tmp_path / "test")
-    assert index.token_ids() == [0, 1, 2] and dict(index.exec_counts) == {0: 0, 1: 3, 2: 4}
+    assert sorted(index.tokens) == [0, 1, 2] and dict(index.exec_counts) == {0: 0, 1: 3, 2: 4}
     assert [p.path for p in index.problems] == [str(broken)]
     assert "step 1 is not compared" in index.problems[0].message
 
@@ -268,7 +268,7 @@ def test_steps_holding_several_passes_each_read_the_newest(model_case, tmp_path)
     (tmp_path / "test" / "step0").rename(tmp_path / "test" / "step7")
     shutil.copytree(source / "test" / "step0", tmp_path / "test" / "step2")
     index = open_dump(tmp_path / "test")
-    assert index.token_ids() == [0, 1, 2, 3]
+    assert sorted(index.tokens) == [0, 1, 2, 3]
     assert index.data_dir.parent.name == "step7"
     assert any("holds 2 steps; reading the last, step7" in note for note in index.notes)
 
@@ -278,7 +278,7 @@ def test_steps_holding_several_passes_each_read_the_newest(model_case, tmp_path)
 
 def test_a_dump_json_or_debug_json_passed_as_a_file_is_read(model_case):
     dump_json = _dump_json(model_case("llama-msprobe-L1-xor") / "test")
-    assert open_dump(dump_json).token_ids() == [0, 1, 2, 3]
+    assert sorted(open_dump(dump_json).tokens) == [0, 1, 2, 3]
     debug_json = next((model_case("llama-msprobe-debug") / "test").glob("step0/*/debug.json"))
     assert open_dump(debug_json).format == "msprobe-debug"
 
@@ -289,5 +289,5 @@ def test_an_eager_dump_json_copied_alone_stays_eager(model_case, tmp_path):
     rank.mkdir(parents=True)
     shutil.copy(_dump_json(model_case("llama-msprobe-L1-statistics") / "test"), rank / "dump.json")
     index = open_dump(tmp_path)
-    assert index.token_ids() == [0, 1, 2, 3]  # eager L1: its forward passes, not one step-token
+    assert sorted(index.tokens) == [0, 1, 2, 3]  # eager L1: its forward passes, not one step-token
     assert [p.path for p in index.problems] == [str(rank / "construct.json")]

@@ -13,6 +13,7 @@ from tui_acc import open_comparison
 from tui_acc.cli import main
 from tui_acc.dumps import DumpError, open_dump
 from tui_acc.dumps.atb_writer import write_bin
+from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
 
 WEIGHTS = (0.25, 0.75)  # how the two ranks split a row-parallel matmul's partial sums
@@ -31,14 +32,14 @@ def _two_ranks(plain: Path, out: Path) -> Path:
         shutil.copytree(source, device)
         for attention in device.glob("*/*_LlamaLayer/1_Attention"):
             q = attention / "0_LinearOperation" / "after" / "outtensor0.bin"
-            full_q = load_tensor(q).clone()
+            full_q = load_tensor(q, ANYWHERE).clone()
             half = full_q.shape[-1] // 2
             write_bin(q, full_q[..., rank * half : (rank + 1) * half].contiguous())
             o = attention / "3_LinearOperation" / "after" / "outtensor0.bin"
-            full_o = load_tensor(o).clone()
+            full_o = load_tensor(o, ANYWHERE).clone()
             write_bin(o, (full_o.double() * WEIGHTS[rank]).to(full_o.dtype))
             reduce = attention / "4_AllReduceOperation"
-            write_bin(reduce / "before" / "intensor0.bin", load_tensor(o))
+            write_bin(reduce / "before" / "intensor0.bin", load_tensor(o, ANYWHERE))
             write_bin(reduce / "after" / "outtensor0.bin", full_o)
         shutil.copytree(plain / "model" / "4242", root / "model" / str(pid))
     return root
@@ -109,13 +110,14 @@ def test_all_reduce_inputs_sum_to_its_output(two_ranks) -> None:
     """The Ascend tools' all-reduce check: the sum of the ranks' inputs is each rank's output."""
     _, _, ranks = two_ranks
     inputs = [
-        load_tensor(p).double()
+        load_tensor(p, ANYWHERE).double()
         for p in sorted(
             ranks.glob("tensors/*/2/1_LlamaLayer/1_Attention/4_AllReduceOperation/before/intensor0.bin")
         )
     ]
     output = load_tensor(
-        next(ranks.glob("tensors/0_*/2/1_LlamaLayer/1_Attention/4_AllReduceOperation/after/outtensor0.bin"))
+        next(ranks.glob("tensors/0_*/2/1_LlamaLayer/1_Attention/4_AllReduceOperation/after/outtensor0.bin")),
+        ANYWHERE,
     )
     assert len(inputs) == 2
     assert torch.allclose(sum(inputs), output.double(), rtol=1e-2, atol=1e-3)

@@ -9,8 +9,8 @@ import pytest
 
 from tui_acc import open_comparison
 from tui_acc.dumps.model import Node, NodeTree
-from tui_acc.metrics import Cancelled
-from tui_acc.metrics.engine import first_suspect
+from tui_acc.metrics.engine import Cancelled
+from tui_acc.metrics.judge import first_suspect
 
 
 def test_unpaired_items_are_listed_not_dropped(damaged_copy: tuple[Path, Path]) -> None:
@@ -48,7 +48,7 @@ def test_nothing_is_computed_before_asked_and_nothing_twice(demo_pair) -> None:
 
 
 def test_parallel_rows_equal_sequential_rows(demo_pair) -> None:
-    from tui_acc.metrics import MetricsEngine
+    from tui_acc.metrics.engine import MetricsEngine
 
     cmp = open_comparison(demo_pair.golden, demo_pair.test)
     parallel = MetricsEngine(cmp.pairing, workers=4).node_rows(3)
@@ -75,7 +75,7 @@ def test_concurrent_requests_compute_each_pair_once(demo_pair) -> None:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_should_stop_cancels_between_tensors(demo_pair, workers: int) -> None:
-    from tui_acc.metrics import MetricsEngine
+    from tui_acc.metrics.engine import MetricsEngine
 
     cmp = open_comparison(demo_pair.golden, demo_pair.test)
     engine = MetricsEngine(cmp.pairing, workers=workers)
@@ -144,23 +144,9 @@ def _pair(node: str, slot: str):  # type: ignore[no-untyped-def]
     return TensorPair(0, node, node, ref, ref)
 
 
-def test_backlog_serves_the_preferred_nodes_first_and_rereads_the_preference() -> None:
-    from tui_acc.metrics.backlog import Backlog
-
-    pairs = [_pair(node, "output") for node in ("a", "b", "c", "d", "e")]
-    wanted: set[str] = {"d"}
-    backlog = Backlog(pairs, prefer=lambda: wanted)
-    assert backlog.take().golden_node == "d"  # type: ignore[union-attr]
-    assert backlog.take().golden_node == "a"  # nothing preferred left: the caller's order
-    wanted = {"e", "c"}  # the user scrolled: asked again before every pair
-    assert [backlog.take().golden_node for _ in range(2)] == ["c", "e"]  # type: ignore[union-attr]
-    backlog.close()
-    assert backlog.take() is None and len(backlog) == 0
-
-
 def test_rows_on_screen_come_first_as_provisional_rows(demo_pair) -> None:
     """While the first operator is stuck, the preferred (last) one is computed and shown."""
-    from tui_acc.metrics import MetricsEngine
+    from tui_acc.metrics.engine import MetricsEngine
 
     cmp = open_comparison(demo_pair.golden, demo_pair.test)
     engine = MetricsEngine(cmp.pairing, workers=2)

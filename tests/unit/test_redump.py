@@ -207,7 +207,7 @@ def test_wait_for_line_sees_a_line_after_on_line_and_gives_up_when_the_run_ends(
     assert run.status == "failed"
 
 
-def test_cancel_stops_the_whole_process_group(tmp_path: Path) -> None:
+def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
     # the dumper starts a child of its own (as msit's LD_PRELOADed run does) and both must stop
     code = (
         "import subprocess, sys, time; "
@@ -231,15 +231,41 @@ def test_cancel_stops_the_whole_process_group(tmp_path: Path) -> None:
     members = _live_members(run.pid)  # type: ignore[arg-type]
     assert {run.pid, child} <= set(members)
     # pidfds: each becomes readable when its process ends (SIGKILL is sent, not yet delivered, when
-    # cancel returns), so the test waits for the deaths themselves, not for an amount of time
+    # stop returns), so the test waits for the deaths themselves, not for an amount of time
     with contextlib.ExitStack() as fds:
         endings = [os.pidfd_open(pid) for pid in members]
         for fd in endings:
             fds.callback(os.close, fd)
-        run.cancel(grace=5)
+        run.stop(grace=5)
         assert run.wait(60) and run.status == "cancelled"
-        assert all_end(endings, timeout=60), "a process of the re-dump's group outlived the cancel"
+        assert all_end(endings, timeout=60), "a process of the re-dump's group outlived the stop"
     assert _live_members(run.pid) == []  # type: ignore[arg-type]
+
+
+def test_stop_kills_a_dumper_that_ignores_sigterm_after_the_grace_and_leaves_a_detached_one(
+    tmp_path: Path,
+) -> None:
+    import signal
+
+    deaf = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('deaf', flush=True); time.sleep(600)"
+    )
+    run = RedumpRun(_script_plan(tmp_path / "deaf", deaf))  # type: ignore[arg-type]
+    run.start()
+    assert run.wait_for_line(lambda line: line == "deaf", 60), run.lines  # SIGTERM is ignored from now on
+    run.stop(grace=0)  # no time to end after SIGTERM: SIGKILL follows
+    assert run.wait(60) and run.status == "cancelled" and run.returncode == -signal.SIGKILL
+
+    quiet = "import time; print('up', flush=True); time.sleep(600)"
+    left = RedumpRun(_script_plan(tmp_path / "left", quiet))  # type: ignore[arg-type]
+    left.start()
+    assert left.wait_for_line(lambda line: line == "up", 60), left.lines
+    left.detach()
+    left.stop(grace=0)  # quitting, a signal or exit after "detach": the run is the user's now
+    assert left.status == "detached" and left._process is not None and left._process.poll() is None
+    left._process.kill()
+    left._process.wait()
 
 
 def _live_members(group: int) -> list[int]:

@@ -20,6 +20,7 @@ from tests.conftest import REPO
 from tui_acc import open_comparison
 from tui_acc.cli import main
 from tui_acc.dumps import DumpError, TensorLoadError, load_tensor, open_dump
+from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.sglang import merge_of_dims, parse_name
 
 ARCHIVE = REPO / "tests" / "data" / "sglang" / "sglang-llama.tar.xz"
@@ -185,14 +186,14 @@ def test_load_tensor_unwraps_the_dumpers_dict(tmp_path):
     torch.save(
         {"value": torch.arange(3), "meta": {"dims": "t", "sglang_parallel_info": {"tp_size": 1}}}, path
     )
-    assert load_tensor(path).tolist() == [0, 1, 2]
+    assert load_tensor(path, ANYWHERE).tolist() == [0, 1, 2]
     torch.save({"meta": {"name": "x"}}, path)
     with pytest.raises(TensorLoadError, match="SGLang dump without 'value'") as raised:
-        load_tensor(path)
+        load_tensor(path, ANYWHERE)
     assert raised.value.path == path
     torch.save({"value": ["rid-1"], "meta": {}}, path)
     with pytest.raises(TensorLoadError, match="holds a list, not a tensor"):
-        load_tensor(path)
+        load_tensor(path, ANYWHERE)
 
 
 # --- bad input -------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 
 
@@ -20,14 +21,14 @@ class _Exploit:
 def test_loads_bf16_as_bf16(tmp_path: Path) -> None:
     t = torch.tensor([1.5, -2.25], dtype=torch.bfloat16)
     torch.save(t, tmp_path / "x.pth")
-    loaded = load_tensor(tmp_path / "x.pth")
+    loaded = load_tensor(tmp_path / "x.pth", ANYWHERE)
     assert loaded.dtype == torch.bfloat16 and torch.equal(loaded, t)
 
 
 def test_views_are_loaded_as_views(tmp_path: Path) -> None:
     base = torch.arange(12.0).reshape(1, 6, 2)
     torch.save(base[:, -1:, :], tmp_path / "view.pth")  # torch.save keeps the whole storage
-    assert load_tensor(tmp_path / "view.pth").tolist() == [[[10.0, 11.0]]]
+    assert load_tensor(tmp_path / "view.pth", ANYWHERE).tolist() == [[[10.0, 11.0]]]
 
 
 def test_pickled_code_is_refused(tmp_path: Path) -> None:
@@ -36,19 +37,19 @@ def test_pickled_code_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "evil.pth"
     torch.save({"x": _Exploit()}, path, pickle_module=pickle)
     with pytest.raises(TensorLoadError, match=r"evil\.pth: refused"):
-        load_tensor(path)
+        load_tensor(path, ANYWHERE)
     assert not marker.exists()
 
 
 def test_garbage_and_non_tensors_are_named(tmp_path: Path) -> None:
     (tmp_path / "junk.pth").write_bytes(b"\x00\x01 not a zip")
     with pytest.raises(TensorLoadError, match=r"junk\.pth: unreadable torch file"):
-        load_tensor(tmp_path / "junk.pth")
+        load_tensor(tmp_path / "junk.pth", ANYWHERE)
     torch.save({"a": torch.zeros(1)}, tmp_path / "dict.pth")
     with pytest.raises(TensorLoadError, match=r"dict\.pth: holds a dict, not a tensor"):
-        load_tensor(tmp_path / "dict.pth")
+        load_tensor(tmp_path / "dict.pth", ANYWHERE)
     with pytest.raises(TensorLoadError, match="file not found"):
-        load_tensor(tmp_path / "missing.pth")
+        load_tensor(tmp_path / "missing.pth", ANYWHERE)
 
 
 def _age(path: Path, seconds: float = 60.0) -> None:
@@ -60,11 +61,11 @@ def test_zip_files_are_memory_mapped_and_legacy_files_still_load(tmp_path: Path)
     t = torch.arange(1 << 16, dtype=torch.float32)
     torch.save(t, tmp_path / "new.pth")
     _age(tmp_path / "new.pth")
-    loaded = load_tensor(tmp_path / "new.pth")
+    loaded = load_tensor(tmp_path / "new.pth", ANYWHERE)
     assert str(tmp_path / "new.pth") in Path("/proc/self/maps").read_text()
     assert torch.equal(loaded, t)
     torch.save(t[:4], tmp_path / "old.pth", _use_new_zipfile_serialization=False)
-    assert load_tensor(tmp_path / "old.pth").tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert load_tensor(tmp_path / "old.pth", ANYWHERE).tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
 def test_a_file_changed_moments_ago_is_read_not_mapped(tmp_path: Path) -> None:
@@ -75,7 +76,7 @@ def test_a_file_changed_moments_ago_is_read_not_mapped(tmp_path: Path) -> None:
 
     t = torch.arange(1 << 16, dtype=torch.float32)
     torch.save(t, tmp_path / "fresh.pth")
-    loaded = load_tensor(tmp_path / "fresh.pth")
+    loaded = load_tensor(tmp_path / "fresh.pth", ANYWHERE)
     assert str(tmp_path / "fresh.pth") not in Path("/proc/self/maps").read_text()
     assert torch.equal(loaded, t)
     raw = tmp_path / "payload"

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from tui_acc.dumps.atb_writer import write_bin
+from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
 
 PID = 4242
@@ -118,9 +119,9 @@ def _write_op(src: Path, folder: Path, op: AtbOp) -> None:
             p for p in module.glob("output*.pth") if p.stem.count("_") < 2
         )
         for k, file in enumerate(outputs):
-            write_bin(folder / "after" / f"outtensor{k}.bin", load_tensor(file))
+            write_bin(folder / "after" / f"outtensor{k}.bin", load_tensor(file, ANYWHERE))
         if op.inputs and (module / "input_0.pth").is_file():
-            write_bin(folder / "before" / "intensor0.bin", load_tensor(module / "input_0.pth"))
+            write_bin(folder / "before" / "intensor0.bin", load_tensor(module / "input_0.pth", ANYWHERE))
     (folder / "op_param.json").write_text("{}", encoding="utf-8")
     for index, child in enumerate(op.children):
         _write_op(src, folder / f"{index}_{child.op_type}", child)

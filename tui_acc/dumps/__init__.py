@@ -45,23 +45,27 @@ EXPECTED = (
 )
 
 
-def open_dump(path: str | Path, token_offset: int | None = None, rank: int | None = None) -> DumpIndex:
+def open_dump(
+    path: str | Path, token_offset: int | None = None, rank: int | None = None, follow_links: bool = False
+) -> DumpIndex:
     """Detect the format of ``path`` and index it.
 
     Args:
         path: whatever folder (or file) the user passed.
         token_offset: ATB only: token = folder - offset, overriding MindIE's automatic alignment.
         rank: which rank folder to read when the dump holds several (default: the first, noted).
+        follow_links: whether its files may lead out of it (symlinks, ATB ``data=``); the index's
+            ``load_policy`` says so to every later read.
     """
     root = Path(path).expanduser()
     if not root.exists():
         raise DumpError(f"{root}: no such file or directory")
     if msprobe_atb.claims(root):
-        return msprobe_atb.read(root)
+        return msprobe_atb.read(root, follow_links=follow_links)
     if msprobe_atb_probe.claims(root):
-        return msprobe_atb_probe.read(root, token_offset=token_offset, rank=rank)
+        return msprobe_atb_probe.read(root, token_offset=token_offset, rank=rank, follow_links=follow_links)
     if single.claims(root):
-        return single.read(root)
+        return single.read(root, follow_links=follow_links)
     torch_like, atb_like = msit_torch.claims(root), msit_atb.claims(root)
     if torch_like and atb_like:
         raise DumpError(
@@ -69,17 +73,17 @@ def open_dump(path: str | Path, token_offset: int | None = None, rank: int | Non
             "pass the torch_tensors/ or the tensors/ folder of the one you mean"
         )
     if torch_like:
-        return msit_torch.read(root, rank=rank)
+        return msit_torch.read(root, rank=rank, follow_links=follow_links)
     if atb_like:
-        return msit_atb.read(root, token_offset=token_offset, rank=rank)
+        return msit_atb.read(root, token_offset=token_offset, rank=rank, follow_links=follow_links)
     if msprobe_graph.claims(root):  # before msprobe: its dump.json has no construct.json beside it
-        return msprobe_graph.read(root, rank=rank)
+        return msprobe_graph.read(root, rank=rank, follow_links=follow_links)
     if msprobe.claims(root):
-        return msprobe.read(root, rank=rank)
+        return msprobe.read(root, rank=rank, follow_links=follow_links)
     if msprobe_debug.claims(root):
-        return msprobe_debug.read(root, rank=rank)
+        return msprobe_debug.read(root, rank=rank, follow_links=follow_links)
     if sglang.claims(root):  # last: it lists every folder right below the root, looking for an experiment
-        return sglang.read(root, rank=rank)
+        return sglang.read(root, rank=rank, follow_links=follow_links)
     if root.is_file():
-        return single.read(root)  # says which tensor files it reads
+        return single.read(root, follow_links=follow_links)  # says which tensor files it reads
     raise DumpError(f"{root}: not a dump tui-acc can read; expected {EXPECTED}")

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tui_acc.dumps import atb_probe_alias
-from tui_acc.dumps.tensors import settled
+from tui_acc.dumps.fs import settled
+from tui_acc.dumps.policy import LoadPolicy, OutsideDump
 
 if TYPE_CHECKING:
     import torch
@@ -184,18 +185,18 @@ def read_header(path: Path) -> BinHeader:
     return header
 
 
-def load_bin(path: Path, within: Path | None = None, _hops: int = 0) -> torch.Tensor:
+def load_bin(path: Path, policy: LoadPolicy, _hops: int = 0) -> torch.Tensor:
     """Read one ``.bin`` tensor exactly; refuse (BinFileError) what cannot be read exactly.
 
-    A ``data=`` file must lie inside ``within`` (the dump), or beside the ``.bin`` when not given.
+    A ``data=`` file is read where ``policy`` (the dump's) allows it.
     msprobe's probe aliases (``data={ids}_outtensor0.bin``) are followed to the ``.bin`` they name.
     """
     import torch
 
     header = read_header(path)
-    alias = _probe_alias(header, within or path.parent, _hops)
+    alias = _probe_alias(header, policy, _hops)
     if alias is not None:
-        return load_bin(alias, within, _hops + 1)
+        return load_bin(alias, policy, _hops + 1)
     if header.dtype_code not in ACL_DTYPES:
         raise BinFileError(
             path, f"dtype {header.dtype_name} cannot be decoded exactly; refused rather than misread"
@@ -210,7 +211,7 @@ def load_bin(path: Path, within: Path | None = None, _hops: int = 0) -> torch.Te
         raise BinFileError(path, f"unknown format code {header.format_code}; refused rather than misread")
     if header.stats and header.data_length is None and header.external is None:
         raise BinFileError(path, "a statistics-only tensor (max/min/mean/l2norm, no data)")
-    source, start = _payload_source(header, within or path.parent)
+    source, start = _payload_source(header, policy)
     need = header.payload_bytes()
     try:
         available = source.stat().st_size - start
@@ -230,7 +231,7 @@ def load_bin(path: Path, within: Path | None = None, _hops: int = 0) -> torch.Te
     return _decode(torch, raw, header)
 
 
-def _probe_alias(header: BinHeader, within: Path, hops: int) -> Path | None:
+def _probe_alias(header: BinHeader, policy: LoadPolicy, hops: int) -> Path | None:
     """The file a probe alias names (atb_probe_alias.py), checked to lie inside the dump."""
     if header.external is None:
         return None
@@ -246,19 +247,22 @@ def _probe_alias(header: BinHeader, within: Path, hops: int) -> Path | None:
         return None  # not a probe alias: read as a data= payload file (which says what is missing)
     if hops >= _MAX_ALIAS_HOPS:
         raise BinFileError(header.path, f"its data= aliases chain over {_MAX_ALIAS_HOPS} files; not followed")
-    if not target.resolve().is_relative_to(within.resolve()):
-        raise BinFileError(header.path, f"its data= alias {target} lies outside the dump {within}; not read")
-    return target
+    try:
+        return policy.check(target, "its data= alias leads to")
+    except OutsideDump as exc:
+        raise BinFileError(header.path, str(exc)) from exc
 
 
-def _payload_source(header: BinHeader, within: Path) -> tuple[Path, int]:
+def _payload_source(header: BinHeader, policy: LoadPolicy) -> tuple[Path, int]:
     if header.external is None:
         return header.path, header.header_bytes + header.data_offset
     external = Path(header.external)
     if not external.is_absolute():
         external = header.path.parent / external
-    if not external.resolve().is_relative_to(within.resolve()):
-        raise BinFileError(header.path, f"its data= file {external} lies outside the dump {within}; not read")
+    try:
+        policy.check(external, "its data= file leads to")
+    except OutsideDump as exc:
+        raise BinFileError(header.path, str(exc)) from exc
     if not external.is_file():
         raise BinFileError(header.path, f"its data= file {external} does not exist")
     return external, header.data_offset

@@ -1,8 +1,10 @@
-"""Directory listing for the readers: cheap (one scandir), and an unreadable folder is just empty."""
+"""File-system facts for the readers: folder listings (cheap: one scandir; an unreadable folder is
+just empty), and whether a file has settled (may be memory-mapped)."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 
@@ -18,3 +20,16 @@ def subdir_names(path: str) -> list[tuple[str, str]]:
             return [(e.name, e.path) for e in entries if e.is_dir()]
     except OSError:
         return []
+
+
+# A file changed this recently may still be being written: torch.save truncates in place, and a
+# mapped page that the writer cuts off kills the process with SIGBUS. Such a file is read instead.
+SETTLED_SECONDS = 10.0
+
+
+def settled(path: Path) -> bool:
+    """Whether ``path`` has not changed for ``SETTLED_SECONDS`` (safe to memory-map)."""
+    try:
+        return time.time() - path.stat().st_mtime >= SETTLED_SECONDS
+    except OSError:
+        return False

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from tui_acc.dumps.policy import LoadPolicy
+
 # "param" is a module parameter (a weight) recorded with the call, as msprobe does.
 Role = Literal["input", "output", "param"]
 
@@ -159,6 +161,8 @@ class DumpIndex:
     float_dtypes: frozenset[str] = frozenset()
     # the node holding the logits, where the reader can tell (else the last module with an output)
     logits_hint: str | None = None
+    # where its files may lead (None: inside ``root``); every read of its data goes through it
+    policy: LoadPolicy | None = None
 
     @property
     def order_is_execution(self) -> bool:
@@ -167,15 +171,16 @@ class DumpIndex:
         data flow that left some in either ("data flow and model_tree.json", "data flow and file names")."""
         return not self.order_source.split(" (")[0].endswith(("model_tree.json", "file names"))
 
+    @property
+    def load_policy(self) -> LoadPolicy:
+        return self.policy or LoadPolicy.inside(self.root)
+
     def stable_name(self, name: str) -> str:
         """``name`` without what changes from token to token: the key for "the same operator"."""
         return self.stable.get(name) or logical_name(name)
 
     def tensors(self, token: int, node: str) -> list[TensorRef]:
         return self.tokens.get(token, {}).get(node, [])
-
-    def token_ids(self) -> list[int]:
-        return sorted(self.tokens)
 
 
 def float_dtypes_of(refs: Iterable[TensorRef]) -> frozenset[str]:

@@ -37,6 +37,7 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
+from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.lazy import LazyMapping
 
 FORMAT = "msit-atb"
@@ -69,11 +70,15 @@ def claims(path: Path) -> bool:
     return any(p.name.startswith(_DUMP_PREFIXES) and (p / "tensors").is_dir() for p in subdirs(path))
 
 
-def read(path: Path, token_offset: int | None = None, rank: int | None = None) -> DumpIndex:
+def read(
+    path: Path, token_offset: int | None = None, rank: int | None = None, follow_links: bool = False
+) -> DumpIndex:
     dump_root, device_dir, only_dir, notes, ranks, rank = _locate(path, rank)
+    # the whole dump (its model/ topology lies beside tensors/ when a device folder was passed)
+    policy = LoadPolicy.for_dump(dump_root if path.is_relative_to(dump_root) else path, follow_links)
     pid = device_dir.name.rsplit("_", 1)[-1]
     problems: list[Problem] = []
-    topology = _read_topology(dump_root / "model" / pid, problems)
+    topology = _read_topology(dump_root / "model" / pid, problems, policy)
     root_name = topology.models[0][0] if topology.models else "model"
     tree = NodeTree(root=root_name, nodes={root_name: Node(root_name, "model", None, 0)})
     folders = {int(name): folder for name, folder in subdir_names(str(device_dir)) if name.isdigit()}
@@ -104,6 +109,7 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
     tokens, _ = tokens_walked_lazily(folder_of, tree, walk)
     return DumpIndex(
         root=path,
+        policy=policy,
         data_dir=device_dir,
         format=FORMAT,
         tree=tree,
@@ -211,12 +217,12 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, Path, int | None, list[
 # --- topology -----------------------------------------------------------------------------------
 
 
-def _read_topology(model_dir: Path, problems: list[Problem]) -> Topology:
+def _read_topology(model_dir: Path, problems: list[Problem], policy: LoadPolicy) -> Topology:
     models = []
     for file in sorted(model_dir.glob("*.json")) if model_dir.is_dir() else []:
         try:
             # msit parses NaN/Infinity constants as null; so do we
-            raw = json.loads(file.read_text(encoding="utf-8"), parse_constant=lambda _c: None)
+            raw = json.loads(policy.read_text(file), parse_constant=lambda _c: None)
             nodes = raw.get("nodes") or []
             suffix = str(nodes[0].get("opName", "0")).rsplit("_", 1)[-1] if nodes else "0"
             models.append(

@@ -32,6 +32,7 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
+from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.lazy import LazyMapping
 
 FORMAT = "msit-torch"
@@ -51,9 +52,10 @@ def claims(path: Path) -> bool:
     return any(_DUMP_DIR.match(p.name) and (p / "torch_tensors").is_dir() for p in subdirs(path))
 
 
-def read(path: Path, rank: int | None = None) -> DumpIndex:
+def read(path: Path, rank: int | None = None, follow_links: bool = False) -> DumpIndex:
     """Index the msit torch dump at or below ``path`` (``rank``: which device folder, when several)."""
     data_dir, only_token, notes, ranks, rank = _locate(path, rank)
+    policy = LoadPolicy.for_dump(path, follow_links)
     problems: list[Problem] = []
     folders = {
         int(name): folder
@@ -64,7 +66,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
     # dump; every other token is listed when it is first compared or opened (LazyMapping).
     sample: dict[int, dict[str, list[TensorRef]]] = {}
     for token in sorted(folders):
-        nodes = {name: _index_node(folder, problems) for name, folder in subdir_names(folders[token])}
+        nodes = {name: _index_node(folder, problems, policy) for name, folder in subdir_names(folders[token])}
         sample[token] = nodes
         if any(nodes.values()):
             break
@@ -72,7 +74,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
         raise DumpError(
             f"{data_dir}: no token folders (0, 1, 2, ...) with .pth tensor files or statistics.csv were found"
         )
-    tree = _read_tree(data_dir / MODEL_TREE, problems)
+    tree = _read_tree(data_dir / MODEL_TREE, problems, policy)
     _add_unlisted_nodes(tree, sample)
     order_source = _order_by_file_times(tree, sample)
     statistics_only = all(
@@ -84,7 +86,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
     def load(token: int) -> dict[str, list[TensorRef]]:
         if token in sample:
             return sample[token]
-        return {name: _index_node(folder, problems) for name, folder in subdir_names(folders[token])}
+        return {name: _index_node(folder, problems, policy) for name, folder in subdir_names(folders[token])}
 
     tokens = LazyMapping(sorted(folders), load)
     if statistics_only:
@@ -93,6 +95,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
         )
     return DumpIndex(
         root=path,
+        policy=policy,
         data_dir=data_dir,
         format=STATS_FORMAT if statistics_only else FORMAT,
         statistics_only=statistics_only,
@@ -146,7 +149,7 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], 
 # --- token folders ------------------------------------------------------------------------------
 
 
-def _index_node(node_dir: str, problems: list[Problem]) -> list[TensorRef]:
+def _index_node(node_dir: str, problems: list[Problem], policy: LoadPolicy) -> list[TensorRef]:
     """Tensor files of a module; its statistics.csv rows when it has no tensor files (mode 1)."""
     refs: list[TensorRef] = []
     has_stats = False
@@ -162,15 +165,15 @@ def _index_node(node_dir: str, problems: list[Problem]) -> list[TensorRef]:
             elif entry.name.endswith(".pth"):
                 problems.append(Problem(entry.path, "unexpected tensor file name; not compared"))
     if not refs and has_stats:
-        refs = _statistics_refs(Path(node_dir) / _STATS_FILE, problems)
+        refs = _statistics_refs(Path(node_dir) / _STATS_FILE, problems, policy)
     refs.sort(key=lambda r: _slot_key(r.slot))
     return refs
 
 
-def _statistics_refs(path: Path, problems: list[Problem]) -> list[TensorRef]:
+def _statistics_refs(path: Path, problems: list[Problem], policy: LoadPolicy) -> list[TensorRef]:
     """The rows of msit's statistics.csv (InputOutput, Index, DataType, Shape, Max, Min, Mean, L2Norm)."""
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        with policy.open(path, "r", newline="", encoding="utf-8") as handle:
             rows = list(csv.DictReader(handle))
     except (OSError, csv.Error, UnicodeDecodeError) as exc:
         problems.append(Problem(str(path), f"unreadable statistics ({exc})"))
@@ -221,9 +224,9 @@ def _slot_key(slot: str) -> tuple[int, tuple[int, ...]]:
 # --- the module tree ----------------------------------------------------------------------------
 
 
-def _read_tree(path: Path, problems: list[Problem]) -> NodeTree:
+def _read_tree(path: Path, problems: list[Problem], policy: LoadPolicy) -> NodeTree:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(policy.read_text(path))
         return _tree_from_json(raw)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         problems.append(Problem(str(path), f"unreadable module tree ({exc}); tree rebuilt from folder names"))

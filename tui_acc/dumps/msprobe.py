@@ -33,6 +33,7 @@ from tui_acc.dumps.model import (
 from tui_acc.dumps.msprobe_passes import api_of, is_module, module_call_index, split_passes, tops
 from tui_acc.dumps.msprobe_refs import RefBuilder, content_notes
 from tui_acc.dumps.msprobe_steps import merge_steps
+from tui_acc.dumps.policy import LoadPolicy
 
 FORMAT = "msprobe"
 ROOT = "model"
@@ -54,18 +55,19 @@ def claims(path: Path) -> bool:
     return bool(_rank_dirs(path))
 
 
-def read(path: Path, rank: int | None = None) -> DumpIndex:
+def read(path: Path, rank: int | None = None, follow_links: bool = False) -> DumpIndex:
     """The dump's newest step; or, where every step holds one forward pass (a serving engine calls
     ``step()`` after each: vllm-ascend eager, SGLang's --msprobe-dump-config), every step, a token each."""
+    policy = LoadPolicy.for_dump(path, follow_links)
     rank_dir, notes, ranks, rank = _locate(path, rank)
     steps = _steps_of(path, rank_dir)
     if len(steps) < 2:
-        return _read_rank_dir(path, rank_dir, notes, ranks, rank)
+        return _read_rank_dir(path, rank_dir, notes, ranks, rank, policy)
     problems: list[Problem] = []
 
     def attempt(number: int, folder: Path) -> DumpIndex | None:
         try:
-            return _read_rank_dir(path, folder, [], ranks, rank)
+            return _read_rank_dir(path, folder, [], ranks, rank, policy)
         except DumpError as exc:  # one damaged step: named, and the others are still read
             problems.append(Problem(str(folder / "dump.json"), f"{exc}; step {number} is not compared"))
             return None
@@ -116,12 +118,12 @@ def _steps_of(path: Path, rank_dir: Path) -> list[tuple[int, Path]]:
 
 
 def _read_rank_dir(
-    path: Path, rank_dir: Path, notes: list[str], ranks: list[str], rank: int | None
+    path: Path, rank_dir: Path, notes: list[str], ranks: list[str], rank: int | None, policy: LoadPolicy
 ) -> DumpIndex:
     problems: list[Problem] = []
     dump_json = rank_dir / "dump.json"
     try:
-        dump = json.loads(dump_json.read_text(encoding="utf-8"))
+        dump = json.loads(policy.read_text(dump_json))
     except (OSError, ValueError) as exc:
         raise DumpError(f"{dump_json}: unreadable msprobe dump.json ({exc})") from exc
     if not isinstance(dump, dict) or not isinstance(dump.get("data"), dict):
@@ -139,7 +141,7 @@ def _read_rank_dir(
             )
         )
     construct = rank_dir / "construct.json"
-    parents = _read_construct(construct, problems)
+    parents = _read_construct(construct, problems, policy)
     _check_construct(construct, parents, data, problems)
     task = str(dump.get("task", "tensor"))
     tensor_dir = rank_dir / "dump_tensor_data"
@@ -180,6 +182,7 @@ def _read_rank_dir(
         )
     return DumpIndex(
         root=path,
+        policy=policy,
         data_dir=rank_dir,
         format=FORMAT,
         tree=tree,
@@ -239,9 +242,9 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, list[str], list[str], i
 # --- the call tree ------------------------------------------------------------------------------
 
 
-def _read_construct(path: Path, problems: list[Problem]) -> dict[str, str | None]:
+def _read_construct(path: Path, problems: list[Problem], policy: LoadPolicy) -> dict[str, str | None]:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(policy.read_text(path))
     except FileNotFoundError:
         problems.append(Problem(str(path), "missing; calls are shown flat, without their modules"))
         return {}

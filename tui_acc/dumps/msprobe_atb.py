@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Stats, TensorRef
+from tui_acc.dumps.policy import LoadPolicy
 
 FORMAT = "msprobe-atb"
 FILE = "statistic.csv"
@@ -50,10 +51,11 @@ def claims(path: Path) -> bool:
     return (path / FILE).is_file() or (path.name == FILE and path.is_file())
 
 
-def read(path: Path) -> DumpIndex:
+def read(path: Path, follow_links: bool = False) -> DumpIndex:
     csv_path = path if path.name == FILE else path / FILE
     problems: list[Problem] = []
-    rows = read_rows(csv_path, problems)
+    policy = LoadPolicy.for_dump(path, follow_links)
+    rows = read_rows(csv_path, problems, policy)
     devices = sorted({device for device, *_ in rows})
     if len(devices) > 1:
         raise DumpError(
@@ -71,6 +73,7 @@ def read(path: Path) -> DumpIndex:
     notes = ["msprobe ATB dump: statistics only (Max/Min/Mean/Norm)"] if statistics_only else []
     return DumpIndex(
         root=path,
+        policy=policy,
         data_dir=csv_path.parent,
         format=FORMAT,
         tree=tree,
@@ -85,10 +88,10 @@ def read(path: Path) -> DumpIndex:
 Row = tuple[str, int, list[str], str, TensorRef]  # device, execution count, node chain, op type, tensor
 
 
-def read_rows(csv_path: Path, problems: list[Problem]) -> list[Row]:
+def read_rows(csv_path: Path, problems: list[Problem], policy: LoadPolicy) -> list[Row]:
     """Every usable row of one ``statistic.csv``; a bad row is a Problem, a bad file a DumpError."""
     try:
-        with csv_path.open(newline="", encoding="utf-8") as handle:
+        with policy.open(csv_path, "r", newline="", encoding="utf-8") as handle:
             reader = csv.reader(handle)
             header = next(reader, [])
             raw_rows = list(reader)

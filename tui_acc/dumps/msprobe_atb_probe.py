@@ -44,6 +44,7 @@ from tui_acc.dumps.model import (
     rank_sort_key,
 )
 from tui_acc.dumps.msprobe_atb_topology import ProbeTopology, read_topology
+from tui_acc.dumps.policy import LoadPolicy
 
 FORMAT = msprobe_atb.FORMAT  # the same kind of dump: pairing and re-dump treat both alike
 ROOT_DIR = "atb_dump_data"
@@ -76,10 +77,14 @@ def claims(path: Path) -> bool:
     return execution and below_root and _DEVICE.match(path.parent.name) is not None
 
 
-def read(path: Path, token_offset: int | None = None, rank: int | None = None) -> DumpIndex:
+def read(
+    path: Path, token_offset: int | None = None, rank: int | None = None, follow_links: bool = False
+) -> DumpIndex:
     atb_root, device_dir, only_exec, notes, ranks, picked = _locate(path, rank)
+    # the whole atb_dump_data (its info/ topology lies above the device folder a user may pass)
+    policy = LoadPolicy.for_dump(atb_root if path.is_relative_to(atb_root) else path, follow_links)
     problems: list[Problem] = []
-    topology = read_topology(atb_root / "info", device_dir.name, problems)
+    topology = read_topology(atb_root / "info", device_dir.name, problems, policy)
     root_name = topology.models.models[0][0] if topology.models.models else "model"
     tree = NodeTree(root=root_name, nodes={root_name: Node(root_name, "model", None, 0)})
     folders: dict[int, Path] = {}
@@ -105,7 +110,7 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
         )
 
     def walk(folder_id: int, into: NodeTree) -> msit_atb.FolderTokens:
-        nodes = _execution(folders[folder_id], root_name, into, topology, problems)
+        nodes = _execution(folders[folder_id], root_name, into, topology, problems, policy)
         return dict(msit_atb.tokens_of_folder(folder_id, nodes, topology.models, token_offset))
 
     # walked as msit's ATB folders are: the first token's execution now, the others when asked
@@ -117,6 +122,7 @@ def read(path: Path, token_offset: int | None = None, rank: int | None = None) -
 
     return DumpIndex(
         root=path,
+        policy=policy,
         data_dir=device_dir,
         format=FORMAT,
         tree=tree,
@@ -151,18 +157,23 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, Path, int | None, list[
 
 
 def _execution(
-    folder: Path, root: str, tree: NodeTree, topology: ProbeTopology, problems: list[Problem]
+    folder: Path,
+    root: str,
+    tree: NodeTree,
+    topology: ProbeTopology,
+    problems: list[Problem],
+    policy: LoadPolicy,
 ) -> dict[str, list[TensorRef]]:
     """One execution's nodes: tensor files where there are any, else its statistic.csv rows."""
     nodes: dict[str, list[TensorRef]] = {}
     types: dict[str, str] = {}
-    _walk(folder, "", (), root, tree, nodes, types, topology, problems)
+    _walk(folder, "", (), root, tree, nodes, types, topology, problems, policy)
     if any(refs for refs in nodes.values()):
         return nodes
     csv_path = folder / msprobe_atb.FILE
     if csv_path.is_file():
         try:
-            rows = msprobe_atb.read_rows(csv_path, problems)
+            rows = msprobe_atb.read_rows(csv_path, problems, policy)
         except DumpError as exc:
             problems.append(Problem(str(csv_path), str(exc).removeprefix(f"{csv_path}: ")))
             rows = []
@@ -198,6 +209,7 @@ def _walk(
     types: dict[str, str],
     topology: ProbeTopology,
     problems: list[Problem],
+    policy: LoadPolicy,
 ) -> None:
     if len(ids) >= _MAX_DEPTH:
         problems.append(Problem(str(folder), f"nested over {_MAX_DEPTH} deep (a link loop?); not read"))
@@ -218,8 +230,8 @@ def _walk(
             siblings.sort(key=_id_of)
         types[name] = tree.nodes[name].type
         nodes[name] = _tensors(sub, problems)
-        _check_params(sub / PARAM_FILE, problems)
-        _walk(sub, f"{name}/", chain, name, tree, nodes, types, topology, problems)
+        _check_params(sub / PARAM_FILE, problems, policy)
+        _walk(sub, f"{name}/", chain, name, tree, nodes, types, topology, problems, policy)
 
 
 def _tensors(node_dir: Path, problems: list[Problem]) -> list[TensorRef]:
@@ -249,12 +261,12 @@ def _tensors(node_dir: Path, problems: list[Problem]) -> list[TensorRef]:
     return sorted(refs.values(), key=lambda r: (r.role != "input", int(re.sub(r"\D", "", r.slot))))
 
 
-def _check_params(file: Path, problems: list[Problem]) -> None:
+def _check_params(file: Path, problems: list[Problem], policy: LoadPolicy) -> None:
     """op_param.json holds only the operation's parameters (no name, no type): checked, not used."""
     if not file.is_file():
         return
     try:
-        json.loads(file.read_text(encoding="utf-8"), parse_constant=lambda _c: None)
+        json.loads(policy.read_text(file), parse_constant=lambda _c: None)
     except (OSError, ValueError, RecursionError) as exc:
         problems.append(Problem(str(file), f"unreadable operation parameters ({exc})"))
 

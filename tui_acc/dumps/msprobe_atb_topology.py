@@ -21,6 +21,7 @@ from typing import Any
 
 from tui_acc.dumps.model import Problem
 from tui_acc.dumps.msit_atb import Topology
+from tui_acc.dumps.policy import LoadPolicy
 
 IdChain = tuple[int, ...]
 
@@ -31,12 +32,12 @@ class ProbeTopology:
     types: dict[IdChain, str] = field(default_factory=dict)  # (layer id, op index, ...) -> opType
 
 
-def read_topology(info: Path, device: str, problems: list[Problem]) -> ProbeTopology:
+def read_topology(info: Path, device: str, problems: list[Problem], policy: LoadPolicy) -> ProbeTopology:
     """What ``info/model/{device}`` and ``info/layer/{device}`` say; empty where they are absent."""
     topology = ProbeTopology()
     models = []
     for file in _json_files(info / "model" / device):
-        raw = _load(file, problems)
+        raw = _load(file, problems, policy)
         nodes = raw.get("nodes") if isinstance(raw, dict) else None
         if not isinstance(nodes, list) or not nodes:
             if raw is not None:
@@ -53,7 +54,7 @@ def read_topology(info: Path, device: str, problems: list[Problem]) -> ProbeTopo
     models.sort(key=lambda m: m[1])
     topology.models = Topology(models)
     for file in _json_files(info / "layer" / device):
-        raw = _load(file, problems)
+        raw = _load(file, problems, policy)
         if raw is None:
             continue
         layer_id = _suffix_id(raw) if isinstance(raw, dict) else None
@@ -71,10 +72,10 @@ def _json_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
 
-def _load(file: Path, problems: list[Problem]) -> Any:
+def _load(file: Path, problems: list[Problem], policy: LoadPolicy) -> Any:
     try:
         # the probe's JSON library writes NaN as null, but a hand-edited file may hold NaN
-        return json.loads(file.read_text(encoding="utf-8"), parse_constant=lambda _c: None)
+        return json.loads(policy.read_text(file), parse_constant=lambda _c: None)
     except (OSError, ValueError, RecursionError) as exc:
         problems.append(Problem(str(file), f"unreadable topology ({exc}); node types from folder names"))
         return None

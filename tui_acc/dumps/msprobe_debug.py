@@ -29,6 +29,7 @@ from tui_acc.dumps.model import (
 )
 from tui_acc.dumps.msprobe import RANK_FOLDER, STEP_FOLDER
 from tui_acc.dumps.msprobe_refs import RefBuilder
+from tui_acc.dumps.policy import LoadPolicy
 
 FORMAT = "msprobe-debug"
 FILE = "debug.json"
@@ -39,7 +40,8 @@ def claims(path: Path) -> bool:
     return bool(_step_folders(path)) or (path.name == FILE and path.is_file())
 
 
-def read(path: Path, rank: int | None = None) -> DumpIndex:
+def read(path: Path, rank: int | None = None, follow_links: bool = False) -> DumpIndex:
+    policy = LoadPolicy.for_dump(path, follow_links)
     notes: list[str] = []
     problems: list[Problem] = []
     if path.name == FILE:
@@ -53,7 +55,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
     for step, folder in sorted(steps.items()):
         debug_json = folder / FILE
         try:
-            raw = json.loads(debug_json.read_text(encoding="utf-8"))
+            raw = json.loads(policy.read_text(debug_json))
         except (OSError, ValueError) as exc:
             problems.append(Problem(str(debug_json), f"unreadable ({exc}); step {step} is not compared"))
             continue
@@ -88,6 +90,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
         notes.append(f"{blank} saved tensors are recorded without statistics: they are not compared")
     return DumpIndex(
         root=path,
+        policy=policy,
         data_dir=next(iter(steps.values())),
         format=FORMAT,
         tree=tree,

@@ -50,6 +50,7 @@ from tui_acc.dumps.msprobe_graph_order import (
 )
 from tui_acc.dumps.msprobe_passes import output_last_dims
 from tui_acc.dumps.msprobe_refs import RefBuilder
+from tui_acc.dumps.policy import LoadPolicy
 
 FORMAT = "msprobe"  # the same records as eager msprobe dumps: pairs, verdicts and re-dumps as for them
 TENSOR_DIR = "dump_tensor_data"  # msprobe's Const.DUMP_TENSOR_DATA (its docs say tensor_data/)
@@ -65,7 +66,8 @@ def claims(path: Path) -> bool:
     return bool(_rank_dirs(path))
 
 
-def read(path: Path, rank: int | None = None) -> DumpIndex:
+def read(path: Path, rank: int | None = None, follow_links: bool = False) -> DumpIndex:
+    policy = LoadPolicy.for_dump(path, follow_links)
     notes: list[str] = []
     problems: list[Problem] = []
     steps = _steps(path)
@@ -94,7 +96,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
             continue
         if (folder / "dump.json").is_file():
             statistics = True
-            records = _statistics_records(folder / "dump.json", problems)
+            records = _statistics_records(folder / "dump.json", problems, policy)
             orders.add("dump.json order (when each call started)")
         else:
             records, order = _tensor_records(folder / TENSOR_DIR, problems)
@@ -138,6 +140,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
         )
     return DumpIndex(
         root=path,
+        policy=policy,
         data_dir=path,
         format=FORMAT,
         tree=tree,
@@ -204,9 +207,9 @@ def _rank_dirs(path: Path) -> list[Path]:
 # --- the statistics task ------------------------------------------------------------------------
 
 
-def _statistics_records(dump_json: Path, problems: list[Problem]) -> list[Record]:
+def _statistics_records(dump_json: Path, problems: list[Problem], policy: LoadPolicy) -> list[Record]:
     try:
-        dump = json.loads(dump_json.read_text(encoding="utf-8"))
+        dump = json.loads(policy.read_text(dump_json))
     except (OSError, ValueError) as exc:
         problems.append(Problem(str(dump_json), f"unreadable dump.json ({exc}); this step is not compared"))
         return []

@@ -29,9 +29,10 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tui_acc.dumps.fs import settled
 from tui_acc.dumps.gather import CONCAT, SUM
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Role, TensorRef, pick_rank
-from tui_acc.dumps.tensors import settled
+from tui_acc.dumps.policy import LoadPolicy
 
 FORMAT = "sglang"
 ROOT = "root"
@@ -119,7 +120,7 @@ def _experiment(path: Path) -> tuple[Path, list[str]] | None:
     return found[-1], notes
 
 
-def read(path: Path, rank: int | None = None) -> DumpIndex:
+def read(path: Path, rank: int | None = None, follow_links: bool = False) -> DumpIndex:
     located = _experiment(path)
     if located is None:
         raise DumpError(f"{path}: not an SGLang dumper folder (expected step=*___rank=*___...pt files)")
@@ -155,6 +156,7 @@ def read(path: Path, rank: int | None = None) -> DumpIndex:
                 nodes[node] = [_with_merge(ref, merges.get(names[node], "")) for ref in refs]
     return DumpIndex(
         root=path,
+        policy=LoadPolicy.for_dump(path, follow_links),
         data_dir=folder,
         format=FORMAT,
         tree=tree,

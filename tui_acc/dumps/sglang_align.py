@@ -92,7 +92,7 @@ def _tokens_by_step(index: DumpIndex) -> dict[int, tuple[int, ...]] | None:
         if not refs:
             return None
         try:
-            ids = load_tensor(refs[0].path, index.data_dir)
+            ids = load_tensor(refs[0].path, index.load_policy)
         except TensorLoadError:
             return None  # the comparison reports the file itself
         if ids.is_floating_point() or ids.is_complex():

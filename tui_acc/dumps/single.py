@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, TensorRef
+from tui_acc.dumps.policy import LoadPolicy
 
 FORMAT = "tensor"
 SUFFIXES = (".pth", ".pt", ".bin")
@@ -16,13 +17,14 @@ def claims(path: Path) -> bool:
     return path.is_file() and path.suffix in SUFFIXES
 
 
-def read(path: Path) -> DumpIndex:
+def read(path: Path, follow_links: bool = False) -> DumpIndex:
     if path.suffix not in SUFFIXES:
         raise DumpError(f"{path}: not a tensor file tui-acc can read (expected {', '.join(SUFFIXES)})")
     tree = NodeTree(root=NODE, nodes={NODE: Node(NODE, path.suffix.lstrip("."), None, 0)})
     ref = TensorRef(slot="output", role="output", location=str(path))
     return DumpIndex(
         root=path,
+        policy=LoadPolicy.for_dump(path, follow_links),
         data_dir=path.parent,
         format=FORMAT,
         tree=tree,

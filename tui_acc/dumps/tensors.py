@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import pickle
 import re
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from tui_acc.dumps.fs import settled
+from tui_acc.dumps.policy import LoadPolicy, OutsideDump
 
 if TYPE_CHECKING:
     import torch
@@ -25,20 +27,22 @@ class TensorLoadError(Exception):
         self.problem = problem
 
 
-def load_tensor(path: Path, within: Path | None = None) -> torch.Tensor:
+def load_tensor(path: Path, policy: LoadPolicy) -> torch.Tensor:
     """Load one tensor file: ATB ``.bin`` exactly, torch ``.pth``/``.pt`` without executing code.
 
-    With ``within`` (the dump's root), a file that is a symlink to somewhere outside it, or an
-    ATB header whose ``data=`` points outside it, is refused: a dump from another machine must
-    not make tui-acc read whatever its links name.
+    ``policy`` (the dump's, ``DumpIndex.load_policy``) refuses a file that is a symlink to
+    somewhere outside the dump, or an ATB header whose ``data=`` points outside it, unless the user
+    allowed it: a dump from another machine must not make tui-acc read whatever its links name.
     """
-    if within is not None:
-        _check_inside(path, within)
+    try:
+        policy.check(path)
+    except OutsideDump as exc:
+        raise TensorLoadError(path, str(exc)) from exc
     if path.suffix == ".bin":
         from tui_acc.dumps.atb_bin import BinFileError, load_bin
 
         try:
-            return load_bin(path, within)
+            return load_bin(path, policy)
         except BinFileError as exc:
             raise TensorLoadError(path, exc.problem) from exc
     import torch  # deferred: indexing and the UI start without paying torch's import
@@ -65,30 +69,6 @@ def _sglang_value(path: Path, record: dict[object, object]) -> object:
     if "value" not in record:
         raise TensorLoadError(path, "SGLang dump without 'value' (only its meta was saved)")
     return record["value"]
-
-
-def _check_inside(path: Path, within: Path) -> None:
-    try:
-        target = path.resolve()
-    except (OSError, RuntimeError) as exc:  # a symlink loop
-        raise TensorLoadError(path, f"cannot resolve its path ({exc})") from exc
-    if not target.is_relative_to(within.resolve()):
-        raise TensorLoadError(
-            path, f"links to {target}, outside the dump {within}; not followed (--follow-links allows it)"
-        )
-
-
-# A file changed this recently may still be being written: torch.save truncates in place, and a
-# mapped page that the writer cuts off kills the process with SIGBUS. Such a file is read instead.
-SETTLED_SECONDS = 10.0
-
-
-def settled(path: Path) -> bool:
-    """Whether ``path`` has not changed for ``SETTLED_SECONDS`` (safe to memory-map)."""
-    try:
-        return time.time() - path.stat().st_mtime >= SETTLED_SECONDS
-    except OSError:
-        return False
 
 
 def _torch_load(path: Path) -> object:

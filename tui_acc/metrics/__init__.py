@@ -1,8 +1,3 @@
-"""Metrics: kernels (pure torch), the caching engine, and verdict thresholds."""
-
-from __future__ import annotations
-
-from tui_acc.metrics.engine import Cancelled, MetricsEngine
-from tui_acc.metrics.verdict import Thresholds
-
-__all__ = ["Cancelled", "MetricsEngine", "Thresholds"]
+"""Metrics: the kernels (torch and compiled), the engine that computes and caches rows, the
+verdicts and the derivation of node rows from tensor rows. Import the modules themselves: this
+package imports nothing, so no module of it is half-initialised when another imports it."""

@@ -7,6 +7,8 @@ from typing import Any
 
 import polars as pl
 
+Row = dict[str, Any]  # a tensor, node or token row: the columns of its schema below, by name
+
 METRIC_COLUMNS: dict[str, type[pl.DataType] | pl.DataType] = {
     "cosine": pl.Float64,
     "max_abs_err": pl.Float64,
@@ -100,7 +102,8 @@ TOKEN_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
     "error": pl.String,
 }
 
-NODE_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
+# What a node is, before any of its tensors is compared (from the pairing).
+NODE_META_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
     "token": pl.Int64,
     "order": pl.Int64,
     "depth": pl.Int64,
@@ -108,6 +111,10 @@ NODE_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
     "test_node": pl.String,
     "golden_type": pl.String,
     "test_type": pl.String,
+}
+
+NODE_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
+    **NODE_META_SCHEMA,
     "inputs_passed": pl.Boolean,
     "inputs_effective": pl.Boolean,
     "inputs_from": pl.String,

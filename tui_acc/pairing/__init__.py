@@ -12,8 +12,9 @@ from tui_acc.dumps.model import DumpIndex
 from tui_acc.lazy import LazyMapping
 from tui_acc.pairing.by_name import differing_names, pair_token_by_name
 from tui_acc.pairing.mapping import MappingError, OpMapping, load_mapping
-from tui_acc.pairing.model import NodePair, Pairing, TensorPair, Unmatched
+from tui_acc.pairing.model import NodePair, TensorPair, Unmatched
 from tui_acc.pairing.msprobe_mapping import MsprobeMapping, bind, load_msprobe_mapping
+from tui_acc.pairing.result import Pairing
 from tui_acc.pairing.structural import pair_token_structurally, structural_notes
 
 __all__ = [

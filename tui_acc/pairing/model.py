@@ -1,12 +1,11 @@
-"""What pairing produces: tensor pairs grouped by node pairs, per token, and what stayed unpaired."""
+"""The records pairing produces: tensor pairs grouped by node pairs, and what stayed unpaired
+(``Pairing`` in result.py holds them, per token)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from tui_acc.dumps.model import DumpIndex, TensorRef
-from tui_acc.lazy import LazyMapping
+from tui_acc.dumps.model import TensorRef
 
 
 @dataclass(frozen=True)
@@ -60,63 +59,3 @@ class Unmatched:
 
     def as_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "side": self.side, "token": self.token, "name": self.name}
-
-
-@dataclass
-class Pairing:
-    """Everything that could be aligned between two dumps."""
-
-    golden: DumpIndex
-    test: DumpIndex
-    tokens: list[int]
-    nodes: Mapping[int, list[NodePair]]
-    logits_node: str
-    unmatched_found: list[Unmatched] = field(default_factory=list)  # so far: tokens pair when asked
-    notes: list[str] = field(default_factory=list)
-    _logits_cache: dict[int, TensorPair | None] = field(default_factory=dict, repr=False, compare=False)
-    _absent_cache: dict[int, dict[str, list[Unmatched]]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
-
-    def node_pairs(self, token: int) -> list[NodePair]:
-        return self.nodes.get(token, [])
-
-    @property
-    def unmatched(self) -> list[Unmatched]:
-        """Everything without a partner, every token paired to know it (a report; the UI uses
-        ``unmatched_found``, which never lists a token's files just to look)."""
-        for token in self.tokens:
-            self.nodes.get(token)
-        return self.unmatched_found
-
-    def all_paired(self) -> bool:
-        return all(self.is_paired(t) for t in self.tokens)
-
-    def is_paired(self, token: int) -> bool:
-        """Whether ``token`` is paired already (asking for its pairs would otherwise list its files)."""
-        return not isinstance(self.nodes, LazyMapping) or self.nodes.is_built(token)
-
-    def logits_pair(self, token: int) -> TensorPair | None:
-        """The output tensor holding the token's logits, if both sides dumped it (looked up once)."""
-        if token not in self._logits_cache:
-            wanted = self.golden.stable_name(self.logits_node)
-            stable = self.golden.stable_name
-            node = next((n for n in self.nodes.get(token, []) if stable(n.golden) == wanted), None)
-            outputs = node.outputs if node is not None else ()
-            self._logits_cache[token] = outputs[0] if outputs else None
-        return self._logits_cache[token]
-
-    def absent_before(self, token: int) -> dict[str, list[Unmatched]]:
-        """Golden node -> the records of ``token`` only one side holds, just before it (absent.py)."""
-        if token not in self._absent_cache:
-            from tui_acc.pairing.absent import absent_before
-
-            pairs = self.nodes.get(token, [])  # pairs the token first: that is what finds its unmatched
-            alone = [u for u in self.unmatched_found if u.token == token and u.kind == "node"]
-            # placing them walks both trees: only where there is something to place
-            found = absent_before(token, self.golden, self.test, pairs, alone) if alone else {}
-            self._absent_cache[token] = found
-        return self._absent_cache[token]
-
-    def tensor_pair_count(self) -> int:
-        return sum(len(n.tensors) for nodes in self.nodes.values() for n in nodes)

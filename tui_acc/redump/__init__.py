@@ -1,7 +1,7 @@
 """Targeted re-dumps: build the dumper's command for a token and subtree, run it, open the result."""
 
-from tui_acc.redump.plan import DUMPERS, RedumpError, RedumpPlan, Selection, build_plan
-from tui_acc.redump.settings import RedumpSettings, SideSettings, load_settings, remember_exec
+from tui_acc.redump.plan import RedumpError, RedumpPlan, Selection, build_plan
+from tui_acc.redump.settings import DUMPERS, RedumpSettings, SideSettings, load_settings, remember_exec
 
 __all__ = [
     "DUMPERS",

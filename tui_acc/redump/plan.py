@@ -26,16 +26,6 @@ from tui_acc.dumps.msprobe_passes import is_module
 from tui_acc.redump.settings import SideSettings
 from tui_acc.redump.sglang import sglang_dumper_env, sglang_msprobe_config
 
-DUMPERS = (
-    "msit-atb",
-    "msprobe-atb",
-    "msprobe-torch",
-    "vllm-ascend",
-    "sglang",
-    "sglang-dumper",
-    "torch",
-    "custom",
-)
 PLACEHOLDERS = ("token", "step", "ids", "layers", "modules", "out", "exec")
 
 # What a node name may contain to be handed to a dumper (anything else is refused, not escaped).

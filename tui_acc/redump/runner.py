@@ -16,10 +16,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tui_acc.dumps import DumpError, DumpIndex, open_dump
 from tui_acc.redump.plan import RedumpError, RedumpPlan
 
 MAX_LINES = 5000  # kept for the log panel; the file has everything
+# Seconds a stopped dumper has to end after SIGTERM before SIGKILL: the user's stop key gives it
+# time to flush its files; tui-acc ending (quit, a signal, exit) gives it less.
+STOP_GRACE = 5.0
+EXIT_GRACE = 2.0
 
 
 class RedumpRun:
@@ -90,7 +93,7 @@ class RedumpRun:
         self.status, self.started = "running", time.monotonic()
         # However tui-acc ends (an exception, a signal turned into an exit), a run the user did
         # not choose to leave running does not outlive it.
-        atexit.register(self._stop_at_exit)
+        atexit.register(self.stop, EXIT_GRACE)
         self._follower = threading.Thread(target=self._follow, name="tui-acc-redump-log", daemon=True)
         self._follower.start()
 
@@ -147,12 +150,13 @@ class RedumpRun:
             new = min(self.emitted - seen, len(self.lines))
             return self.lines[len(self.lines) - new :] if new > 0 else [], self.emitted
 
-    def cancel(self, grace: float = 5.0) -> None:
-        """Stop the whole process group: SIGTERM, then SIGKILL if it is still there after ``grace``."""
+    def stop(self, grace: float) -> None:
+        """Stop the whole process group: SIGTERM, then SIGKILL if it is still there after ``grace``
+        seconds (0: at once). Blocks up to ``grace``: a UI calls it off its event loop. The one way
+        a run is stopped (the stop key, quitting, a signal, exit); a detached run is left running.
+        """
         process = self._process
-        if process is None or process.poll() is not None:
-            return
-        if self.status == "detached":
+        if process is None or process.poll() is not None or self.status == "detached":
             return
         self.status = "cancelled"
         _signal_group(process.pid, signal.SIGTERM)
@@ -162,17 +166,6 @@ class RedumpRun:
             _signal_group(process.pid, signal.SIGKILL)
             process.wait()
         _signal_group(process.pid, signal.SIGKILL)  # children that outlived their parent
-
-    def terminate(self) -> None:
-        """Ask the whole process group to stop (SIGTERM) without waiting: for signal handlers."""
-        process = self._process
-        if process is not None and process.poll() is None and self.running:
-            self.status = "cancelled"
-            _signal_group(process.pid, signal.SIGTERM)
-
-    def _stop_at_exit(self) -> None:
-        if self.status != "detached":
-            self.cancel(grace=2.0)
 
     def detach(self) -> None:
         """Leave it running (it logs to ``plan.log``); stop following it."""
@@ -217,13 +210,6 @@ class RedumpRun:
         if not self.started:
             return 0.0
         return (self.ended or time.monotonic()) - self.started
-
-    def result(self) -> DumpIndex:
-        """The new dump, read like any other; raises DumpError naming what is wrong with it."""
-        out = self.plan.out
-        if not out.exists():
-            raise DumpError(f"{out}: the dumper wrote nothing there (see {self.plan.log})")
-        return open_dump(out)
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

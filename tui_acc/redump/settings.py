@@ -28,6 +28,17 @@ from typing import Any
 from tui_acc.atomic import temp_beside
 from tui_acc.config import FILE_NAME, tomllib
 
+# The dumpers tui-acc builds re-dump commands for (plan.py), in the order errors list them
+DUMPERS = (
+    "msit-atb",
+    "msprobe-atb",
+    "msprobe-torch",
+    "vllm-ascend",
+    "sglang",
+    "sglang-dumper",
+    "torch",
+    "custom",
+)
 DEFAULT_DUMPER = {"test": "msit-atb", "golden": "torch"}
 # Where tui-acc.toml names no dumper: the one that writes the side's format
 DUMPER_OF_FORMAT = {
@@ -78,8 +89,6 @@ class RedumpSettings:
 
 def load_settings(table: Any, where: str = FILE_NAME) -> RedumpSettings:
     """Settings from the merged ``[redump]`` table (``where`` names the config files in errors)."""
-    from tui_acc.redump.plan import DUMPERS
-
     if table is None:
         table = {}
     if not isinstance(table, dict):

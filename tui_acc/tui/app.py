@@ -6,25 +6,29 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.driver import Driver
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker, WorkerState, get_current_worker
 
 from tui_acc.config import FILE_NAME
 from tui_acc.dumps import DumpError
 from tui_acc.redump import RedumpError, RedumpSettings, remember_exec
-from tui_acc.redump.runner import RedumpRun
+from tui_acc.redump.runner import EXIT_GRACE, STOP_GRACE, RedumpRun
 from tui_acc.redump.settings import SettingsError
 from tui_acc.session import Comparison, open_comparison
 from tui_acc.tui.messages import OneInFlight
 from tui_acc.tui.screens.help import HelpScreen
+from tui_acc.tui.screens.host import Host
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.screens.problems import ProblemsScreen
 from tui_acc.tui.screens.redump_dialog import QuitDialog, RedumpChoice
@@ -58,6 +62,9 @@ class AccApp(App[None]):
         self.comparison = comparison
         self._cache_warned = False  # a row cache that cannot be used is said once, not per worker
         self._log_news = OneInFlight()  # a chatty dumper's lines come in a few messages, not one each
+        # Computed rows are written to the disk cache on a thread of their own, one flush at a time
+        # in the order asked: the event loop never waits for SQLite (nor for a slow or full disk).
+        self._cache_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tui-acc-cache")
         # re-dumps: which dumper each side uses, how to open a new dump with this session's options,
         # and the tui-acc.toml an inference command typed in the dialog is remembered in
         self.redump_settings = redump or RedumpSettings()
@@ -102,12 +109,29 @@ class AccApp(App[None]):
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The one place a failed background computation becomes visible; finished work is saved."""
         if event.state == WorkerState.SUCCESS:
-            self.comparison.engine.flush()
-            self.warn_about_cache()
+            self.save_rows(self.comparison)
         if event.state == WorkerState.ERROR and event.worker.error is not None:
             self.notify(
                 f"{event.worker.name}: {event.worker.error}", title="Computation failed", severity="error"
             )
+
+    class RowsSaved(Message):
+        """A flush of the row cache ended (``error``: what it raised, if anything)."""
+
+        def __init__(self, error: BaseException | None) -> None:
+            super().__init__()
+            self.error = error
+
+    def save_rows(self, comparison: Comparison) -> Future[None]:
+        """Write the comparison's new rows to the disk cache, off the event loop."""
+        saved = self._cache_writer.submit(comparison.engine.flush)
+        saved.add_done_callback(lambda done: self.post_message(self.RowsSaved(done.exception())))
+        return saved
+
+    def on_acc_app_rows_saved(self, message: RowsSaved) -> None:
+        if message.error is not None:  # RowCache keeps the errors it expects in ``problem``
+            self.notify(f"{message.error}", title="Row cache not written", severity="warning")
+        self.warn_about_cache()
 
     def warn_about_cache(self) -> None:
         """Once: the row cache could not be read or written (results are computed again next time)."""
@@ -195,8 +219,15 @@ class AccApp(App[None]):
         if run is None or not run.running:
             self.notify("No re-dump is running.")
             return
-        self.run_worker(run.cancel, thread=True, name="stop re-dump", group="redump-stop")
+        self.stop_redump(run)
         self.notify("Stopping the re-dump (its whole process group)…")
+
+    @work(group="redump-stop", exit_on_error=False, name="stop re-dump")
+    async def stop_redump(self, run: RedumpRun, then_exit: bool = False) -> None:
+        """SIGTERM, and SIGKILL if it outlives the grace: seconds spent on a thread, not the loop."""
+        await asyncio.to_thread(run.stop, STOP_GRACE)
+        if then_exit:
+            self.exit()
 
     def action_open_redump(self) -> None:
         """Open the finished re-dump in place of its side, at the same token and operator."""
@@ -208,16 +239,37 @@ class AccApp(App[None]):
                 else "The re-dump did not succeed."
             )
             return
-        side, token = run.plan.selection.side, run.plan.selection.token
+        self.notify(f"{run.plan.out}", title="Opening the re-dump…")
+        self.open_redump(run)
+
+    class RedumpOpened(Message):
+        """A finished re-dump was read, ready to take its side's place."""
+
+        def __init__(self, run: RedumpRun, comparison: Comparison) -> None:
+            super().__init__()
+            self.run = run
+            self.comparison = comparison
+
+    @work(thread=True, exclusive=True, group="redump-open", exit_on_error=False, name="open re-dump")
+    def open_redump(self, run: RedumpRun) -> None:
+        """Read the new dump (a folder scan) off the event loop; the screens switch when it is read."""
+        side = run.plan.selection.side
         golden = run.plan.out if side == "golden" else self.comparison.golden.root
         test = run.plan.out if side == "test" else self.comparison.test.root
         try:
             comparison = self.opener(Path(golden), Path(test))
         except DumpError as exc:
-            self.notify(str(exc), title="Cannot open the re-dump", severity="error")
+            self.notify(str(exc), title="Cannot open the re-dump", severity="error")  # thread-safe
             return
+        if not get_current_worker().is_cancelled:  # "o" again: the later open wins
+            self.post_message(self.RedumpOpened(run, comparison))
+
+    def on_acc_app_redump_opened(self, message: RedumpOpened) -> None:
+        """Switch to the new comparison, at the same token and operator."""
+        run, comparison = message.run, message.comparison
+        side, token = run.plan.selection.side, run.plan.selection.token
         operator = self.redump_operator
-        self.comparison.engine.flush()
+        self.save_rows(self.comparison)  # the rows of the comparison being replaced are kept
         self.comparison = comparison
         self.sub_title = f"{comparison.golden.root}  vs  {comparison.test.root}"
         while len(self.screen_stack) > 1:
@@ -238,8 +290,8 @@ class AccApp(App[None]):
 
         def decide(choice: str | None) -> None:
             if choice == "stop":
-                run.cancel()
-                self.exit()
+                self.notify("Stopping the re-dump (its whole process group), then quitting…")
+                self.stop_redump(run, then_exit=True)
             elif choice == "detach":
                 run.detach()
                 self.exit()
@@ -247,17 +299,18 @@ class AccApp(App[None]):
         self.push_screen(QuitDialog(str(run.plan.log)), decide)
 
     def _end_on_signal(self) -> None:
-        """SIGHUP/SIGTERM: stop a re-dump at once (the terminal may already be gone), then exit."""
-        if self.redump_run is not None:
-            self.redump_run.terminate()
+        """SIGHUP/SIGTERM: end the way q does, without asking (the terminal may already be gone);
+        unmounting stops a re-dump in progress."""
         self.exit()
 
-    def on_unmount(self) -> None:
-        """No orphans: a run the user did not choose to leave running stops with tui-acc."""
-        run = self.redump_run
-        if run is not None and run.running:
-            run.cancel(grace=2.0)
-        self.comparison.engine.flush()
+    async def on_unmount(self) -> None:
+        """No orphans: a run the user did not choose to leave running stops with tui-acc; the rows
+        computed so far are saved. Both wait on threads: exiting waits for them, the loop does not."""
+        if self.redump_run is not None:  # a stop under way, too: it may still be in its grace
+            await asyncio.to_thread(self.redump_run.stop, EXIT_GRACE)
+        last = self.save_rows(self.comparison)  # after any flush still queued
+        self._cache_writer.shutdown(wait=False)  # no more flushes; the queued ones still run
+        await asyncio.wrap_future(last)
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
@@ -275,3 +328,8 @@ class AccApp(App[None]):
                 "Jump to the first failing token or operator",
                 screen.action_first_failure,
             )
+
+
+if TYPE_CHECKING:
+    # mypy checks here that the app gives the screens all they use of it (screens/host.py)
+    _hosts_the_screens: type[Host] = AccApp

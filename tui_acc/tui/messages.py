@@ -1,20 +1,8 @@
-"""App-level facts that more than one screen reacts to."""
+"""How app-level messages are posted from other threads."""
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
-
-from textual.message import Message
-
-
-class ExportWritten(Message):
-    """A view was exported to a CSV file."""
-
-    def __init__(self, path: Path, rows: int) -> None:
-        super().__init__()
-        self.path = path
-        self.rows = rows
 
 
 class OneInFlight:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import cast
 
 import polars as pl
 from textual import on
@@ -14,14 +13,11 @@ from textual.widgets import DataTable, Static
 from tui_acc.export import ExportError, fresh_path, write_csv
 from tui_acc.redump import RedumpPlan
 from tui_acc.redump.select import plan_for
-from tui_acc.tui.messages import ExportWritten
 from tui_acc.tui.screens.export_dialog import ExportChoice, ExportDialog
+from tui_acc.tui.screens.host import Host
 from tui_acc.tui.screens.redump_dialog import RedumpChoice, RedumpDialog
 from tui_acc.tui.screens.sort_dialog import SortDialog
 from tui_acc.tui.sorting import Sort, SortColumn, sorted_keys, worst_end
-
-if TYPE_CHECKING:
-    from tui_acc.tui.app import AccApp
 
 
 class ViewScreen(Screen[None]):
@@ -166,8 +162,8 @@ class ViewScreen(Screen[None]):
         self.app.push_screen(RedumpDialog(make_plan, "test", saved, what), run)
 
     @property
-    def acc(self) -> AccApp:
-        return self.app  # type: ignore[return-value]
+    def acc(self) -> Host:
+        return cast(Host, self.app)
 
     def view_frame(self) -> pl.DataFrame:
         """The rows and columns on screen, in screen order, at full precision."""
@@ -200,7 +196,6 @@ class ViewScreen(Screen[None]):
             return
         self.set_status(f"exported {frame.height} rows to {path}")
         self.notify(str(path), title=f"Exported {frame.height} rows")
-        self.post_message(ExportWritten(Path(path), frame.height))
 
     def set_status(self, text: str, error: bool = False) -> None:
         status = self.query_one("#status", Static)

@@ -12,8 +12,9 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Input, Static
 from textual.worker import get_current_worker
 
-from tui_acc.metrics import Cancelled
-from tui_acc.metrics.engine import Row, first_suspect
+from tui_acc.metrics.engine import Cancelled
+from tui_acc.metrics.judge import first_suspect
+from tui_acc.metrics.schema import Row
 from tui_acc.pairing import NodePair
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.screens.base import ViewScreen

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -10,9 +10,10 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, RichLog, Static
 
+from tui_acc.tui.screens.host import Host
+
 if TYPE_CHECKING:
     from tui_acc.redump.runner import RedumpRun
-    from tui_acc.tui.app import AccApp
 
 
 def run_status(run: RedumpRun) -> Text:
@@ -74,5 +75,5 @@ class RedumpLogScreen(Screen[None]):
             self.query_one("#redump-status", Static).update(run_status(run))
 
     @property
-    def acc(self) -> AccApp:
-        return self.app  # type: ignore[return-value]
+    def acc(self) -> Host:
+        return cast(Host, self.app)

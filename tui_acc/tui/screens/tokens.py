@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import polars as pl
 from rich.text import Text
 from textual import on, work
@@ -14,11 +12,12 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 from textual.worker import get_current_worker
 
-from tui_acc.metrics import Cancelled
-from tui_acc.metrics.engine import Row
+from tui_acc.metrics.engine import Cancelled
+from tui_acc.metrics.schema import Row
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.screens.base import ViewScreen
 from tui_acc.tui.screens.operators import OperatorScreen
+from tui_acc.tui.token_tally import TokenTally
 from tui_acc.tui.widgets.metric_table import MetricTable
 
 COLUMNS = (
@@ -39,20 +38,6 @@ STATS_COLUMNS = (
     ("mean_diff", "MeanDiff", 9),
     ("shape", "Logits shape", 14),
 )
-
-# Bars on a log scale: the first divergence is orders of magnitude above the noise but far below
-# the broken tokens after it; on a linear scale it would be as flat as the noise.
-_STRIP_FLOOR = 1e-8
-
-
-def strip_height(value: object) -> float:
-    """A token's bar: decades of KL above 1e-8 (0 for a token not compared, or no divergence)."""
-    if not isinstance(value, (int, float)):
-        return 0.0
-    if not math.isfinite(value):
-        return 12.0  # NaN or Inf logits: broken outright, as tall as a bar gets
-    return math.log10(value / _STRIP_FLOOR) if value > _STRIP_FLOOR else 0.0
-
 
 _VERDICT_RANK = {"fail": 0, "error": 1, "near-tie": 2, "pass": 3}
 
@@ -88,6 +73,8 @@ class TokenScreen(ViewScreen):
         yield Footer(compact=True)  # every key that matters fits in 80 columns
 
     def on_mount(self) -> None:
+        # the rows the worker sends, kept here: the engine is never asked on the event loop
+        self.tally = TokenTally(self.acc.comparison.pairing.tokens)
         self.table_columns = self._choose_columns()
         table = self.query_one("#tokens", DataTable)
         for key, label, width in self.table_columns:
@@ -127,12 +114,14 @@ class TokenScreen(ViewScreen):
 
     @on(TokenComputed)
     def _show_token(self, message: TokenComputed) -> None:
+        """One token's row: its cells, the summary and the strip; nothing asked of the engine."""
         table = self.query_one("#tokens", DataTable)
         key = str(message.row["token"])
         for (column, _, _), cell in zip(self.table_columns, self._cells(message.row), strict=True):
             table.update_cell(key, column, cell)
-        self.update_summary()
-        self._update_strip()
+        if self.tally.add(message.row):
+            self.update_summary()
+            self._update_strip()
 
     @on(TokensFinished)
     def _select_first_failure(self) -> None:
@@ -141,7 +130,7 @@ class TokenScreen(ViewScreen):
             self.apply_sort(self.sort)
         if self.query_one("#tokens", DataTable).cursor_row == 0:
             self.action_first_failure(quiet=True)
-        failing = next((r["token"] for r in self._rows() if r["passed"] is False), None)
+        failing = self.tally.first_failing()
         if failing is not None:
             self.prefetch_operators(failing)
 
@@ -150,13 +139,12 @@ class TokenScreen(ViewScreen):
     def fill_table(self) -> None:
         table = self.query_one("#tokens", DataTable)
         table.clear()
-        engine = self.acc.comparison.engine
         for key in self.ordered([str(t) for t in self.acc.comparison.pairing.tokens]):
-            cached = engine.cached_token_row(int(key))
+            cached = self.tally.get(int(key))
             table.add_row(*self._cells(cached or {"token": int(key)}, pending=cached is None), key=key)
 
     def sort_value(self, key: str, column: str) -> object:
-        row = self.acc.comparison.engine.cached_token_row(int(key)) or {}
+        row = self.tally.get(int(key)) or {}
         if column == "token":
             return int(key)
         if column == "passed":
@@ -167,12 +155,7 @@ class TokenScreen(ViewScreen):
 
     def _update_strip(self) -> None:
         """KL (or, from statistics, the norm difference) of every token: the first divergence stands out."""
-        values = []
-        for token in self.acc.comparison.pairing.tokens:
-            row = self.acc.comparison.engine.cached_token_row(token) or {}
-            value = row.get("kl") if row.get("kl") is not None else row.get("norm_rel_diff")
-            values.append(strip_height(value))
-        self.query_one("#kl-strip", Sparkline).data = values
+        self.query_one("#kl-strip", Sparkline).data = list(self.tally.heights)  # a new list: redrawn
 
     def _choose_columns(self) -> tuple[tuple[str, str, int], ...]:
         cmp = self.acc.comparison
@@ -203,22 +186,16 @@ class TokenScreen(ViewScreen):
         }
         return [cells[key] for key, _, _ in self.table_columns]
 
-    def _rows(self) -> list[Row]:
-        engine = self.acc.comparison.engine
-        return [
-            r for t in self.acc.comparison.pairing.tokens if (r := engine.cached_token_row(t)) is not None
-        ]
-
     def update_summary(self) -> None:
-        rows = self._rows()
-        total = len(self.acc.comparison.pairing.tokens)
-        failing = [r["token"] for r in rows if r["passed"] is False]
-        parts = [f"{len(rows)}/{total} tokens compared", f"{len(failing)} failing"]
+        tally = self.tally
+        total = len(tally.tokens)
+        first_failing = tally.first_failing()
+        parts = [f"{tally.compared}/{total} tokens compared", f"{tally.failing} failing"]
         if not total:
             parts = ["no token is in both dumps"]
-        elif failing:
-            parts.append(f"first failing: {failing[0]} (f jumps, Enter opens)")
-        elif len(rows) == total:
+        elif first_failing is not None:
+            parts.append(f"first failing: {first_failing} (f jumps, Enter opens)")
+        elif tally.compared == total:
             parts.append("every token passes")
         if sorted_by := self.sort_summary():
             parts.append(sorted_by)
@@ -236,22 +213,22 @@ class TokenScreen(ViewScreen):
         return self.query_one("#tokens", DataTable)
 
     def is_failing(self, key: str) -> bool:
-        row = self.acc.comparison.engine.cached_token_row(int(key))
+        row = self.tally.get(int(key))
         return row is not None and row["passed"] is False
 
     def action_first_failure(self, quiet: bool = False) -> None:
-        failing = [r["token"] for r in self._rows() if r["passed"] is False]
-        if not failing and quiet:
+        failing = self.tally.first_failing()
+        if failing is None and quiet:
             return
-        if not failing:
+        if failing is None:
             self.notify(
                 "No failing token (yet)."
-                if len(self._rows()) < len(self.acc.comparison.pairing.tokens)
+                if self.tally.compared < len(self.tally.tokens)
                 else "Every token passes."
             )
             return
         table = self.query_one("#tokens", DataTable)
-        table.move_cursor(row=table.get_row_index(str(failing[0])))
+        table.move_cursor(row=table.get_row_index(str(failing)))
 
     @on(DataTable.RowSelected, "#tokens")
     def _open_token(self, event: DataTable.RowSelected) -> None:
@@ -261,11 +238,10 @@ class TokenScreen(ViewScreen):
         self.app.push_screen(OperatorScreen(int(str(event.row_key.value))))
 
     def view_frame(self) -> pl.DataFrame:
-        engine = self.acc.comparison.engine
         rows = []
         for key in self.main_table().rows:  # as shown: in the table's order
             token = int(str(key.value))
-            row = engine.cached_token_row(token) or {"token": token}
+            row = self.tally.get(token) or {"token": token}
             rows.append(
                 {
                     "token": token,

@@ -7,7 +7,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from tui_acc.metrics.engine import MetricsEngine, Row
+from tui_acc.metrics.engine import MetricsEngine
+from tui_acc.metrics.schema import Row
 from tui_acc.pairing import NodePair
 from tui_acc.pairing.model import Unmatched
 from tui_acc.tui import formatting as fmt

@@ -1,0 +1,51 @@
+"""pyproject's [project] dependencies are exactly what the product imports: a package the code imports
+directly is declared (not left to arrive with another one), and nothing is declared that it never imports."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import sys
+
+from tests.conftest import REPO
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _imported_top_levels() -> set[str]:
+    """Every top-level module tui_acc names in an import, wherever (deferred, TYPE_CHECKING, try)."""
+    found = set()
+    for path in (REPO / "tui_acc").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return found - set(sys.stdlib_module_names) - {"tui_acc", "__future__"}
+
+
+def _distributions(modules: set[str]) -> set[str]:
+    """The distributions that provide ``modules`` (a module not installed here stands for itself)."""
+    providers = importlib.metadata.packages_distributions()
+    return {_canonical(dist) for module in modules for dist in providers.get(module, [module])}
+
+
+def _declared() -> set[str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return {_canonical(re.split(r"[=<>!~;\[ ]", r)[0]) for r in project["dependencies"]}
+
+
+def test_every_imported_package_is_declared() -> None:
+    assert _distributions(_imported_top_levels()) - _declared() == set()
+
+
+def test_every_declared_package_is_imported() -> None:
+    assert _declared() - _distributions(_imported_top_levels()) == set()

@@ -1,0 +1,44 @@
+"""A side's tensor as the comparison compares it: one file, or merged from its ranks (``--gather``),
+read under the dump's ``LoadPolicy``; and the files' states, to tell a file changed while it was read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tui_acc.dumps.model import TensorRef
+from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.tensors import load_tensor
+
+if TYPE_CHECKING:
+    import torch
+
+FileState = tuple[int, int] | None  # size and modification time; None: not there
+
+
+def load_side(ref: TensorRef, like: Any, policy: LoadPolicy) -> torch.Tensor:
+    """A tensor, merged from its ranks when it was gathered (shaped like the golden where that decides)."""
+    if not ref.parts:
+        return load_tensor(ref.path, policy)
+    from tui_acc.dumps.gather import merge_parts
+
+    return merge_parts([load_tensor(p, policy) for p in ref.parts], ref.merge, like, ref.path)
+
+
+def file_state(path: Path) -> FileState:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def file_states(*refs: TensorRef) -> dict[Path, FileState]:
+    """The state of every file the refs are read from."""
+    paths = [p for ref in refs for p in (ref.parts or (ref.path,))]
+    return {path: file_state(path) for path in paths}
+
+
+def changed_since(states: dict[Path, FileState]) -> list[Path]:
+    """The files whose state is no longer the one recorded."""
+    return [path for path, state in states.items() if file_state(path) != state]

@@ -1,0 +1,74 @@
+"""Where a dump's files may lead: one policy for every file tui-acc reads from a dump.
+
+A dump from another machine may hold symlinks (or ATB ``data=`` headers) naming files anywhere; by
+default none of them may lead out of the dump's folder, so a dump cannot make tui-acc read whatever
+its links name. ``--follow-links`` allows any place. The comparison owns one policy per side, and
+every reader goes through it: tensor files, ATB payload and alias files, statistics CSVs,
+``dump.json``/``construct.json``/``debug.json``, topology and parameter files.
+
+A refusal is an ``OSError`` (``OutsideDump``): every reader already turns an unreadable file into a
+named problem, so a link refused is reported exactly like a file that cannot be read.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+FOLLOW_HINT = "not followed (--follow-links allows it)"
+
+
+class OutsideDump(OSError):
+    """A file that resolves outside the dump the policy confines reads to (the message says where
+    it leads; the reader that caught it names the file)."""
+
+    def __init__(self, path: Path, message: str) -> None:
+        super().__init__(errno.EACCES, message)
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+@dataclass(frozen=True)
+class LoadPolicy:
+    """``root``: the folder every file must resolve inside; None: anywhere (``--follow-links``)."""
+
+    root: Path | None
+
+    @classmethod
+    def inside(cls, dump: Path) -> LoadPolicy:
+        """Confined to the dump: its folder, or a single file's folder."""
+        return cls((dump if dump.is_dir() else dump.parent).resolve())
+
+    @classmethod
+    def anywhere(cls) -> LoadPolicy:
+        return cls(None)
+
+    @classmethod
+    def for_dump(cls, dump: Path, follow_links: bool) -> LoadPolicy:
+        return cls.anywhere() if follow_links else cls.inside(dump)
+
+    def check(self, path: Path, what: str = "links to") -> Path:
+        """``path`` if it may be read; else OutsideDump naming it and where it leads."""
+        if self.root is None:
+            return path
+        try:
+            target = path.resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop
+            raise OutsideDump(path, f"cannot resolve its path ({exc})") from exc
+        if not target.is_relative_to(self.root):
+            raise OutsideDump(path, f"{what} {target}, outside the dump {self.root}; {FOLLOW_HINT}")
+        return path
+
+    def open(self, path: Path, mode: str = "rb", **kwargs: Any) -> IO[Any]:
+        return self.check(path).open(mode, **kwargs)
+
+    def read_text(self, path: Path) -> str:
+        return self.check(path).read_text(encoding="utf-8")
+
+
+# For files tui-acc wrote itself or a script was given directly (the demo, benchmarks, tests).
+ANYWHERE = LoadPolicy.anywhere()

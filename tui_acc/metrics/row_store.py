@@ -1,0 +1,58 @@
+"""Rows computed at most once, shared between threads: what is known, and what is being computed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+from tui_acc.metrics.schema import Row
+
+Key = TypeVar("Key", bound=Hashable)
+
+
+class RowStore(Generic[Key]):
+    """Rows by key. A key being computed by one thread is waited for, not recomputed, by another."""
+
+    def __init__(self) -> None:
+        self._rows: dict[Key, Row] = {}
+        self._in_flight: dict[Key, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Key) -> Row | None:
+        with self._lock:
+            return self._rows.get(key)
+
+    def __contains__(self, key: Key) -> bool:
+        with self._lock:
+            return key in self._rows
+
+    def adopt(self, key: Key, row: Row) -> Row:
+        """Keep ``row`` unless one is known already; returns the one kept."""
+        with self._lock:
+            return self._rows.setdefault(key, row)
+
+    def rows(self) -> list[Row]:
+        with self._lock:
+            return list(self._rows.values())
+
+    def once(self, key: Key, produce: Callable[[], Row]) -> Row:
+        """The row of ``key``: known, waited for while another thread produces it, or produced here."""
+        while True:
+            with self._lock:
+                if key in self._rows:
+                    return self._rows[key]
+                event = self._in_flight.get(key)
+                if event is None:
+                    event = self._in_flight[key] = threading.Event()
+                    break
+            event.wait()
+        try:
+            row = produce()
+            with self._lock:
+                self._rows[key] = row
+            return row
+        finally:
+            with self._lock:
+                del self._in_flight[key]
+            event.set()

@@ -1,0 +1,172 @@
+"""One engine-wide backlog of work and the worker threads that take from it, started once.
+
+Every request for many rows (the token list, a token's operators, a report) opens a ``Batch``.
+Workers, and the callers themselves while they wait for a row, take from the newest batch still
+wanted first: what the user opened last is what is on screen, so the operator screen opened while
+the token list computes gets every thread, and the token list resumes when it closes. Inside a
+batch, the items of the nodes the screen shows (``prefer``) go first.
+
+An exception raised while a worker computes an item is kept in its batch and raised in the caller's
+thread when its batch ends (``Batch.finish``), where the UI reports it: nothing a worker raises vanishes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, Generic, TypeVar
+
+Item = TypeVar("Item")
+# The nodes the user is looking at now (golden names); read before each item is taken.
+Preference = Callable[[], Collection[str]]
+StopCheck = Callable[[], bool]
+
+
+class Batch(Generic[Item]):
+    """Items waiting to be computed for one caller, in its order unless ``prefer`` names nodes.
+
+    ``prefer`` is asked again before every item, so when the user scrolls or narrows the view the
+    rows now on screen jump the queue and those that scrolled away wait: nothing is computed twice,
+    and the caller that needs every row in its order still gets them all.
+    """
+
+    def __init__(
+        self,
+        items: Iterable[Item],
+        compute: Callable[[Item], None],
+        should_stop: StopCheck,
+        node_of: Callable[[Item], str],
+        prefer: Preference | None,
+    ) -> None:
+        self._pending = list(items)
+        self._compute = compute
+        self._node_of = node_of
+        self._prefer = prefer
+        self.should_stop = should_stop
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._running = 0  # items being computed now
+        self._lock = threading.Condition()
+
+    @property
+    def open(self) -> bool:
+        """Whether it still has items to hand out (not closed, not stopped, not empty)."""
+        return not self._closed and bool(self._pending) and not self.should_stop()
+
+    def take(self) -> Item | None:
+        """The next item, or None when there is none left (or the batch is closed)."""
+        wanted = self._prefer() if self._prefer is not None else ()
+        with self._lock:
+            if self._closed or not self._pending:
+                return None
+            index = next((i for i, item in enumerate(self._pending) if self._node_of(item) in wanted), 0)
+            return self._pending.pop(index)
+
+    def run(self, item: Item) -> None:
+        """Compute ``item``; what it raises is kept for the caller (the first failure wins)."""
+        with self._lock:
+            self._running += 1
+        try:
+            self._compute(item)
+        except BaseException as exc:  # raised again in the caller's thread, never lost
+            with self._lock:
+                if self._failure is None:
+                    self._failure = exc
+        finally:
+            with self._lock:
+                self._running -= 1
+                self._lock.notify_all()
+
+    def finish(self) -> None:
+        """Wait for the items in progress, then raise the first failure (in the caller's thread)."""
+        with self._lock:
+            while self._running:
+                self._lock.wait()
+        if self._failure is not None:
+            raise self._failure
+
+    def close(self) -> None:
+        """No more items are handed out (the caller is done or cancelled); those in progress finish."""
+        with self._lock:
+            self._closed = True
+            self._pending.clear()
+
+
+class Scheduler:
+    """``workers - 1`` threads (the caller's thread is the last worker), started on first use."""
+
+    def __init__(self, workers: int, name: str = "tui-acc-metrics") -> None:
+        self.workers = workers
+        self._name = name
+        self._batches: list[Batch[Any]] = []  # oldest first; the newest open one is served first
+        self._changed = threading.Condition()
+        self._threads: list[threading.Thread] = []
+
+    @contextmanager
+    def batch(
+        self,
+        items: Iterable[Item],
+        compute: Callable[[Item], None],
+        should_stop: StopCheck,
+        node_of: Callable[[Item], str],
+        prefer: Preference | None = None,
+    ) -> Iterator[Batch[Item]]:
+        """A batch the workers serve while the block runs; closed when it ends. When the block ends
+        normally, the items still in progress are waited for and a failure in a worker is raised
+        here; a block that raised (a cancel) leaves at once."""
+        batch: Batch[Item] = Batch(items, compute, should_stop, node_of, prefer)
+        self._start()
+        with self._changed:
+            self._batches.append(batch)
+            self._changed.notify_all()
+        try:
+            yield batch
+        finally:
+            batch.close()
+            with self._changed:
+                self._batches.remove(batch)
+        batch.finish()
+
+    def help(self) -> bool:
+        """Compute one item of the newest open batch on the calling thread; False when none is left.
+
+        A caller waiting for a row it needs calls this instead of idling: its thread works on what is
+        on screen, and the row it waits for is reached through its own batch as the others drain.
+        """
+        found = self._next()
+        if found is None:
+            return False
+        batch, item = found
+        batch.run(item)
+        return True
+
+    def _next(self) -> tuple[Batch[Any], Any] | None:
+        with self._changed:
+            candidates = [b for b in reversed(self._batches) if b.open]
+        for batch in candidates:
+            item = batch.take()
+            if item is not None:
+                return batch, item
+        return None
+
+    def _start(self) -> None:
+        with self._changed:
+            if self._threads or self.workers < 2:
+                return
+            for number in range(self.workers - 1):
+                thread = threading.Thread(target=self._work, name=f"{self._name}-{number}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    def _work(self) -> None:
+        """A worker's life: the newest open batch's next item, or sleep until a batch comes."""
+        while True:
+            found = self._next()
+            if found is not None:
+                batch, item = found
+                batch.run(item)
+                continue
+            with self._changed:  # batches are added under this lock: no wake-up is missed
+                if not any(batch.open for batch in self._batches):
+                    self._changed.wait()

@@ -1,0 +1,26 @@
+"""What the screens use of the app that shows them, stated here so that no screen imports the app
+(the app imports every screen: importing it back would be a cycle). ``AccApp`` provides all of it;
+mypy checks that where app.py assigns the class to ``Host``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from tui_acc.redump import RedumpSettings
+from tui_acc.redump.runner import RedumpRun
+from tui_acc.session import Comparison
+from tui_acc.tui.screens.redump_dialog import RedumpChoice
+
+
+class Host(Protocol):
+    comparison: Comparison
+    export_dir: Path
+    clock: Callable[[], datetime]  # export names carry a timestamp
+    redump_settings: RedumpSettings
+    redump_run: RedumpRun | None
+    redump_operator: str | None  # the golden operator a re-dump was asked for
+
+    def start_redump(self, choice: RedumpChoice) -> None: ...
