@@ -22,6 +22,7 @@ from tui_acc import open_comparison
 from tui_acc.demo.capture import MsitTorchCapture
 from tui_acc.dumps import open_dump
 from tui_acc.dumps.data_flow_order import order_by_data_flow, producer_edges
+from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.storage_digest import list_storage
 
 _COPY_TIME_NS = 1_700_000_000_000_000_000
@@ -144,7 +145,7 @@ def test_a_pass_through_module_is_not_a_producer(tmp_path: Path) -> None:
     with torch.no_grad(), MsitTorchCapture(model, tmp_path) as capture:
         model(torch.randn(2, 8, generator=torch.Generator().manual_seed(2)))
     index = open_dump(capture.data_dir)
-    edges = producer_edges(index.tree, index.tokens[0])
+    edges = producer_edges(index.tree, index.tokens[0], index.load_policy)
     assert ("root.make", "root.reader") in edges and ("root.make", "root.drop") in edges
     assert ("root.drop", "root.reader") not in edges
 
@@ -167,7 +168,8 @@ def test_two_unrelated_makers_of_the_same_bytes_order_nothing(tmp_path: Path) ->
         model(torch.randn(4, generator=torch.Generator().manual_seed(5)))
     index = open_dump(capture.data_dir)
     assert not any(
-        first in ("root.first", "root.second") for first, _ in producer_edges(index.tree, index.tokens[0])
+        first in ("root.first", "root.second")
+        for first, _ in producer_edges(index.tree, index.tokens[0], index.load_policy)
     )
 
 
@@ -181,23 +183,36 @@ def test_archives_saved_without_crc_are_compared_by_their_data(tmp_path: Path) -
         torch.save(tensor + 1, tmp_path / "input_1.pth")
     finally:
         torch.serialization.set_crc32_options(True)
+    policy = LoadPolicy.inside(tmp_path)
     listings = {
-        name: list_storage(str(tmp_path / name)) for name in ("output.pth", "input_0.pth", "input_1.pth")
+        name: list_storage(str(tmp_path / name), policy)
+        for name in ("output.pth", "input_0.pth", "input_1.pth")
     }
     assert all(listing is not None and listing.records[0][2] == 0 for listing in listings.values())
-    identities = {name: listing.identity() for name, listing in listings.items() if listing is not None}
+    identities = {name: listing.identity(policy) for name, listing in listings.items() if listing is not None}
     assert identities["output.pth"] == identities["input_0.pth"] != identities["input_1.pth"]
 
 
 def test_files_that_are_not_plain_torch_archives_are_skipped(tmp_path: Path) -> None:
+    """Torch's legacy format, a damaged file, a missing one: no listing. A link out of the dump is
+    not followed unless the dump's load policy allows any place (--follow-links)."""
+    dump, elsewhere = tmp_path / "dump", tmp_path / "elsewhere"
+    dump.mkdir()
+    elsewhere.mkdir()
     tensor = torch.ones(4)
-    torch.save(tensor, tmp_path / "legacy.pth", _use_new_zipfile_serialization=False)
-    torch.save(tensor, tmp_path / "real.pth")
-    (tmp_path / "link.pth").symlink_to(tmp_path / "real.pth")
-    (tmp_path / "broken.pth").write_bytes(b"PK\x03\x04 not really")
-    assert list_storage(str(tmp_path / "real.pth")) is not None
-    for name in ("legacy.pth", "link.pth", "broken.pth", "missing.pth"):
-        assert list_storage(str(tmp_path / name)) is None, name
+    torch.save(tensor, dump / "legacy.pth", _use_new_zipfile_serialization=False)
+    torch.save(tensor, dump / "real.pth")
+    torch.save(tensor, elsewhere / "secret.pth")
+    (dump / "inside.pth").symlink_to(dump / "real.pth")
+    (dump / "outside.pth").symlink_to(elsewhere / "secret.pth")
+    (dump / "broken.pth").write_bytes(b"PK\x03\x04 not really")
+    os.mkfifo(dump / "fifo.pth")
+    confined = LoadPolicy.inside(dump)
+    for name in ("real.pth", "inside.pth"):
+        assert list_storage(str(dump / name), confined) is not None, name
+    for name in ("legacy.pth", "outside.pth", "broken.pth", "fifo.pth", "missing.pth"):
+        assert list_storage(str(dump / name), confined) is None, name
+    assert list_storage(str(dump / "outside.pth"), LoadPolicy.anywhere()) is not None
 
 
 @pytest.mark.parametrize("name", ["gpt2-msit", "qwen2moe-msit"])
@@ -213,7 +228,7 @@ def test_data_flow_agrees_with_the_file_times_of_real_dumps(model_case, tmp_path
     untimed = open_dump(copy / "golden")
     assert untimed.order_source.startswith("data flow")
     position = {node.name: i for i, node in enumerate(timed.tree.preorder())}
-    edges = producer_edges(untimed.tree, untimed.tokens[0])
+    edges = producer_edges(untimed.tree, untimed.tokens[0], untimed.load_policy)
     assert len(edges) > 10
     for first, then in edges:
         assert position[first] < position[then], (first, then)
@@ -236,7 +251,7 @@ def test_without_any_producer_the_tree_stays(tmp_path: Path) -> None:
     _stamp_as_a_copy(tmp_path)
     index = open_dump(tmp_path)
     assert index.order_source == "model_tree.json" and not index.order_is_execution
-    assert order_by_data_flow(index.tree, index.tokens[0]) is None
+    assert order_by_data_flow(index.tree, index.tokens[0], index.load_policy) is None
 
 
 def test_an_archive_the_quick_reader_does_not_know_is_read_by_zipfile(tmp_path: Path) -> None:
@@ -248,6 +263,10 @@ def test_an_archive_the_quick_reader_does_not_know_is_read_by_zipfile(tmp_path: 
     shutil.copy(tmp_path / "output.pth", tmp_path / "input_0.pth")
     with zipfile.ZipFile(tmp_path / "input_0.pth", "a") as archive:
         archive.comment = b"rewritten"
-    plain, commented = list_storage(str(tmp_path / "output.pth")), list_storage(str(tmp_path / "input_0.pth"))
+    policy = LoadPolicy.inside(tmp_path)
+    plain, commented = (
+        list_storage(str(tmp_path / "output.pth"), policy),
+        list_storage(str(tmp_path / "input_0.pth"), policy),
+    )
     assert plain is not None and commented is not None
-    assert plain.identity() == commented.identity()
+    assert plain.identity(policy) == commented.identity(policy)

@@ -26,13 +26,14 @@ from collections.abc import Callable, Iterable, Mapping
 from itertools import pairwise
 
 from tui_acc.dumps.model import NodeTree, TensorRef
+from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.storage_digest import StorageListing, list_storage
 
 Edge = tuple[str, str]  # (ran first, ran after)
 
 
 def order_by_data_flow(
-    tree: NodeTree, nodes: Mapping[str, list[TensorRef]], noun: str = "modules"
+    tree: NodeTree, nodes: Mapping[str, list[TensorRef]], policy: LoadPolicy, noun: str = "modules"
 ) -> str | None:
     """Sort ``tree``'s siblings by the data flow between ``nodes``' files (one token's).
 
@@ -46,7 +47,7 @@ def order_by_data_flow(
     pair left to ``model_tree.json`` (``q_proj`` and ``v_proj`` read the same input and feed no
     module directly) may not be, and a module after an unrelated one may have run first.
     """
-    edges = producer_edges(tree, nodes)
+    edges = producer_edges(tree, nodes, policy)
     if not edges:
         return None
     before = _lift(tree, edges)
@@ -74,9 +75,11 @@ def order_by_data_flow(
 def producer_edges(
     tree: NodeTree,
     nodes: Mapping[str, list[TensorRef]],
+    policy: LoadPolicy,
     maker: Callable[[set[str]], str | None] | None = None,
 ) -> set[Edge]:
     """(producer, consumer) pairs: the innermost module that made a value, and each that read it.
+    Files are opened as ``policy`` allows; one it refuses, or that is no torch archive, says nothing.
 
     ``maker`` picks the one that made a value among those holding it as an output (and not as an
     input), or None when it cannot be told; by default the deepest, when they are one module and
@@ -86,7 +89,7 @@ def producer_edges(
     for name, refs in nodes.items():
         for ref in refs:
             if ref.role in ("input", "output") and ref.has_data and not ref.parts:
-                listing = list_storage(ref.location)
+                listing = list_storage(ref.location, policy)
                 if listing is not None:
                     listed.append((name, ref.role, listing))
     sizes: dict[str, set[tuple[int, ...]]] = {"input": set(), "output": set()}
@@ -98,7 +101,7 @@ def producer_edges(
         other = "output" if role == "input" else "input"
         if listing.sizes not in sizes[other]:  # no file of the other role is as large: no match
             continue
-        identity = listing.identity()
+        identity = listing.identity(policy)
         if identity is not None:
             (made_by if role == "output" else read_by).setdefault(identity, set()).add(name)
     edges: set[Edge] = set()

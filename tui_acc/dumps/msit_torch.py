@@ -81,7 +81,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         not ref.has_data for nodes in sample.values() for refs in nodes.values() for ref in refs
     )
     if order_source == "model_tree.json" and not statistics_only:  # the times are lost: the data tells
-        order_source = order_by_data_flow(tree, max(sample.values(), key=len)) or order_source
+        order_source = order_by_data_flow(tree, max(sample.values(), key=len), policy) or order_source
 
     def load(token: int) -> dict[str, list[TensorRef]]:
         if token in sample:

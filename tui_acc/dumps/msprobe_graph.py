@@ -102,7 +102,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
             records, order = _tensor_records(folder / TENSOR_DIR, problems)
             if order != "file times" and records:  # times lost: the first such step's data flow
                 if flow is None:
-                    flow = order_by_data_flow(records) or ({}, 0, 0)
+                    flow = order_by_data_flow(records, policy) or ({}, 0, 0)
                 elif flow[0]:
                     order_like(records, flow[0])
                 if flow[0]:

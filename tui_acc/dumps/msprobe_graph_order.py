@@ -27,6 +27,7 @@ from itertools import pairwise
 
 from tui_acc.dumps.data_flow_order import placed_count, producer_edges, stable_topological
 from tui_acc.dumps.model import Node, NodeTree, TensorRef, logical_name
+from tui_acc.dumps.policy import LoadPolicy
 
 ROOT = "model"
 ROOT_SCOPE = "__root__"  # msprobe's name for the model passed to start() (aclgraph_dumper.py:352-353)
@@ -144,7 +145,7 @@ def logits_record(records: list[Record]) -> str | None:
     return next((r.name for r in ordered if (r.path or "").rsplit(".", 1)[-1] == "lm_head"), None)
 
 
-def order_by_data_flow(records: list[Record]) -> tuple[dict[str, int], int, int] | None:
+def order_by_data_flow(records: list[Record], policy: LoadPolicy) -> tuple[dict[str, int], int, int] | None:
     """Where the file times are lost: the step's calls in an order the data flow between their
     files allows (``data_flow_order``), each record's ``first`` set to its place.
 
@@ -163,6 +164,7 @@ def order_by_data_flow(records: list[Record]) -> tuple[dict[str, int], int, int]
     pairs = producer_edges(
         NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "model", None, 0)}),
         {r.name: r.refs for r in records},
+        policy,
         maker=lambda makers: _innermost_call(makers, by_name),
     )
     if not pairs:

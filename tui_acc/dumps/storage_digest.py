@@ -22,6 +22,9 @@ import stat
 import struct
 import zipfile
 from dataclasses import dataclass
+from pathlib import Path
+
+from tui_acc.dumps.policy import LoadPolicy
 
 _STORAGE_RECORD = re.compile(r"(?:^|/)data/(\d+)$")  # torch/serialization.py _save: f"data/{key}"
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # zipfile's structFileHeader: signature ... name, extra lengths
@@ -44,14 +47,14 @@ class StorageListing:
     def sizes(self) -> tuple[int, ...]:
         return tuple(size for _, size, _ in self.records)
 
-    def identity(self) -> tuple[tuple[int, int | str], ...] | None:
+    def identity(self, policy: LoadPolicy) -> tuple[tuple[int, int | str], ...] | None:
         """Equal for two files exactly when their storages are (up to a CRC-32 collision among
         records of the same size). A record saved without a CRC is hashed: the only case that
         reads tensor data, and the caller asks only for files whose sizes another file shares."""
         if all(crc != _NO_CRC or size == 0 for _, size, crc in self.records):
             return tuple((size, crc) for _, size, crc in self.records)
         try:
-            fd, _ = _open_regular(self.path)
+            fd, _ = _open_regular(self.path, policy)
         except OSError:
             return None
         try:
@@ -65,11 +68,11 @@ class StorageListing:
             os.close(fd)
 
 
-def list_storage(path: str) -> StorageListing | None:
+def list_storage(path: str, policy: LoadPolicy) -> StorageListing | None:
     """The storage records of the torch zip archive at ``path``; None when it is not one (torch's
     legacy format, a damaged or growing file), is not a regular file, or cannot be read."""
     try:
-        fd, size = _open_regular(path)
+        fd, size = _open_regular(path, policy)
     except OSError:
         return None
     try:
@@ -136,10 +139,12 @@ def _directory_at_the_end(fd: int, size: int) -> list[Entry] | None:
     return entries
 
 
-def _open_regular(path: str) -> tuple[int, int]:
-    """A descriptor of ``path``, and its size, if it is a regular file itself: a link is not
-    followed out of the dump and a FIFO named like a tensor cannot block the reader."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+def _open_regular(path: str, policy: LoadPolicy) -> tuple[int, int]:
+    """A descriptor of ``path``, and its size, if ``policy`` lets it be read (a link out of the
+    dump is not followed unless ``--follow-links``) and it is a regular file (a FIFO named like a
+    tensor cannot block the reader)."""
+    policy.check(Path(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
