@@ -436,8 +436,9 @@ async def test_the_rows_on_screen_are_computed_first_and_leaving_cancels_the_res
 
 
 async def test_a_fallback_order_is_said_where_first_failing_is_shown(demo_pair, tmp_path: Path) -> None:
-    """A copy without file times leaves msit's model_tree.json order, which is not execution order:
-    "first failing" is then first in that order, and the header says so."""
+    """A copy without file times leaves msit's model_tree.json order where data flow cannot tell
+    (the demo's attention and post-attention norm: no module's output is the other's input), which
+    is not execution order: "first failing" is then first in that order, and the header says so."""
     import os
     import shutil
 
@@ -454,8 +455,8 @@ async def test_a_fallback_order_is_said_where_first_failing_is_shown(demo_pair, 
         await settle(pilot)
         await pilot.press("enter")
         await settle(pilot)
-        assert "⚠ order: model_tree.json, not execution" in _text(app, "#summary")
-        assert app.screen.natural_order == "dump order (model_tree.json)"
+        assert "⚠ order: data flow and model_tree.json, not execution" in _text(app, "#summary")
+        assert app.screen.natural_order == "dump order (data flow and model_tree.json)"
     plain = AccApp(open_comparison(demo_pair.golden, demo_pair.test, cache=False), export_dir=tmp_path)
     async with plain.run_test(size=(160, 30)) as pilot:
         await settle(pilot)

@@ -260,3 +260,36 @@ def test_detection_by_names(graph_case, model_case) -> None:
     assert not any("graph mode" in note for note in eager.notes)
     assert len(eager.tokens) == 4  # every forward pass of its single step, as before
     assert "graph-mode" in EXPECTED and "pid" in EXPECTED
+
+
+@pytest.mark.parametrize(
+    ("name", "logits"),
+    [(L1_TENSOR, {"logits_node": "Aten.mm.14.forward"}), (MIX_TENSOR, {})],
+)
+def test_without_file_times_the_data_flow_orders_the_calls(
+    graph_case, tmp_path, name: str, logits: dict[str, str]
+) -> None:
+    """A copy that lost the times: what the files show made another call's input, and each API's
+    counter, order the calls; the rest is estimated from the counters. The order is far closer to
+    the one the times gave than name order, and the faulty call is found (with lm_head's module
+    dumped, mix, without naming the logits; L1's last calls read nothing the others wrote)."""
+    timed = open_dump(graph_case(name) / "golden")
+    folder = _copy(graph_case, name, tmp_path)
+    for path in folder.rglob("*.pt"):
+        os.utime(path, ns=(0, 1_700_000_000 * 10**9))
+    untimed = open_dump(folder / "golden")
+    assert untimed.order_source.startswith("data flow and file names (") and not untimed.order_is_execution
+    for token in timed.tokens:
+        ran = [timed.stable_name(n) for n in timed.tokens[token]]
+        guessed = [untimed.stable_name(n) for n in untimed.tokens[token]]
+        by_name = sorted(ran, key=lambda s: (not s.startswith("Module."), s.split("#")[0], s))
+        assert sorted(ran) == sorted(guessed)
+        assert _discordant(ran, guessed) * 3 < _discordant(ran, by_name), token
+    _assert_fault_found(folder / "golden", folder / "test", _case(folder), **logits)
+
+
+def _discordant(truth: list[str], order: list[str]) -> int:
+    """Pairs of ``truth`` that ``order`` puts the other way round (Kendall's distance)."""
+    place = {name: i for i, name in enumerate(order)}
+    ranks = [place[name] for name in truth]
+    return sum(1 for i, a in enumerate(ranks) for b in ranks[i + 1 :] if a > b)

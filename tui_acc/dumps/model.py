@@ -167,8 +167,9 @@ class DumpIndex:
     @property
     def order_is_execution(self) -> bool:
         """Whether its nodes are in the order they ran, not in a fallback order: msit's
-        model_tree.json (declaration order, where file times were lost) or graph mode's file names."""
-        return not (self.order_source == "model_tree.json" or self.order_source.startswith("file names"))
+        model_tree.json (declaration order, where file times were lost), graph mode's file names, or
+        data flow that left some in either ("data flow and model_tree.json", "data flow and file names")."""
+        return not self.order_source.split(" (")[0].endswith(("model_tree.json", "file names"))
 
     @property
     def load_policy(self) -> LoadPolicy:

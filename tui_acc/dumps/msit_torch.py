@@ -5,7 +5,8 @@ Layout (formats.md §1)::
     {dump_path}/msit_dump_{ts}/torch_tensors/{device}_{pid}/model_tree.json
     {dump_path}/msit_dump_{ts}/torch_tensors/{device}_{pid}/{TID}/{module}/input_{i}.pth | output*.pth
 
-Only names, directory listings and file times are read here.
+Only names, directory listings and file times are read here; where the times are lost, one token's
+zip directories too (``data_flow_order``: which module's output another's input is).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import re
 from pathlib import Path
 
+from tui_acc.dumps.data_flow_order import order_by_data_flow
 from tui_acc.dumps.fs import subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
@@ -78,6 +80,8 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     statistics_only = all(
         not ref.has_data for nodes in sample.values() for refs in nodes.values() for ref in refs
     )
+    if order_source == "model_tree.json" and not statistics_only:  # the times are lost: the data tells
+        order_source = order_by_data_flow(tree, max(sample.values(), key=len), policy) or order_source
 
     def load(token: int) -> dict[str, list[TensorRef]]:
         if token in sample:
@@ -275,8 +279,10 @@ def _order_by_file_times(tree: NodeTree, tokens: dict[int, dict[str, list[Tensor
     msit writes ``model_tree.json`` in ``named_children()`` order, which is not execution order
     (``rotary_emb`` is listed after ``norm``). msit writes a module's files when the module
     returns, so on an untouched dump the file times give completion order. A copied dump has
-    copy-time stamps instead; we only use the times when they pass two checks that copies fail:
-    every module finishes no earlier than its children, and the model's last module finishes last.
+    copy-time stamps instead; we only use the times when they pass three checks that copies fail:
+    every module finishes no earlier than its children, the model's last module finishes last, and
+    no two siblings finish at the same time (a copy that set one time, a filesystem with coarse
+    times: then the times do not tell which ran first).
     """
     token_nodes = max(tokens.values(), key=len)
     finished: dict[str, int] = {}
@@ -293,6 +299,10 @@ def _order_by_file_times(tree: NodeTree, tokens: dict[int, dict[str, list[Tensor
     others = [t for name, t in finished.items() if name != last and not tree.is_ancestor(name, last)]
     if last not in finished or (others and finished[last] < max(others)):
         return "model_tree.json"
+    for node in tree.nodes.values():
+        times = [finished[c] for c in node.children if c in finished]
+        if len(set(times)) < len(times):
+            return "model_tree.json"
     for node in tree.nodes.values():
         index = {name: i for i, name in enumerate(node.children)}
         node.children.sort(key=lambda c: (finished.get(c, _NEVER), index[c]))

@@ -38,7 +38,16 @@ from tui_acc.dumps.model import (
     rank_sort_key,
 )
 from tui_acc.dumps.msprobe import RANK_FOLDER, STEP_FOLDER
-from tui_acc.dumps.msprobe_graph_order import ROOT, Record, logits_record, natural_key, place, stable_names
+from tui_acc.dumps.msprobe_graph_order import (
+    ROOT,
+    Record,
+    logits_record,
+    natural_key,
+    order_by_data_flow,
+    order_like,
+    place,
+    stable_names,
+)
 from tui_acc.dumps.msprobe_passes import output_last_dims
 from tui_acc.dumps.msprobe_refs import RefBuilder
 from tui_acc.dumps.policy import LoadPolicy
@@ -78,6 +87,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     logits: str | None = None
     statistics = False
     orders: set[str] = set()
+    flow: tuple[dict[str, int], int, int] | None = None  # stable name -> place, calls placed, calls
     float_dtypes: set[str] = set()
     for number, step in steps:
         folder = step / chosen.name
@@ -90,6 +100,13 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
             orders.add("dump.json order (when each call started)")
         else:
             records, order = _tensor_records(folder / TENSOR_DIR, problems)
+            if order != "file times" and records:  # times lost: the first such step's data flow
+                if flow is None:
+                    flow = order_by_data_flow(records, policy) or ({}, 0, 0)
+                elif flow[0]:
+                    order_like(records, flow[0])
+                if flow[0]:
+                    order = _data_flow_source(*flow[1:])
             orders.add(order)
         if not records:
             if not any(p.path == str(folder / "dump.json") for p in problems):  # named once
@@ -291,6 +308,16 @@ def _tensor_records(folder: Path, problems: list[Problem]) -> tuple[list[Record]
         "name order, not in the order they ran, and the logits may need --logits-node"
     )
     return records, "file times" if timed else untimed
+
+
+def _data_flow_source(placed: int, calls: int) -> str:
+    """Graph mode's order where the times are lost and the data flow told something."""
+    if placed == calls:
+        return f"data flow ({placed} of {calls} calls placed by it and the API counters)"
+    return (
+        f"data flow and file names ({placed} of {calls} calls placed by data flow and the API counters, "
+        "the rest estimated from their counters: copy dumps with cp -a or rsync -a to keep the file times)"
+    )
 
 
 def _call_of(name: str) -> str:

@@ -9,7 +9,7 @@ about order differs by task:
 * **tensor**: file names hold no order across APIs (one counter per API); the files' times do,
   since msprobe writes them one by one as the replay reaches them (``aclgraph_dump.cpp:595-610``).
   Times are used when they agree with every API's own counter; otherwise (a copy that lost them)
-  the records are ordered by name.
+  by data flow (``order_by_data_flow``) where the files show it, by name where nothing does.
 
 Modules nest by their dotted paths (``Module.model.layers.0.mlp.LlamaMLP`` holds
 ``Module.model.layers.0.mlp.down_proj.Linear``). API calls run only inside the root module's
@@ -23,8 +23,11 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import pairwise
 
+from tui_acc.dumps.data_flow_order import placed_count, producer_edges, stable_topological
 from tui_acc.dumps.model import Node, NodeTree, TensorRef, logical_name
+from tui_acc.dumps.policy import LoadPolicy
 
 ROOT = "model"
 ROOT_SCOPE = "__root__"  # msprobe's name for the model passed to start() (aclgraph_dumper.py:352-353)
@@ -140,3 +143,75 @@ def logits_record(records: list[Record]) -> str | None:
             if record.path != ROOT_SCOPE and vocab in record.out_dims:
                 return record.name
     return next((r.name for r in ordered if (r.path or "").rsplit(".", 1)[-1] == "lm_head"), None)
+
+
+def order_by_data_flow(records: list[Record], policy: LoadPolicy) -> tuple[dict[str, int], int, int] | None:
+    """Where the file times are lost: the step's calls in an order the data flow between their
+    files allows (``data_flow_order``), each record's ``first`` set to its place.
+
+    Besides the data flow, an API's own calls ran in counter order (msprobe numbers them as they
+    run). Where neither tells, an API's k-th call of n is put about k/n of the way through the step
+    (a transformer calls each API a few times per layer, so this interleaves the APIs layer by
+    layer, which name order cannot), and a module right after the call that made its input. A
+    value a module returns was made by the API call inside it that returned it; without times which
+    call is inside which module is unknown, so a value held by several calls' outputs orders nothing.
+
+    Returns each call's stable name's place (to order the other steps alike without opening their
+    files), how many calls the data flow and the counters place, and how many there are; None when
+    no file shows what made another's input (the name order stays).
+    """
+    by_name = {r.name: r for r in records}
+    pairs = producer_edges(
+        NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "model", None, 0)}),
+        {r.name: r.refs for r in records},
+        policy,
+        maker=lambda makers: _innermost_call(makers, by_name),
+    )
+    if not pairs:
+        return None
+    guess: dict[str, float] = {}
+    calls: dict[str, list[Record]] = {}
+    for record in sorted(records, key=lambda r: int(_call_number(r.name))):
+        calls.setdefault(record.scope, []).append(record)
+    for same_scope in calls.values():
+        pairs.update(pairwise(r.name for r in same_scope))
+        for ordinal, record in enumerate(same_scope):
+            guess[record.name] = (ordinal + 0.5) / len(same_scope)
+    modules = sorted((r for r in records if r.path is not None), key=lambda r: natural_key(r.name))
+    for place_, module in enumerate(modules):
+        guess[module.name] = (place_ + 0.5) / len(modules)
+    for first, then in pairs:
+        if by_name[then].path is not None and by_name[first].scope != by_name[then].scope:
+            guess[then] = guess[first] + 1e-9
+    order = stable_topological(sorted(by_name, key=lambda name: (guess[name], name)), pairs)
+    for position, name in enumerate(order):
+        by_name[name].first = float(position)
+    stable = stable_names(records)
+    return {stable[name]: i for i, name in enumerate(order)}, placed_count(order, order, pairs), len(order)
+
+
+def order_like(records: list[Record], learned: dict[str, int]) -> None:
+    """Another step's calls in the order ``order_by_data_flow`` found for the first step: by their
+    stable names (the same operator's at every step); calls it did not see after them, by name."""
+    stable = stable_names(records)
+    ranked = sorted(records, key=lambda r: (learned.get(stable[r.name], len(learned)), r.first))
+    for position, record in enumerate(ranked):
+        record.first = float(position)
+
+
+def _innermost_call(makers: set[str], records: dict[str, Record]) -> str | None:
+    """The one API call among ``makers`` (a module returning a value returns an inner call's); a
+    module when no call holds it, the deepest of modules nested by their paths; else None."""
+    api_calls = [name for name in makers if records[name].path is None]
+    if api_calls:
+        return api_calls[0] if len(api_calls) == 1 else None
+    nested = sorted(makers, key=lambda name: len(records[name].path or ""))
+    for outer, inner in pairwise(nested):
+        if not (records[inner].path or "").startswith(f"{records[outer].path}."):
+            return None
+    return nested[-1] if nested else None
+
+
+def _call_number(name: str) -> str:
+    parts = name.split(".")
+    return parts[-1] if parts[-1].isdigit() else parts[-2]

@@ -101,7 +101,13 @@ def pair_dumps(
                 token, torch_side, atb_side, torch_is_golden, torch_logits, mapping, unmatched, skipped_inputs
             )
     notes = []
-    untrusted_order = golden.format not in _GRAPH_FORMATS and golden.order_source == "model_tree.json"
+    # ATB folder ids are the whole execution order: better than msit's model_tree.json order, alone or
+    # filling what data flow left open ("data flow and model_tree.json")
+    untrusted_order = (
+        golden.format not in _GRAPH_FORMATS
+        and not golden.order_is_execution
+        and "model_tree.json" in golden.order_source
+    )
     if structural and untrusted_order and _borrow_execution_order(golden, test, nodes):
         notes.append(
             "golden execution order taken from the ATB folder ids (msit's model_tree.json order is not it)"

@@ -200,7 +200,8 @@ class OperatorScreen(ViewScreen):
     def natural_order(self) -> str:
         """What the unsorted view is ordered by: execution order, or the dump's fallback order."""
         golden = self.acc.comparison.golden
-        return self.NATURAL_ORDER if golden.order_is_execution else f"dump order ({golden.order_source})"
+        source = golden.order_source.split(" (")[0]
+        return self.NATURAL_ORDER if golden.order_is_execution else f"dump order ({source})"
 
     def sort_value(self, key: str, column: str) -> object:
         node, row = self._pairs[key], self._rows.get(key) or {}
