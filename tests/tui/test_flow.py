@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 from textual.widgets import DataTable, Static
@@ -115,6 +116,10 @@ async def test_layer_tree_scopes_the_table_and_the_export(demo_app: AccApp) -> N
         keys = [str(k.value) for k in demo_app.screen.query_one("#ops", DataTable).rows]
         assert keys[0] == "root.model.layers.1" and len(keys) == 13
         assert all(k.startswith("root.model.layers.1") for k in keys)
+        # the layer as a whole: the outputs of its 10 leaf operators as one tensor (its own is the last)
+        assert re.search(r"in \S*layers\.1 cos 0\.\d{6} \(a: all\)", _text(demo_app, "#summary"))
+        assert demo_app.screen.cursor_key() == "root.model.layers.1"
+        assert "all 10 outputs inside: cosine" in _render(demo_app, "#detail")
         await pilot.press("e", "enter")
         path = Path(_text(demo_app, "#status").removeprefix("exported 13 rows to "))
         assert "-ops-root.model.layers.1-" in path.name and len(_read_csv(path)) == 13

@@ -134,6 +134,52 @@ def test_two_processes_on_the_same_dumps_keep_each_others_rows(tmp_path: Path) -
     assert third.get("a")["cosine"] == 0.5 and third.get("b")["cosine"] == 0.25
 
 
+_WRITER = """
+import sys
+from pathlib import Path
+from tui_acc.metrics.cache import RowCache
+
+root, name = Path(sys.argv[1]), sys.argv[2]
+cache = RowCache(root / "g", root / "t", root)
+assert cache.get("warm") is None  # each has read the database before either writes
+print("ready", flush=True)
+sys.stdin.readline()  # both write at once
+for i in range(300):
+    cache.put(f"{name}{i}", {"cosine": i / 300})
+cache.flush()
+print(cache.problem or "done", flush=True)
+"""
+
+
+def test_two_processes_writing_at_once_keep_every_row(tmp_path: Path) -> None:
+    """Two tui-acc processes flush into one cache at the same moment (released together through
+    their stdin, no sleeping): every row of both is there afterwards."""
+    import subprocess
+    import sys
+
+    from tui_acc.metrics.cache import RowCache
+
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(tmp_path), name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
+    for writer in writers:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+    for writer in writers:
+        assert writer.stdin is not None
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+    outcomes = [writer.communicate(timeout=120)[0].strip() for writer in writers]
+    assert outcomes == ["done", "done"]
+    merged = RowCache(tmp_path / "g", tmp_path / "t", tmp_path)
+    assert all(merged.get(f"{name}{i}") is not None for name in "ab" for i in range(300))
+
+
 def test_rows_of_dumps_not_looked_at_for_a_month_are_pruned(tmp_path: Path) -> None:
     import sqlite3
     import time
