@@ -107,3 +107,21 @@ def test_an_exception_in_a_worker_thread_reaches_the_caller() -> None:
         scheduler.batch(["bad"], compute, lambda: False, _node),
     ):
         assert raised.wait(WAIT)  # the worker thread took it; this thread never helped
+
+
+def test_closing_ends_the_workers_once_their_batches_are_done() -> None:
+    scheduler = Scheduler(workers=3, name="tui-acc-test-close")
+    with scheduler.batch(["a", "b"], lambda _: None, lambda: False, _node):
+        while scheduler.help():
+            pass
+    threads = scheduler.threads()
+    assert len(threads) == 2 and all(t.is_alive() for t in threads)
+    scheduler.close()
+    for thread in threads:
+        thread.join(WAIT)
+    assert not any(t.is_alive() for t in threads)
+    done: list[str] = []
+    with scheduler.batch(["c", "d"], done.append, lambda: False, _node):
+        while scheduler.help():  # no worker left: the caller computes alone
+            pass
+    assert done == ["c", "d"]

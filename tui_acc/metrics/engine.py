@@ -92,6 +92,11 @@ class MetricsEngine:
     def workers(self) -> int:
         return self.scheduler.workers
 
+    def close(self) -> None:
+        """Let the worker threads end (they would otherwise wait for work for as long as the process
+        lives): the comparison is being replaced. Rows already known stay readable."""
+        self.scheduler.close()
+
     # --- tensors ------------------------------------------------------------------------------
 
     def tensor_row(self, pair: TensorPair) -> TensorRow:

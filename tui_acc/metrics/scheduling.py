@@ -102,6 +102,7 @@ class Scheduler:
         self._batches: list[Batch[Any]] = []  # oldest first; the newest open one is served first
         self._changed = threading.Condition()
         self._threads: list[threading.Thread] = []
+        self._closing = False
 
     @contextmanager
     def batch(
@@ -127,6 +128,16 @@ class Scheduler:
             with self._changed:
                 self._batches.remove(batch)
         batch.finish()
+
+    def close(self) -> None:
+        """The workers end once no batch is left (the engine is being replaced: a re-dump opened);
+        a batch opened later is computed by its caller alone."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+
+    def threads(self) -> list[threading.Thread]:
+        return list(self._threads)
 
     def help(self) -> bool:
         """Compute one item of the newest open batch on the calling thread; False when none is left.
@@ -169,4 +180,6 @@ class Scheduler:
                 continue
             with self._changed:  # batches are added under this lock: no wake-up is missed
                 if not any(batch.open for batch in self._batches):
+                    if self._closing:
+                        return
                     self._changed.wait()

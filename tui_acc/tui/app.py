@@ -270,6 +270,7 @@ class AccApp(App[None]):
         side, token = run.plan.selection.side, run.plan.selection.token
         operator = self.redump_operator
         self.save_rows(self.comparison)  # the rows of the comparison being replaced are kept
+        self.comparison.engine.close()
         self.comparison = comparison
         self.sub_title = f"{comparison.golden.root}  vs  {comparison.test.root}"
         while len(self.screen_stack) > 1:
