@@ -258,7 +258,7 @@ def _options_with_values(parser: argparse.ArgumentParser) -> dict[str, int]:
 
 def _run_compare(args: argparse.Namespace) -> int:
     from tui_acc.dumps import DumpError
-    from tui_acc.session import open_comparison
+    from tui_acc.session import check_comparable, open_comparison
 
     try:
         thresholds = _thresholds(args)
@@ -282,6 +282,7 @@ def _run_compare(args: argparse.Namespace) -> int:
     )
     try:
         cmp = opener(args.golden, args.test)
+        check_comparable(cmp)  # the same dump twice, or nothing pairs: said, not shown as a result
     except DumpError as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return 2
