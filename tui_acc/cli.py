@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--token", type=int, help="analyse this token's operators (default: the first failing token)"
     )
+    report.add_argument(
+        "--all-tokens",
+        action="store_true",
+        help="compare every token's operators, not only --token's (a CI gate: exit 1 on any failing "
+        "operator or damaged file, even where the logits pass)",
+    )
     report.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     report.add_argument(
         "--csv", type=Path, metavar="FILE", help="also write the analysed token's operator table"
@@ -341,7 +347,7 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
     from tui_acc.export import ExportError, write_csv
 
     try:
-        result = rpt.build_report(cmp, args.token)  # type: ignore[arg-type]
+        result = rpt.build_report(cmp, args.token, all_tokens=args.all_tokens)  # type: ignore[arg-type]
     except rpt.UnknownToken as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return rpt.EXIT_USAGE
