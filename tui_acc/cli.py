@@ -299,7 +299,8 @@ def _run_compare(args: argparse.Namespace) -> int:
     from tui_acc.redump.runner import EXIT_GRACE
     from tui_acc.tui.app import AccApp
 
-    app = AccApp(cmp, redump=settings, opener=opener)
+    # a command typed for `r` is remembered in --config when given: read last, it would override ./'s
+    app = AccApp(cmp, redump=settings, opener=opener, config_file=args.config)
     try:
         app.run()
     finally:  # however the app ended: a re-dump the user did not choose to leave running stops

@@ -49,6 +49,7 @@ def test_the_printed_command_of_the_torch_demo_gets_a_redump_plan(
     demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     app = _printed_app(["--out", str(demo_pair.out)], tmp_path, monkeypatch, capsys)
+    assert app.config_file == demo_pair.out / "tui-acc.toml"  # a command typed for r is kept there
     plan = _test_plan(app, tmp_path)
     assert plan.dumper == "torch"
     assert plan.argv[:3] == (sys.executable, "-m", "tui_acc.demo.infer")
