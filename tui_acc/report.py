@@ -209,7 +209,8 @@ def format_text(report: dict[str, Any]) -> str:
                 )
         else:
             lines.append(f"first failing op at token {report['analysed_token']}: none found")
-    lines.append(_compared_line(report))
+    if not report.get("tensor"):  # two tensor files: there are no operators to speak of
+        lines.append(_compared_line(report))
     if report.get("tensor"):
         lines.append("")
         lines += [
@@ -238,7 +239,7 @@ def _compared_line(report: dict[str, Any]) -> str:
     compared: list[int] = report["operators_compared_at"]
     every = [t["token"] for t in report["tokens"]]
     if not compared:
-        return "operators compared at: no token (every token's logits pass; --all-tokens compares them all)"
+        return "operators compared at: no token (no token's logits fail; --all-tokens compares them all)"
     where = (
         f"every token ({_span(compared)})"
         if compared == every and len(every) > 1
@@ -248,7 +249,9 @@ def _compared_line(report: dict[str, Any]) -> str:
     failing_tokens = sorted({f["token"] for f in report["failing"]})
     if len(compared) > 1:
         line += f"; failing ops: {report['failing_ops']}" + (
-            f" at tokens {_span(failing_tokens)}" if failing_tokens else ""
+            f" at token{'s' if len(failing_tokens) > 1 else ''} {_span(failing_tokens)}"
+            if failing_tokens
+            else ""
         )
     return line
 
