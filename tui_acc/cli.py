@@ -32,7 +32,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tui-acc {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="{open,report,demo}")
 
-    open_cmd = commands.add_parser("open", help="browse GOLDEN against TEST interactively (the default)")
+    # The default command: `tui-acc --help` shows its options, and its errors name no command
+    open_cmd = commands.add_parser(
+        "open",
+        prog="tui-acc",
+        usage="tui-acc [OPTIONS] GOLDEN TEST\n       tui-acc {open,report,demo} [OPTIONS] ...",
+        help="browse GOLDEN against TEST interactively (the default)",
+        description="Find where an LLM port loses accuracy: open a golden tensor dump against a test "
+        "dump in the interactive view. Options go before or after the dumps.",
+        epilog="Commands: `tui-acc report GOLDEN TEST` prints the comparison without a UI (for CI); "
+        "`tui-acc demo` builds a pair with a known fault. `tui-acc COMMAND --help` lists each one's "
+        "options. A dump folder named like a command is given as ./report.",
+    )
+    open_cmd.add_argument("--version", action="version", version=f"tui-acc {__version__}")
     _add_dump_args(open_cmd)
 
     report = commands.add_parser(
@@ -41,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dump_args(report)
     report.add_argument(
         "--token", type=int, help="analyse this token's operators (default: the first failing token)"
+    )
+    report.add_argument(
+        "--all-tokens",
+        action="store_true",
+        help="compare every token's operators, not only --token's (a CI gate: exit 1 on any failing "
+        "operator or damaged file, even where the logits pass)",
     )
     report.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     report.add_argument(
@@ -89,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_dump_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("golden", type=Path, help="golden dump (reference run)")
-    parser.add_argument("test", type=Path, help="test dump (the run under suspicion)")
+    parser.add_argument("golden", type=Path, metavar="GOLDEN", help="golden dump (reference run)")
+    parser.add_argument("test", type=Path, metavar="TEST", help="test dump (the run under suspicion)")
     parser.add_argument(
         "--logits-node", help="module whose output holds the logits (default: the model's last)"
     )
@@ -193,21 +211,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         exit_on_signals()
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list and args_list[0] not in _COMMANDS and not args_list[0].startswith("-"):
-        args_list.insert(0, "open")
     parser = build_parser()
-    args = parser.parse_args(args_list)
-    if args.command is None:
-        parser.print_help()
+    if not args_list:
+        _command_parser(parser, "open").print_help()
         return 2
+    args = parser.parse_args(command_first(parser, args_list))
     if args.command == "demo":
         return _run_demo(args)
     return _run_compare(args)
 
 
+def command_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with its command moved to the front (``open`` when none is named), so that options
+    go anywhere: before the command, the dumps or after them.
+
+    The command is the first argument that is neither an option nor an option's value; argparse
+    alone takes the first positional for the command (``--rank 0 G T`` would say ``invalid choice: '0'``).
+    """
+    valued = _options_with_values(parser)
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "--":
+            break
+        if arg.startswith("-") and arg != "-":
+            index += 1 + (valued.get(arg, 0) if "=" not in arg else 0)
+            continue
+        if arg in _COMMANDS:
+            return [arg, *argv[:index], *argv[index + 1 :]]
+        break
+    return ["open", *argv]
+
+
+def _command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command: argparse.ArgumentParser = subparsers.choices[name]
+    return command
+
+
+def _options_with_values(parser: argparse.ArgumentParser) -> dict[str, int]:
+    """Every command's option strings that take a value: how many arguments each takes."""
+    counts: dict[str, int] = {}
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for command in (p for a in subparsers for p in a.choices.values()):
+        for action in command._actions:
+            # optional values (nargs="?": -lm [FILE]) are taken only when they look like one
+            taken = action.nargs if isinstance(action.nargs, int) else 1 if action.nargs is None else 0
+            for option in action.option_strings:
+                counts[option] = taken
+    return counts
+
+
 def _run_compare(args: argparse.Namespace) -> int:
     from tui_acc.dumps import DumpError
-    from tui_acc.session import open_comparison
+    from tui_acc.session import check_comparable, open_comparison
 
     try:
         thresholds = _thresholds(args)
@@ -231,6 +288,7 @@ def _run_compare(args: argparse.Namespace) -> int:
     )
     try:
         cmp = opener(args.golden, args.test)
+        check_comparable(cmp)  # the same dump twice, or nothing pairs: said, not shown as a result
     except DumpError as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return 2
@@ -241,7 +299,8 @@ def _run_compare(args: argparse.Namespace) -> int:
     from tui_acc.redump.runner import EXIT_GRACE
     from tui_acc.tui.app import AccApp
 
-    app = AccApp(cmp, redump=settings, opener=opener)
+    # a command typed for `r` is remembered in --config when given: read last, it would override ./'s
+    app = AccApp(cmp, redump=settings, opener=opener, config_file=args.config)
     try:
         app.run()
     finally:  # however the app ended: a re-dump the user did not choose to leave running stops
@@ -289,7 +348,7 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
     from tui_acc.export import ExportError, write_csv
 
     try:
-        result = rpt.build_report(cmp, args.token)  # type: ignore[arg-type]
+        result = rpt.build_report(cmp, args.token, all_tokens=args.all_tokens)  # type: ignore[arg-type]
     except rpt.UnknownToken as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return rpt.EXIT_USAGE

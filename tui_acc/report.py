@@ -31,17 +31,28 @@ class UnknownToken(ValueError):
     """``--token`` names a token that is not in both dumps."""
 
 
-def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
-    """Compute what the report needs: every token's logits, then one token's operators."""
+def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = False) -> dict[str, Any]:
+    """Compute what the report needs: every token's logits, then one token's operators (with
+    ``all_tokens``, every token's: a failing operator or a damaged file where the logits pass counts)."""
     engine = cmp.engine
     if token is not None and token not in cmp.pairing.tokens:
         raise UnknownToken(f"token {token} is not in both dumps (paired tokens: {_span(cmp.pairing.tokens)})")
     tokens = engine.tokens_frame()
     failing = next(iter(tokens.filter(pl.col("passed").not_())["token"].to_list()), None)
     analysed = token if token is not None else failing
+    compared = list(cmp.pairing.tokens) if all_tokens else [analysed] if analysed is not None else []
+    failing_ops = pl.DataFrame(schema=NODE_SCHEMA)
+    for at in compared:  # one token's rows at a time: only the failing ones are kept
+        frame = engine.nodes_frame(at)
+        failed = frame.filter(pl.col("outputs_passed").not_())
+        failing_ops = pl.concat([failing_ops, failed])
+        # every token's logits pass: the report shows the first token where an error starts
+        if analysed is None and failed.height and _suspect(cmp, frame) is not None:
+            analysed = at
+    if analysed is None and failing_ops.height:  # only unreadable files: the first token with one
+        analysed = failing_ops["token"][0]
     nodes = engine.nodes_frame(analysed) if analysed is not None else pl.DataFrame(schema=NODE_SCHEMA)
-    suspect = first_suspect(cmp.golden.tree, {row["golden_node"]: row for row in nodes.to_dicts()})
-    failing_ops = nodes.filter(pl.col("outputs_passed").not_())
+    suspect = _suspect(cmp, nodes)
     engine.flush()
     cache_notes = [engine.cache.problem] if engine.cache is not None and engine.cache.problem else []
     errors = [p.as_dict() for p in cmp.golden.problems + cmp.test.problems]
@@ -75,11 +86,14 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
         "first_failing_token": failing,
         "analysed_token": analysed,
         "first_failing_op": _op(suspect),
+        # the tokens whose operators were compared (the others' logits only): the analysed token,
+        # or every token with --all-tokens
+        "operators_compared_at": compared,
         "failing_ops": failing_ops.height,
-        # every failing operator of the analysed token: "local" where the error starts (its inputs
+        # every failing operator of those tokens: "local" where the error starts (its inputs
         # pass), "inherited" where its inputs were already bad
         "failing": failing_ops.select(
-            golden="golden_node", test="test_node", label="label", cosine="cosine"
+            "token", golden="golden_node", test="test_node", label="label", cosine="cosine"
         ).to_dicts(),
         # each module of the analysed token as a whole: every output inside it as one flat tensor
         "modules": nodes.filter(pl.col("tensors_within") > 0)
@@ -100,6 +114,10 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
         "_tokens": tokens,
         "_nodes": nodes,
     }
+
+
+def _suspect(cmp: Comparison, nodes: pl.DataFrame) -> Row | None:
+    return first_suspect(cmp.golden.tree, {row["golden_node"]: row for row in nodes.to_dicts()})
 
 
 def public(report: dict[str, Any]) -> dict[str, Any]:
@@ -180,8 +198,9 @@ def format_text(report: dict[str, Any]) -> str:
                 f"first failing op at token {op['token']}: {op['golden']} ({op['golden_type']}){partner}"
                 f"  cosine {_num(op['cosine'])}  max abs {_num(op['max_abs_err'])}  {op['label']}, {inputs}"
             )
-            inherited = sum(1 for f in report["failing"] if f["label"] == "inherited")
-            lines.append(f"  failing ops at that token: {len(report['failing'])} ({inherited} inherited)")
+            at_token = [f for f in report["failing"] if f["token"] == op["token"]]
+            inherited = sum(1 for f in at_token if f["label"] == "inherited")
+            lines.append(f"  failing ops at that token: {len(at_token)} ({inherited} inherited)")
             if report["modules"]:
                 whole = min(report["modules"], key=lambda m: m["depth"])  # the outermost: the whole token
                 lines.append(
@@ -190,6 +209,8 @@ def format_text(report: dict[str, Any]) -> str:
                 )
         else:
             lines.append(f"first failing op at token {report['analysed_token']}: none found")
+    if not report.get("tensor"):  # two tensor files: there are no operators to speak of
+        lines.append(_compared_line(report))
     if report.get("tensor"):
         lines.append("")
         lines += [
@@ -211,6 +232,28 @@ def format_text(report: dict[str, Any]) -> str:
         lines.append(f"error: {e['file']}: {e['message']}")
     lines += [f"note: {n}" for n in report["notes"]]
     return "\n".join(lines)
+
+
+def _compared_line(report: dict[str, Any]) -> str:
+    """Which tokens' operators were compared: a passing report says how far it looked."""
+    compared: list[int] = report["operators_compared_at"]
+    every = [t["token"] for t in report["tokens"]]
+    if not compared:
+        return "operators compared at: no token (no token's logits fail; --all-tokens compares them all)"
+    where = (
+        f"every token ({_span(compared)})"
+        if compared == every and len(every) > 1
+        else f"token {_span(compared)}"
+    )
+    line = f"operators compared at: {where}"
+    failing_tokens = sorted({f["token"] for f in report["failing"]})
+    if len(compared) > 1:
+        line += f"; failing ops: {report['failing_ops']}" + (
+            f" at token{'s' if len(failing_tokens) > 1 else ''} {_span(failing_tokens)}"
+            if failing_tokens
+            else ""
+        )
+    return line
 
 
 def _unmatched_summary(report: dict[str, Any]) -> str:
@@ -275,6 +318,8 @@ def _single_pair(cmp: Comparison) -> dict[str, Any] | None:
 def _span(tokens: list[int]) -> str:
     if not tokens:
         return "none"
+    if len(tokens) == 1:
+        return str(tokens[0])
     return f"{tokens[0]}..{tokens[-1]}" if tokens == list(range(tokens[0], tokens[-1] + 1)) else str(tokens)
 
 

@@ -101,3 +101,48 @@ def _gathered(path: str | Path, token_offset: int | None, follow_links: bool) ->
         for r in range(1, len(first.ranks))
     ]
     return gather([first, *others])
+
+
+def check_comparable(cmp: Comparison) -> None:
+    """Refuse a pair that cannot mean anything, before a front end shows it.
+
+    ``open_comparison`` itself accepts any pair (a library user may compare a dump with itself on
+    purpose); the command line calls this so that "every token passes" or an empty table never
+    stands for "you gave the same dump twice" or "nothing in these two pairs".
+
+    Raises:
+        DumpError: the message says what is wrong.
+    """
+    golden, test = cmp.golden, cmp.test
+    same_root = Path(golden.root).resolve() == Path(test.root).resolve()
+    # two levels of one dump (its root and its torch_tensors/) share the folder the data is read from;
+    # two tensor files do too when they sit side by side, so for files only the file counts
+    files = "tensor" in (golden.format, test.format)
+    if same_root or (not files and golden.data_dir.resolve() == test.data_dir.resolve()):
+        raise DumpError(
+            f"golden and test are the same dump ({golden.root if same_root else golden.data_dir}): give the "
+            "reference run's dump and "
+            "the dump of the run under suspicion"
+        )
+    sides = f"golden: {_described(golden)}; test: {_described(test)}"
+    if not cmp.pairing.tokens:
+        raise DumpError(f"no token is in both dumps ({sides})")
+    # pairs token by token and stops at the first that has a pair: only a useless pair costs them all
+    if not any(cmp.pairing.node_pairs(token) for token in cmp.pairing.tokens):
+        hint = ""
+        if (golden.format == "tensor") != (test.format == "tensor"):
+            hint = "; a single tensor file compares only with another single tensor file"
+        raise DumpError(f"nothing pairs: no tensor of the golden has a partner in the test ({sides}){hint}")
+
+
+def _described(index: DumpIndex) -> str:
+    tokens = sorted(index.tokens)
+    span = (
+        f"tokens {tokens[0]}..{tokens[-1]}"
+        if len(tokens) > 1
+        else f"token {tokens[0]}"
+        if tokens
+        else "no token"
+    )
+    kind = "single tensor file" if index.format == "tensor" else f"{index.format} dump"
+    return f"{index.root} ({kind}, {span})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import shlex
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,12 +36,18 @@ class Demo:
                 f"injected fault: {self.fault_description}",
                 f"generated ids, golden: {self.golden_ids}",
                 f"generated ids, test:   {self.test_ids}",
-                f"compare them:  tui-acc {self.golden} {self.test}",
+                f"compare them:  {shlex.join(self.open_argv())}",
             ]
         )
 
+    def open_argv(self) -> list[str]:
+        """The command that opens the pair, ``r`` included: the demo's tui-acc.toml is not in the
+        working directory, where tui-acc looks for one, so it is named."""
+        return ["tui-acc", "--config", str(self.out / CONFIG), str(self.golden), str(self.test)]
+
 
 MANIFEST = "demo.json"
+CONFIG = "tui-acc.toml"
 NEW_TOKENS = 8
 FAULT_TOKEN = 3
 FAULT_MODULE = "root.model.layers.2.mlp.down_proj"
@@ -114,18 +121,25 @@ def make_demo(
 
 def write_redump_config(out: Path, layout: str) -> None:
     """A tui-acc.toml that points ``r`` at the demo's own inference script (never replaces one)."""
-    import shlex
     import sys
 
     from tui_acc.redump.settings import toml_string
 
-    config = out / "tui-acc.toml"
-    if config.exists() or layout != "torch":
+    config = out / CONFIG
+    if config.exists():
         return
-    run = f"{shlex.quote(sys.executable)} -m tui_acc.demo.infer --demo {shlex.quote(str(out.resolve()))}"
+    run = [sys.executable, "-m", "tui_acc.demo.infer", "--demo", str(out.resolve())]
     lines = ["# Written by `tui-acc demo`: how `r` re-dumps this pair (README: Re-dump).", ""]
     for side in ("golden", "test"):
-        lines += [f"[redump.{side}]", 'dumper = "torch"', f"exec = {toml_string(f'{run} --side {side}')}", ""]
+        lines.append(f"[redump.{side}]")
+        if side == "test" and layout != "torch":
+            # the demo's ATB run is a torch run re-encoded, and so is its re-dump: the script writes
+            # the ATB layout itself (no msit here), so it is a custom dumper, not msit-atb
+            argv = [*run, "--side", side, "--layout", layout]
+            lines += ['dumper = "custom"', f"command = [{', '.join(toml_string(a) for a in argv)}]", ""]
+        else:
+            exec_ = shlex.join([*run, "--side", side])
+            lines += ['dumper = "torch"', f"exec = {toml_string(exec_)}", ""]
     config.write_text("\n".join(lines), encoding="utf-8")
 
 

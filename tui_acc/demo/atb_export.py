@@ -83,7 +83,10 @@ def export_atb(
     ]
     tokens = sorted(int(p.name) for p in device.iterdir() if p.name.isdigit())
     if graph is None:
-        num_layers = len({p.name.split(".")[3] for p in (device / "0").glob("root.model.layers.*")})
+        # the first token the dump holds: a re-dump holds one token only
+        num_layers = len(
+            {p.name.split(".")[3] for p in (device / str(tokens[0])).glob("root.model.layers.*")}
+        )
         graph = _graph(num_layers)
     root = out / f"msit_dump_{timestamp}"
     tensors = root / "tensors" / f"0_{PID}"

@@ -20,6 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tui_acc.demo.infer", description=__doc__)
     parser.add_argument("--side", choices=("golden", "test"), required=True)
     parser.add_argument("--demo", type=Path, default=Path.cwd(), help="the demo folder (with demo.json)")
+    parser.add_argument(
+        "--layout",
+        choices=("torch", "atb", "mindie"),
+        default="torch",
+        help="the test dump's layout (as `tui-acc demo --atb/--mindie`): atb and mindie re-encode the run",
+    )
     parser.add_argument("--delay", type=float, default=0.0, help="seconds to wait after each token")
     parser.add_argument("--fail", action="store_true", help="exit with status 3 after the first token")
     parser.add_argument(
@@ -50,7 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"infer: {args.side} run, seed {seed}, prompt of {len(prompt)} tokens", flush=True)
     new_tokens = len(manifest["golden_ids"])
     gate = _Gate(args.gate)
-    with MsitTorchCapture.from_env(model, args.demo / f"{args.side}-rerun") as capture:
+    capture_here = MsitTorchCapture.from_env(model, args.demo / f"{args.side}-rerun")
+    atb_out = None
+    if args.layout != "torch":
+        # captured as torch, then re-encoded (as the demo's own ATB run is); the selected nodes are ATB
+        # names the torch hook cannot match, so the whole token is captured
+        atb_out = capture_here.data_dir.parents[2]  # the dump_path: msit_dump_*/torch_tensors/{device} below
+        staging = atb_out.parent / f"{atb_out.name}.torch"
+        capture_here = MsitTorchCapture(model, staging, capture_here.token_range)
+    with capture_here as capture:
         print(f"infer: dumping into {capture.data_dir}", flush=True)
         handle = None
         if args.side == "test":
@@ -73,6 +87,14 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if handle is not None:
                 handle.remove()
+    if atb_out is not None:
+        import shutil
+
+        from tui_acc.demo.atb_export import export_atb
+
+        written = export_atb(staging, atb_out, mindie=args.layout == "mindie")
+        shutil.rmtree(staging)
+        print(f"infer: re-encoded as an {args.layout} dump in {written}", flush=True)
     print(f"infer: generated {ids}", flush=True)
     return 0
 
