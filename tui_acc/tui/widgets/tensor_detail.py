@@ -59,8 +59,7 @@ class TensorDetail(Static):
         # The verdict and every metric keep their width; the tensor's name gives way, elided in the
         # middle (input.position_embeddings.0 / .1 differ at their end), then the shape and dtype.
         widths = [
-            max(len(c[i].plain if isinstance(c[i], Text) else c[i]) for c in cells if len(c) > i)
-            for i in range(max(len(c) for c in cells))
+            max(_cell_width(c[i]) for c in cells if len(c) > i) for i in range(max(len(c) for c in cells))
         ]
         room = self.content_size.width or self.app.size.width - 2
         name_room = max(room - sum(w + 1 for i, w in enumerate(widths) if i != 1), _NAME_MIN)
@@ -171,6 +170,10 @@ def _cells(slot: str, row: Row | None) -> list[Text | str]:
     if nan:
         cells.append(fmt.failing(f"{nan} NaN/Inf in test"))
     return cells
+
+
+def _cell_width(cell: Text | str) -> int:
+    return (Text(cell) if isinstance(cell, str) else cell).cell_len
 
 
 def _yes_no(flag: object) -> str:
