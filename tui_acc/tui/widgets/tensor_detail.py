@@ -58,16 +58,19 @@ class TensorDetail(Static):
         cells = [_cells(pair.slot, row) for pair, row in zip(node.tensors, rows, strict=True)]
         # The verdict and every metric keep their width; the tensor's name gives way, elided in the
         # middle (input.position_embeddings.0 / .1 differ at their end), then the shape and dtype.
+        headers = ("", "tensor", "shape", "dtype", *metrics)
         widths = [
-            max(_cell_width(c[i]) for c in cells if len(c) > i) for i in range(max(len(c) for c in cells))
+            max([len(header)] + [_cell_width(c[i]) for c in cells if len(c) > i])
+            for i, header in enumerate(headers)
         ]
         room = self.content_size.width or self.app.size.width - 2
-        name_room = max(room - sum(w + 1 for i, w in enumerate(widths) if i != 1), _NAME_MIN)
+        # one cell between columns (padding collapsed) and one at each edge
+        others = sum(width for i, width in enumerate(widths) if i != 1) + len(widths) + 1
+        name_room = max(room - others, _NAME_MIN)
         grid = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim", collapse_padding=True)
-        for index, column in enumerate(("", "tensor", "shape", "dtype", *metrics)):
+        for index, header in enumerate(headers):
             keep = index == 0 or index >= 4  # the verdict and the metrics: never elided
-            least = widths[index] if keep and index < len(widths) else None
-            grid.add_column(column, no_wrap=True, min_width=least)
+            grid.add_column(header, no_wrap=True, min_width=widths[index] if keep else None)
         for cell in cells:
             cell[1] = fmt.elide_middle(str(cell[1]), name_room)
             grid.add_row(*cell)
