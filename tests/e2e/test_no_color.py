@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_tmux import terminal_factory  # noqa: F401  (the fixture)
+from tests.e2e.test_tmux import Terminal
+from tests.processes import all_end
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
@@ -51,15 +54,39 @@ def attributes_at(line: str, text: str) -> set[str]:
 
 
 def test_attributes_are_read_from_the_escapes() -> None:
-    assert attributes_at("\x1b[38;5;237mab\x1b[1m\x1b[48;5;241m \x1b[7m◆42\x1b[0m", "◆") == {"bold", "reverse"}
+    line = "\x1b[38;5;237mab\x1b[1m\x1b[48;5;241m \x1b[7m◆42\x1b[0m"
+    assert attributes_at(line, "◆") == {"bold", "reverse"}
+    assert attributes_at(line, "b") == set()
     assert attributes_at("\x1b[1;7m\x1b[0m\x1b[38;2;1;2;3m◆", "◆") == set()
 
 
-def test_without_colour_the_first_failing_operator_is_bold_or_reverse(
-    demo_pair, tmp_path: Path, terminal_factory
-) -> None:
-    command = ["env", "NO_COLOR=1", sys.executable, "-m", "tui_acc", str(demo_pair.golden), str(demo_pair.test)]
-    term = terminal_factory(command, tmp_path)
+@pytest.fixture
+def no_color_terminal(demo_pair, tmp_path: Path) -> Iterator[Terminal]:
+    """tui-acc on the demo pair with NO_COLOR=1, at 80x24; it must end when its terminal closes."""
+    command = [
+        "env",
+        "NO_COLOR=1",
+        sys.executable,
+        "-m",
+        "tui_acc",
+        str(demo_pair.golden),
+        str(demo_pair.test),
+    ]
+    term = Terminal(command, tmp_path)
+    try:
+        yield term
+    finally:
+        term.close()
+        try:
+            assert all_end([term.ending], 30), (
+                f"tui-acc (pid {term.pid}) still runs after its terminal closed"
+            )
+        finally:
+            os.close(term.ending)
+
+
+def test_without_colour_the_first_failing_operator_is_bold_or_reverse(no_color_terminal: Terminal) -> None:
+    term = no_color_terminal
     term.wait_for(lambda s: "first failing: 3" in s, "the token verdicts")
     term.keys("f", "Enter")
     term.wait_for(lambda s: "◆ model.layers.2.mlp.down_proj" in s, "the operator verdicts")

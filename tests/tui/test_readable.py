@@ -64,7 +64,7 @@ async def test_rows_name_their_layer_and_the_column_uses_the_width(demo_app: Acc
     async with demo_app.run_test(size=size) as pilot:
         screen = await _open_first_failing_op(pilot)
         table = screen.query_one("#ops", DataTable)
-        longest = max(len(fmt.qualified_name(name)) for name in screen._pairs)  # noqa: SLF001
+        longest = max(len(fmt.qualified_name(name)) for name in screen._pairs)
         width = table.columns[next(k for k in table.columns if k.value == "name")].width
         assert _column_right_edge(table, "cosine") <= table.scrollable_content_region.width
         if size[0] >= 80:
@@ -117,7 +117,9 @@ async def test_the_title_elides_long_paths_in_the_middle(atb_app: AccApp) -> Non
         assert len(title) <= 80 - 18
 
 
-async def test_detail_panel_keeps_verdicts_digits_and_the_end_of_long_names(model_case, tmp_path: Path) -> None:
+async def test_detail_panel_keeps_verdicts_digits_and_the_end_of_long_names(
+    model_case, tmp_path: Path
+) -> None:
     folder = model_case("qwen2-msprobe-L0")
     app = AccApp(open_comparison(folder / "golden", folder / "test"), export_dir=tmp_path)
     layer = "Module.model.layers.0.Qwen2DecoderLayer.forward.0"
@@ -171,7 +173,7 @@ def test_one_rule_for_numbers_in_the_tui_and_the_report() -> None:
     from tui_acc import report
 
     for value in (0.29, 0.307, 1.5e-6, 12345.0, -0.0172, 3.0):
-        assert fmt.num(value) == report._num(value)  # noqa: SLF001
+        assert fmt.num(value) == report._num(value)
         assert SCIENTIFIC.match(fmt.num(value)), value
     assert fmt.num(0.29) == "2.900e-01" and fmt.num(0.307) == "3.070e-01"  # trailing zeros kept
     assert len(fmt.num(1.5e-6)) == len(fmt.num(0.29)) == len(fmt.num(12345.0))
