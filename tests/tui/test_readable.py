@@ -219,3 +219,20 @@ async def test_with_colour_failures_stay_red(demo_app: AccApp) -> None:
         table = screen.query_one("#ops", DataTable)
         style = _style(table.get_cell("root.model.layers.2.mlp.down_proj", "outputs"))
         assert style.color is not None and style.color.name == "red"
+
+
+async def test_msprobe_rows_are_told_apart_and_the_marker_keeps_its_digits(
+    model_case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(model_case("llama-msprobe-mix"))
+    app = AccApp(open_comparison("golden", "test"), export_dir=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await _open_first_failing_op(pilot)
+        table = screen.query_one("#ops", DataTable)
+        suspect = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        marker = str(table.get_cell(suspect, "order"))
+        assert marker == f"◆{list(screen._pairs).index(suspect)}" and len(marker) == 4  # ◆ and 3 digits
+        order_column = next(column for key, column in table.columns.items() if key.value == "order")
+        assert order_column.width >= len(marker)
+        assert str(table.get_cell(suspect, "name")) == "1.mlp.down_proj.linear.43"  # the call, its module
+        assert _column_right_edge(table, "cosine") <= table.scrollable_content_region.width

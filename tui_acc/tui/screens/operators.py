@@ -107,6 +107,11 @@ class OperatorScreen(ViewScreen):
         cmp = self.acc.comparison
         if cmp.golden.statistics_only or cmp.test.statistics_only:
             self.table_columns = STATS_COLUMNS
+        # ◆ and the largest position: ◆107 must not lose its last digit
+        order_width = max(3, len(f"◆{len(self._pairs) - 1}"))
+        self.table_columns = tuple(
+            (key, label, order_width if key == "order" else width) for key, label, width in self.table_columns
+        )
         if any(node.golden != node.test for node in self._pairs.values()):
             # torch against ATB: the test side's own operator name, after the verdicts and the
             # main metric (at 80 columns it must not push them off screen)
