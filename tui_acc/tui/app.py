@@ -19,8 +19,7 @@ from textual.driver import Driver
 from textual.events import Resize
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Header, Static
-from textual.widgets._header import HeaderTitle
+from textual.widgets import Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from tui_acc.config import FILE_NAME
@@ -106,8 +105,7 @@ class AccApp(App[None]):
         return super().format_title(title, fmt.elide_middle(sub_title, max(room, 8)))
 
     def on_resize(self, event: Resize) -> None:
-        for header in self.screen.query(Header):  # the title is elided to the width: refit it
-            header.query_one(HeaderTitle).update(header.format_title())
+        self.mutate_reactive(AccApp.sub_title)  # the headers refit the title to the new width
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's driver for this platform; on Linux one that survives a dropped SSH session."""

@@ -170,7 +170,7 @@ class TokenScreen(ViewScreen):
         top1: Text | str = "-"
         if row.get("golden_top1") is not None:
             same = row["golden_top1"] == row["test_top1"]
-            top1 = Text(f"{row['golden_top1']}/{row['test_top1']}", style="" if same else "red")
+            top1 = fmt.failing(f"{row['golden_top1']}/{row['test_top1']}", not same)
         cells: dict[str, Text | str] = {
             "token": fmt.styled(str(row["token"]), None if pending else passed),
             "passed": fmt.token_verdict(row.get("verdict"), pending),
