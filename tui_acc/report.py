@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from tui_acc import __version__
+from tui_acc import __version__, numbers
 from tui_acc.dumps import DumpIndex
 from tui_acc.metrics.judge import first_suspect
 from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, Row
@@ -180,7 +180,8 @@ def format_text(report: dict[str, Any]) -> str:
             lines.append(f"{t['token']:>5}  {verdict:<7}  {_num(t['norm_rel_diff']):>10}")
         else:
             lines.append(
-                f"{t['token']:>5}  {verdict:<7}  {_num(t['cosine']):>10}  {_num(t['kl']):>10}  {top1}"
+                f"{t['token']:>5}  {verdict:<7}  {numbers.cosine(t['cosine']):>10}"
+                f"  {_num(t['kl']):>10}  {top1}"
             )
     lines.append("")
     failing = report["first_failing_token"]
@@ -196,7 +197,8 @@ def format_text(report: dict[str, Any]) -> str:
                 inputs += f"; in place: {op['in_place']}"
             lines.append(
                 f"first failing op at token {op['token']}: {op['golden']} ({op['golden_type']}){partner}"
-                f"  cosine {_num(op['cosine'])}  max abs {_num(op['max_abs_err'])}  {op['label']}, {inputs}"
+                f"  cosine {numbers.cosine(op['cosine'])}  max abs {_num(op['max_abs_err'])}"
+                f"  {op['label']}, {inputs}"
             )
             at_token = [f for f in report["failing"] if f["token"] == op["token"]]
             inherited = sum(1 for f in at_token if f["label"] == "inherited")
@@ -204,7 +206,8 @@ def format_text(report: dict[str, Any]) -> str:
             if report["modules"]:
                 whole = min(report["modules"], key=lambda m: m["depth"])  # the outermost: the whole token
                 lines.append(
-                    f"  all {whole['tensors']} operator outputs of that token: cosine {_num(whole['cosine'])}"
+                    f"  all {whole['tensors']} operator outputs of that token:"
+                    f" cosine {numbers.cosine(whole['cosine'])}"
                     f"  rel eucl {_num(whole['rel_euclidean'])}"
                 )
         else:
@@ -213,10 +216,7 @@ def format_text(report: dict[str, Any]) -> str:
         lines.append(_compared_line(report))
     if report.get("tensor"):
         lines.append("")
-        lines += [
-            f"  {key:<14} {_num(value) if isinstance(value, float) else value}"
-            for key, value in report["tensor"].items()
-        ]
+        lines += [f"  {key:<14} {_shown(key, value)}" for key, value in report["tensor"].items()]
         lines.append("")
     lines.append(
         f"tensor pairs: {report['pairs']}   unmatched: {len(report['unmatched'])}{_unmatched_summary(report)}"
@@ -323,7 +323,11 @@ def _span(tokens: list[int]) -> str:
     return f"{tokens[0]}..{tokens[-1]}" if tokens == list(range(tokens[0], tokens[-1] + 1)) else str(tokens)
 
 
+def _shown(key: str, value: Any) -> Any:
+    if not isinstance(value, float):
+        return value
+    return numbers.cosine(value) if key == "cosine" else _num(value)
+
+
 def _num(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.6f}" if 1e-3 <= abs(value) < 1e4 or value == 0 else f"{value:.3e}"
+    return numbers.number(value)  # the TUI's rule: one format everywhere

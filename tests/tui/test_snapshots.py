@@ -9,6 +9,7 @@ import pytest
 from textual.pilot import Pilot
 
 from tests.tui.conftest import settle
+from tui_acc import open_comparison
 from tui_acc.tui.app import AccApp
 
 SIZES = [(80, 24), (160, 48)]
@@ -58,3 +59,34 @@ def test_export_dialog(snap_compare, demo_app: AccApp, size: tuple[int, int]) ->
         await pilot.pause()
 
     assert snap_compare(demo_app, terminal_size=size, run_before=dialog_open)
+
+
+async def _at_first_failing_op(pilot: Pilot[None]) -> None:
+    await settle(pilot)
+    await pilot.press("f", "enter")
+    await settle(pilot)
+    await pilot.press("f")
+    await pilot.pause()
+
+
+def test_torch_against_atb_operator_screen_at_80x24(
+    snap_compare, atb_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the tree shown: verdicts and cosines on screen, both sides named in the title."""
+    golden, plain, _ = atb_pair
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "golden").symlink_to(golden)
+    (work / "test").symlink_to(plain)
+    monkeypatch.chdir(work)  # relative paths keep the title line stable
+    app = AccApp(open_comparison("golden", "test"), export_dir=tmp_path)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_at_first_failing_op)
+
+
+def test_msprobe_operator_screen_at_80x24(
+    snap_compare, model_case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """msprobe's long names: rows told apart by layer, the detail panel's verdicts and digits whole."""
+    monkeypatch.chdir(model_case("llama-msprobe-mix"))
+    app = AccApp(open_comparison("golden", "test"), export_dir=tmp_path)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_at_first_failing_op)

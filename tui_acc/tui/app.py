@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.content import Content
 from textual.driver import Driver
+from textual.events import Resize
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
@@ -26,6 +28,7 @@ from tui_acc.redump import RedumpError, RedumpSettings, remember_exec
 from tui_acc.redump.runner import EXIT_GRACE, STOP_GRACE, RedumpRun
 from tui_acc.redump.settings import SettingsError
 from tui_acc.session import Comparison, open_comparison
+from tui_acc.tui import formatting as fmt
 from tui_acc.tui.messages import OneInFlight
 from tui_acc.tui.screens.help import HelpScreen
 from tui_acc.tui.screens.host import Host
@@ -59,6 +62,7 @@ class AccApp(App[None]):
         config_file: Path | None = None,
     ) -> None:
         super().__init__()
+        fmt.use_monochrome(self.no_color)  # NO_COLOR: failures in bold and reverse, not in grey
         self.comparison = comparison
         self._cache_warned = False  # a row cache that cannot be used is said once, not per worker
         self._log_news = OneInFlight()  # a chatty dumper's lines come in a few messages, not one each
@@ -88,6 +92,20 @@ class AccApp(App[None]):
                 loop.add_signal_handler(sig, self._end_on_signal)
         if self.greeting:
             self.notify(self.greeting, timeout=12)
+
+    # The header's room beside textual's icon (8 cells) and clock space (10 cells).
+    _HEADER_ROOM = 18
+
+    def format_title(self, title: str, sub_title: str) -> Content:
+        """``tui-acc — golden G  test T``: both sides named, paths elided in the middle to fit."""
+        golden, sep, test = sub_title.partition("  vs  ")
+        room = self.size.width - self._HEADER_ROOM - len(title) - len(" — ")
+        if sep:
+            sub_title = fmt.sides_title(golden, test, room)
+        return super().format_title(title, fmt.elide_middle(sub_title, max(room, 8)))
+
+    def on_resize(self, event: Resize) -> None:
+        self.mutate_reactive(AccApp.sub_title)  # the headers refit the title to the new width
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's driver for this platform; on Linux one that survives a dropped SSH session."""

@@ -3,22 +3,70 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from rich.text import Text
 
-PASS_STYLE = "bold green"
-FAIL_STYLE = "bold red"
+from tui_acc import numbers
+
 PENDING_STYLE = "dim"
-ERROR_STYLE = "bold magenta"
 
 
-def num(value: float | None, digits: int = 3) -> str:
-    """Compact: 3 significant digits, scientific when small or large."""
-    if value is None:
-        return "-"
-    if value == 0:
-        return "0"
-    return f"{value:.{digits}g}"
+@dataclass(frozen=True)
+class Palette:
+    """The styles that carry a verdict. Failures stand out most, with colour or without."""
+
+    passed: str
+    failed: str  # the ✗ mark, FAIL, an error
+    failed_text: str  # a failing row's name and deciding metric
+    suspect: str  # ◆: the first operator whose inputs pass and output fails; "error starts here"
+    child: str  # the error starts in a child
+    inherited: str  # the inputs were already off
+    error: str
+    near_tie: str
+
+
+COLOUR = Palette(
+    passed="bold green",
+    failed="bold red",
+    failed_text="red",
+    suspect="bold red reverse",
+    child="red",
+    inherited="dim red",
+    error="bold magenta",
+    near_tie="bold yellow",
+)
+
+# NO_COLOR: textual turns every colour into its grey (Monochrome filter), and red on the dark
+# background becomes grey on grey (contrast about 1.5:1). Without colour, weight and reverse video
+# say what colour said: failures in reverse or bold, in the foreground colour; passes plain.
+MONOCHROME = Palette(
+    passed="",
+    failed="bold reverse",
+    failed_text="bold",
+    suspect="bold reverse",
+    child="bold",
+    inherited="",
+    error="bold reverse",
+    near_tie="bold",
+)
+
+_palette = COLOUR
+
+
+def use_monochrome(monochrome: bool) -> None:
+    """Pick the styles for the app about to run (``App.no_color``: NO_COLOR was set)."""
+    global _palette
+    _palette = MONOCHROME if monochrome else COLOUR
+
+
+def palette() -> Palette:
+    return _palette
+
+
+def num(value: float | None) -> str:
+    """Every metric but cosine: the report's rule (tui_acc.numbers), four significant digits."""
+    return numbers.number(value)
 
 
 def percent(value: float | None) -> str:
@@ -31,20 +79,19 @@ def percent(value: float | None) -> str:
 
 
 def cosine(value: float | None) -> str:
-    return "-" if value is None else f"{value:.6f}"
-
-
-_LABELS = {"local": ("L", "bold red"), "contains": ("c", "red"), "inherited": ("i", "dim red")}
+    return numbers.cosine(value)
 
 
 def output_mark(passed: bool | None, label: str | None, error: bool = False) -> Text:
     """✓, or ✗ with where the error starts: L local, c in a child, i inherited from the inputs."""
     cell = mark(passed)
-    if label in _LABELS:
-        letter, style = _LABELS[label]
+    labels = {"local": ("L", _palette.suspect), "contains": ("c", _palette.child)}
+    labels["inherited"] = ("i", _palette.inherited)
+    if label in labels:
+        letter, style = labels[label]
         cell.append(letter, style=style)
     if error:
-        cell.append("!", style=ERROR_STYLE)
+        cell.append("!", style=_palette.error)
     return cell
 
 
@@ -59,7 +106,8 @@ def input_mark(passed: bool | None, source: str | None) -> Text:
 def token_verdict(verdict: str | None, pending: bool = False) -> Text:
     if pending or verdict is None:
         return Text("…", style=PENDING_STYLE)
-    styles = {"pass": PASS_STYLE, "fail": FAIL_STYLE, "near-tie": "bold yellow", "error": ERROR_STYLE}
+    p = _palette
+    styles = {"pass": p.passed, "fail": p.failed, "near-tie": p.near_tie, "error": p.error}
     words = {"pass": "pass", "fail": "FAIL", "near-tie": "tie", "error": "ERR"}
     return Text(words.get(verdict, verdict), style=styles.get(verdict, ""))
 
@@ -68,11 +116,28 @@ def mark(passed: bool | None) -> Text:
     """One-cell verdict for tree labels and the In/Out columns."""
     if passed is None:
         return Text("·", style=PENDING_STYLE)
-    return Text("✓", style=PASS_STYLE) if passed else Text("✗", style=FAIL_STYLE)
+    return Text("✓", style=_palette.passed) if passed else Text("✗", style=_palette.failed)
+
+
+def suspect(text: str) -> Text:
+    """The first failing operator's marker (◆) and "error starts here"."""
+    return Text(text, style=_palette.suspect)
+
+
+def failing(text: str, failed: bool = True) -> Text:
+    """Text that says something failed (a NaN count, a checksum that differs)."""
+    return Text(text, style=_palette.failed_text if failed else "")
+
+
+def figure(text: str, passed: bool | None = True) -> Text:
+    """A number in a table column: right-aligned so that the digits line up, styled by the verdict."""
+    cell = styled(text, passed)
+    cell.justify = "right"
+    return cell
 
 
 def styled(text: str, passed: bool | None) -> Text:
-    style = PENDING_STYLE if passed is None else ("" if passed else "red")
+    style = PENDING_STYLE if passed is None else ("" if passed else _palette.failed_text)
     return Text(text, style=style)
 
 
@@ -106,6 +171,33 @@ def short_name(name: str) -> str:
     return parts[-1]
 
 
+_WHOLE_MODEL = ("model", "transformer")
+
+
+def qualified_name(name: str, parent: str = "") -> str:
+    """What tells a row from every other row of the token: its layer's index and its own name.
+
+    ``root.model.layers.2.mlp.down_proj`` -> ``2.mlp.down_proj`` (the ModuleList's name and the
+    model's own are the same in every row); ``root.model.layers.2`` -> ``layers.2``;
+    ``Module.model.layers.0.mlp.LlamaMLP.forward.3`` -> ``0.mlp``; an API call or a save is named by
+    its module, ``parent`` (already qualified): ``0.mlp`` + ``Functional.linear.5.forward`` ->
+    ``0.mlp.linear.5``; ATB's ``3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation`` stays whole.
+    """
+    if not _MSPROBE_MODULE.match(name) and (_MSPROBE_API.match(name) or _MSPROBE_SAVE.match(name)):
+        leaf = short_name(name)
+        return f"{parent}.{leaf}" if parent and parent not in _WHOLE_MODEL else leaf
+    module = _MSPROBE_MODULE.match(name)
+    name = module.group(1) if module else display_name(name)
+    if "/" in name:
+        return name
+    parts = name.split(".")
+    # a container followed by an index and more: layers.2.mlp -> 2.mlp
+    kept = [p for i, p in enumerate(parts) if not (i + 2 < len(parts) and parts[i + 1].isdigit())]
+    if len(kept) > 1 and kept[0] in _WHOLE_MODEL:
+        kept = kept[1:]
+    return ".".join(kept)
+
+
 _DTYPE_SHORT = {
     "float32": "f32",
     "float16": "f16",
@@ -128,3 +220,28 @@ def dtypes(golden: str | None, test: str | None) -> str:
 def display_name(name: str) -> str:
     """Module names without the ``root.`` every msit name starts with."""
     return name.removeprefix("root.")
+
+
+def elide_middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` cells, its middle replaced by ``…``: both ends tell things apart.
+
+    The end gets the larger share: a path's or a name's last part says the most (``down_proj``, ``.1``).
+    """
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    head = (width - 1) // 3
+    tail = width - 1 - head
+    return f"{text[:head]}…{text[len(text) - tail :]}"
+
+
+def sides_title(golden: str, test: str, width: int) -> str:
+    """``golden G  test T`` in ``width`` cells, each path elided in its middle if it must be."""
+    words = len("golden   test ")
+    room = max(width - words, 8)
+    if len(golden) + len(test) > room:
+        short = min(len(golden), len(test), room // 2)  # the shorter keeps what it needs, up to half
+        g_room = short if len(golden) <= len(test) else room - short
+        golden, test = elide_middle(golden, g_room), elide_middle(test, room - g_room)
+    return f"golden {golden}  test {test}"

@@ -23,14 +23,15 @@ from tui_acc.tui.sorting import Sort, SortColumn, sorted_keys, worst_end
 class ViewScreen(Screen[None]):
     """A screen whose current view can be exported as CSV."""
 
+    # At 80 columns the footer holds about eight keys (q Quit last): the rest are in help (?) and ^p.
     BINDINGS = [
-        Binding("e", "export", "Export", id="export"),
+        Binding("e", "export", "Export", show=False, id="export"),
         Binding("question_mark", "app.help", "Help", id="help"),
         Binding("n", "next_failure(1)", "Next fail", id="next_failure"),
         Binding("N", "next_failure(-1)", "Prev fail", show=False, id="previous_failure"),
         Binding("g", "edge('top')", "Top", show=False, id="top"),
         Binding("G", "edge('bottom')", "Bottom", show=False, id="bottom"),
-        Binding("s", "sort", "Sort", id="sort"),
+        Binding("s", "sort", "Sort", show=False, id="sort"),
         Binding("r", "redump", "Re-dump", id="redump"),
         Binding("S", "reverse_sort", "Reverse sort", show=False, id="reverse_sort"),
     ]

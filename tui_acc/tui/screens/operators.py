@@ -10,6 +10,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets.data_table import ColumnKey
 from textual.worker import get_current_worker
 
 from tui_acc.metrics.engine import Cancelled
@@ -23,7 +24,10 @@ from tui_acc.tui.widgets.layer_tree import LayerTree
 from tui_acc.tui.widgets.metric_table import MetricTable
 from tui_acc.tui.widgets.tensor_detail import TensorDetail
 
-# Ordered so that at 80 columns the verdicts and the two main metrics are on screen.
+# Ordered so that at 80 columns the verdicts and the main metric are on screen: the first
+# PRIORITY columns stay in view at any width; the Operator column takes the room they leave.
+PRIORITY = 5
+NAME_MIN = 12  # the Operator column's narrowest: a layer index, an ellipsis and most of a leaf
 COLUMNS = (
     ("order", "#", 3),
     ("name", "Operator", 18),
@@ -31,7 +35,7 @@ COLUMNS = (
     ("outputs", "Out", 3),
     ("cosine", "Cosine", 8),
     ("max_abs_err", "MaxAbsErr", 9),
-    ("rel_euclidean", "RelEucl", 8),
+    ("rel_euclidean", "RelEucl", 9),
     ("thousandth_ratio", "≤1e-3", 6),
     ("type", "Type", 14),
     ("shape", "Shape", 14),
@@ -43,10 +47,10 @@ STATS_COLUMNS = (
     ("name", "Operator", 18),
     ("inputs", "In", 2),
     ("outputs", "Out", 3),
-    ("norm_rel_diff", "NormRel", 8),
-    ("max_diff", "MaxDiff", 9),
-    ("min_diff", "MinDiff", 9),
-    ("mean_diff", "MeanDiff", 9),
+    ("norm_rel_diff", "NormRel", 9),
+    ("max_diff", "MaxDiff", 10),
+    ("min_diff", "MinDiff", 10),
+    ("mean_diff", "MeanDiff", 10),
     ("type", "Type", 14),
     ("shape", "Shape", 14),
 )
@@ -59,8 +63,8 @@ class OperatorScreen(ViewScreen):
         Binding("escape", "back", "Back", id="back"),
         Binding("f", "first_failure", "First fail", id="first_failing_op"),
         Binding("tab", "focus_next", "Tree/table", show=False, id="focus_next"),
-        Binding("a", "scope_all", "All ops", id="scope_all"),
-        Binding("t", "toggle_tree", "Tree", id="toggle_tree"),
+        Binding("a", "scope_all", "All ops", show=False, id="scope_all"),
+        Binding("t", "toggle_tree", "Tree", show=False, id="toggle_tree"),
         Binding("slash", "filter", "Filter", id="filter"),
         Binding("j", "cursor('down')", "Down", show=False, id="down"),
         Binding("k", "cursor('up')", "Up", show=False, id="up"),
@@ -90,6 +94,8 @@ class OperatorScreen(ViewScreen):
         self._finished = False
         # The rows on screen, computed before the rest; replaced whole (the workers read it).
         self._on_screen: frozenset[str] = frozenset()
+        self._labels: dict[str, str] = {}
+        self._name_width = 0  # the Operator column's width now (0: not fitted yet)
 
     # --- layout -------------------------------------------------------------------------------
 
@@ -97,12 +103,19 @@ class OperatorScreen(ViewScreen):
         pairing = self.acc.comparison.pairing
         self._pairs = {node.golden: node for node in pairing.node_pairs(self.token)}
         self._order = {name: i for i, name in enumerate(self._pairs)}
+        self._labels = self._qualified_labels()
         cmp = self.acc.comparison
         if cmp.golden.statistics_only or cmp.test.statistics_only:
             self.table_columns = STATS_COLUMNS
+        # ◆ and the largest position: ◆107 must not lose its last digit
+        order_width = max(3, len(f"◆{len(self._pairs) - 1}"))
+        self.table_columns = tuple(
+            (key, label, order_width if key == "order" else width) for key, label, width in self.table_columns
+        )
         if any(node.golden != node.test for node in self._pairs.values()):
-            # torch against ATB: the test side's own operator name goes right after ours
-            first, rest = self.table_columns[:2], self.table_columns[2:]
+            # torch against ATB: the test side's own operator name, after the verdicts and the
+            # main metric (at 80 columns it must not push them off screen)
+            first, rest = self.table_columns[:PRIORITY], self.table_columns[PRIORITY:]
             self.table_columns = (*first, ("test_name", "Test op", 18), *rest)
         tree = self.acc.comparison.golden.tree
         self._scope = tree.root
@@ -134,6 +147,44 @@ class OperatorScreen(ViewScreen):
             table.move_cursor(row=table.get_row_index(self._select))
             self.query_one(LayerTree).reveal(self._select)
         self.compute_operators()
+
+    def _qualified_labels(self) -> dict[str, str]:
+        """Each row's name in the Operator column: its layer and its own name (fmt.qualified_name)."""
+        tree = self.acc.comparison.golden.tree
+        labels: dict[str, str] = {}
+        for node in tree.preorder():
+            parent = labels.get(node.parent, "") if node.parent not in (None, tree.root) else ""
+            labels[node.name] = fmt.qualified_name(node.name, parent)
+        return labels
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fit_name_column)
+
+    def _fit_name_column(self) -> None:
+        """Give the Operator column the room the table has: all its names if they fit with every
+        column, else what the PRIORITY columns leave, at least NAME_MIN; names elided in the middle."""
+        table = self.query_one("#ops", DataTable)
+        room = table.scrollable_content_region.width
+        if room <= 0:
+            return
+        pad = 2 * table.cell_padding
+        others = [width + pad for key, _, width in self.table_columns if key != "name"]
+        first = [width + pad for key, _, width in self.table_columns[:PRIORITY] if key != "name"]
+        longest = max((len(self._labels[name]) for name in self._pairs), default=NAME_MIN)
+        with_all, with_first = room - sum(others) - pad, room - sum(first) - pad
+        width = max(NAME_MIN, min(longest, max(with_all, with_first)))
+        if width == self._name_width:
+            return
+        self._name_width = width
+        table.columns[ColumnKey("name")].width = width
+        for key in list(table.rows):
+            name = str(key.value)
+            table.update_cell(name, "name", self._name_cell(name), update_width=True)
+
+    def _name_cell(self, name: str) -> Text:
+        label = fmt.elide_middle(self._labels[name], self._name_width or NAME_MIN)
+        row = self._rows.get(name)
+        return fmt.styled(label, row["outputs_passed"]) if row is not None else Text(label)
 
     # --- computing ----------------------------------------------------------------------------
 
@@ -265,8 +316,6 @@ class OperatorScreen(ViewScreen):
         """The row of ``name``, in the order of ``self.table_columns``."""
         node = self._pairs[name]
         row = self._rows.get(name)
-        depth = node.depth - self.acc.comparison.golden.tree.nodes[self._scope].depth
-        label = " " * max(depth - 1, 0) + fmt.short_name(name)
         types = (
             node.golden_type if node.golden_type == node.test_type else f"{node.golden_type}/{node.test_type}"
         )
@@ -274,24 +323,24 @@ class OperatorScreen(ViewScreen):
             "order": self._order_cell(name),
             "type": types,
             "test_name": node.test.rsplit("/", 1)[-1],
+            "name": self._name_cell(name),
         }
         if row is None:
             pending = Text("…", style=fmt.PENDING_STYLE)
-            cells.update(name=label, inputs=pending, outputs=pending)
+            cells.update(inputs=pending, outputs=pending)
         else:
             passed = row["outputs_passed"]
             cells.update(
-                name=fmt.styled(label, passed),
                 inputs=fmt.input_mark(row.get("inputs_effective"), row.get("inputs_from")),
                 outputs=fmt.output_mark(passed, row.get("label"), bool(row.get("error"))),
-                cosine=fmt.styled(fmt.cosine(row["cosine"]), passed),
-                max_abs_err=fmt.num(row["max_abs_err"]),
-                rel_euclidean=fmt.num(row["rel_euclidean"]),
-                thousandth_ratio=fmt.percent(row.get("thousandth_ratio")),
-                norm_rel_diff=fmt.styled(fmt.num(row.get("norm_rel_diff")), passed),
-                max_diff=fmt.num(row.get("max_diff")),
-                min_diff=fmt.num(row.get("min_diff")),
-                mean_diff=fmt.num(row.get("mean_diff")),
+                cosine=fmt.figure(fmt.cosine(row["cosine"]), passed),
+                max_abs_err=fmt.figure(fmt.num(row["max_abs_err"])),
+                rel_euclidean=fmt.figure(fmt.num(row["rel_euclidean"])),
+                thousandth_ratio=fmt.figure(fmt.percent(row.get("thousandth_ratio"))),
+                norm_rel_diff=fmt.figure(fmt.num(row.get("norm_rel_diff")), passed),
+                max_diff=fmt.figure(fmt.num(row.get("max_diff"))),
+                min_diff=fmt.figure(fmt.num(row.get("min_diff"))),
+                mean_diff=fmt.figure(fmt.num(row.get("mean_diff"))),
                 shape=row["shape"] or "-",
             )
         return [cells.get(key, "") for key, _, _ in self.table_columns]
@@ -299,7 +348,7 @@ class OperatorScreen(ViewScreen):
     def _order_cell(self, name: str) -> Text:
         order = self._order[name]
         if name == self._suspect:
-            return Text(f"◆{order}", style="bold red reverse")
+            return fmt.suspect(f"◆{order}")
         return Text(str(order), style="dim")
 
     @on(DataTable.RowHighlighted, "#ops")
@@ -372,6 +421,7 @@ class OperatorScreen(ViewScreen):
         """Give the table the whole width (useful at 80 columns) or bring the tree back."""
         tree = self.query_one(LayerTree)
         tree.display = not tree.display
+        self.call_after_refresh(self._fit_name_column)  # the table's width changed: so does the room
         if not tree.display:
             self.query_one("#ops", DataTable).focus()
 

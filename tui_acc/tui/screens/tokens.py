@@ -34,8 +34,8 @@ STATS_COLUMNS = (
     ("token", "Token", 6),
     ("passed", "Verdict", 7),
     ("norm_rel_diff", "NormRel", 9),
-    ("max_diff", "MaxDiff", 9),
-    ("mean_diff", "MeanDiff", 9),
+    ("max_diff", "MaxDiff", 10),
+    ("mean_diff", "MeanDiff", 10),
     ("shape", "Logits shape", 14),
 )
 
@@ -170,16 +170,16 @@ class TokenScreen(ViewScreen):
         top1: Text | str = "-"
         if row.get("golden_top1") is not None:
             same = row["golden_top1"] == row["test_top1"]
-            top1 = Text(f"{row['golden_top1']}/{row['test_top1']}", style="" if same else "red")
+            top1 = fmt.failing(f"{row['golden_top1']}/{row['test_top1']}", not same)
         cells: dict[str, Text | str] = {
             "token": fmt.styled(str(row["token"]), None if pending else passed),
             "passed": fmt.token_verdict(row.get("verdict"), pending),
-            "cosine": fmt.styled(fmt.cosine(row.get("cosine")), passed),
-            "kl": fmt.styled(fmt.num(row.get("kl")), passed),
-            "max_abs_err": fmt.num(row.get("max_abs_err")),
-            "norm_rel_diff": fmt.styled(fmt.num(row.get("norm_rel_diff")), passed),
-            "max_diff": fmt.num(row.get("max_diff")),
-            "mean_diff": fmt.num(row.get("mean_diff")),
+            "cosine": fmt.figure(fmt.cosine(row.get("cosine")), passed),
+            "kl": fmt.figure(fmt.num(row.get("kl")), passed),
+            "max_abs_err": fmt.figure(fmt.num(row.get("max_abs_err"))),
+            "norm_rel_diff": fmt.figure(fmt.num(row.get("norm_rel_diff")), passed),
+            "max_diff": fmt.figure(fmt.num(row.get("max_diff"))),
+            "mean_diff": fmt.figure(fmt.num(row.get("mean_diff"))),
             "top1": top1,
             "shape": row.get("shape") or "-",
             "test_node": row.get("test_node") or "",

@@ -21,7 +21,14 @@ class TensorDetail(Static):
     TensorDetail { height: auto; max-height: 9; }
     """
 
+    _shown: tuple[NodePair | None, MetricsEngine, Row | None] | None = None
+
+    def on_resize(self) -> None:
+        if self._shown is not None:  # tensor names are elided to the width: fit them again
+            self.show(*self._shown)
+
     def show(self, node: NodePair | None, engine: MetricsEngine, row: Row | None = None) -> None:
+        self._shown = (node, engine, row)
         if node is None:
             self.update("")
             return
@@ -48,18 +55,32 @@ class TensorDetail(Static):
         rows = [engine.known_row(pair) for pair in node.tensors]  # memory only: this is the UI thread
         stats = any(r is not None and r.get("stats_only") for r in rows)
         metrics = ("norm rel", "max Δ", "mean Δ", "") if stats else ("cosine", "max abs", "rel eucl", "KL")
-        grid = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim")
-        for column in ("", "tensor", "shape", "dtype", *metrics):
-            grid.add_column(column, no_wrap=True)
-        for pair, row in zip(node.tensors, rows, strict=True):
-            grid.add_row(*_cells(pair.slot, row))
+        cells = [_cells(pair.slot, row) for pair, row in zip(node.tensors, rows, strict=True)]
+        # The verdict and every metric keep their width; the tensor's name gives way, elided in the
+        # middle (input.position_embeddings.0 / .1 differ at their end), then the shape and dtype.
+        headers = ("", "tensor", "shape", "dtype", *metrics)
+        widths = [
+            max([len(header)] + [_cell_width(c[i]) for c in cells if len(c) > i])
+            for i, header in enumerate(headers)
+        ]
+        room = self.content_size.width or self.app.size.width - 2
+        # one cell between columns (padding collapsed) and one at each edge
+        others = sum(width for i, width in enumerate(widths) if i != 1) + len(widths) + 1
+        name_room = max(room - others, _NAME_MIN)
+        grid = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim", collapse_padding=True)
+        for index, header in enumerate(headers):
+            keep = index == 0 or index >= 4  # the verdict and the metrics: never elided
+            grid.add_column(header, no_wrap=True, min_width=widths[index] if keep else None)
+        for cell in cells:
+            cell[1] = fmt.elide_middle(str(cell[1]), name_room)
+            grid.add_row(*cell)
         self.update(Group(*head, grid))
 
 
 _LABEL_TEXT = {
-    "local": ("✗ error starts here", "bold red"),
-    "contains": ("✗ error starts in a child", "red"),
-    "inherited": ("✗ inherited: its inputs were already off", "dim red"),
+    "local": "✗ error starts here",
+    "contains": "✗ error starts in a child",
+    "inherited": "✗ inherited: its inputs were already off",
 }
 
 
@@ -67,7 +88,8 @@ def _verdict_line(row: Row) -> Text:
     parts: list[tuple[str, str]] = []
     label = row.get("label")
     if label in _LABEL_TEXT:
-        parts.append(_LABEL_TEXT[label])
+        styles = {"local": fmt.palette().suspect, "contains": fmt.palette().child}
+        parts.append((_LABEL_TEXT[label], styles.get(label, fmt.palette().inherited)))
     source = row.get("inputs_from")
     if row.get("in_place"):
         # the dumped input was saved after the op overwrote it: it says nothing about what came in
@@ -103,16 +125,17 @@ def _absent_line(records: list[Unmatched]) -> Text:
 
 
 _ABSENT_SHOWN = 4
+_NAME_MIN = 12  # a tensor's name in the detail panel, at its narrowest
 
 
 def _cells(slot: str, row: Row | None) -> list[Text | str]:
     if row is None:
         return [fmt.mark(None), slot, Text("computing…", style=fmt.PENDING_STYLE)]
     if row.get("error"):
-        return [fmt.mark(False), slot, Text(row["error"], style=fmt.ERROR_STYLE)]
+        return [fmt.mark(False), slot, Text(row["error"], style=fmt.palette().error)]
     if row.get("test_is_nan") is not None:  # msprobe nan_check: the call's NaN flag
         flags = f"NaN: golden {_yes_no(row.get('golden_is_nan'))}, test {_yes_no(row['test_is_nan'])}"
-        return [fmt.mark(row["passed"]), slot, "-", "-", Text(flags, style="" if row["passed"] else "red")]
+        return [fmt.mark(row["passed"]), slot, "-", "-", fmt.failing(flags, not row["passed"])]
     if row.get("test_checksum") is not None and row.get("norm_diff") is None:  # summary_mode xor
         same = row["test_checksum"] == row.get("golden_checksum")
         words = "same checksum" if same else f"checksum {row.get('golden_checksum')} ≠ {row['test_checksum']}"
@@ -121,7 +144,7 @@ def _cells(slot: str, row: Row | None) -> list[Text | str]:
             slot,
             row["golden_shape"] or "-",
             fmt.dtypes(row["golden_dtype"], row["test_dtype"]),
-            Text(words, style="" if same else "red"),
+            fmt.failing(words, not same),
         ]
     if row.get("stats_only"):
         return [
@@ -148,8 +171,12 @@ def _cells(slot: str, row: Row | None) -> list[Text | str]:
     ]
     nan = (row.get("test_nan") or 0) + (row.get("test_inf") or 0)
     if nan:
-        cells.append(Text(f"{nan} NaN/Inf in test", style="red"))
+        cells.append(fmt.failing(f"{nan} NaN/Inf in test"))
     return cells
+
+
+def _cell_width(cell: Text | str) -> int:
+    return (Text(cell) if isinstance(cell, str) else cell).cell_len
 
 
 def _yes_no(flag: object) -> str:

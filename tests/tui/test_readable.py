@@ -1,0 +1,238 @@
+"""The operator screen is readable at 80x24 and without colour (issue 15: items 1, 2, 3, 6, 13, 17)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from rich.style import Style
+from rich.text import Text
+from textual.widgets import DataTable, Footer, Header
+from textual.widgets._footer import FooterKey
+
+from tests.tui.conftest import settle
+from tui_acc import open_comparison
+from tui_acc.tui import formatting as fmt
+from tui_acc.tui.app import AccApp
+from tui_acc.tui.screens.operators import OperatorScreen
+from tui_acc.tui.widgets.layer_tree import LayerTree
+from tui_acc.tui.widgets.tensor_detail import TensorDetail
+
+SCIENTIFIC = re.compile(r"^-?\d\.\d{3}e[+-]\d\d$")
+
+
+@pytest.fixture
+def atb_app(atb_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AccApp:
+    golden, plain, _ = atb_pair
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "golden").symlink_to(golden)
+    (work / "test").symlink_to(plain)
+    monkeypatch.chdir(work)
+    return AccApp(open_comparison("golden", "test"), export_dir=tmp_path)
+
+
+async def _open_first_failing_op(pilot) -> OperatorScreen:  # type: ignore[no-untyped-def]
+    await settle(pilot)
+    await pilot.press("f", "enter")
+    await settle(pilot)
+    await pilot.press("f")
+    await pilot.pause()
+    screen = pilot.app.screen
+    assert isinstance(screen, OperatorScreen)
+    return screen
+
+
+def _column_right_edge(table: DataTable[object], key: str) -> int:
+    """Where the column ``key`` ends, in cells from the table's left edge."""
+    edge = 0
+    for column_key, column in table.columns.items():
+        edge += column.get_render_width(table)
+        if column_key.value == key:
+            return edge
+    raise KeyError(key)
+
+
+def _names(table: DataTable[object]) -> dict[str, str]:
+    return {str(key.value): str(table.get_cell(key, "name")) for key in table.rows}
+
+
+@pytest.mark.parametrize("size", [(64, 24), (80, 24), (200, 50)])
+async def test_rows_name_their_layer_and_the_column_uses_the_width(demo_app: AccApp, size) -> None:  # type: ignore[no-untyped-def]
+    async with demo_app.run_test(size=size) as pilot:
+        screen = await _open_first_failing_op(pilot)
+        table = screen.query_one("#ops", DataTable)
+        longest = max(len(fmt.qualified_name(name)) for name in screen._pairs)
+        width = table.columns[next(k for k in table.columns if k.value == "name")].width
+        assert _column_right_edge(table, "cosine") <= table.scrollable_content_region.width
+        if size[0] >= 80:
+            assert width == longest > 17  # whole names: the 17 cells of old cut post_attention_layernorm
+        else:
+            assert 12 <= width < longest
+            elided = [label for label in _names(table).values() if "…" in label]
+            assert elided and all(len(label) == width and label[0].isdigit() for label in elided), elided
+        await pilot.press("slash", *"down_proj", "enter")
+        await pilot.pause()
+        names = _names(table)
+        assert len(names) == 4  # one down_proj per layer of the demo
+        assert len(set(names.values())) == 4, names  # filtered, the four still differ
+        for key, label in names.items():
+            layer = key.split(".")[3]  # root.model.layers.N.mlp.down_proj
+            assert label.startswith(f"{layer}.") and label.endswith("down_proj"), label
+
+
+async def test_elided_names_keep_their_layer_and_leaf() -> None:
+    assert fmt.elide_middle("12.post_attention_layernorm", 17) == "12.po…n_layernorm"
+    assert fmt.qualified_name("root.model.layers.2.mlp.down_proj") == "2.mlp.down_proj"
+    assert fmt.qualified_name("Module.model.layers.0.mlp.LlamaMLP.forward.3") == "0.mlp"
+    assert fmt.qualified_name("Functional.linear.5.forward", "0.mlp") == "0.mlp.linear.5"
+    assert fmt.qualified_name("root.transformer.h.11.attn.c_attn") == "11.attn.c_attn"
+
+
+async def test_torch_against_atb_at_80_columns_shows_verdicts_cosines_and_both_sides(atb_app: AccApp) -> None:
+    async with atb_app.run_test(size=(80, 24)) as pilot:
+        screen = await _open_first_failing_op(pilot)
+        assert screen.query_one(LayerTree).display  # with the tree shown
+        table = screen.query_one("#ops", DataTable)
+        room = table.scrollable_content_region.width
+        for key in ("outputs", "cosine"):
+            assert _column_right_edge(table, key) <= room, key
+        assert str(table.get_cell("root.model.layers.2.mlp.down_proj", "cosine")).startswith("0.")
+        header = screen.query_one(Header)
+        title = header.format_title().plain
+        assert "golden" in title and "test" in title
+        assert title.endswith("test test")  # the test side's path (relative here), whole
+        assert len(title) <= 80 - 18
+
+
+async def test_the_title_elides_long_paths_in_the_middle(atb_app: AccApp) -> None:
+    long = "/data/runs/2026-11-23/qwen2-72b/tp8/msit_dump_20261123_101010/"
+    atb_app.sub_title = f"{long}golden  vs  {long}atb-test"
+    async with atb_app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        title = pilot.app.screen.query_one(Header).format_title().plain
+        assert "golden /data" in title and "…" in title and title.endswith("atb-test")
+        assert len(title) <= 80 - 18
+
+
+async def test_detail_panel_keeps_verdicts_digits_and_the_end_of_long_names(
+    model_case, tmp_path: Path
+) -> None:
+    folder = model_case("qwen2-msprobe-L0")
+    app = AccApp(open_comparison(folder / "golden", folder / "test"), export_dir=tmp_path)
+    layer = "Module.model.layers.0.Qwen2DecoderLayer.forward.0"
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        app.push_screen(OperatorScreen(0, select=layer))
+        await settle(pilot)
+        detail = app.screen.query_one(TensorDetail)
+        console = Console(width=detail.content_size.width, record=True, color_system=None)
+        console.print(detail.content)
+        lines = console.export_text().splitlines()
+    rows = [line for line in lines if re.search(r"input\.\S*embeddings\.[01] ", line)]
+    assert len(rows) == 2, lines
+    assert rows[0] != rows[1]
+    for line in rows:
+        assert line.split()[0] in ("✓", "✗"), line  # the verdict column is there
+        assert re.search(r"\s-?\d\.\d{6}\s", line), line  # the whole cosine
+        assert "…" not in line.split()[2:], line
+
+
+@pytest.mark.parametrize("screen_keys", [(), ("f", "enter")])
+async def test_the_footer_at_80_columns_ends_with_quit(demo_app: AccApp, screen_keys) -> None:  # type: ignore[no-untyped-def]
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press(*screen_keys)
+        await settle(pilot)
+        footer = pilot.app.screen.query_one(Footer)
+        keys = list(footer.query(FooterKey))
+        (palette,) = [key for key in keys if key.has_class("-command-palette")]
+        shown = [key for key in keys if key is not palette]
+        assert shown[-1].action == "quit"
+        for key in shown:  # every key whole, left of the palette's: none cut off or drawn over
+            assert key.region.right <= palette.region.x, (key.key, key.region, palette.region)
+        assert palette.region.right <= 80
+
+
+async def test_numbers_line_up_in_one_notation(demo_app: AccApp) -> None:
+    async with demo_app.run_test(size=(120, 30)) as pilot:
+        screen = await _open_first_failing_op(pilot)
+        table = screen.query_one("#ops", DataTable)
+        for column in ("max_abs_err", "rel_euclidean"):
+            cells = [table.get_cell(key, column) for key in table.rows]
+            texts = [c.plain for c in cells if isinstance(c, Text) and c.plain not in ("0", "-")]
+            assert texts and all(SCIENTIFIC.match(t) for t in texts), texts
+            assert all(c.justify == "right" for c in cells if isinstance(c, Text))
+        cosines = [str(table.get_cell(key, "cosine")) for key in table.rows]
+        assert all(re.fullmatch(r"-?\d\.\d{6}|-", c) for c in cosines), cosines
+
+
+def test_one_rule_for_numbers_in_the_tui_and_the_report() -> None:
+    from tui_acc import report
+
+    for value in (0.29, 0.307, 1.5e-6, 12345.0, -0.0172, 3.0):
+        assert fmt.num(value) == report._num(value)
+        assert SCIENTIFIC.match(fmt.num(value)), value
+    assert fmt.num(0.29) == "2.900e-01" and fmt.num(0.307) == "3.070e-01"  # trailing zeros kept
+    assert len(fmt.num(1.5e-6)) == len(fmt.num(0.29)) == len(fmt.num(12345.0))
+    assert fmt.cosine(0.99999) == "0.999990"
+    assert fmt.num(0.0) == "0" and fmt.num(None) == "-"
+
+
+def _style(cell: object) -> Style:
+    assert isinstance(cell, Text)
+    style = Style.parse(cell.style) if isinstance(cell.style, str) else cell.style
+    for span in cell.spans:
+        style += Style.parse(span.style) if isinstance(span.style, str) else span.style
+    return style
+
+
+async def test_without_colour_failures_are_bold_or_reverse(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = AccApp(open_comparison(demo_pair.golden, demo_pair.test), export_dir=tmp_path)
+    assert app.no_color
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await _open_first_failing_op(pilot)
+        table = screen.query_one("#ops", DataTable)
+        suspect = "root.model.layers.2.mlp.down_proj"
+        for column in ("order", "outputs"):  # ◆42 and ✗L
+            style = _style(table.get_cell(suspect, column))
+            assert style.bold and style.reverse, (column, style)
+            assert style.color is None  # drawn in the foreground colour: the most contrast there is
+        assert _style(table.get_cell(suspect, "name")).bold
+        passing = next(key for key in table.rows if not screen.is_failing(str(key.value)))
+        assert not _style(table.get_cell(passing, "name")).bold
+        detail = screen.query_one(TensorDetail)
+        console = Console(width=100, record=True, color_system="standard")
+        console.print(detail.content)
+        assert "\x1b[1;7m✗ error starts here" in console.export_text(styles=True)
+    fmt.use_monochrome(False)
+
+
+async def test_with_colour_failures_stay_red(demo_app: AccApp) -> None:
+    async with demo_app.run_test(size=(100, 30)) as pilot:
+        screen = await _open_first_failing_op(pilot)
+        table = screen.query_one("#ops", DataTable)
+        style = _style(table.get_cell("root.model.layers.2.mlp.down_proj", "outputs"))
+        assert style.color is not None and style.color.name == "red"
+
+
+async def test_msprobe_rows_are_told_apart_and_the_marker_keeps_its_digits(
+    model_case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(model_case("llama-msprobe-mix"))
+    app = AccApp(open_comparison("golden", "test"), export_dir=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await _open_first_failing_op(pilot)
+        table = screen.query_one("#ops", DataTable)
+        suspect = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        marker = str(table.get_cell(suspect, "order"))
+        assert marker == f"◆{list(screen._pairs).index(suspect)}" and len(marker) == 4  # ◆ and 3 digits
+        order_column = next(column for key, column in table.columns.items() if key.value == "order")
+        assert order_column.width >= len(marker)
+        assert str(table.get_cell(suspect, "name")) == "1.mlp.down_proj.linear.43"  # the call, its module
+        assert _column_right_edge(table, "cosine") <= table.scrollable_content_region.width

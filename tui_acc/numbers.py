@@ -1,0 +1,38 @@
+"""How a metric's value is written, on screen and in the text report: one rule everywhere.
+
+Two notations, each kept to one kind of quantity so that a column never mixes them:
+
+- ``cosine``: a similarity bounded by 1 and read by its distance from 1, in fixed notation with six
+  decimals (``0.999981``): the digits that decide a verdict against 0.99 or 0.999 are always there.
+- ``number``: every other metric (errors, KL, relative norms, statistics' differences), whose scale
+  spans decades from one row to the next: four significant digits in scientific notation
+  (``1.720e-02``), always, trailing zeros kept, so a column's digits line up whatever the magnitude.
+  An exact zero is ``0``.
+"""
+
+from __future__ import annotations
+
+import math
+
+SIGNIFICANT_DIGITS = 4
+COSINE_DECIMALS = 6
+
+
+def number(value: float | None) -> str:
+    """``1.720e-02``: four significant digits, scientific notation; ``-`` when there is no value."""
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(value)  # nan, inf, -inf
+    if value == 0:
+        return "0"
+    return f"{value:.{SIGNIFICANT_DIGITS - 1}e}"
+
+
+def cosine(value: float | None) -> str:
+    """``0.999981``: fixed notation, six decimals; ``-`` when there is no value."""
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.{COSINE_DECIMALS}f}"
