@@ -142,9 +142,18 @@ async def test_export_failure_is_shown_and_nothing_crashes(demo_app: AccApp, tmp
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         await pilot.press("e", "enter")
-        status = _text(demo_app, "#status")
-        assert status.startswith("export failed:") and "cannot write here" in status
-        assert demo_app.screen.query_one("#status").has_class("error")
+        # the dialog stays open with the path as typed, the reason in its hint, for the user to fix
+        from textual.widgets import Input
+
+        from tui_acc.tui.screens.export_dialog import ExportDialog
+
+        assert isinstance(demo_app.screen, ExportDialog)
+        hint = demo_app.screen.query_one("#export-hint", Static)
+        assert "cannot write here" in str(hint.render()) and hint.has_class("warning")
+        typed = demo_app.screen.query_one("#export-path", Input).value
+        assert typed.startswith(str(demo_app.export_dir)) and typed.endswith(".csv")
+        await pilot.press("ctrl+a", "ctrl+k", *str(tmp_path / "fixed.csv"), "enter")
+        assert isinstance(demo_app.screen, TokenScreen) and (tmp_path / "fixed.csv").exists()
 
 
 async def test_help_tree_toggle_and_vim_keys(demo_app: AccApp) -> None:
