@@ -21,9 +21,10 @@ def run_floor(cmp: Comparison) -> str | None:
 
 
 def run_classes(cmp: Comparison) -> list[str]:
-    """The dtype classes the run's float tensors fall in, most precise first (float16 if unknown)."""
+    """The dtype classes the run's float tensors fall in, most precise first (none: the indexes do
+    not know, as for torch ``.pth`` dumps, whose dtypes are only known once a tensor is read)."""
     found = {precision_class(d) for d in cmp.golden.float_dtypes | cmp.test.float_dtypes}
-    return [d for d in DTYPES if d in found] or ["float16"]
+    return [d for d in DTYPES if d in found]
 
 
 def number(value: float) -> str:
@@ -53,8 +54,11 @@ def help_lines(cmp: Comparison, logits_dtypes: tuple[object, object] | None = No
     """The bounds in force for this pair, one line each. ``logits_dtypes``: the logits' own dtypes
     when a token is compared already (else every dtype class of the run is listed)."""
     thresholds = cmp.engine.thresholds
-    classes = run_classes(cmp)
-    lines = []
+    # dtypes unknown to the index: those of the logits stand for the run, else every class is listed
+    classes = run_classes(cmp) or (
+        [precision_class(*logits_dtypes)] if logits_dtypes is not None else list(DTYPES)
+    )
+    lines = ["Each pair of tensors is judged by the less precise of its two dtypes."]
     if cmp.golden.statistics_only or cmp.test.statistics_only:
         tolerance = thresholds.for_stats(None, None, run_floor(cmp))
         lines.append(
