@@ -29,7 +29,7 @@ KEYS = (
     ("a", "operators: show every operator again"),
     ("t", "operators: hide or show the layer tree"),
     ("Tab", "operators: switch between tree and table"),
-    ("e", "export the current view to CSV: Enter accepts the proposed path"),
+    ("e", "export the current view: CSV, or .xlsx / .parquet by the name typed (Enter accepts it)"),
     ("r", "re-dump the token (and operator) under the cursor: shows the command, Enter runs it"),
     ("L", "the re-dump's log: x stops it, o opens the new dump at the same token and operator"),
     ("Esc", "back to the tokens"),
