@@ -41,8 +41,9 @@ class ExportError(Exception):
 def provenance(cmp: Comparison) -> dict[str, str]:
     """The constant columns every export carries: which dumps, which thresholds, which tui-acc."""
     return {
-        "source_golden": str(cmp.golden.root),
-        "source_test": str(cmp.test.root),
+        # absolute: the file is read elsewhere, later, from another working directory
+        "source_golden": str(cmp.golden.root.resolve()),
+        "source_test": str(cmp.test.root.resolve()),
         "source_thresholds": json.dumps(cmp.engine.thresholds.as_dict(), sort_keys=True),
         "source_tui_acc": __version__,
     }

@@ -57,8 +57,8 @@ async def test_csv_carries_labels_effective_inputs_and_provenance(
     assert "local" in labels and labels <= {"local", "contains", "inherited"}
     assert {r["inputs_from"] for r in rows if r["inputs_effective"]} >= {"files"}
     # provenance: constant columns, so any CSV reader parses the file and keeps them per row
-    assert {r["source_golden"] for r in rows} == {str(comparison.golden.root)}
-    assert {r["source_test"] for r in rows} == {str(comparison.test.root)}
+    assert {r["source_golden"] for r in rows} == {str(comparison.golden.root.resolve())}
+    assert {r["source_test"] for r in rows} == {str(comparison.test.root.resolve())}
     assert {r["source_tui_acc"] for r in rows} == {__version__}
     assert json.loads(rows[0]["source_thresholds"]) == json.loads(
         json.dumps(comparison.engine.thresholds.as_dict())
@@ -109,3 +109,16 @@ async def test_a_failed_write_keeps_the_dialog_and_the_typed_path(demo_app: AccA
         assert "cannot write here" in str(demo_app.screen.query_one("#export-hint", Static).render())
         await pilot.press("escape")
         assert _status(demo_app) == "export cancelled"
+
+
+async def test_statistics_token_export_keeps_the_differences_shown(reference: Path, tmp_path: Path) -> None:
+    from tui_acc import open_comparison
+
+    case = reference / "msprobe-L0" / "statistics"
+    app = AccApp(open_comparison(case / "golden", case / "test"), export_dir=tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("e", "enter")
+        rows = _read_csv(Path(_status(app).split(" to ", 1)[1]))
+    assert rows and all(r["norm_rel_diff"] and r["max_diff"] and r["mean_diff"] for r in rows)
+    assert {r["source_golden"] for r in rows} == {str((case / "golden").resolve())}

@@ -265,6 +265,8 @@ class TokenScreen(ViewScreen):
                     "logits_shape": row.get("shape"),
                     "stats_only": row.get("stats_only"),
                     "norm_rel_diff": row.get("norm_rel_diff"),
+                    "max_diff": row.get("max_diff"),
+                    "mean_diff": row.get("mean_diff"),
                     "error": row.get("error"),
                 }
             )
@@ -291,6 +293,8 @@ _TOKEN_EXPORT = {
     "logits_shape": pl.String,
     "stats_only": pl.Boolean,
     "norm_rel_diff": pl.Float64,
+    "max_diff": pl.Float64,
+    "mean_diff": pl.Float64,
     "error": pl.String,
 }
 
