@@ -96,16 +96,18 @@ def _write_atomically(path: Path, overwrite: bool, write: Callable[[IO[bytes]], 
 
 def _write_xlsx(frame: pl.DataFrame, handle: IO[bytes]) -> None:
     formats: dict[str, list[dict[str, object]]] = {}
-    for column in frame.columns:
+    for index, column in enumerate(frame.columns):
         rules: list[dict[str, object]] = [
             {"type": "cell", "criteria": "==", "value": f'"{word}"', "format": style}
             for words, style in ((_FAILED.get(column, ()), _RED), (_PASSED.get(column, ()), _GREEN))
             for word in words
         ]
         if column in _BOOLEAN_VERDICTS:
+            # "equal to FALSE" would colour the empty cells of rows not judged (Excel: blank = FALSE)
+            cell = f"{_column_letters(index)}2"  # the first data row, relative: each row tests its own
             rules = [
-                {"type": "cell", "criteria": "==", "value": "FALSE", "format": _RED},
-                {"type": "cell", "criteria": "==", "value": "TRUE", "format": _GREEN},
+                {"type": "formula", "criteria": f"=AND(ISLOGICAL({cell}),NOT({cell}))", "format": _RED},
+                {"type": "formula", "criteria": f"=AND(ISLOGICAL({cell}),{cell})", "format": _GREEN},
             ]
         if rules:
             formats[column] = rules
@@ -118,6 +120,16 @@ def _write_xlsx(frame: pl.DataFrame, handle: IO[bytes]) -> None:
         autofit=True,
         freeze_panes="A2",
     )
+
+
+def _column_letters(index: int) -> str:
+    """A spreadsheet's name of the column at 0-based ``index``: A, ..., Z, AA, ..."""
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(ord("A") + rest) + letters
+    return letters
 
 
 def fresh_path(directory: Path, stem: str, now: datetime | None = None) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -83,7 +84,11 @@ async def test_xlsx_by_extension_with_verdict_cells_coloured(demo_app: AccApp, d
     assert demo_pair.fault_module in strings and "source_golden" in strings
     # the verdict columns are coloured by rule: failures red, passes green
     assert sheet.count("<conditionalFormatting") >= 4  # In (raw, effective), Out, label
-    assert '<formula>"local"</formula>' in sheet and "<formula>FALSE</formula>" in sheet
+    assert '<formula>"local"</formula>' in sheet
+    # booleans: false, but not blank (a row not judged yet), is red
+    red_when_false = r'sqref="([A-Z]+)2:[^"]*"><cfRule[^>]*><formula>AND\(ISLOGICAL\(([A-Z]+)2\),NOT'
+    boolean_rules = re.findall(red_when_false, sheet)
+    assert len(boolean_rules) == 3 and all(column == tested for column, tested in boolean_rules)
     assert "FFC7CE" in styles and "C6EFCE" in styles
 
 
