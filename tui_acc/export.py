@@ -1,22 +1,79 @@
-"""Writing frames to CSV: atomically, and never over a file the user already has."""
+"""Writing a view's frame to a file: CSV, or Excel / parquet by the name's extension; atomically, and
+never over a file the user already has.
+
+Where the rows came from (both dumps, the thresholds, the tui-acc version) goes into the rows
+themselves as constant ``source_*`` columns, not into a header or a sidecar: a CSV reader that knows
+nothing of comment lines still parses the file, a spreadsheet keeps them through sorting and filtering,
+and a file handed on alone still says what it is. They come last, after what the screen shows.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import IO, Any
 
 import polars as pl
 
+from tui_acc import __version__
 from tui_acc.atomic import temp_beside
+from tui_acc.session import Comparison
+
+# an installable extra, not a dependency: only the .xlsx export needs it (polars writes through it)
+XLSX_HINT = "pip install 'tui-acc[xlsx]'"
+
+# Verdict columns, and the values of them to colour in a spreadsheet (the same words as on screen).
+_FAILED = {"verdict": ("fail", "error"), "label": ("local", "contains", "inherited")}
+_PASSED = {"verdict": ("pass", "near-tie")}
+_BOOLEAN_VERDICTS = ("inputs_passed", "inputs_effective", "outputs_passed")
+_RED = {"bg_color": "#FFC7CE", "font_color": "#9C0006", "bold": True}
+_GREEN = {"bg_color": "#C6EFCE", "font_color": "#006100"}
 
 
 class ExportError(Exception):
-    """The CSV could not be written; the message names the file and the reason."""
+    """The file could not be written; the message names the file and the reason."""
+
+
+def provenance(cmp: Comparison) -> dict[str, str]:
+    """The constant columns every export carries: which dumps, which thresholds, which tui-acc."""
+    return {
+        # absolute: the file is read elsewhere, later, from another working directory
+        "source_golden": str(cmp.golden.root.resolve()),
+        "source_test": str(cmp.test.root.resolve()),
+        "source_thresholds": json.dumps(cmp.engine.thresholds.as_dict(), sort_keys=True),
+        "source_tui_acc": __version__,
+    }
+
+
+def with_provenance(frame: pl.DataFrame, cmp: Comparison) -> pl.DataFrame:
+    return frame.with_columns(
+        pl.lit(value, dtype=pl.String).alias(key) for key, value in provenance(cmp).items()
+    )
+
+
+def write_export(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Path:
+    """Write ``frame`` to ``path`` as its extension says: ``.xlsx`` Excel (verdict cells coloured),
+    ``.parquet`` parquet, anything else CSV."""
+    suffix = path.suffix.lower()
+    if suffix == ".xlsx":
+        if importlib.util.find_spec("xlsxwriter") is None:
+            raise ExportError(f"{path}: writing .xlsx needs xlsxwriter: {XLSX_HINT}")
+        return _write_atomically(path, overwrite, lambda handle: _write_xlsx(frame, handle))
+    if suffix == ".parquet":
+        return _write_atomically(path, overwrite, frame.write_parquet)
+    return write_csv(frame, path, overwrite)
 
 
 def write_csv(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Path:
     """Write ``frame`` to ``path`` via a temporary file and a rename, so no half file is left."""
+    return _write_atomically(path, overwrite, lambda handle: frame.write_csv(handle, float_precision=None))
+
+
+def _write_atomically(path: Path, overwrite: bool, write: Callable[[IO[bytes]], Any]) -> Path:
     path = path.expanduser()
     if path.exists() and not overwrite:
         raise ExportError(f"{path}: already exists; not overwritten")
@@ -26,7 +83,7 @@ def write_csv(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Path:
         raise ExportError(f"{path}: cannot write here ({exc.strerror or exc})") from exc
     try:
         with os.fdopen(fd, "wb") as handle:
-            frame.write_csv(handle, float_precision=None)
+            write(handle)
         if not overwrite and path.exists():  # appeared while we wrote: keep theirs
             raise ExportError(f"{path}: already exists; not overwritten")
         tmp.replace(path)
@@ -35,6 +92,44 @@ def write_csv(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path.resolve()
+
+
+def _write_xlsx(frame: pl.DataFrame, handle: IO[bytes]) -> None:
+    formats: dict[str, list[dict[str, object]]] = {}
+    for index, column in enumerate(frame.columns):
+        rules: list[dict[str, object]] = [
+            {"type": "cell", "criteria": "==", "value": f'"{word}"', "format": style}
+            for words, style in ((_FAILED.get(column, ()), _RED), (_PASSED.get(column, ()), _GREEN))
+            for word in words
+        ]
+        if column in _BOOLEAN_VERDICTS:
+            # "equal to FALSE" would colour the empty cells of rows not judged (Excel: blank = FALSE)
+            cell = f"{_column_letters(index)}2"  # the first data row, relative: each row tests its own
+            rules = [
+                {"type": "formula", "criteria": f"=AND(ISLOGICAL({cell}),NOT({cell}))", "format": _RED},
+                {"type": "formula", "criteria": f"=AND(ISLOGICAL({cell}),{cell})", "format": _GREEN},
+            ]
+        if rules:
+            formats[column] = rules
+    frame.write_excel(
+        handle,
+        worksheet="tui-acc",
+        conditional_formats=formats,  # type: ignore[arg-type]
+        # every digit the CSV has: the cell holds the full double, "General" shows what fits
+        dtype_formats={pl.Float64: "General", pl.Float32: "General"},
+        autofit=True,
+        freeze_panes="A2",
+    )
+
+
+def _column_letters(index: int) -> str:
+    """A spreadsheet's name of the column at 0-based ``index``: A, ..., Z, AA, ..."""
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(ord("A") + rest) + letters
+    return letters
 
 
 def fresh_path(directory: Path, stem: str, now: datetime | None = None) -> Path:

@@ -104,7 +104,7 @@ def test_ssh_user_finds_the_fault_and_exports_it(demo_pair, tmp_path: Path, term
     screen = term.wait_for(lambda s: "model.layers.2.mlp.down_proj  Linear" in s, "the tensor detail")
     assert "◆42" in screen and f"{fault['cosine']:.6f}" in screen
     term.keys("e")
-    term.wait_for(lambda s: "Export 58 rows of token3-ops to CSV" in s, "the export dialog")
+    term.wait_for(lambda s: "Export 58 rows of token3-ops" in s, "the export dialog")
     term.keys("Enter")
     term.wait_for(lambda s: "exported 58 rows to" in s, "the export path")
     (exported,) = tmp_path.glob("tui-acc-token3-ops-*.csv")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import Sparkline, Static
+from textual.widgets import Static
 
 from tests.tui.conftest import settle
 from tests.tui.test_redump import _app, _gate, _infer, _start
@@ -29,6 +29,7 @@ from tui_acc.session import Comparison
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.screens.tokens import TokenScreen
+from tui_acc.tui.widgets.threshold_strip import ThresholdStrip
 
 
 async def _handled(screen: TokenScreen) -> None:
@@ -65,7 +66,7 @@ async def test_token_rows_arriving_ask_nothing_of_the_row_cache_or_the_files(
         summary = str(screen.query_one("#summary", Static).render())
         assert f"{len(rows)}/{len(rows)} tokens compared" in summary
         assert f"first failing: {demo_pair.fault_token}" in summary
-        strip = screen.query_one("#kl-strip", Sparkline).data or []
+        strip = screen.query_one("#kl-strip", ThresholdStrip).levels
         fault = comparison.pairing.tokens.index(demo_pair.fault_token)
         assert strip[fault] > strip[0]  # the fault stands out from a clean token
         screen.post_message(TokenScreen.TokenComputed(rows[fault]))  # the same token again: counted once

@@ -142,9 +142,18 @@ async def test_export_failure_is_shown_and_nothing_crashes(demo_app: AccApp, tmp
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         await pilot.press("e", "enter")
-        status = _text(demo_app, "#status")
-        assert status.startswith("export failed:") and "cannot write here" in status
-        assert demo_app.screen.query_one("#status").has_class("error")
+        # the dialog stays open with the path as typed, the reason in its hint, for the user to fix
+        from textual.widgets import Input
+
+        from tui_acc.tui.screens.export_dialog import ExportDialog
+
+        assert isinstance(demo_app.screen, ExportDialog)
+        hint = demo_app.screen.query_one("#export-hint", Static)
+        assert "cannot write here" in str(hint.render()) and hint.has_class("warning")
+        typed = demo_app.screen.query_one("#export-path", Input).value
+        assert typed.startswith(str(demo_app.export_dir)) and typed.endswith(".csv")
+        await pilot.press("ctrl+a", "ctrl+k", *str(tmp_path / "fixed.csv"), "enter")
+        assert isinstance(demo_app.screen, TokenScreen) and (tmp_path / "fixed.csv").exists()
 
 
 async def test_help_tree_toggle_and_vim_keys(demo_app: AccApp) -> None:
@@ -342,18 +351,26 @@ async def test_detail_panel_warns_about_an_in_place_op(in_place_copy, demo_pair,
 
 
 async def test_kl_strip_makes_the_first_divergence_stand_out(demo_app: AccApp, demo_pair) -> None:
-    """On a linear scale token 3 (KL 2e-3) would be as flat as the passing tokens (5e-6)."""
-    from textual.widgets import Sparkline
-
-    from tui_acc.tui.token_tally import strip_height
+    """Scaled against the threshold in force, and labelled with it: the passing tokens stay below the
+    over-threshold bars, the first failing token rises above them (issue 15, item 15)."""
+    from tui_acc.metrics.verdict import precision_class
+    from tui_acc.tui.bounds import number
+    from tui_acc.tui.token_tally import OVER
+    from tui_acc.tui.widgets.threshold_strip import ThresholdStrip
 
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        bars = list(demo_app.screen.query_one("#kl-strip", Sparkline).data or [])
+        screen = demo_app.screen
+        assert isinstance(screen, TokenScreen)
+        levels = screen.query_one("#kl-strip", ThresholdStrip).levels
         first = demo_pair.fault_token
-        assert len(bars) == 8 and max(bars[:first]) < 0.6 * bars[first] < bars[first] < max(bars)
-    assert strip_height(float("nan")) == strip_height(float("inf")) > strip_height(1e3)
-    assert strip_height(None) == strip_height(0.0) == 0.0
+        assert len(levels) == 8 and None not in levels
+        assert max(levels[:first]) < OVER <= levels[first]  # type: ignore[type-var, operator]
+        row = screen.tally.get(first)
+        assert row is not None
+        dtype = precision_class(row["golden_dtype"], row["test_dtype"])
+        bound = demo_app.comparison.engine.thresholds.logits[dtype]["kl"]
+        assert _text(demo_app, "#strip-label") == f"KL / threshold {number(bound)} "
 
 
 async def test_resizing_keeps_the_view_and_the_cursor_on_screen(demo_app: AccApp, demo_pair) -> None:

@@ -71,6 +71,9 @@ async def test_statistics_dumps_show_statistics_columns(reference: Path, tmp_pat
         tokens = app.screen.query_one("#tokens", DataTable)
         assert [str(c.label) for c in tokens.columns.values()][:3] == ["Token", "Verdict", "NormRel"]
         assert str(tokens.get_cell("1", "passed")) == "pass"
+        # the strip plots NormRel, against the statistics tolerance, and says so (not "KL")
+        label = str(app.screen.query_one("#strip-label", Static).render())
+        assert label.startswith("NormRel / threshold ") and "KL" not in label
         await pilot.press("enter")
         await settle(pilot)
         ops = app.screen.query_one("#ops", DataTable)

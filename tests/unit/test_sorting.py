@@ -36,3 +36,20 @@ def test_a_filter_matches_any_text_of_a_row_in_any_case_and_keeps_the_order() ->
     assert matching_keys(texts, "rmsnormop") == ["root.norm"]
     assert matching_keys(texts, "a.b[") == []  # taken literally, not as a pattern
     assert matching_keys(texts, "") == list(texts)
+
+
+def test_signed_differences_sort_worst_first_by_magnitude() -> None:
+    """MaxDiff -0.0172 is the worst of these, not the best (issue 15, item 7)."""
+    from tui_acc.tui.sorting import SortColumn, worst_end
+
+    diffs = {"small": 0.001, "neg": -0.0172, "pos": 0.005, "none": None, "zero": 0.0}
+    for column in ("max_diff", "min_diff", "mean_diff"):
+        worst_first = Sort().picked(SortColumn(column, column, worst_end(column)))
+        assert sorted_keys(list(diffs), lambda k, c: diffs[k], worst_first) == [
+            "neg",
+            "pos",
+            "small",
+            "zero",
+            "none",
+        ]
+        assert sorted_keys(list(diffs), lambda k, c: diffs[k], worst_first.reversed())[0] == "zero"

@@ -13,8 +13,14 @@ import polars as pl
 Worst = Literal["low", "high"]
 
 
-# Metrics whose high values are the bad ones; every other column sorts its lowest values first.
-HIGH_IS_BAD = frozenset({"kl", "max_abs_err", "rel_euclidean", "norm_rel_diff", "max_diff", "mean_diff"})
+# Differences of statistics (test - golden): signed, and as bad below zero as above. They order by
+# magnitude, so "worst first" puts MaxDiff -0.0172 before 0.001.
+SIGNED = frozenset(
+    {f"{stat}_{kind}" for stat in ("max", "min", "mean", "norm") for kind in ("diff", "rel_diff")}
+)
+# Metrics whose high values (magnitudes, for the signed ones) are the bad ones; every other column
+# sorts its lowest values first.
+HIGH_IS_BAD = frozenset({"kl", "max_abs_err", "rel_euclidean"}) | SIGNED
 
 
 def worst_end(column: str) -> Worst:
@@ -31,6 +37,8 @@ _NOTES = {
 
 
 def worst_note(column: str) -> str:
+    if column in SIGNED:
+        return "largest difference first, either sign"
     return _NOTES.get(column) or ("highest first" if column in HIGH_IS_BAD else "lowest first")
 
 
@@ -70,13 +78,16 @@ class Sort:
 
 
 def sorted_keys(keys: list[str], value: Callable[[str, str], object], sort: Sort) -> list[str]:
-    """``keys`` ordered by ``value(key, sort.column)``; rows without a value (pending, n/a, NaN) stay
-    last, whichever way. The sort is stable: rows with equal values keep the view's natural order."""
+    """``keys`` ordered by ``value(key, sort.column)`` (by magnitude in a ``SIGNED`` column); rows
+    without a value (pending, n/a, NaN) stay last, whichever way. The sort is stable: rows with equal
+    values keep the view's natural order."""
     if sort.column is None or not keys:
         return keys
     values = pl.Series("value", [value(key, sort.column) for key in keys], strict=False)
     if values.dtype.is_float():
         values = values.fill_nan(None)
+    if sort.column in SIGNED and values.dtype.is_numeric():
+        values = values.abs()
     frame = pl.DataFrame({"key": keys, "value": values})
     ordered = frame.sort("value", descending=sort.descending, nulls_last=True, maintain_order=True)
     return ordered["key"].to_list()

@@ -1,7 +1,7 @@
 """What the token list knows: the token rows the worker sent, and the counts shown from them.
 
 The token screen asks nothing of the engine on the event loop: the engine's lookups may read the
-disk cache and stat the files of every token not computed yet, and the summary and the KL strip
+disk cache and stat the files of every token not computed yet, and the summary and the strip
 would ask for every token after each computed one (tokens squared). Each row arriving updates the
 counts it changes; reading them costs nothing.
 """
@@ -10,33 +10,48 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tui_acc.metrics.schema import Row
 
-# Bars on a log scale: the first divergence is orders of magnitude above the noise but far below
-# the broken tokens after it; on a linear scale it would be as flat as the noise.
-_STRIP_FLOOR = 1e-8
+# The strip's bars, against the threshold in force, a decade a step: ▁▂▃▄ within it (▄: the last
+# tenth below it), ▅▆▇█ over it (▅: up to 10x, █: over 1000x, or NaN/Inf). A log scale, as the first
+# divergence is orders of magnitude above the noise but far below the broken tokens after it; and a
+# fixed one, so that a run whose every token passes draws low bars, however they vary among themselves.
+STRIP_BARS = "▁▂▃▄▅▆▇█"
+OVER = 4  # the first level over the threshold
 
 
-def strip_height(value: object) -> float:
-    """A token's bar: decades of KL above 1e-8 (0 for a token not compared, or no divergence)."""
-    if not isinstance(value, (int, float)):
-        return 0.0
+def strip_level(value: object, bound: float | None) -> int | None:
+    """A token's bar: ``value`` against ``bound`` (None: not compared, or nothing to judge it by)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not bound or bound <= 0:
+        return None
     if not math.isfinite(value):
-        return 12.0  # NaN or Inf logits: broken outright, as tall as a bar gets
-    return math.log10(value / _STRIP_FLOOR) if value > _STRIP_FLOOR else 0.0
+        return len(STRIP_BARS) - 1  # NaN or Inf logits: broken outright, as tall as a bar gets
+    if value <= 0:
+        return 0
+    return min(max(math.ceil(math.log10(value / bound)) + OVER - 1, 0), len(STRIP_BARS) - 1)
+
+
+# (what a row's bar plots, the bound it is judged against)
+BoundOf = Callable[[Row], tuple[str, float | None]]
 
 
 class TokenTally:
-    """The judged token rows of one comparison, in memory, with their failures and strip bars."""
+    """The judged token rows of one comparison, in memory, with their failures and strip bars.
+    ``bound_of``: what a row's bar plots and the threshold in force for it."""
 
-    def __init__(self, tokens: Sequence[int]) -> None:
+    def __init__(self, tokens: Sequence[int], bound_of: BoundOf) -> None:
         self.tokens = list(tokens)
         self._position = {token: n for n, token in enumerate(self.tokens)}
         self._rows: dict[int, Row] = {}
         self._failing: list[int] = []  # positions in token order, kept sorted
-        self.heights = [0.0] * len(self.tokens)  # the KL strip's bars, in token order
+        self._bound_of = bound_of
+        self.levels: list[int | None] = [None] * len(self.tokens)  # the strip's bars, in token order
+        self.failed = [False] * len(self.tokens)  # whose verdict fails, in token order
+        # what the strip plots and against which threshold (the last row's: one pair, one dtype)
+        self.strip_metric: str = "KL"
+        self.strip_bound: float | None = None
 
     def add(self, row: Row) -> bool:
         """Take a token's row; whether it counts (a row without a verdict had no logits to judge,
@@ -49,10 +64,12 @@ class TokenTally:
         if before is not None and before.get("passed") is False:  # the same token again: replaced
             del self._failing[bisect.bisect_left(self._failing, position)]
         self._rows[token] = row
+        self.failed[position] = row.get("passed") is False
         if row.get("passed") is False:
             bisect.insort(self._failing, position)
-        value = row.get("kl") if row.get("kl") is not None else row.get("norm_rel_diff")
-        self.heights[position] = strip_height(value)
+        self.strip_metric, self.strip_bound = self._bound_of(row)
+        plotted = row.get("kl") if self.strip_metric == "KL" else row.get("norm_rel_diff")
+        self.levels[position] = strip_level(plotted, self.strip_bound)
         return True
 
     def get(self, token: int) -> Row | None:

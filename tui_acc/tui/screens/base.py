@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import cast
 
 import polars as pl
@@ -10,7 +11,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from tui_acc.export import ExportError, fresh_path, write_csv
+from tui_acc.export import fresh_path, with_provenance, write_export
 from tui_acc.redump import RedumpPlan
 from tui_acc.redump.select import plan_for
 from tui_acc.tui.screens.export_dialog import ExportChoice, ExportDialog
@@ -174,29 +175,25 @@ class ViewScreen(Screen[None]):
         raise NotImplementedError
 
     def action_export(self) -> None:
-        """``e``: ask where (a fresh name in the export folder is proposed), then write the view."""
+        """``e``: ask where (a fresh name in the export folder is proposed), then write the view; a
+        failed write keeps the dialog open with the path as typed."""
         frame = self.view_frame()  # the view as it is now, whatever changes while the dialog is open
+        frame = with_provenance(frame, self.acc.comparison)
         stem = self.export_stem()
         proposed = fresh_path(self.acc.export_dir, stem, self.acc.clock())
-        dialog = ExportDialog(proposed, frame.height, stem.removeprefix("tui-acc-"), self.acc.export_dir)
 
-        def write(choice: ExportChoice | None) -> None:
-            if choice is None:
+        def write(choice: ExportChoice) -> Path:
+            return write_export(frame, choice.path, overwrite=choice.overwrite)
+
+        def written(choice: ExportChoice | None) -> None:
+            if choice is None or choice.written is None:
                 self.set_status("export cancelled")
                 return
-            self.write_export(frame, choice)
+            self.set_status(f"exported {frame.height} rows to {choice.written}")
+            self.notify(str(choice.written), title=f"Exported {frame.height} rows")
 
-        self.app.push_screen(dialog, write)
-
-    def write_export(self, frame: pl.DataFrame, choice: ExportChoice) -> None:
-        try:
-            path = write_csv(frame, choice.path, overwrite=choice.overwrite)
-        except ExportError as exc:
-            self.set_status(f"export failed: {exc}", error=True)
-            self.notify(str(exc), title="Export failed", severity="error")
-            return
-        self.set_status(f"exported {frame.height} rows to {path}")
-        self.notify(str(path), title=f"Exported {frame.height} rows")
+        view = stem.removeprefix("tui-acc-")
+        self.app.push_screen(ExportDialog(proposed, frame.height, view, self.acc.export_dir, write), written)
 
     def set_status(self, text: str, error: bool = False) -> None:
         status = self.query_one("#status", Static)

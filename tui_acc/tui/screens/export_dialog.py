@@ -1,7 +1,10 @@
-"""The export dialog: a proposed CSV path that Enter accepts, or any other the user types."""
+"""The export dialog: a proposed CSV path that Enter accepts, or any other the user types (its
+extension picks the format). It writes the file itself, so that a failed write leaves it open with
+the path as typed, the reason shown, for the user to fix."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +14,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from tui_acc.export import ExportError
+
 
 @dataclass(frozen=True)
 class ExportChoice:
@@ -18,6 +23,7 @@ class ExportChoice:
 
     path: Path
     overwrite: bool
+    written: Path | None = None  # where the file is, once written
 
 
 def shown_path(path: Path) -> str:
@@ -28,16 +34,26 @@ def shown_path(path: Path) -> str:
         return str(path)
 
 
-_HINT = "Enter: write   Esc: cancel"
+_HINT = "Enter: write (.csv; .xlsx or .parquet by extension)   Esc: cancel"
 
 
 class ExportDialog(ModalScreen[ExportChoice | None]):
-    """Asks where to write ``rows`` rows of ``view``; never agrees to overwrite without a second Enter."""
+    """Asks where to write ``rows`` rows of ``view``; never agrees to overwrite without a second Enter.
+    ``write`` (raising ``ExportError``) writes the choice and says where; without it the choice is
+    handed back unwritten."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="cancel")]
 
-    def __init__(self, proposed: Path, rows: int, view: str, base_dir: Path) -> None:
+    def __init__(
+        self,
+        proposed: Path,
+        rows: int,
+        view: str,
+        base_dir: Path,
+        write: Callable[[ExportChoice], Path] | None = None,
+    ) -> None:
         super().__init__()
+        self.write = write
         self.proposed = proposed
         self.rows = rows
         self.view = view
@@ -47,7 +63,7 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="export-dialog"):
-            yield Static(f"Export {self.rows} rows of {self.view} to CSV", id="export-title")
+            yield Static(f"Export {self.rows} rows of {self.view}", id="export-title")
             yield Input(value=shown_path(self.proposed), id="export-path")
             yield Static(_HINT, id="export-hint")
 
@@ -83,7 +99,15 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
             self.confirming = path
             self.warn(f"{shown_path(path)} exists. Enter again replaces it; edit the name to keep it.")
             return
-        self.dismiss(ExportChoice(path, overwrite=self.confirming == path))
+        choice = ExportChoice(path, overwrite=self.confirming == path)
+        if self.write is not None:
+            try:
+                choice = ExportChoice(choice.path, choice.overwrite, self.write(choice))
+            except ExportError as exc:  # stay open, the typed path kept: the user fixes it or Esc
+                self.confirming = None
+                self.warn(f"Not written: {exc}")
+                return
+        self.dismiss(choice)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -1,6 +1,8 @@
-"""Keys and what the verdicts mean."""
+"""Keys, what the verdicts mean, and the thresholds in force for the pair on screen."""
 
 from __future__ import annotations
+
+from typing import cast
 
 from rich.console import Group
 from rich.table import Table
@@ -11,18 +13,23 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from tui_acc.session import Comparison
+from tui_acc.tui.bounds import help_lines
+from tui_acc.tui.screens.host import Host
+
 KEYS = (
     ("↑ ↓  j k", "move"),
     ("Enter", "open a token's operators; in the tree, show only that layer"),
     ("f", "first failing token; on operators, the first failing op ◆"),
     ("n  N", "next / previous failing token or operator"),
     ("g  G", "top / bottom"),
+    ("← →", "scroll a table sideways: at 80 columns its right-hand columns are off screen"),
     ("/", "operators: filter by name or type (Esc clears)"),
     ("s  S", "sort by any column, worst first (the same column again reverses) · reverse"),
     ("a", "operators: show every operator again"),
     ("t", "operators: hide or show the layer tree"),
     ("Tab", "operators: switch between tree and table"),
-    ("e", "export the current view to CSV: Enter accepts the proposed path"),
+    ("e", "export the current view: CSV, or .xlsx / .parquet by the name typed (Enter accepts it)"),
     ("r", "re-dump the token (and operator) under the cursor: shows the command, Enter runs it"),
     ("L", "the re-dump's log: x stops it, o opens the new dump at the same token and operator"),
     ("Esc", "back to the tokens"),
@@ -32,9 +39,13 @@ KEYS = (
 )
 
 VERDICTS = (
-    "Token: its logits (the output of the model's last module) pass when cosine ≥ 0.999 and KL ≤ 1e-4 "
-    "(fp16) or ≤ 5e-3 (bf16); KL is taken per vocabulary row and averaged.",
-    "Operator: each tensor passes when cosine ≥ 0.99; integer tensors must match exactly. In and Out "
+    "Token: its logits (the output of the model's last module) pass within the logits thresholds "
+    "below; KL is taken per vocabulary row and averaged.",
+    "Top-1 g/t: the token each side's logits rank first, golden/test (red where they differ: "
+    "the test would generate another token).",
+    "Strip over the tokens: each token's KL (statistics: NormRel) against its threshold, a decade a "
+    "step: ▁▂▃▄ within it, ▅▆▇█ over it (█: over 1000x, or NaN).",
+    "Operator: each tensor passes within the operator thresholds below. In and Out "
     "are the verdicts of its inputs and outputs; the table shows its worst output.",
     "◆ First failing op: the earliest in execution order, and the innermost, whose output fails "
     "while its inputs pass. Out ✗L: the error starts here (local); ✗c: it starts in a child; "
@@ -49,20 +60,34 @@ VERDICTS = (
 )
 
 
-def help_renderable() -> Group:
+def help_renderable(
+    comparison: Comparison | None = None, logits_dtypes: tuple[str, str] | None = None
+) -> Group:
     keys = Table(box=None, show_header=False, padding=(0, 2, 0, 0))
     keys.add_column(style="bold cyan", no_wrap=True)
     keys.add_column()
     for key, does in KEYS:
         keys.add_row(key, does)
     rules = [Text(f"• {rule}") for rule in VERDICTS]
+    in_force: list[Text] = []
+    if comparison is not None:
+        in_force = [
+            Text(""),
+            Text("Thresholds in force for this pair", style="bold underline"),
+            *(Text(f"• {line}") for line in help_lines(comparison, logits_dtypes)),
+        ]
     return Group(
-        Text("Keys", style="bold underline"), keys, Text(""), Text("Verdicts", style="bold underline"), *rules
+        Text("Keys", style="bold underline"),
+        keys,
+        Text(""),
+        Text("Verdicts", style="bold underline"),
+        *rules,
+        *in_force,
     )
 
 
 class HelpScreen(ModalScreen[None]):
-    """``?``: the keys and the verdict rules."""
+    """``?``: the keys, the verdict rules and the thresholds in force."""
 
     BINDINGS = [
         Binding("escape", "dismiss", "Close", id="close_help"),
@@ -73,9 +98,19 @@ class HelpScreen(ModalScreen[None]):
     ]
 
     def compose(self) -> ComposeResult:
+        comparison = cast(Host, self.app).comparison
         with VerticalScroll(id="help"):
-            yield Static(help_renderable())
+            yield Static(help_renderable(comparison, _logits_dtypes(comparison)))
 
     def action_scroll(self, direction: str) -> None:
         scroller = self.query_one("#help", VerticalScroll)
         scroller.scroll_down() if direction == "down" else scroller.scroll_up()
+
+
+def _logits_dtypes(comparison: Comparison) -> tuple[str, str] | None:
+    """The logits' dtypes, once the first token is compared (a row in memory or the disk cache)."""
+    tokens = comparison.pairing.tokens
+    row = comparison.engine.cached_token_row(tokens[0]) if tokens else None
+    if row is None or not row.get("golden_dtype") or not row.get("test_dtype"):
+        return None
+    return str(row["golden_dtype"]), str(row["test_dtype"])

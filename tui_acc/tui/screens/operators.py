@@ -467,7 +467,12 @@ class OperatorScreen(ViewScreen):
                     "type": node.golden_type,
                     "test_type": node.test_type,
                     "inputs_passed": row.get("inputs_passed"),
+                    # the In column: where the inputs were not dumped (or overwritten in place),
+                    # the verdict of what fed the operator, and which operator that was
+                    "inputs_effective": row.get("inputs_effective"),
+                    "inputs_from": row.get("inputs_from"),
                     "outputs_passed": row.get("outputs_passed"),
+                    "label": row.get("label"),  # local, contains or inherited: the Out column's L/c/i
                     "first_failing": name == self._suspect,
                     "cosine": row.get("cosine"),
                     "max_abs_err": row.get("max_abs_err"),
@@ -475,6 +480,9 @@ class OperatorScreen(ViewScreen):
                     "thousandth_ratio": row.get("thousandth_ratio"),
                     "stats_only": row.get("stats_only"),
                     "norm_rel_diff": row.get("norm_rel_diff"),
+                    "max_diff": row.get("max_diff"),
+                    "min_diff": row.get("min_diff"),
+                    "mean_diff": row.get("mean_diff"),
                     "shape": row.get("shape"),
                     "error": row.get("error"),
                 }
@@ -497,7 +505,10 @@ _OP_EXPORT = {
     "type": pl.String,
     "test_type": pl.String,
     "inputs_passed": pl.Boolean,
+    "inputs_effective": pl.Boolean,
+    "inputs_from": pl.String,
     "outputs_passed": pl.Boolean,
+    "label": pl.String,
     "first_failing": pl.Boolean,
     "cosine": pl.Float64,
     "max_abs_err": pl.Float64,
@@ -505,6 +516,9 @@ _OP_EXPORT = {
     "thousandth_ratio": pl.Float64,
     "stats_only": pl.Boolean,
     "norm_rel_diff": pl.Float64,
+    "max_diff": pl.Float64,
+    "min_diff": pl.Float64,
+    "mean_diff": pl.Float64,
     "shape": pl.String,
     "error": pl.String,
 }

@@ -9,16 +9,18 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Sparkline, Static
+from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
 from tui_acc.metrics.engine import Cancelled
 from tui_acc.metrics.schema import Row
 from tui_acc.tui import formatting as fmt
+from tui_acc.tui.bounds import number, run_floor, strip_bound
 from tui_acc.tui.screens.base import ViewScreen
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.token_tally import TokenTally
 from tui_acc.tui.widgets.metric_table import MetricTable
+from tui_acc.tui.widgets.threshold_strip import ThresholdStrip
 
 COLUMNS = (
     ("token", "Token", 6),
@@ -65,8 +67,8 @@ class TokenScreen(ViewScreen):
         yield Header()
         yield Static(id="summary")
         with Horizontal(id="strip"):
-            yield Static("log KL by token ", id="strip-label")
-            yield Sparkline([], id="kl-strip", summary_function=max)
+            yield Static("KL / threshold ", id="strip-label")
+            yield ThresholdStrip(id="kl-strip")
         yield MetricTable(id="tokens", cursor_type="row", zebra_stripes=True)
         yield Static(id="redump-bar")
         yield Static(id="status")
@@ -74,7 +76,13 @@ class TokenScreen(ViewScreen):
 
     def on_mount(self) -> None:
         # the rows the worker sends, kept here: the engine is never asked on the event loop
-        self.tally = TokenTally(self.acc.comparison.pairing.tokens)
+        cmp = self.acc.comparison
+        thresholds, floor = cmp.engine.thresholds, run_floor(cmp)
+        self.tally = TokenTally(cmp.pairing.tokens, lambda row: strip_bound(row, thresholds, floor))
+        # until a row says which dtypes its logits have: the run's least precise
+        stats_only = cmp.golden.statistics_only or cmp.test.statistics_only
+        guess = {"stats_only": stats_only, "golden_dtype": floor, "test_dtype": floor}
+        self.tally.strip_metric, self.tally.strip_bound = strip_bound(guess, thresholds, floor)
         self.table_columns = self._choose_columns()
         table = self.query_one("#tokens", DataTable)
         for key, label, width in self.table_columns:
@@ -82,7 +90,7 @@ class TokenScreen(ViewScreen):
         self.fill_table()
         self.update_summary()
         # one cell per token (up to the screen's width): a bar is a token
-        self.query_one("#kl-strip", Sparkline).styles.width = max(
+        self.query_one("#kl-strip", ThresholdStrip).styles.width = max(
             1, min(len(self.acc.comparison.pairing.tokens), 200)
         )
         self._update_strip()
@@ -154,8 +162,11 @@ class TokenScreen(ViewScreen):
         return row.get(column)
 
     def _update_strip(self) -> None:
-        """KL (or, from statistics, the norm difference) of every token: the first divergence stands out."""
-        self.query_one("#kl-strip", Sparkline).data = list(self.tally.heights)  # a new list: redrawn
+        """KL (or, from statistics, NormRel) of every token against its threshold: ▅ and up is over."""
+        tally = self.tally
+        bound = number(tally.strip_bound) if tally.strip_bound else "?"
+        self.query_one("#strip-label", Static).update(f"{tally.strip_metric} / threshold {bound} ")
+        self.query_one("#kl-strip", ThresholdStrip).show(tally.levels, tally.failed)
 
     def _choose_columns(self) -> tuple[tuple[str, str, int], ...]:
         cmp = self.acc.comparison
@@ -254,6 +265,8 @@ class TokenScreen(ViewScreen):
                     "logits_shape": row.get("shape"),
                     "stats_only": row.get("stats_only"),
                     "norm_rel_diff": row.get("norm_rel_diff"),
+                    "max_diff": row.get("max_diff"),
+                    "mean_diff": row.get("mean_diff"),
                     "error": row.get("error"),
                 }
             )
@@ -280,6 +293,8 @@ _TOKEN_EXPORT = {
     "logits_shape": pl.String,
     "stats_only": pl.Boolean,
     "norm_rel_diff": pl.Float64,
+    "max_diff": pl.Float64,
+    "mean_diff": pl.Float64,
     "error": pl.String,
 }
 

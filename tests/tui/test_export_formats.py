@@ -1,0 +1,129 @@
+"""Pilot: what an export carries besides the columns on screen (labels, the effective input verdict,
+where it came from), and the formats a path's extension picks (issue 15, item 16)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import polars as pl
+import pytest
+from textual.widgets import Static
+
+from tests.tui.conftest import settle
+from tui_acc import __version__
+from tui_acc.export import XLSX_HINT, ExportError, write_export
+from tui_acc.tui.app import AccApp
+from tui_acc.tui.screens.export_dialog import ExportDialog
+
+
+def _status(app: AccApp) -> str:
+    return str(app.screen.query_one("#status", Static).render())
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+async def _export_fault_token_ops(app: AccApp, name: str) -> Path:
+    """Open the first failing token's operators and export them to ``name`` in the export folder."""
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("f", "enter")
+        await settle(pilot)
+        await pilot.press("e", "ctrl+a", "ctrl+k", *name, "enter")
+        status = _status(app)
+        assert status.startswith("exported "), status
+        return Path(status.split(" to ", 1)[1])
+
+
+async def test_csv_carries_labels_effective_inputs_and_provenance(
+    in_place_copy, demo_pair, tmp_path: Path
+) -> None:
+    from tui_acc import open_comparison
+
+    comparison = open_comparison(*in_place_copy)
+    app = AccApp(comparison, export_dir=tmp_path)
+    rows = _read_csv(await _export_fault_token_ops(app, "ops.csv"))
+    fault = next(r for r in rows if r["operator"] == demo_pair.fault_module)
+    # its dumped input is its own output (in place): judged by what fed it, as the In column shows
+    assert fault["inputs_passed"] == "false" and fault["inputs_effective"] == "true"
+    assert fault["inputs_from"] not in ("", "files") and fault["label"] == "local"
+    labels = {r["label"] for r in rows if r["outputs_passed"] == "false"}
+    assert "local" in labels and labels <= {"local", "contains", "inherited"}
+    assert {r["inputs_from"] for r in rows if r["inputs_effective"]} >= {"files"}
+    # provenance: constant columns, so any CSV reader parses the file and keeps them per row
+    assert {r["source_golden"] for r in rows} == {str(comparison.golden.root.resolve())}
+    assert {r["source_test"] for r in rows} == {str(comparison.test.root.resolve())}
+    assert {r["source_tui_acc"] for r in rows} == {__version__}
+    assert json.loads(rows[0]["source_thresholds"]) == json.loads(
+        json.dumps(comparison.engine.thresholds.as_dict())
+    )
+
+
+async def test_parquet_by_extension(demo_app: AccApp, demo_pair) -> None:
+    path = await _export_fault_token_ops(demo_app, "ops.parquet")
+    frame = pl.read_parquet(path)
+    fault = frame.filter(pl.col("operator") == demo_pair.fault_module).row(0, named=True)
+    assert fault["first_failing"] is True and fault["outputs_passed"] is False and fault["label"] == "local"
+    assert frame["source_tui_acc"].unique().to_list() == [__version__]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xlsxwriter") is None, reason="needs tui-acc[xlsx]")
+async def test_xlsx_by_extension_with_verdict_cells_coloured(demo_app: AccApp, demo_pair) -> None:
+    path = await _export_fault_token_ops(demo_app, "ops.xlsx")
+    with zipfile.ZipFile(path) as book:
+        sheet = book.read("xl/worksheets/sheet1.xml").decode()
+        styles = book.read("xl/styles.xml").decode()
+        strings = book.read("xl/sharedStrings.xml").decode()
+    assert demo_pair.fault_module in strings and "source_golden" in strings
+    # the verdict columns are coloured by rule: failures red, passes green
+    assert sheet.count("<conditionalFormatting") >= 4  # In (raw, effective), Out, label
+    assert '<formula>"local"</formula>' in sheet
+    # booleans: false, but not blank (a row not judged yet), is red
+    red_when_false = r'sqref="([A-Z]+)2:[^"]*"><cfRule[^>]*><formula>AND\(ISLOGICAL\(([A-Z]+)2\),NOT'
+    boolean_rules = re.findall(red_when_false, sheet)
+    assert len(boolean_rules) == 3 and all(column == tested for column, tested in boolean_rules)
+    assert "FFC7CE" in styles and "C6EFCE" in styles
+
+
+def test_xlsx_without_xlsxwriter_says_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "xlsxwriter" else real(name, *a)
+    )
+    with pytest.raises(ExportError, match=r"pip install 'tui-acc\[xlsx\]'"):
+        write_export(pl.DataFrame({"a": [1]}), tmp_path / "view.xlsx")
+    assert XLSX_HINT == "pip install 'tui-acc[xlsx]'" and list(tmp_path.iterdir()) == []
+
+
+async def test_a_failed_write_keeps_the_dialog_and_the_typed_path(demo_app: AccApp, tmp_path: Path) -> None:
+    from textual.widgets import Input
+
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        typed = str(tmp_path / "no" / "such" / "mine.parquet")
+        await pilot.press("e", "ctrl+a", "ctrl+k", *typed, "enter")
+        assert isinstance(demo_app.screen, ExportDialog)
+        assert demo_app.screen.query_one("#export-path", Input).value == typed
+        assert "cannot write here" in str(demo_app.screen.query_one("#export-hint", Static).render())
+        await pilot.press("escape")
+        assert _status(demo_app) == "export cancelled"
+
+
+async def test_statistics_token_export_keeps_the_differences_shown(reference: Path, tmp_path: Path) -> None:
+    from tui_acc import open_comparison
+
+    case = reference / "msprobe-L0" / "statistics"
+    app = AccApp(open_comparison(case / "golden", case / "test"), export_dir=tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("e", "enter")
+        rows = _read_csv(Path(_status(app).split(" to ", 1)[1]))
+    assert rows and all(r["norm_rel_diff"] and r["max_diff"] and r["mean_diff"] for r in rows)
+    assert {r["source_golden"] for r in rows} == {str((case / "golden").resolve())}
