@@ -345,7 +345,7 @@ def _print_redump(cmp: Comparison, settings: RedumpSettings, args: argparse.Name
 
 def _report(cmp: object, args: argparse.Namespace) -> int:
     from tui_acc import report as rpt
-    from tui_acc.export import ExportError, write_csv
+    from tui_acc.export import ExportError, with_provenance, write_export
 
     try:
         result = rpt.build_report(cmp, args.token, all_tokens=args.all_tokens)  # type: ignore[arg-type]
@@ -357,12 +357,13 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
         return rpt.EXIT_USAGE
     if args.csv is not None:
         try:
-            frame = rpt.csv_frame(result)
-            if args.compat:
+            if args.compat:  # exactly the tool's columns, for the tool's readers
                 from tui_acc.compat_report import compat_frame
 
                 frame = compat_frame(cmp, args.compat)  # type: ignore[arg-type]
-            written = write_csv(frame, args.csv, overwrite=args.force)
+            else:  # as the TUI exports it: which dumps and thresholds it came from; .xlsx/.parquet by name
+                frame = with_provenance(rpt.csv_frame(result), cmp)  # type: ignore[arg-type]
+            written = write_export(frame, args.csv, overwrite=args.force)
         except ExportError as exc:
             print(f"tui-acc: error: {exc}", file=sys.stderr)
             return rpt.EXIT_USAGE

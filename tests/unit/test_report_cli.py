@@ -105,6 +105,19 @@ def test_csv_holds_the_operator_table_and_is_never_overwritten(demo_pair, tmp_pa
         assert {r["token"] for r in csv.DictReader(handle)} == {"0"}
 
 
+def test_the_report_table_says_where_it_came_from_and_takes_the_format_of_its_name(
+    demo_pair, tmp_path: Path, capsys
+) -> None:
+    """As the TUI's export: provenance columns; .parquet (or .xlsx) by the file's name."""
+    import polars as pl
+
+    out = tmp_path / "ops.parquet"
+    assert main(["report", str(demo_pair.golden), str(demo_pair.test), "--csv", str(out)]) == 1
+    frame = pl.read_parquet(out)
+    assert frame["source_golden"].unique().to_list() == [str(Path(demo_pair.golden).resolve())]
+    assert demo_pair.fault_module in frame.filter(pl.col("suspect"))["golden_node"].to_list()
+
+
 def test_no_command_prints_help(capsys) -> None:
     assert main([]) == 2
     assert "report" in capsys.readouterr().out
