@@ -130,6 +130,7 @@ class TokenScreen(ViewScreen):
         """Start where the user would go first: the first failing token (unless they moved already)."""
         if self.sort.column is not None:  # sorted while computing: settle the order now
             self.apply_sort(self.sort)
+        self._all_compared = True
         if self._jump_pending:
             self._jump_when_known()
         elif self.query_one("#tokens", DataTable).cursor_row == 0:
@@ -238,6 +239,8 @@ class TokenScreen(ViewScreen):
     # --- f: from launch to the culprit in one key -------------------------------------------------
 
     _jump_pending = False  # f pressed before the first failing token was known
+    _passing_prefix = 0  # how many tokens from the first are known to pass (only grows: no rescans)
+    _all_compared = False
 
     def action_open_first_failure(self) -> None:
         """``f``: open the first failing token at its first failing operator; while the tokens before
@@ -245,20 +248,22 @@ class TokenScreen(ViewScreen):
         self._jump_pending = True
         self._jump_when_known()
 
-    def _settled_first_failure(self) -> int | bool | None:
-        """The first failing token once every token before it is compared; None if none fails;
-        False while not known yet."""
-        for token in self.tally.tokens:
-            row = self.tally.get(token)
-            if row is None:
-                return False
-            if row["passed"] is False:
-                return token
+    def _settled_first_failure(self) -> int | None:
+        """The first failing token once every token before it is compared (``None``: none fails, or
+        not known yet: ``_all_compared`` tells which)."""
+        tokens = self.tally.tokens
+        while self._passing_prefix < len(tokens):
+            row = self.tally.get(tokens[self._passing_prefix])
+            if row is None and not self._all_compared:
+                return None  # not compared yet
+            if row is not None and row["passed"] is False:
+                return tokens[self._passing_prefix]
+            self._passing_prefix += 1  # passes, or has no logits to judge
         return None
 
     def _jump_when_known(self) -> None:
         found = self._settled_first_failure()
-        if found is False:
+        if found is None and not self._all_compared and self._passing_prefix < len(self.tally.tokens):
             tally = self.tally
             self.set_status(
                 f"finding the first failing token… {tally.compared}/{len(tally.tokens)} (any key cancels)"
@@ -272,7 +277,7 @@ class TokenScreen(ViewScreen):
         self.set_status("")
         table = self.query_one("#tokens", DataTable)
         table.move_cursor(row=table.get_row_index(str(found)))
-        self._open(int(found), at_first_failure=True)
+        self._open(found, at_first_failure=True)
 
     def on_key(self) -> None:
         """Any key while ``f`` waits for the tokens cancels the jump (and still does what it does)."""
