@@ -98,9 +98,8 @@ def test_ssh_user_finds_the_fault_and_exports_it(demo_pair, tmp_path: Path, term
     tui_acc = [sys.executable, "-m", "tui_acc", str(demo_pair.golden), str(demo_pair.test)]
     term = terminal_factory(tui_acc, tmp_path)
     term.wait_for(lambda s: "first failing: 3" in s, "the token verdicts")
-    term.keys("f", "Enter")
+    term.keys("f")  # one key from launch: the first failing token, at its first failing operator
     term.wait_for(lambda s: "◆ model.layers.2.mlp.down_proj" in s, "the operator verdicts")
-    term.keys("f")
     screen = term.wait_for(lambda s: "model.layers.2.mlp.down_proj  Linear" in s, "the tensor detail")
     assert "◆42" in screen and f"{fault['cosine']:.6f}" in screen
     term.keys("e")

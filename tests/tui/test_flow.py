@@ -57,14 +57,13 @@ async def test_token_list_shows_verdicts_and_first_failing_token(demo_app: AccAp
         verdicts = [str(table.get_cell(str(t), "passed")) for t in range(8)]
         assert verdicts == ["pass"] * 3 + ["FAIL"] * 5
         assert "first failing: 3" in _text(demo_app, "#summary")
-        await pilot.press("f")
-        assert _cursor_key(demo_app, "#tokens") == str(demo_pair.fault_token)
+        assert _cursor_key(demo_app, "#tokens") == str(demo_pair.fault_token)  # where it starts
 
 
 async def test_drill_down_to_the_injected_fault_and_back(demo_app: AccApp, demo_pair) -> None:
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("f", "enter")
+        await pilot.press("f")
         await settle(pilot)
         screen = demo_app.screen
         assert isinstance(screen, OperatorScreen) and screen.token == demo_pair.fault_token
@@ -83,7 +82,7 @@ async def test_drill_down_to_the_injected_fault_and_back(demo_app: AccApp, demo_
 async def test_export_operator_view_writes_what_is_shown(demo_app: AccApp, demo_pair) -> None:
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("f", "enter")
+        await pilot.press("f")
         await settle(pilot)
         await pilot.press("e", "enter")
         status = _text(demo_app, "#status")
@@ -105,7 +104,7 @@ async def test_export_operator_view_writes_what_is_shown(demo_app: AccApp, demo_
 async def test_layer_tree_scopes_the_table_and_the_export(demo_app: AccApp) -> None:
     async with demo_app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
-        await pilot.press("f", "enter")
+        await pilot.press("f")
         await settle(pilot)
         tree = demo_app.screen.query_one(LayerTree)
         tree.focus()
@@ -210,7 +209,7 @@ async def test_next_previous_failure_edges_and_filter(demo_app: AccApp, demo_pai
         assert _cursor_key(demo_app, "#tokens") == "7"
         await pilot.press("g")
         assert _cursor_key(demo_app, "#tokens") == "0"
-        await pilot.press("f", "enter")
+        await pilot.press("f")
         await settle(pilot)
         await pilot.press("g", "n")
         first = _cursor_key(demo_app, "#ops")
@@ -244,7 +243,7 @@ async def _sort_by(pilot, column: str) -> None:
 async def test_sort_by_any_column_keeps_the_cursor(demo_app: AccApp, demo_pair) -> None:
     async with demo_app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
-        await pilot.press("f", "enter")
+        await pilot.press("f")
         await settle(pilot)
         await pilot.press("f")
         table = demo_app.screen.query_one("#ops", DataTable)
@@ -341,7 +340,7 @@ async def test_detail_panel_warns_about_an_in_place_op(in_place_copy, demo_pair,
     app = AccApp(open_comparison(*in_place_copy), export_dir=tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        await pilot.press("f", "enter")
+        await pilot.press("f")
         await settle(pilot)
         await pilot.press("f")
         assert _cursor_key(app, "#ops") == demo_pair.fault_module
@@ -376,7 +375,7 @@ async def test_kl_strip_makes_the_first_divergence_stand_out(demo_app: AccApp, d
 async def test_resizing_keeps_the_view_and_the_cursor_on_screen(demo_app: AccApp, demo_pair) -> None:
     async with demo_app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
-        await pilot.press("f", "enter")
+        await pilot.press("f")
         await settle(pilot)
         await _sort_by(pilot, "max_abs_err")
         await pilot.press("f", "t")

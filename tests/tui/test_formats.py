@@ -35,7 +35,7 @@ async def test_atb_names_stand_beside_torch_names(atb_app: AccApp) -> None:
         await settle(pilot)
         tokens = atb_app.screen.query_one("#tokens", DataTable)
         assert str(tokens.get_cell("3", "test_node")) == "6_LmHead"
-        await pilot.press("f", "enter")
+        await pilot.press("f")
         await settle(pilot)
         await pilot.press("f")
         await pilot.pause()
@@ -55,7 +55,7 @@ async def test_atb_names_stand_beside_torch_names(atb_app: AccApp) -> None:
 def test_atb_operator_screen_snapshot(snap_compare, atb_app: AccApp) -> None:
     async def drilled(pilot) -> None:  # type: ignore[no-untyped-def]
         await settle(pilot)
-        await pilot.press("f", "enter")
+        await pilot.press("f")
         await settle(pilot)
         await pilot.press("f", "t")
         await pilot.pause()
@@ -94,7 +94,7 @@ async def test_the_detail_panel_names_records_one_side_left_out(model_case, tmp_
     app = AccApp(comparison, export_dir=tmp_path)
     async with app.run_test(size=(120, 32)) as pilot:
         await settle(pilot)
-        await pilot.press("f", "enter")  # the first failing token, 2
+        await pilot.press("f")  # the first failing token, 2
         await settle(pilot)
         ops = app.screen.query_one("#ops", DataTable)
         ops.move_cursor(row=ops.get_row_index(gap_before))

@@ -91,7 +91,7 @@ async def _start(app: AccApp, pilot) -> RedumpRun:  # type: ignore[no-untyped-de
 
 async def _to_fault(pilot) -> None:  # type: ignore[no-untyped-def]
     await settle(pilot)
-    await pilot.press("f", "enter")
+    await pilot.press("f")
     await settle(pilot)
     await pilot.press("f")
 
@@ -108,7 +108,7 @@ async def test_redump_confirm_stream_succeed_and_reopen_at_the_same_operator(
         shown = _text(app, "#redump-command")
         assert "export TUI_ACC_TOKEN=3" in shown
         assert f"export TUI_ACC_MODULES='{demo_pair.fault_module}*,root.lm_head*'" in shown
-        assert "tui_acc.demo.infer" in shown and "# new folder: " in shown
+        assert "tui_acc.demo.infer" in shown and "# new folder: " in _text(app, "#redump-where")
         assert not list(tmp_path.glob("tui-acc-redump-*"))  # nothing runs before Enter
         await pilot.press("enter")
         assert isinstance(app.screen, OperatorScreen)  # back to browsing while it runs

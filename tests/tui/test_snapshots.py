@@ -18,8 +18,7 @@ SIZES = [(80, 24), (160, 48)]
 @pytest.mark.parametrize("size", SIZES)
 def test_token_screen(snap_compare, demo_app: AccApp, size: tuple[int, int]) -> None:
     async def computed(pilot: Pilot[None]) -> None:
-        await settle(pilot)
-        await pilot.press("f")
+        await settle(pilot)  # the cursor starts on the first failing token
 
     assert snap_compare(demo_app, terminal_size=size, run_before=computed)
 
@@ -28,7 +27,7 @@ def test_token_screen(snap_compare, demo_app: AccApp, size: tuple[int, int]) -> 
 def test_operator_screen_at_first_failing_op(snap_compare, demo_app: AccApp, size: tuple[int, int]) -> None:
     async def drilled(pilot: Pilot[None]) -> None:
         await settle(pilot)
-        await pilot.press("f", "enter")
+        await pilot.press("f")
         await settle(pilot)
         await pilot.press("f")
         await pilot.pause()
@@ -53,7 +52,7 @@ def test_export_dialog(snap_compare, demo_app: AccApp, size: tuple[int, int]) ->
 
     async def dialog_open(pilot: Pilot[None]) -> None:
         await settle(pilot)
-        await pilot.press("f", "enter")
+        await pilot.press("enter")  # the first failing token (where the cursor starts), at its top
         await settle(pilot)
         await pilot.press("e")
         await pilot.pause()

@@ -30,6 +30,7 @@ from tui_acc.redump.settings import SettingsError
 from tui_acc.session import Comparison, open_comparison
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.messages import OneInFlight
+from tui_acc.tui.palette import binding_commands
 from tui_acc.tui.screens.help import HelpScreen
 from tui_acc.tui.screens.host import Host
 from tui_acc.tui.screens.operators import OperatorScreen
@@ -37,6 +38,8 @@ from tui_acc.tui.screens.problems import ProblemsScreen
 from tui_acc.tui.screens.redump_dialog import QuitDialog, RedumpChoice
 from tui_acc.tui.screens.redump_log import RedumpLogScreen, run_status
 from tui_acc.tui.screens.tokens import TokenScreen
+from tui_acc.tui.screens.view_state import OperatorView
+from tui_acc.tui.title import SEPARATOR, shown_path
 
 
 class AccApp(App[None]):
@@ -49,6 +52,7 @@ class AccApp(App[None]):
         Binding("L", "redump_log", "Re-dump log", id="redump_log", show=False),
         Binding("question_mark", "help", "Help", id="help", show=False),
         Binding("u", "problems", "Notes and unmatched", id="problems", show=False),
+        Binding("O", "original_dump", "Back to the original dump", id="original_dump", show=False),
     ]
 
     def __init__(
@@ -79,7 +83,17 @@ class AccApp(App[None]):
         # Export names carry a timestamp; tests and screenshots pin the clock to stay reproducible.
         self.clock = clock
         self.greeting = greeting
-        self.sub_title = f"{comparison.golden.root}  vs  {comparison.test.root}"
+        self.operator_views: dict[int, OperatorView] = {}  # reopening a token shows it as it was left
+        # the dumps tui-acc started with (O goes back to them after o opened a re-dump)
+        self.original = (comparison.golden.root, comparison.test.root)
+        self.opened_redump: RedumpRun | None = None  # the re-dump that replaced a side, if any
+        self.show_title()
+
+    def show_title(self) -> None:
+        """The pair compared (``format_title`` fits it to the header's width)."""
+        cwd = Path.cwd()
+        golden, test = (shown_path(side.root, cwd) for side in (self.comparison.golden, self.comparison.test))
+        self.sub_title = f"{golden}{SEPARATOR}{test}"
 
     def on_mount(self) -> None:
         self.push_screen(TokenScreen())
@@ -98,7 +112,7 @@ class AccApp(App[None]):
 
     def format_title(self, title: str, sub_title: str) -> Content:
         """``tui-acc — golden G  test T``: both sides named, paths elided in the middle to fit."""
-        golden, sep, test = sub_title.partition("  vs  ")
+        golden, sep, test = sub_title.partition(SEPARATOR)
         room = self.size.width - self._HEADER_ROOM - len(title) - len(" — ")
         if sep:
             sub_title = fmt.sides_title(golden, test, room)
@@ -122,7 +136,8 @@ class AccApp(App[None]):
 
     def action_problems(self) -> None:
         if not isinstance(self.screen, ProblemsScreen):
-            self.push_screen(ProblemsScreen(self.comparison))
+            narrow = self.opened_redump.plan.selection if self.opened_redump is not None else None
+            self.push_screen(ProblemsScreen(self.comparison, narrow))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The one place a failed background computation becomes visible; finished work is saved."""
@@ -284,19 +299,55 @@ class AccApp(App[None]):
 
     def on_acc_app_redump_opened(self, message: RedumpOpened) -> None:
         """Switch to the new comparison, at the same token and operator."""
-        run, comparison = message.run, message.comparison
-        side, token = run.plan.selection.side, run.plan.selection.token
-        operator = self.redump_operator
+        run = message.run
+        self.switch_comparison(message.comparison, run.plan.selection.token, self.redump_operator)
+        self.opened_redump = run
+        self.notify(f"{run.plan.selection.side} is now {run.plan.out}  (O: back)", title="Re-dump opened")
+
+    def switch_comparison(self, comparison: Comparison, token: int | None, operator: str | None) -> None:
+        """Compare ``comparison`` from now on, shown at ``token`` and ``operator`` where it has them."""
         self.save_rows(self.comparison)  # the rows of the comparison being replaced are kept
         self.comparison.engine.close()
         self.comparison = comparison
-        self.sub_title = f"{comparison.golden.root}  vs  {comparison.test.root}"
+        self.operator_views.clear()  # another dump: its names and verdicts are not the ones left
+        self.show_title()
         while len(self.screen_stack) > 1:
             self.pop_screen()
         self.push_screen(TokenScreen())
-        if token in comparison.pairing.tokens:
+        if token is not None and token in comparison.pairing.tokens:
             self.push_screen(OperatorScreen(token, select=operator))
-        self.notify(f"{side} is now {run.plan.out}", title="Re-dump opened")
+
+    def action_original_dump(self) -> None:
+        """``O``: after ``o``, back to the dumps tui-acc started with, at the same token and operator."""
+        if self.opened_redump is None:
+            self.notify("The original dumps are the ones open.")
+            return
+        screen = self.screen
+        token = screen.token if isinstance(screen, OperatorScreen) else None
+        operator = screen.cursor_key() if isinstance(screen, OperatorScreen) else None
+        self.notify(f"{self.original[0]}  vs  {self.original[1]}", title="Opening the original dumps…")
+        self.open_original(token, operator)
+
+    class OriginalOpened(Message):
+        def __init__(self, comparison: Comparison, token: int | None, operator: str | None) -> None:
+            super().__init__()
+            self.comparison, self.token, self.operator = comparison, token, operator
+
+    @work(thread=True, exclusive=True, group="redump-open", exit_on_error=False, name="open the original")
+    def open_original(self, token: int | None, operator: str | None) -> None:
+        """Read the original dumps again (a folder scan) off the event loop."""
+        try:
+            comparison = self.opener(*self.original)
+        except DumpError as exc:
+            self.notify(str(exc), title="Cannot open the original dumps", severity="error")  # thread-safe
+            return
+        if not get_current_worker().is_cancelled:
+            self.post_message(self.OriginalOpened(comparison, token, operator))
+
+    def on_acc_app_original_opened(self, message: OriginalOpened) -> None:
+        self.switch_comparison(message.comparison, message.token, message.operator)
+        self.opened_redump = None
+        self.notify("the original dumps are open again", title="Back to the original")
 
     # The golden operator the re-dump was asked for (reopened with the cursor on it).
     redump_operator: str | None = None
@@ -332,21 +383,9 @@ class AccApp(App[None]):
         await asyncio.wrap_future(last)
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        yield SystemCommand("view: help", "Keys and what the columns mean", self.action_help)
-        yield SystemCommand(
-            "view: unmatched and file errors", "What could not be paired or read", self.action_problems
-        )
-        if hasattr(screen, "action_export"):
-            yield SystemCommand(
-                "export: current view to CSV", "Write what is on screen to a CSV file", screen.action_export
-            )
-        if hasattr(screen, "action_first_failure"):
-            yield SystemCommand(
-                "go: first failure",
-                "Jump to the first failing token or operator",
-                screen.action_first_failure,
-            )
+        """Every key of this screen and of the app (palette.py), and Textual's own (theme, keys...)."""
+        yield from binding_commands(self, screen)
+        yield from (c for c in super().get_system_commands(screen) if c.title != "Quit")  # "app: quit"
 
 
 if TYPE_CHECKING:

@@ -145,11 +145,11 @@ class ViewScreen(Screen[None]):
             return
         acc = self.acc
         what = f"token {token}" + (f", {operator} and below" if operator else ", every operator")
+        # One time for the whole dialog: the folder it shows is the folder the run creates.
+        now = acc.clock()
 
         def make_plan(side: str, typed: str | None) -> RedumpPlan:
-            return plan_for(
-                acc.comparison, acc.redump_settings, side, token, operator, acc.clock(), typed_exec=typed
-            )
+            return plan_for(acc.comparison, acc.redump_settings, side, token, operator, now, typed_exec=typed)
 
         def saved(side: str) -> str | None:
             return acc.redump_settings.side(side).exec

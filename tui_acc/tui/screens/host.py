@@ -13,6 +13,7 @@ from tui_acc.redump import RedumpSettings
 from tui_acc.redump.runner import RedumpRun
 from tui_acc.session import Comparison
 from tui_acc.tui.screens.redump_dialog import RedumpChoice
+from tui_acc.tui.screens.view_state import OperatorView
 
 
 class Host(Protocol):
@@ -22,5 +23,6 @@ class Host(Protocol):
     redump_settings: RedumpSettings
     redump_run: RedumpRun | None
     redump_operator: str | None  # the golden operator a re-dump was asked for
+    operator_views: dict[int, OperatorView]  # each token's operator screen as the user left it
 
     def start_redump(self, choice: RedumpChoice) -> None: ...

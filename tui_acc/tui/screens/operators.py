@@ -19,6 +19,7 @@ from tui_acc.metrics.schema import Row
 from tui_acc.pairing import NodePair
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.screens.base import ViewScreen
+from tui_acc.tui.screens.view_state import OperatorView
 from tui_acc.tui.sorting import matching_keys, verdict_rank
 from tui_acc.tui.widgets.layer_tree import LayerTree
 from tui_acc.tui.widgets.metric_table import MetricTable
@@ -61,8 +62,9 @@ class OperatorScreen(ViewScreen):
 
     BINDINGS = [
         Binding("escape", "back", "Back", id="back"),
+        Binding("backspace", "leave", "Back, keeping the filter", show=False, id="leave"),
         Binding("f", "first_failure", "First fail", id="first_failing_op"),
-        Binding("tab", "focus_next", "Tree/table", show=False, id="focus_next"),
+        Binding("tab", "app.focus_next", "Tree/table", show=False, id="focus_next"),  # the app has the action
         Binding("a", "scope_all", "All ops", show=False, id="scope_all"),
         Binding("t", "toggle_tree", "Tree", show=False, id="toggle_tree"),
         Binding("slash", "filter", "Filter", id="filter"),
@@ -80,10 +82,12 @@ class OperatorScreen(ViewScreen):
     class TokenFinished(Message):
         """Every operator of the token is computed."""
 
-    def __init__(self, token: int, select: str | None = None) -> None:
+    def __init__(self, token: int, select: str | None = None, at_first_failure: bool = False) -> None:
         super().__init__()
         self.token = token
         self._select = select  # a golden operator to put the cursor on (reopening after a re-dump)
+        # f from the token list: the cursor goes to ◆ as soon as the token's operators are judged
+        self._jump_pending = at_first_failure
         self._pairs: dict[str, NodePair] = {}
         self._order: dict[str, int] = {}
         self.table_columns = COLUMNS
@@ -140,12 +144,16 @@ class OperatorScreen(ViewScreen):
         for cached in engine.cached_node_rows(self.token, disk=False):  # the worker reads the disk cache
             self._rows[cached["golden_node"]] = cached
             tree.set_row(cached)
+        if (view := self.acc.operator_views.get(self.token)) is not None:
+            self._restore(view)
         self.fill_table()
         self.update_summary()
         table.focus()
         if self._select is not None and self._select in table.rows:
             table.move_cursor(row=table.get_row_index(self._select))
             self.query_one(LayerTree).reveal(self._select)
+        if self._jump_pending:
+            self.set_status("finding the first failing operator… (any key cancels)")
         self.compute_operators()
 
     def _qualified_labels(self) -> dict[str, str]:
@@ -236,6 +244,16 @@ class OperatorScreen(ViewScreen):
             )
         self.update_summary()
         self._show_detail(self.cursor_key())
+        if self._jump_pending:
+            self._jump_pending = False
+            self.set_status("")
+            self.action_first_failure()
+
+    def on_key(self) -> None:
+        """Any key while the jump to ◆ waits for the operators cancels it (and still does its job)."""
+        if self._jump_pending:
+            self._jump_pending = False
+            self.set_status("jump to the first failing operator cancelled")
 
     # --- table --------------------------------------------------------------------------------
 
@@ -284,18 +302,36 @@ class OperatorScreen(ViewScreen):
         box.display = True
         box.focus()
 
+    _filter_due = False  # a keystroke's filtering is scheduled: the next ones join it
+
+    @on(Input.Changed, "#filter")
+    def _filter_typed(self) -> None:
+        """Filter as the user types; keystrokes that arrive before the next repaint filter once."""
+        if not self._filter_due:
+            self._filter_due = True
+            self.call_after_refresh(self._filter_as_typed)
+
+    def _filter_as_typed(self) -> None:
+        self._filter_due = False
+        box = self.query_one("#filter", Input)
+        if box.display:
+            self._refilter(box.value.strip())
+
     @on(Input.Submitted, "#filter")
     def _apply_filter(self, event: Input.Submitted) -> None:
         self._set_filter(event.value.strip())
 
     def _set_filter(self, text: str) -> None:
+        self.query_one("#filter", Input).display = False
+        self._refilter(text)
+        self.query_one("#ops", DataTable).focus()
+
+    def _refilter(self, text: str) -> None:
+        if text == self._filter:
+            return
         self._filter = text
-        box = self.query_one("#filter", Input)
-        box.display = False
         self.fill_table()
         self.update_summary()
-        table = self.query_one("#ops", DataTable)
-        table.focus()
         self._show_detail(self.cursor_key())
 
     def main_table(self) -> DataTable[object]:
@@ -384,8 +420,10 @@ class OperatorScreen(ViewScreen):
             scope = self._rows.get(self._scope, {})
             inside = f" cos {fmt.cosine(scope['cosine_within'])}" if scope.get("tensors_within") else ""
             parts.append(f"in {fmt.display_name(self._scope)}{inside} (a: all)")
-        if self._filter:
-            parts.append(f"filter {self._filter!r} (/)")
+        if self._filter and not self.query_one("#ops", DataTable).row_count:
+            parts.append(f"no operator matches {self._filter!r} (Esc clears)")
+        elif self._filter:
+            parts.append(f"filter {self._filter!r} (/, Esc clears)")
         if sorted_by := self.sort_summary():
             parts.append(sorted_by)
         golden = self.acc.comparison.golden
@@ -427,10 +465,32 @@ class OperatorScreen(ViewScreen):
 
     def action_back(self) -> None:
         box = self.query_one("#filter", Input)
-        if box.display:  # Esc in the filter box clears the filter first
+        if box.display or self._filter:  # Esc clears the filter first, then leaves the token
             self._set_filter("")
             return
+        self.action_leave()
+
+    def action_leave(self) -> None:
+        """Back to the token list; the token reopens as it is now (filter included)."""
+        self.acc.operator_views[self.token] = self._view()
         self.app.pop_screen()
+
+    def _view(self) -> OperatorView:
+        tree = self.query_one(LayerTree)
+        return OperatorView(
+            self._filter, self._scope, self.cursor_key(), tree.expanded_names(), tree.display, self.sort
+        )
+
+    def _restore(self, view: OperatorView) -> None:
+        """The token as the user left it: filter, scope, order, tree, cursor."""
+        self._filter, self.sort = view.filter, view.sort
+        if view.scope in self._pairs or view.scope == self.acc.comparison.golden.tree.root:
+            self._scope = view.scope
+        tree = self.query_one(LayerTree)
+        tree.expand_only(view.expanded)
+        tree.display = view.tree_shown
+        if self._select is None:
+            self._select = view.cursor
 
     def action_cursor(self, direction: str) -> None:
         focused = self.focused
@@ -438,8 +498,9 @@ class OperatorScreen(ViewScreen):
             focused.action_cursor_down() if direction == "down" else focused.action_cursor_up()
 
     def action_first_failure(self) -> None:
-        if not self._finished:
-            self.notify("Still computing this token's operators…")
+        if not self._finished:  # jump when they are known
+            self._jump_pending = True
+            self.set_status("finding the first failing operator… (any key cancels)")
             return
         if self._suspect is None:
             self.notify("No operator fails while its inputs pass at this token.")

@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
+from textual.css.scalar import Scalar
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
@@ -53,6 +54,8 @@ class RedumpDialog(ModalScreen[RedumpChoice | None]):
             yield Input(id="redump-exec", placeholder="e.g. bash run_npu.sh --prompt bad_case.txt")
             with VerticalScroll(id="redump-command-box"):
                 yield Static(id="redump-command")
+            # outside the scrolled command: where it writes and the keys stay on screen at 80x24
+            yield Static(id="redump-where")
             yield Static("Enter: run   Esc: cancel   ctrl+o: the other side", id="redump-hint")
 
     def on_mount(self) -> None:
@@ -68,17 +71,33 @@ class RedumpDialog(ModalScreen[RedumpChoice | None]):
         typed = self.query_one("#redump-exec", Input).value.strip() or None
         self.query_one("#redump-title", Static).update(f"Re-dump the {self.side} side: {self.what}")
         shown = self.query_one("#redump-command", Static)
+        where = self.query_one("#redump-where", Static)
         try:
             self.plan = self.make_plan(self.side, typed)
         except RedumpError as exc:
             self.plan = None
             shown.update(Text(f"cannot run: {exc}"))
             shown.set_class(True, "problem")
+            where.update("")
             return
         shown.set_class(False, "problem")
-        shown.update(
-            Text(f"{self.plan.describe()}\n# new folder: {self.plan.folder}\n# log: {self.plan.log}")
-        )
+        shown.update(Text(self.plan.describe()))
+        where.update(Text(f"# new folder: {self.plan.folder}\n# log: {self.plan.log}"))
+        self.call_after_refresh(self._fit)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fit)
+
+    def _fit(self) -> None:
+        """The command scrolls in what is left once the rest is laid out: the folder, the log and
+        the keys below it are never pushed off a small terminal (long paths wrap over lines)."""
+        dialog = self.query_one("#redump-dialog", Vertical)
+        box = self.query_one("#redump-command-box", VerticalScroll)
+        others = sum(child.outer_size.height for child in dialog.children if child is not box)
+        frame = dialog.outer_size.height - dialog.content_size.height  # border and padding
+        left = int(self.size.height * 0.96) - frame - others
+        if box.styles.max_height != Scalar.from_number(max(left, 3)):
+            box.styles.max_height = max(left, 3)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self._rebuild()

@@ -48,7 +48,7 @@ class TokenScreen(ViewScreen):
     """Token list: which generated token is the first whose logits diverge?"""
 
     BINDINGS = [
-        Binding("f", "first_failure", "First fail", id="first_failing_token"),
+        Binding("f", "open_first_failure", "First fail", id="first_failing_token"),
         Binding("j", "cursor('down')", "Down", show=False, id="down"),
         Binding("k", "cursor('up')", "Up", show=False, id="up"),
     ]
@@ -130,16 +130,21 @@ class TokenScreen(ViewScreen):
         if self.tally.add(message.row):
             self.update_summary()
             self._update_strip()
+        if self._jump_pending:
+            self._jump_when_known()
 
     @on(TokensFinished)
     def _select_first_failure(self) -> None:
         """Start where the user would go first: the first failing token (unless they moved already)."""
         if self.sort.column is not None:  # sorted while computing: settle the order now
             self.apply_sort(self.sort)
-        if self.query_one("#tokens", DataTable).cursor_row == 0:
+        self._all_compared = True
+        if self._jump_pending:
+            self._jump_when_known()
+        elif self.query_one("#tokens", DataTable).cursor_row == 0:
             self.action_first_failure(quiet=True)
         failing = self.tally.first_failing()
-        if failing is not None:
+        if failing is not None and isinstance(self.app.screen, TokenScreen):
             self.prefetch_operators(failing)
 
     NATURAL_ORDER = "token order"
@@ -228,6 +233,7 @@ class TokenScreen(ViewScreen):
         return row is not None and row["passed"] is False
 
     def action_first_failure(self, quiet: bool = False) -> None:
+        """Start-up: the cursor goes to the first failing token (``quiet``: nothing said if none)."""
         failing = self.tally.first_failing()
         if failing is None and quiet:
             return
@@ -241,12 +247,64 @@ class TokenScreen(ViewScreen):
         table = self.query_one("#tokens", DataTable)
         table.move_cursor(row=table.get_row_index(str(failing)))
 
+    # --- f: from launch to the culprit in one key -------------------------------------------------
+
+    _jump_pending = False  # f pressed before the first failing token was known
+    _passing_prefix = 0  # how many tokens from the first are known to pass (only grows: no rescans)
+    _all_compared = False
+
+    def action_open_first_failure(self) -> None:
+        """``f``: open the first failing token at its first failing operator; while the tokens before
+        it are still being compared, wait for them (any key cancels the wait)."""
+        self._jump_pending = True
+        self._jump_when_known()
+
+    def _settled_first_failure(self) -> int | None:
+        """The first failing token once every token before it is compared (``None``: none fails, or
+        not known yet: ``_all_compared`` tells which)."""
+        tokens = self.tally.tokens
+        while self._passing_prefix < len(tokens):
+            row = self.tally.get(tokens[self._passing_prefix])
+            if row is None and not self._all_compared:
+                return None  # not compared yet
+            if row is not None and row["passed"] is False:
+                return tokens[self._passing_prefix]
+            self._passing_prefix += 1  # passes, or has no logits to judge
+        return None
+
+    def _jump_when_known(self) -> None:
+        found = self._settled_first_failure()
+        if found is None and not self._all_compared and self._passing_prefix < len(self.tally.tokens):
+            tally = self.tally
+            self.set_status(
+                f"finding the first failing token… {tally.compared}/{len(tally.tokens)} (any key cancels)"
+            )
+            return
+        self._jump_pending = False
+        if found is None:
+            self.set_status("")
+            self.notify("Every token passes.")
+            return
+        self.set_status("")
+        table = self.query_one("#tokens", DataTable)
+        table.move_cursor(row=table.get_row_index(str(found)))
+        self._open(found, at_first_failure=True)
+
+    def on_key(self) -> None:
+        """Any key while ``f`` waits for the tokens cancels the jump (and still does what it does)."""
+        if self._jump_pending:
+            self._jump_pending = False
+            self.set_status("jump to the first failure cancelled")
+
     @on(DataTable.RowSelected, "#tokens")
     def _open_token(self, event: DataTable.RowSelected) -> None:
         # The operator screen computes the token it opens itself, what is on screen first; what
         # the prefetch finished is kept, the rest of it would only compete for the cores.
+        self._open(int(str(event.row_key.value)))
+
+    def _open(self, token: int, at_first_failure: bool = False) -> None:
         self.workers.cancel_group(self, "prefetch")
-        self.app.push_screen(OperatorScreen(int(str(event.row_key.value))))
+        self.app.push_screen(OperatorScreen(token, at_first_failure=at_first_failure))
 
     def view_frame(self) -> pl.DataFrame:
         rows = []

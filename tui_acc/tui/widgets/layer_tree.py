@@ -98,6 +98,17 @@ class LayerTree(Tree[str]):
         # Expanding rebuilds the tree lines on the next refresh; only then has the node a line.
         self.call_after_refresh(self.move_cursor, node)
 
+    def expanded_names(self) -> frozenset[str]:
+        """The open nodes (kept when the user leaves the token, restored by ``expand_only``)."""
+        return frozenset(name for name, node in self._by_name.items() if node.is_expanded)
+
+    def expand_only(self, names: frozenset[str]) -> None:
+        for name, node in self._by_name.items():
+            if name in names:
+                node.expand()
+            elif node.is_expanded:
+                node.collapse()
+
     def on_tree_node_selected(self, event: Tree.NodeSelected[str]) -> None:
         event.stop()
         if event.node.data is not None:
