@@ -20,11 +20,11 @@ from tui_acc.tui.screens.host import Host
 KEYS = (
     ("↑ ↓  j k", "move"),
     ("Enter", "open a token's operators; in the tree, show only that layer"),
-    ("f", "first failing token; on operators, the first failing op ◆"),
+    ("f", "from the tokens: the first failing token, opened at its first failing op ◆ (any key cancels the wait)"),
     ("n  N", "next / previous failing token or operator"),
     ("g  G", "top / bottom"),
     ("← →", "scroll a table sideways: at 80 columns its right-hand columns are off screen"),
-    ("/", "operators: filter by name or type (Esc clears)"),
+    ("/", "operators: filter by name or type as you type (Esc clears it)"),
     ("s  S", "sort by any column, worst first (the same column again reverses) · reverse"),
     ("a", "operators: show every operator again"),
     ("t", "operators: hide or show the layer tree"),
@@ -32,9 +32,11 @@ KEYS = (
     ("e", "export the current view: CSV, or .xlsx / .parquet by the name typed (Enter accepts it)"),
     ("r", "re-dump the token (and operator) under the cursor: shows the command, Enter runs it"),
     ("L", "the re-dump's log: x stops it, o opens the new dump at the same token and operator"),
-    ("Esc", "back to the tokens"),
+    ("O", "back to the original dumps after o opened a re-dump"),
+    ("Esc", "clear the filter, else back to the tokens (a token reopens as it was left)"),
+    ("Backspace", "back to the tokens, keeping the filter"),
     ("u", "notes on how the dumps were read; what could not be paired or read"),
-    ("ctrl+p", "command palette"),
+    ("ctrl+p", "command palette: every key, as 'category: verb'"),
     ("?  q", "this help · quit"),
 )
 
