@@ -347,13 +347,13 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
     from tui_acc import report as rpt
     from tui_acc.export import ExportError, with_provenance, write_export
 
+    if args.compat and args.csv is None:  # said before the comparison, which may take minutes
+        print("tui-acc: error: --compat writes a CSV: give --csv FILE", file=sys.stderr)
+        return rpt.EXIT_USAGE
     try:
         result = rpt.build_report(cmp, args.token, all_tokens=args.all_tokens)  # type: ignore[arg-type]
     except rpt.UnknownToken as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
-        return rpt.EXIT_USAGE
-    if args.compat and args.csv is None:
-        print("tui-acc: error: --compat writes a CSV: give --csv FILE", file=sys.stderr)
         return rpt.EXIT_USAGE
     if args.csv is not None:
         try:
@@ -393,8 +393,8 @@ def _run_demo(args: argparse.Namespace) -> int:
     from tui_acc.tui.app import AccApp
 
     hint = (
-        "Demo pair: one fault is injected. Find it with f (first failing token), Enter, then f again; "
-        "r re-dumps just that operator."
+        "Demo pair: one fault is injected. f finds it: the first failing token, at its first failing "
+        "operator; r re-dumps just that operator."
     )
     # the demo's tui-acc.toml tells r how to re-dump it (with the demo's own inference script)
     try:

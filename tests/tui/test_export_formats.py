@@ -34,7 +34,7 @@ async def _export_fault_token_ops(app: AccApp, name: str) -> Path:
     """Open the first failing token's operators and export them to ``name`` in the export folder."""
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        await pilot.press("f", "enter")
+        await pilot.press("f")  # the first failing token, opened at its first failing op
         await settle(pilot)
         await pilot.press("e", "ctrl+a", "ctrl+k", *name, "enter")
         status = _status(app)

@@ -36,7 +36,7 @@ def atb_app(atb_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AccApp
 
 async def _open_first_failing_op(pilot) -> OperatorScreen:  # type: ignore[no-untyped-def]
     await settle(pilot)
-    await pilot.press("f", "enter")
+    await pilot.press("f")  # the first failing token, opened at its first failing op
     await settle(pilot)
     await pilot.press("f")
     await pilot.pause()
@@ -235,4 +235,10 @@ async def test_msprobe_rows_are_told_apart_and_the_marker_keeps_its_digits(
         order_column = next(column for key, column in table.columns.items() if key.value == "order")
         assert order_column.width >= len(marker)
         assert str(table.get_cell(suspect, "name")) == "1.mlp.down_proj.linear.43"  # the call, its module
+        # the filter and the name sort read the name as shown, not the record's own name
+        screen._set_filter("down_proj.linear")
+        await pilot.pause()
+        shown = [str(key.value) for key in table.rows]
+        assert suspect in shown and "Functional.linear.36.forward" in shown, shown  # by the shown name
+        screen._set_filter("")
         assert _column_right_edge(table, "cosine") <= table.scrollable_content_region.width

@@ -31,6 +31,7 @@ def test_operator_screen_at_first_failing_op(snap_compare, demo_app: AccApp, siz
         await settle(pilot)
         await pilot.press("f")
         await pilot.pause()
+        await pilot.wait_for_scheduled_animations()  # the tree scrolls to ◆ animated
 
     assert snap_compare(demo_app, terminal_size=size, run_before=drilled)
 
@@ -62,10 +63,11 @@ def test_export_dialog(snap_compare, demo_app: AccApp, size: tuple[int, int]) ->
 
 async def _at_first_failing_op(pilot: Pilot[None]) -> None:
     await settle(pilot)
-    await pilot.press("f", "enter")
+    await pilot.press("f")  # from the tokens: the first failing token, at its first failing op
     await settle(pilot)
     await pilot.press("f")
     await pilot.pause()
+    await pilot.wait_for_scheduled_animations()  # the tree scrolls to ◆ animated
 
 
 def test_torch_against_atb_operator_screen_at_80x24(

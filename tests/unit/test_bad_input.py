@@ -92,6 +92,7 @@ def test_empty_and_missing_token_folders(demo_pair, tmp_path: Path, capsys) -> N
     tokens = {t["token"]: t for t in report["tokens"]}
     assert sorted(tokens) == [0, 1, 2, 3, 4, 5, 7]
     assert tokens[5]["error"] == "token 5: root.lm_head has no output on both sides (no logits)"
+    assert tokens[5]["verdict"] == "error"  # compared, and says why: not a token left pending
     assert report["first_failing_token"] == 3
 
 

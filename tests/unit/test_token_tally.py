@@ -57,3 +57,13 @@ def test_the_strip_is_scaled_against_the_threshold_not_from_min_to_max() -> None
     # more tokens than cells: each cell the worst of its tokens
     strip.show([0, 1, 6, 2, None, None], [False, False, True, False, False, False])
     assert strip.bars(3).plain == STRIP_BARS[1] + STRIP_BARS[6] + " "
+
+
+def test_a_token_without_logits_is_compared_and_leaves_the_strips_threshold_alone() -> None:
+    """The engine judges a token with no logits "error" (it is not pending forever), and an error
+    row, which names no dtype, does not set the threshold the strip is drawn against."""
+    tally = TokenTally([0, 1], _bound_of)
+    assert tally.add(_row(0, True, kl=1e-6)) and tally.strip_metric == "KL"
+    no_logits = {"token": 1, "passed": None, "verdict": "error", "error": "token 1: no logits", "kl": None}
+    assert tally.add(no_logits) and tally.compared == 2
+    assert (tally.strip_metric, tally.strip_bound) == ("KL", KL_BOUND)

@@ -254,9 +254,10 @@ class MetricsEngine:
         """The token's logits verdict and metrics."""
         pair = self.pairing.logits_pair(token)
         if pair is None:
-            return {
+            return {  # judged "error": it is compared (and says why), not left pending
                 "token": token,
                 "passed": None,
+                "verdict": "error",
                 "node": self.pairing.logits_node,
                 "error": f"token {token}: {self.pairing.logits_node} has no output on both sides (no logits)",
             }
@@ -456,6 +457,8 @@ class MetricsEngine:
             def row_of(pair: TensorPair) -> TensorRow:
                 while pair not in self._rows and not should_stop() and self.scheduler.help():
                     pass
+                if should_stop() and pair not in self._rows:
+                    raise Cancelled  # not one more pair for a caller that has gone
                 return self.tensor_row(pair)  # done, in flight on a worker (waited for), or computed now
 
             yield row_of

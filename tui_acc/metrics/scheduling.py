@@ -13,6 +13,7 @@ thread when its batch ends (``Batch.finish``), where the UI reports it: nothing 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
@@ -39,34 +40,63 @@ class Batch(Generic[Item]):
         node_of: Callable[[Item], str],
         prefer: Preference | None,
     ) -> None:
-        self._pending = list(items)
+        # The caller's order, and the same items by node: a take looks up the few nodes on screen
+        # instead of scanning everything still pending (a token can hold 100,000 pairs).
+        self._queue: deque[tuple[int, Item]] = deque(enumerate(items))
+        self._by_node: dict[str, deque[tuple[int, Item]]] = {}
+        for entry in self._queue:
+            self._by_node.setdefault(node_of(entry[1]), deque()).append(entry)
+        self._taken: set[int] = set()
         self._compute = compute
-        self._node_of = node_of
         self._prefer = prefer
         self.should_stop = should_stop
         self._closed = False
         self._failure: BaseException | None = None
-        self._running = 0  # items being computed now
+        self._running = 0  # items taken and not yet finished
         self._lock = threading.Condition()
 
     @property
     def open(self) -> bool:
         """Whether it still has items to hand out (not closed, not stopped, not empty)."""
-        return not self._closed and bool(self._pending) and not self.should_stop()
+        with self._lock:
+            pending = not self._closed and self._has_pending()
+        return pending and not self.should_stop()
+
+    def _has_pending(self) -> bool:
+        self._drop_taken(self._queue)
+        return bool(self._queue)
+
+    def _drop_taken(self, entries: deque[tuple[int, Item]]) -> None:
+        while entries and entries[0][0] in self._taken:
+            entries.popleft()
 
     def take(self) -> Item | None:
-        """The next item, or None when there is none left (or the batch is closed)."""
+        """The next item (counted as running until ``run`` finishes it), or None when there is none
+        left or the batch is closed. The first, in the caller's order, of the nodes on screen; else
+        the first of all."""
         wanted = self._prefer() if self._prefer is not None else ()
         with self._lock:
-            if self._closed or not self._pending:
+            if self._closed:
                 return None
-            index = next((i for i, item in enumerate(self._pending) if self._node_of(item) in wanted), 0)
-            return self._pending.pop(index)
+            best: tuple[int, Item] | None = None
+            for node in wanted:
+                entries = self._by_node.get(node)
+                if entries:
+                    self._drop_taken(entries)
+                    if entries and (best is None or entries[0][0] < best[0]):
+                        best = entries[0]
+            if best is None:
+                self._drop_taken(self._queue)
+                if not self._queue:
+                    return None
+                best = self._queue[0]
+            self._taken.add(best[0])
+            self._running += 1
+            return best[1]
 
     def run(self, item: Item) -> None:
-        """Compute ``item``; what it raises is kept for the caller (the first failure wins)."""
-        with self._lock:
-            self._running += 1
+        """Compute an item ``take`` gave; what it raises is kept for the caller (the first failure
+        wins). It counted as running from the moment it was taken, so ``finish`` waits for it."""
         try:
             self._compute(item)
         except BaseException as exc:  # raised again in the caller's thread, never lost
@@ -90,7 +120,8 @@ class Batch(Generic[Item]):
         """No more items are handed out (the caller is done or cancelled); those in progress finish."""
         with self._lock:
             self._closed = True
-            self._pending.clear()
+            self._queue.clear()
+            self._by_node.clear()
 
 
 class Scheduler:

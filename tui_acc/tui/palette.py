@@ -23,7 +23,7 @@ TITLES: dict[str, tuple[str, str]] = {
     "redump_log": ("log: show the re-dump log", "The running or last re-dump's output and status"),
     "original_dump": ("re-dump: back to the original dump", "Undo o: compare the dumps tui-acc started with"),
     # every comparison screen
-    "export": ("export: this view to CSV", "Write the rows on screen, in this order, to a file"),
+    "export": ("export: this view to CSV, .xlsx or .parquet", "The rows on screen, in this order, to a file"),
     "next_failure": ("go: next failure", "The next failing row below the cursor"),
     "previous_failure": ("go: previous failure", "The previous failing row above the cursor"),
     "top": ("go: top", "The first row"),

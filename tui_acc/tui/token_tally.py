@@ -67,7 +67,8 @@ class TokenTally:
         self.failed[position] = row.get("passed") is False
         if row.get("passed") is False:
             bisect.insort(self._failing, position)
-        self.strip_metric, self.strip_bound = self._bound_of(row)
+        if not row.get("error"):  # an error row names no dtype: it would set another threshold
+            self.strip_metric, self.strip_bound = self._bound_of(row)
         plotted = row.get("kl") if self.strip_metric == "KL" else row.get("norm_rel_diff")
         self.levels[position] = strip_level(plotted, self.strip_bound)
         return True

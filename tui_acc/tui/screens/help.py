@@ -20,7 +20,7 @@ from tui_acc.tui.screens.host import Host
 KEYS = (
     ("↑ ↓  j k", "move"),
     ("Enter", "open a token's operators; in the tree, show only that layer"),
-    ("f", "from the tokens: the first failing token, opened at its first failing op ◆ (any key cancels the wait)"),
+    ("f", "the first failing op ◆ (from the tokens: of the first failing token; any key cancels the wait)"),
     ("n  N", "next / previous failing token or operator"),
     ("g  G", "top / bottom"),
     ("← →", "scroll a table sideways: at 80 columns its right-hand columns are off screen"),

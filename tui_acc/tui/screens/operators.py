@@ -277,7 +277,7 @@ class OperatorScreen(ViewScreen):
         if column == "order":
             return self._order[key]
         if column == "name":
-            return key
+            return self._labels[key]  # what the column shows
         if column == "test_name":
             return node.test
         if column == "type":
@@ -289,9 +289,12 @@ class OperatorScreen(ViewScreen):
         return row.get(column)
 
     def _filtered(self, names: list[str]) -> list[str]:
-        """The rows whose golden or test name or type holds the filter text."""
+        """The rows whose name as shown, golden or test name or type holds the filter text."""
         nodes = {name: self._pairs[name] for name in names}
-        texts = {name: (name, node.test, node.golden_type, node.test_type) for name, node in nodes.items()}
+        texts = {
+            name: (self._labels[name], name, node.test, node.golden_type, node.test_type)
+            for name, node in nodes.items()
+        }
         return matching_keys(texts, self._filter)
 
     # --- filtering ----------------------------------------------------------------------------
@@ -484,7 +487,7 @@ class OperatorScreen(ViewScreen):
     def _restore(self, view: OperatorView) -> None:
         """The token as the user left it: filter, scope, order, tree, cursor."""
         self._filter, self.sort = view.filter, view.sort
-        if view.scope in self._pairs or view.scope == self.acc.comparison.golden.tree.root:
+        if view.scope in self.acc.comparison.golden.tree.nodes:  # a container (layers) can be a scope too
             self._scope = view.scope
         tree = self.query_one(LayerTree)
         tree.expand_only(view.expanded)
@@ -511,7 +514,10 @@ class OperatorScreen(ViewScreen):
         if self._suspect not in self._in_scope():
             self._set_filter("")  # the filter hid it: show everything again
         table = self.query_one("#ops", DataTable)
-        table.move_cursor(row=table.get_row_index(self._suspect))
+        row = table.get_row_index(self._suspect)
+        table.move_cursor(row=row, scroll=False)
+        # in the middle, whatever was scrolled before: the operators that fed it stay in sight above
+        table.scroll_to(y=max(0, row - table.scrollable_content_region.height // 2), animate=False)
         table.focus()
         self.query_one(LayerTree).reveal(self._suspect)
 

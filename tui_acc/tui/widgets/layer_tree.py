@@ -96,7 +96,14 @@ class LayerTree(Tree[str]):
             parent.expand()
             parent = parent.parent
         # Expanding rebuilds the tree lines on the next refresh; only then has the node a line.
-        self.call_after_refresh(self.move_cursor, node)
+        self.call_after_refresh(self._centre_on, node)
+
+    def _centre_on(self, node: TreeNode[str]) -> None:
+        """Cursor on ``node``, scrolled to the middle: what is above and below it stays in sight, and
+        where it lands does not depend on where the tree was scrolled before."""
+        self.move_cursor(node, animate=False)
+        if node.line >= 0:
+            self.scroll_to(y=max(0, node.line - self.scrollable_content_region.height // 2), animate=False)
 
     def expanded_names(self) -> frozenset[str]:
         """The open nodes (kept when the user leaves the token, restored by ``expand_only``)."""
