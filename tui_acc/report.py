@@ -177,11 +177,11 @@ def format_text(report: dict[str, Any]) -> str:
         verdict = {"error": "ERROR", "fail": "FAIL"}.get(t["verdict"] or "", t["verdict"] or "?")
         top1 = f"{t['golden_top1']}/{t['test_top1']}" if t["golden_top1"] is not None else "-"
         if stats:
-            lines.append(f"{t['token']:>5}  {verdict:<7}  {_num(t['norm_rel_diff']):>10}")
+            lines.append(f"{t['token']:>5}  {verdict:<7}  {numbers.number(t['norm_rel_diff']):>10}")
         else:
             lines.append(
                 f"{t['token']:>5}  {verdict:<7}  {numbers.cosine(t['cosine']):>10}"
-                f"  {_num(t['kl']):>10}  {top1}"
+                f"  {numbers.number(t['kl']):>10}  {top1}"
             )
     lines.append("")
     failing = report["first_failing_token"]
@@ -197,7 +197,7 @@ def format_text(report: dict[str, Any]) -> str:
                 inputs += f"; in place: {op['in_place']}"
             lines.append(
                 f"first failing op at token {op['token']}: {op['golden']} ({op['golden_type']}){partner}"
-                f"  cosine {numbers.cosine(op['cosine'])}  max abs {_num(op['max_abs_err'])}"
+                f"  cosine {numbers.cosine(op['cosine'])}  max abs {numbers.number(op['max_abs_err'])}"
                 f"  {op['label']}, {inputs}"
             )
             at_token = [f for f in report["failing"] if f["token"] == op["token"]]
@@ -208,7 +208,7 @@ def format_text(report: dict[str, Any]) -> str:
                 lines.append(
                     f"  all {whole['tensors']} operator outputs of that token:"
                     f" cosine {numbers.cosine(whole['cosine'])}"
-                    f"  rel eucl {_num(whole['rel_euclidean'])}"
+                    f"  rel eucl {numbers.number(whole['rel_euclidean'])}"
                 )
         else:
             lines.append(f"first failing op at token {report['analysed_token']}: none found")
@@ -326,8 +326,4 @@ def _span(tokens: list[int]) -> str:
 def _shown(key: str, value: Any) -> Any:
     if not isinstance(value, float):
         return value
-    return numbers.cosine(value) if key == "cosine" else _num(value)
-
-
-def _num(value: float | None) -> str:
-    return numbers.number(value)  # the TUI's rule: one format everywhere
+    return numbers.cosine(value) if key == "cosine" else numbers.number(value)

@@ -173,7 +173,7 @@ def test_one_rule_for_numbers_in_the_tui_and_the_report() -> None:
     from tui_acc import report
 
     for value in (0.29, 0.307, 1.5e-6, 12345.0, -0.0172, 3.0):
-        assert fmt.num(value) == report._num(value)
+        assert fmt.num(value) == report.numbers.number(value)  # what report formats with
         assert SCIENTIFIC.match(fmt.num(value)), value
     assert fmt.num(0.29) == "2.900e-01" and fmt.num(0.307) == "3.070e-01"  # trailing zeros kept
     assert len(fmt.num(1.5e-6)) == len(fmt.num(0.29)) == len(fmt.num(12345.0))

@@ -15,6 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from tui_acc.export import ExportError
+from tui_acc.tui.title import shown_path
 
 
 @dataclass(frozen=True)
@@ -24,14 +25,6 @@ class ExportChoice:
     path: Path
     overwrite: bool
     written: Path | None = None  # where the file is, once written
-
-
-def shown_path(path: Path) -> str:
-    """``path`` relative to the working directory when it lies inside it (shorter to read and edit)."""
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 _HINT = "Enter: write (.csv; .xlsx or .parquet by extension)   Esc: cancel"
@@ -64,7 +57,7 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="export-dialog"):
             yield Static(f"Export {self.rows} rows of {self.view}", id="export-title")
-            yield Input(value=shown_path(self.proposed), id="export-path")
+            yield Input(value=shown_path(self.proposed, Path.cwd()), id="export-path")
             yield Static(_HINT, id="export-hint")
 
     def on_mount(self) -> None:
@@ -93,11 +86,13 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
             return
         path = self.chosen_path(event.value)
         if path.is_dir():
-            self.warn(f"{shown_path(path)} is a folder: add a file name.")
+            self.warn(f"{shown_path(path, Path.cwd())} is a folder: add a file name.")
             return
         if path.exists() and self.confirming != path:
             self.confirming = path
-            self.warn(f"{shown_path(path)} exists. Enter again replaces it; edit the name to keep it.")
+            self.warn(
+                f"{shown_path(path, Path.cwd())} exists. Enter again replaces it; edit the name to keep it."
+            )
             return
         choice = ExportChoice(path, overwrite=self.confirming == path)
         if self.write is not None:
