@@ -20,7 +20,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,30 @@ CREATE TABLE IF NOT EXISTS rows (
 );
 CREATE TABLE IF NOT EXISTS pairs (pair TEXT PRIMARY KEY, used REAL NOT NULL);
 """
+
+
+_BUSY_SECONDS = 10  # how long a process waits for another one's write before giving up on the cache
+
+
+def _prepare(db: sqlite3.Connection) -> None:
+    db.execute("PRAGMA journal_mode=WAL")  # readers never block the writer, nor it them
+    db.executescript(_SCHEMA)
+
+
+def _retry_while_busy(step: Callable[[], None]) -> None:
+    """Run ``step``, again after a short pause while another process holds the database."""
+    deadline = time.monotonic() + _BUSY_SECONDS
+    pause = 0.005
+    while True:
+        try:
+            step()
+            return
+        except sqlite3.OperationalError as exc:
+            busy = "locked" in str(exc) or "busy" in str(exc)
+            if not busy or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
 
 
 def cache_dir() -> Path:
@@ -137,14 +161,24 @@ class RowCache:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        """One transaction on the database (committed on success), the connection closed after."""
+        """One write transaction on the database (committed on success), the connection closed after.
+
+        Taken with ``BEGIN IMMEDIATE``: a transaction that starts as a reader and later writes can be
+        refused at once, without waiting, when another process wrote in between (SQLite's deadlock
+        avoidance, and WAL's stale snapshot), while an immediate one waits its turn through the busy
+        timeout. Creating the database and switching it to WAL can still be refused at once when two
+        processes do it together; that first step is retried until ``_BUSY_SECONDS`` have passed."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, timeout=10)  # another process writing: wait, briefly
+        db = sqlite3.connect(self.path, timeout=_BUSY_SECONDS, isolation_level=None)
         try:
-            db.execute("PRAGMA journal_mode=WAL")  # readers never block the writer, nor it them
-            db.executescript(_SCHEMA)
-            with db:
+            _retry_while_busy(lambda: _prepare(db))
+            db.execute("BEGIN IMMEDIATE")
+            try:
                 yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
         finally:
             db.close()
 
