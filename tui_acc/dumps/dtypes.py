@@ -1,0 +1,92 @@
+"""Element types as tensors flow through tui-acc: numpy arrays, torch's names.
+
+A loaded tensor is a numpy array. The float types numpy lacks (bfloat16, the 8-bit and 4-bit
+floats, int4) are ml_dtypes' types, which numpy casts exactly; their names are the ones torch
+gives them, so ``dtype_name(array)`` reads the same as torch's ``str(tensor.dtype)`` without
+``torch.``. Complex half (torch's ``complex32``) has no numpy type and is widened to complex64 where
+it is read.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+# torch's name of a dtype -> the numpy dtype that holds its elements exactly
+_BY_NAME: dict[str, np.dtype] = {
+    name: np.dtype(name)
+    for name in (
+        "float64",
+        "float32",
+        "float16",
+        "int64",
+        "int32",
+        "int16",
+        "int8",
+        "uint64",
+        "uint32",
+        "uint16",
+        "uint8",
+        "bool",
+        "complex128",
+        "complex64",
+    )
+}
+_BY_NAME.update(
+    {
+        name: np.dtype(getattr(ml_dtypes, name))
+        for name in (
+            "bfloat16",
+            "float8_e4m3fn",
+            "float8_e5m2",
+            "float8_e8m0fnu",
+            "float8_e4m3fnuz",
+            "float8_e5m2fnuz",
+            "float4_e2m1fn",
+            "int4",
+            "uint4",
+        )
+    }
+)
+# ml_dtypes' floats are not numpy floating types (their kind is not always "f"): listed by name
+_NARROW_FLOATS = frozenset(
+    {
+        "float16",
+        "bfloat16",
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float8_e8m0fnu",
+        "float8_e4m3fnuz",
+        "float8_e5m2fnuz",
+        "float4_e2m1fn",
+    }
+)
+_FLOATS = _NARROW_FLOATS | {"float32", "float64"}
+
+
+def numpy_dtype(torch_name: str) -> np.dtype | None:
+    """The numpy dtype for torch's dtype name (``bfloat16``, ``float8_e4m3fn``...); None if unknown."""
+    return _BY_NAME.get(torch_name)
+
+
+def dtype_name(values: np.ndarray) -> str:
+    """The array's element type as torch names it."""
+    return str(values.dtype)
+
+
+def is_float(values: np.ndarray) -> bool:
+    return str(values.dtype) in _FLOATS
+
+
+def is_complex(values: np.ndarray) -> bool:
+    return values.dtype.kind == "c"
+
+
+def widened(values: np.ndarray) -> np.ndarray:
+    """The values as float32 (floats of 16 bits or fewer: exact) or float64 (everything else: exact
+    for every integer up to 2**53), contiguous: what the metric kernels take."""
+    name = str(values.dtype)
+    if name in ("float32", "float64"):
+        return np.ascontiguousarray(values)
+    target = np.float32 if name in _NARROW_FLOATS else np.float64
+    return np.ascontiguousarray(values, dtype=target)
