@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from tui_acc.metrics import fastkernel
 from tui_acc.metrics.kernels import compare_tensors
 
 EPS = 1.1920928955078125e-07
@@ -89,7 +90,16 @@ def pairs(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, torch.dtype]:
     return g, t, dtype
 
 
-@pytest.mark.parametrize("kernel", ["numba", "torch"])
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        *(
+            pytest.param(name, marks=pytest.mark.skipif(isinstance(why, str), reason=f"{name}: {why}"))
+            for name, why in ((name, fastkernel.compiled(name)) for name in ("c", "numba"))
+        ),
+        "numpy",
+    ],
+)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=pairs(), kl=st.booleans())
 def test_every_metric_matches_the_reference(

@@ -206,6 +206,8 @@ def _sweep_compiled(blocks: list[Block], kl: bool, nan: dict[str, int]) -> _Sums
         for start in range(0, g2.shape[0], rows_per_chunk):
             g = _numpy_chunk(g2[start : start + rows_per_chunk])
             t = _numpy_chunk(t2[start : start + rows_per_chunk])
+            if g.dtype != t.dtype:  # one dtype per call: the C kernel's two signatures
+                g, t = g.astype("float64"), t.astype("float64")
             f.sweep(g, t, base + start * width, kl, state, counts)
     for key, index in (
         ("golden_nan", f.C_GNAN),
