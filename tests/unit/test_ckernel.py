@@ -148,6 +148,27 @@ def test_kl_of_wide_rows_equals_numba(dtype: type) -> None:
 
 
 @needs_c
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, -1e151], ids=["nan", "inf", "-inf", "huge"])
+def test_a_bad_value_at_any_position_of_a_row_sends_it_to_the_careful_loop(dtype: type, bad: float) -> None:
+    """Row i holds its one bad value at column i: every vector lane and the loop's tail are checked."""
+    width = 37
+    g = np.linspace(1.0, 2.0, width * width).reshape(width, width).astype(dtype)
+    t = g.copy()
+    with np.errstate(over="ignore"):
+        np.fill_diagonal(t, np.array(bad).astype(dtype))
+    sums, counts = _state_of("c", g, t, True)
+    finite = np.isfinite(t).all()  # -1e151 is finite in float64 (careful, counted), -inf in float32
+    assert counts[kernel_layout.C_N] == width * width - (0 if finite else width)
+    assert counts[kernel_layout.C_TNAN] == (width if np.isnan(bad) else 0)
+    assert counts[kernel_layout.C_TINF] == (0 if finite or np.isnan(bad) else width)
+    assert counts[kernel_layout.C_KLROWS] == (width if finite else 0)
+    assert np.isfinite(sums[kernel_layout.S_GG]) and np.isfinite(sums[kernel_layout.S_GT])
+    if not isinstance(NUMBA_MISSING, str):
+        _assert_same_state((sums, counts), _state_of("numba", g, t, True))
+
+
+@needs_c
 def test_an_element_exactly_at_the_threshold_is_not_within_it() -> None:
     """msprobe counts ``ratio < 1e-3``: the division is a true one, not a multiply by 1000."""
     g = np.array([[1.0, 1.0, 2.0]])

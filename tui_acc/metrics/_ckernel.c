@@ -4,10 +4,11 @@
  * 105-140 MiB on every launch; this module loads in under a millisecond and 0.1 MiB. The arithmetic
  * is numba_kernel's (tests/unit/test_ckernel.py holds the two equal, state against state):
  *
- * - per row, an exact check for NaN, Inf and |x| > 1e150 (whose squares could overflow);
- * - such a row goes through the careful element loop (`careful_row`), which counts and skips them;
- * - a finite row goes through one vectorised loop (`row_fast`), compiled so that its sums may be
- *   reassociated into vector lanes and its min/max need not care for NaN (it never sees one);
+ * - a row goes through one vectorised loop (`row_fast`), compiled so that its sums may be
+ *   reassociated into vector lanes and its min/max need not care for NaN, which also checks
+ *   exactly (on the bits) for NaN, Inf and |x| > 1e150 (whose squares could overflow);
+ * - a row holding one is swept again by the careful element loop (`careful_row`), which counts
+ *   and skips them, and the fast loop's results for it are dropped;
  *   the worst element's index is found afterwards, only in rows that raise the maximum;
  * - KL per finite row, on the softmax shifted by the row's maxima; in a fast row with an exp of
  *   our own that vectorises (within an ulp of libm's), in a careful row with libm's;
@@ -55,12 +56,12 @@ enum { C_N, C_REL, C_1E3, C_5E3, C_KLROWS, C_GNAN, C_GINF, C_TNAN, C_TINF, C_WID
 #define FAST_MATH_BODY
 #endif
 
-/* On x86-64 the default build may only assume SSE2; an AVX2 clone, chosen at load time by the
- * CPU, doubles the vector width where the CPU has it (no -march=native: a wheel runs elsewhere).
- * aarch64's baseline already has NEON. */
+/* On x86-64 the default build may only assume SSE2; clones for AVX-512, AVX2 and SSE4.2 (the
+ * 64-bit integer compares of the row check), chosen at load time by the CPU, vectorise where it
+ * has them (no -march=native: a wheel runs elsewhere). aarch64's baseline already has NEON. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
-#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "sse4.2", "default")))
 #endif
 #endif
 #ifndef VECTOR_CLONES
@@ -71,13 +72,18 @@ enum { C_N, C_REL, C_1E3, C_5E3, C_KLROWS, C_GNAN, C_GINF, C_TNAN, C_TINF, C_WID
 #define MAX_OF(a, b) ((a) > (b) ? (a) : (b))
 #define MIN_OF(a, b) ((a) < (b) ? (a) : (b))
 
-/* One finite row's sums and extremes. Counts are kept as doubles in the loop (exact below 2^53)
- * so every lane is 64 bits wide: mixed int64/double lanes do not vectorise on SSE2. */
+/* One row's sums and extremes, valid when bad is 0. Counts are kept as doubles in the loop (exact
+ * below 2^53) so that every lane is 64 bits wide: mixed lanes do not vectorise on x86. */
 typedef struct {
     double gg, tt, gt, dd, ad, g, t, rel;
     double amax, gmax, gmin, tmax, tmin, relmax;
     double nrel, n1, n5;
+    uint64_t bad;
 } RowSums;
+
+/* |x| as the bits of a float64 (sign cleared): for finite values, ordered as |x| is; NaN and Inf
+ * above every finite value. A compare of these is exact whatever the floating-point flags. */
+#define ABS_BITS_MASK 0x7FFFFFFFFFFFFFFFULL
 
 /* The state while a chunk is swept: locals, written back once (see sweep_chunk). */
 typedef struct {
@@ -162,18 +168,10 @@ VECTOR_CLONES FAST_MATH_FUNCTION static double block_kl(const double *restrict p
     return total;
 }
 
-#define DEFINE_KERNEL(T, SUFFIX, LIMIT, FLAG, ABS)                                                   \
-    /* Whether row holds a NaN, an Inf or a value beyond LIMIT: exact, no fast-math (a NaN fails    \
-     * every comparison, so !(|x| <= LIMIT) catches it). In the element's own type, with a flag as  \
-     * wide, so that the loop vectorises on every target. */                                        \
-    VECTOR_CLONES static int row_bad_##SUFFIX(const T *g, const T *t, Py_ssize_t width)           \
-    {                                                                                               \
-        FLAG bad = 0;                                                                               \
-        for (Py_ssize_t c = 0; c < width; c++)                                                      \
-            bad |= (FLAG)(!(ABS(g[c]) <= (T)LIMIT)) | (FLAG)(!(ABS(t[c]) <= (T)LIMIT));             \
-        return bad != 0;                                                                            \
-    }                                                                                               \
-                                                                                                    \
+#define DEFINE_KERNEL(T, SUFFIX, LIMIT)                                                              \
+    /* Every sum and extreme of a row in one vectorised loop, and whether the row holds a NaN, an  \
+     * Inf or a value beyond LIMIT (bad: then nothing else here is valid, and the careful loop      \
+     * takes the row). That check compares bits, so the fast-math flags cannot touch it. */         \
     VECTOR_CLONES FAST_MATH_FUNCTION static void row_fast_##SUFFIX(                                 \
         const T *restrict g, const T *restrict t, Py_ssize_t width, RowSums *out)                  \
     {                                                                                               \
@@ -182,8 +180,15 @@ VECTOR_CLONES FAST_MATH_FUNCTION static double block_kl(const double *restrict p
         double srel = 0.0, amax = 0.0, relmax = 0.0;                                                \
         double gmax = -INFINITY, tmax = -INFINITY, gmin = INFINITY, tmin = INFINITY;                \
         double nrel = 0.0, n1 = 0.0, n5 = 0.0;                                                      \
+        const double limit = (double)(LIMIT);                                                       \
+        uint64_t limit_bits, bad = 0;                                                               \
+        memcpy(&limit_bits, &limit, sizeof limit_bits);                                             \
         for (Py_ssize_t c = 0; c < width; c++) {                                                    \
             double gv = (double)g[c], tv = (double)t[c];                                            \
+            uint64_t g_bits, t_bits;                                                                \
+            memcpy(&g_bits, &gv, sizeof g_bits);                                                    \
+            memcpy(&t_bits, &tv, sizeof t_bits);                                                    \
+            bad |= ((g_bits & ABS_BITS_MASK) > limit_bits) | ((t_bits & ABS_BITS_MASK) > limit_bits); \
             double d = tv - gv, ad = fabs(d), ag = fabs(gv);                                        \
             sgg += gv * gv;                                                                         \
             stt += tv * tv;                                                                         \
@@ -210,7 +215,7 @@ VECTOR_CLONES FAST_MATH_FUNCTION static double block_kl(const double *restrict p
             n5 += ratio < 5e-3 ? 1.0 : 0.0;                                                         \
         }                                                                                           \
         RowSums r = {sgg, stt, sgt, sdd, sad, sg, st, srel, amax, gmax, gmin, tmax, tmin, relmax,  \
-                     nrel, n1, n5};                                                                 \
+                     nrel, n1, n5, bad};                                                            \
         *out = r;                                                                                   \
     }                                                                                               \
                                                                                                     \
@@ -341,14 +346,14 @@ VECTOR_CLONES FAST_MATH_FUNCTION static double block_kl(const double *restrict p
         for (Py_ssize_t r = 0; r < rows; r++) {                                                     \
             const T *gr = g + r * width, *tr = t + r * width;                                       \
             int64_t row_offset = offset + (int64_t)r * width;                                       \
-            if (row_bad_##SUFFIX(gr, tr, width)) {                                                  \
-                careful_row_##SUFFIX(gr, tr, width, row_offset, kl, s);                             \
-                continue;                                                                           \
-            }                                                                                       \
             if (width == 0)                                                                         \
                 continue;                                                                           \
             RowSums rs;                                                                             \
             row_fast_##SUFFIX(gr, tr, width, &rs);                                                  \
+            if (rs.bad) {                                                                           \
+                careful_row_##SUFFIX(gr, tr, width, row_offset, kl, s);                             \
+                continue;                                                                           \
+            }                                                                                       \
             sums[S_GG] += rs.gg;                                                                    \
             sums[S_TT] += rs.tt;                                                                    \
             sums[S_GT] += rs.gt;                                                                    \
@@ -381,8 +386,8 @@ VECTOR_CLONES FAST_MATH_FUNCTION static double block_kl(const double *restrict p
     }
 
 /* float32 holds no value beyond 1e150, only NaN/Inf: FLT_MAX is its limit. */
-DEFINE_KERNEL(float, f32, FLT_MAX, int32_t, fabsf)
-DEFINE_KERNEL(double, f64, HUGE_ABS, int64_t, fabs)
+DEFINE_KERNEL(float, f32, FLT_MAX)
+DEFINE_KERNEL(double, f64, HUGE_ABS)
 
 /* The buffer's single type code with native byte order and size ('f', 'd', 'l', 'q'), or 0. */
 static char type_code(const Py_buffer *view)
