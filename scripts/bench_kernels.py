@@ -5,13 +5,14 @@
 Prints, for each kernel available here, in one run (ratios to the C kernel beside each figure):
 
 - start-up: importing the kernel and its first call on float32 and float64 chunks (numba's cached
-  machine code loaded), and the process's peak RSS growth, each in a fresh process;
-- throughput: ns per element of ``kernels.compare_tensors`` on a float32 golden against a test of
-  bf16 values widened to float32 (``--elements``, rows of 4096), with and without KL; and of the
-  kernel's ``sweep`` alone, on the 1M-element chunks ``kernels`` feeds it;
+  machine code loaded), wall clock, and the process's peak RSS growth, each in a fresh process;
+- throughput (CPU time, best of ``--repeat``): ns per element of ``kernels.compare_tensors`` on a
+  float32 golden against a test of bf16 values widened to float32 (``--elements``, rows of 4096),
+  with and without KL; and of the kernel's ``sweep`` alone, on the 1M-element chunks ``kernels``
+  feeds it;
 - per-call overhead: ``compare_tensors`` on a 4096-element pair, and one ``sweep`` of it.
 
-Best of ``--repeat`` runs. Nothing here is a test: the machine may be shared (the load is printed).
+Nothing here is a test: the machine may be shared (the load is printed).
 """
 
 from __future__ import annotations
@@ -83,12 +84,14 @@ def start_up(kernel: str) -> dict[str, Any]:
 
 
 def best_of(repeat: int, run: Callable[[], object]) -> float:
+    """The least CPU time of ``repeat`` runs: on a shared machine the wall clock mostly measures the
+    neighbours, while the process's CPU time (all its threads) is the work the kernel did."""
     run()  # warm: pages faulted in, kernel loaded
     times = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = time.process_time()
         run()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return min(times)
 
 
