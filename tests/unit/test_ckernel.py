@@ -14,6 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from tui_acc.metrics import fastkernel, kernel_layout
 
@@ -166,6 +169,30 @@ def test_a_bad_value_at_any_position_of_a_row_sends_it_to_the_careful_loop(dtype
     assert np.isfinite(sums[kernel_layout.S_GG]) and np.isfinite(sums[kernel_layout.S_GT])
     if not isinstance(NUMBA_MISSING, str):
         _assert_same_state((sums, counts), _state_of("numba", g, t, True))
+
+
+SPECIAL = [0.0, -0.0, 1e-8, 1.0, -1.0, 1e30, -3e38, 1e151, np.nan, np.inf, -np.inf]
+
+
+@needs_both
+@settings(max_examples=120, deadline=None)
+@given(
+    dtype=st.sampled_from([np.float32, np.float64]),
+    rows=st.integers(1, 3),
+    width=st.integers(1, 150),
+    data=st.data(),
+    kl=st.booleans(),
+)
+def test_c_state_equals_numba_state_on_drawn_rows(
+    dtype: type, rows: int, width: int, data: st.DataObject, kl: bool
+) -> None:
+    """Rows long enough for every vector width and its tail, specials anywhere, either kernel's state."""
+    values = st.one_of(st.floats(-1e4, 1e4, width=32), st.sampled_from(SPECIAL))
+    with np.errstate(over="ignore"):
+        g = data.draw(arrays(np.float64, (rows, width), elements=values)).astype(dtype)
+        noise = data.draw(arrays(np.float64, (rows, width), elements=st.floats(-0.01, 0.01)))
+        t = (g * (1 + noise)).astype(dtype)
+    _assert_same_state(_state_of("c", g, t, kl), _state_of("numba", g, t, kl))
 
 
 @needs_c
