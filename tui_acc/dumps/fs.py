@@ -33,3 +33,22 @@ def settled(path: Path) -> bool:
         return time.time() - path.stat().st_mtime >= SETTLED_SECONDS
     except OSError:
         return False
+
+
+def read_ahead(path: Path, offset: int, length: int) -> None:
+    """Ask the kernel to start reading a byte range now, in the background, so that a mapped tensor
+    is mostly in memory by the time the comparison reaches it: reading overlaps computing. Only
+    advice: where it cannot be given (not Linux, an unreadable file) nothing happens."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None or length <= 0:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        advise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
