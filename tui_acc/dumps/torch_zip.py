@@ -368,7 +368,9 @@ def _tensor(
                 f"of a storage of {available} {dtype}"
             )
         # a dimension of one element never steps: its stride (any number in torch) is left out
-        byte_steps = tuple(step * itemsize if extent > 1 else 0 for extent, step in zip(shape, steps, strict=True))
+        byte_steps = tuple(
+            step * itemsize if extent > 1 else 0 for extent, step in zip(shape, steps, strict=True)
+        )
         base = data[: available * itemsize].view(element_type)[offset:]
         values = np.lib.stride_tricks.as_strided(base, shape=shape, strides=byte_steps)
     if dtype == "complex32":  # widened exactly: float16 -> float32 parts
