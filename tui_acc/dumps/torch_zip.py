@@ -371,8 +371,10 @@ def _tensor(
         byte_steps = tuple(
             step * itemsize if extent > 1 else 0 for extent, step in zip(shape, steps, strict=True)
         )
-        base = data[: available * itemsize].view(element_type)[offset:]
-        values = np.lib.stride_tricks.as_strided(base, shape=shape, strides=byte_steps)
+        # strided as raw elements of the width: as_strided passes the dtype as an array-interface
+        # string, which names ml_dtypes' float8 types ambiguously ("<f1")
+        base = data[: available * itemsize].view(np.dtype(f"V{itemsize}"))[offset:]
+        values = np.lib.stride_tricks.as_strided(base, shape=shape, strides=byte_steps).view(element_type)
     if dtype == "complex32":  # widened exactly: float16 -> float32 parts
         widened = np.empty(shape, dtype=np.complex64)
         widened.real = values["real"]
