@@ -431,6 +431,13 @@ def test_damaged_archives(tmp_path: Path, make: object, problem: str) -> None:
             read_torch_file(path, mapped=mapped)
 
 
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "named_like_a_tensor.pth"
+    os.mkfifo(fifo)
+    with pytest.raises(TorchFileError, match="not a regular file"):
+        read_torch_file(fifo, mapped=True)
+
+
 def _zip_bytes(records: dict[str, bytes]) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:

@@ -11,12 +11,14 @@ stride, requires_grad, hooks[, metadata])`` with a typed storage (``torch.FloatS
 ``_rebuild_tensor_v3(..., dtype[, metadata])`` with an untyped one, for the dtypes added since
 (float8, uint16-64, complex32; torch/_tensor.py ``_reduce_ex_internal``, torch/storage.py
 ``_new_dtypes``). Both are replaced by our functions, as are the other globals a tensor file holds;
-see ``_globals`` for the whole list. Nothing in torch is imported or run.
+see ``_Archive.find_class`` and ``_GLOBALS`` for the whole list. Nothing in torch is imported or run.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import stat
 import struct
 import sys
 import zipfile
@@ -109,13 +111,25 @@ def read_torch_file(path: Path, *, mapped: bool) -> object:
     run), TorchFileError (damaged or forged); OSError when the file cannot be opened."""
     if sys.byteorder != "little":  # numpy's dtypes here are the host's; torch's records are little-endian
         raise NeedsTorch("this machine is big-endian")
-    with path.open("rb") as handle:
+    with _open_regular(path) as handle:
         if handle.read(4) != b"PK\x03\x04":  # torch.load's _is_zipfile: the same test
             handle.seek(0)
             raise _not_a_zip(handle.read(512))
         archive = _open_archive(handle)
         with archive:
             return _Archive(archive, handle, mapped).load()
+
+
+def _open_regular(path: Path) -> IO[bytes]:
+    """The file, if it is a regular one: a FIFO named like a tensor must not block the reader."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TorchFileError("not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _not_a_zip(head: bytes) -> Exception:
@@ -159,7 +173,6 @@ class _Archive(RestrictedUnpickler):
         self._mapped = mapped
         self._file_size = os.fstat(handle.fileno()).st_size
         self._records: dict[str, np.ndarray] = {}
-        self._known = self._globals()
         entries = archive.infolist()
         if not entries:
             raise TorchFileError("empty zip archive")
@@ -178,12 +191,12 @@ class _Archive(RestrictedUnpickler):
             raise TorchFileError(f"no {self._folder}/data.pkl: not an archive torch.save wrote")
         order = self._info("byteorder")
         if order is not None:
-            text = bytes(self._record(order))
+            text = bytes(self._record(order, mapped=False))
             if text == b"big":
                 raise NeedsTorch("saved on a big-endian machine")
             if text != b"little":
                 raise TorchFileError(f"unknown byte order {text[:20]!r}")
-        return bytes(self._record(info))
+        return bytes(self._record(info, mapped=False))
 
     def _info(self, name: str) -> zipfile.ZipInfo | None:
         try:
@@ -193,12 +206,12 @@ class _Archive(RestrictedUnpickler):
 
     # --- records -------------------------------------------------------------------------------
 
-    def _record(self, info: zipfile.ZipInfo) -> np.ndarray:
+    def _record(self, info: zipfile.ZipInfo, *, mapped: bool) -> np.ndarray:
         """A record's bytes (uint8): mapped or read in place when stored, through zipfile when compressed."""
         if info.flag_bits & 0x1:
             raise TorchFileError(f"{info.filename} is encrypted")
         if info.compress_type == zipfile.ZIP_STORED:
-            return self._stored(info)
+            return self._stored(info, mapped=mapped)
         limit = min(info.file_size, _DEFLATE_RATIO * max(info.compress_size, 1))
         if info.file_size > limit or info.compress_size > self._file_size:
             raise TorchFileError(f"{info.filename}: its sizes are forged ({info.compress_size} compressed)")
@@ -211,7 +224,7 @@ class _Archive(RestrictedUnpickler):
             raise TorchFileError(f"{info.filename}: {len(data)} bytes, {info.file_size} listed")
         return np.frombuffer(data, dtype=np.uint8)
 
-    def _stored(self, info: zipfile.ZipInfo) -> np.ndarray:
+    def _stored(self, info: zipfile.ZipInfo, *, mapped: bool) -> np.ndarray:
         """Past the local header, whose own name and extra lengths say where the bytes start (torch pads
         the extra field to align storages, and the central directory's copy of it may differ)."""
         size = info.file_size
@@ -224,7 +237,7 @@ class _Archive(RestrictedUnpickler):
             raise TorchFileError(f"{info.filename}: runs past the end of the file (truncated?)")
         if size == 0:
             return np.zeros(0, dtype=np.uint8)
-        if self._mapped:
+        if mapped:
             return np.memmap(self._handle, dtype=np.uint8, mode="c", offset=start, shape=(size,))
         data = np.empty(size, dtype=np.uint8)
         view = data.data  # a memoryview: read into the array in place
@@ -240,7 +253,11 @@ class _Archive(RestrictedUnpickler):
 
     def find_class(self, module: str, name: str) -> object:
         qualified = f"{module}.{name}"
-        found = self._known.get(qualified)
+        if qualified == "torch._utils._rebuild_tensor_v2":
+            return SafeCall("_rebuild_tensor_v2", self._rebuild_v2)
+        if qualified == "torch._utils._rebuild_tensor_v3":
+            return SafeCall("_rebuild_tensor_v3", self._rebuild_v3)
+        found = _GLOBALS.get(qualified)
         if found is not None:
             return found
         if module == "torch" and name in _DTYPE_NAMES:
@@ -250,27 +267,6 @@ class _Archive(RestrictedUnpickler):
         if module == "torch" or module.startswith("torch."):
             raise NeedsTorch(f"the pickle names {qualified}")  # torch's weights_only decides
         raise RefusedGlobal(qualified)
-
-    def _globals(self) -> dict[str, object]:
-        return {
-            "torch._utils._rebuild_tensor_v2": SafeCall("_rebuild_tensor_v2", self._rebuild_v2),
-            "torch._utils._rebuild_tensor_v3": SafeCall("_rebuild_tensor_v3", self._rebuild_v3),
-            "torch._utils._rebuild_parameter": SafeCall("_rebuild_parameter", _parameter),
-            "torch._utils._rebuild_parameter_with_state": SafeCall(
-                "_rebuild_parameter_with_state", _parameter_with_state
-            ),
-            "torch.storage.UntypedStorage": _StorageType("uint8"),
-            "torch.UntypedStorage": _StorageType("uint8"),
-            "torch.Size": SafeCall("Size", _size),
-            "torch.device": SafeCall("device", _device),
-            # what else torch's weights_only loader allows outside torch (a meta dict may hold them)
-            "collections.OrderedDict": SafeCall("OrderedDict", OrderedDict),
-            "collections.Counter": SafeCall("Counter", Counter),
-            "builtins.set": SafeCall("set", set),
-            "builtins.complex": SafeCall("complex", _complex),
-            "builtins.bytearray": SafeCall("bytearray", _bytearray),
-            "_codecs.encode": SafeCall("encode", _encode),
-        }
 
     def persistent_load(self, pid: object) -> object:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
@@ -283,7 +279,7 @@ class _Archive(RestrictedUnpickler):
             info = self._info(f"data/{key}")
             if info is None:
                 raise TorchFileError(f"storage {key[:40]!r} has no record {self._folder}/data/{key[:40]}")
-            data = self._records[key] = self._record(info)
+            data = self._records[key] = self._record(info, mapped=self._mapped)
         itemsize = _element_size(storage_type.dtype)
         if numel * itemsize > len(data):
             raise TorchFileError(
@@ -322,7 +318,7 @@ class _Archive(RestrictedUnpickler):
 
 
 def _pread(handle: IO[bytes], offset: int, count: int) -> bytes:
-    if offset < 0:
+    if not 0 <= offset < 1 << 62:  # a forged zip64 offset would overflow os.pread's off_t
         return b""
     return os.pread(handle.fileno(), count, offset)
 
@@ -354,7 +350,7 @@ def _tensor(
     if len(shape) > _MAX_DIMS:
         raise NeedsTorch(f"a tensor of {len(shape)} dimensions (numpy holds {_MAX_DIMS})")
     assert isinstance(offset, int)
-    elements = int(np.prod(shape, dtype=object)) if shape else 1
+    elements = math.prod(shape)
     if elements * itemsize >= _MAX_ELEMENTS:
         raise TorchFileError(f"tensor of {elements} elements: more than numpy can index")
     if elements == 0:
@@ -450,3 +446,23 @@ def _bytearray(*args: object) -> bytearray:
     if len(args) == 2 and isinstance(args[0], str) and args[1] in ("latin1", "latin-1"):
         return bytearray(args[0].encode("latin-1"))
     raise TorchFileError("bytearray other than from bytes")
+
+
+# the other globals a tensor file's pickle may name, as torch's weights_only loader allows them
+_GLOBALS: dict[str, object] = {
+    "torch._utils._rebuild_parameter": SafeCall("_rebuild_parameter", _parameter),
+    "torch._utils._rebuild_parameter_with_state": SafeCall(
+        "_rebuild_parameter_with_state", _parameter_with_state
+    ),
+    "torch.storage.UntypedStorage": _StorageType("uint8"),
+    "torch.UntypedStorage": _StorageType("uint8"),
+    "torch.Size": SafeCall("Size", _size),
+    "torch.device": SafeCall("device", _device),
+    # what else torch's weights_only loader allows outside torch (a meta dict may hold them)
+    "collections.OrderedDict": SafeCall("OrderedDict", OrderedDict),
+    "collections.Counter": SafeCall("Counter", Counter),
+    "builtins.set": SafeCall("set", set),
+    "builtins.complex": SafeCall("complex", _complex),
+    "builtins.bytearray": SafeCall("bytearray", _bytearray),
+    "_codecs.encode": SafeCall("encode", _encode),
+}
