@@ -108,7 +108,7 @@ def read_torch_file(path: Path, *, mapped: bool) -> object:
     being written).
 
     Raises NeedsTorch (torch.load may read it: fall back), RefusedGlobal (code in the pickle, never
-    run), TorchFileError (damaged or forged); OSError when the file cannot be opened."""
+    run), TorchFileError (damaged or forged); OSError when the file cannot be opened or read."""
     if sys.byteorder != "little":  # numpy's dtypes here are the host's; torch's records are little-endian
         raise NeedsTorch("this machine is big-endian")
     with _open_regular(path) as handle:
