@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+import tracemalloc
 import zipfile
 from pathlib import Path
 
@@ -374,14 +375,20 @@ def _torch_sample() -> tuple[bytes, bytes, dict[str, bytes]]:
 
 
 def _read_torch_file_safely(path: Path) -> None:
-    """Whatever the bytes: an object whose arrays can all be touched, or one of the reader's errors."""
+    """Whatever the bytes: an object whose arrays can all be touched, or one of the reader's errors;
+    and never an allocation sized by a forged count (the file is a few KB: a few MB is plenty)."""
     from tui_acc.dumps.torch_zip import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
 
     for mapped in (True, False):
+        tracemalloc.start()  # numpy reports its buffers to tracemalloc too
         try:
             loaded = read_torch_file(path, mapped=mapped)
         except (NeedsTorch, RefusedGlobal, TorchFileError):
             continue
+        finally:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            assert peak < 8 << 20, f"{peak} bytes allocated reading a {path.stat().st_size}-byte file"
         pending = [loaded]
         while pending:  # every array read whole: a view outside its storage would fault here
             item = pending.pop()
