@@ -18,6 +18,7 @@ import tempfile
 import tracemalloc
 import zipfile
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -377,12 +378,14 @@ def _torch_sample() -> tuple[bytes, bytes, dict[str, bytes]]:
 def _read_torch_file_safely(path: Path) -> None:
     """Whatever the bytes: an object whose arrays can all be touched, or one of the reader's errors;
     and never an allocation sized by a forged count (the file is a few KB: a few MB is plenty)."""
+    from tui_acc.dumps import torch_zip
     from tui_acc.dumps.torch_zip import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
 
     for mapped in (True, False):
         tracemalloc.start()  # numpy reports its buffers to tracemalloc too
         try:
-            loaded = read_torch_file(path, mapped=mapped)
+            with mock.patch.object(torch_zip, "_MAPPED_FROM", 0):  # mapped: the sample's small storages too
+                loaded = read_torch_file(path, mapped=mapped)
         except (NeedsTorch, RefusedGlobal, TorchFileError):
             continue
         finally:

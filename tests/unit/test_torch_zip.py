@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from tui_acc.dumps import torch_zip
 from tui_acc.dumps.torch_arrays import from_torch
 from tui_acc.dumps.torch_zip import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
 
@@ -93,13 +94,29 @@ def _same(array: object, tensor: torch.Tensor) -> None:
 
 @pytest.mark.parametrize("mapped", [True, False])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
-def test_every_dtype_reads_bit_for_bit(tmp_path: Path, dtype: torch.dtype, mapped: bool) -> None:
+def test_every_dtype_reads_bit_for_bit(
+    tmp_path: Path, dtype: torch.dtype, mapped: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch_zip, "_MAPPED_FROM", 0)  # mapped: even this small storage
     tensor = _random_bits(dtype, 3, 5)
     path = _saved(tmp_path, tensor)
     array = read_torch_file(path, mapped=mapped)
     _same(array, torch.load(path, weights_only=True))
-    assert isinstance(array, np.ndarray)
-    assert _memmap_backed(array) is mapped  # mapped: nothing read until touched; else in memory
+    assert isinstance(array, np.ndarray) and _memmap_backed(array) is mapped
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+def test_mapped_storages_are_not_read(tmp_path: Path, mapped: bool) -> None:
+    """From 1 MiB a storage is mapped, not read, when asked; a smaller one is read (cheaper)."""
+    large = _random_bits(torch.bfloat16, 1024, 513)[:, 1:]
+    small = _random_bits(torch.bfloat16, 1024, 511)
+    path = _saved(tmp_path, {"large": large, "small": small})
+    arrays = read_torch_file(path, mapped=mapped)
+    assert isinstance(arrays, dict)
+    _same(arrays["large"], large)
+    _same(arrays["small"], small)
+    assert _memmap_backed(arrays["large"]) is mapped
+    assert not _memmap_backed(arrays["small"])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))

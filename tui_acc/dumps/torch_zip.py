@@ -98,14 +98,17 @@ _DTYPE_NAMES = (
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # zipfile's structFileHeader: ... name and extra lengths last
 _MAX_ELEMENTS = 1 << 62  # numpy's index type is 64-bit: a view of more elements is refused, not attempted
 _MAX_DIMS = 64  # numpy's limit (torch's is larger)
+# a smaller storage is read even when mapped is asked for: one read costs less than mapping it and
+# faulting its pages in, and a mapping holds a file descriptor (mmap keeps a dup) for as long as it lives
+_MAPPED_FROM = 1 << 20
 _DEFLATE_RATIO = 1100  # deflate expands at most ~1032x: a record claiming more is forged (a zip bomb)
 
 
 def read_torch_file(path: Path, *, mapped: bool) -> object:
     """The object torch.save wrote (tensor, dict, list, tuple, primitives), every tensor as a numpy
     array. mapped=True: storages are memory-mapped copy-on-write from the archive (np.memmap mode "c"),
-    so nothing is read until touched; mapped=False: storages read into memory (the file may still be
-    being written).
+    so nothing is read until touched (storages under 1 MiB are read: cheaper); mapped=False: storages
+    read into memory (the file may still be being written).
 
     Raises NeedsTorch (torch.load may read it: fall back), RefusedGlobal (code in the pickle, never
     run), TorchFileError (damaged or forged); OSError when the file cannot be opened or read."""
@@ -279,7 +282,8 @@ class _Archive(RestrictedUnpickler):
             info = self._info(f"data/{key}")
             if info is None:
                 raise TorchFileError(f"storage {key[:40]!r} has no record {self._folder}/data/{key[:40]}")
-            data = self._records[key] = self._record(info, mapped=self._mapped)
+            mapped = self._mapped and info.file_size >= _MAPPED_FROM
+            data = self._records[key] = self._record(info, mapped=mapped)
         itemsize = _element_size(storage_type.dtype)
         if numel * itemsize > len(data):
             raise TorchFileError(
