@@ -58,10 +58,6 @@ class SafeCall:
 _DICT_TYPES = (dict, OrderedDict, Counter)  # torch's _check_set_item_target
 
 
-class _Mark:
-    """The stack's marker between MARK and the opcode that collects what follows it."""
-
-
 class RestrictedUnpickler:
     """Runs a pickle of torch.save's opcodes. Subclasses say what a global is (``find_class``) and
     what a persistent id is (``persistent_load``)."""
