@@ -61,7 +61,7 @@ def _age(path: Path, seconds: float = 60.0) -> None:
 
 
 def test_zip_files_are_memory_mapped_and_legacy_files_still_load(tmp_path: Path) -> None:
-    t = torch.arange(1 << 16, dtype=torch.float32)
+    t = torch.arange(1 << 18, dtype=torch.float32)  # 1 MiB: smaller storages are read, not mapped
     torch.save(t, tmp_path / "new.pth")
     _age(tmp_path / "new.pth")
     loaded = load_tensor(tmp_path / "new.pth", ANYWHERE)
@@ -75,7 +75,7 @@ def test_a_file_changed_moments_ago_is_read_not_mapped(tmp_path: Path) -> None:
     """It may still be being written: a mapped page the writer truncates away is SIGBUS."""
     from tui_acc.dumps.atb_bin import _map
 
-    t = torch.arange(1 << 16, dtype=torch.float32)
+    t = torch.arange(1 << 18, dtype=torch.float32)  # 1 MiB: it would be mapped once settled
     torch.save(t, tmp_path / "fresh.pth")
     loaded = load_tensor(tmp_path / "fresh.pth", ANYWHERE)
     assert str(tmp_path / "fresh.pth") not in Path("/proc/self/maps").read_text()

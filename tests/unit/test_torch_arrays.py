@@ -85,3 +85,18 @@ def test_what_numpy_cannot_hold_is_refused_by_name() -> None:
     for name, tensor in refused.items():
         with pytest.raises(ValueError, match=name):
             from_torch(tensor)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.int64, torch.bool]
+)
+def test_to_torch_is_from_torch_reversed(dtype: torch.dtype) -> None:
+    from tui_acc.dumps.torch_arrays import to_torch
+
+    tensor = (torch.randn(3, 4, generator=torch.Generator().manual_seed(2)) * 3).to(dtype)
+    back = to_torch(from_torch(tensor))
+    assert back.dtype == dtype and back.shape == tensor.shape
+    assert torch.equal(
+        back.view(torch.uint8) if dtype.itemsize == 1 else back,
+        tensor.view(torch.uint8) if dtype.itemsize == 1 else tensor,
+    )

@@ -1,4 +1,5 @@
-"""torch tensors as numpy arrays, exactly: for files only torch can read (the fallback of torch_zip.py).
+"""torch tensors as numpy arrays and back, exactly: for files only torch can read (the fallback of
+torch_zip.py), and for the exports that reproduce msit's and msprobe's torch arithmetic.
 
 The one module of tui_acc.dumps that uses torch on the way to an array; it imports torch only when
 called (``TYPE_CHECKING`` for the annotation), so importing it costs nothing.
@@ -70,3 +71,18 @@ def from_torch(tensor: torch.Tensor) -> np.ndarray:
         raise ValueError(f"tensors of {name} have no numpy type")
     carrier = torch.uint16 if width == 16 else torch.uint8
     return values.view(carrier).numpy().view(target)
+
+
+def to_torch(values: np.ndarray) -> torch.Tensor:
+    """A numpy array (ml_dtypes' bf16 and 8-bit floats included) as a CPU tensor, bit for bit."""
+    import torch  # deferred: only the msit/msprobe-exact exports use it
+
+    name = values.dtype.name
+    contiguous = np.ascontiguousarray(values)
+    if name in _NATIVE:
+        return torch.from_numpy(contiguous)
+    width = _REINTERPRETED_WIDTHS.get(name)
+    if width is None:
+        raise ValueError(f"arrays of {name} have no torch dtype here")
+    carrier = np.uint16 if width == 16 else np.uint8
+    return torch.from_numpy(contiguous.view(carrier)).view(getattr(torch, name))

@@ -30,6 +30,7 @@ from typing import IO
 import numpy as np
 
 from tui_acc.dumps.dtypes import numpy_dtype
+from tui_acc.dumps.fs import read_ahead
 from tui_acc.dumps.torch_pickle import (
     NeedsTorch,
     RefusedGlobal,
@@ -241,6 +242,7 @@ class _Archive(RestrictedUnpickler):
         if size == 0:
             return np.zeros(0, dtype=np.uint8)
         if mapped:
+            read_ahead(self._handle.fileno(), start, size)
             return np.memmap(self._handle, dtype=np.uint8, mode="c", offset=start, shape=(size,))
         data = np.empty(size, dtype=np.uint8)
         view = data.data  # a memoryview: read into the array in place

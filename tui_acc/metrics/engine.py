@@ -361,8 +361,11 @@ class MetricsEngine:
         pairs = [pair for node in nodes for pair in node.tensors]
         with self._ahead(pairs, should_stop, prefer, early) as row_of:
             for order, node in enumerate(nodes):
-                if chunk and (len(chunk) >= NODE_CHUNK or not all(p in self._rows for p in node.tensors)):
-                    settle()  # the next node may make us wait: what is ready reaches the screen first
+                # the next node may make us wait: what is ready reaches the screen first (without a
+                # screen, one judgement of every node at the end: each costs polars a dozen ms)
+                waiting = chunk and not all(p in self._rows for p in node.tensors)
+                if on_row is not None and (len(chunk) >= NODE_CHUNK or waiting):
+                    settle()
                 for pair in _checked(node.tensors, should_stop):
                     row_of(pair)
                 chunk.append((order, node))
