@@ -196,11 +196,18 @@ def test_c_state_equals_numba_state_on_drawn_rows(
 
 
 @needs_c
-def test_an_element_exactly_at_the_threshold_is_not_within_it() -> None:
-    """msprobe counts ``ratio < 1e-3``: the division is a true one, not a multiply by 1000."""
-    g = np.array([[1.0, 1.0, 2.0]])
-    t = g + np.array([[1e-3, 5e-3, 0.0]])
+def test_elements_at_the_thresholds_count_as_true_divisions_put_them() -> None:
+    """msprobe counts ``|t - g| / |g| < 1e-3``: a true division, not a multiply by a reciprocal or
+    by 1000. Ratios a rounding either side of 1e-3 and 5e-3 decide the counts element by element."""
+    rng = np.random.default_rng(12)
+    g = rng.uniform(0.5, 4.0, size=(8, 4096)) * rng.choice([-1.0, 1.0], size=(8, 4096))
+    t = g.copy()
+    t[:4] += g[:4] * 1e-3
+    t[4:] -= g[4:] * 5e-3
     ratios = np.abs(t - g) / np.abs(g)
+    # about half of each half-row falls either side of its threshold (a multiply by 1 / |g| would
+    # move a few dozen of them across)
+    assert 0.3 < (ratios[:4] < 1e-3).mean() < 0.7 and 0.3 < (ratios[4:] < 5e-3).mean() < 0.7
     _, counts = _state_of("c", g, t, False)
     assert counts[kernel_layout.C_1E3] == int((ratios < 1e-3).sum())
     assert counts[kernel_layout.C_5E3] == int((ratios < 5e-3).sum())
