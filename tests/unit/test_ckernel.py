@@ -205,8 +205,8 @@ def test_elements_at_the_thresholds_count_as_true_divisions_put_them() -> None:
     t[:4] += g[:4] * 1e-3
     t[4:] -= g[4:] * 5e-3
     ratios = np.abs(t - g) / np.abs(g)
-    # about half of each half-row falls either side of its threshold (a multiply by 1 / |g| would
-    # move a few dozen of them across)
+    # about half of each half falls either side of its threshold (a multiply by 1 / |g| would
+    # move 21 of them across)
     assert 0.3 < (ratios[:4] < 1e-3).mean() < 0.7 and 0.3 < (ratios[4:] < 5e-3).mean() < 0.7
     _, counts = _state_of("c", g, t, False)
     assert counts[kernel_layout.C_1E3] == int((ratios < 1e-3).sum())
