@@ -270,6 +270,18 @@ def test_forcing_an_unknown_or_missing_kernel_is_an_error(monkeypatch: pytest.Mo
     assert fastkernel.kernel_name() == ("numba" if not isinstance(NUMBA_MISSING, str) else "numpy")
 
 
+def test_the_cli_says_once_that_a_forced_kernel_is_not_here(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tui_acc import cli
+
+    monkeypatch.setenv(fastkernel.ENV, "cuda")
+    assert cli.main(["report", str(tmp_path), str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "tui-acc: error: TUI_ACC_KERNEL='cuda': expected one of c, numba, numpy"
+    )
+
+
 @needs_c
 def test_the_c_path_never_imports_numba() -> None:
     """numba's import alone costs ~0.5 s and 140 MiB: with the C kernel there it is never loaded."""

@@ -97,6 +97,7 @@ __all__ = [
     "S_TT",
     "KernelUnavailable",
     "available",
+    "check_forced",
     "compiled",
     "kernel_name",
     "new_state",
@@ -164,6 +165,13 @@ def kernel_name() -> str:
         if not isinstance(compiled(name), str):
             return name
     return "numpy"
+
+
+def check_forced() -> None:
+    """Raise KernelUnavailable now if ``TUI_ACC_KERNEL`` cannot be honoured (said once by the CLI,
+    not once per pair). Without the variable nothing is loaded here: the choice is made at first use."""
+    if os.environ.get(ENV, "").strip():
+        kernel_name()
 
 
 def available() -> bool:
