@@ -1,7 +1,8 @@
 """The compiled kernel loaded in the background, before the first pair needs it.
 
-Loading it (numba's import, then its cached machine code for the kernel's two signatures) takes about
-half a second on every launch, and compiling it on a machine that has never run it a few seconds.
+Loading it takes under a millisecond with the C kernel; where only numba is there, its import and
+cached machine code for the kernel's two signatures take about half a second on every launch, and
+compiling them on a machine that has never run it a few seconds.
 Nothing about it depends on the dumps, so a command that will compare starts it first and opens
 the dumps meanwhile; the first ``compare_tensors`` then finds it ready (or waits on numba's own
 lock for the rest). The TUI starts it once its first screen is up, so it never delays that.
