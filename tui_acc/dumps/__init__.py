@@ -46,6 +46,7 @@ def __getattr__(name: str) -> object:
         return getattr(tensors, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 EXPECTED = (
     "an msit torch dump (model_tree.json, torch_tensors/ or msit_dump_*/torch_tensors/), "
     "an msit ATB dump (tensors/{device}_{pid}/ or msit_dump_*/tensors/), "
