@@ -178,11 +178,8 @@ class ViewScreen(Screen[None]):
     def action_export(self) -> None:
         """``e``: ask where (a fresh name in the export folder is proposed), then write the view; a
         failed write keeps the dialog open with the path as typed."""
-        from tui_acc.export import (
-            fresh_path,
-            with_provenance,
-            write_export,
-        )  # polars: not before the first frame
+        # here, not at the top: export imports polars, which the first frame does without
+        from tui_acc.export import fresh_path, with_provenance, write_export
 
         frame = self.view_frame()  # the view as it is now, whatever changes while the dialog is open
         frame = with_provenance(frame, self.acc.comparison)
