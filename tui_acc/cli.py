@@ -272,6 +272,10 @@ def _run_compare(args: argparse.Namespace) -> int:
     except (ConfigError, SettingsError) as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return 2
+    if args.command == "report" and not args.redump_command:
+        from tui_acc.metrics.kernel_loading import start_loading
+
+        start_loading()  # while the dumps are indexed and paired
     # The same options open a re-dump in place of one side later (the TUI's "open the new dump").
     opener = functools.partial(
         open_comparison,

@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 
+from tui_acc.dumps.dtypes import dtype_name
 from tui_acc.dumps.tensors import TensorLoadError
 from tui_acc.metrics.compat import MSIT_COLUMNS, MSPROBE_COLUMNS, msit_metrics, msprobe_metrics
 from tui_acc.pairing import NodePair, TensorPair
@@ -55,9 +56,10 @@ def _msit_rows(cmp: Comparison) -> Iterator[dict[str, Any]]:
         except (TensorLoadError, ValueError) as exc:
             yield {**row, "cmp_fail_reason": str(exc)}
             continue
-        row.update(golden_dtype=str(golden.dtype), golden_shape=str(list(golden.shape)))
-        row.update(my_dtype=str(test.dtype), my_shape=str(list(test.shape)))
-        if golden.numel() != test.numel():
+        # msit writes torch's dtype (torch.float32)
+        row.update(golden_dtype=f"torch.{dtype_name(golden)}", golden_shape=str(list(golden.shape)))
+        row.update(my_dtype=f"torch.{dtype_name(test)}", my_shape=str(list(test.shape)))
+        if golden.size != test.size:
             continue  # msit drops rows whose element counts differ (formats.md §4.3)
         row.update(msit_metrics(golden, test))
         yield row
@@ -78,13 +80,15 @@ def _msprobe_rows(cmp: Comparison) -> Iterator[dict[str, Any]]:
                     {**row, "Result": "error", "Err_message": json.dumps([str(exc)]), "_role": pair.role}
                 )
                 continue
-            row.update({"NPU Dtype": str(test.dtype), "Bench Dtype": str(golden.dtype)})
+            row.update(
+                {"NPU Dtype": f"torch.{dtype_name(test)}", "Bench Dtype": f"torch.{dtype_name(golden)}"}
+            )
             row.update(
                 {"NPU Tensor Shape": str(list(test.shape)), "Bench Tensor Shape": str(list(golden.shape))}
             )
             row.update(_native_stats("NPU", test))
             row.update(_native_stats("Bench", golden))
-            if golden.numel() == test.numel():
+            if golden.size == test.size:
                 row.update(msprobe_metrics(golden, test))
             row["_role"] = pair.role
             rows.append(row)
@@ -108,9 +112,13 @@ def _name(node: str, slot: str) -> str:
 
 
 def _native_stats(side: str, tensor: Any) -> dict[str, Any]:
-    """Max/min/mean/norm in the tensor's own dtype, as msprobe's dump records them."""
+    """Max/min/mean/norm in the tensor's own dtype, as msprobe's dump records them (in torch, whose
+    reductions decide the digits)."""
     import torch
 
+    from tui_acc.dumps.torch_arrays import to_torch
+
+    tensor = to_torch(tensor)
     if tensor.numel() == 0:
         return {}
     if tensor.dtype == torch.bool:

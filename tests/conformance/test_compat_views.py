@@ -35,7 +35,7 @@ from tui_acc.metrics.compat import MSIT_COLUMNS, MSPROBE_COLUMNS
 
 def _fp32(path: str) -> np.ndarray:
     """A tensor as msit reads it: flattened to fp32."""
-    return load_tensor(Path(path), ANYWHERE).float().reshape(-1).numpy()
+    return load_tensor(Path(path), ANYWHERE).astype(np.float32).reshape(-1)
 
 
 def _csv(path: Path) -> list[dict[str, str]]:

@@ -1,6 +1,7 @@
 """Fuzzing the parsers of untrusted files: a .bin header, topology JSON, dump.json, mapping files,
-model_tree.json. Whatever the bytes, each either reads or fails with its own error naming the
-file; nothing else escapes (no crash, no hang, no IndexError from deep inside).
+model_tree.json, torch's zip files (read without torch). Whatever the bytes, each either reads or
+fails with its own error naming the file; nothing else escapes (no crash, no hang, no IndexError
+from deep inside).
 
 CI runs a fixed budget (``TUI_ACC_FUZZ_EXAMPLES``, default 60 per parser);
 ``python scripts/fuzz.py`` runs a longer campaign.
@@ -8,12 +9,18 @@ CI runs a fixed budget (``TUI_ACC_FUZZ_EXAMPLES``, default 60 per parser);
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 import os
 import shutil
 import tempfile
+import tracemalloc
+import zipfile
 from pathlib import Path
+from unittest import mock
 
+import numpy as np
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -79,7 +86,7 @@ def test_bin_files(scratch: Path, lines: list[str], payload: bytes) -> None:
     except TensorLoadError as exc:
         assert str(path) in str(exc)
     else:
-        assert tensor.numel() >= 0
+        assert tensor.size >= 0
 
 
 @BUDGET
@@ -341,3 +348,94 @@ def test_sglang_dumper_folders(scratch: Path, names: list[str], dims: str) -> No
                     load_tensor(ref.path, ANYWHERE)
                 except TensorLoadError as exc:
                     assert str(ref.path) in str(exc)
+
+
+# --- torch's zip files, read without torch ------------------------------------------------------
+
+
+@functools.cache
+def _torch_sample() -> tuple[bytes, bytes, dict[str, bytes]]:
+    """A small real torch.save file (views, shared storages, a parameter, SGLang's meta), its data.pkl
+    and its storage records: small, so that mutations land in the pickle and the directory too."""
+    import torch
+
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    sample = {
+        "value": base.to(torch.bfloat16)[1:, ::2],
+        "meta": {"dtype": torch.bfloat16, "shape": torch.Size([2, 2]), "device": torch.device("cpu")},
+        "shared": [base, base.t(), base[2].expand(3, 4)],
+        "weight": torch.nn.Parameter(torch.ones(2, dtype=torch.float8_e4m3fn), requires_grad=False),
+        "flags": torch.tensor([True, False]),
+    }
+    buffer = io.BytesIO()
+    torch.save(sample, buffer)
+    with zipfile.ZipFile(buffer) as archive:
+        pickled = archive.read("archive/data.pkl")
+        records = {name: archive.read(name) for name in archive.namelist() if "/data/" in name}
+    return buffer.getvalue(), pickled, records
+
+
+def _read_torch_file_safely(path: Path) -> None:
+    """Whatever the bytes: an object whose arrays can all be touched, or one of the reader's errors;
+    and never an allocation sized by a forged count (the file is a few KB: a few MB is plenty)."""
+    from tui_acc.dumps import torch_zip
+    from tui_acc.dumps.torch_zip import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
+
+    for mapped in (True, False):
+        tracemalloc.start()  # numpy reports its buffers to tracemalloc too
+        try:
+            with mock.patch.object(torch_zip, "_MAPPED_FROM", 0):  # mapped: the sample's small storages too
+                loaded = read_torch_file(path, mapped=mapped)
+        except (NeedsTorch, RefusedGlobal, TorchFileError):
+            continue
+        finally:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            assert peak < 8 << 20, f"{peak} bytes allocated reading a {path.stat().st_size}-byte file"
+        pending = [loaded]
+        while pending:  # every array read whole: a view outside its storage would fault here
+            item = pending.pop()
+            if isinstance(item, np.ndarray):
+                np.ascontiguousarray(item).view(np.uint8).sum()
+            elif isinstance(item, dict):
+                pending.extend(item.values())
+            elif isinstance(item, (list, tuple)):
+                pending.extend(item)
+
+
+_mutations = st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=8)
+
+
+@BUDGET
+@given(mutations=_mutations, cut=st.one_of(st.none(), st.integers(0, 1 << 20)))
+def test_torch_zip_of_mutated_bytes(scratch: Path, mutations: list[tuple[int, int]], cut: int | None) -> None:
+    data = bytearray(_torch_sample()[0])
+    for position, value in mutations:
+        data[position % len(data)] = value
+    if cut is not None:
+        del data[cut % (len(data) + 1) :]
+    path = scratch / "mutated.pt"
+    path.write_bytes(bytes(data))
+    _read_torch_file_safely(path)
+
+
+@BUDGET
+@given(
+    splices=st.lists(
+        st.tuples(st.integers(0, 1 << 16), st.integers(0, 4), st.binary(max_size=6)), min_size=1, max_size=6
+    )
+)
+def test_torch_zip_of_mutated_pickle(scratch: Path, splices: list[tuple[int, int, bytes]]) -> None:
+    """A valid archive around a damaged data.pkl: opcodes, counts, ids and views all forged."""
+    _, pickled, records = _torch_sample()
+    data = bytearray(pickled)
+    for position, removed, inserted in splices:
+        at = position % (len(data) + 1)
+        data[at : at + removed] = inserted
+    path = scratch / "pickle.pt"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", bytes(data))
+        archive.writestr("archive/byteorder", "little")
+        for name, record in records.items():
+            archive.writestr(name, record)
+    _read_torch_file_safely(path)

@@ -15,6 +15,7 @@ from tui_acc.dumps import DumpError, open_dump
 from tui_acc.dumps.atb_writer import write_bin
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
+from tui_acc.dumps.torch_arrays import to_torch
 
 WEIGHTS = (0.25, 0.75)  # how the two ranks split a row-parallel matmul's partial sums
 
@@ -32,11 +33,11 @@ def _two_ranks(plain: Path, out: Path) -> Path:
         shutil.copytree(source, device)
         for attention in device.glob("*/*_LlamaLayer/1_Attention"):
             q = attention / "0_LinearOperation" / "after" / "outtensor0.bin"
-            full_q = load_tensor(q, ANYWHERE).clone()
+            full_q = to_torch(load_tensor(q, ANYWHERE)).clone()
             half = full_q.shape[-1] // 2
             write_bin(q, full_q[..., rank * half : (rank + 1) * half].contiguous())
             o = attention / "3_LinearOperation" / "after" / "outtensor0.bin"
-            full_o = load_tensor(o, ANYWHERE).clone()
+            full_o = to_torch(load_tensor(o, ANYWHERE)).clone()
             write_bin(o, (full_o.double() * WEIGHTS[rank]).to(full_o.dtype))
             reduce = attention / "4_AllReduceOperation"
             write_bin(reduce / "before" / "intensor0.bin", load_tensor(o, ANYWHERE))
@@ -110,14 +111,18 @@ def test_all_reduce_inputs_sum_to_its_output(two_ranks) -> None:
     """The Ascend tools' all-reduce check: the sum of the ranks' inputs is each rank's output."""
     _, _, ranks = two_ranks
     inputs = [
-        load_tensor(p, ANYWHERE).double()
+        to_torch(load_tensor(p, ANYWHERE)).double()
         for p in sorted(
             ranks.glob("tensors/*/2/1_LlamaLayer/1_Attention/4_AllReduceOperation/before/intensor0.bin")
         )
     ]
-    output = load_tensor(
-        next(ranks.glob("tensors/0_*/2/1_LlamaLayer/1_Attention/4_AllReduceOperation/after/outtensor0.bin")),
-        ANYWHERE,
+    output = to_torch(
+        load_tensor(
+            next(
+                ranks.glob("tensors/0_*/2/1_LlamaLayer/1_Attention/4_AllReduceOperation/after/outtensor0.bin")
+            ),
+            ANYWHERE,
+        )
     )
     assert len(inputs) == 2
     assert torch.allclose(sum(inputs), output.double(), rtol=1e-2, atol=1e-3)

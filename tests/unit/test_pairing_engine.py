@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tui_acc import open_comparison
@@ -190,8 +191,6 @@ def test_rows_on_screen_come_first_as_provisional_rows(demo_pair) -> None:
 def test_a_modules_aggregate_is_exactly_its_inside_outputs_as_one_tensor(demo_pair) -> None:
     """``*_within`` comes from the rows' sufficient statistics alone: it equals comparing every
     output inside the module, read again and concatenated, up to float64 rounding."""
-    import torch
-
     from tui_acc.dumps.policy import ANYWHERE
     from tui_acc.dumps.tensors import load_tensor
     from tui_acc.metrics.kernels import compare_tensors
@@ -203,8 +202,12 @@ def test_a_modules_aggregate_is_exactly_its_inside_outputs_as_one_tensor(demo_pa
     leaves = [n.name for n in tree.preorder(module) if not tree.children(n.name) and n.name in rows]
     outputs = [p for node in cmp.pairing.node_pairs(3) if node.golden in leaves for p in node.tensors]
     outputs = [p for p in outputs if p.role == "output"]
-    golden = torch.cat([load_tensor(p.golden.path, ANYWHERE).double().reshape(-1) for p in outputs])
-    test = torch.cat([load_tensor(p.test.path, ANYWHERE).double().reshape(-1) for p in outputs])
+    golden = np.concatenate(
+        [load_tensor(p.golden.path, ANYWHERE).astype(np.float64).reshape(-1) for p in outputs]
+    )
+    test = np.concatenate(
+        [load_tensor(p.test.path, ANYWHERE).astype(np.float64).reshape(-1) for p in outputs]
+    )
     whole = compare_tensors(golden, test)
     row = rows[module]
     assert row["tensors_within"] == len(outputs) >= 3

@@ -258,14 +258,16 @@ def test_a_redump_of_the_test_side_asks_for_the_servers_own_step(case_dir, case,
 
 
 def test_indexing_opens_files_only_to_read_dims_of_a_multi_rank_dump(case_dir, monkeypatch):
+    from tui_acc.dumps import torch_zip
+
     opened: list[str] = []
-    real = torch.load
+    real = torch_zip.read_torch_file
 
     def counting(path, *args, **kwargs):
         opened.append(str(path))
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(torch, "load", counting)
+    monkeypatch.setattr(torch_zip, "read_torch_file", counting)
     open_dump(case_dir / "golden")
     open_dump(case_dir / "test_tp2", rank=1)
     assert opened == []  # one rank, or not the rank --gather takes the merges from: names only

@@ -19,16 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tui_acc.dumps import atb_probe_alias
-from tui_acc.dumps.fs import settled
+from tui_acc.dumps.dtypes import numpy_dtype
+from tui_acc.dumps.fs import read_ahead, settled
 from tui_acc.dumps.policy import LoadPolicy, OutsideDump
-
-if TYPE_CHECKING:
-    import torch
 
 END_LINE = b"$End=1\n"
 _MAX_ALIAS_HOPS = 4
@@ -185,14 +182,12 @@ def read_header(path: Path) -> BinHeader:
     return header
 
 
-def load_bin(path: Path, policy: LoadPolicy, _hops: int = 0) -> torch.Tensor:
+def load_bin(path: Path, policy: LoadPolicy, _hops: int = 0) -> np.ndarray:
     """Read one ``.bin`` tensor exactly; refuse (BinFileError) what cannot be read exactly.
 
     A ``data=`` file is read where ``policy`` (the dump's) allows it.
     msprobe's probe aliases (``data={ids}_outtensor0.bin``) are followed to the ``.bin`` they name.
     """
-    import torch
-
     header = read_header(path)
     alias = _probe_alias(header, policy, _hops)
     if alias is not None:
@@ -228,7 +223,7 @@ def load_bin(path: Path, policy: LoadPolicy, _hops: int = 0) -> torch.Tensor:
         raw = _map(source, start, need)
     except (OSError, ValueError) as exc:  # unreadable, or shrunk since it was measured
         raise BinFileError(path, f"cannot read its payload ({exc})") from exc
-    return _decode(torch, raw, header)
+    return _decode(raw, header)
 
 
 def _probe_alias(header: BinHeader, policy: LoadPolicy, hops: int) -> Path | None:
@@ -275,35 +270,33 @@ def _map(source: Path, start: int, length: int) -> np.ndarray:
         with source.open("rb") as handle:
             handle.seek(start)
             return np.frombuffer(bytearray(handle.read(length)), dtype=np.uint8)
-    # Copy-on-write: pages are read only when touched, and torch gets a writable array.
+    read_ahead(source, start, length)
+    # Copy-on-write: pages are read only when touched, and the array is writable.
     return np.memmap(source, dtype=np.uint8, mode="c", offset=start, shape=(length,))
 
 
-def _decode(torch: object, raw: np.ndarray, header: BinHeader) -> torch.Tensor:
-    import torch as t
-
+def _decode(raw: np.ndarray, header: BinHeader) -> np.ndarray:
     name = ACL_DTYPES[header.dtype_code][0]
     if name == "int4":
         low = (raw & 0x0F).astype(np.int8)
         high = (raw >> 4).astype(np.int8)
         values = np.stack([low, high], axis=-1).reshape(-1)[: header.numel]
         values = np.where(values > 7, values - 16, values).astype(np.int8)
-        return t.from_numpy(values).reshape(header.dims)
+        return values.reshape(header.dims)
     if name == "complex32":
-        # torch's ComplexHalf is experimental (it warns and most ops refuse it): widen exactly.
-        pairs = t.from_numpy(raw).view(t.float16).reshape(-1, 2).float()
-        return t.view_as_complex(pairs.contiguous()).reshape(header.dims)
+        # no numpy type holds half-precision complex numbers: widened exactly to complex64
+        pairs = raw.view(np.float16).astype(np.float32)
+        return pairs.view(np.complex64).reshape(header.dims)
     if name == "float4_e2m1":
         codes = np.stack([raw & 0x0F, raw >> 4], axis=-1).reshape(-1)[: header.numel]
         values = _FP4_E2M1[codes & 0x07] * np.where(codes & 0x08, -1.0, 1.0).astype(np.float32)
-        return t.from_numpy(values.astype(np.float32)).reshape(header.dims)
-    dtype = getattr(t, name, None)
-    if dtype is None:
-        raise BinFileError(header.path, f"dtype {name} needs a newer torch than {t.__version__}")
-    flat = t.from_numpy(raw)
+        return values.astype(np.float32).reshape(header.dims)
+    dtype = numpy_dtype(name)
+    if dtype is None:  # pragma: no cover - every ACL_DTYPES name is one dtypes.py knows (a test checks)
+        raise BinFileError(header.path, f"dtype {name} has no exact numpy type")
     if header.numel == 0:
-        return t.zeros(header.dims, dtype=dtype)
-    return flat.view(dtype).reshape(header.dims)
+        return np.zeros(header.dims, dtype=dtype)
+    return raw.view(dtype).reshape(header.dims)
 
 
 def _int(path: Path, fields: dict[str, str], key: str, default: int | None = None) -> int:

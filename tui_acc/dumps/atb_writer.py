@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from tui_acc.dumps.atb_bin import ACL_DTYPES, END_LINE
+from tui_acc.dumps.dtypes import dtype_name
+
+if TYPE_CHECKING:
+    import torch
 
 _CODE_OF = {name: code for code, (name, _) in ACL_DTYPES.items()}
 
 
 def write_bin(
     path: Path,
-    tensor: torch.Tensor,
+    tensor: np.ndarray | torch.Tensor,
     *,
     dtype_code: int | None = None,
     format_code: int = 2,
@@ -26,7 +30,11 @@ def write_bin(
     ``payload`` overrides the bytes (for packed types such as int4); ``external`` writes the bytes
     to that file (relative to ``path``) and points a ``data=`` attribute at it.
     """
-    code = dtype_code if dtype_code is not None else _CODE_OF[str(tensor.dtype).removeprefix("torch.")]
+    if not isinstance(tensor, np.ndarray):
+        from tui_acc.dumps.torch_arrays import from_torch
+
+        tensor = from_torch(tensor)
+    code = dtype_code if dtype_code is not None else _CODE_OF[dtype_name(tensor)]
     raw = payload if payload is not None else _raw_bytes(tensor)
     dims = ",".join(str(d) for d in tensor.shape)
     lines = [
@@ -49,9 +57,6 @@ def write_bin(
     return path
 
 
-def _raw_bytes(tensor: torch.Tensor) -> bytes:
-    flat = tensor.detach().contiguous().reshape(-1)
-    if flat.element_size() == 0 or flat.numel() == 0:
-        return b""
-    # Reinterpret as bytes (bf16 stays its raw 16-bit words), little-endian as on Ascend hosts.
-    return bytes(flat.view(torch.uint8).numpy().astype(np.uint8).tobytes())
+def _raw_bytes(values: np.ndarray) -> bytes:
+    # The elements' own bytes (bf16 stays its raw 16-bit words), little-endian as on Ascend hosts.
+    return np.ascontiguousarray(values).tobytes()

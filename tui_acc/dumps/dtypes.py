@@ -64,18 +64,27 @@ _NARROW_FLOATS = frozenset(
 _FLOATS = _NARROW_FLOATS | {"float32", "float64"}
 
 
+# by dtype, not by name: ``str(dtype)`` costs more than the rest of a small tensor's comparison
+_NARROW_FLOAT_TYPES = frozenset(_BY_NAME[name] for name in _NARROW_FLOATS)
+_FLOAT_TYPES = frozenset(_BY_NAME[name] for name in _FLOATS)
+_WIDE_FLOAT_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+
+
 def numpy_dtype(torch_name: str) -> np.dtype | None:
     """The numpy dtype for torch's dtype name (``bfloat16``, ``float8_e4m3fn``...); None if unknown."""
     return _BY_NAME.get(torch_name)
 
 
+_NAME_OF = {dtype: name for name, dtype in _BY_NAME.items()}
+
+
 def dtype_name(values: np.ndarray) -> str:
     """The array's element type as torch names it."""
-    return str(values.dtype)
+    return _NAME_OF.get(values.dtype) or values.dtype.name
 
 
 def is_float(values: np.ndarray) -> bool:
-    return str(values.dtype) in _FLOATS
+    return values.dtype in _FLOAT_TYPES
 
 
 def is_complex(values: np.ndarray) -> bool:
@@ -85,8 +94,7 @@ def is_complex(values: np.ndarray) -> bool:
 def widened(values: np.ndarray) -> np.ndarray:
     """The values as float32 (floats of 16 bits or fewer: exact) or float64 (everything else: exact
     for every integer up to 2**53), contiguous: what the metric kernels take."""
-    name = str(values.dtype)
-    if name in ("float32", "float64"):
+    if values.dtype in _WIDE_FLOAT_TYPES:
         return np.ascontiguousarray(values)
-    target = np.float32 if name in _NARROW_FLOATS else np.float64
+    target = np.float32 if values.dtype in _NARROW_FLOAT_TYPES else np.float64
     return np.ascontiguousarray(values, dtype=target)

@@ -3,6 +3,7 @@ just empty), and whether a file has settled (may be memory-mapped)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -33,3 +34,25 @@ def settled(path: Path) -> bool:
         return time.time() - path.stat().st_mtime >= SETTLED_SECONDS
     except OSError:
         return False
+
+
+def read_ahead(file: Path | int, offset: int, length: int) -> None:
+    """Ask the kernel to start reading a byte range of a file (a path, or an open descriptor) now, in
+    the background, so that a mapped tensor is mostly in memory by the time the comparison reaches it:
+    reading overlaps computing. Only advice: where it cannot be given (not Linux, an unreadable
+    file) nothing happens."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None or length <= 0:
+        return
+    if isinstance(file, int):
+        with contextlib.suppress(OSError):
+            advise(file, offset, length, os.POSIX_FADV_WILLNEED)
+        return
+    try:
+        fd = os.open(file, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        read_ahead(fd, offset, length)
+    finally:
+        os.close(fd)

@@ -16,12 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from tui_acc.dumps.model import DumpError, DumpIndex, Problem, TensorRef
-
-if TYPE_CHECKING:
-    import torch
 
 SUM, AUTO = "sum", "auto"
 CONCAT = "cat:"  # + the dimension: concatenated along it, as the dump annotated it
@@ -79,30 +77,28 @@ def _merge_kind(index: DumpIndex, name: str, ref: TensorRef) -> str:
     return AUTO
 
 
-def merge_parts(
-    parts: Sequence[torch.Tensor], how: str, like: Sequence[int] | None, where: Path
-) -> torch.Tensor:
+def merge_parts(parts: Sequence[np.ndarray], how: str, like: Sequence[int] | None, where: Path) -> np.ndarray:
     """Merge one tensor's ranks, shaped like the golden (``like``) where that decides it."""
-    import torch
-
     if how == SUM:
-        return torch.stack([p.to(torch.float64) for p in parts]).sum(dim=0)
+        # in float64, which holds every rank's values exactly (complex parts stay complex)
+        wide = np.complex128 if any(p.dtype.kind == "c" for p in parts) else np.float64
+        return np.sum([p.astype(wide) for p in parts], axis=0)
     if how.startswith(CONCAT):  # "cat:1": along the dimension the dump's own annotation names
         dim = int(how.removeprefix(CONCAT))
-        if not all(p.dim() > dim for p in parts):
+        if not all(p.ndim > dim for p in parts):
             shapes = ", ".join(str(list(p.shape)) for p in parts)
             raise DumpError(f"{where}: ranks {shapes} have no dimension {dim} to concatenate along")
-        return torch.cat(list(parts), dim=dim)
+        return np.concatenate(list(parts), axis=dim)
     first = parts[0]
     if like is None or list(first.shape) == list(like):
         return first  # replicated on every rank
-    for dim in range(first.dim()):
+    for dim in range(first.ndim):
         sizes = [p.shape[dim] for p in parts]
         others_equal = all(
             list(p.shape[:dim]) + list(p.shape[dim + 1 :]) == list(like[:dim]) + list(like[dim + 1 :])
             for p in parts
         )
-        if others_equal and sum(sizes) == like[dim] and len(like) == first.dim():
-            return torch.cat(list(parts), dim=dim)
+        if others_equal and sum(sizes) == like[dim] and len(like) == first.ndim:
+            return np.concatenate(list(parts), axis=dim)
     shapes = ", ".join(str(list(p.shape)) for p in parts)
     raise DumpError(f"{where}: cannot gather ranks {shapes} into the golden's {list(like)}")

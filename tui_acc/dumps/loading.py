@@ -4,19 +4,18 @@ read under the dump's ``LoadPolicy``; and the files' states, to tell a file chan
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from tui_acc.dumps.model import TensorRef
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import load_tensor
 
-if TYPE_CHECKING:
-    import torch
-
 FileState = tuple[int, int] | None  # size and modification time; None: not there
 
 
-def load_side(ref: TensorRef, like: Any, policy: LoadPolicy) -> torch.Tensor:
+def load_side(ref: TensorRef, like: Any, policy: LoadPolicy) -> np.ndarray:
     """A tensor, merged from its ranks when it was gathered (shaped like the golden where that decides)."""
     if not ref.parts:
         return load_tensor(ref.path, policy)

@@ -295,18 +295,31 @@ def _merges_from_dims(records: list[Record], problems: list[Problem], notes: lis
 
 
 def _meta(path: Path) -> dict[str, object] | None:
+    """The ``meta`` SGLang's dumper saved beside a tensor; mapped, so the tensor's bytes are not read
+    for it (read whole where the file may still be being written)."""
+    from tui_acc.dumps.torch_zip import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
+
+    try:
+        obj = read_torch_file(path, mapped=settled(path))
+    except NeedsTorch:
+        obj = _meta_by_torch(path)
+    except (OSError, RefusedGlobal, TorchFileError):
+        return None  # the comparison names the file when it loads it
+    if isinstance(obj, dict) and isinstance(obj.get("meta"), dict):
+        return obj["meta"]
+    return None
+
+
+def _meta_by_torch(path: Path) -> object:
+    """What torch_zip leaves to torch (a record it does not know), loaded as safely."""
     import pickle
 
     import torch
 
     try:
-        # mapped, so the tensor's bytes are not read for its meta; read where it may still be written
-        obj = torch.load(path, weights_only=True, map_location="cpu", mmap=settled(path))
+        return torch.load(path, weights_only=True, map_location="cpu", mmap=settled(path))
     except (OSError, RuntimeError, ValueError, pickle.UnpicklingError):
-        return None  # the comparison names the file when it loads it
-    if isinstance(obj, dict) and isinstance(obj.get("meta"), dict):
-        return obj["meta"]
-    return None
+        return None
 
 
 def merge_of_dims(dims: str) -> tuple[str, str]:

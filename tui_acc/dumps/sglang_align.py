@@ -95,7 +95,7 @@ def _tokens_by_step(index: DumpIndex) -> dict[int, tuple[int, ...]] | None:
             ids = load_tensor(refs[0].path, index.load_policy)
         except TensorLoadError:
             return None  # the comparison reports the file itself
-        if ids.is_floating_point() or ids.is_complex():
+        if ids.dtype.kind not in "iu":  # token ids are integers
             return None
-        found[step] = tuple(int(i) for i in ids.flatten().tolist())
+        found[step] = tuple(int(i) for i in ids.reshape(-1).tolist())
     return found

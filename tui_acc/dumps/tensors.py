@@ -1,7 +1,11 @@
-"""Loading tensor files safely.
+"""Loading tensor files safely, as numpy arrays, without importing torch on the way.
 
-A ``.pth`` file is a pickle: it is only ever opened with ``weights_only=True``, which refuses
-to run code, and mapped to the CPU so a dump taken on an NPU or GPU opens anywhere.
+torch's zip format (every ``.pth``/``.pt`` torch has written since 1.6) is read by ``torch_zip``:
+its pickle may only rebuild tensors (anything else is refused by name, never run, as
+``weights_only=True`` refuses it) and its storages are memory-mapped. Files it cannot read (the
+legacy format, a record it does not know) go to ``torch.load(weights_only=True)``, mapped to the CPU
+so a dump taken on an NPU or GPU opens anywhere. msprobe's MindSpore ``.npy`` files are read by
+numpy, pickles refused; ATB ``.bin`` files by ``atb_bin``.
 """
 
 from __future__ import annotations
@@ -9,13 +13,12 @@ from __future__ import annotations
 import pickle
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from tui_acc.dumps.fs import settled
 from tui_acc.dumps.policy import LoadPolicy, OutsideDump
-
-if TYPE_CHECKING:
-    import torch
+from tui_acc.dumps.torch_zip import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
 
 
 class TensorLoadError(Exception):
@@ -27,8 +30,9 @@ class TensorLoadError(Exception):
         self.problem = problem
 
 
-def load_tensor(path: Path, policy: LoadPolicy) -> torch.Tensor:
-    """Load one tensor file: ATB ``.bin`` exactly, torch ``.pth``/``.pt`` without executing code.
+def load_tensor(path: Path, policy: LoadPolicy) -> np.ndarray:
+    """Load one tensor file: ATB ``.bin`` exactly, torch ``.pth``/``.pt`` without executing code,
+    ``.npy`` without unpickling.
 
     ``policy`` (the dump's, ``DumpIndex.load_policy``) refuses a file that is a symlink to
     somewhere outside the dump, or an ATB header whose ``data=`` points outside it, unless the user
@@ -45,10 +49,10 @@ def load_tensor(path: Path, policy: LoadPolicy) -> torch.Tensor:
             return load_bin(path, policy)
         except BinFileError as exc:
             raise TensorLoadError(path, exc.problem) from exc
-    import torch  # deferred: indexing and the UI start without paying torch's import
-
     try:
-        obj = _torch_load(path)
+        obj = _load_npy(path) if path.suffix == ".npy" else _load_torch_file(path)
+    except TensorLoadError:
+        raise
     except FileNotFoundError as exc:
         raise TensorLoadError(path, "file not found") from exc
     except OSError as exc:  # permissions, a vanished mount, an I/O error
@@ -59,9 +63,46 @@ def load_tensor(path: Path, policy: LoadPolicy) -> torch.Tensor:
         raise TensorLoadError(path, f"unreadable torch file ({_first_line(exc)})") from exc
     if isinstance(obj, dict) and ("value" in obj or "meta" in obj):
         obj = _sglang_value(path, obj)
-    if not isinstance(obj, torch.Tensor):
+    if not isinstance(obj, np.ndarray):
         raise TensorLoadError(path, f"holds a {type(obj).__name__}, not a tensor")
     return obj
+
+
+def _load_torch_file(path: Path) -> object:
+    """Mapped where the file has settled, so a large tensor is paged in, not read; read whole where
+    it may still be being written (a mapped page cut off would be SIGBUS)."""
+    try:
+        return read_torch_file(path, mapped=settled(path))
+    except RefusedGlobal as exc:
+        raise TensorLoadError(path, _refused(exc.name)) from exc
+    except TorchFileError as exc:
+        raise TensorLoadError(path, f"unreadable torch file ({exc})") from exc
+    except NeedsTorch:
+        return _torch_load(path)
+
+
+def _torch_load(path: Path) -> object:
+    """torch's own loader, for what ``torch_zip`` leaves to it; its tensors handed on as arrays."""
+    import zipfile
+
+    import torch  # deferred: only the files torch_zip cannot read pay torch's import
+
+    from tui_acc.dumps.torch_arrays import from_torch
+
+    mmap = zipfile.is_zipfile(path) and settled(path)
+    obj = torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
+    if isinstance(obj, dict):
+        return {key: from_torch(v) if isinstance(v, torch.Tensor) else v for key, v in obj.items()}
+    return from_torch(obj) if isinstance(obj, torch.Tensor) else obj
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="c" if settled(path) else None, allow_pickle=False)
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise TensorLoadError(path, "refused: a .npy of pickled objects, not numbers") from exc
+        raise TensorLoadError(path, f"unreadable .npy file ({_first_line(exc)})") from exc
 
 
 def _sglang_value(path: Path, record: dict[object, object]) -> object:
@@ -71,16 +112,8 @@ def _sglang_value(path: Path, record: dict[object, object]) -> object:
     return record["value"]
 
 
-def _torch_load(path: Path) -> object:
-    """Memory-mapped where the file allows it (zip format) and has settled, so a large tensor is
-    paged in, not read; read whole otherwise."""
-    import zipfile
-
-    import torch
-
-    if zipfile.is_zipfile(path) and settled(path):
-        return torch.load(path, weights_only=True, map_location="cpu", mmap=True)
-    return torch.load(path, weights_only=True, map_location="cpu")
+def _refused(name: str) -> str:
+    return f"refused: the file holds pickled code or objects, not just tensors ({name})"
 
 
 def _unpickling_problem(exc: BaseException) -> str:
@@ -88,7 +121,7 @@ def _unpickling_problem(exc: BaseException) -> str:
     text = str(exc)
     found = re.search(r"GLOBAL (\S+)", text)
     if found:
-        return f"refused: the file holds pickled code or objects, not just tensors ({found.group(1)})"
+        return _refused(found.group(1))
     return "unreadable torch file (not a tensor archive; damaged or truncated?)"
 
 

@@ -13,10 +13,11 @@ per-row KL, ...) are better defined; these reproduce the tools' arithmetic, quir
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import torch
+import numpy as np
+
+from tui_acc.dumps.dtypes import dtype_name
 
 MSIT_COLUMNS = [
     "token_id",
@@ -73,12 +74,15 @@ MSPROBE_COLUMNS = [
 _EPS32 = 1.1920928955078125e-07
 
 
-def msit_metrics(golden: torch.Tensor, test: torch.Tensor) -> dict[str, Any]:
-    """One msit CSV row's metric columns (and the golden/my statistics), msit's way."""
-    import torch
+def msit_metrics(golden: np.ndarray, test: np.ndarray) -> dict[str, Any]:
+    """One msit CSV row's metric columns (and the golden/my statistics), msit's way: in torch, as
+    msit computes them (its fp32 reductions and softmax decide the digits)."""
+    import torch  # deferred: only this export reproduces torch's arithmetic
 
-    g = golden.reshape(-1).float()
-    m = test.reshape(-1).float()
+    from tui_acc.dumps.torch_arrays import to_torch
+
+    g = to_torch(golden).reshape(-1).float()
+    m = to_torch(test).reshape(-1).float()
     row: dict[str, Any] = {
         "golden_max_value": float(g.max()) if g.numel() else "",
         "golden_min_value": float(g.min()) if g.numel() else "",
@@ -120,15 +124,14 @@ def msit_metrics(golden: torch.Tensor, test: torch.Tensor) -> dict[str, Any]:
     return row
 
 
-def msprobe_metrics(bench: torch.Tensor, npu: torch.Tensor) -> dict[str, Any]:
+def msprobe_metrics(bench: np.ndarray, npu: np.ndarray) -> dict[str, Any]:
     """One msprobe compare row's metric columns, msprobe's way (npu is the tensor under test)."""
-    import numpy as np
-    import torch
 
-    def prepared(t: torch.Tensor) -> np.ndarray:
-        if t.dtype == torch.bfloat16 or (t.dtype.is_floating_point and t.element_size() == 1):
-            t = t.float()
-        return np.squeeze(t.detach().cpu().numpy())
+    def prepared(t: np.ndarray) -> np.ndarray:
+        # msprobe hands numpy bf16 and the 8-bit floats as fp32 (numpy has no such types)
+        if dtype_name(t) == "bfloat16" or dtype_name(t).startswith("float8"):
+            t = t.astype(np.float32)
+        return np.squeeze(t)
 
     b, n = prepared(bench), prepared(npu)
     row: dict[str, Any] = {}

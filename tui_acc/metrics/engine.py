@@ -15,8 +15,9 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
+import numpy as np
 import polars as pl
 
 from tui_acc.dumps.loading import changed_since, file_states, load_side
@@ -74,7 +75,7 @@ class MetricsEngine:
         self.thresholds = thresholds or Thresholds()
         # the compiled kernel releases the GIL, so worker threads scale with the cores
         # (scripts/bench_7b.py: 2 threads on 2 cores, 2.1x faster than 1)
-        self.scheduler = Scheduler(workers if workers is not None else (os.cpu_count() or 1))
+        self.scheduler = Scheduler(workers if workers is not None else usable_cores())
         self._rows: RowStore[TensorPair, TensorRow] = RowStore()
         self._keys: dict[TensorPair, str] = {}  # disk-cache keys, computed once (each costs stats)
         self._lock = threading.Lock()
@@ -172,7 +173,7 @@ class MetricsEngine:
         """The pair's row, and whether it is transient: the files changed while they were read (a
         dump still being written or copied), so it is not kept in the disk cache and the next
         launch reads them again."""
-        # Deferred so that opening a dump (and the UI) never waits for torch to import.
+        # Deferred so that opening a dump (and the UI) never waits for the kernel to load.
         from tui_acc.metrics.kernels import ShapeMismatch, compare_tensors
         from tui_acc.metrics.stats import compare_stats
 
@@ -210,7 +211,7 @@ class MetricsEngine:
             row["error"] = str(exc)
         except ShapeMismatch as exc:
             row["error"] = f"{pair.golden_node}/{pair.slot}: {exc}"
-        except Exception as exc:  # one odd pair (a sparse tensor, a header torch chokes on) is its own error
+        except Exception as exc:  # one odd pair (a sparse tensor, a record torch chokes on) is its own error
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             row["error"] = f"{pair.test.path} against {pair.golden.path}: {type(exc).__name__}: {first}"
         else:
@@ -221,7 +222,7 @@ class MetricsEngine:
         row["passed"] = self._verdict(pair, row)
         return row, transient
 
-    def load_pair(self, pair: TensorPair) -> tuple[Any, Any]:
+    def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
         """Both tensors of ``pair``, each under its dump's load policy (links may not leave a dump
         unless --follow-links): every reader of a comparison's tensor data goes through here."""
         golden = load_side(pair.golden, None, self.pairing.golden.load_policy)
@@ -360,8 +361,11 @@ class MetricsEngine:
         pairs = [pair for node in nodes for pair in node.tensors]
         with self._ahead(pairs, should_stop, prefer, early) as row_of:
             for order, node in enumerate(nodes):
-                if chunk and (len(chunk) >= NODE_CHUNK or not all(p in self._rows for p in node.tensors)):
-                    settle()  # the next node may make us wait: what is ready reaches the screen first
+                # the next node may make us wait: what is ready reaches the screen first (without a
+                # screen, one judgement of every node at the end: each costs polars a dozen ms)
+                waiting = chunk and not all(p in self._rows for p in node.tensors)
+                if on_row is not None and (len(chunk) >= NODE_CHUNK or waiting):
+                    settle()
                 for pair in _checked(node.tensors, should_stop):
                     row_of(pair)
                 chunk.append((order, node))
@@ -486,6 +490,14 @@ def _logits_holders(pairing: Pairing) -> set[str]:
         holders.add(pairing.golden.stable_name(holder))
         holder = tree.nodes[holder].parent
     return holders
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (taskset, a container's cpuset), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _stats(ref: TensorRef, policy: LoadPolicy) -> Stats:

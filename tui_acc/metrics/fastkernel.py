@@ -7,8 +7,8 @@ fast-math so that sums may be reassociated into vector lanes, and with min/max a
 ``maxnum``/``minnum``, which vectorise where a compare-and-branch does not; the worst element's
 index is found afterwards, only in rows that raise the maximum. A row holding NaN/Inf takes the
 element-by-element loop that skips them (``_sweep``). The KL softmax loops run per row while it
-is in cache. Where numba is not installed (or ``TUI_ACC_KERNEL=torch``), the torch kernel is
-used instead; the tests hold both to the same results.
+is in cache. Where numba is not installed (or ``TUI_ACC_KERNEL=numpy``), the numpy kernel in
+``kernels`` is used instead; the tests hold both to the same results.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ N_COUNTS = 10
 
 
 def available() -> bool:
-    return njit is not None and os.environ.get("TUI_ACC_KERNEL", "numba") != "torch"
+    return njit is not None and os.environ.get("TUI_ACC_KERNEL", "numba") != "numpy"
 
 
 def new_state() -> tuple[np.ndarray, np.ndarray]:

@@ -8,30 +8,27 @@ statistics is weaker than one from the tensors; every row made here says ``stats
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
+import numpy as np
+
+from tui_acc.dumps.dtypes import dtype_name, is_complex, widened
 from tui_acc.dumps.model import Stats
-
-if TYPE_CHECKING:
-    import torch
 
 FIELDS = ("max", "min", "mean", "norm")
 
 
-def stats_of(tensor: torch.Tensor) -> Stats:
+def stats_of(tensor: np.ndarray) -> Stats:
     """Statistics of a loaded tensor, in float64, for comparing it with a statistics-only side."""
-    import torch
-
-    values = tensor.detach()
-    if values.is_complex():
-        values = torch.view_as_real(values)
-    values = values.to(torch.float64)
-    dtype = str(tensor.dtype).removeprefix("torch.")
+    values = tensor
+    if is_complex(values):
+        values = np.ascontiguousarray(values, dtype=np.complex128).view(np.float64)
+    values = widened(values).astype(np.float64)
     shape = tuple(tensor.shape)
-    if values.numel() == 0:
-        return Stats(None, None, None, None, dtype, shape)
+    if values.size == 0:
+        return Stats(None, None, None, None, dtype_name(tensor), shape)
+    norm = float(np.linalg.norm(values.reshape(-1)))
     return Stats(
-        float(values.max()), float(values.min()), float(values.mean()), float(values.norm()), dtype, shape
+        float(values.max()), float(values.min()), float(values.mean()), norm, dtype_name(tensor), shape
     )
 
 

@@ -1,0 +1,88 @@
+"""torch tensors as numpy arrays and back, exactly: for files only torch can read (the fallback of
+torch_zip.py), and for the exports that reproduce msit's and msprobe's torch arithmetic.
+
+The one module of tui_acc.dumps that uses torch on the way to an array; it imports torch only when
+called (``TYPE_CHECKING`` for the annotation), so importing it costs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tui_acc.dumps.dtypes import numpy_dtype
+
+if TYPE_CHECKING:
+    import torch
+
+# dtypes whose tensors torch.numpy() refuses: their bits are reinterpreted through an unsigned integer
+# of the same width as the ml_dtypes type of the same name
+_REINTERPRETED_WIDTHS = {
+    "bfloat16": 16,
+    "float8_e4m3fn": 8,
+    "float8_e5m2": 8,
+    "float8_e8m0fnu": 8,
+    "float8_e4m3fnuz": 8,
+    "float8_e5m2fnuz": 8,
+}
+# dtypes torch.numpy() returns as the numpy dtype of the same name
+_NATIVE = frozenset(
+    {
+        "float64",
+        "float32",
+        "float16",
+        "int64",
+        "int32",
+        "int16",
+        "int8",
+        "uint64",
+        "uint32",
+        "uint16",
+        "uint8",
+        "bool",
+        "complex128",
+        "complex64",
+    }
+)
+
+
+def from_torch(tensor: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's values as a numpy array of the matching dtype, bit for bit (sharing its memory
+    where it can); complex32 widened exactly to complex64. Sparse, quantized, non-CPU tensors and
+    dtypes numpy cannot hold (float4_e2m1fn_x2, the bits types, sub-byte integers): ValueError."""
+    import torch  # deferred: only the fallback pays torch's import
+
+    if tensor.layout != torch.strided:
+        raise ValueError(f"a sparse tensor ({tensor.layout}): not compared")
+    if tensor.is_quantized:
+        raise ValueError(f"a quantized tensor ({tensor.dtype}): not compared")
+    if tensor.device.type != "cpu":
+        raise ValueError(f"a tensor on {tensor.device}, not on the CPU")
+    values = tensor.detach().resolve_conj().resolve_neg()  # lazy conjugate/negative views materialised
+    name = str(values.dtype).removeprefix("torch.")
+    if name in _NATIVE:
+        return values.numpy()
+    if name == "complex32":  # float16 parts into float32 parts: exact
+        return values.to(torch.complex64).numpy()
+    width = _REINTERPRETED_WIDTHS.get(name)
+    target = numpy_dtype(name)
+    if width is None or target is None:
+        raise ValueError(f"tensors of {name} have no numpy type")
+    carrier = torch.uint16 if width == 16 else torch.uint8
+    return values.view(carrier).numpy().view(target)
+
+
+def to_torch(values: np.ndarray) -> torch.Tensor:
+    """A numpy array (ml_dtypes' bf16 and 8-bit floats included) as a CPU tensor, bit for bit."""
+    import torch  # deferred: only the msit/msprobe-exact exports use it
+
+    name = values.dtype.name
+    contiguous = np.ascontiguousarray(values)
+    if name in _NATIVE:
+        return torch.from_numpy(contiguous)
+    width = _REINTERPRETED_WIDTHS.get(name)
+    if width is None:
+        raise ValueError(f"arrays of {name} have no torch dtype here")
+    carrier = np.uint16 if width == 16 else np.uint8
+    return torch.from_numpy(contiguous.view(carrier)).view(getattr(torch, name))
