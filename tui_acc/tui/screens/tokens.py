@@ -105,8 +105,11 @@ class TokenScreen(ViewScreen):
         self.call_after_refresh(self._after_first_frame)
 
     def _after_first_frame(self) -> None:
+        from tui_acc.metrics.kernel_loading import start_loading
+
         self._list_the_rest()
-        # after the first paint: the worker competes for the GIL, and the list should show first
+        # after the first paint: the workers compete for the GIL, and the list should show first
+        start_loading()  # the compiled kernel (numba), while the token worker imports the engine
         self.compute_tokens()
 
     @work(thread=True, exclusive=True, group="tokens", exit_on_error=False, name="token metrics")
