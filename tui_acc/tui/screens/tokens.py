@@ -102,7 +102,9 @@ class TokenScreen(ViewScreen):
         )
         self._update_strip()
         table.focus()
-        self.call_after_refresh(self._after_first_frame)
+        # The app's, not the screen's: the screen's own runs before its first frame reaches the
+        # terminal (the app is still mounting it), the app's once the frame is drawn
+        self.app.call_after_refresh(self._after_first_frame)
 
     def _after_first_frame(self) -> None:
         from tui_acc.metrics.kernel_loading import start_loading
