@@ -35,8 +35,8 @@ def msit_style(golden, test) -> dict[str, float]:  # type: ignore[no-untyped-def
     """msit llm compare's definitions (formats.md §4.4), one numpy pass per metric."""
     import numpy as np
 
-    g = golden.reshape(-1).float().numpy()
-    m = test.reshape(-1).float().numpy()
+    g = golden.reshape(-1).astype(np.float32)
+    m = test.reshape(-1).astype(np.float32)
     mask = np.abs(g) > np.float32(1.1920929e-07)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(mask, np.abs(m / g - 1), 0)
@@ -60,6 +60,7 @@ def msit_style(golden, test) -> dict[str, float]:  # type: ignore[no-untyped-def
 def peak_rss_of_compare(numel: int, chunked: bool) -> int:
     code = f"""
 import torch
+from tui_acc.dumps.torch_arrays import from_torch
 from tui_acc.metrics import kernels
 if not {chunked}:
     kernels.CHUNK_ELEMENTS = 1 << 62
@@ -76,7 +77,7 @@ def kib(field):
             return int(line.split()[1])
 open("/proc/self/clear_refs", "w").write("5")  # reset the peak: measure this call alone
 base = kib("VmRSS:")
-kernels.compare_tensors(g, t)
+kernels.compare_tensors(from_torch(g), from_torch(t))
 print(kib("VmHWM:") - base)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
@@ -147,13 +148,15 @@ def main() -> None:
             for p in node.tensors
             if "float" in str(p.golden.path) or True
         ]
-        # clone: memory-mapped files would otherwise be paged in inside whichever kernel runs first
+        # copied: memory-mapped files would otherwise be paged in inside whichever kernel runs first
         loaded = [
-            (load_tensor(p.golden.path, ANYWHERE).clone(), load_tensor(p.test.path, ANYWHERE).clone())
+            (load_tensor(p.golden.path, ANYWHERE).copy(), load_tensor(p.test.path, ANYWHERE).copy())
             for p in pairs
         ]
-        loaded = [(g, t) for g, t in loaded if g.is_floating_point() and g.numel() == t.numel()]
+        from tui_acc.dumps.dtypes import is_float
         from tui_acc.metrics.kernels import compare_tensors
+
+        loaded = [(g, t) for g, t in loaded if is_float(g) and g.size == t.size]
 
         t_ours, _ = timed(lambda: [compare_tensors(g, t) for g, t in loaded])
         t_msit, _ = timed(lambda: [msit_style(g, t) for g, t in loaded])

@@ -107,6 +107,7 @@ def main() -> None:
     parser.add_argument("--index-files", type=int, default=100_000)
     args = parser.parse_args()
 
+    import numpy as np
     import torch
 
     from tui_acc import open_comparison
@@ -114,6 +115,7 @@ def main() -> None:
     from tui_acc.demo.model import TinyConfig
     from tui_acc.demo.run import run_pair
     from tui_acc.dumps.tensors import load_tensor
+    from tui_acc.dumps.torch_arrays import from_torch
     from tui_acc.metrics.compat import msit_metrics
 
     figures: dict[str, object] = {}
@@ -156,7 +158,7 @@ def main() -> None:
         from tui_acc.metrics.kernels import compare_tensors
 
         start = time.perf_counter()
-        compare_tensors(torch.zeros(2, 2), torch.zeros(2, 2))  # the compiled kernel's one-time load
+        compare_tensors(np.zeros((2, 2)), np.zeros((2, 2)))  # the compiled kernel's one-time load
         figures["kernel warm-up s (once per process)"] = round(time.perf_counter() - start, 2)
         pairs = [p for node in cmp.pairing.node_pairs(0) for p in node.tensors]
         largest = max(p.golden.path.stat().st_size + p.test.path.stat().st_size for p in pairs)
@@ -174,8 +176,8 @@ def main() -> None:
             for pair in pairs:
                 golden = torch.load(pair.golden.path, weights_only=True, map_location="cpu")
                 test = torch.load(pair.test.path, weights_only=True, map_location="cpu")
-                if golden.numel() == test.numel():
-                    msit_metrics(golden, test)
+                if golden.numel() == test.numel():  # msit's arithmetic, in torch as msit runs it
+                    msit_metrics(from_torch(golden), from_torch(test))
             return time.perf_counter() - start
 
         cold = _can_drop_caches()

@@ -264,12 +264,14 @@ def _options_with_values(parser: argparse.ArgumentParser) -> dict[str, int]:
 
 def _run_compare(args: argparse.Namespace) -> int:
     from tui_acc.dumps import DumpError
+    from tui_acc.metrics.fastkernel import KernelUnavailable, check_forced
     from tui_acc.session import check_comparable, open_comparison
 
     try:
         thresholds = _thresholds(args)
         settings = _redump_settings(args)
-    except (ConfigError, SettingsError) as exc:
+        check_forced()
+    except (ConfigError, SettingsError, KernelUnavailable) as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return 2
     if args.command == "report" and not args.redump_command:

@@ -139,14 +139,14 @@ def test_an_unreadable_file_is_named(demo_pair, tmp_path: Path, monkeypatch: pyt
 
     golden, test, device = _copy(demo_pair, tmp_path)
     target = device / "3" / FAULT_OP / "output.pth"
-    real = tensors._torch_load
+    real = tensors.read_torch_file
 
-    def denied(path: Path) -> object:
+    def denied(path: Path, *, mapped: bool) -> object:
         if path == target:
             raise PermissionError(13, "Permission denied", str(path))
-        return real(path)
+        return real(path, mapped=mapped)
 
-    monkeypatch.setattr(tensors, "_torch_load", denied)
+    monkeypatch.setattr(tensors, "read_torch_file", denied)
     cmp = open_comparison(golden, test, cache=False)
     rows = {r["golden_node"]: r for r in cmp.engine.node_rows(3)}
     assert rows[FAULT_OP]["error"] == f"{target}: cannot read (Permission denied)"

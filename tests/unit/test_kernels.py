@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -204,6 +205,24 @@ def test_aggregates_are_exact_from_sufficient_statistics() -> None:
         assert agg[key] == pytest.approx(whole[key], rel=1e-12)
 
 
+def _compiled_kernels() -> list:
+    """Each compiled kernel (fastkernel.KERNELS), skipped where it is not available here."""
+    from tui_acc.metrics import fastkernel
+
+    missing = {name: fastkernel.compiled(name) for name in ("c", "numba")}
+    return [
+        pytest.param(name, marks=pytest.mark.skipif(isinstance(why, str), reason=f"{name}: {why}"))
+        for name, why in missing.items()
+    ]
+
+
+@pytest.fixture(autouse=True, params=_compiled_kernels())
+def compiled_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs with each compiled kernel (``_both_kernels`` holds it to numpy's)."""
+    monkeypatch.setenv("TUI_ACC_KERNEL", request.param)
+    return str(request.param)
+
+
 def _both_kernels(
     monkeypatch: pytest.MonkeyPatch, g: torch.Tensor, t: torch.Tensor, kl: bool = True
 ) -> tuple[dict, dict]:
@@ -211,9 +230,10 @@ def _both_kernels(
 
     assert fastkernel.available()
     compiled = compare_tensors(g, t, kl=kl)
+    kernel = os.environ["TUI_ACC_KERNEL"]
     monkeypatch.setenv("TUI_ACC_KERNEL", "numpy")
     reference = compare_tensors(g, t, kl=kl)
-    monkeypatch.delenv("TUI_ACC_KERNEL")
+    monkeypatch.setenv("TUI_ACC_KERNEL", kernel)
     return compiled, reference
 
 

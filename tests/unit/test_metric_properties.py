@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from tui_acc.dumps.torch_arrays import from_torch
+from tui_acc.metrics import fastkernel
 from tui_acc.metrics.kernels import compare_tensors
 
 EPS = 1.1920928955078125e-07
@@ -90,7 +91,16 @@ def pairs(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, torch.dtype]:
     return g, t, dtype
 
 
-@pytest.mark.parametrize("kernel", ["numba", "numpy"])
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        *(
+            pytest.param(name, marks=pytest.mark.skipif(isinstance(why, str), reason=f"{name}: {why}"))
+            for name, why in ((name, fastkernel.compiled(name)) for name in ("c", "numba"))
+        ),
+        "numpy",
+    ],
+)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=pairs(), kl=st.booleans())
 def test_every_metric_matches_the_reference(

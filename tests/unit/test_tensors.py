@@ -87,3 +87,16 @@ def test_a_file_changed_moments_ago_is_read_not_mapped(tmp_path: Path) -> None:
     _age(raw)
     settled = _map(raw, 16, 32)
     assert isinstance(settled, np.memmap) and settled.tolist() == list(range(16, 48))
+
+
+def test_npy_files_are_read_by_numpy_and_object_arrays_refused(tmp_path: Path) -> None:
+    """msprobe's MindSpore dumps save .npy; one holding pickled objects is refused, never unpickled."""
+    values = np.arange(12, dtype=np.float16).reshape(3, 4)
+    np.save(tmp_path / "x.npy", values)
+    np.testing.assert_array_equal(load_tensor(tmp_path / "x.npy", ANYWHERE), values)
+    np.save(tmp_path / "objects.npy", np.array([_Exploit()], dtype=object), allow_pickle=True)
+    with pytest.raises(TensorLoadError, match=r"objects\.npy: refused: a \.npy of pickled objects"):
+        load_tensor(tmp_path / "objects.npy", ANYWHERE)
+    (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY garbage")
+    with pytest.raises(TensorLoadError, match=r"bad\.npy: unreadable \.npy file"):
+        load_tensor(tmp_path / "bad.npy", ANYWHERE)

@@ -56,7 +56,10 @@ def test_the_kernel_loads_in_the_background_once() -> None:
     kernel_loading.start_loading()
     assert kernel_loading._thread is first is not None
     first.join()
-    assert len(fastkernel.sweep.signatures) >= 2  # float32 and float64 chunks, both ready
+    kernel = fastkernel.compiled(fastkernel.kernel_name())
+    assert not isinstance(kernel, str), kernel
+    if fastkernel.kernel_name() == "numba":
+        assert len(kernel.signatures) >= 2  # type: ignore[attr-defined]  # float32 and float64 chunks
 
 
 def test_the_engine_uses_the_cores_it_may_run_on(monkeypatch: pytest.MonkeyPatch) -> None:

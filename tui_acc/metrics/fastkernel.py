@@ -1,314 +1,188 @@
-"""The compiled kernel: every metric of a chunk, row by row, in float64, without the GIL.
+"""Which compiled kernel sweeps the chunks: the C extension, else numba, else none (numpy).
 
-``kernels.compare_tensors`` defines the metrics; this computes the same sums with numba, so
-worker threads run it on every core. Each row is first checked for NaN/Inf (a cheap, exact loop).
-A finite row (nearly all of them) then goes through one SIMD-vectorised loop: compiled with
-fast-math so that sums may be reassociated into vector lanes, and with min/max as LLVM's
-``maxnum``/``minnum``, which vectorise where a compare-and-branch does not; the worst element's
-index is found afterwards, only in rows that raise the maximum. A row holding NaN/Inf takes the
-element-by-element loop that skips them (``_sweep``). The KL softmax loops run per row while it
-is in cache. Where numba is not installed (or ``TUI_ACC_KERNEL=numpy``), the numpy kernel in
-``kernels`` is used instead; the tests hold both to the same results.
+Every compiled kernel has one calling convention, ``sweep(g, t, offset, kl, sums, counts)``: g and t
+are C-contiguous 2-D float32 or float64 chunks of one dtype, ``offset`` the flat index of their
+first element, ``sums``/``counts`` the state of ``kernel_layout`` (re-exported here), updated in
+place. Where none is available ``kernels`` computes the same metrics with numpy; the tests hold the
+three to the same results.
+
+The order, first available wins:
+
+1. ``c``: ``_ckernel.c``, built when the package is installed (optional: it needs a C compiler).
+   It loads in a millisecond; numba's import and cached machine code cost about half a second and
+   140 MiB on every launch, so numba is never imported when this one is there.
+2. ``numba``: ``numba_kernel``.
+3. ``numpy``: no compiled kernel (``available()`` is False).
+
+``TUI_ACC_KERNEL=c|numba|numpy`` forces one; forcing one that is not available is an error
+(``KernelUnavailable``), never a silent fallback. The variable is read at every call, so a test
+can switch kernels between comparisons.
 """
 
 from __future__ import annotations
 
-import math
 import os
+import threading
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
+from tui_acc.metrics.kernel_layout import (
+    C_1E3,
+    C_5E3,
+    C_GINF,
+    C_GNAN,
+    C_KLROWS,
+    C_N,
+    C_REL,
+    C_TINF,
+    C_TNAN,
+    C_WIDX,
+    HUGE,
+    M_AMAX,
+    M_GMAX,
+    M_GMIN,
+    M_RELMAX,
+    M_TMAX,
+    M_TMIN,
+    M_WG,
+    M_WT,
+    N_COUNTS,
+    N_SUMS,
+    REL_FLOOR,
+    S_AD,
+    S_DD,
+    S_G,
+    S_GG,
+    S_GT,
+    S_KL,
+    S_REL,
+    S_T,
+    S_TT,
+    new_state,
+)
 
-try:  # numba is a dependency, but a platform without a wheel still gets a working tool
-    from llvmlite import ir
-    from numba import njit, types
-    from numba.extending import intrinsic
-except ImportError:  # pragma: no cover
-    njit = None  # type: ignore[assignment]
+__all__ = [
+    "C_1E3",
+    "C_5E3",
+    "C_GINF",
+    "C_GNAN",
+    "C_KLROWS",
+    "C_N",
+    "C_REL",
+    "C_TINF",
+    "C_TNAN",
+    "C_WIDX",
+    "ENV",
+    "HUGE",
+    "KERNELS",
+    "M_AMAX",
+    "M_GMAX",
+    "M_GMIN",
+    "M_RELMAX",
+    "M_TMAX",
+    "M_TMIN",
+    "M_WG",
+    "M_WT",
+    "N_COUNTS",
+    "N_SUMS",
+    "REL_FLOOR",
+    "S_AD",
+    "S_DD",
+    "S_G",
+    "S_GG",
+    "S_GT",
+    "S_KL",
+    "S_REL",
+    "S_T",
+    "S_TT",
+    "KernelUnavailable",
+    "available",
+    "check_forced",
+    "compiled",
+    "kernel_name",
+    "new_state",
+    "sweep",
+]
 
-REL_FLOOR = 1.1920928955078125e-07
+ENV = "TUI_ACC_KERNEL"
+# in the order they are tried
+KERNELS = ("c", "numba", "numpy")
 
-# state layout (float64): sums, then extremes; counts (int64) separately
-S_GG, S_TT, S_GT, S_DD, S_AD, S_G, S_T, S_REL, S_KL = range(9)
-M_AMAX, M_GMAX, M_GMIN, M_TMAX, M_TMIN, M_RELMAX, M_WG, M_WT = range(9, 17)
-N_SUMS = 17
-C_N, C_REL, C_1E3, C_5E3, C_KLROWS, C_GNAN, C_GINF, C_TNAN, C_TINF, C_WIDX = range(10)
-N_COUNTS = 10
+Sweep = Callable[[Any, Any, int, bool, Any, Any], None]
+
+
+class KernelUnavailable(RuntimeError):
+    """``TUI_ACC_KERNEL`` names a kernel that is unknown or not available on this machine."""
+
+
+_lock = threading.Lock()
+# kernel name -> its sweep, or the reason it cannot be loaded; filled once per name
+_loaded: dict[str, Sweep | str] = {}
+
+
+def compiled(name: str) -> Sweep | str:
+    """Kernel ``name``'s sweep (imported on first use), or why it is not available here."""
+    found = _loaded.get(name)
+    if found is None:
+        with _lock:  # two worker threads asking at once import it once
+            found = _loaded.get(name)
+            if found is None:
+                found = _loaded[name] = _import(name)
+    return found
+
+
+def _import(name: str) -> Sweep | str:
+    try:
+        if name == "c":
+            from tui_acc.metrics import _ckernel
+
+            return _ckernel.sweep
+        if name == "numba":
+            from tui_acc.metrics import numba_kernel
+
+            if numba_kernel.sweep is None:
+                return "numba is not installed"
+            return numba_kernel.sweep
+    except ImportError as error:  # e.g. the extension was not built (no C compiler at install time)
+        return f"{type(error).__name__}: {error}"
+    return "the numpy kernel is not compiled"
+
+
+def kernel_name() -> str:
+    """The kernel in use now: ``TUI_ACC_KERNEL`` if set, else the first available of KERNELS."""
+    forced = os.environ.get(ENV, "").strip().lower()
+    if forced:
+        if forced not in KERNELS:
+            raise KernelUnavailable(f"{ENV}={forced!r}: expected one of {', '.join(KERNELS)}")
+        if forced != "numpy":
+            found = compiled(forced)
+            if isinstance(found, str):
+                raise KernelUnavailable(
+                    f"{ENV}={forced}: the {forced} kernel is not available here ({found})"
+                )
+        return forced
+    for name in KERNELS[:-1]:
+        if not isinstance(compiled(name), str):
+            return name
+    return "numpy"
+
+
+def check_forced() -> None:
+    """Raise KernelUnavailable now if ``TUI_ACC_KERNEL`` cannot be honoured (said once by the CLI,
+    not once per pair). Without the variable nothing is loaded here: the choice is made at first use."""
+    if os.environ.get(ENV, "").strip():
+        kernel_name()
 
 
 def available() -> bool:
-    return njit is not None and os.environ.get("TUI_ACC_KERNEL", "numba") != "numpy"
+    """Whether a compiled kernel will run ``sweep`` (else ``kernels`` uses numpy)."""
+    return kernel_name() != "numpy"
 
 
-def new_state() -> tuple[np.ndarray, np.ndarray]:
-    sums = np.zeros(N_SUMS, dtype=np.float64)
-    sums[M_GMAX] = sums[M_TMAX] = -math.inf
-    sums[M_GMIN] = sums[M_TMIN] = math.inf
-    counts = np.zeros(N_COUNTS, dtype=np.int64)
-    counts[C_WIDX] = -1
-    return sums, counts
-
-
-def _sweep(
-    g: Any, t: Any, offset: int, kl: bool, sums: Any, counts: Any
-) -> None:  # pragma: no cover - compiled
-    # Accumulators are locals (registers), written back once: array cells would be re-read and
-    # re-written per element, since the compiler cannot rule out that they alias the inputs.
-    rows, width = g.shape
-    sgg = sums[S_GG]
-    stt = sums[S_TT]
-    sgt = sums[S_GT]
-    sdd = sums[S_DD]
-    sad = sums[S_AD]
-    sg = sums[S_G]
-    st = sums[S_T]
-    srel = sums[S_REL]
-    skl = sums[S_KL]
-    amax = sums[M_AMAX]
-    gmax = sums[M_GMAX]
-    gmin = sums[M_GMIN]
-    tmax = sums[M_TMAX]
-    tmin = sums[M_TMIN]
-    relmax = sums[M_RELMAX]
-    wg = sums[M_WG]
-    wt = sums[M_WT]
-    n = counts[C_N]
-    nrel = counts[C_REL]
-    n1 = counts[C_1E3]
-    n5 = counts[C_5E3]
-    klrows = counts[C_KLROWS]
-    widx = counts[C_WIDX]
-    gnan = counts[C_GNAN]
-    ginf = counts[C_GINF]
-    tnan = counts[C_TNAN]
-    tinf = counts[C_TINF]
-    for r in range(rows):
-        row_finite = True
-        mg = -math.inf
-        mt = -math.inf
-        for c in range(width):
-            gv = np.float64(g[r, c])
-            tv = np.float64(t[r, c])
-            g_ok = math.isfinite(gv)
-            t_ok = math.isfinite(tv)
-            if not (g_ok and t_ok):
-                row_finite = False
-                if math.isnan(gv):
-                    gnan += 1
-                elif not g_ok:
-                    ginf += 1
-                if math.isnan(tv):
-                    tnan += 1
-                elif not t_ok:
-                    tinf += 1
-                continue
-            d = tv - gv
-            ad = abs(d)
-            ag = abs(gv)
-            n += 1
-            sgg += gv * gv
-            stt += tv * tv
-            sgt += gv * tv
-            sdd += d * d
-            sad += ad
-            sg += gv
-            st += tv
-            if ad > amax or widx < 0:
-                amax = ad
-                wg = gv
-                wt = tv
-                widx = offset + r * width + c
-            gmax = max(gmax, gv)
-            gmin = min(gmin, gv)
-            tmax = max(tmax, tv)
-            tmin = min(tmin, tv)
-            ratio = ad / (ag if gv != 0.0 else REL_FLOOR)  # msprobe's thousandth ratios (eps for a zero)
-            if ag > REL_FLOOR:
-                srel += ratio
-                nrel += 1
-                relmax = max(relmax, ratio)
-            # branch-free: whether an element is within 0.1% is a coin toss the CPU cannot predict
-            n1 += ratio < 1e-3
-            n5 += ratio < 5e-3
-            mg = max(mg, gv)
-            mt = max(mt, tv)
-        if kl and row_finite and width > 0:
-            skl += _row_kl_c(g, t, r, width, mg, mt)
-            klrows += 1
-    sums[S_GG] = sgg
-    sums[S_TT] = stt
-    sums[S_GT] = sgt
-    sums[S_DD] = sdd
-    sums[S_AD] = sad
-    sums[S_G] = sg
-    sums[S_T] = st
-    sums[S_REL] = srel
-    sums[S_KL] = skl
-    sums[M_AMAX] = amax
-    sums[M_GMAX] = gmax
-    sums[M_GMIN] = gmin
-    sums[M_TMAX] = tmax
-    sums[M_TMIN] = tmin
-    sums[M_RELMAX] = relmax
-    sums[M_WG] = wg
-    sums[M_WT] = wt
-    counts[C_N] = n
-    counts[C_REL] = nrel
-    counts[C_1E3] = n1
-    counts[C_5E3] = n5
-    counts[C_KLROWS] = klrows
-    counts[C_WIDX] = widx
-    counts[C_GNAN] = gnan
-    counts[C_GINF] = ginf
-    counts[C_TNAN] = tnan
-    counts[C_TINF] = tinf
-
-
-def _llvm_minmax(name: str) -> Any:
-    """``llvm.maxnum``/``llvm.minnum`` on float64 (NaN-free here: only finite rows use them)."""
-
-    def typer(typingctx: Any, a: Any, b: Any) -> Any:
-        signature = types.float64(types.float64, types.float64)
-
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            double = ir.DoubleType()
-            fn = builder.module.declare_intrinsic(name, [double], ir.FunctionType(double, [double, double]))
-            return builder.call(fn, args)
-
-        return signature, codegen
-
-    return intrinsic(typer)
-
-
-# Beyond this a square could overflow float64 (an Inf the fast loop is compiled not to expect).
-HUGE = 1e150
-
-
-def _row_nonfinite(g: Any, t: Any, r: int, width: int) -> Any:  # pragma: no cover - compiled
-    """(golden NaN, golden Inf, test NaN, test Inf, huge values) in row ``r``; exact, no fast-math."""
-    gnan = ginf = tnan = tinf = huge = 0
-    for c in range(width):
-        gv = np.float64(g[r, c])
-        tv = np.float64(t[r, c])
-        gnan += gv != gv
-        tnan += tv != tv
-        ginf += abs(gv) == math.inf
-        tinf += abs(tv) == math.inf
-        huge += (abs(gv) > HUGE) + (abs(tv) > HUGE)
-    return gnan, ginf, tnan, tinf, huge
-
-
-def _row_fast(g: Any, t: Any, r: int, width: int) -> Any:  # pragma: no cover - compiled
-    """Every sum and extreme of a finite row in one vectorised loop (see the module's docstring)."""
-    sgg = stt = sgt = sdd = sad = sg = st = srel = 0.0
-    amax = relmax = 0.0
-    gmax = tmax = -math.inf
-    gmin = tmin = math.inf
-    nrel = n1 = n5 = 0
-    for c in range(width):
-        gv = np.float64(g[r, c])
-        tv = np.float64(t[r, c])
-        d = tv - gv
-        ad = abs(d)
-        ag = abs(gv)
-        sgg += gv * gv
-        stt += tv * tv
-        sgt += gv * tv
-        sdd += d * d
-        sad += ad
-        sg += gv
-        st += tv
-        amax = _fmax(amax, ad)
-        gmax = _fmax(gmax, gv)
-        gmin = _fmin(gmin, gv)
-        tmax = _fmax(tmax, tv)
-        tmin = _fmin(tmin, tv)
-        ratio = ad / (ag if gv != 0.0 else REL_FLOOR)
-        big = ag > REL_FLOOR
-        srel += ratio if big else 0.0
-        relmax = _fmax(relmax, ratio if big else 0.0)
-        nrel += big
-        n1 += ratio < 1e-3
-        n5 += ratio < 5e-3
-    return sgg, stt, sgt, sdd, sad, sg, st, srel, amax, gmax, gmin, tmax, tmin, relmax, nrel, n1, n5
-
-
-def _first_at(g: Any, t: Any, r: int, width: int, target: float) -> int:  # pragma: no cover
-    """The first column of row ``r`` whose absolute difference is ``target`` (exact compare)."""
-    for c in range(width):
-        if abs(np.float64(t[r, c]) - np.float64(g[r, c])) == target:
-            return c
-    return 0
-
-
-def _row_kl(g: Any, t: Any, r: int, width: int, mg: float, mt: float) -> float:  # pragma: no cover
-    """KL(golden || test) of row ``r``'s softmax; ``mg``/``mt`` are the row maxima (for stability)."""
-    zg = 0.0
-    zt = 0.0
-    for c in range(width):
-        zg += math.exp(np.float64(g[r, c]) - mg)
-        zt += math.exp(np.float64(t[r, c]) - mt)
-    log_zg = math.log(zg)
-    log_zt = math.log(zt)
-    acc = 0.0
-    for c in range(width):
-        log_p = np.float64(g[r, c]) - mg - log_zg
-        log_q = np.float64(t[r, c]) - mt - log_zt
-        acc += math.exp(log_p) * (log_p - log_q)
-    return acc if acc > 0.0 else 0.0
-
-
-def _sweep_rows(g: Any, t: Any, offset: int, kl: bool, sums: Any, counts: Any) -> None:  # pragma: no cover
-    """``_sweep``'s results, a finite row at a time through the vectorised loop."""
-    rows, width = g.shape
-    for r in range(rows):
-        gnan, ginf, tnan, tinf, huge = _row_nonfinite_c(g, t, r, width)
-        if gnan + ginf + tnan + tinf + huge:
-            _sweep_c(g[r : r + 1], t[r : r + 1], offset + r * width, kl, sums, counts)
-            continue
-        if width == 0:
-            continue
-        sgg, stt, sgt, sdd, sad, sg, st, srel, amax, gmax, gmin, tmax, tmin, relmax, nrel, n1, n5 = (
-            _row_fast_c(g, t, r, width)
-        )
-        sums[S_GG] += sgg
-        sums[S_TT] += stt
-        sums[S_GT] += sgt
-        sums[S_DD] += sdd
-        sums[S_AD] += sad
-        sums[S_G] += sg
-        sums[S_T] += st
-        sums[S_REL] += srel
-        if amax > sums[M_AMAX] or counts[C_WIDX] < 0:
-            c = _first_at_c(g, t, r, width, amax)
-            sums[M_AMAX] = amax
-            sums[M_WG] = np.float64(g[r, c])
-            sums[M_WT] = np.float64(t[r, c])
-            counts[C_WIDX] = offset + r * width + c
-        sums[M_GMAX] = max(sums[M_GMAX], gmax)
-        sums[M_GMIN] = min(sums[M_GMIN], gmin)
-        sums[M_TMAX] = max(sums[M_TMAX], tmax)
-        sums[M_TMIN] = min(sums[M_TMIN], tmin)
-        sums[M_RELMAX] = max(sums[M_RELMAX], relmax)
-        counts[C_N] += width
-        counts[C_REL] += nrel
-        counts[C_1E3] += n1
-        counts[C_5E3] += n5
-        if kl:
-            sums[S_KL] += _row_kl_c(g, t, r, width, gmax, tmax)
-            counts[C_KLROWS] += 1
-
-
-if njit is not None:
-    _fmax = _llvm_minmax("llvm.maxnum")
-    _fmin = _llvm_minmax("llvm.minnum")
-    _sweep_c = njit(cache=True, nogil=True)(_sweep)
-    _row_nonfinite_c = njit(cache=True, nogil=True)(_row_nonfinite)
-    # reassociation (vector lanes) and no NaN/Inf/signed-zero care; not "arcp": the ratios are
-    # true divisions, so an element exactly at 1e-3 counts as msprobe counts it
-    _row_fast_c = njit(cache=True, nogil=True, fastmath={"reassoc", "nnan", "ninf", "nsz"})(_row_fast)
-    _first_at_c = njit(cache=True, nogil=True)(_first_at)
-    _row_kl_c = njit(cache=True, nogil=True)(_row_kl)
-    sweep = njit(cache=True, nogil=True)(_sweep_rows)
-else:  # pragma: no cover
-    sweep = None
+def sweep(g: Any, t: Any, offset: int, kl: bool, sums: Any, counts: Any) -> None:
+    """Add one chunk to the state with the chosen compiled kernel (see the module's docstring)."""
+    name = kernel_name()
+    found = compiled(name)
+    if isinstance(found, str):
+        raise KernelUnavailable(f"no compiled kernel to sweep with ({name}: {found})")
+    found(g, t, offset, kl, sums, counts)
