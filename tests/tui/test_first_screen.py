@@ -25,9 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 # what the token list holds once every token is compared.
 _FIRST_FRAME = """
 import asyncio, json, sys
-import tui_acc.cli, tui_acc.redump.runner  # what `tui-acc GOLDEN TEST` imports before the app runs
-from tui_acc.session import check_comparable, open_comparison
-from tui_acc.tui.app import AccApp
+from tui_acc.tui import app as app_module
 from tui_acc.tui.screens.tokens import TokenScreen
 
 HEAVY = {"polars", "numpy", "torch", "numba", "ml_dtypes", "pyarrow", "pandas"}
@@ -39,23 +37,25 @@ def observed(screen):
     seen["listed"] = screen.query_one("#tokens").row_count
     after_first_frame(screen)
 
+def run_headless(app):
+    async def main():
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            screen = app.screen
+            seen["listed after"] = screen.query_one("#tokens").row_count
+            seen["compared after"] = screen.tally.compared
+            seen["tokens"] = len(app.comparison.pairing.tokens)
+            seen["imported after"] = sorted(HEAVY & {name.split(".")[0] for name in sys.modules})
+
+    asyncio.run(main())
+
 TokenScreen._after_first_frame = observed
+app_module.AccApp.run = run_headless  # the rest is what `tui-acc GOLDEN TEST` does
+from tui_acc.cli import main
 
-async def main():
-    cmp = open_comparison(sys.argv[1], sys.argv[2], cache=False)
-    check_comparable(cmp)
-    app = AccApp(cmp)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        screen = app.screen
-        seen["listed after"] = screen.query_one("#tokens").row_count
-        seen["compared after"] = screen.tally.compared
-        seen["tokens"] = len(cmp.pairing.tokens)
-        seen["imported after"] = sorted(HEAVY & {name.split(".")[0] for name in sys.modules})
-
-asyncio.run(main())
+assert main([sys.argv[1], sys.argv[2], "--no-cache"]) == 0
 print(json.dumps(seen))
 """
 
