@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import signal
 import sys
 import threading
@@ -264,15 +265,16 @@ def _options_with_values(parser: argparse.ArgumentParser) -> dict[str, int]:
 
 def _run_compare(args: argparse.Namespace) -> int:
     from tui_acc.dumps import DumpError
-    from tui_acc.metrics.fastkernel import KernelUnavailable, check_forced
     from tui_acc.session import check_comparable, open_comparison
 
     try:
         thresholds = _thresholds(args)
         settings = _redump_settings(args)
-        check_forced()
-    except (ConfigError, SettingsError, KernelUnavailable) as exc:
+    except (ConfigError, SettingsError) as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
+        return 2
+    if problem := _forced_kernel_problem():
+        print(f"tui-acc: error: {problem}", file=sys.stderr)
         return 2
     if args.command == "report" and not args.redump_command:
         from tui_acc.metrics.kernel_loading import start_loading
@@ -313,6 +315,21 @@ def _run_compare(args: argparse.Namespace) -> int:
         if app.redump_run is not None:
             app.redump_run.stop(EXIT_GRACE)
     return 0
+
+
+def _forced_kernel_problem() -> str | None:
+    """Why a TUI_ACC_KERNEL that is set cannot be honoured (said once here, not as every pair's
+    error). Looked at only when set (fastkernel.ENV): fastkernel imports numpy, which the TUI's first
+    frame does without."""
+    if not os.environ.get("TUI_ACC_KERNEL", "").strip():
+        return None
+    from tui_acc.metrics.fastkernel import KernelUnavailable, check_forced
+
+    try:
+        check_forced()
+    except KernelUnavailable as exc:
+        return str(exc)
+    return None
 
 
 def _print_redump(cmp: Comparison, settings: RedumpSettings, args: argparse.Namespace) -> int:

@@ -15,13 +15,14 @@ import os
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
-
-import polars as pl
+from typing import IO, TYPE_CHECKING, Any
 
 from tui_acc import __version__
 from tui_acc.atomic import temp_beside
 from tui_acc.session import Comparison
+
+if TYPE_CHECKING:  # polars is imported where a frame is made: the TUI's first frame comes before it
+    import polars as pl
 
 # an installable extra, not a dependency: only the .xlsx export needs it (polars writes through it)
 XLSX_HINT = "pip install 'tui-acc[xlsx]'"
@@ -50,6 +51,8 @@ def provenance(cmp: Comparison) -> dict[str, str]:
 
 
 def with_provenance(frame: pl.DataFrame, cmp: Comparison) -> pl.DataFrame:
+    import polars as pl
+
     return frame.with_columns(
         pl.lit(value, dtype=pl.String).alias(key) for key, value in provenance(cmp).items()
     )
@@ -95,6 +98,8 @@ def _write_atomically(path: Path, overwrite: bool, write: Callable[[IO[bytes]], 
 
 
 def _write_xlsx(frame: pl.DataFrame, handle: IO[bytes]) -> None:
+    import polars as pl
+
     formats: dict[str, list[dict[str, object]]] = {}
     for index, column in enumerate(frame.columns):
         rules: list[dict[str, object]] = [

@@ -10,7 +10,8 @@ import polars as pl
 from tui_acc import __version__, numbers
 from tui_acc.dumps import DumpIndex
 from tui_acc.metrics.judge import first_suspect
-from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, Row
+from tui_acc.metrics.rows import Row
+from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA
 from tui_acc.session import Comparison
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2

@@ -2,24 +2,48 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tui_acc.dumps import DumpError, DumpIndex, open_dump
-from tui_acc.metrics.cache import RowCache
-from tui_acc.metrics.engine import MetricsEngine
 from tui_acc.metrics.verdict import Thresholds
 from tui_acc.pairing import MappingError, Pairing, load_mapping, load_msprobe_mapping, pair_dumps
 
+if TYPE_CHECKING:
+    from tui_acc.metrics.engine import MetricsEngine
 
-@dataclass
+
 class Comparison:
-    """What every front end works from."""
+    """What every front end works from.
 
-    golden: DumpIndex
-    test: DumpIndex
-    pairing: Pairing
-    engine: MetricsEngine
+    The engine is built when first used: importing it imports polars and numpy (about 0.3 s), which
+    the token list does not need, so the TUI shows it first and its worker builds the engine.
+    """
+
+    def __init__(
+        self,
+        golden: DumpIndex,
+        test: DumpIndex,
+        pairing: Pairing,
+        thresholds: Thresholds,
+        build_engine: Callable[[], MetricsEngine],
+    ) -> None:
+        self.golden = golden
+        self.test = test
+        self.pairing = pairing
+        self.thresholds = thresholds
+        self._build_engine = build_engine
+        self._engine: MetricsEngine | None = None
+        self._engine_lock = threading.Lock()  # the UI's workers may ask for it first at once
+
+    @property
+    def engine(self) -> MetricsEngine:
+        with self._engine_lock:
+            if self._engine is None:
+                self._engine = self._build_engine()
+            return self._engine
 
 
 def open_comparison(
@@ -85,9 +109,16 @@ def open_comparison(
         pairing = pair_dumps(golden_index, test_index, logits_node, op_mapping, names)
     except MappingError as exc:
         raise DumpError(str(exc)) from exc
-    row_cache = RowCache(golden_index.data_dir, test_index.data_dir) if cache else None
-    engine = MetricsEngine(pairing, thresholds, cache=row_cache)
-    return Comparison(golden_index, test_index, pairing, engine)
+    thresholds = thresholds or Thresholds()
+
+    def build_engine() -> MetricsEngine:
+        from tui_acc.metrics.cache import RowCache
+        from tui_acc.metrics.engine import MetricsEngine
+
+        row_cache = RowCache(golden_index.data_dir, test_index.data_dir) if cache else None
+        return MetricsEngine(pairing, thresholds, cache=row_cache)
+
+    return Comparison(golden_index, test_index, pairing, thresholds, build_engine)
 
 
 def _gathered(path: str | Path, token_offset: int | None, follow_links: bool) -> DumpIndex:

@@ -7,6 +7,7 @@ raises DumpError with a message naming the path and what it expected.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tui_acc.dumps import (
     msit_atb,
@@ -16,11 +17,12 @@ from tui_acc.dumps import (
     msprobe_atb_probe,
     msprobe_debug,
     msprobe_graph,
-    sglang,
     single,
 )
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, TensorRef
-from tui_acc.dumps.tensors import TensorLoadError, load_tensor
+
+if TYPE_CHECKING:
+    from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 
 __all__ = [
     "DumpError",
@@ -33,6 +35,17 @@ __all__ = [
     "load_tensor",
     "open_dump",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``load_tensor`` and ``TensorLoadError``, imported when first asked for: indexing reads no
+    tensor, and the tensor readers import numpy (0.1 s before the TUI's first frame)."""
+    if name in ("load_tensor", "TensorLoadError"):
+        from tui_acc.dumps import tensors
+
+        return getattr(tensors, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 EXPECTED = (
     "an msit torch dump (model_tree.json, torch_tensors/ or msit_dump_*/torch_tensors/), "
@@ -82,6 +95,8 @@ def open_dump(
         return msprobe.read(root, rank=rank, follow_links=follow_links)
     if msprobe_debug.claims(root):
         return msprobe_debug.read(root, rank=rank, follow_links=follow_links)
+    from tui_acc.dumps import sglang  # here: its gather rules import numpy, which no other layout needs
+
     if sglang.claims(root):  # last: it lists every folder right below the root, looking for an experiment
         return sglang.read(root, rank=rank, follow_links=follow_links)
     if root.is_file():

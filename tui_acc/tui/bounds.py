@@ -7,7 +7,7 @@ whole run (``MetricsEngine``'s floor, worked out here the same way from the inde
 
 from __future__ import annotations
 
-from tui_acc.metrics.schema import Row
+from tui_acc.metrics.rows import Row
 from tui_acc.metrics.verdict import AT_LEAST, DTYPES, Thresholds, precision_class
 from tui_acc.session import Comparison
 

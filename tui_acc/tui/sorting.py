@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import polars as pl
+# polars is imported by the functions that use it: the token list is drawn before it is (an import
+# of some 0.2 s), and nothing is sorted or filtered before the user asks.
 
 # Which end of a column is the bad one: picking a column puts its worst rows first.
 Worst = Literal["low", "high"]
@@ -83,6 +84,8 @@ def sorted_keys(keys: list[str], value: Callable[[str, str], object], sort: Sort
     values keep the view's natural order."""
     if sort.column is None or not keys:
         return keys
+    import polars as pl
+
     values = pl.Series("value", [value(key, sort.column) for key in keys], strict=False)
     if values.dtype.is_float():
         values = values.fill_nan(None)
@@ -97,6 +100,8 @@ def matching_keys(texts: Mapping[str, Sequence[str]], wanted: str) -> list[str]:
     """The keys (in their order) one of whose texts (name, type, ...) holds ``wanted``, any case."""
     if not wanted or not texts:
         return list(texts)
+    import polars as pl
+
     width = max(len(values) for values in texts.values())
     frame = pl.DataFrame(
         [[key, *values, *[""] * (width - len(values))] for key, values in texts.items()],

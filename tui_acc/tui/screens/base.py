@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-import polars as pl
 from textual import on
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from tui_acc.export import fresh_path, with_provenance, write_export
 from tui_acc.redump import RedumpPlan
 from tui_acc.redump.select import plan_for
 from tui_acc.tui.screens.export_dialog import ExportChoice, ExportDialog
@@ -19,6 +17,9 @@ from tui_acc.tui.screens.host import Host
 from tui_acc.tui.screens.redump_dialog import RedumpChoice, RedumpDialog
 from tui_acc.tui.screens.sort_dialog import SortDialog
 from tui_acc.tui.sorting import Sort, SortColumn, sorted_keys, worst_end
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 class ViewScreen(Screen[None]):
@@ -177,6 +178,9 @@ class ViewScreen(Screen[None]):
     def action_export(self) -> None:
         """``e``: ask where (a fresh name in the export folder is proposed), then write the view; a
         failed write keeps the dialog open with the path as typed."""
+        # here, not at the top: export imports polars, which the first frame does without
+        from tui_acc.export import fresh_path, with_provenance, write_export
+
         frame = self.view_frame()  # the view as it is now, whatever changes while the dialog is open
         frame = with_provenance(frame, self.acc.comparison)
         stem = self.export_stem()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -13,9 +14,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from textual.widgets.data_table import ColumnKey
 from textual.worker import get_current_worker
 
-from tui_acc.metrics.engine import Cancelled
-from tui_acc.metrics.judge import first_suspect
-from tui_acc.metrics.schema import Row
+from tui_acc.metrics.rows import Row
 from tui_acc.pairing import NodePair
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.screens.base import ViewScreen
@@ -24,6 +23,14 @@ from tui_acc.tui.sorting import matching_keys, verdict_rank
 from tui_acc.tui.widgets.layer_tree import LayerTree
 from tui_acc.tui.widgets.metric_table import MetricTable
 from tui_acc.tui.widgets.tensor_detail import TensorDetail
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from tui_acc.metrics.schema import PolarsType
+
+# The engine's modules (polars, numpy) are imported where they are used: the token list, which
+# imports this screen, is on screen before them.
 
 # Ordered so that at 80 columns the verdicts and the main metric are on screen: the first
 # PRIORITY columns stay in view at any width; the Operator column takes the room they leave.
@@ -198,6 +205,8 @@ class OperatorScreen(ViewScreen):
 
     @work(thread=True, exclusive=True, group="operators", exit_on_error=False, name="operator metrics")
     def compute_operators(self) -> None:
+        from tui_acc.metrics.engine import Cancelled
+
         worker = get_current_worker()
 
         def publish(row: Row) -> None:
@@ -232,6 +241,8 @@ class OperatorScreen(ViewScreen):
 
     @on(TokenFinished)
     def _finished_token(self) -> None:
+        from tui_acc.metrics.judge import first_suspect
+
         self._finished = True
         if self.sort.column is not None:  # rows sorted while computing took their place then: settle them
             self.apply_sort(self.sort)
@@ -522,6 +533,8 @@ class OperatorScreen(ViewScreen):
         self.query_one(LayerTree).reveal(self._suspect)
 
     def view_frame(self) -> pl.DataFrame:
+        import polars as pl
+
         rows = []
         for name in self._in_scope():
             node, row = self._pairs[name], self._rows.get(name, {})
@@ -554,7 +567,7 @@ class OperatorScreen(ViewScreen):
                     "error": row.get("error"),
                 }
             )
-        return pl.DataFrame(rows, schema=_OP_EXPORT)
+        return pl.DataFrame(rows, schema=_op_export_schema())
 
     def redump_target(self) -> tuple[int, str | None]:
         return self.token, self.cursor_key()
@@ -564,28 +577,31 @@ class OperatorScreen(ViewScreen):
         return f"tui-acc-token{self.token}-ops{scope}"
 
 
-_OP_EXPORT = {
-    "token": pl.Int64,
-    "order": pl.Int64,
-    "operator": pl.String,
-    "test_operator": pl.String,
-    "type": pl.String,
-    "test_type": pl.String,
-    "inputs_passed": pl.Boolean,
-    "inputs_effective": pl.Boolean,
-    "inputs_from": pl.String,
-    "outputs_passed": pl.Boolean,
-    "label": pl.String,
-    "first_failing": pl.Boolean,
-    "cosine": pl.Float64,
-    "max_abs_err": pl.Float64,
-    "rel_euclidean": pl.Float64,
-    "thousandth_ratio": pl.Float64,
-    "stats_only": pl.Boolean,
-    "norm_rel_diff": pl.Float64,
-    "max_diff": pl.Float64,
-    "min_diff": pl.Float64,
-    "mean_diff": pl.Float64,
-    "shape": pl.String,
-    "error": pl.String,
-}
+def _op_export_schema() -> dict[str, PolarsType]:
+    import polars as pl
+
+    return {
+        "token": pl.Int64,
+        "order": pl.Int64,
+        "operator": pl.String,
+        "test_operator": pl.String,
+        "type": pl.String,
+        "test_type": pl.String,
+        "inputs_passed": pl.Boolean,
+        "inputs_effective": pl.Boolean,
+        "inputs_from": pl.String,
+        "outputs_passed": pl.Boolean,
+        "label": pl.String,
+        "first_failing": pl.Boolean,
+        "cosine": pl.Float64,
+        "max_abs_err": pl.Float64,
+        "rel_euclidean": pl.Float64,
+        "thousandth_ratio": pl.Float64,
+        "stats_only": pl.Boolean,
+        "norm_rel_diff": pl.Float64,
+        "max_diff": pl.Float64,
+        "min_diff": pl.Float64,
+        "mean_diff": pl.Float64,
+        "shape": pl.String,
+        "error": pl.String,
+    }

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -12,8 +13,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
-from tui_acc.metrics.engine import Cancelled
-from tui_acc.metrics.schema import Row
+from tui_acc.metrics.rows import Row
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.bounds import number, run_floor, strip_bound
 from tui_acc.tui.screens.base import ViewScreen
@@ -21,6 +21,11 @@ from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.token_tally import TokenTally
 from tui_acc.tui.widgets.metric_table import MetricTable
 from tui_acc.tui.widgets.threshold_strip import ThresholdStrip
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from tui_acc.metrics.schema import PolarsType
 
 COLUMNS = (
     ("token", "Token", 6),
@@ -77,7 +82,7 @@ class TokenScreen(ViewScreen):
     def on_mount(self) -> None:
         # the rows the worker sends, kept here: the engine is never asked on the event loop
         cmp = self.acc.comparison
-        thresholds, floor = cmp.engine.thresholds, run_floor(cmp)
+        thresholds, floor = cmp.thresholds, run_floor(cmp)  # the engine is built by the worker
         self.tally = TokenTally(cmp.pairing.tokens, lambda row: strip_bound(row, thresholds, floor))
         # until a row says which dtypes its logits have: the run's least precise
         stats_only = cmp.golden.statistics_only or cmp.test.statistics_only
@@ -87,7 +92,9 @@ class TokenScreen(ViewScreen):
         table = self.query_one("#tokens", DataTable)
         for key, label, width in self.table_columns:
             table.add_column(label, key=key, width=width)
-        self.fill_table()
+        # The first frame lists the rows a screen can show; the rest follow right after it. DataTable
+        # measures every cell of every row before it draws (781 tokens: about 0.1 s of CPU).
+        self.fill_table(first=self.app.size.height)
         self.update_summary()
         # one cell per token (up to the screen's width): a bar is a token
         self.query_one("#kl-strip", ThresholdStrip).styles.width = max(
@@ -95,11 +102,23 @@ class TokenScreen(ViewScreen):
         )
         self._update_strip()
         table.focus()
-        # after the first paint: the worker competes for the GIL, and the list should show first
-        self.call_after_refresh(self.compute_tokens)
+        # The app's, not the screen's: the screen's own runs before its first frame reaches the
+        # terminal (the app is still mounting it), the app's once the frame is drawn
+        self.app.call_after_refresh(self._after_first_frame)
+
+    def _after_first_frame(self) -> None:
+        from tui_acc.metrics.kernel_loading import start_loading
+
+        self._list_the_rest()
+        # after the first paint: the workers compete for the GIL, and the list should show first
+        start_loading()  # the compiled kernel (numba), while the token worker imports the engine
+        self.compute_tokens()
 
     @work(thread=True, exclusive=True, group="tokens", exit_on_error=False, name="token metrics")
     def compute_tokens(self) -> None:
+        # the engine's modules (polars, numpy) are imported here, after the first frame
+        from tui_acc.metrics.engine import Cancelled
+
         worker = get_current_worker()
 
         def publish(row: Row) -> None:
@@ -114,6 +133,8 @@ class TokenScreen(ViewScreen):
     @work(thread=True, exclusive=True, group="prefetch", exit_on_error=False, name="prefetch")
     def prefetch_operators(self, token: int) -> None:
         """The user's next step is almost always Enter on the first failing token: start on it."""
+        from tui_acc.metrics.engine import Cancelled
+
         worker = get_current_worker()
         try:
             self.acc.comparison.engine.node_rows(token, should_stop=lambda: worker.is_cancelled)
@@ -149,10 +170,25 @@ class TokenScreen(ViewScreen):
 
     NATURAL_ORDER = "token order"
 
-    def fill_table(self) -> None:
+    # rows of the view not listed yet (fill_table's ``first``): appended by _list_the_rest
+    _unlisted: list[str] = []
+
+    def fill_table(self, first: int | None = None) -> None:
+        """Every token's row, in the view's order; ``first``: only so many now, the rest when
+        ``_list_the_rest`` is called (a key pressed in between acts on the rows listed)."""
         table = self.query_one("#tokens", DataTable)
         table.clear()
-        for key in self.ordered([str(t) for t in self.acc.comparison.pairing.tokens]):
+        keys = self.ordered([str(t) for t in self.acc.comparison.pairing.tokens])
+        self._unlisted = keys[first:] if first is not None else []
+        self._add_rows(keys[:first] if first is not None else keys)
+
+    def _list_the_rest(self) -> None:
+        unlisted, self._unlisted = self._unlisted, []
+        self._add_rows(unlisted)
+
+    def _add_rows(self, keys: list[str]) -> None:
+        table = self.query_one("#tokens", DataTable)
+        for key in keys:
             cached = self.tally.get(int(key))
             table.add_row(*self._cells(cached or {"token": int(key)}, pending=cached is None), key=key)
 
@@ -307,6 +343,8 @@ class TokenScreen(ViewScreen):
         self.app.push_screen(OperatorScreen(token, at_first_failure=at_first_failure))
 
     def view_frame(self) -> pl.DataFrame:
+        import polars as pl
+
         rows = []
         for key in self.main_table().rows:  # as shown: in the table's order
             token = int(str(key.value))
@@ -328,7 +366,7 @@ class TokenScreen(ViewScreen):
                     "error": row.get("error"),
                 }
             )
-        return pl.DataFrame(rows, schema=_TOKEN_EXPORT)
+        return pl.DataFrame(rows, schema=_token_export_schema())
 
     def redump_target(self) -> tuple[int, str | None]:
         key = self.cursor_key()
@@ -340,21 +378,24 @@ class TokenScreen(ViewScreen):
         return "tui-acc-tokens"
 
 
-_TOKEN_EXPORT = {
-    "token": pl.Int64,
-    "verdict": pl.String,
-    "cosine": pl.Float64,
-    "kl": pl.Float64,
-    "max_abs_err": pl.Float64,
-    "golden_top1": pl.Int64,
-    "test_top1": pl.Int64,
-    "logits_shape": pl.String,
-    "stats_only": pl.Boolean,
-    "norm_rel_diff": pl.Float64,
-    "max_diff": pl.Float64,
-    "mean_diff": pl.Float64,
-    "error": pl.String,
-}
+def _token_export_schema() -> dict[str, PolarsType]:
+    import polars as pl
+
+    return {
+        "token": pl.Int64,
+        "verdict": pl.String,
+        "cosine": pl.Float64,
+        "kl": pl.Float64,
+        "max_abs_err": pl.Float64,
+        "golden_top1": pl.Int64,
+        "test_top1": pl.Int64,
+        "logits_shape": pl.String,
+        "stats_only": pl.Boolean,
+        "norm_rel_diff": pl.Float64,
+        "max_diff": pl.Float64,
+        "mean_diff": pl.Float64,
+        "error": pl.String,
+    }
 
 
 def _verdict_word(row: Row) -> str:

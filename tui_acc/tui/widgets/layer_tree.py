@@ -8,7 +8,7 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from tui_acc.dumps.model import NodeTree
-from tui_acc.metrics.schema import Row
+from tui_acc.metrics.rows import Row
 from tui_acc.tui import formatting as fmt
 
 

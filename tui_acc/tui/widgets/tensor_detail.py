@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from tui_acc.metrics.engine import MetricsEngine
-from tui_acc.metrics.schema import Row
+from tui_acc.metrics.rows import Row
 from tui_acc.pairing import NodePair
 from tui_acc.pairing.model import Unmatched
 from tui_acc.tui import formatting as fmt
+
+if TYPE_CHECKING:
+    from tui_acc.metrics.engine import MetricsEngine
 
 
 class TensorDetail(Static):
