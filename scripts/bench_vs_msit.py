@@ -47,7 +47,7 @@ VENV_VARIABLE = "TUI_ACC_MSIT_VENV"
 SEED = 1234
 HIDDEN, FFN, HEADS, VOCAB = 4096, 11008, 32, 32000
 # the pair's size (GB, both sides) -> (decoder layers, prompt tokens); measured sizes are printed
-SHAPES: dict[str, tuple[int, int]] = {"0.5": (2, 256), "1": (4, 256), "4": (4, 1024)}
+SHAPES: dict[str, tuple[int, int]] = {"0.5": (4, 150), "1": (4, 256), "4": (4, 1200)}
 MAIN_SIZE = "1"
 
 
@@ -187,6 +187,7 @@ def _our_env(repo: Path) -> dict[str, str]:
 @dataclass(frozen=True)
 class Run:
     seconds: float
+    cpu_seconds: float  # user + system: less sensitive than wall time to others' load on the machine
     peak_mib: float
     exit_code: int
 
@@ -203,18 +204,21 @@ def timed(command: list[str], env: dict[str, str], cwd: Path, log: Path) -> Run:
         _, status, usage = os.wait4(process.pid, 0)
         seconds = time.perf_counter() - start
     process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    return Run(seconds, usage.ru_maxrss / 1024, process.returncode)
+    return Run(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, process.returncode)
 
 
 class Tools:
-    """The two commands under test, and the checks that each really compared the pair."""
+    """The two commands under test; each run is checked to have really compared the pair."""
 
     def __init__(self, repo: Path, venv: Path, work: Path) -> None:
         self.repo = repo
         self.venv = venv
         self.out = work / "runs"
-        self.out.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.out, ignore_errors=True)  # the last invocation's logs
+        self.out.mkdir(parents=True)
         self.count = 0
+        self.last_report: dict[str, Any] = {}  # our last run's JSON
+        self.last_rows: list[dict[str, str]] = []  # msit's last CSV rows
 
     def ours(self, pair: Pair, cpus: list[int] | None = None) -> Run:
         """``tui-acc report --json --no-cache GOLDEN TEST``; ``cpus``: pinned there with taskset."""
@@ -223,25 +227,31 @@ class Tools:
         if cpus is not None:
             command = ["taskset", "-c", ",".join(map(str, cpus)), *command]
         log = self._next("ours.json")
+        # run in a folder with no tui_acc in it: ``-m`` puts the working folder first on sys.path
         run = timed(command, _our_env(self.repo), self.out, log)
         if run.exit_code not in (0, 1):  # 1: something fails, which a fp32/bf16 pair may
             raise SystemExit(f"tui-acc exited {run.exit_code}: {log}.err")
-        report = json.loads(log.read_text(encoding="utf-8"))
-        if not report.get("pairs"):
+        self.last_report = json.loads(log.read_text(encoding="utf-8"))
+        if not self.last_report.get("pairs"):
             raise SystemExit(f"tui-acc compared no tensor pair: {log}")
         return run
 
-    def msit(self, pair: Pair) -> Run:
-        """``msit llm compare -gp GOLDEN -mp TEST -cl api -o DIR`` (formats.md §4.1), from the tools venv."""
+    def msit(self, pair: Pair, keep: bool = False) -> Run:
+        """``msit llm compare -gp GOLDEN -mp TEST -cl api -o DIR`` (formats.md §4.1), from the tools venv.
+
+        The output folder is deleted once its CSV was read, unless ``keep``.
+        """
         out = self._next("msit")
         out.mkdir()
         command = [str(self.venv / "bin" / "msit"), "llm", "compare", "-gp", str(pair.golden)]
         command += ["-mp", str(pair.test), "-cl", "api", "-o", str(out)]
         run = timed(command, _tools_env(self.venv), out, out / "console.log")
-        rows = msit_rows(out)
-        if run.exit_code != 0 or not rows:
-            raise SystemExit(f"msit compare exited {run.exit_code} with {len(rows)} rows: {out}/console.log*")
-        shutil.rmtree(out)  # its CSV was read; nothing piles up over many runs
+        self.last_rows = msit_rows(out)
+        if run.exit_code != 0 or not self.last_rows:
+            rows = len(self.last_rows)
+            raise SystemExit(f"msit compare exited {run.exit_code} with {rows} rows: {out}/console.log*")
+        if not keep:
+            shutil.rmtree(out)
         return run
 
     def _next(self, name: str) -> Path:
@@ -261,29 +271,22 @@ def msit_rows(out: Path) -> list[dict[str, str]]:
 
 
 def first_check(tools: Tools, pair: Pair) -> dict[str, Any]:
-    """One untimed run of each (fills the page cache), and what each compared."""
+    """One untimed run of each (it fills the page cache), and what each compared."""
     tools.ours(pair)
-    report = json.loads(sorted(tools.out.glob("*-ours.json"))[-1].read_text(encoding="utf-8"))
-    out = tools.out / "msit-check"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir()
-    command = [str(tools.venv / "bin" / "msit"), "llm", "compare", "-gp", str(pair.golden)]
-    command += ["-mp", str(pair.test), "-cl", "api", "-o", str(out)]
-    run = timed(command, _tools_env(tools.venv), out, out / "console.log")
-    rows = msit_rows(out)
-    if run.exit_code != 0 or not rows:
-        raise SystemExit(f"msit compare exited {run.exit_code} with {len(rows)} rows: {out}/console.log*")
+    tools.msit(pair, keep=True)
+    report, rows = tools.last_report, tools.last_rows
+    logits = [row for row in rows if row["golden_data_path"].endswith("/root.lm_head/output.pth")]
     return {
         "tui-acc": {
             "tensor pairs": report["pairs"],
             "first failing token": report.get("first_failing_token"),
             "failing ops": report.get("failing_ops"),
-            "token 0 cosine": (report.get("tokens") or [{}])[0].get("cosine"),
+            "token 0 logits cosine": (report.get("tokens") or [{}])[0].get("cosine"),
         },
         "msit": {
             "csv rows with metrics": len(rows),
             "lowest cosine": min(float(row["cosine_similarity"]) for row in rows),
-            "csv": str(next(out.glob("msit_cmp_report_*.csv"))),
+            "root.lm_head output cosine": float(logits[0]["cosine_similarity"]) if logits else None,
         },
     }
 
@@ -334,7 +337,9 @@ class Terminal:
         )
         session = f"run{attempt}"
         start = time.perf_counter()
-        self.tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40", shell)
+        # started in a folder with no tui_acc in it: ``-m`` puts the working folder first on sys.path
+        here = str(status.parent)
+        self.tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40", "-c", here, shell)
         to_verdict = float("inf")
         while time.perf_counter() - start < timeout:
             if first_verdict_shown(self.tmux("capture-pane", "-p", "-t", session, check=False)):
@@ -378,6 +383,7 @@ def summary(runs: list[Run]) -> dict[str, Any]:
         "median s": round(statistics.median(seconds), 2),
         "best s": round(min(seconds), 2),
         "seconds": [round(s, 2) for s in seconds],
+        "median CPU s": round(statistics.median(r.cpu_seconds for r in runs), 2),
         "median peak RSS MiB": round(statistics.median(peaks)),
         "max peak RSS MiB": round(max(peaks)),
         "peak RSS MiB": [round(p) for p in peaks],
@@ -498,6 +504,7 @@ def versions(venv: Path, repo: Path) -> dict[str, str]:
         capture_output=True,
         text=True,
         env=_our_env(repo),
+        cwd=tempfile.gettempdir(),  # not this checkout: ``-c`` puts the working folder first on sys.path
     )
     found["tui_acc imported from"] = where.stdout.strip()
     head = subprocess.run(
@@ -545,6 +552,8 @@ def markdown(figures: dict[str, Any]) -> str:
             "|---|---|---|---|",
             f"| whole process, `report --json --no-cache` | {ours['median s']} s ({ours['best s']}) | "
             f"{msit['median s']} s ({msit['best s']}) | {report['msit / tui-acc time (medians)']}x |",
+            f"| CPU time (user + system) | {ours['median CPU s']} s | {msit['median CPU s']} s | "
+            f"{round(msit['median CPU s'] / ours['median CPU s'], 2)}x |",
             f"| peak RSS | {ours['median peak RSS MiB']} MiB | {msit['median peak RSS MiB']} MiB | "
             f"{report['msit / tui-acc peak RSS (medians)']}x |",
         ]
@@ -654,7 +663,10 @@ def main(argv: list[str] | None = None) -> int:
     named = os.environ.get(VENV_VARIABLE, "")
     venv = Path(named).expanduser()
     if not named or not (venv / "bin" / "msit").is_file() or not (venv / "bin" / "python").is_file():
-        print(NEEDS if not named else f"{VENV_VARIABLE}={named}: no bin/msit and bin/python there\n\n{NEEDS}", file=sys.stderr)
+        print(
+            NEEDS if not named else f"{VENV_VARIABLE}={named}: no bin/msit and bin/python there\n\n{NEEDS}",
+            file=sys.stderr,
+        )
         return 2
     repo, work = args.repo.resolve(), args.work.expanduser().resolve()
     if work.is_relative_to(repo) or work.is_relative_to(REPO):
