@@ -676,6 +676,12 @@ def main(argv: list[str] | None = None) -> int:
         print("--cold drops the page cache, which needs root")
         return 2
     parts = set(args.parts.split(","))
+    for part, program in (("tui", "tmux"), ("scaling", "taskset")):
+        if part in parts and not shutil.which(program):
+            print(
+                f"the {part} part needs {program}; install it or leave {part} out of --parts", file=sys.stderr
+            )
+            return 2
     sizes = shapes(args.sizes)
     work.mkdir(parents=True, exist_ok=True)
 
