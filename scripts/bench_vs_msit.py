@@ -574,12 +574,12 @@ def markdown(figures: dict[str, Any]) -> str:
     if scaling:
         every = next(k for k in scaling[0] if k.startswith("tui-acc ") and k != "tui-acc 1 CPU")
         lines += [
-            "Time against the pair's size (4 layers: the prompt length varies) and CPUs "
-            f"(one pinned with `taskset -c`), median of {len(scaling[0]['tui-acc 1 CPU']['seconds'])}:",
+            "Time against the pair's size (layers x prompt in each row) and the CPUs tui-acc may use "
+            f"(one: pinned with `taskset -c`), median of {len(scaling[0]['tui-acc 1 CPU']['seconds'])}:",
             "",
             "| pair | files | largest pair | tui-acc, 1 CPU "
-            f"| tui-acc, {every.split()[1]} CPUs | peak RSS | msit |",
-            "|---|---|---|---|---|---|---|",
+            f"| tui-acc, {every.split()[1]} CPUs | its peak RSS | msit | msit / tui-acc |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for row in scaling:
             msit = row.get("msit")
@@ -588,9 +588,14 @@ def markdown(figures: dict[str, Any]) -> str:
             lines.append(
                 f"| {row['GB']} GB ({row['shape']}) | {row['files']} | {row['largest tensor pair MiB']} MiB "
                 f"| {row['tui-acc 1 CPU']['median s']} s | {row[every]['median s']} s "
-                f"| {row[every]['median peak RSS MiB']} MiB | {_seconds(msit)} |"
+                f"| {row[every]['median peak RSS MiB']} MiB | {_seconds(msit)} "
+                f"| {_ratio(msit, row[every])} |"
             )
     return "\n".join(lines)
+
+
+def _ratio(theirs: dict[str, Any] | None, ours: dict[str, Any]) -> str:
+    return f"{round(theirs['median s'] / ours['median s'], 1)}x" if theirs else "-"
 
 
 def _seconds(runs: dict[str, Any] | None) -> str:
