@@ -16,7 +16,9 @@ Without it the script says so and exits 2: no other baseline stands in for msit.
    of each (the page cache is warm; ``--cold`` drops it before every run, as root):
    ``python -m tui_acc report --json --no-cache GOLDEN TEST`` (the ``tui-acc`` console script's
    module, with ``--repo`` first on ``PYTHONPATH``) against ``msit llm compare -gp GOLDEN -mp TEST
-   -cl api -o DIR``. Wall time from spawn to exit, peak RSS from ``os.wait4``.
+   -cl api -o DIR``, the latter also with ``OMP_NUM_THREADS=1`` (on a loaded machine torch's OpenMP
+   threads slow msit down several times; ratios are taken to the faster msit). Wall time from spawn
+   to exit; CPU time and peak RSS from ``os.wait4``.
 3. Scales: our time on pairs of about 0.5, 1 and 4 GB (``--sizes``), with one thread (``taskset -c
    0``: the engine sizes its pool from the CPU affinity) and with every CPU; msit at each size with
    ``--with-msit-scaling`` (slow; otherwise msit is timed on the 1 GB pair only).
