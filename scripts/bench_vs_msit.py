@@ -532,11 +532,22 @@ def versions(venv: Path, repo: Path) -> dict[str, str]:
         cwd=tempfile.gettempdir(),  # not this checkout: ``-c`` puts the working folder first on sys.path
     )
     found["tui_acc imported from"] = where.stdout.strip()
-    head = subprocess.run(
-        ["git", "-C", str(repo), "describe", "--always", "--dirty"], capture_output=True, text=True
-    )
-    found["tui-acc commit"] = head.stdout.strip() or "unknown"
+    found["tui-acc checkout"] = checkout_state(repo)
     return found
+
+
+def checkout_state(repo: Path) -> str:
+    """The commit and a digest of uncommitted changes: a checkout edited during the run is told apart."""
+    import hashlib
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True).stdout
+
+    head = git("rev-parse", "--short", "HEAD").strip() or "unknown"
+    changes = git("diff", "HEAD")
+    if not changes:
+        return head
+    return f"{head} + uncommitted changes {hashlib.sha1(changes.encode()).hexdigest()[:10]}"
 
 
 def machine() -> dict[str, Any]:
@@ -561,7 +572,9 @@ def markdown(figures: dict[str, Any]) -> str:
         f"A 7B-shaped pair written by msit {figures['versions'].get('msit', '?')} (Llama, hidden {HIDDEN}, "
         f"FFN {FFN}, {pair['shape']}, golden float32 against test bfloat16: {pair['files']} `.pth` "
         f"files, {pair['GB']} GB, largest tensor pair {pair['largest tensor pair MiB']} MiB), "
-        f"{figures['machine']['cpus']} CPUs ({figures['machine']['cpu']}).",
+        f"{figures['machine']['cpus']} CPUs ({figures['machine']['cpu']}); tui-acc "
+        f"{figures['versions']['tui-acc checkout']}, torch {figures['versions'].get('torch', '?')} "
+        "for msit.",
         "",
     ]
     report = figures.get("report")
@@ -742,6 +755,10 @@ def main(argv: list[str] | None = None) -> int:
             msit_at.add(MAIN_SIZE)
         figures["scaling"] = measure_scaling(tools, scaled, args.scaling_runs, msit_at, args.cold)
     figures["machine"]["load at end"] = load()
+    at_end = checkout_state(repo)
+    if at_end != figures["versions"]["tui-acc checkout"]:
+        figures["versions"]["tui-acc checkout at the end (CHANGED during the run)"] = at_end
+        print(f"warning: {repo} changed during the run: the parts measured different code", file=sys.stderr)
     text = json.dumps(figures, indent=2, default=str)
     print(text)
     if args.json:
