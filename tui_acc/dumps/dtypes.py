@@ -12,10 +12,9 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-# torch's name of a dtype -> the numpy dtype that holds its elements exactly
-_BY_NAME: dict[str, np.dtype] = {
-    name: np.dtype(name)
-    for name in (
+# torch's dtypes numpy holds under the same name (a torch tensor's .numpy() has that dtype)
+NUMPY_NATIVE = frozenset(
+    {
         "float64",
         "float32",
         "float16",
@@ -30,37 +29,22 @@ _BY_NAME: dict[str, np.dtype] = {
         "bool",
         "complex128",
         "complex64",
-    )
-}
-_BY_NAME.update(
-    {
-        name: np.dtype(getattr(ml_dtypes, name))
-        for name in (
-            "bfloat16",
-            "float8_e4m3fn",
-            "float8_e5m2",
-            "float8_e8m0fnu",
-            "float8_e4m3fnuz",
-            "float8_e5m2fnuz",
-            "float4_e2m1fn",
-            "int4",
-            "uint4",
-        )
     }
+)
+# torch's dtypes numpy lacks, held bit for bit by the ml_dtypes type of the same name and width
+REINTERPRETED = frozenset(
+    {"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float8_e4m3fnuz", "float8_e5m2fnuz"}
+)
+# what a torch tensor's elements can be read as, exactly
+TENSOR_DTYPES = NUMPY_NATIVE | REINTERPRETED
+# torch's name of a dtype -> the numpy dtype that holds its elements exactly (fp4 and int4: as ATB's
+# .bin unpacks them, one value per element)
+_BY_NAME: dict[str, np.dtype] = {name: np.dtype(name) for name in NUMPY_NATIVE}
+_BY_NAME.update(
+    {name: np.dtype(getattr(ml_dtypes, name)) for name in (*REINTERPRETED, "float4_e2m1fn", "int4", "uint4")}
 )
 # ml_dtypes' floats are not numpy floating types (their kind is not always "f"): listed by name
-_NARROW_FLOATS = frozenset(
-    {
-        "float16",
-        "bfloat16",
-        "float8_e4m3fn",
-        "float8_e5m2",
-        "float8_e8m0fnu",
-        "float8_e4m3fnuz",
-        "float8_e5m2fnuz",
-        "float4_e2m1fn",
-    }
-)
+_NARROW_FLOATS = REINTERPRETED | {"float16", "float4_e2m1fn"}
 _FLOATS = _NARROW_FLOATS | {"float32", "float64"}
 
 

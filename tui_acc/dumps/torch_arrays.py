@@ -11,40 +11,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tui_acc.dumps.dtypes import numpy_dtype
+from tui_acc.dumps.dtypes import NUMPY_NATIVE, REINTERPRETED, numpy_dtype
 
 if TYPE_CHECKING:
     import torch
-
-# dtypes whose tensors torch.numpy() refuses: their bits are reinterpreted through an unsigned integer
-# of the same width as the ml_dtypes type of the same name
-_REINTERPRETED_WIDTHS = {
-    "bfloat16": 16,
-    "float8_e4m3fn": 8,
-    "float8_e5m2": 8,
-    "float8_e8m0fnu": 8,
-    "float8_e4m3fnuz": 8,
-    "float8_e5m2fnuz": 8,
-}
-# dtypes torch.numpy() returns as the numpy dtype of the same name
-_NATIVE = frozenset(
-    {
-        "float64",
-        "float32",
-        "float16",
-        "int64",
-        "int32",
-        "int16",
-        "int8",
-        "uint64",
-        "uint32",
-        "uint16",
-        "uint8",
-        "bool",
-        "complex128",
-        "complex64",
-    }
-)
 
 
 def from_torch(tensor: torch.Tensor) -> np.ndarray:
@@ -61,15 +31,15 @@ def from_torch(tensor: torch.Tensor) -> np.ndarray:
         raise ValueError(f"a tensor on {tensor.device}, not on the CPU")
     values = tensor.detach().resolve_conj().resolve_neg()  # lazy conjugate/negative views materialised
     name = str(values.dtype).removeprefix("torch.")
-    if name in _NATIVE:
+    if name in NUMPY_NATIVE:
         return values.numpy()
     if name == "complex32":  # float16 parts into float32 parts: exact
         return values.to(torch.complex64).numpy()
-    width = _REINTERPRETED_WIDTHS.get(name)
     target = numpy_dtype(name)
-    if width is None or target is None:
+    if name not in REINTERPRETED or target is None:
         raise ValueError(f"tensors of {name} have no numpy type")
-    carrier = torch.uint16 if width == 16 else torch.uint8
+    # the bits through an unsigned integer of the same width (torch.numpy() refuses these dtypes)
+    carrier = torch.uint16 if target.itemsize == 2 else torch.uint8
     return values.view(carrier).numpy().view(target)
 
 
@@ -79,10 +49,9 @@ def to_torch(values: np.ndarray) -> torch.Tensor:
 
     name = values.dtype.name
     contiguous = np.ascontiguousarray(values)
-    if name in _NATIVE:
+    if name in NUMPY_NATIVE:
         return torch.from_numpy(contiguous)
-    width = _REINTERPRETED_WIDTHS.get(name)
-    if width is None:
+    if name not in REINTERPRETED:
         raise ValueError(f"arrays of {name} have no torch dtype here")
-    carrier = np.uint16 if width == 16 else np.uint8
+    carrier = np.uint16 if values.dtype.itemsize == 2 else np.uint8
     return torch.from_numpy(contiguous.view(carrier)).view(getattr(torch, name))

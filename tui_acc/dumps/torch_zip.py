@@ -29,7 +29,7 @@ from typing import IO
 
 import numpy as np
 
-from tui_acc.dumps.dtypes import numpy_dtype
+from tui_acc.dumps.dtypes import TENSOR_DTYPES, numpy_dtype
 from tui_acc.dumps.fs import read_ahead
 from tui_acc.dumps.torch_pickle import (
     NeedsTorch,
@@ -56,31 +56,6 @@ _TYPED_STORAGES = {
     "ComplexDoubleStorage": "complex128",
     "ComplexFloatStorage": "complex64",
 }
-# the tensor dtypes read here: numpy (with ml_dtypes) holds each exactly; complex32 is widened
-_TENSOR_DTYPES = frozenset(
-    {
-        "float64",
-        "float32",
-        "float16",
-        "bfloat16",
-        "float8_e4m3fn",
-        "float8_e5m2",
-        "float8_e8m0fnu",
-        "float8_e4m3fnuz",
-        "float8_e5m2fnuz",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "bool",
-        "complex64",
-        "complex128",
-    }
-)
 # a negative view (metadata "neg") is applied exactly, by its sign bit, to these
 _SIGNED_FLOATS = frozenset(
     {"float64", "float32", "float16", "bfloat16", "complex64", "complex128"}
@@ -90,7 +65,7 @@ _COMPLEX32 = np.dtype([("real", "<f2"), ("imag", "<f2")])  # torch's complex32: 
 # every dtype torch's weights_only loader lets a pickle name (torch/_weights_only_unpickler.py
 # _get_allowed_globals): as a value (SGLang's meta holds dtypes) each is its name
 _DTYPE_NAMES = (
-    _TENSOR_DTYPES
+    TENSOR_DTYPES
     | {"complex32", "qint8", "quint8", "qint32", "quint4x2", "quint2x4", "float4_e2m1fn_x2"}
     | {"bits8", "bits16", "bits1x8", "bits2x4", "bits4x2"}
     | {f"uint{bits}" for bits in range(1, 8)}
@@ -336,7 +311,7 @@ def _count(value: object) -> bool:
 def _element_size(dtype: str) -> int:
     if dtype == "complex32":
         return _COMPLEX32.itemsize
-    found = numpy_dtype(dtype) if dtype in _TENSOR_DTYPES else None
+    found = numpy_dtype(dtype) if dtype in TENSOR_DTYPES else None
     if found is None:
         raise NeedsTorch(f"tensors of {dtype}")
     return found.itemsize
