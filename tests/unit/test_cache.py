@@ -6,6 +6,8 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tui_acc import open_comparison
 from tui_acc.metrics.cache import cache_dir
 
@@ -137,6 +139,8 @@ def test_two_processes_on_the_same_dumps_keep_each_others_rows(tmp_path: Path) -
 _WRITER = """
 import sys
 from pathlib import Path
+
+import pytest
 from tui_acc.metrics.cache import RowCache
 
 root, name = Path(sys.argv[1]), sys.argv[2]
@@ -230,3 +234,29 @@ def test_asking_again_for_rows_not_computed_touches_no_file(demo_pair, tmp_path:
     assert first > 0
     assert all(cmp.engine.cached_token_row(t) is None for t in cmp.pairing.tokens)
     assert len(calls) == first
+
+
+def test_a_cache_another_process_holds_too_long_is_skipped_not_set_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Locked past the wait is not damage: the shared file stays where it is, for the next launch."""
+    import sqlite3
+
+    from tui_acc.metrics import cache
+    from tui_acc.metrics.cache import RowCache
+
+    first = RowCache(tmp_path / "g", tmp_path / "t", tmp_path)
+    first.put("a", {"cosine": 0.5})
+    first.flush()
+    monkeypatch.setattr(cache, "_BUSY_SECONDS", 0.05)
+    holder = sqlite3.connect(first.path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another process writing, for longer than we wait
+    try:
+        second = RowCache(tmp_path / "g", tmp_path / "t", tmp_path)
+        assert second.get("a") is None
+        assert second.problem is not None and "cache not read (database is locked)" in second.problem
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert not first.path.with_name(f"{first.path.name}.damaged").exists()
+    assert RowCache(tmp_path / "g", tmp_path / "t", tmp_path).get("a")["cosine"] == 0.5

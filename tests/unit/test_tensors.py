@@ -100,3 +100,21 @@ def test_npy_files_are_read_by_numpy_and_object_arrays_refused(tmp_path: Path) -
     (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY garbage")
     with pytest.raises(TensorLoadError, match=r"bad\.npy: unreadable \.npy file"):
         load_tensor(tmp_path / "bad.npy", ANYWHERE)
+
+
+def test_odd_npy_files_are_named_not_misread(tmp_path: Path) -> None:
+    """A FIFO must not block the reader; random bytes are not 'pickled objects'; strings and dates
+    are not numbers; big-endian floats are read as the floats they are."""
+    fifo = tmp_path / "pipe.npy"
+    os.mkfifo(fifo)
+    with pytest.raises(TensorLoadError, match=r"pipe\.npy: not a regular file"):
+        load_tensor(fifo, ANYWHERE)
+    (tmp_path / "noise.npy").write_bytes(os.urandom(64))
+    with pytest.raises(TensorLoadError, match=r"noise\.npy: unreadable \.npy file \(no NUMPY header"):
+        load_tensor(tmp_path / "noise.npy", ANYWHERE)
+    np.save(tmp_path / "words.npy", np.array(["a", "b"]))
+    with pytest.raises(TensorLoadError, match=r"words\.npy: holds <U1 values, not numbers"):
+        load_tensor(tmp_path / "words.npy", ANYWHERE)
+    np.save(tmp_path / "big.npy", np.arange(4, dtype=">f4"))
+    loaded = load_tensor(tmp_path / "big.npy", ANYWHERE)
+    assert dtype_name(loaded) == "float32" and loaded.dtype.isnative and loaded.tolist() == [0, 1, 2, 3]

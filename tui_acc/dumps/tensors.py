@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -96,13 +97,30 @@ def _torch_load(path: Path) -> object:
     return from_torch(obj) if isinstance(obj, torch.Tensor) else obj
 
 
+_NPY_MAGIC = b"\x93NUMPY"
+
+
 def _load_npy(path: Path) -> np.ndarray:
+    """numpy's own format, checked first (a FIFO would block numpy; a file without the header would
+    make it try pickle), numbers only, in native byte order (the kernels read it as such)."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise TensorLoadError(path, "not a regular file")
+    with path.open("rb") as handle:
+        if handle.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+            raise TensorLoadError(path, "unreadable .npy file (no NUMPY header: not a numpy array file)")
     try:
-        return np.load(path, mmap_mode="c" if settled(path) else None, allow_pickle=False)
+        values = np.load(path, mmap_mode="c" if settled(path) else None, allow_pickle=False)
     except ValueError as exc:
         if "allow_pickle" in str(exc):
             raise TensorLoadError(path, "refused: a .npy of pickled objects, not numbers") from exc
         raise TensorLoadError(path, f"unreadable .npy file ({_first_line(exc)})") from exc
+    except (EOFError, OSError) as exc:
+        raise TensorLoadError(path, f"unreadable .npy file ({_first_line(exc)})") from exc
+    if values.dtype.kind not in "biufc":  # strings, dates, records: not a tensor's values
+        raise TensorLoadError(path, f"holds {values.dtype} values, not numbers")
+    if not values.dtype.isnative:
+        values = values.astype(values.dtype.newbyteorder("="))
+    return values
 
 
 def _sglang_value(path: Path, record: dict[object, object]) -> object:

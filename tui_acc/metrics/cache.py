@@ -152,6 +152,9 @@ class RowCache:
                 found = db.execute("SELECT key, data FROM rows WHERE pair = ?", (self.pair,)).fetchall()
                 db.execute("UPDATE pairs SET used = ? WHERE pair = ?", (time.time(), self.pair))
             return {key: json.loads(data) for key, data in found}
+        except sqlite3.OperationalError as exc:  # locked past the timeout, a full disk: not damage
+            self.problem = f"{self.path}: cache not read ({exc}); rows are computed"
+            return {}
         except (sqlite3.DatabaseError, ValueError) as exc:  # damaged: set aside, recomputed, never trusted
             self._set_aside(exc)
             return {}
@@ -176,7 +179,8 @@ class RowCache:
             try:
                 yield db
             except BaseException:
-                db.execute("ROLLBACK")
+                if db.in_transaction:  # SQLite may have rolled back already (an I/O error, a full disk)
+                    db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
         finally:
