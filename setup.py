@@ -13,7 +13,9 @@ from setuptools import Extension, setup
 # No -march=native: a wheel built here may run on another CPU. The x86-64 AVX2 variant of the fast
 # loop is a target clone chosen at load time (see the C file). -ffp-contract=off: no fused
 # multiply-adds, so the sums round as numba's do, on every architecture.
-COMPILE_ARGS = [] if os.name == "nt" else ["-O3", "-ffp-contract=off", "-std=c11"]
+# MSVC: C11 for `restrict`, and no contraction either (/fp:precise).
+MSVC_ARGS = ["/O2", "/std:c11", "/fp:precise"]
+COMPILE_ARGS = MSVC_ARGS if os.name == "nt" else ["-O3", "-ffp-contract=off", "-std=c11"]
 
 setup(
     ext_modules=[

@@ -45,6 +45,12 @@ class Comparison:
                 self._engine = self._build_engine()
             return self._engine
 
+    @property
+    def built_engine(self) -> MetricsEngine | None:
+        """The engine if something has built it already, else None (never builds it: what the UI
+        thread asks when it only wants to save, close or report on what exists)."""
+        return self._engine
+
 
 def open_comparison(
     golden: str | Path,

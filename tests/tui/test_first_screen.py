@@ -103,3 +103,16 @@ async def test_rows_below_the_screen_are_listed_after_the_first_frame(
         assert [str(key.value) for key in table.rows] == tokens
         assert screen.tally.compared == len(tokens)
         assert str(table.get_cell(tokens[-1], "passed")) != "…"  # the last row has its verdict
+
+
+def test_what_the_ui_thread_asks_before_the_first_comparison_never_builds_the_engine(demo_pair) -> None:
+    """Help's bounds, the problems list and saving rows at quit: building the engine there would import
+    polars and numpy on the event loop, or wait for the worker that is building it."""
+    from tui_acc import open_comparison
+    from tui_acc.tui.bounds import help_lines
+    from tui_acc.tui.screens.help import _logits_dtypes
+
+    cmp = open_comparison(demo_pair.golden, demo_pair.test, cache=False)
+    assert help_lines(cmp) and _logits_dtypes(cmp) is None
+    assert cmp.built_engine is None
+    assert cmp.engine is cmp.built_engine is not None  # built on first use, then the same one

@@ -82,7 +82,10 @@ def merge_parts(parts: Sequence[np.ndarray], how: str, like: Sequence[int] | Non
     if how == SUM:
         # in float64, which holds every rank's values exactly (complex parts stay complex)
         wide = np.complex128 if any(p.dtype.kind == "c" for p in parts) else np.float64
-        return np.sum([p.astype(wide) for p in parts], axis=0)
+        total = parts[0].astype(wide)  # one rank at a time: never every rank widened at once
+        for part in parts[1:]:
+            total += part
+        return total
     if how.startswith(CONCAT):  # "cat:1": along the dimension the dump's own annotation names
         dim = int(how.removeprefix(CONCAT))
         if not all(p.ndim > dim for p in parts):

@@ -143,7 +143,7 @@ def _import(name: str) -> Sweep | str:
             if numba_kernel.sweep is None:
                 return "numba is not installed"
             return numba_kernel.sweep
-    except ImportError as error:  # e.g. the extension was not built (no C compiler at install time)
+    except Exception as error:  # not built (no C compiler at install time), a numba that fails to load
         return f"{type(error).__name__}: {error}"
     return "the numpy kernel is not compiled"
 

@@ -156,8 +156,10 @@ class AccApp(App[None]):
             self.error = error
 
     def save_rows(self, comparison: Comparison) -> Future[None]:
-        """Write the comparison's new rows to the disk cache, off the event loop."""
-        saved = self._cache_writer.submit(comparison.engine.flush)
+        """Write the comparison's new rows to the disk cache, off the event loop (none yet: nothing
+        has been computed, and the engine is not built for it)."""
+        engine = comparison.built_engine
+        saved = self._cache_writer.submit(engine.flush if engine is not None else lambda: None)
         saved.add_done_callback(lambda done: self.post_message(self.RowsSaved(done.exception())))
         return saved
 
@@ -168,7 +170,8 @@ class AccApp(App[None]):
 
     def warn_about_cache(self) -> None:
         """Once: the row cache could not be read or written (results are computed again next time)."""
-        cache = self.comparison.engine.cache
+        engine = self.comparison.built_engine
+        cache = engine.cache if engine is not None else None
         if cache is not None and cache.problem and not self._cache_warned:
             self._cache_warned = True
             self.notify(cache.problem, title="Row cache", severity="warning")
@@ -307,7 +310,8 @@ class AccApp(App[None]):
     def switch_comparison(self, comparison: Comparison, token: int | None, operator: str | None) -> None:
         """Compare ``comparison`` from now on, shown at ``token`` and ``operator`` where it has them."""
         self.save_rows(self.comparison)  # the rows of the comparison being replaced are kept
-        self.comparison.engine.close()
+        if self.comparison.built_engine is not None:
+            self.comparison.built_engine.close()
         self.comparison = comparison
         self.operator_views.clear()  # another dump: its names and verdicts are not the ones left
         self.show_title()

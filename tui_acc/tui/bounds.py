@@ -53,7 +53,7 @@ def strip_bound(row: Row, thresholds: Thresholds, floor: str | None) -> tuple[st
 def help_lines(cmp: Comparison, logits_dtypes: tuple[object, object] | None = None) -> list[str]:
     """The bounds in force for this pair, one line each. ``logits_dtypes``: the logits' own dtypes
     when a token is compared already (else every dtype class of the run is listed)."""
-    thresholds = cmp.engine.thresholds
+    thresholds = cmp.thresholds
     # dtypes unknown to the index: those of the logits stand for the run, else every class is listed
     classes = run_classes(cmp) or (
         [precision_class(*logits_dtypes)] if logits_dtypes is not None else list(DTYPES)

@@ -112,7 +112,8 @@ class HelpScreen(ModalScreen[None]):
 def _logits_dtypes(comparison: Comparison) -> tuple[str, str] | None:
     """The logits' dtypes, once the first token is compared (a row in memory or the disk cache)."""
     tokens = comparison.pairing.tokens
-    row = comparison.engine.cached_token_row(tokens[0]) if tokens else None
+    engine = comparison.built_engine  # none yet: nothing compared, nothing to look up
+    row = engine.cached_token_row(tokens[0]) if tokens and engine is not None else None
     if row is None or not row.get("golden_dtype") or not row.get("test_dtype"):
         return None
     return str(row["golden_dtype"]), str(row["test_dtype"])

@@ -44,7 +44,8 @@ def problems_renderable(cmp: Comparison, narrow: Selection | None = None) -> Gro
     else:
         parts.append(Text("every token, module and tensor file has a partner", style="green"))
     errors = [(p.path, p.message) for p in cmp.golden.problems + cmp.test.problems]
-    errors += [(row["golden_path"], error) for row in cmp.engine.cached_rows() if (error := row.get("error"))]
+    computed = cmp.built_engine.cached_rows() if cmp.built_engine is not None else []
+    errors += [(row["golden_path"], error) for row in computed if (error := row.get("error"))]
     parts.append(Text(""))
     parts.append(Text(f"File errors ({len(errors)}, among what was compared so far)", style="bold underline"))
     for path, message in errors:
