@@ -33,7 +33,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tui_acc.metrics import fastkernel, kernels  # noqa: E402
+from tui_acc.metrics import fastkernel, kernel_layout, kernels  # noqa: E402
 
 WIDTH = 4096
 # as kernels._sweep_compiled cuts a pair: rows of about CHUNK_ELEMENTS elements per sweep call
@@ -46,7 +46,7 @@ START_UP = """
 import json, os, resource, sys, time
 import numpy as np
 import tui_acc
-from tui_acc.metrics import fastkernel, kernels
+from tui_acc.metrics import fastkernel, kernel_layout, kernels
 
 def peak_kib():
     try:
@@ -57,7 +57,7 @@ def peak_kib():
 
 base = peak_kib()
 start = time.perf_counter()
-sums, counts = fastkernel.new_state()
+sums, counts = kernel_layout.new_state()
 for dtype in (np.float32, np.float64):
     one = np.ones((1, 4), dtype)
     fastkernel.sweep(one, one, 0, True, sums, counts)
@@ -130,7 +130,7 @@ def sweep_all(kernel: str, golden: np.ndarray, test: np.ndarray, kl: bool) -> Ca
     assert not isinstance(sweep, str)
 
     def run() -> None:
-        sums, counts = fastkernel.new_state()
+        sums, counts = kernel_layout.new_state()
         for start in range(0, golden.shape[0], CHUNK_ROWS):
             end = start + CHUNK_ROWS
             sweep(golden[start:end], test[start:end], start * WIDTH, kl, sums, counts)
@@ -201,7 +201,7 @@ def main() -> None:
 def sweep_small(kernel: str, golden: np.ndarray, test: np.ndarray, calls: int) -> Callable[[], object]:
     sweep = fastkernel.compiled(kernel)
     assert not isinstance(sweep, str)
-    sums, counts = fastkernel.new_state()
+    sums, counts = kernel_layout.new_state()
 
     def run() -> None:
         for _ in range(calls):

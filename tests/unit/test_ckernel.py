@@ -287,11 +287,11 @@ def test_the_c_path_never_imports_numba() -> None:
     """numba's import alone costs ~0.5 s and 140 MiB: with the C kernel there it is never loaded."""
     script = (
         "import sys, numpy as np\n"
-        "from tui_acc.metrics import fastkernel, kernels\n"
-        "sums, counts = fastkernel.new_state()\n"
+        "from tui_acc.metrics import fastkernel, kernel_layout\n"
+        "sums, counts = kernel_layout.new_state()\n"
         "g = np.ones((2, 3), np.float32)\n"
         "fastkernel.sweep(g, g * 2, 0, True, sums, counts)\n"
-        "assert fastkernel.kernel_name() == 'c' and counts[fastkernel.C_N] == 6, counts\n"
+        "assert fastkernel.kernel_name() == 'c' and counts[kernel_layout.C_N] == 6, counts\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'numba', 'llvmlite'}))\n"
     )
     env = {key: value for key, value in os.environ.items() if key != fastkernel.ENV}

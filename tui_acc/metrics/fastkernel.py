@@ -2,9 +2,9 @@
 
 Every compiled kernel has one calling convention, ``sweep(g, t, offset, kl, sums, counts)``: g and t
 are C-contiguous 2-D float32 or float64 chunks of one dtype, ``offset`` the flat index of their
-first element, ``sums``/``counts`` the state of ``kernel_layout`` (re-exported here), updated in
-place. Where none is available ``kernels`` computes the same metrics with numpy; the tests hold the
-three to the same results.
+first element, ``sums``/``counts`` the state of ``kernel_layout``, updated in place. Where none is
+available ``kernels`` computes the same metrics with numpy; the tests hold the three to the same
+results.
 
 The order, first available wins:
 
@@ -25,84 +25,6 @@ import os
 import threading
 from collections.abc import Callable
 from typing import Any
-
-from tui_acc.metrics.kernel_layout import (
-    C_1E3,
-    C_5E3,
-    C_GINF,
-    C_GNAN,
-    C_KLROWS,
-    C_N,
-    C_REL,
-    C_TINF,
-    C_TNAN,
-    C_WIDX,
-    HUGE,
-    M_AMAX,
-    M_GMAX,
-    M_GMIN,
-    M_RELMAX,
-    M_TMAX,
-    M_TMIN,
-    M_WG,
-    M_WT,
-    N_COUNTS,
-    N_SUMS,
-    REL_FLOOR,
-    S_AD,
-    S_DD,
-    S_G,
-    S_GG,
-    S_GT,
-    S_KL,
-    S_REL,
-    S_T,
-    S_TT,
-    new_state,
-)
-
-__all__ = [
-    "C_1E3",
-    "C_5E3",
-    "C_GINF",
-    "C_GNAN",
-    "C_KLROWS",
-    "C_N",
-    "C_REL",
-    "C_TINF",
-    "C_TNAN",
-    "C_WIDX",
-    "ENV",
-    "HUGE",
-    "KERNELS",
-    "M_AMAX",
-    "M_GMAX",
-    "M_GMIN",
-    "M_RELMAX",
-    "M_TMAX",
-    "M_TMIN",
-    "M_WG",
-    "M_WT",
-    "N_COUNTS",
-    "N_SUMS",
-    "REL_FLOOR",
-    "S_AD",
-    "S_DD",
-    "S_G",
-    "S_GG",
-    "S_GT",
-    "S_KL",
-    "S_REL",
-    "S_T",
-    "S_TT",
-    "KernelUnavailable",
-    "available",
-    "check_forced",
-    "compiled",
-    "kernel_name",
-    "new_state",
-    "sweep",
-]
 
 ENV = "TUI_ACC_KERNEL"
 # in the order they are tried

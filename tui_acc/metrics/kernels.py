@@ -26,6 +26,7 @@ import numpy as np
 
 from tui_acc.dumps.dtypes import dtype_name, is_complex, is_float, widened
 from tui_acc.metrics import fastkernel
+from tui_acc.metrics import kernel_layout as layout
 
 # Below this |golden| a relative error means nothing (fp32 machine epsilon, as msit uses).
 REL_ERR_FLOOR = 1.1920928955078125e-07
@@ -114,7 +115,7 @@ def warm_up() -> None:
     """Load the compiled kernel's signatures (float32 and float64 chunks) now, not at the first pair."""
     if not fastkernel.available():
         return
-    state, counts = fastkernel.new_state()
+    state, counts = layout.new_state()
     for dtype in (np.float32, np.float64):
         one = np.zeros((1, 1), dtype=dtype)
         fastkernel.sweep(one, one, 0, True, state, counts)
@@ -227,46 +228,45 @@ _NO_TOP: dict[str, int | float | bool | None] = {
 
 def _sweep_compiled(blocks: list[Block], kl: bool, nan: dict[str, int]) -> _Sums:
     """The same sums from ``fastkernel``, chunk by chunk, chunks widened to float32/64 first."""
-    f = fastkernel
-    state, counts = f.new_state()
+    state, counts = layout.new_state()
     for g2, t2, width, base in blocks:
         rows_per_chunk = max(1, CHUNK_ELEMENTS // width)
         for start in range(0, g2.shape[0], rows_per_chunk):
             g, t = _kernel_chunks(g2[start : start + rows_per_chunk], t2[start : start + rows_per_chunk])
-            f.sweep(g, t, base + start * width, kl, state, counts)
+            fastkernel.sweep(g, t, base + start * width, kl, state, counts)
     for key, index in (
-        ("golden_nan", f.C_GNAN),
-        ("golden_inf", f.C_GINF),
-        ("test_nan", f.C_TNAN),
-        ("test_inf", f.C_TINF),
+        ("golden_nan", layout.C_GNAN),
+        ("golden_inf", layout.C_GINF),
+        ("test_nan", layout.C_TNAN),
+        ("test_inf", layout.C_TINF),
     ):
         nan[key] = int(counts[index])
     sums = _Sums(
-        dot=float(state[f.S_GT]),
-        gg=float(state[f.S_GG]),
-        tt=float(state[f.S_TT]),
-        dd=float(state[f.S_DD]),
-        abs_sum=float(state[f.S_AD]),
-        abs_max=float(state[f.M_AMAX]),
-        rel_sum=float(state[f.S_REL]),
-        rel_max=float(state[f.M_RELMAX]),
-        rel_count=int(counts[f.C_REL]),
-        finite=int(counts[f.C_N]),
-        g_sum=float(state[f.S_G]),
-        t_sum=float(state[f.S_T]),
-        g_max=float(state[f.M_GMAX]),
-        g_min=float(state[f.M_GMIN]),
-        t_max=float(state[f.M_TMAX]),
-        t_min=float(state[f.M_TMIN]),
-        kl_sum=float(state[f.S_KL]),
-        kl_rows=int(counts[f.C_KLROWS]),
-        within_1e3=int(counts[f.C_1E3]),
-        within_5e3=int(counts[f.C_5E3]),
+        dot=float(state[layout.S_GT]),
+        gg=float(state[layout.S_GG]),
+        tt=float(state[layout.S_TT]),
+        dd=float(state[layout.S_DD]),
+        abs_sum=float(state[layout.S_AD]),
+        abs_max=float(state[layout.M_AMAX]),
+        rel_sum=float(state[layout.S_REL]),
+        rel_max=float(state[layout.M_RELMAX]),
+        rel_count=int(counts[layout.C_REL]),
+        finite=int(counts[layout.C_N]),
+        g_sum=float(state[layout.S_G]),
+        t_sum=float(state[layout.S_T]),
+        g_max=float(state[layout.M_GMAX]),
+        g_min=float(state[layout.M_GMIN]),
+        t_max=float(state[layout.M_TMAX]),
+        t_min=float(state[layout.M_TMIN]),
+        kl_sum=float(state[layout.S_KL]),
+        kl_rows=int(counts[layout.C_KLROWS]),
+        within_1e3=int(counts[layout.C_1E3]),
+        within_5e3=int(counts[layout.C_5E3]),
     )
-    if counts[f.C_WIDX] >= 0:
-        sums.worst_index = int(counts[f.C_WIDX])
-        sums.worst_golden = float(state[f.M_WG])
-        sums.worst_test = float(state[f.M_WT])
+    if counts[layout.C_WIDX] >= 0:
+        sums.worst_index = int(counts[layout.C_WIDX])
+        sums.worst_golden = float(state[layout.M_WG])
+        sums.worst_test = float(state[layout.M_WT])
     return sums
 
 
