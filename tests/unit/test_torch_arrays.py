@@ -8,37 +8,14 @@ import numpy as np
 import pytest
 import torch
 
+from tests.unit.torch_samples import DTYPES, random_bits
 from tui_acc.dumps.torch_arrays import from_torch
 
 GEN = torch.Generator().manual_seed(17)
 
-DTYPES = [
-    torch.float64,
-    torch.float32,
-    torch.float16,
-    torch.bfloat16,
-    torch.float8_e4m3fn,
-    torch.float8_e5m2,
-    torch.float8_e8m0fnu,
-    torch.float8_e4m3fnuz,
-    torch.float8_e5m2fnuz,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.uint8,
-    torch.uint16,
-    torch.uint32,
-    torch.uint64,
-    torch.bool,
-    torch.complex64,
-    torch.complex128,
-]
-
 
 def _random_bits(dtype: torch.dtype, *shape: int) -> torch.Tensor:
-    raw = torch.randint(0, 256, (int(np.prod(shape)) * dtype.itemsize,), dtype=torch.uint8, generator=GEN)
-    return (raw % 2 if dtype == torch.bool else raw).view(dtype).reshape(shape)
+    return random_bits(dtype, *shape, generator=GEN)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))

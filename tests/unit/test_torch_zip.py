@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.unit.torch_samples import DTYPES, random_bits
 from tui_acc.dumps import torch_zip
 from tui_acc.dumps.torch_arrays import from_torch
 from tui_acc.dumps.torch_zip import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
@@ -25,38 +26,9 @@ from tui_acc.dumps.torch_zip import NeedsTorch, RefusedGlobal, TorchFileError, r
 GEN = torch.Generator().manual_seed(16)
 REPO = Path(__file__).resolve().parents[2]
 
-# every dtype torch 2.13 saves that numpy (with ml_dtypes) holds exactly; complex32 is tested apart
-DTYPES = [
-    torch.float64,
-    torch.float32,
-    torch.float16,
-    torch.bfloat16,
-    torch.float8_e4m3fn,
-    torch.float8_e5m2,
-    torch.float8_e8m0fnu,
-    torch.float8_e4m3fnuz,
-    torch.float8_e5m2fnuz,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.uint8,
-    torch.uint16,
-    torch.uint32,
-    torch.uint64,
-    torch.bool,
-    torch.complex64,
-    torch.complex128,
-]
-
 
 def _random_bits(dtype: torch.dtype, *shape: int) -> torch.Tensor:
-    """Every bit pattern is fair (NaNs, infinities, subnormals): compared as bits, not as numbers."""
-    count = int(np.prod(shape)) * dtype.itemsize
-    raw = torch.randint(0, 256, (count,), dtype=torch.uint8, generator=GEN)
-    if dtype == torch.bool:
-        raw = raw % 2
-    return raw.view(dtype).reshape(shape)
+    return random_bits(dtype, *shape, generator=GEN)
 
 
 def _torch_bits(tensor: torch.Tensor) -> np.ndarray:
