@@ -25,3 +25,16 @@ def demo_app(demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AccA
     exports = tmp_path / "exports"
     exports.mkdir()
     return AccApp(open_comparison("golden", "test"), export_dir=exports)
+
+
+@pytest.fixture
+def atb_app(atb_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AccApp:
+    """The demo's torch golden against its ATB export, opened by relative paths (the title line is the
+    same on every machine: snapshots compare it)."""
+    golden, plain, _ = atb_pair
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "golden").symlink_to(golden)
+    (work / "test").symlink_to(plain)
+    monkeypatch.chdir(work)
+    return AccApp(open_comparison("golden", "test"), export_dir=tmp_path)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from textual.widgets import DataTable, Static
 
 from tests.tui.conftest import settle
@@ -17,17 +16,6 @@ from tui_acc.tui.widgets.layer_tree import LayerTree
 def _cursor_key(app: AccApp) -> str:
     table = app.screen.query_one("#ops", DataTable)
     return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
-
-
-@pytest.fixture
-def atb_app(atb_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AccApp:
-    golden, plain, _ = atb_pair
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "golden").symlink_to(golden)
-    (work / "test").symlink_to(plain)
-    monkeypatch.chdir(work)  # relative paths keep the title line stable for the snapshot
-    return AccApp(open_comparison("golden", "test"), export_dir=tmp_path)
 
 
 async def test_atb_names_stand_beside_torch_names(atb_app: AccApp) -> None:

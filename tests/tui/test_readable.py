@@ -23,17 +23,6 @@ from tui_acc.tui.widgets.tensor_detail import TensorDetail
 SCIENTIFIC = re.compile(r"^-?\d\.\d{3}e[+-]\d\d$")
 
 
-@pytest.fixture
-def atb_app(atb_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AccApp:
-    golden, plain, _ = atb_pair
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "golden").symlink_to(golden)
-    (work / "test").symlink_to(plain)
-    monkeypatch.chdir(work)
-    return AccApp(open_comparison("golden", "test"), export_dir=tmp_path)
-
-
 async def _open_first_failing_op(pilot) -> OperatorScreen:  # type: ignore[no-untyped-def]
     await settle(pilot)
     await pilot.press("f")  # the first failing token, opened at its first failing op
