@@ -314,10 +314,10 @@ def _meta_by_torch(path: Path) -> object:
     """What torch_zip leaves to torch (a record it does not know), loaded as safely."""
     import pickle
 
-    import torch
+    from tui_acc.dumps.tensors import load_through_torch
 
     try:
-        return torch.load(path, weights_only=True, map_location="cpu", mmap=settled(path))
+        return load_through_torch(path)
     except (OSError, RuntimeError, ValueError, pickle.UnpicklingError):
         return None
 

@@ -79,11 +79,12 @@ def _load_torch_file(path: Path) -> object:
     except TorchFileError as exc:
         raise TensorLoadError(path, f"unreadable torch file ({exc})") from exc
     except NeedsTorch:
-        return _torch_load(path)
+        return load_through_torch(path)
 
 
-def _torch_load(path: Path) -> object:
-    """torch's own loader, for what ``torch_zip`` leaves to it; its tensors handed on as arrays."""
+def load_through_torch(path: Path) -> object:
+    """torch's own loader (``weights_only``), for what ``torch_zip`` leaves to it; its tensors handed
+    on as arrays. Mapped where the file is a settled zip (torch maps nothing else)."""
     import zipfile
 
     import torch  # deferred: only the files torch_zip cannot read pay torch's import
