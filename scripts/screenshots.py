@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tui_acc import open_comparison  # noqa: E402
-from tui_acc.demo import make_demo  # noqa: E402
+from tui_acc.demo import make_baseline, make_demo  # noqa: E402
 from tui_acc.redump import RedumpSettings, SideSettings  # noqa: E402
 from tui_acc.tui.app import AccApp  # noqa: E402
 
@@ -81,6 +81,20 @@ async def shoot_atb(out: Path) -> None:
         app.save_screenshot(str(out / "operators-atb.svg"))
 
 
+async def shoot_noise(out: Path) -> None:
+    """The fault token's operators judged against the demo's baseline (``--baseline``)."""
+    cmp = open_comparison("golden", "test", baseline="baseline")
+    app = AccApp(cmp, export_dir=Path(tempfile.mkdtemp()))
+    async with app.run_test(size=SIZE) as pilot:
+        for keys in (("f",), ("enter",), ("f",)):
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            await pilot.press(*keys)
+        await pilot.pause()
+        app.save_screenshot(str(out / "operators-noise.svg"))
+
+
 def main() -> None:
     out = REPO / "screenshots"
     out.mkdir(exist_ok=True)
@@ -88,6 +102,8 @@ def main() -> None:
         demo = make_demo(Path(tmp) / "tui-acc-demo", seed=0)
         os.chdir(demo.out)  # relative paths in the title line
         asyncio.run(shoot(out))
+        make_baseline(demo)
+        asyncio.run(shoot_noise(out))
         atb = make_demo(Path(tmp) / "tui-acc-demo-atb", seed=0, layout="atb")
         os.chdir(atb.out)
         asyncio.run(shoot_atb(out))

@@ -89,6 +89,20 @@ def demo_pair(tmp_path_factory: pytest.TempPathFactory):
     return make_demo(tmp_path_factory.mktemp("demo") / "pair", seed=0)
 
 
+@pytest.fixture(scope="session")
+def demo_baseline(demo_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's model run clean in bfloat16, rounding toward zero (``tui-acc demo --baseline``),
+    written beside a copy of the demo's manifest rather than into the shared demo folder."""
+    import dataclasses
+    import shutil
+
+    from tui_acc.demo import MANIFEST, make_baseline
+
+    out = tmp_path_factory.mktemp("demo-baseline")
+    shutil.copy(demo_pair.out / MANIFEST, out / MANIFEST)
+    return make_baseline(dataclasses.replace(demo_pair, out=out))
+
+
 def device_dir(root: Path) -> Path:
     (found,) = root.glob("msit_dump_*/torch_tensors/*_*")
     return found

@@ -6,6 +6,7 @@ import argparse
 import functools
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -97,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-tui", action="store_true", help="only write the dumps and print where the fault is"
     )
     demo.add_argument("--seed", type=int, default=0, help="model and prompt seed (default 0)")
+    demo.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also write a clean bfloat16 run that rounds differently (./baseline), and open with --baseline",
+    )
     layout = demo.add_mutually_exclusive_group()
     layout.add_argument(
         "--atb", action="store_true", help="write the test run as an msit ATB dump (.bin + topology)"
@@ -154,6 +160,13 @@ def _add_dump_args(parser: argparse.ArgumentParser) -> None:
         "--gather",
         action="store_true",
         help="merge the test's ranks (concatenated, or summed before all-reduce) for a single-device golden",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="BASE",
+        help="a clean run at the test's dtype: an operator fails only where its error exceeds the "
+        "baseline's (x2, x3 for fp16/bf16) plus one rounding",
     )
     parser.add_argument("--config", type=Path, metavar="FILE", help="tui-acc.toml with thresholds and rules")
     parser.add_argument(
@@ -293,6 +306,7 @@ def _run_compare(args: argparse.Namespace) -> int:
         gather=args.gather,
         cache=not args.no_cache,
         follow_links=args.follow_links,
+        baseline=args.baseline,
     )
     try:
         cmp = opener(args.golden, args.test)
@@ -401,15 +415,19 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from tui_acc.demo import DemoError, make_demo
+    from tui_acc.demo import DemoError, make_baseline, make_demo
 
     try:
         layout = "mindie" if args.mindie else "atb" if args.atb else "torch"
         demo = make_demo(args.out, seed=args.seed, progress=print, layout=layout)
+        baseline = make_baseline(demo, progress=print) if args.baseline else None
     except DemoError as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return 2
     print(demo.describe())
+    if baseline is not None:
+        print(f"baseline dump (bfloat16, rounding toward zero): {baseline}")
+        print(f"judge against its noise:  {shlex.join([*demo.open_argv(), '--baseline', str(baseline)])}")
     if args.no_tui:
         return 0
     from tui_acc.session import open_comparison
@@ -426,6 +444,6 @@ def _run_demo(args: argparse.Namespace) -> int:
     except (ConfigError, SettingsError) as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return 2
-    opener = functools.partial(open_comparison, thresholds=config.thresholds)
+    opener = functools.partial(open_comparison, thresholds=config.thresholds, baseline=baseline)
     AccApp(opener(demo.golden, demo.test), greeting=hint, redump=settings, opener=opener).run()
     return 0

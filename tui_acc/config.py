@@ -18,6 +18,11 @@ Looked up, later ones overriding earlier ones: the user's config directory
     [thresholds.ops.int8]
     cosine = 0.97
 
+    [thresholds.noise]             # --baseline: fail when error > factor * baseline's error + epsilon
+    factor = 2                     # every dtype (default 2; 3 for float16, bfloat16, int8)
+    [thresholds.noise.bfloat16]
+    epsilon = 0.004                # relative error (default: the dtype's unit roundoff)
+
     [[rules]]                      # operators whose golden or test name matches (globs)
     pattern = "*.mlp.act_fn"
     cosine = 0.95
@@ -106,6 +111,8 @@ def _merge(config: Config, path: Path) -> None:
         thresholds = replace(
             thresholds, near_tie_gap=_number(path, "near_tie_gap", table.pop("near_tie_gap"))
         )
+    if "noise" in table:
+        thresholds = _noise(path, thresholds, table.pop("noise"))
     logits = {d: dict(b) for d, b in thresholds.logits.items()}
     ops = {d: dict(b) for d, b in thresholds.ops.items()}
     for kind, target in (("logits", logits), ("ops", ops)):
@@ -126,6 +133,27 @@ def _merge(config: Config, path: Path) -> None:
         rules.append(Rule(pattern, _bounds(path, f"rules #{index + 1}", rule)))
     config.thresholds = replace(thresholds, logits=logits, ops=ops, rules=tuple(rules))
     _merge_tables(config.sections, raw)
+
+
+def _noise(path: Path, thresholds: Thresholds, table: Any) -> Thresholds:
+    """``[thresholds.noise]``: factor and epsilon for every dtype, or in a dtype's own table."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [thresholds.noise] must be a table")
+    limits = {"factor": dict(thresholds.noise_factor), "epsilon": dict(thresholds.noise_epsilon)}
+    for key, value in table.items():
+        if key in DTYPES and isinstance(value, dict):
+            scoped, dtypes = value, [key]
+        else:
+            scoped, dtypes = {key: value}, list(DTYPES)
+        for name, number in scoped.items():
+            if name not in limits:
+                raise ConfigError(f"{path}: [thresholds.noise]: unknown key {name!r}; known: factor, epsilon")
+            where = f"thresholds.noise.{name}"
+            if _number(path, where, number) < 0:
+                raise ConfigError(f"{path}: {where} must not be negative")
+            for dtype in dtypes:
+                limits[name][dtype] = float(number)
+    return replace(thresholds, noise_factor=limits["factor"], noise_epsilon=limits["epsilon"])
 
 
 def _merge_tables(into: dict[str, Any], later: dict[str, Any]) -> None:

@@ -8,6 +8,9 @@ Two notations, each kept to one kind of quantity so that a column never mixes th
   spans decades from one row to the next: four significant digits in scientific notation
   (``1.720e-02``), always, trailing zeros kept, so a column's digits line up whatever the magnitude.
   An exact zero is ``0``.
+
+A third, ``ratio``, is for how many times one error is another (``--baseline``'s noise ratio):
+``0.4x``, ``12.3x``, ``2.1e+04x``: read against the factor of 2 or 3 the verdict uses.
 """
 
 from __future__ import annotations
@@ -36,3 +39,12 @@ def cosine(value: float | None) -> str:
     if not math.isfinite(value):
         return str(value)
     return f"{value:.{COSINE_DECIMALS}f}"
+
+
+def ratio(value: float | None) -> str:
+    """``12.3x``: one decimal, scientific from 1000 on; ``-`` when there is no value."""
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return f"{value}x"  # infx: the baseline reproduces the golden exactly, the test does not
+    return f"{value:.1f}x" if value < 1000 else f"{value:.1e}x"

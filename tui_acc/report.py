@@ -11,7 +11,7 @@ from tui_acc import __version__, numbers
 from tui_acc.dumps import DumpIndex
 from tui_acc.metrics.judge import first_suspect
 from tui_acc.metrics.rows import Row
-from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA
+from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, NOISE_COLUMNS
 from tui_acc.session import Comparison
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -25,6 +25,18 @@ _OP_FIELDS = (
     "shape",
     "golden_dtype",
     "test_dtype",
+    *NOISE_COLUMNS,
+)
+# With --baseline, each operator row of the analysed token: its verdict, error and noise floor
+_NOISE_OP_FIELDS = (
+    "token",
+    "golden_node",
+    "test_node",
+    "outputs_passed",
+    "label",
+    "cosine",
+    "rmse",
+    *NOISE_COLUMNS,
 )
 
 
@@ -81,6 +93,7 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
                 "stats_only": bool(r.get("stats_only")),
                 "norm_rel_diff": r.get("norm_rel_diff"),
                 "error": r.get("error"),
+                **({key: r.get(key) for key in NOISE_COLUMNS} if cmp.baseline is not None else {}),
             }
             for r in tokens.iter_rows(named=True)
         ],
@@ -94,7 +107,12 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
         # every failing operator of those tokens: "local" where the error starts (its inputs
         # pass), "inherited" where its inputs were already bad
         "failing": failing_ops.select(
-            "token", golden="golden_node", test="test_node", label="label", cosine="cosine"
+            "token",
+            golden="golden_node",
+            test="test_node",
+            label="label",
+            cosine="cosine",
+            **({key: key for key in NOISE_COLUMNS} if cmp.baseline is not None else {}),
         ).to_dicts(),
         # each module of the analysed token as a whole: every output inside it as one flat tensor
         "modules": nodes.filter(pl.col("tensors_within") > 0)
@@ -112,8 +130,21 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
         "errors": errors,
         "notes": cmp.golden.notes + cmp.test.notes + cmp.pairing.notes + cache_notes,
         "tensor": _single_pair(cmp),
+        **_noise_floor(cmp, nodes),
         "_tokens": tokens,
         "_nodes": nodes,
+    }
+
+
+def _noise_floor(cmp: Comparison, nodes: pl.DataFrame) -> dict[str, Any]:
+    """With --baseline: which baseline, and every operator of the analysed token against its noise."""
+    if cmp.baseline is None:
+        return {}
+    return {
+        "baseline": _side(cmp.baseline),
+        "operators": nodes.select(_NOISE_OP_FIELDS)
+        .rename({"golden_node": "golden", "test_node": "test", "outputs_passed": "passed"})
+        .to_dicts(),
     }
 
 
@@ -165,6 +196,7 @@ def format_text(report: dict[str, Any]) -> str:
     """A terminal summary of the report."""
     lines = [
         *(f"{side:<6}  {_side_line(report[side])}" for side in ("golden", "test")),
+        *([f"noise   {_side_line(report['baseline'])} (--baseline)"] if "baseline" in report else []),
         f"logits  {report['logits_node']}",
         "",
         f"{'token':>5}  {'verdict':<7}  {'cosine':>10}  {'KL':>10}  top-1 golden/test",
@@ -199,7 +231,7 @@ def format_text(report: dict[str, Any]) -> str:
             lines.append(
                 f"first failing op at token {op['token']}: {op['golden']} ({op['golden_type']}){partner}"
                 f"  cosine {numbers.cosine(op['cosine'])}  max abs {numbers.number(op['max_abs_err'])}"
-                f"  {op['label']}, {inputs}"
+                f"  {op['label']}, {inputs}" + _noise_text(op, "baseline" in report)
             )
             at_token = [f for f in report["failing"] if f["token"] == op["token"]]
             inherited = sum(1 for f in at_token if f["label"] == "inherited")
@@ -233,6 +265,13 @@ def format_text(report: dict[str, Any]) -> str:
         lines.append(f"error: {e['file']}: {e['message']}")
     lines += [f"note: {n}" for n in report["notes"]]
     return "\n".join(lines)
+
+
+def _noise_text(op: dict[str, Any], with_baseline: bool) -> str:
+    if not with_baseline:
+        return ""
+    ratio = op.get("noise_ratio")
+    return "  (no baseline tensor)" if ratio is None else f"  {numbers.ratio(ratio)} the baseline's error"
 
 
 def _compared_line(report: dict[str, Any]) -> str:

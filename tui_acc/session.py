@@ -29,9 +29,11 @@ class Comparison:
         pairing: Pairing,
         thresholds: Thresholds,
         build_engine: Callable[[], MetricsEngine],
+        baseline: DumpIndex | None = None,
     ) -> None:
         self.golden = golden
         self.test = test
+        self.baseline = baseline  # --baseline: the clean run at the test's dtype setting the noise floor
         self.pairing = pairing
         self.thresholds = thresholds
         self._build_engine = build_engine
@@ -65,6 +67,7 @@ def open_comparison(
     follow_links: bool = False,
     data_mapping: str | Path | None = None,
     layer_mapping: str | Path | bool | None = None,
+    baseline: str | Path | None = None,
 ) -> Comparison:
     """Index both dumps and pair them; no tensor is loaded yet.
 
@@ -81,6 +84,8 @@ def open_comparison(
         data_mapping: two msprobe dumps: msprobe compare's ``-dm`` YAML (test tensor -> golden tensor).
         layer_mapping: two msprobe dumps: msprobe compare's ``-lm`` YAML (per class: test child ->
             golden child), or True for ``-lm`` without a file (records paired by layer position).
+        baseline: a clean run at the test's dtype (``--baseline``): every tensor is then judged
+            against the noise floor its error from the golden sets (``metrics/noise.py``).
 
     Raises:
         DumpError: a root (or the mapping file) cannot be used; the message names it.
@@ -113,6 +118,13 @@ def open_comparison(
             else Path(layer_mapping).expanduser(),
         )
         pairing = pair_dumps(golden_index, test_index, logits_node, op_mapping, names)
+        baseline_index = baseline_pairing = None
+        if baseline is not None:
+            # read as the test is (its rank, its token offset): it is the same run on another device
+            baseline_index = open_dump(
+                baseline, token_offset=token_offset, rank=rank, follow_links=follow_links
+            )
+            baseline_pairing = pair_dumps(golden_index, baseline_index, logits_node, op_mapping, names)
     except MappingError as exc:
         raise DumpError(str(exc)) from exc
     thresholds = thresholds or Thresholds()
@@ -121,10 +133,15 @@ def open_comparison(
         from tui_acc.metrics.cache import RowCache
         from tui_acc.metrics.engine import MetricsEngine
 
+        noise_floor = None
+        if baseline_index is not None and baseline_pairing is not None:
+            # one worker: its rows are computed by the test's workers, each with the test row it judges
+            base_cache = RowCache(golden_index.data_dir, baseline_index.data_dir) if cache else None
+            noise_floor = MetricsEngine(baseline_pairing, thresholds, workers=1, cache=base_cache)
         row_cache = RowCache(golden_index.data_dir, test_index.data_dir) if cache else None
-        return MetricsEngine(pairing, thresholds, cache=row_cache)
+        return MetricsEngine(pairing, thresholds, cache=row_cache, baseline=noise_floor)
 
-    return Comparison(golden_index, test_index, pairing, thresholds, build_engine)
+    return Comparison(golden_index, test_index, pairing, thresholds, build_engine, baseline_index)
 
 
 def _gathered(path: str | Path, token_offset: int | None, follow_links: bool) -> DumpIndex:
@@ -162,6 +179,8 @@ def check_comparable(cmp: Comparison) -> None:
             "the dump of the run under suspicion"
         )
     sides = f"golden: {_described(golden)}; test: {_described(test)}"
+    if cmp.baseline is not None:
+        _check_baseline(cmp.baseline, golden, test)
     if not cmp.pairing.tokens:
         raise DumpError(f"no token is in both dumps ({sides})")
     # pairs token by token and stops at the first that has a pair: only a useless pair costs them all
@@ -170,6 +189,23 @@ def check_comparable(cmp: Comparison) -> None:
         if (golden.format == "tensor") != (test.format == "tensor"):
             hint = "; a single tensor file compares only with another single tensor file"
         raise DumpError(f"nothing pairs: no tensor of the golden has a partner in the test ({sides}){hint}")
+
+
+def _check_baseline(baseline: DumpIndex, golden: DumpIndex, test: DumpIndex) -> None:
+    """A baseline that is one of the two runs, or shares no token with the golden, sets no noise floor."""
+    for side, index in (("golden", golden), ("test", test)):
+        if Path(baseline.root).resolve() == Path(index.root).resolve() or (
+            baseline.data_dir.resolve() == index.data_dir.resolve()
+        ):
+            raise DumpError(
+                f"--baseline {baseline.root} is the {side} dump: give a clean run of the model at the test's "
+                "dtype (e.g. bf16 on a trusted device)"
+            )
+    if not set(baseline.tokens) & set(golden.tokens):
+        raise DumpError(
+            f"--baseline: no token is in both the golden and the baseline "
+            f"(golden: {_described(golden)}; baseline: {_described(baseline)})"
+        )
 
 
 def _described(index: DumpIndex) -> str:

@@ -119,6 +119,30 @@ def make_demo(
     return demo
 
 
+BASELINE = "baseline"
+
+
+def make_baseline(demo: Demo, progress: Callable[[str], None] | None = None) -> Path:
+    """``demo.out/baseline``: the demo's model run clean in bfloat16, rounding toward zero (the test
+    rounds to nearest), for ``--baseline``; reused when it is there already."""
+    say = progress or (lambda _msg: None)
+    target = demo.out / BASELINE
+    if target.is_dir():
+        say(f"reusing the baseline already in {target}")
+        return target
+    from tui_acc.demo.run import run_baseline
+
+    manifest = json.loads((demo.out / MANIFEST).read_text(encoding="utf-8"))
+    staging = demo.out / ".partial-baseline"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        run_baseline(staging, manifest["seed"], manifest["prompt"], NEW_TOKENS, say)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
 def write_redump_config(out: Path, layout: str) -> None:
     """A tui-acc.toml that points ``r`` at the demo's own inference script (never replaces one)."""
     import sys

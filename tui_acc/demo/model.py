@@ -17,7 +17,9 @@ an NPU kernel that accumulates in a wider type and writes bfloat16 does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextvars
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,9 +49,34 @@ def _wide(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float64)
 
 
+# How a bfloat16 model rounds each result: to nearest even, as torch and an NPU kernel do, or
+# toward zero while ``rounding_toward_zero`` is in force: the demo's baseline (``demo --baseline``),
+# a clean bf16 run whose rounding differs from the test's, as another device's kernels' would.
+_TOWARD_ZERO = contextvars.ContextVar("bfloat16_toward_zero", default=False)
+
+
+@contextmanager
+def rounding_toward_zero() -> Iterator[None]:
+    token = _TOWARD_ZERO.set(True)
+    try:
+        yield
+    finally:
+        _TOWARD_ZERO.reset(token)
+
+
+def _rounded(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` (float64) rounded once to ``dtype``."""
+    if dtype is torch.bfloat16 and _TOWARD_ZERO.get():
+        # bfloat16 is float32's upper half: clearing the lower 16 bits truncates, exactly (the
+        # float64 -> float32 step first rounds to nearest, 2**-16 of a bfloat16 ulp at most)
+        bits = x.to(torch.float32).view(torch.int32) & -0x10000
+        return bits.view(torch.float32).to(torch.bfloat16)
+    return x.to(dtype)
+
+
 def _add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """A residual add, rounded once to the activations' dtype."""
-    return (_wide(a) + _wide(b)).to(a.dtype)
+    return _rounded(_wide(a) + _wide(b), a.dtype)
 
 
 class Linear(nn.Linear):
@@ -57,7 +84,7 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else _wide(self.bias)
-        return nn.functional.linear(_wide(x), _wide(self.weight), bias).to(x.dtype)
+        return _rounded(nn.functional.linear(_wide(x), _wide(self.weight), bias), x.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -69,7 +96,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x64 = _wide(x)
         normed = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (_wide(self.weight) * normed).to(x.dtype)
+        return _rounded(_wide(self.weight) * normed, x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -83,7 +110,7 @@ class RotaryEmbedding(nn.Module):
         inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.dim, 2, dtype=torch.float64) / self.dim))
         freqs = _wide(position_ids[..., None]) * inv_freq  # [B, S, dim/2]
         emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        return _rounded(emb.cos(), x.dtype), _rounded(emb.sin(), x.dtype)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -93,7 +120,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 class SiLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return nn.functional.silu(_wide(x)).to(x.dtype)
+        return _rounded(nn.functional.silu(_wide(x)), x.dtype)
 
 
 class Attention(nn.Module):
@@ -116,8 +143,8 @@ class Attention(nn.Module):
         v = self.v_proj(hidden).view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
         cos_, sin_ = _wide(cos[:, None]), _wide(sin[:, None])
         # The rotary kernel writes both in the model's dtype, and the KV cache holds it.
-        q = _wide((q * cos_ + _rotate_half(q) * sin_).to(hidden.dtype))
-        k = (k * cos_ + _rotate_half(k) * sin_).to(hidden.dtype)
+        q = _wide(_rounded(q * cos_ + _rotate_half(q) * sin_, hidden.dtype))
+        k = _rounded(k * cos_ + _rotate_half(k) * sin_, hidden.dtype)
         if cache:
             k = torch.cat((cache[0], k), dim=2)
             v = torch.cat((cache[1], v), dim=2)
@@ -131,7 +158,7 @@ class Attention(nn.Module):
         scores = scores.masked_fill(~causal, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         context = (probs @ v64).transpose(1, 2).reshape(b, s, c.num_heads * c.head_dim)
-        return self.o_proj(context.to(hidden.dtype))
+        return self.o_proj(_rounded(context, hidden.dtype))
 
 
 class MLP(nn.Module):
@@ -144,7 +171,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gated = _wide(self.act_fn(self.gate_proj(x))) * _wide(self.up_proj(x))
-        return self.down_proj(gated.to(x.dtype))
+        return self.down_proj(_rounded(gated, x.dtype))
 
 
 class DecoderLayer(nn.Module):

@@ -11,7 +11,7 @@ import torch
 
 from tui_acc.demo.capture import MsitTorchCapture
 from tui_acc.demo.faults import StaleTailTile
-from tui_acc.demo.model import TinyConfig, build_model, generate
+from tui_acc.demo.model import TinyConfig, build_model, generate, rounding_toward_zero
 
 
 @dataclass(frozen=True)
@@ -58,3 +58,19 @@ def run_pair(
         finally:
             handle.remove()
     return PairResult(golden_ids, test_ids, fault.describe())
+
+
+@_one_thread()
+def run_baseline(
+    out: Path,
+    seed: int,
+    prompt: list[int],
+    new_tokens: int,
+    say: Callable[[str], None],
+    config: TinyConfig | None = None,
+) -> list[int]:
+    """A clean bfloat16 run that rounds toward zero: the test's dtype, another device's rounding."""
+    say("baseline run: bfloat16 rounding toward zero, no fault ...")
+    model = build_model(seed, config).to(torch.bfloat16)
+    with rounding_toward_zero(), MsitTorchCapture(model, out):
+        return generate(model, prompt, new_tokens)

@@ -27,6 +27,7 @@ from tui_acc.dumps.tensors import TensorLoadError
 from tui_acc.metrics.aggregate import within_each_module
 from tui_acc.metrics.cache import RowCache, identity
 from tui_acc.metrics.judge import first_suspect, judge, judge_one, mark_containers, node_frame
+from tui_acc.metrics.noise import judged, noise_fields
 from tui_acc.metrics.row_store import RowStore
 from tui_acc.metrics.scheduling import Preference, Scheduler, StopCheck
 from tui_acc.metrics.schema import (
@@ -51,6 +52,10 @@ LARGE_PAIR_BYTES = 64 << 20
 NODE_CHUNK = 64
 
 
+# A baseline row that exists but is not computed yet (a row judged against it is not known either)
+NOT_KNOWN_YET = cast(TensorRow, {"error": "not known yet"})
+
+
 class Cancelled(Exception):
     """Raised inside a long computation when its ``should_stop`` says so."""
 
@@ -68,8 +73,14 @@ class MetricsEngine:
         thresholds: Thresholds | None = None,
         workers: int | None = None,
         cache: RowCache | None = None,
+        baseline: MetricsEngine | None = None,
     ) -> None:
+        """``baseline``: GOLDEN against a clean run at the test's dtype (``--baseline``); its rows set
+        the noise floor every verdict here is judged against (metrics/noise.py)."""
         self.pairing = pairing
+        self.baseline = baseline
+        # the baseline's pair for each (golden node, slot), one token at a time, looked up once
+        self._twins: dict[int, dict[tuple[str, str], TensorPair]] = {}
         self.cache = cache
         self.from_cache = 0  # rows found on disk instead of computed
         self.thresholds = thresholds or Thresholds()
@@ -97,6 +108,8 @@ class MetricsEngine:
         """Let the worker threads end (they would otherwise wait for work for as long as the process
         lives): the comparison is being replaced. Rows already known stay readable."""
         self.scheduler.close()
+        if self.baseline is not None:
+            self.baseline.close()
 
     # --- tensors ------------------------------------------------------------------------------
 
@@ -105,7 +118,7 @@ class MetricsEngine:
         return self._rows.once(pair, lambda: self._produce(pair))
 
     def _produce(self, pair: TensorPair) -> TensorRow:
-        cached = self._from_cache(pair)
+        cached = self._from_cache(pair, may_compute=True)
         if cached is not None:
             return cached
         row, transient = self._compute(pair)
@@ -132,25 +145,32 @@ class MetricsEngine:
             self._keys[pair] = key
         return key
 
-    def _from_cache(self, pair: TensorPair) -> TensorRow | None:
+    def _from_cache(self, pair: TensorPair, may_compute: bool = False) -> TensorRow | None:
+        """The row kept on disk, judged. Judging it needs the baseline's row where there is a
+        baseline: unless ``may_compute``, a row whose baseline row is not known yet is not known."""
         if self.cache is None:
             return None
         found = self.cache.get(self._cache_key(pair))
         if found is None:
             return None
+        baseline_row = self._baseline_row(pair, may_compute)
+        if baseline_row is NOT_KNOWN_YET:
+            return None
         stored = cast(TensorRow, found)  # as it was put: a TensorRow's stored columns
         # the tensors' names follow this session's pairing; the verdict its thresholds
         stored["token"], stored["role"] = pair.token, pair.role
         stored["golden_node"], stored["test_node"] = pair.golden_node, pair.test_node
-        stored["passed"] = self._verdict(pair, stored)
+        self._judge(pair, stored, baseline_row)
         with self._lock:
             self.from_cache += 1
         return stored
 
     def flush(self) -> None:
-        """Save newly computed rows to the disk cache (if any)."""
+        """Save newly computed rows to the disk cache (if any), the baseline's too."""
         if self.cache is not None:
             self.cache.flush()
+        if self.baseline is not None:
+            self.baseline.flush()
 
     def cached_row(self, pair: TensorPair) -> TensorRow | None:
         """The row if it is known (in memory, or in the disk cache); never computes."""
@@ -219,7 +239,7 @@ class MetricsEngine:
             metrics["test_shape"] = _shape(metrics["test_shape"])
             row.update(cast(TensorRow, metrics))
             row.setdefault("stats_only", False)
-        row["passed"] = self._verdict(pair, row)
+        self._judge(pair, row, self._baseline_row(pair, may_compute=True))
         return row, transient
 
     def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
@@ -238,10 +258,43 @@ class MetricsEngine:
         stable = self.pairing.golden.stable_name(pair.golden_node)
         return pair.role == "output" and stable in self._logits_holders
 
-    def _verdict(self, pair: TensorPair, row: TensorRow) -> bool:
-        if self._holds_logits(pair):
-            return logits_passed(row, self.thresholds, self._stats_floor)
-        return tensor_passed(row, self.thresholds, self._stats_floor)
+    def _judge(self, pair: TensorPair, row: TensorRow, baseline_row: TensorRow | None) -> None:
+        """Set the row's verdict: against the noise floor where a baseline row judges it, else
+        against the thresholds (for the logits, the logits' own)."""
+        against_noise = None
+        if self.baseline is not None:
+            row.update(noise_fields(row, baseline_row))
+            against_noise = judged(row, baseline_row, self.thresholds)
+        if against_noise is not None:
+            row["passed"] = against_noise
+        elif self._holds_logits(pair):
+            row["passed"] = logits_passed(row, self.thresholds, self._stats_floor)
+        else:
+            row["passed"] = tensor_passed(row, self.thresholds, self._stats_floor)
+
+    def _baseline_row(self, pair: TensorPair, may_compute: bool) -> TensorRow | None:
+        """The baseline's row at the same golden tensor, or None without a baseline or where it
+        lacks the tensor. Computed here when not known yet if ``may_compute`` (a worker computing a
+        test row computes its baseline row too), else ``NOT_KNOWN_YET``."""
+        if self.baseline is None:
+            return None
+        with self._lock:
+            twins = self._twins.get(pair.token)
+        if twins is None:
+            twins = {
+                (twin.golden_node, twin.slot): twin
+                for node in self.baseline.pairing.node_pairs(pair.token)
+                for twin in node.tensors
+            }
+            with self._lock:
+                self._twins[pair.token] = twins
+        twin = twins.get((pair.golden_node, pair.slot))
+        if twin is None:
+            return None
+        if may_compute:
+            return self.baseline.tensor_row(twin)
+        known = self.baseline.cached_row(twin)
+        return NOT_KNOWN_YET if known is None else known
 
     def tensors_frame(self, token: int, should_stop: StopCheck = _never) -> pl.DataFrame:
         pairs = [pair for node in self.pairing.node_pairs(token) for pair in node.tensors]
@@ -279,7 +332,11 @@ class MetricsEngine:
         row["node"] = tensor["golden_node"]
         row["test_node"] = tensor["test_node"]
         row["shape"] = tensor.get("golden_shape")
-        passed = logits_passed(tensor, self.thresholds, self._stats_floor)
+        passed = (
+            bool(tensor.get("passed"))  # judged against the noise floor, or as logits: see _judge
+            if self.baseline is not None
+            else logits_passed(tensor, self.thresholds, self._stats_floor)
+        )
         if tensor.get("error"):
             row["verdict"] = "error"
         elif passed and near_tie(tensor, self.thresholds):

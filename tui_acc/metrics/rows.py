@@ -93,13 +93,30 @@ class _StatisticsDiffs(TypedDict, total=False):
     norm_rel_diff: float | None
 
 
+class NoiseFloor(TypedDict, total=False):
+    """With ``--baseline``: how far a clean run at the test's dtype is from the golden at the same
+    tensor, and the test's error over it (``noise_ratio``: RMSE over the baseline's RMSE; for
+    statistics-only rows, the norms' relative differences). Never kept in the disk cache: they
+    depend on which baseline was given."""
+
+    noise_ratio: float | None
+    baseline_cosine: float | None
+    baseline_rel_euclidean: float | None
+    baseline_rmse: float | None
+
+
+NOISE_FIELDS = tuple(NoiseFloor.__annotations__)
+
+
 class _TensorTail(TypedDict, total=False):
     error: str | None
     golden_path: str
     test_path: str
 
 
-class TensorRow(_TensorKey, Metrics, _TensorFacts, Sufficient, _StatisticsDiffs, _TensorTail, total=False):
+class TensorRow(
+    _TensorKey, Metrics, _TensorFacts, Sufficient, _StatisticsDiffs, _TensorTail, NoiseFloor, total=False
+):
     """One golden/test tensor pair of one node and token."""
 
 
@@ -128,6 +145,10 @@ class TokenRow(TypedDict, total=False):
     max_diff: float | None
     mean_diff: float | None
     error: str | None
+    noise_ratio: float | None
+    baseline_cosine: float | None
+    baseline_rel_euclidean: float | None
+    baseline_rmse: float | None
 
 
 class NodeMeta(TypedDict, total=False):
@@ -180,7 +201,7 @@ class _NodeWithin(TypedDict, total=False):
     rmse_within: float | None
 
 
-class NodeRow(NodeMeta, _NodeVerdicts, Metrics, _NodeWorstOutput, _NodeWithin, total=False):
+class NodeRow(NodeMeta, _NodeVerdicts, Metrics, _NodeWorstOutput, _NodeWithin, NoiseFloor, total=False):
     """One node pair of a token, judged (unless ``provisional``)."""
 
     # an early row, sent while the nodes before it are computed: metrics and output verdict only

@@ -14,12 +14,13 @@ from typing import Any
 
 import polars as pl
 
-from tui_acc.metrics.rows import Metrics, NodeMeta, NodeRow, Sufficient, TensorRow, TokenRow
+from tui_acc.metrics.rows import Metrics, NodeMeta, NodeRow, NoiseFloor, Sufficient, TensorRow, TokenRow
 
 __all__ = [
     "METRIC_COLUMNS",
     "NODE_META_SCHEMA",
     "NODE_SCHEMA",
+    "NOISE_COLUMNS",
     "SUFFICIENT_COLUMNS",
     "TENSOR_SCHEMA",
     "TOKEN_SCHEMA",
@@ -46,6 +47,7 @@ def polars_schema(shape: type) -> dict[str, PolarsType]:
 
 METRIC_COLUMNS = polars_schema(Metrics)
 SUFFICIENT_COLUMNS = polars_schema(Sufficient)
+NOISE_COLUMNS = polars_schema(NoiseFloor)
 TENSOR_SCHEMA = polars_schema(TensorRow)
 TOKEN_SCHEMA = polars_schema(TokenRow)
 NODE_META_SCHEMA = polars_schema(NodeMeta)

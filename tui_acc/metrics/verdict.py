@@ -43,6 +43,18 @@ DEFAULT_LOGITS: dict[str, dict[str, float]] = {
     "int8": {"cosine": 0.99, "kl": 1e-2},
 }
 STATS_TOLERANCE: dict[str, float] = {"float32": 0.01, "float16": 0.01, "bfloat16": 0.03, "int8": 0.05}
+# The noise floor (``--baseline``, metrics/noise.py): a tensor fails when its error exceeds
+# ``factor * the baseline's error + epsilon``. The factors are torch's numerical gate's
+# (RMSE(result) <= k * RMSE(reference): k = 2, and 3 for float16 and bfloat16); epsilon is one
+# rounding of the test's dtype (its unit roundoff), in the relative error's units, so that a tensor
+# the baseline reproduces exactly may still carry its own dtype's rounding.
+DEFAULT_NOISE_FACTOR: dict[str, float] = {"float32": 2.0, "float16": 3.0, "bfloat16": 3.0, "int8": 3.0}
+DEFAULT_NOISE_EPSILON: dict[str, float] = {
+    "float32": 2.0**-24,
+    "float16": 2.0**-11,
+    "bfloat16": 2.0**-8,
+    "int8": 2.0**-4,  # float8 e4m3's unit roundoff, the widest of the class's float types
+}
 DEFAULT_OPS: dict[str, dict[str, float]] = {
     "float32": {"cosine": 0.999},
     "float16": {"cosine": 0.99},
@@ -72,6 +84,13 @@ class Thresholds:
     stats_norm_rel: float | None = None  # one statistics tolerance for every dtype (else by dtype)
     # logits whose top-1 flips between two near-equal candidates are a tie, not a divergence
     near_tie_gap: float = 0.1
+    noise_factor: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_NOISE_FACTOR))
+    noise_epsilon: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_NOISE_EPSILON))
+
+    def for_noise(self, golden_dtype: object, test_dtype: object) -> tuple[float, float]:
+        """The noise floor's ``(factor, epsilon)`` for a tensor of these dtypes."""
+        precision = precision_class(golden_dtype, test_dtype)
+        return self.noise_factor[precision], self.noise_epsilon[precision]
 
     def for_logits(self, golden_dtype: object, test_dtype: object) -> dict[str, float]:
         return self.logits[precision_class(golden_dtype, test_dtype)]
@@ -107,6 +126,7 @@ class Thresholds:
             "rules": [{"pattern": r.pattern, **r.bounds} for r in self.rules],
             "stats_norm_rel": self.stats_norm_rel if self.stats_norm_rel is not None else STATS_TOLERANCE,
             "near_tie_gap": self.near_tie_gap,
+            "noise": {"factor": self.noise_factor, "epsilon": self.noise_epsilon},
         }
 
 
@@ -126,11 +146,11 @@ def precision_class(*dtypes: object) -> str:
     return "float32"
 
 
-def _is_float(dtype: object) -> bool:
+def is_float(dtype: object) -> bool:
     return isinstance(dtype, str) and dtype.startswith(("float", "half", "bfloat16", "double"))
 
 
-def _gains_non_finite(row: Mapping[str, object]) -> bool:
+def gains_non_finite(row: Mapping[str, object]) -> bool:
     """The test has NaN/Inf the golden does not: a failure whatever the other metrics say."""
 
     def count(side: str) -> int:
@@ -170,7 +190,7 @@ def stats_passed(row: Mapping[str, object], thresholds: Thresholds, floor: str |
     if _stats_gain_non_finite(row):
         return False
     golden_dtype, test_dtype = row.get("golden_dtype"), row.get("test_dtype")
-    if not (_is_float(golden_dtype) and _is_float(test_dtype)):
+    if not (is_float(golden_dtype) and is_float(test_dtype)):
         return row.get("max_diff") in (0, 0.0, None) and row.get("min_diff") in (0, 0.0, None)
     tolerance = thresholds.for_stats(golden_dtype, test_dtype, floor)
     norm = row.get("norm_rel_diff")
@@ -228,10 +248,10 @@ def tensor_passed(row: Mapping[str, object], thresholds: Thresholds, floor: str 
         return stats_passed(row, thresholds, floor)
     if row.get("error"):
         return False
-    if _gains_non_finite(row):
+    if gains_non_finite(row):
         return False
     golden_dtype, test_dtype = row.get("golden_dtype"), row.get("test_dtype")
-    if not (_is_float(golden_dtype) and _is_float(test_dtype)):
+    if not (is_float(golden_dtype) and is_float(test_dtype)):
         return row.get("max_abs_err") in (0, 0.0, None)
     names = tuple(str(row[k]) for k in ("golden_node", "test_node") if row.get(k))
     return within(row, thresholds.for_op(golden_dtype, test_dtype, names))
@@ -241,7 +261,7 @@ def logits_passed(row: Mapping[str, object], thresholds: Thresholds, floor: str 
     """Verdict for a token: its logits against the golden logits."""
     if row.get("stats_only"):
         return stats_passed(row, thresholds, floor)
-    if row.get("error") or _gains_non_finite(row):
+    if row.get("error") or gains_non_finite(row):
         return False
     if not isinstance(row.get("cosine"), float):
         return False

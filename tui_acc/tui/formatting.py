@@ -82,6 +82,11 @@ def cosine(value: float | None) -> str:
     return numbers.cosine(value)
 
 
+def ratio(value: float | None) -> str:
+    """The noise ratio (``--baseline``): ``12.3x``."""
+    return numbers.ratio(value)
+
+
 def output_mark(passed: bool | None, label: str | None, error: bool = False) -> Text:
     """✓, or ✗ with where the error starts: L local, c in a child, i inherited from the inputs."""
     cell = mark(passed)

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from textual.widgets.data_table import ColumnKey
 from textual.worker import get_current_worker
 
-from tui_acc.metrics.rows import Row
+from tui_acc.metrics.rows import NOISE_FIELDS, Row
 from tui_acc.pairing import NodePair
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.screens.base import ViewScreen
@@ -49,6 +49,9 @@ COLUMNS = (
     ("shape", "Shape", 14),
 )
 
+
+# With --baseline: the output's error over the baseline's (the verdict is against 3x or 2x it)
+NOISE_COLUMN = ("noise_ratio", "×noise", 8)
 
 STATS_COLUMNS = (
     ("order", "#", 3),
@@ -123,6 +126,11 @@ class OperatorScreen(ViewScreen):
         self.table_columns = tuple(
             (key, label, order_width if key == "order" else width) for key, label, width in self.table_columns
         )
+        if cmp.baseline is not None:  # the verdicts' own measure, beside the cosine
+            at = next(
+                i for i, (key, _, _) in enumerate(self.table_columns) if key in ("cosine", "norm_rel_diff")
+            )
+            self.table_columns = (*self.table_columns[: at + 1], NOISE_COLUMN, *self.table_columns[at + 1 :])
         if any(node.golden != node.test for node in self._pairs.values()):
             # torch against ATB: the test side's own operator name, after the verdicts and the
             # main metric (at 80 columns it must not push them off screen)
@@ -391,6 +399,7 @@ class OperatorScreen(ViewScreen):
                 max_diff=fmt.figure(fmt.num(row.get("max_diff"))),
                 min_diff=fmt.figure(fmt.num(row.get("min_diff"))),
                 mean_diff=fmt.figure(fmt.num(row.get("mean_diff"))),
+                noise_ratio=fmt.figure(fmt.ratio(row.get("noise_ratio")), passed),
                 shape=row["shape"] or "-",
             )
         return [cells.get(key, "") for key, _, _ in self.table_columns]
@@ -535,6 +544,7 @@ class OperatorScreen(ViewScreen):
     def view_frame(self) -> pl.DataFrame:
         import polars as pl
 
+        with_noise = self.acc.comparison.baseline is not None
         rows = []
         for name in self._in_scope():
             node, row = self._pairs[name], self._rows.get(name, {})
@@ -565,9 +575,10 @@ class OperatorScreen(ViewScreen):
                     "mean_diff": row.get("mean_diff"),
                     "shape": row.get("shape"),
                     "error": row.get("error"),
+                    **{key: row.get(key) for key in NOISE_FIELDS if with_noise},
                 }
             )
-        return pl.DataFrame(rows, schema=_op_export_schema())
+        return pl.DataFrame(rows, schema=_op_export_schema(with_noise))
 
     def redump_target(self) -> tuple[int, str | None]:
         return self.token, self.cursor_key()
@@ -577,9 +588,11 @@ class OperatorScreen(ViewScreen):
         return f"tui-acc-token{self.token}-ops{scope}"
 
 
-def _op_export_schema() -> dict[str, PolarsType]:
+def _op_export_schema(with_noise: bool = False) -> dict[str, PolarsType]:
+    """The exported operator table's columns; with a baseline, its noise figures at the end."""
     import polars as pl
 
+    noise = dict.fromkeys(NOISE_FIELDS, pl.Float64) if with_noise else {}
     return {
         "token": pl.Int64,
         "order": pl.Int64,
@@ -604,4 +617,5 @@ def _op_export_schema() -> dict[str, PolarsType]:
         "mean_diff": pl.Float64,
         "shape": pl.String,
         "error": pl.String,
+        **noise,
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -13,11 +14,12 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
-from tui_acc.metrics.rows import Row
+from tui_acc.metrics.rows import NOISE_FIELDS, Row
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.bounds import number, run_floor, strip_bound
 from tui_acc.tui.screens.base import ViewScreen
 from tui_acc.tui.screens.operators import OperatorScreen
+from tui_acc.tui.title import shown_path
 from tui_acc.tui.token_tally import TokenTally
 from tui_acc.tui.widgets.metric_table import MetricTable
 from tui_acc.tui.widgets.threshold_strip import ThresholdStrip
@@ -211,8 +213,13 @@ class TokenScreen(ViewScreen):
 
     def _choose_columns(self) -> tuple[tuple[str, str, int], ...]:
         cmp = self.acc.comparison
-        columns = STATS_COLUMNS if cmp.golden.statistics_only or cmp.test.statistics_only else COLUMNS
+        columns: tuple[tuple[str, str, int], ...] = (
+            STATS_COLUMNS if cmp.golden.statistics_only or cmp.test.statistics_only else COLUMNS
+        )
         first = next((p for t in cmp.pairing.tokens if (p := cmp.pairing.logits_pair(t)) is not None), None)
+        if cmp.baseline is not None:  # the logits' error over the baseline's: what the verdict weighs
+            at = next(i for i, (key, _, _) in enumerate(columns) if key in ("kl", "norm_rel_diff"))
+            columns = (*columns[: at + 1], ("noise_ratio", "×noise", 8), *columns[at + 1 :])
         if first is not None and first.golden_node != first.test_node:
             columns = (*columns, ("test_node", "Test logits", 22))  # e.g. 14_LmHead beside root.lm_head
         return columns
@@ -232,6 +239,7 @@ class TokenScreen(ViewScreen):
             "norm_rel_diff": fmt.figure(fmt.num(row.get("norm_rel_diff")), passed),
             "max_diff": fmt.figure(fmt.num(row.get("max_diff"))),
             "mean_diff": fmt.figure(fmt.num(row.get("mean_diff"))),
+            "noise_ratio": fmt.figure(fmt.ratio(row.get("noise_ratio")), passed),
             "top1": top1,
             "shape": row.get("shape") or "-",
             "test_node": row.get("test_node") or "",
@@ -252,6 +260,8 @@ class TokenScreen(ViewScreen):
         if sorted_by := self.sort_summary():
             parts.append(sorted_by)
         cmp = self.acc.comparison
+        if cmp.baseline is not None:
+            parts.append(f"judged against the noise of {shown_path(cmp.baseline.root, Path.cwd())}")
         issues = len(cmp.pairing.unmatched_found) + len(cmp.golden.problems) + len(cmp.test.problems)
         if issues:
             parts.append(f"⚠ {issues} unmatched/unreadable (u)")
@@ -345,6 +355,7 @@ class TokenScreen(ViewScreen):
     def view_frame(self) -> pl.DataFrame:
         import polars as pl
 
+        with_noise = self.acc.comparison.baseline is not None
         rows = []
         for key in self.main_table().rows:  # as shown: in the table's order
             token = int(str(key.value))
@@ -364,9 +375,10 @@ class TokenScreen(ViewScreen):
                     "max_diff": row.get("max_diff"),
                     "mean_diff": row.get("mean_diff"),
                     "error": row.get("error"),
+                    **{key: row.get(key) for key in NOISE_FIELDS if with_noise},
                 }
             )
-        return pl.DataFrame(rows, schema=_token_export_schema())
+        return pl.DataFrame(rows, schema=_token_export_schema(with_noise))
 
     def redump_target(self) -> tuple[int, str | None]:
         key = self.cursor_key()
@@ -378,9 +390,11 @@ class TokenScreen(ViewScreen):
         return "tui-acc-tokens"
 
 
-def _token_export_schema() -> dict[str, PolarsType]:
+def _token_export_schema(with_noise: bool = False) -> dict[str, PolarsType]:
+    """The exported token table's columns; with a baseline, its noise figures at the end."""
     import polars as pl
 
+    noise = dict.fromkeys(NOISE_FIELDS, pl.Float64) if with_noise else {}
     return {
         "token": pl.Int64,
         "verdict": pl.String,
@@ -395,6 +409,7 @@ def _token_export_schema() -> dict[str, PolarsType]:
         "max_diff": pl.Float64,
         "mean_diff": pl.Float64,
         "error": pl.String,
+        **noise,
     }
 
 
