@@ -50,3 +50,14 @@ async def test_without_a_baseline_there_is_no_noise_column(demo_app: AccApp) -> 
         table = demo_app.screen.query_one("#tokens", DataTable)
         assert "×noise" not in [str(column.label) for column in table.columns.values()]
         assert "noise_ratio" not in demo_app.screen.view_frame().columns
+
+
+def test_help_states_the_noise_rule(demo_pair, demo_baseline) -> None:
+    from tui_acc.tui.bounds import help_lines
+
+    cmp = open_comparison(demo_pair.golden, demo_pair.test, baseline=demo_baseline)
+    rule = help_lines(cmp)[-1]
+    assert rule.startswith(f"Against the baseline {demo_baseline}") and "bfloat16: factor 3" in rule
+    assert not any(
+        "baseline" in line for line in help_lines(open_comparison(demo_pair.golden, demo_pair.test))
+    )

@@ -73,4 +73,14 @@ def help_lines(cmp: Comparison, logits_dtypes: tuple[object, object] | None = No
     lines += [f"Operator tensors ({c}): {bounds_text(thresholds.for_op(c, c))}." for c in classes]
     lines += [f"Operators named {rule.pattern}: {bounds_text(rule.bounds)}." for rule in thresholds.rules]
     lines.append("Integer tensors (token ids, masks) must match exactly.")
+    if cmp.baseline is not None:
+        limits = "; ".join(
+            f"{c}: factor {number(factor)}, epsilon {number(epsilon)}"
+            for c in classes
+            for factor, epsilon in [thresholds.for_noise(c, c)]
+        )
+        lines.append(
+            f"Against the baseline {cmp.baseline.root}, where it has the tensor: a float tensor passes when "
+            f"RMSE/RMS(golden) ≤ factor × the baseline's + epsilon (×noise: the ratio); {limits}."
+        )
     return lines
