@@ -21,7 +21,10 @@ from tui_acc.tui.screens.help import HelpScreen
 def _pair(*dtypes: str, thresholds: Thresholds | None = None, statistics: bool = False) -> Comparison:
     """What help_lines reads of a comparison: the runs' float dtypes and the thresholds."""
     side = SimpleNamespace(float_dtypes=frozenset(dtypes), statistics_only=statistics)
-    return cast(Comparison, SimpleNamespace(golden=side, test=side, thresholds=thresholds or Thresholds()))
+    return cast(
+        Comparison,
+        SimpleNamespace(golden=side, test=side, baseline=None, thresholds=thresholds or Thresholds()),
+    )
 
 
 def test_a_float32_pair_gets_the_float32_thresholds_not_the_fp16_ones() -> None:
