@@ -239,3 +239,28 @@ def test_entry_points_are_read_from_the_installed_distributions(monkeypatch) -> 
     monkeypatch.setattr(metadata, "entry_points", lambda group: [point] if group == "tui_acc.replay" else [])
     entry = Registry().find("MyOp")
     assert entry is not None and entry.spec == "pkg.mod:fn" and entry.origin.startswith("entry point")
+
+
+def test_mix_level_module_records_replay_with_their_parameters(model_case) -> None:
+    """msprobe mix: a module's record carries its parameters (``parameters.weight``): Linear,
+    LlamaRMSNorm (eps assumed, and said) and Embedding replay as modules."""
+    folder = model_case("llama-msprobe-mix")
+    case = json.loads((folder / "case.json").read_text(encoding="utf-8"))
+    cmp = open_comparison(folder / "golden", folder / "test", cache=False)
+    token = case["fault_token"]
+    faulty = f"Module.{case['fault_module']}.Linear.forward.{token}"
+    modules = [
+        p.golden
+        for p in cmp.pairing.node_pairs(token)
+        if p.golden.startswith("Module.") and p.golden_type in ("Linear", "LlamaRMSNorm", "Embedding")
+    ]
+    assert faulty in modules and {cmp.golden.tree.nodes[m].type for m in modules} == {
+        "Linear",
+        "LlamaRMSNorm",
+        "Embedding",
+    }
+    for name in modules:
+        replay = replay_node(cmp, token, name)
+        assert replay.finding == ("operator" if name == faulty else "inputs"), (name, replay.test.reason)
+        if cmp.golden.tree.nodes[name].type == "LlamaRMSNorm":
+            assert any("eps is a module attribute" in note for note in replay.test.notes)
