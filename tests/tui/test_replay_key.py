@@ -36,14 +36,16 @@ def weights_app(weights_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 async def _at_the_culprit(pilot, module: str) -> None:
+    """f from the token list, then f again once the token is judged: the cursor on ◆, the tree and
+    the table scrolled to it (as test_snapshots does)."""
     await settle(pilot)
-    await pilot.press("f")  # the first failing token, at its first failing operator
+    await pilot.press("f")
     await settle(pilot)
-    screen = pilot.app.screen
-    assert isinstance(screen, OperatorScreen)
-    table = screen.query_one("#ops", DataTable)
-    table.move_cursor(row=table.get_row_index(module))  # where f puts it once the token is judged
+    await pilot.press("f")
     await pilot.pause()
+    await pilot.wait_for_scheduled_animations()
+    screen = pilot.app.screen
+    assert isinstance(screen, OperatorScreen) and screen.cursor_key() == module
 
 
 def _body(app: AccApp) -> str:
@@ -122,3 +124,21 @@ def test_replay_dialog_snapshot(snap_compare, weights_app: AccApp, demo_pair, si
         await settle(pilot)
 
     assert snap_compare(weights_app, terminal_size=size, run_before=replayed)
+
+
+async def test_a_malformed_replay_table_is_said_in_the_status_line(
+    weights_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_pair
+) -> None:
+    config = tmp_path / "tui-acc.toml"
+    config.write_text('[replay]\n"Linear" = "no_colon"\n', encoding="utf-8")
+    monkeypatch.chdir(weights_copy)
+    comparison = open_comparison("with-weights/golden", "with-weights/test")
+    app = AccApp(comparison, export_dir=tmp_path, config_file=config)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _at_the_culprit(pilot, demo_pair.fault_module)
+        screen = app.screen
+        await pilot.press("p")
+        await settle(pilot)
+        assert app.screen is screen  # no dialog: nothing was replayed
+        status = str(screen.query_one("#status", Static).render())
+        assert str(config) in status and "module:function" in status

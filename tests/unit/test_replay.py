@@ -264,3 +264,11 @@ def test_mix_level_module_records_replay_with_their_parameters(model_case) -> No
         assert replay.finding == ("operator" if name == faulty else "inputs"), (name, replay.test.reason)
         if cmp.golden.tree.nodes[name].type == "LlamaRMSNorm":
             assert any("eps is a module attribute" in note for note in replay.test.notes)
+
+
+def test_a_user_key_may_be_a_glob_and_wins_over_the_builtins() -> None:
+    registry = Registry.from_config({"*RMSNorm": "pkg.mod:fn", "Functional.lin*": "pkg.mod:fn"})
+    assert registry.find(None, "Qwen2RMSNorm").origin == "tui-acc.toml"
+    assert registry.find("Functional.linear", "linear").origin == "tui-acc.toml"
+    assert registry.find("Torch.matmul", "matmul").origin == "built-in"
+    assert registry.find(None, "NoSuchType") is None

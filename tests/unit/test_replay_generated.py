@@ -123,6 +123,9 @@ def _atb_run(root: Path, dtype: torch.dtype, faulty: bool) -> Path:
         _op(at, "4_ElewiseOperation", [swish, emb], added, {"elewiseType": 8})
         _op(at, "5_LinearOperation", [added], F.linear(added, weight2), None)  # its weight not dumped
         _op(at, "6_ActivationOperation", [added], added, None)  # no op_param.json: the type is unknown
+        _op(at, "7_ElewiseOperation", [added], added, {"elewiseType": 8})  # its second operand not dumped
+        _op(at, "8_LinearOperation", [added, weight2[:, :8]], linear, {"transposeB": True})  # wrong weight
+        _op(at, "9_RmsNormOperation", [emb, gamma], normed, {})  # epsilon not in its op_param.json
     return root
 
 
@@ -150,6 +153,17 @@ def test_atb_what_cannot_be_replayed_says_why(atb) -> None:
     assert no_weight.test.verdict == "impossible" and no_weight.test.reason.startswith("weights not dumped")
     no_params = replay_node(atb, 0, "6_ActivationOperation")
     assert no_params.test.verdict == "impossible" and no_params.test.reason.startswith("type unknown")
+    one_operand = replay_node(atb, 0, "7_ElewiseOperation")
+    assert one_operand.test.verdict == "impossible"
+    assert one_operand.test.reason.startswith("inputs missing: y")
+    wrong_weight = replay_node(atb, 0, "8_LinearOperation")
+    assert wrong_weight.test.verdict == "impossible" and wrong_weight.test.reason.startswith("shape mismatch")
+
+
+def test_atb_a_default_epsilon_is_used_and_said(atb) -> None:
+    replay = replay_node(atb, 0, "9_RmsNormOperation")
+    assert replay.finding == "inputs"  # ATB's default 1e-5 is the epsilon the dump was made with
+    assert replay.test.notes == ("epsilon not in op_param.json: ATB's default 1e-05 assumed",)
 
 
 # --- the references real dumps here lack, against torch's own operators ------------------------------
