@@ -17,7 +17,7 @@ import numpy as np
 
 from tui_acc.dumps.dtypes import dtype_name
 from tui_acc.dumps.loading import load_side
-from tui_acc.dumps.model import DumpIndex, TensorRef
+from tui_acc.dumps.model import DumpError, DumpIndex, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import TensorLoadError
 from tui_acc.replay.call import Call
@@ -54,7 +54,9 @@ def gather(index: DumpIndex, token: int, node: str) -> Gathered:
     def load(ref: TensorRef) -> np.ndarray | None:
         try:
             return load_side(ref, None, policy)
-        except (TensorLoadError, ValueError, OSError) as exc:
+        # DumpError: ranks (--gather) that do not merge; a merge that needs the golden's shape takes
+        # rank 0's whole here (no golden beside it): a sharded tensor then shows as a shape mismatch
+        except (TensorLoadError, DumpError, ValueError, OSError) as exc:
             missing.append(f"{ref.slot}: {exc}")
             return None
 

@@ -85,6 +85,8 @@ class Replay:
         if finding != "impossible":
             return READINGS[finding]
         sides = [s for s in (self.golden, self.test) if s.verdict == "impossible"]
+        if len(sides) == 2 and sides[0].reason == sides[1].reason:
+            return f"replay impossible on both sides: {sides[0].reason}"
         said = "; ".join(f"{s.side}: {s.reason}" for s in sides)
         others = [s for s in (self.golden, self.test) if s.verdict != "impossible"]
         return f"replay impossible on {' and '.join(s.side for s in sides)} ({said})" + "".join(
