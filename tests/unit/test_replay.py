@@ -272,3 +272,23 @@ def test_a_user_key_may_be_a_glob_and_wins_over_the_builtins() -> None:
     assert registry.find("Functional.linear", "linear").origin == "tui-acc.toml"
     assert registry.find("Torch.matmul", "matmul").origin == "built-in"
     assert registry.find(None, "NoSuchType") is None
+
+
+def test_report_replay_never_imports_torch(l1) -> None:
+    """msprobe's .pt files are read by the torch-free reader; the references are numpy."""
+    import subprocess
+
+    folder, case, _ = l1
+    script = (
+        "import sys, io, contextlib\n"
+        "from tui_acc.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    code = main(sys.argv[1:])\n"
+        "print(code, 'torch' in sys.modules)\n"
+    )
+    argv = ["report", str(folder / "golden"), str(folder / "test"), "--no-cache", "--json"]
+    argv += ["--token", str(case["fault_token"]), "--replay", case["fault_record"]]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stdout.split() == ["1", "False"]
