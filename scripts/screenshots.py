@@ -95,6 +95,38 @@ async def shoot_noise(out: Path) -> None:
         app.save_screenshot(str(out / "operators-noise.svg"))
 
 
+async def shoot_replay(out: Path) -> None:
+    """``p`` on the demo's faulty operator, the demo's weights written as msit's dump_weight=True does."""
+    app = AccApp(open_comparison("golden", "test"), export_dir=Path(tempfile.mkdtemp()))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("f")  # the first failing token at its first failing operator (◆)
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("f", "p")
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        app.save_screenshot(str(out / "replay.svg"))
+
+
+def write_weights(demo_out: Path) -> None:
+    """Each side's model parameters in weights/{module}.{parameter}.pth of its device folder (msit's
+    dump_weight=True layout, formats.md §1.1): the demo's Linear and RMSNorm modules can be replayed."""
+    import torch
+
+    from tui_acc.demo.model import build_model
+
+    for side, dtype in (("golden", torch.float32), ("test", torch.bfloat16)):
+        (device,) = (demo_out / side).glob("msit_dump_*/torch_tensors/*_*")
+        (device / "weights").mkdir()
+        for name, param in build_model(0).to(dtype).named_parameters():
+            torch.save(param.detach().clone(), device / "weights" / f"root.{name}.pth")
+
+
 def main() -> None:
     out = REPO / "screenshots"
     out.mkdir(exist_ok=True)
@@ -107,6 +139,10 @@ def main() -> None:
         atb = make_demo(Path(tmp) / "tui-acc-demo-atb", seed=0, layout="atb")
         os.chdir(atb.out)
         asyncio.run(shoot_atb(out))
+        weighted = make_demo(Path(tmp) / "tui-acc-demo-weights", seed=0)
+        write_weights(weighted.out)
+        os.chdir(weighted.out)
+        asyncio.run(shoot_replay(out))
     print(f"wrote {', '.join(sorted(p.name for p in out.glob('*.svg')))} to {out}")
 
 

@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="re-dump only this golden node's subtree (default: the first failing op; 'all': every node)",
     )
+    report.add_argument(
+        "--replay",
+        metavar="NODE",
+        help="recompute this golden node's output (and its test partner's) from its own dumped inputs in "
+        "float64, at --token (default: the analysed token): is the operator itself wrong?",
+    )
 
     demo = commands.add_parser("demo", help="generate a golden/test pair with a known fault, then open it")
     demo.add_argument(
@@ -392,6 +398,9 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
     except rpt.UnknownToken as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return rpt.EXIT_USAGE
+    if args.replay is not None and (problem := _replay_into(cmp, args, result)):  # type: ignore[arg-type]
+        print(f"tui-acc: error: {problem}", file=sys.stderr)
+        return rpt.EXIT_USAGE
     if args.csv is not None:
         try:
             if args.compat:  # exactly the tool's columns, for the tool's readers
@@ -409,9 +418,33 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
         print(json.dumps(rpt.strict_json(rpt.public(result)), indent=2, allow_nan=False))
     else:
         print(rpt.format_text(result))
+        if "_replay" in result:
+            print("\n" + "\n".join(result["_replay"].describe()))
         if args.csv is not None:
             print(f"csv: {result['csv']}")
     return rpt.exit_code(result)
+
+
+def _replay_into(cmp: Comparison, args: argparse.Namespace, result: dict[str, object]) -> str | None:
+    """``report --replay NODE``: the node's replay on both sides into ``result`` (``replay`` in the JSON);
+    what stops it (no token, an unknown node, a malformed [replay] table) is returned to be said."""
+    from tui_acc.replay.registry import Registry, RegistryError
+    from tui_acc.replay.run import UnknownNode, replay_node
+
+    token = args.token if args.token is not None else result["analysed_token"]
+    if not isinstance(token, int):
+        return "--replay needs a token: no token fails; give --token N"
+    config = _config(args)
+    try:
+        registry = Registry.from_config(
+            config.sections.get("replay"), " or ".join(config.sources) or "tui-acc.toml"
+        )
+        replay = replay_node(cmp, token, args.replay, registry)
+    except (RegistryError, UnknownNode) as exc:
+        return f"--replay: {exc}"
+    result["replay"] = replay.as_dict()
+    result["_replay"] = replay
+    return None
 
 
 def _run_demo(args: argparse.Namespace) -> int:

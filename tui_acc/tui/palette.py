@@ -49,6 +49,14 @@ TITLES: dict[str, tuple[str, str]] = {
     "scope_all": ("scope: all operators", "Leave the layer chosen in the tree: every operator of the token"),
     "toggle_tree": ("tree: show or hide", "Give the table the whole width, or bring the layer tree back"),
     "filter": ("filter: by name or type", "Show only the operators whose name or type holds the text"),
+    "replay": (
+        "replay: the operator under the cursor",
+        "Recompute its output from its own dumped inputs on each side: is the operator itself wrong?",
+    ),
+    # the replay dialog
+    "close_replay": ("replay: close", "Back to the operators"),
+    "close_replay_q": ("replay: close", "Back to the operators"),
+    "close_replay_p": ("replay: close", "Back to the operators"),
     # the re-dump log
     "log_back": ("log: back", "Leave the re-dump log"),
     "log_stop": ("re-dump: stop", "Stop the running re-dump (its whole process group)"),

@@ -30,6 +30,7 @@ KEYS = (
     ("t", "operators: hide or show the layer tree"),
     ("Tab", "operators: switch between tree and table"),
     ("e", "export the current view: CSV, or .xlsx / .parquet by the name typed (Enter accepts it)"),
+    ("p", "operators: replay the one under the cursor from its own dumped inputs (is it itself wrong?)"),
     ("r", "re-dump the token (and operator) under the cursor: shows the command, Enter runs it"),
     ("L", "the re-dump's log: x stops it, o opens the new dump at the same token and operator"),
     ("O", "back to the original dumps after o opened a re-dump"),

@@ -24,5 +24,6 @@ class Host(Protocol):
     redump_run: RedumpRun | None
     redump_operator: str | None  # the golden operator a re-dump was asked for
     operator_views: dict[int, OperatorView]  # each token's operator screen as the user left it
+    config_file: Path  # --config, else ./tui-acc.toml: where [replay] plug-ins are read from too
 
     def start_redump(self, choice: RedumpChoice) -> None: ...

@@ -18,6 +18,7 @@ from tui_acc.metrics.rows import NOISE_FIELDS, Row
 from tui_acc.pairing import NodePair
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.screens.base import ViewScreen
+from tui_acc.tui.screens.replay import ReplayScreen
 from tui_acc.tui.screens.view_state import OperatorView
 from tui_acc.tui.sorting import matching_keys, verdict_rank
 from tui_acc.tui.widgets.layer_tree import LayerTree
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from tui_acc.metrics.schema import PolarsType
+    from tui_acc.replay.run import Replay
 
 # The engine's modules (polars, numpy) are imported where they are used: the token list, which
 # imports this screen, is on screen before them.
@@ -78,6 +80,7 @@ class OperatorScreen(ViewScreen):
         Binding("a", "scope_all", "All ops", show=False, id="scope_all"),
         Binding("t", "toggle_tree", "Tree", show=False, id="toggle_tree"),
         Binding("slash", "filter", "Filter", id="filter"),
+        Binding("p", "replay", "Replay", show=False, id="replay"),
         Binding("j", "cursor('down')", "Down", show=False, id="down"),
         Binding("k", "cursor('up')", "Up", show=False, id="up"),
     ]
@@ -91,6 +94,15 @@ class OperatorScreen(ViewScreen):
 
     class TokenFinished(Message):
         """Every operator of the token is computed."""
+
+    class ReplayFinished(Message):
+        """An operator's replay arrived from its worker (or why it could not start)."""
+
+        def __init__(self, name: str, replay: Replay | None, problem: str | None = None) -> None:
+            super().__init__()
+            self.name = name
+            self.replay = replay
+            self.problem = problem
 
     def __init__(self, token: int, select: str | None = None, at_first_failure: bool = False) -> None:
         super().__init__()
@@ -540,6 +552,43 @@ class OperatorScreen(ViewScreen):
         table.scroll_to(y=max(0, row - table.scrollable_content_region.height // 2), animate=False)
         table.focus()
         self.query_one(LayerTree).reveal(self._suspect)
+
+    # --- replay -------------------------------------------------------------------------------
+
+    def action_replay(self) -> None:
+        """``p``: recompute the operator under the cursor from its own dumped inputs, on each side."""
+        name = self.cursor_key()
+        if name is None:
+            self.notify("No operator under the cursor to replay.")
+            return
+        self.set_status(f"replaying {fmt.display_name(name)} from its dumped inputs…")
+        self.replay_operator(name)
+
+    @work(thread=True, exclusive=True, group="replay", exit_on_error=False, name="replay")
+    def replay_operator(self, name: str) -> None:
+        """Tensors are read and recomputed here, off the event loop; so is tui-acc.toml ([replay])."""
+        from tui_acc.config import ConfigError, load_config
+        from tui_acc.replay.registry import Registry, RegistryError
+        from tui_acc.replay.run import UnknownNode, replay_node
+
+        config_file = self.acc.config_file
+        try:
+            config = load_config(config_file if config_file.is_file() else None)
+            source = " or ".join(config.sources) or "tui-acc.toml"
+            registry = Registry.from_config(config.sections.get("replay"), source)
+            replay = replay_node(self.acc.comparison, self.token, name, registry)
+        except (ConfigError, RegistryError, UnknownNode) as exc:
+            self.post_message(self.ReplayFinished(name, None, str(exc)))
+            return
+        self.post_message(self.ReplayFinished(name, replay))
+
+    @on(ReplayFinished)
+    def _show_replay(self, message: ReplayFinished) -> None:
+        if message.replay is None:
+            self.set_status(f"replay: {message.problem}", error=True)
+            return
+        self.set_status(f"replay of {fmt.display_name(message.name)}: {message.replay.reading}")
+        self.app.push_screen(ReplayScreen(message.replay))
 
     def view_frame(self) -> pl.DataFrame:
         import polars as pl

@@ -1,0 +1,144 @@
+"""``p`` on the operator screen: the replay runs in a worker and its dialog says, per side, whether
+the operator agrees with its own inputs (the demo pair with msit's weights/, and without them)."""
+
+from __future__ import annotations
+
+import html
+import re
+import threading
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, Static
+
+from tests.tui.conftest import settle
+from tests.unit.test_replay_generated import copy_with_weights
+from tui_acc import open_comparison
+from tui_acc.tui.app import AccApp
+from tui_acc.tui.screens.operators import OperatorScreen
+from tui_acc.tui.screens.replay import ReplayScreen
+
+
+@pytest.fixture(scope="module")
+def weights_copy(demo_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One copy for the module: what the process keeps of a listing is keyed by the path as given,
+    so a relative name must name one folder (and not "golden": other tests open the demo by it)."""
+    root = tmp_path_factory.mktemp("replay-tui")
+    (root / "with-weights").mkdir()
+    copy_with_weights(demo_pair, root / "with-weights")
+    return root
+
+
+@pytest.fixture
+def weights_app(weights_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AccApp:
+    monkeypatch.chdir(weights_copy)  # relative paths: the title line is the same on every machine
+    return AccApp(open_comparison("with-weights/golden", "with-weights/test"), export_dir=tmp_path)
+
+
+async def _at_the_culprit(pilot, module: str) -> None:
+    """f from the token list, then f again once the token is judged: the cursor on ◆, the tree and
+    the table scrolled to it (as test_snapshots does)."""
+    await settle(pilot)
+    await pilot.press("f")
+    await settle(pilot)
+    await pilot.press("f")
+    await pilot.pause()
+    await pilot.wait_for_scheduled_animations()
+    screen = pilot.app.screen
+    assert isinstance(screen, OperatorScreen) and screen.cursor_key() == module
+
+
+def _body(app: AccApp) -> str:
+    """What the terminal shows, as text (from the screenshot)."""
+    svg = app.export_screenshot()
+    texts = re.findall(r"<text[^>]*>(.*?)</text>", svg, flags=re.S)
+    return "".join(html.unescape(t) for t in texts).replace("\xa0", " ")
+
+
+async def test_p_replays_the_culprit_and_finds_the_operator_itself_wrong(
+    weights_app: AccApp, demo_pair
+) -> None:
+    async with weights_app.run_test(size=(100, 30)) as pilot:
+        await _at_the_culprit(pilot, demo_pair.fault_module)
+        operators = weights_app.screen
+        assert isinstance(operators, OperatorScreen)
+        await pilot.press("p")
+        await settle(pilot)
+        screen = weights_app.screen
+        assert isinstance(screen, ReplayScreen)
+        assert screen.replay.golden.node == demo_pair.fault_module
+        assert (screen.replay.golden.verdict, screen.replay.test.verdict) == ("consistent", "disagrees")
+        body = _body(weights_app)
+        assert "the operator itself disagrees with its inputs" in body and "bfloat16" in body
+        await pilot.press("escape")
+        await pilot.pause()
+        assert weights_app.screen is operators
+        assert "the operator itself disagrees" in str(operators.query_one("#status", Static).render())
+
+
+async def test_p_on_an_operator_without_weights_says_why_it_cannot(demo_app: AccApp, demo_pair) -> None:
+    async with demo_app.run_test(size=(100, 30)) as pilot:
+        await _at_the_culprit(pilot, demo_pair.fault_module)
+        await pilot.press("p")
+        await settle(pilot)
+        assert isinstance(demo_app.screen, ReplayScreen)
+        body = _body(demo_app)
+        assert "impossible" in body and "weights not dumped" in body
+
+
+async def test_the_replay_runs_off_the_event_loop(
+    weights_app: AccApp, demo_pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the replay reads and computes (held here until the test lets it go), keys still move the
+    cursor: nothing of it runs on the event loop."""
+    from tui_acc.replay import run
+
+    gate, original = threading.Event(), run.replay_node
+
+    def held(*args, **kwargs):
+        gate.wait(timeout=60)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(run, "replay_node", held)
+    async with weights_app.run_test(size=(100, 30)) as pilot:
+        await _at_the_culprit(pilot, demo_pair.fault_module)
+        screen = weights_app.screen
+        assert isinstance(screen, OperatorScreen)
+        table = screen.query_one("#ops", DataTable)
+        before = table.cursor_row
+        await pilot.press("p")
+        await pilot.press("j")  # the replay is still held
+        await pilot.pause()
+        assert table.cursor_row == before + 1 and weights_app.screen is screen
+        assert "replaying" in str(screen.query_one("#status", Static).render())
+        gate.set()
+        await settle(pilot)
+        assert isinstance(weights_app.screen, ReplayScreen)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+def test_replay_dialog_snapshot(snap_compare, weights_app: AccApp, demo_pair, size: tuple[int, int]) -> None:
+    async def replayed(pilot) -> None:
+        await _at_the_culprit(pilot, demo_pair.fault_module)
+        await pilot.press("p")
+        await settle(pilot)
+
+    assert snap_compare(weights_app, terminal_size=size, run_before=replayed)
+
+
+async def test_a_malformed_replay_table_is_said_in_the_status_line(
+    weights_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_pair
+) -> None:
+    config = tmp_path / "tui-acc.toml"
+    config.write_text('[replay]\n"Linear" = "no_colon"\n', encoding="utf-8")
+    monkeypatch.chdir(weights_copy)
+    comparison = open_comparison("with-weights/golden", "with-weights/test")
+    app = AccApp(comparison, export_dir=tmp_path, config_file=config)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _at_the_culprit(pilot, demo_pair.fault_module)
+        screen = app.screen
+        await pilot.press("p")
+        await settle(pilot)
+        assert app.screen is screen  # no dialog: nothing was replayed
+        status = str(screen.query_one("#status", Static).render())
+        assert str(config) in status and "module:function" in status

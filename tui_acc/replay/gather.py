@@ -1,0 +1,198 @@
+"""A node's call at one token, collected from a dump: its tensors by argument, and what the dump
+records besides them (msprobe's scalar arguments in dump.json, ATB's op_param.json, msit's weights/).
+
+Read when a node is replayed, never at index time: the readers keep names only, and one record of
+dump.json is decoded from where its name stands, not the whole file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tui_acc.dumps.dtypes import dtype_name
+from tui_acc.dumps.loading import load_side
+from tui_acc.dumps.model import DumpError, DumpIndex, TensorRef
+from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.tensors import TensorLoadError
+from tui_acc.replay.call import Call
+
+_POSITIONAL = re.compile(r"^(?:input[._]|intensor)(\d+)$")
+_KEYWORD = re.compile(r"^input\.([A-Za-z_]\w*)$")
+_PARAMETER = re.compile(r"^parameters\.(\w+)$")
+_FIRST_OUTPUTS = ("output.0", "output", "output_0", "outtensor0")
+_OP_PARAMS = "op_param.json"  # ATB: beside before/ and after/ (Probe::SaveParam; formats.md §2.2)
+
+
+@dataclass
+class Gathered:
+    """What a side holds of a node: the call to replay, its dumped output, and what was skipped."""
+
+    call: Call
+    output: np.ndarray | None
+    output_slot: str | None
+    missing: list[str] = field(default_factory=list)  # why a tensor could not be read
+    statistics_only: bool = False
+
+
+def gather(index: DumpIndex, token: int, node: str) -> Gathered:
+    """The call of ``node`` at ``token`` in ``index``; tensors that fail to load are named in ``missing``."""
+    found = index.tree.nodes.get(node)
+    node_type = found.type if found is not None else "?"
+    refs = index.tensors(token, node)
+    policy = index.load_policy
+    missing: list[str] = []
+    positional: dict[int, Any] = {}
+    keyword: dict[str, Any] = {}
+    params: dict[str, np.ndarray] = {}
+
+    def load(ref: TensorRef) -> np.ndarray | None:
+        try:
+            return load_side(ref, None, policy)
+        # DumpError: ranks (--gather) that do not merge; a merge that needs the golden's shape takes
+        # rank 0's whole here (no golden beside it): a sharded tensor then shows as a shape mismatch
+        except (TensorLoadError, DumpError, ValueError, OSError) as exc:
+            missing.append(f"{ref.slot}: {exc}")
+            return None
+
+    for ref in refs:
+        if ref.role == "output" or not ref.has_data:
+            continue
+        slot = ref.slot.removesuffix(".after")
+        if slot != ref.slot:
+            continue  # an input dumped again after the run: the one before it is the operator's input
+        if (match := _POSITIONAL.match(slot)) is not None:
+            if (value := load(ref)) is not None:
+                positional[int(match.group(1))] = value
+        elif (match := _KEYWORD.match(slot)) is not None:
+            if (value := load(ref)) is not None:
+                keyword[match.group(1)] = value
+        elif (match := _PARAMETER.match(slot)) is not None and (value := load(ref)) is not None:
+            params[match.group(1)] = value
+    _add_recorded_arguments(refs, node, policy, positional, keyword)
+    _add_atb_params(refs, policy, keyword)
+    _add_msit_weights(index, node, policy, params)
+    outputs = [r for r in refs if r.role == "output" and r.has_data]
+    first = next((r for slot in _FIRST_OUTPUTS for r in outputs if r.slot == slot), None) or next(
+        iter(outputs), None
+    )
+    output = load(first) if first is not None else None
+    call = Call(
+        name=node,
+        type=node_type,
+        format=index.format,
+        positional=positional,
+        keyword=keyword,
+        params=params,
+        output_dtype=dtype_name(output) if output is not None else "",
+    )
+    statistics_only = bool(refs) and not any(r.has_data for r in refs)
+    return Gathered(call, output, first.slot if first is not None else None, missing, statistics_only)
+
+
+def _dump_json_of(refs: list[TensorRef]) -> Path | None:
+    """msprobe: dump.json beside the dump_tensor_data/ its files are in (or a statistics entry's own)."""
+    for ref in refs:
+        path = ref.path
+        if path.name == "dump.json":
+            return path
+        if path.parent.name == "dump_tensor_data" and (path.parent.parent / "dump.json").is_file():
+            return path.parent.parent / "dump.json"
+    return None
+
+
+def record_of(dump_json: Path, name: str, policy: LoadPolicy) -> dict[str, Any] | None:
+    """``name``'s record of an msprobe dump.json, decoded alone from where its key stands."""
+    try:
+        text = policy.read_text(dump_json)
+    except (OSError, ValueError):
+        return None
+    key = re.search(re.escape(json.dumps(name)) + r"\s*:\s*", text)
+    if key is None:
+        return None
+    try:
+        record, _ = json.JSONDecoder().raw_decode(text, key.end())
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _add_recorded_arguments(
+    refs: list[TensorRef], node: str, policy: LoadPolicy, positional: dict[int, Any], keyword: dict[str, Any]
+) -> None:
+    """msprobe writes a call's non-tensor arguments into dump.json (``{"type": "float", "value": 1e-06}``):
+    they become the call's scalars (eps, dim, alpha) where no tensor took their place."""
+    dump_json = _dump_json_of(refs)
+    record = record_of(dump_json, node, policy) if dump_json is not None else None
+    if record is None:
+        return
+    for index, arg in enumerate(record.get("input_args") or []):
+        if index not in positional and not _is_tensor(arg):
+            positional[index] = scalar_of(arg)
+    for key, arg in (record.get("input_kwargs") or {}).items():
+        if key not in keyword and not _is_tensor(arg):
+            keyword[str(key)] = scalar_of(arg)
+
+
+def _is_tensor(arg: Any) -> bool:
+    return isinstance(arg, dict) and arg.get("type") == "torch.Tensor"
+
+
+def scalar_of(arg: Any) -> Any:
+    """A dump.json argument entry as a Python value (lists element by element; tensors as None)."""
+    if isinstance(arg, list):
+        return [scalar_of(item) for item in arg]
+    if isinstance(arg, dict):
+        if _is_tensor(arg):
+            return None
+        if "value" in arg:
+            value = arg["value"]
+            return (
+                value.removeprefix("torch.")
+                if arg.get("type") == "torch.dtype" and isinstance(value, str)
+                else value
+            )
+        return None
+    return arg
+
+
+def _add_atb_params(refs: list[TensorRef], policy: LoadPolicy, keyword: dict[str, Any]) -> None:
+    """ATB: the operation's parameters from op_param.json in its folder (absent: the references'
+    defaults, each said in the notes)."""
+    for ref in refs:
+        path = ref.path
+        if path.parent.name not in ("before", "after"):
+            continue
+        file = path.parent.parent / _OP_PARAMS
+        if not file.is_file():
+            return
+        try:
+            params = json.loads(policy.read_text(file), parse_constant=lambda _c: None)
+        except (OSError, ValueError, RecursionError):
+            return
+        if isinstance(params, dict):
+            for key, value in params.items():
+                keyword.setdefault(str(key), value)
+        return
+
+
+def _add_msit_weights(index: DumpIndex, node: str, policy: LoadPolicy, params: dict[str, np.ndarray]) -> None:
+    """msit torch with ``dump_weight=True``: ``weights/{module}.{parameter}.pth`` in the device folder
+    (formats.md §1.1)."""
+    if not index.format.startswith("msit-torch"):
+        return
+    folder = index.data_dir / "weights"
+    for name in ("weight", "bias"):
+        file = folder / f"{node}.{name}.pth"
+        if name not in params and file.is_file():
+            try:
+                from tui_acc.dumps.tensors import load_tensor
+
+                params[name] = load_tensor(file, policy)
+            except TensorLoadError:
+                continue
