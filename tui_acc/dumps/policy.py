@@ -76,7 +76,8 @@ def _resolved(path: Path) -> Path:
     thousands of files per folder, and a full resolve costs a system call per path component."""
     if path.is_symlink() or path.name in ("", ".", ".."):
         return path.resolve()
-    return _resolved_folder(path.parent) / path.name
+    # keyed absolute: a relative folder means another folder once the working directory changes
+    return _resolved_folder(path.parent.absolute()) / path.name
 
 
 @functools.lru_cache(maxsize=4096)
