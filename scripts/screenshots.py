@@ -127,6 +127,34 @@ def write_weights(demo_out: Path) -> None:
             torch.save(param.detach().clone(), device / "weights" / f"root.{name}.pth")
 
 
+async def shoot_hunt(out: Path, demo_out: Path) -> None:
+    """The view `tui-acc hunt` opens on the demo, at the culprit (the hunt's dumps in the working folder)."""
+    import functools
+
+    from tui_acc.config import load_config
+    from tui_acc.hunt.run import Hunt
+    from tui_acc.redump import load_settings
+
+    config = load_config(demo_out / "tui-acc.toml")
+    settings = load_settings(config.sections.get("redump"))
+    opener = functools.partial(open_comparison, thresholds=config.thresholds)
+    result = Hunt(
+        settings, opener, Path.cwd(), lambda _line: None, lambda _s, _p: True, clock=lambda: SHOT_TIME
+    ).run()
+    assert result.comparison is not None and result.culprit is not None, result.error
+    app = AccApp(
+        result.comparison,
+        export_dir=Path(tempfile.mkdtemp()),
+        start_at=result.first_failing_token,
+        greeting=result.greeting(Path.cwd()),
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        app.save_screenshot(str(out / "hunt.svg"))
+
+
 def main() -> None:
     out = REPO / "screenshots"
     out.mkdir(exist_ok=True)
@@ -136,6 +164,10 @@ def main() -> None:
         asyncio.run(shoot(out))
         make_baseline(demo)
         asyncio.run(shoot_noise(out))
+        hunting = Path(tmp) / "hunt"
+        hunting.mkdir()
+        os.chdir(hunting)
+        asyncio.run(shoot_hunt(out, demo.out))
         atb = make_demo(Path(tmp) / "tui-acc-demo-atb", seed=0, layout="atb")
         os.chdir(atb.out)
         asyncio.run(shoot_atb(out))

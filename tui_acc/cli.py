@@ -10,7 +10,7 @@ import shlex
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +22,7 @@ from tui_acc.redump.settings import RedumpSettings, SettingsError, load_settings
 if TYPE_CHECKING:
     from tui_acc.session import Comparison
 
-_COMMANDS = ("open", "report", "demo")
+_COMMANDS = ("open", "report", "demo", "hunt")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Without a command, `tui-acc GOLDEN TEST` opens the interactive view (`tui-acc open`).",
     )
     parser.add_argument("--version", action="version", version=f"tui-acc {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{open,report,demo}")
+    commands = parser.add_subparsers(dest="command", metavar="{open,report,demo,hunt}")
 
     # The default command: `tui-acc --help` shows its options, and its errors name no command
     open_cmd = commands.add_parser(
@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-tui", action="store_true", help="only write the dumps and print where the fault is"
     )
     demo.add_argument("--seed", type=int, default=0, help="model and prompt seed (default 0)")
+    demo.add_argument("--layers", type=int, default=4, help="decoder layers of the demo model (default 4)")
     demo.add_argument(
         "--baseline",
         action="store_true",
@@ -116,6 +117,26 @@ def build_parser() -> argparse.ArgumentParser:
     layout.add_argument(
         "--mindie", action="store_true", help="as --atb, in MindIE's layout (warm-up, two topologies)"
     )
+    hunt = commands.add_parser(
+        "hunt",
+        help="dump both sides narrowly, coarse to fine, until the culprit operator (exit 1 found, 0 clean)",
+        description="Run both sides' dumpers ([redump.golden] and [redump.test] of tui-acc.toml) step by "
+        "step: the logits of every token, then the blocks' outputs at the first failing token, then the "
+        "failing block's operators; then open the view at the culprit. Every step's dumps go to their own "
+        "folder under ./tui-acc-hunt-<timestamp>/.",
+    )
+    hunt.add_argument("--config", type=Path, metavar="FILE", help="tui-acc.toml with [redump] and thresholds")
+    hunt.add_argument(
+        "--logits-node",
+        default=None,
+        metavar="NAME",
+        help="the module whose output holds the logits, as the dumpers name it (default root.lm_head)",
+    )
+    hunt.add_argument("--yes", "-y", action="store_true", help="run every step without asking")
+    hunt.add_argument("--no-tui", action="store_true", help="print the result instead of opening the view")
+    hunt.add_argument("--json", action="store_true", help="with --no-tui: print one JSON object")
+    hunt.add_argument("--no-cache", action="store_true", help="neither read nor write the on-disk row cache")
+    _add_threshold_args(hunt)
     return parser
 
 
@@ -183,6 +204,10 @@ def _add_dump_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="read through symlinks (and ATB data= files) that lead out of the dumps (refused by default)",
     )
+    _add_threshold_args(parser)
+
+
+def _add_threshold_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--logits-cos", type=float, help="min logits cosine, every dtype")
     parser.add_argument("--logits-kl", type=float, help="max logits KL, every dtype")
     parser.add_argument("--kl-fp16", type=float, help="max logits KL for float16 (default 1e-4)")
@@ -238,6 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(command_first(parser, args_list))
     if args.command == "demo":
         return _run_demo(args)
+    if args.command == "hunt":
+        return _run_hunt(args)
     return _run_compare(args)
 
 
@@ -447,12 +474,85 @@ def _replay_into(cmp: Comparison, args: argparse.Namespace, result: dict[str, ob
     return None
 
 
+def _run_hunt(args: argparse.Namespace) -> int:
+    from tui_acc.hunt.run import DEFAULT_LOGITS_NODE, Hunt
+    from tui_acc.session import open_comparison
+
+    try:
+        thresholds = _thresholds(args)
+        settings = _redump_settings(args)
+    except (ConfigError, SettingsError) as exc:
+        print(f"tui-acc: error: {exc}", file=sys.stderr)
+        return 2
+    quiet = args.json and args.no_tui
+    log = sys.stderr if quiet else sys.stdout  # --json: stdout holds the one object
+
+    def say(line: str) -> None:
+        print(line, file=log, flush=True)
+
+    def confirm(step: str, _plans: object) -> bool:
+        if args.yes:
+            return True
+        if not sys.stdin.isatty():
+            say(f"tui-acc hunt: step {step} needs a yes: run with --yes to run every step without asking")
+            return False
+        return input(f"run step {step}? [y/N] ").strip().lower() in ("y", "yes")
+
+    opener = functools.partial(open_comparison, thresholds=thresholds, cache=not args.no_cache)
+    hunt = Hunt(
+        settings,
+        opener,
+        settings.out_dir or Path.cwd(),
+        say,
+        confirm,
+        logits_node=args.logits_node or DEFAULT_LOGITS_NODE,
+    )
+    result = hunt.run()
+    summary = result.as_dict()
+    if result.error is not None:
+        print(f"tui-acc: error: {result.error}", file=sys.stderr)
+    if args.no_tui or result.error is not None or result.comparison is None:
+        if args.json:
+            from tui_acc.report import strict_json
+
+            print(json.dumps(strict_json(summary), indent=2))
+        else:
+            _print_hunt(summary, say)
+        return result.exit_code
+    _print_hunt(summary, say)
+    from tui_acc.tui.app import AccApp
+
+    AccApp(
+        result.comparison,
+        redump=settings,
+        opener=opener,
+        config_file=args.config,
+        start_at=result.first_failing_token if result.culprit is not None else None,
+        greeting=result.greeting(Path.cwd()),
+    ).run()
+    return result.exit_code
+
+
+def _print_hunt(summary: dict[str, object], say: Callable[[str], None]) -> None:
+    """The steps as a table: each side's seconds and bytes, then the finding."""
+    steps = summary["steps"]
+    assert isinstance(steps, list)
+    say("")
+    say(f"{'step':<10} {'side':<7} {'seconds':>8} {'bytes':>12}  folder")
+    for step in steps:
+        for side in step["sides"]:
+            figures = f"{side['seconds']:>8.2f} {side['bytes']:>12,}"
+            say(f"{step['step']:<10} {side['side']:<7} {figures}  {side['folder']}")
+        say(f"  -> {step['finding']}")
+    say(f"dumped {summary['bytes_dumped']:,} bytes in all, in {summary['folder']}")
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     from tui_acc.demo import DemoError, make_baseline, make_demo
 
     try:
         layout = "mindie" if args.mindie else "atb" if args.atb else "torch"
-        demo = make_demo(args.out, seed=args.seed, progress=print, layout=layout)
+        demo = make_demo(args.out, seed=args.seed, progress=print, layout=layout, layers=args.layers)
         baseline = make_baseline(demo, progress=print) if args.baseline else None
     except DemoError as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)

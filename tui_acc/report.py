@@ -99,7 +99,7 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
         ],
         "first_failing_token": failing,
         "analysed_token": analysed,
-        "first_failing_op": _op(suspect),
+        "first_failing_op": op_summary(suspect),
         # the tokens whose operators were compared (the others' logits only): the analysed token,
         # or every token with --all-tokens
         "operators_compared_at": compared,
@@ -318,7 +318,8 @@ def _side(index: DumpIndex) -> dict[str, Any]:
     }
 
 
-def _op(row: Row | None) -> dict[str, Any] | None:
+def op_summary(row: Row | None) -> dict[str, Any] | None:
+    """A node row as ``first_failing_op`` gives it (``report --json``, ``hunt --json``)."""
     if row is None:
         return None
     op = {"token": row["token"], "golden": row["golden_node"], "test": row["test_node"]}

@@ -269,3 +269,24 @@ def test_a_dropped_ssh_session_stops_the_redump(demo_pair, tmp_path: Path, termi
         for fd in [*endings, holding_the_gate]:
             os.close(fd)
     assert _dumpers_writing_into(tmp_path) == []
+
+
+def test_hunt_asks_before_each_step_and_opens_at_the_culprit(
+    demo_pair, tmp_path: Path, terminal_factory
+) -> None:
+    """``tui-acc hunt`` on the demo, as a user runs it: each step's commands, a yes, and the view."""
+    hunt = [sys.executable, "-m", "tui_acc", "hunt", "--config", str(demo_pair.out / "tui-acc.toml")]
+    term = terminal_factory(hunt, tmp_path)
+    for step in ("logits", "blocks", "operators"):
+        term.wait_for(lambda s, step=step: f"run step {step}? [y/N]" in s, f"the {step} step's question")
+        term.keys("y", "Enter")
+    # the operator screen of the failing token, the cursor on the culprit (the detail shows it)
+    term.wait_for(lambda s: "model.layers.2.mlp.down_proj  Linear" in s, "the culprit")
+    term.wait_for(lambda s: "✗ error starts here" in s, "its verdict")
+    (folder,) = tmp_path.glob("tui-acc-hunt-*")
+    assert sorted(p.name for p in folder.iterdir()) == ["1-logits", "2-blocks", "3-operators"]
+    term.keys("q")
+    deadline = time.monotonic() + 30
+    while term.alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not term.alive()

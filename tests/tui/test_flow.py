@@ -485,3 +485,16 @@ async def test_a_fallback_order_is_said_where_first_failing_is_shown(demo_pair, 
         await pilot.press("enter")
         await settle(pilot)
         assert "order" not in _text(plain, "#summary")
+
+
+async def test_the_app_can_open_at_a_tokens_first_failing_operator(demo_pair, tmp_path: Path) -> None:
+    """What ``tui-acc hunt`` opens: the culprit's token, the cursor on ◆; Esc goes to the tokens."""
+    from tui_acc import open_comparison
+
+    app = AccApp(open_comparison(demo_pair.golden, demo_pair.test), export_dir=tmp_path, start_at=3)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, OperatorScreen) and app.screen.token == demo_pair.fault_token
+        assert _cursor_key(app, "#ops") == demo_pair.fault_module
+        await pilot.press("escape")
+        assert isinstance(app.screen, TokenScreen)

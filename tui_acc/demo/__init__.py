@@ -51,13 +51,18 @@ CONFIG = "tui-acc.toml"
 NEW_TOKENS = 8
 FAULT_TOKEN = 3
 FAULT_MODULE = "root.model.layers.2.mlp.down_proj"
+LAYERS = 4  # the demo model's default depth (--layers: 12 for msit's layer detection, say)
 
 
 LAYOUTS = ("torch", "atb", "mindie")
 
 
 def make_demo(
-    out: Path, seed: int = 0, progress: Callable[[str], None] | None = None, layout: str = "torch"
+    out: Path,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+    layout: str = "torch",
+    layers: int = LAYERS,
 ) -> Demo:
     """Write ``out/golden`` and ``out/test``; reuse them if ``out`` already holds this demo.
 
@@ -66,15 +71,18 @@ def make_demo(
     """
     if layout not in LAYOUTS:
         raise DemoError(f"unknown demo layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
+    if layers < 3:  # the fault is in layer 2
+        raise DemoError(f"--layers {layers}: the demo needs at least 3 layers (its fault is in layer 2)")
     say = progress or (lambda _msg: None)
     out = out.expanduser()
-    existing = _load_existing(out, seed, layout)
+    existing = _load_existing(out, seed, layout, layers)
     if existing is not None:
         say(f"reusing the demo already in {out}")
         write_redump_config(out, layout)
         return existing
     if out.exists() and any(out.iterdir()):
         raise DemoError(f"{out}: exists and is not an empty folder or an earlier demo; choose another --out")
+    from tui_acc.demo.model import TinyConfig
     from tui_acc.demo.run import run_pair  # torch is imported only when a demo is really built
 
     out.mkdir(parents=True, exist_ok=True)
@@ -82,7 +90,8 @@ def make_demo(
     shutil.rmtree(staging, ignore_errors=True)
     prompt = random.Random(seed).sample(range(1, 500), 8)
     try:
-        result = run_pair(staging, seed, prompt, NEW_TOKENS, FAULT_MODULE, FAULT_TOKEN, say)
+        config = TinyConfig(num_layers=layers)
+        result = run_pair(staging, seed, prompt, NEW_TOKENS, FAULT_MODULE, FAULT_TOKEN, say, config)
         if layout != "torch":
             from tui_acc.demo.atb_export import export_atb
 
@@ -108,6 +117,7 @@ def make_demo(
     manifest = {
         "version": __version__,
         "seed": seed,
+        "layers": layers,
         "layout": layout,
         "prompt": prompt,
         "fault": {"token": FAULT_TOKEN, "module": FAULT_MODULE, "description": result.fault_description},
@@ -136,7 +146,10 @@ def make_baseline(demo: Demo, progress: Callable[[str], None] | None = None) -> 
     staging = demo.out / ".partial-baseline"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        run_baseline(staging, manifest["seed"], manifest["prompt"], NEW_TOKENS, say)
+        from tui_acc.demo.model import TinyConfig
+
+        config = TinyConfig(num_layers=manifest.get("layers", LAYERS))
+        run_baseline(staging, manifest["seed"], manifest["prompt"], NEW_TOKENS, say, config)
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -167,12 +180,14 @@ def write_redump_config(out: Path, layout: str) -> None:
     config.write_text("\n".join(lines), encoding="utf-8")
 
 
-def _load_existing(out: Path, seed: int, layout: str) -> Demo | None:
+def _load_existing(out: Path, seed: int, layout: str, layers: int) -> Demo | None:
     try:
         manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if manifest.get("seed") != seed or manifest.get("version") != __version__:
+        return None
+    if manifest.get("layers", LAYERS) != layers:
         return None
     if manifest.get("layout", "torch") != layout:
         return None

@@ -55,16 +55,22 @@ class MsitTorchCapture:
 
     @classmethod
     def from_env(cls, model: nn.Module, dump_path: Path) -> MsitTorchCapture:
-        """What tui-acc's re-dump asks for (``TUI_ACC_DUMP_DIR``, ``TUI_ACC_TOKEN``, ``TUI_ACC_MODULES``).
+        """What tui-acc's re-dumps and hunts ask for: ``TUI_ACC_DUMP_DIR``, ``TUI_ACC_TOKENS`` (else
+        ``TUI_ACC_TOKEN``), ``TUI_ACC_MODULES``, ``TUI_ACC_TENSORS`` (``outputs``: msit's
+        ``tensor_part=1``).
 
         Without them (a normal run) everything is dumped under ``dump_path``.
         """
+        from tui_acc.redump.plan import parse_tokens
+
         token = os.environ.get("TUI_ACC_TOKEN")
+        tokens = parse_tokens(os.environ.get("TUI_ACC_TOKENS", ""))
         return cls(
             model,
             Path(os.environ.get("TUI_ACC_DUMP_DIR") or dump_path),
-            token_range=[int(token)] if token else None,
+            token_range=tokens if tokens is not None else [int(token)] if token else None,
             module_glob=os.environ.get("TUI_ACC_MODULES") or None,
+            tensor_part=1 if os.environ.get("TUI_ACC_TENSORS") == "outputs" else 2,
         )
 
     def __enter__(self) -> MsitTorchCapture:

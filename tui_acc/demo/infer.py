@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -44,13 +45,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from tui_acc.demo import LAYERS
     from tui_acc.demo.capture import MsitTorchCapture
     from tui_acc.demo.faults import StaleTailTile
-    from tui_acc.demo.model import build_model, generate
+    from tui_acc.demo.model import TinyConfig, build_model, generate
 
     torch.set_num_threads(1)  # the same bits as the demo's own run
     seed, prompt = manifest["seed"], manifest["prompt"]
-    model = build_model(seed)
+    model = build_model(seed, TinyConfig(num_layers=manifest.get("layers", LAYERS)))
     if args.side == "test":
         model = model.to(torch.bfloat16)
     print(f"infer: {args.side} run, seed {seed}, prompt of {len(prompt)} tokens", flush=True)
@@ -64,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         atb_out = capture_here.data_dir.parents[2]  # the dump_path: msit_dump_*/torch_tensors/{device} below
         staging = atb_out.parent / f"{atb_out.name}.torch"
         capture_here = MsitTorchCapture(model, staging, capture_here.token_range)
+        if capture_here.module_glob is None and os.environ.get("TUI_ACC_MODULES"):
+            print(
+                "infer: the ATB layout cannot narrow to modules: every operation of the tokens is dumped",
+                flush=True,
+            )
     with capture_here as capture:
         print(f"infer: dumping into {capture.data_dir}", flush=True)
         handle = None

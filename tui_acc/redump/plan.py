@@ -1,11 +1,14 @@
 """Commands for the common dumpers, filled from what the user selected (formats.md §1.4, §2.1, §2.6, §3).
 
-Placeholders in a template: ``{token}`` the token as tui-acc numbers it, ``{step}`` the execution
-count the dumper sees for it (ATB ``-er``; MindIE's warm-up shifts it), ``{ids}`` ATB op-id chains
-(``3_1,5``), ``{layers}`` the selected node names, ``{modules}`` msit ``layer_name``-style globs of
-them, ``{out}`` the new dump folder, ``{exec}`` the user's inference command. Every value is also in
-the environment as ``TUI_ACC_TOKEN``, ``TUI_ACC_STEP``, ``TUI_ACC_IDS``, ``TUI_ACC_LAYERS``,
-``TUI_ACC_MODULES``, ``TUI_ACC_DUMP_DIR`` and ``TUI_ACC_EXEC``.
+Placeholders in a template: ``{token}`` the token as tui-acc numbers it, ``{tokens}`` the tokens
+when there are several (``0-7``, ``1,4``; empty: every token; ``tui-acc hunt`` asks for them),
+``{step}`` the execution count the dumper sees for it (ATB ``-er``; MindIE's warm-up shifts it),
+``{ids}`` ATB op-id chains (``3_1,5``), ``{layers}`` the selected node names, ``{modules}`` msit
+``layer_name``-style globs of them (their subtrees; the names alone when only they are wanted),
+``{tensors}`` ``all`` or ``outputs``, ``{out}`` the new dump folder, ``{exec}`` the user's inference
+command. Every value is also in the environment as ``TUI_ACC_TOKEN``, ``TUI_ACC_TOKENS``,
+``TUI_ACC_STEP``, ``TUI_ACC_IDS``, ``TUI_ACC_LAYERS``, ``TUI_ACC_MODULES``, ``TUI_ACC_TENSORS``,
+``TUI_ACC_DUMP_DIR`` and ``TUI_ACC_EXEC``.
 
 Values come from dump contents (node names), so they are only ever placed as whole argv items,
 environment values or JSON strings, never into a shell string: a shell template gets them from
@@ -26,7 +29,7 @@ from tui_acc.dumps.msprobe_passes import is_module
 from tui_acc.redump.settings import SideSettings
 from tui_acc.redump.sglang import sglang_dumper_env, sglang_msprobe_config
 
-PLACEHOLDERS = ("token", "step", "ids", "layers", "modules", "out", "exec")
+PLACEHOLDERS = ("token", "tokens", "step", "ids", "layers", "modules", "tensors", "out", "exec")
 
 # What a node name may contain to be handed to a dumper (anything else is refused, not escaped).
 # (never a leading "-": in an argv item it would read as an option of the dumper)
@@ -47,6 +50,30 @@ class Selection:
     step: int  # the execution count the dumper numbers that token by
     nodes: tuple[str, ...] = ()  # that side's node names; empty: every node
     atb: bool = False  # the nodes are ATB operations ("3_LlamaLayer/1_Attention")
+    # tui-acc hunt's narrower and wider asks: several tokens (every one when ``every_token``), the
+    # nodes themselves without their subtrees, their outputs only
+    tokens: tuple[int, ...] = ()
+    every_token: bool = False
+    subtree: bool = True
+    outputs_only: bool = False
+
+    @property
+    def token_list(self) -> str:
+        """``{tokens}``: ``0-7``, ``1,4`` or ``3``; empty for every token."""
+        return "" if self.every_token else spell_tokens(self.tokens or (self.token,))
+
+    @property
+    def step_range(self) -> tuple[int, int] | None:
+        """The execution counts the tokens run at (first, last), None for every token."""
+        if self.every_token:
+            return None
+        tokens = self.tokens or (self.token,)
+        shift = self.step - self.token  # MindIE's warm-up: the same offset for every token
+        return min(tokens) + shift, max(tokens) + shift
+
+    @property
+    def one_token(self) -> bool:
+        return not self.every_token and len(self.tokens or (self.token,)) == 1
 
 
 @dataclass(frozen=True)
@@ -69,7 +96,9 @@ class RedumpPlan:
         return self.argv[2] if self.shell else shlex.join(self.argv)
 
     def describe(self) -> str:
-        lines = [f"# re-dump {self.selection.side}, token {self.selection.token}, dumper {self.dumper}"]
+        chosen = self.selection
+        tokens = "every token" if chosen.every_token else f"token {chosen.token_list}"
+        lines = [f"# re-dump {chosen.side}, {tokens}, dumper {self.dumper}"]
         lines += [f"# {note}" for note in self.notes]
         # the dumper's own variables, and ours where the command reads them (empty ones say nothing)
         ours = self.dumper in ("torch", "msprobe-torch") or self.shell
@@ -121,10 +150,13 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
     dumper = settings.dumper
     if dumper == "msit-atb":
         argv = ["msit", "llm", "dump", "--exec", values["exec"], "--type", "model", "tensor"]
-        argv += ["-er", f"{selection.step},{selection.step}"]
+        if (steps := selection.step_range) is not None:
+            argv += ["-er", f"{steps[0]},{steps[1]}"]
         if values["ids"]:
             argv += ["-ids", values["ids"]]
-        argv += ["-child", "True", "-stp", "2", "-o", values["out"]]
+        # -stp: 0 inputs, 1 outputs, 2 both (formats.md §2.1)
+        argv += ["-child", str(selection.subtree), "-stp", "1" if selection.outputs_only else "2"]
+        argv += ["-o", values["out"]]
         if selection.nodes and not values["ids"]:
             notes.append("the selected nodes have no ATB op ids: every operation of the token is dumped")
     elif dumper == "msprobe-atb":
@@ -135,10 +167,10 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
             {
                 "task": "tensor",
                 "dump_enable": True,
-                "exec_range": f"{selection.step},{selection.step}",
+                "exec_range": _exec_range(selection),
                 "ids": values["ids"],
                 "op_name": "",
-                "save_child": True,
+                "save_child": selection.subtree,
                 "device": "",
                 # 0: every file holds its tensor (1 would write data= aliases msprobe compare cannot read)
                 "filter_level": 0,
@@ -147,6 +179,8 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
         )
         env["ATB_DUMP_CONFIG"] = str(config)
         env["ATB_OUTPUT_DIR"] = values["out"]
+        if selection.outputs_only:
+            notes.append("msprobe's ATB probe dumps inputs and outputs: this step dumps more than it needs")
         notes.append(
             "the probe must be loaded: source msprobe/scripts/atb/load_atb_probe.sh (it sets LD_PRELOAD; "
             "tui-acc sets ATB_DUMP_CONFIG and ATB_OUTPUT_DIR, which the script would overwrite)"
@@ -165,15 +199,22 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
                 "step": [],
                 "level": level,
                 "async_dump": False,
-                "tensor": {"scope": [], "list": names, "data_mode": ["all"], "file_format": "npy"},
+                "tensor": {
+                    "scope": [],
+                    "list": names,
+                    "data_mode": ["output" if selection.outputs_only else "all"],
+                    "file_format": "npy",
+                },
             },
             indent=2,
         )
         env["TUI_ACC_MSPROBE_CONFIG"] = str(config)
         notes.append(
             "your script: PrecisionDebugger(config_path=os.environ['TUI_ACC_MSPROBE_CONFIG']) and "
-            "debugger.start(model, token_range=[t, t]) with t = int(os.environ['TUI_ACC_TOKEN'])"
+            "debugger.start(model, token_range=[first, last]) from TUI_ACC_TOKENS (empty: every token)"
         )
+        if not selection.subtree and level != "debug":
+            notes.append("msprobe's list matches by substring: each module's submodules are dumped too")
         argv = exec_argv
     elif dumper == "vllm-ascend":
         argv = _vllm_ascend(selection, settings, values, exec_argv, env, notes)
@@ -188,12 +229,20 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
     elif dumper == "torch":
         argv = exec_argv
         notes.append(
-            "your script dumps token TUI_ACC_TOKEN of the modules TUI_ACC_MODULES into TUI_ACC_DUMP_DIR "
+            "your script dumps tokens TUI_ACC_TOKENS (empty: every one) of the modules TUI_ACC_MODULES, "
+            "their TUI_ACC_TENSORS (all, or outputs), into TUI_ACC_DUMP_DIR "
             "(tui_acc.demo.capture.MsitTorchCapture.from_env does it; msit: DumpConfig(dump_path=..., "
-            "token_range=[...], layer_name=...))"
+            "token_range=[...], layer_name=..., tensor_part=1 for outputs))"
         )
     else:
         argv = _custom_argv(settings, values)
+        narrowing = ("{layers}", "{modules}", "{ids}")
+        command = settings.command if isinstance(settings.command, str) else " ".join(settings.command or ())
+        if selection.nodes and not any(p in command for p in narrowing):
+            notes.append(
+                "the command passes no {layers}, {modules} or {ids}: unless the script reads "
+                "TUI_ACC_MODULES, it dumps every node of the tokens asked for"
+            )
     shell = settings.shell
     if shell:
         argv = ["/bin/sh", "-c", argv[0] if dumper == "custom" else settings.exec or ""]
@@ -204,15 +253,51 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
 
 def _values(selection: Selection, settings: SideSettings, out: Path) -> dict[str, str]:
     ids = [chain for name in selection.nodes if (chain := atb_id_chain(name))] if selection.atb else []
+    steps = selection.step_range
+    glob = "*" if selection.subtree else ""
     return {
-        "token": str(selection.token),
-        "step": str(selection.step),
+        "token": str(selection.token) if selection.one_token else "",
+        "tokens": selection.token_list,
+        "step": "" if steps is None else str(steps[0]) if steps[0] == steps[1] else f"{steps[0]}-{steps[1]}",
         "ids": ",".join(ids),
         "layers": ",".join(selection.nodes),
-        "modules": ",".join(f"{name}*" for name in selection.nodes),
+        "modules": ",".join(f"{name}{glob}" for name in selection.nodes),
+        "tensors": "outputs" if selection.outputs_only else "all",
         "out": str(out),
         "exec": settings.exec or "",
     }
+
+
+def _exec_range(selection: Selection) -> str:
+    """An ATB probe's ``exec_range``: ``first,last`` execution count ("" for every one)."""
+    steps = selection.step_range
+    return "" if steps is None else f"{steps[0]},{steps[1]}"
+
+
+def spell_tokens(tokens: Sequence[int]) -> str:
+    """``0-7`` for a run of tokens, ``1,4,6`` otherwise (``TUI_ACC_TOKENS``)."""
+    ordered = sorted(set(tokens))
+    if len(ordered) > 1 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"{ordered[0]}-{ordered[-1]}"
+    return ",".join(str(t) for t in ordered)
+
+
+def parse_tokens(text: str) -> list[int] | None:
+    """``TUI_ACC_TOKENS`` read back: ``0-7``, ``1,4``, ``0-2,5`` -> the tokens; empty -> None (every
+    token). For a dumper script honouring the contract.
+
+    Raises:
+        ValueError: the text is not such a list.
+    """
+    if not text.strip():
+        return None
+    tokens: list[int] = []
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise ValueError(f"TUI_ACC_TOKENS={text!r}: expected tokens such as 3, 0-7 or 1,4")
+        tokens += range(int(first), int(last) + 1) if dash else [int(first)]
+    return tokens
 
 
 def atb_id_chain(name: str) -> str | None:
@@ -268,7 +353,7 @@ def _vllm_ascend(
             "task": "tensor",
             "dump_path": values["out"],
             "rank": [],
-            "step": [selection.step],
+            "step": [] if (steps := selection.step_range) is None else list(range(steps[0], steps[1] + 1)),
             "level": level,
             "async_dump": False,
             "tensor": section,

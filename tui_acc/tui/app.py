@@ -64,8 +64,12 @@ class AccApp(App[None]):
         redump: RedumpSettings | None = None,
         opener: Callable[[Path, Path], Comparison] | None = None,
         config_file: Path | None = None,
+        start_at: int | None = None,
     ) -> None:
+        """``start_at``: a token whose operators open at once, the cursor on its first failing one
+        (``tui-acc hunt`` ends there); Esc goes back to the token list."""
         super().__init__()
+        self.start_at = start_at
         fmt.use_monochrome(self.no_color)  # NO_COLOR: failures in bold and reverse, not in grey
         self.comparison = comparison
         self._cache_warned = False  # a row cache that cannot be used is said once, not per worker
@@ -97,6 +101,8 @@ class AccApp(App[None]):
 
     def on_mount(self) -> None:
         self.push_screen(TokenScreen())
+        if self.start_at is not None:
+            self.push_screen(OperatorScreen(self.start_at, at_first_failure=True))
         self.set_interval(1.0, self.show_redump_state)
         # A dropped SSH session (SIGHUP) or a kill (SIGTERM) ends the app the way q does, so a
         # re-dump in progress is stopped and computed rows are saved, not left half done.
