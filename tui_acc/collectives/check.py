@@ -1,0 +1,329 @@
+"""Each collective's output on every rank against the golden its ranks' inputs give.
+
+* all-reduce: golden = the reduction (sum by default; max, min, prod or avg where the dump says
+  so: ATB's ``op_param.json`` ``allReduceType``, msprobe's recorded ``ReduceOp``) of every rank's
+  input, in float64; every rank's output is compared with it.
+* reduce-scatter: rank r's golden is chunk r (dimension 0) of that reduction.
+* all-gather: every rank's golden is the concatenation (dimension 0) of every rank's input.
+
+msprobe records a collective in place (core/dump/data_dump/data_processor/base.py,
+``analyze_forward_output``: a distributed API's output is its arguments after the call), so its
+input is the argument before the call and its output the same argument after it: ``input.0`` /
+``output.0`` for ``all_reduce(tensor)``; ``input.1`` / ``output.0`` for ``reduce_scatter*(out, in)``
+and ``all_gather*(out, in)`` (a list argument's items are concatenated). ATB operations have
+``intensor0`` / ``outtensor0``.
+
+The verdict is ``bound.beyond_bound``'s; the four metrics are msit's (``metrics.compat``), reported
+alongside. A rank lacking the operator or the token, a damaged file, a shape that does not fit:
+that rank's row says so (``error``) and the rest is still checked.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from tui_acc.collectives.bound import DEFAULT_MARGIN, Reduction, beyond_bound, element_bound
+from tui_acc.collectives.ranks import Collective, RankSet
+from tui_acc.dumps import TensorRef
+
+if TYPE_CHECKING:
+    import numpy as np
+
+METRICS = ("cosine_similarity", "max_relative_error", "mean_relative_error", "relative_euclidean_distance")
+
+
+class RankRow(TypedDict):
+    """One rank's output of one collective at one token, judged."""
+
+    token: int
+    op: str
+    rank: int
+    rank_folder: str
+    kind: str
+    reduction: str
+    dtype: str | None
+    numel: int | None
+    cosine_similarity: float | None
+    max_relative_error: float | None
+    mean_relative_error: float | None
+    relative_euclidean_distance: float | None
+    beyond_bound: int | None  # elements farther from the golden than the rounding bound allows
+    worst_ratio: float | None  # the largest |out - golden| / bound (<= 1 within it; inf: beyond a 0 bound)
+    passed: bool | None  # None: not judged (see error)
+    error: str | None
+
+
+class CheckFailed(Exception):
+    """What stops one collective (or one rank of it) from being judged; the message names the file."""
+
+
+class RanksCheck:
+    """The check of one run, computed lazily: a collective's rows the first time they are asked for,
+    once, from any thread."""
+
+    def __init__(self, ranks: RankSet, margin: float = DEFAULT_MARGIN) -> None:
+        self.ranks = ranks
+        self.margin = margin
+        self._collectives: dict[int, list[Collective]] = {}
+        self._rows: dict[tuple[int, str], list[RankRow]] = {}
+        self._lock = threading.Lock()
+        self._records: dict[int, dict[str, Any]] = {}  # msprobe: each rank's dump.json records
+
+    def tokens(self) -> list[int]:
+        return self.ranks.tokens()
+
+    def collectives(self, token: int) -> list[Collective]:
+        with self._lock:
+            if token not in self._collectives:
+                self._collectives[token] = self.ranks.collectives(token)
+            return self._collectives[token]
+
+    def is_computed(self, token: int, op: str) -> bool:
+        return (token, op) in self._rows
+
+    def rows(self, collective: Collective) -> list[RankRow]:
+        key = (collective.token, collective.op)
+        cached = self._rows.get(key)
+        if cached is None:
+            cached = self._rows.setdefault(key, self._compute(collective))
+        return cached
+
+    def token_rows(self, token: int, should_stop: Callable[[], bool] | None = None) -> list[RankRow]:
+        rows: list[RankRow] = []
+        for collective in self.collectives(token):
+            if should_stop is not None and should_stop():
+                break
+            rows.extend(self.rows(collective))
+        return rows
+
+    def all_rows(self, should_stop: Callable[[], bool] | None = None) -> list[RankRow]:
+        return [row for token in self.tokens() for row in self.token_rows(token, should_stop)]
+
+    def first_bad(self, should_stop: Callable[[], bool] | None = None) -> RankRow | None:
+        """The first (token, operator, rank) whose output disagrees with the golden, in execution order."""
+        for token in self.tokens():
+            for collective in self.collectives(token):
+                if should_stop is not None and should_stop():
+                    return None
+                bad = next((row for row in self.rows(collective) if row["passed"] is False), None)
+                if bad is not None:
+                    return bad
+        return None
+
+    # --- one collective ---------------------------------------------------------------------------
+
+    def _compute(self, collective: Collective) -> list[RankRow]:
+        import numpy as np
+
+        size = self.ranks.size
+        rows = [self._row(collective, rank) for rank in range(size)]
+        inputs: list[np.ndarray | None] = [None] * size
+        outputs: list[np.ndarray | None] = [None] * size
+        reduction: Reduction = "gather" if collective.kind == "all_gather" else "sum"
+        for rank in range(size):
+            refs = self.ranks.refs(rank, collective.token, collective.op)
+            if refs is None:
+                rows[rank]["error"] = self.ranks.missing(rank, collective.token)
+                continue
+            in_slot, out_slot = _slots(refs, collective)
+            try:
+                inputs[rank] = _load(self.ranks, rank, refs, in_slot, "input")
+                outputs[rank] = _load(self.ranks, rank, refs, out_slot, "output")
+                if reduction != "gather":
+                    reduction = self._reduction(rank, refs, collective) or reduction
+            except CheckFailed as exc:
+                rows[rank]["error"] = str(exc)
+        rows[0]["reduction"] = reduction
+        for row in rows:
+            row["reduction"] = reduction
+        lacking = [rank for rank in range(size) if inputs[rank] is None]
+        if lacking:
+            why = "; ".join(rows[r]["error"] or "" for r in lacking)
+            for rank in range(size):
+                if rows[rank]["error"] is None:
+                    rows[rank]["error"] = f"no golden: the input of rank {lacking[0]} is missing ({why})"
+            return rows
+        try:
+            goldens, magnitude = _goldens([x for x in inputs if x is not None], collective, reduction)
+        except CheckFailed as exc:
+            for row in rows:
+                row["error"] = row["error"] or str(exc)
+            return rows
+        for rank in range(size):
+            output = outputs[rank]
+            if output is None:
+                continue
+            try:
+                self._judge(rows[rank], goldens[rank], magnitude[rank], output, reduction)
+            except CheckFailed as exc:
+                rows[rank]["error"] = str(exc)
+        return rows
+
+    def _row(self, collective: Collective, rank: int) -> RankRow:
+        return RankRow(
+            token=collective.token,
+            op=collective.op,
+            rank=rank,
+            rank_folder=self.ranks.names[rank],
+            kind=collective.kind,
+            reduction="",
+            dtype=None,
+            numel=None,
+            cosine_similarity=None,
+            max_relative_error=None,
+            mean_relative_error=None,
+            relative_euclidean_distance=None,
+            beyond_bound=None,
+            worst_ratio=None,
+            passed=None,
+            error=None,
+        )
+
+    def _judge(
+        self, row: RankRow, golden: np.ndarray, magnitude: np.ndarray, output: np.ndarray, reduction: Reduction
+    ) -> None:
+        import numpy as np
+
+        from tui_acc.dumps.dtypes import dtype_name, widened
+        from tui_acc.metrics.compat import msit_metrics
+
+        flat = widened(output).astype(np.float64).reshape(-1)
+        if flat.size != golden.size:
+            raise CheckFailed(
+                f"rank {row['rank']} ({row['rank_folder']}): output {list(output.shape)} holds {flat.size} "
+                f"elements, its golden {golden.size}"
+            )
+        dtype = dtype_name(output)
+        bound = element_bound(reduction, dtype, self.ranks.size, magnitude, self.margin)
+        beyond, worst = beyond_bound(golden, flat, bound)
+        metrics = msit_metrics(golden, flat)
+        row.update(
+            dtype=dtype,
+            numel=int(flat.size),
+            beyond_bound=beyond,
+            worst_ratio=worst,
+            passed=beyond == 0,
+            **{name: _number(metrics.get(name)) for name in METRICS},  # type: ignore[typeddict-item]
+        )
+
+    def _reduction(self, rank: int, refs: list[TensorRef], collective: Collective) -> Reduction | None:
+        """The reduction the dump records for this operator, where it records one."""
+        index = self.ranks.indexes[rank]
+        if index is None or not refs:
+            return None
+        policy = index.load_policy
+        if refs[0].slot.startswith(("intensor", "outtensor")):  # ATB: the node folder's op_param.json
+            param = Path(refs[0].location).parent.parent / "op_param.json"
+            try:
+                raw = json.loads(policy.read_text(param))
+            except (OSError, ValueError):
+                return None
+            value = raw.get("allReduceType") or raw.get("reduceType") if isinstance(raw, dict) else None
+            return _reduction_named(str(value)) if value else None
+        records = self._records.get(rank)
+        if records is None:
+            try:
+                dump = json.loads(policy.read_text(index.data_dir / "dump.json"))
+                records = dump.get("data", {}) if isinstance(dump, dict) else {}
+            except (OSError, ValueError):
+                records = {}
+            self._records[rank] = records
+        entry = records.get(collective.op)
+        if not isinstance(entry, dict):
+            return None
+        arguments = [*(entry.get("input_args") or []), *(entry.get("input_kwargs") or {}).values()]
+        for arg in arguments:
+            if isinstance(arg, dict) and arg.get("type") == "torch.distributed.ReduceOp":
+                return _reduction_named(str(arg.get("value", "")))
+        return None
+
+
+def _reduction_named(value: str) -> Reduction | None:
+    """ATB's ``sum|max|min|prod``, torch's ``RedOpType.SUM|MAX|MIN|PRODUCT``."""
+    word = value.rsplit(".", 1)[-1].lower()
+    return {"sum": "sum", "max": "max", "min": "min", "prod": "prod", "product": "prod"}.get(word)  # type: ignore[return-value]
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _slots(refs: list[TensorRef], collective: Collective) -> tuple[str, str]:
+    """(input slot, output slot) of a collective's record: ATB's, or msprobe's in-place arguments."""
+    if any(ref.slot.startswith(("intensor", "outtensor")) for ref in refs):
+        return "intensor0", "outtensor0"
+    if collective.kind == "all_reduce":
+        return "input.0", "output.0"
+    return "input.1", "output.0"  # reduce_scatter*(output, input) and all_gather*(output, input)
+
+
+def _load(ranks: RankSet, rank: int, refs: list[TensorRef], slot: str, role: str) -> np.ndarray:
+    """The tensor in ``slot`` (a list argument's items concatenated along dimension 0)."""
+    import numpy as np
+
+    from tui_acc.dumps.tensors import TensorLoadError, load_tensor
+
+    index = ranks.indexes[rank]
+    assert index is not None  # refs come from a readable rank
+    chosen = sorted(
+        (ref for ref in refs if ref.slot == slot or ref.slot.startswith(slot + ".")),
+        key=lambda ref: [int(p) if p.isdigit() else 0 for p in ref.slot[len(slot) :].split(".") if p],
+    )
+    where = f"rank {rank} ({index.data_dir})"
+    if not chosen:
+        raise CheckFailed(f"{where}: no {role} tensor ({slot}) recorded")
+    if any(not ref.has_data for ref in chosen):
+        raise CheckFailed(f"{where}: {chosen[0].location}: statistics only, no {role} tensor data")
+    try:
+        parts = [load_tensor(ref.path, index.load_policy) for ref in chosen]
+    except TensorLoadError as exc:
+        raise CheckFailed(f"{where}: {exc}") from exc
+    if len(parts) == 1:
+        return parts[0]
+    try:
+        return np.concatenate([p.reshape(-1) for p in parts])
+    except ValueError as exc:
+        raise CheckFailed(f"{where}: {role} {slot}: parts do not concatenate ({exc})") from exc
+
+
+def _goldens(
+    inputs: list[np.ndarray], collective: Collective, reduction: Reduction
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each rank's golden and the magnitude its bound scales with, flat float64."""
+    import numpy as np
+
+    from tui_acc.dumps.dtypes import widened
+
+    size = len(inputs)
+    wide = [widened(x).astype(np.float64).reshape(-1) for x in inputs]
+    if reduction == "gather":
+        golden = np.concatenate(wide)
+        return [golden] * size, [np.abs(golden)] * size
+    shapes = {tuple(x.shape) for x in inputs}
+    if len(shapes) > 1 or len({x.size for x in wide}) > 1:
+        listed = ", ".join(f"rank {r} {list(x.shape)}" for r, x in enumerate(inputs))
+        raise CheckFailed(f"{collective.op}: the ranks' inputs differ in shape ({listed}); nothing to reduce")
+    stacked = np.stack(wide)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if reduction == "max":
+            total, magnitude = stacked.max(axis=0), np.zeros(stacked.shape[1])
+        elif reduction == "min":
+            total, magnitude = stacked.min(axis=0), np.zeros(stacked.shape[1])
+        elif reduction == "prod":
+            total = stacked.prod(axis=0)
+            magnitude = np.abs(total)
+        else:
+            total, magnitude = stacked.sum(axis=0), np.abs(stacked).sum(axis=0)
+    if collective.kind != "reduce_scatter":
+        return [total] * size, [magnitude] * size
+    if total.size % size:
+        raise CheckFailed(f"{collective.op}: {total.size} elements do not split into {size} equal chunks")
+    chunk = total.size // size
+    return (
+        [total[r * chunk : (r + 1) * chunk] for r in range(size)],
+        [magnitude[r * chunk : (r + 1) * chunk] for r in range(size)],
+    )
