@@ -49,6 +49,8 @@ TITLES: dict[str, tuple[str, str]] = {
     "scope_all": ("scope: all operators", "Leave the layer chosen in the tree: every operator of the token"),
     "toggle_tree": ("tree: show or hide", "Give the table the whole width, or bring the layer tree back"),
     "filter": ("filter: by name or type", "Show only the operators whose name or type holds the text"),
+    # the check across ranks
+    "first_bad": ("go: first disagreeing rank", "The first (token, operator, rank) whose output disagrees"),
     # the re-dump log
     "log_back": ("log: back", "Leave the re-dump log"),
     "log_stop": ("re-dump: stop", "Stop the running re-dump (its whole process group)"),

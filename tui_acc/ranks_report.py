@@ -1,0 +1,129 @@
+"""``tui-acc report --ranks DUMP``: the check across ranks without a UI (JSON, CSV, text, exit code).
+
+JSON: ``collectives`` (a row per token, operator and rank: the four metrics, ``passed``, and what
+judged it: ``dtype``, ``beyond_bound``, ``worst_ratio``, ``error``) and ``first_bad``
+(``{token, op, rank}`` or null). Exit 0 when every rank's output agrees with its golden, 1 when one
+disagrees or cannot be judged (a rank lacking the operator, a damaged file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tui_acc import numbers
+from tui_acc.collectives.check import METRICS, RankRow, RanksCheck
+
+if TYPE_CHECKING:
+    import polars as pl
+
+EXIT_PASS, EXIT_FAIL = 0, 1
+# a row's columns, in the order the JSON, the CSV and the screen's export give them
+COLUMNS = (
+    "token",
+    "op",
+    "rank",
+    *METRICS,
+    "passed",
+    "rank_folder",
+    "kind",
+    "reduction",
+    "dtype",
+    "numel",
+    "beyond_bound",
+    "worst_ratio",
+    "error",
+)
+
+
+def build_report(check: RanksCheck, should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+    rows = check.all_rows(should_stop)
+    bad = next((row for row in rows if row["passed"] is False), None)
+    return {
+        "dump": check.ranks.path,
+        "format": check.ranks.format,
+        "ranks": list(check.ranks.names),
+        "margin": check.margin,
+        "collectives": [public_row(row) for row in rows],
+        "first_bad": None if bad is None else {"token": bad["token"], "op": bad["op"], "rank": bad["rank"]},
+        "failed": sum(1 for row in rows if row["passed"] is False),
+        "unjudged": sum(1 for row in rows if row["passed"] is None),
+        "errors": [p.as_dict() for p in check.ranks.problems],
+        "notes": list(check.ranks.notes),
+    }
+
+
+def public_row(row: RankRow) -> dict[str, Any]:
+    return {key: row[key] for key in COLUMNS}  # type: ignore[literal-required]
+
+
+def exit_code(report: dict[str, Any]) -> int:
+    judged_all = not report["failed"] and not report["unjudged"] and not report["errors"]
+    return EXIT_PASS if judged_all and report["collectives"] else EXIT_FAIL
+
+
+def csv_frame(report: dict[str, Any]) -> pl.DataFrame:
+    import polars as pl
+
+    schema = {
+        "token": pl.Int64,
+        "op": pl.String,
+        "rank": pl.Int64,
+        **dict.fromkeys(METRICS, pl.Float64),
+        "passed": pl.Boolean,
+        "rank_folder": pl.String,
+        "kind": pl.String,
+        "reduction": pl.String,
+        "dtype": pl.String,
+        "numel": pl.Int64,
+        "beyond_bound": pl.Int64,
+        "worst_ratio": pl.Float64,
+        "error": pl.String,
+    }
+    return pl.DataFrame(report["collectives"], schema=schema, orient="row")
+
+
+def with_provenance(frame: pl.DataFrame, check: RanksCheck) -> pl.DataFrame:
+    """The constant ``source_*`` columns every export carries (export.py's rule): which run, which
+    margin, which tui-acc."""
+    import polars as pl
+
+    from tui_acc import __version__
+
+    values = {
+        "source_dump": str(Path(check.ranks.path).resolve()),
+        "source_margin": f"{check.margin:g}",
+        "source_tui_acc": __version__,
+    }
+    return frame.with_columns(pl.lit(value, dtype=pl.String).alias(key) for key, value in values.items())
+
+
+def format_text(report: dict[str, Any]) -> str:
+    lines = [
+        f"run     {report['dump']} ({report['format']}, {len(report['ranks'])} ranks: {', '.join(report['ranks'])})",
+        f"rule    |out - sum| <= {report['margin']:g} x gamma_(N-1) x sum|x| per element (README: Checks across ranks)",
+        "",
+        f"{'token':>5}  {'rank':>4}  {'verdict':<7}  {'cosine':>10}  {'max rel':>10}  {'mean rel':>10}"
+        f"  {'rel eucl':>10}  {'beyond':>7}  op",
+    ]
+    for row in report["collectives"]:
+        verdict = "ERROR" if row["passed"] is None else "pass" if row["passed"] else "FAIL"
+        beyond = "-" if row["beyond_bound"] is None else str(row["beyond_bound"])
+        lines.append(
+            f"{row['token']:>5}  {row['rank']:>4}  {verdict:<7}  {numbers.cosine(row['cosine_similarity']):>10}"
+            f"  {numbers.number(row['max_relative_error']):>10}  {numbers.number(row['mean_relative_error']):>10}"
+            f"  {numbers.number(row['relative_euclidean_distance']):>10}  {beyond:>7}  {row['op']}"
+        )
+        if row["error"]:
+            lines.append(f"{'':>13}{row['error']}")
+    lines.append("")
+    bad = report["first_bad"]
+    where = "none" if bad is None else f"token {bad['token']}, {bad['op']}, rank {bad['rank']}"
+    lines.append(f"first disagreeing: {where}")
+    lines.append(
+        f"rows: {len(report['collectives'])}   disagree: {report['failed']}   not judged: {report['unjudged']}"
+    )
+    lines += [f"error: {e['file']}: {e['message']}" for e in report["errors"][:20]]
+    lines += [f"note: {n}" for n in report["notes"]]
+    return "\n".join(lines)
