@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 # (key, header, width, worst end): the main table's columns
 COLUMNS: tuple[tuple[str, str, int, Worst], ...] = (
     ("token", "Token", 5, "low"),
-    ("op", "Operator", 34, "low"),
     ("rank", "Rank", 4, "low"),
     ("passed", "Verdict", 7, "low"),
     ("cosine_similarity", "Cosine", 9, "low"),
@@ -43,6 +42,7 @@ COLUMNS: tuple[tuple[str, str, int, Worst], ...] = (
     ("relative_euclidean_distance", "RelEucl", 10, "high"),
     ("beyond_bound", "Beyond", 6, "high"),
     ("worst_ratio", "xBound", 9, "high"),
+    ("op", "Operator", 40, "low"),  # last: the metrics stay on screen at 100 columns
 )
 _NOTES = {"token": "first to last", "op": "A to Z", "rank": "first to last", "passed": "failures first"}
 
@@ -113,7 +113,7 @@ class RanksScreen(Screen[None]):
 
     def on_mount(self) -> None:
         tokens = self.query_one("#rank-tokens", DataTable)
-        for key, label, width in (("token", "Token", 5), ("ops", "Ops", 4), ("bad", "Bad", 4)):
+        for key, label, width in (("token", "Token", 5), ("ops", "Ops", 3), ("bad", "Bad", 3)):
             tokens.add_column(label, key=key, width=width)
         for token in self.tokens:
             tokens.add_row(str(token), Text("…", style=fmt.PENDING_STYLE), "", key=str(token))
@@ -187,7 +187,6 @@ class RanksScreen(Screen[None]):
         beyond = "-" if row["beyond_bound"] is None else str(row["beyond_bound"])
         return [
             str(row["token"]),
-            fmt.failing(fmt.elide_middle(row["op"], 34), not ok),
             str(row["rank"]),
             verdict,
             fmt.figure(fmt.cosine(row["cosine_similarity"]), ok),
@@ -196,6 +195,7 @@ class RanksScreen(Screen[None]):
             fmt.figure(fmt.num(row["relative_euclidean_distance"]), ok),
             fmt.figure(beyond, ok),
             fmt.figure(_ratio(row["worst_ratio"]), ok),
+            fmt.failing(fmt.elide_middle(row["op"], 40), not ok),
         ]
 
     def _update_token(self, token: int) -> None:
