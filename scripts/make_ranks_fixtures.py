@@ -135,7 +135,16 @@ def _rank_main(rank: int, world: int, out: str, port: int, record: str) -> None:
     config.unlink()
     if rank == world - 1:
         Path(record).write_text(
-            json.dumps({"world": world, "fault": {"token": FAULT_TOKEN, "op": f"Distributed.all_reduce.{faulty_call}.forward", "rank": rank}}),
+            json.dumps(
+                {
+                    "world": world,
+                    "fault": {
+                        "token": FAULT_TOKEN,
+                        "op": f"Distributed.all_reduce.{faulty_call}.forward",
+                        "rank": rank,
+                    },
+                }
+            ),
             encoding="utf-8",
         )
     dist.destroy_process_group()

@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--ranks",
         action="store_true",
-        help="`report --ranks DUMP`: check one run's collectives across its ranks (no TEST; see `ranks --help`)",
+        help="`report --ranks DUMP`: check one run's collectives across its ranks (no TEST; "
+        "see `tui-acc ranks --help`)",
     )
     report.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     report.add_argument(
@@ -95,9 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     demo = commands.add_parser("demo", help="generate a golden/test pair with a known fault, then open it")
-    demo.add_argument(
-        "--out", type=Path, help="where to write (default: ./tui-acc-demo)"
-    )
+    demo.add_argument("--out", type=Path, help="where to write (default: ./tui-acc-demo)")
     demo.add_argument(
         "--no-tui", action="store_true", help="only write the dumps and print where the fault is"
     )
@@ -133,14 +132,16 @@ def _add_ranks_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "dump",
         type=Path,
         metavar="DUMP",
-        help="the run's folder holding its rank folders (msit's tensors/, msprobe's step*), or the dump above",
+        help="the run's folder holding its rank folders (msit's tensors/, msprobe's step*), "
+        "or the dump above it",
     )
     ranks.add_argument("--report", action="store_true", help=argparse.SUPPRESS)  # `report --ranks`
     ranks.add_argument(
         "--margin",
         type=float,
         metavar="M",
-        help="fail an element beyond M x its rounding bound (default: tui-acc.toml [collectives] margin, or 2)",
+        help="fail an element beyond M x its rounding bound "
+        "(default: tui-acc.toml [collectives] margin, or 2)",
     )
     ranks.add_argument("--json", action="store_true", help="no UI: print one JSON object")
     ranks.add_argument("--csv", type=Path, metavar="FILE", help="no UI: also write every row to FILE")

@@ -100,9 +100,11 @@ def with_provenance(frame: pl.DataFrame, check: RanksCheck) -> pl.DataFrame:
 
 
 def format_text(report: dict[str, Any]) -> str:
+    ranks = report["ranks"]
     lines = [
-        f"run     {report['dump']} ({report['format']}, {len(report['ranks'])} ranks: {', '.join(report['ranks'])})",
-        f"rule    |out - sum| <= {report['margin']:g} x gamma_(N-1) x sum|x| per element (README: Checks across ranks)",
+        f"run     {report['dump']} ({report['format']}, {len(ranks)} ranks: {', '.join(ranks)})",
+        f"rule    |out - sum| <= {report['margin']:g} x gamma_(N-1) x sum|x| per element "
+        "(README: Checks across ranks)",
         "",
         f"{'token':>5}  {'rank':>4}  {'verdict':<7}  {'cosine':>10}  {'max rel':>10}  {'mean rel':>10}"
         f"  {'rel eucl':>10}  {'beyond':>7}  op",
@@ -110,10 +112,15 @@ def format_text(report: dict[str, Any]) -> str:
     for row in report["collectives"]:
         verdict = "ERROR" if row["passed"] is None else "pass" if row["passed"] else "FAIL"
         beyond = "-" if row["beyond_bound"] is None else str(row["beyond_bound"])
+        metrics = (
+            numbers.number(row[name])
+            for name in ("max_relative_error", "mean_relative_error", "relative_euclidean_distance")
+        )
+        cosine = numbers.cosine(row["cosine_similarity"])
         lines.append(
-            f"{row['token']:>5}  {row['rank']:>4}  {verdict:<7}  {numbers.cosine(row['cosine_similarity']):>10}"
-            f"  {numbers.number(row['max_relative_error']):>10}  {numbers.number(row['mean_relative_error']):>10}"
-            f"  {numbers.number(row['relative_euclidean_distance']):>10}  {beyond:>7}  {row['op']}"
+            f"{row['token']:>5}  {row['rank']:>4}  {verdict:<7}  {cosine:>10}"
+            + "".join(f"  {m:>10}" for m in metrics)
+            + f"  {beyond:>7}  {row['op']}"
         )
         if row["error"]:
             lines.append(f"{'':>13}{row['error']}")
@@ -121,9 +128,8 @@ def format_text(report: dict[str, Any]) -> str:
     bad = report["first_bad"]
     where = "none" if bad is None else f"token {bad['token']}, {bad['op']}, rank {bad['rank']}"
     lines.append(f"first disagreeing: {where}")
-    lines.append(
-        f"rows: {len(report['collectives'])}   disagree: {report['failed']}   not judged: {report['unjudged']}"
-    )
+    rows, failed, unjudged = len(report["collectives"]), report["failed"], report["unjudged"]
+    lines.append(f"rows: {rows}   disagree: {failed}   not judged: {unjudged}")
     lines += [f"error: {e['file']}: {e['message']}" for e in report["errors"][:20]]
     lines += [f"note: {n}" for n in report["notes"]]
     return "\n".join(lines)

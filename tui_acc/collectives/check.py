@@ -117,7 +117,6 @@ class RanksCheck:
     # --- one collective ---------------------------------------------------------------------------
 
     def _compute(self, collective: Collective) -> list[RankRow]:
-        import numpy as np
 
         size = self.ranks.size
         rows = [self._row(collective, rank) for rank in range(size)]
@@ -184,7 +183,12 @@ class RanksCheck:
         )
 
     def _judge(
-        self, row: RankRow, golden: np.ndarray, magnitude: np.ndarray, output: np.ndarray, reduction: Reduction
+        self,
+        row: RankRow,
+        golden: np.ndarray,
+        magnitude: np.ndarray,
+        output: np.ndarray,
+        reduction: Reduction,
     ) -> None:
         import numpy as np
 
@@ -201,14 +205,13 @@ class RanksCheck:
         bound = element_bound(reduction, dtype, self.ranks.size, magnitude, self.margin)
         beyond, worst = beyond_bound(golden, flat, bound)
         metrics = msit_metrics(golden, flat)
-        row.update(
-            dtype=dtype,
-            numel=int(flat.size),
-            beyond_bound=beyond,
-            worst_ratio=worst,
-            passed=beyond == 0,
-            **{name: _number(metrics.get(name)) for name in METRICS},  # type: ignore[typeddict-item]
-        )
+        row["dtype"] = dtype
+        row["numel"] = int(flat.size)
+        row["beyond_bound"] = beyond
+        row["worst_ratio"] = worst
+        row["passed"] = beyond == 0
+        for name in METRICS:
+            row[name] = _number(metrics.get(name))  # type: ignore[literal-required]
 
     def _reduction(self, rank: int, refs: list[TensorRef], collective: Collective) -> Reduction | None:
         """The reduction the dump records for this operator, where it records one."""

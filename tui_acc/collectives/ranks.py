@@ -85,8 +85,7 @@ class RankSet:
         index = self.indexes[rank]
         if index is None or token not in index.tokens:
             return None
-        nodes = index.tokens[token]
-        return nodes[op] if op in nodes else None
+        return index.tokens[token].get(op)
 
     def missing(self, rank: int, token: int) -> str:
         """Why rank ``rank`` has nothing at ``token`` (names its folder)."""

@@ -1,7 +1,7 @@
 """``tui-acc.toml``'s ``[collectives]`` table::
 
-    [collectives]
-    margin = 2      # an element fails beyond margin x its rounding bound (README: Checks across ranks)
+[collectives]
+margin = 2      # an element fails beyond margin x its rounding bound (README: Checks across ranks)
 """
 
 from __future__ import annotations
@@ -30,6 +30,11 @@ def margin_of(section: Any, source: str) -> float:
 
 
 def checked_margin(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 1
+    ):
         raise SettingError(f"{where} must be a number >= 1 (a multiple of the rounding bound), not {value!r}")
     return float(value)

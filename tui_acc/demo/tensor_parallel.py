@@ -17,6 +17,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
@@ -192,9 +193,17 @@ def _forward(
     states = [hidden] * world
     for folder in folders:
         _write(folder / "0_WordEmbedding", inputs=[ids], outputs=[hidden])
-    for i, layer in enumerate(model.model.layers):
+    for i, layer in enumerate(cast(list[DecoderLayer], model.model.layers)):
         faulty = fault if fault is not None and (fault.token, fault.layer) == (token, i) else None
-        states = _layer(layer, states, cos, sin, [c[i] for c in caches], [f / f"{i + 1}_LlamaLayer" for f in folders], faulty)
+        states = _layer(
+            layer,
+            states,
+            cos,
+            sin,
+            [c[i] for c in caches],
+            [f / f"{i + 1}_LlamaLayer" for f in folders],
+            faulty,
+        )
     top = len(model.model.layers) + 1
     logits = []
     for rank, folder in enumerate(folders):
@@ -224,7 +233,9 @@ def _layer(
         normed = layer.input_layernorm(states[rank])
         context = layer.self_attn.context(normed, cos, sin, caches[rank])
         partial = _row_parallel(layer.self_attn.o_proj, context, rank, world)
-        written[rank].update({0: ([states[rank]], [normed]), 1: ([normed], [context]), 2: ([context], [partial])})
+        written[rank].update(
+            {0: ([states[rank]], [normed]), 1: ([normed], [context]), 2: ([context], [partial])}
+        )
         partials.append(partial)
     reduced = _reduced(partials, fault, 3)
     mlp_partials = []
@@ -248,11 +259,19 @@ def _layer(
     out = []
     for rank in range(world):
         result = _add(states[rank], reduced[rank])
-        written[rank].update({8: ([mlp_partials[rank]], [reduced[rank]]), 9: ([states[rank], reduced[rank]], [result])})
+        written[rank].update(
+            {8: ([mlp_partials[rank]], [reduced[rank]]), 9: ([states[rank], reduced[rank]], [result])}
+        )
         out.append(result)
         for index, (inputs, outputs) in sorted(written[rank].items()):
             folder = folders[rank] / f"{index}_{LAYER_OPS[index]}"
-            param = {"allReduceType": "sum", "rank": rank, "rankSize": world, "rankRoot": 0, "backend": "hccl"}
+            param = {
+                "allReduceType": "sum",
+                "rank": rank,
+                "rankSize": world,
+                "rankRoot": 0,
+                "backend": "hccl",
+            }
             _write(folder, inputs, outputs, param if LAYER_OPS[index] == "AllReduceOperation" else {})
     return out
 
@@ -267,7 +286,12 @@ def _reduced(partials: list[torch.Tensor], fault: Fault | None, op_index: int) -
     return results
 
 
-def _write(folder: Path, inputs: list[torch.Tensor], outputs: list[torch.Tensor], param: dict[str, object] | None = None) -> None:
+def _write(
+    folder: Path,
+    inputs: list[torch.Tensor],
+    outputs: list[torch.Tensor],
+    param: dict[str, object] | None = None,
+) -> None:
     # msit ATB's default -time 3: intensors before execution, outtensors after (formats.md §2.2)
     for k, tensor in enumerate(inputs):
         write_bin(folder / "before" / f"intensor{k}.bin", tensor)
@@ -280,7 +304,10 @@ def _write_topology(root: Path, model: TinyLlamaForCausalLM, world: int) -> None
     """model/{pid}/DecoderModel.json per rank: the reader takes the model's name and first id from it."""
     layers = len(model.model.layers)
     types = ["WordEmbedding", *(["LlamaLayer"] * layers), "RmsNormOperation", "LmHead"]
-    nodes = [{"opName": f"{t}_{i}", "opType": t, "param": {}, "inTensors": [], "outTensors": []} for i, t in enumerate(types)]
+    nodes = [
+        {"opName": f"{t}_{i}", "opType": t, "param": {}, "inTensors": [], "outTensors": []}
+        for i, t in enumerate(types)
+    ]
     for rank in range(world):
         path = root / "model" / str(PID_BASE + rank) / "DecoderModel.json"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -182,7 +182,11 @@ class RanksScreen(Screen[None]):
         elif passed is None:
             verdict = Text("…", style=fmt.PENDING_STYLE)
         else:
-            verdict = Text("pass", style=fmt.palette().passed) if passed else Text("FAIL", style=fmt.palette().failed)
+            verdict = (
+                Text("pass", style=fmt.palette().passed)
+                if passed
+                else Text("FAIL", style=fmt.palette().failed)
+            )
         ok = passed is not False
         beyond = "-" if row["beyond_bound"] is None else str(row["beyond_bound"])
         return [
@@ -208,7 +212,11 @@ class RanksScreen(Screen[None]):
         ranks = self.check.ranks
         bad = sum(1 for row in self.rows.values() if row["passed"] is False)
         unjudged = sum(1 for row in self.rows.values() if row["error"])
-        done = sum(1 for counts in self.counts.values() if counts[0]) if not self.all_computed else len(self.tokens)
+        done = (
+            sum(1 for counts in self.counts.values() if counts[0])
+            if not self.all_computed
+            else len(self.tokens)
+        )
         progress = "" if self.all_computed else f" · checking token {done}/{len(self.tokens)}"
         parts = [
             f"{ranks.size} ranks ({ranks.format})",
@@ -266,7 +274,9 @@ class RanksScreen(Screen[None]):
             self.set_status(f"first disagreement: token {row['token']}, {row['op']}, rank {row['rank']}")
         elif self.all_computed:
             self.jump_pending = False
-            self.notify("Every rank's output agrees with its golden." if self.rows else "No collective found.")
+            self.notify(
+                "Every rank's output agrees with its golden." if self.rows else "No collective found."
+            )
         else:
             self.set_status("looking for the first disagreement … (rows appear as they are checked)")
 
