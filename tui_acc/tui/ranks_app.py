@@ -3,12 +3,16 @@ comparison, no re-dump: what AccApp holds for a pair is not there)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.driver import Driver
 from textual.screen import Screen
 
 from tui_acc.collectives.check import RanksCheck
@@ -45,8 +49,22 @@ class RanksApp(App[None]):
 
     def on_mount(self) -> None:
         self.push_screen(RanksScreen(self.check, self.export_dir, self.clock))
+        # a dropped SSH session (SIGHUP) or a kill (SIGTERM) ends the app the way q does
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGHUP, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.exit)
         if self.greeting:
             self.notify(self.greeting, timeout=12)
+
+    def get_driver_class(self) -> type[Driver]:
+        """On Linux, AccApp's driver that survives a dropped SSH session."""
+        driver = super().get_driver_class()
+        if driver.__module__ != "textual.drivers.linux_driver":  # Windows, or TEXTUAL_DRIVER set
+            return driver
+        from tui_acc.tui.driver import HangupSafeDriver  # needs termios: imported where it exists
+
+        return HangupSafeDriver
 
     def action_help(self) -> None:
         self.push_screen(RanksHelp(self.check.margin))
