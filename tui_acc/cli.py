@@ -482,6 +482,14 @@ def _report_ranks(check: object, args: argparse.Namespace) -> int:
     from tui_acc.report import strict_json
 
     result = ranks_report.build_report(check)  # type: ignore[arg-type]
+    if not result["collectives"]:
+        print(
+            f"tui-acc: error: {args.dump}: no collective operator found in any rank (ATB AllReduceOperation, "
+            "ReduceScatterOperation, AllGatherOperation; msprobe Distributed.all_reduce/reduce_scatter/"
+            "all_gather records)",
+            file=sys.stderr,
+        )
+        return 2
     if args.csv is not None:
         try:
             frame = ranks_report.with_provenance(ranks_report.csv_frame(result), check)  # type: ignore[arg-type]

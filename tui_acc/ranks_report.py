@@ -99,18 +99,37 @@ def with_provenance(frame: pl.DataFrame, check: RanksCheck) -> pl.DataFrame:
     return frame.with_columns(pl.lit(value, dtype=pl.String).alias(key) for key, value in values.items())
 
 
+LISTED = 50  # rows that disagree or cannot be judged, listed in the text report (--json has all)
+
+
 def format_text(report: dict[str, Any]) -> str:
+    """Per token, its collectives and how many rows disagree; then the rows that need a look."""
     ranks = report["ranks"]
+    rows = report["collectives"]
     lines = [
         f"run     {report['dump']} ({report['format']}, {len(ranks)} ranks: {', '.join(ranks)})",
         f"rule    |out - sum| <= {report['margin']:g} x gamma_(N-1) x sum|x| per element "
         "(README: Checks across ranks)",
         "",
-        f"{'token':>5}  {'rank':>4}  {'verdict':<7}  {'cosine':>10}  {'max rel':>10}  {'mean rel':>10}"
-        f"  {'rel eucl':>10}  {'beyond':>7}  op",
+        f"{'token':>5}  {'collectives':>11}  {'rows':>5}  {'disagree':>8}  {'not judged':>10}",
     ]
-    for row in report["collectives"]:
-        verdict = "ERROR" if row["passed"] is None else "pass" if row["passed"] else "FAIL"
+    per_token: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        per_token.setdefault(row["token"], []).append(row)
+    for token, mine in per_token.items():
+        ops = len({row["op"] for row in mine})
+        bad = sum(1 for row in mine if row["passed"] is False)
+        unjudged = sum(1 for row in mine if row["passed"] is None)
+        lines.append(f"{token:>5}  {ops:>11}  {len(mine):>5}  {bad:>8}  {unjudged:>10}")
+    attention = [row for row in rows if row["passed"] is not True]
+    if attention:
+        lines += [
+            "",
+            f"{'token':>5}  {'rank':>4}  {'verdict':<7}  {'cosine':>10}  {'max rel':>10}  {'mean rel':>10}"
+            f"  {'rel eucl':>10}  {'beyond':>7}  op",
+        ]
+    for row in attention[:LISTED]:
+        verdict = "ERROR" if row["passed"] is None else "FAIL"
         beyond = "-" if row["beyond_bound"] is None else str(row["beyond_bound"])
         metrics = (
             numbers.number(row[name])
@@ -124,12 +143,14 @@ def format_text(report: dict[str, Any]) -> str:
         )
         if row["error"]:
             lines.append(f"{'':>13}{row['error']}")
+    if len(attention) > LISTED:
+        lines.append(f"  ... and {len(attention) - LISTED} more (--json lists them all)")
     lines.append("")
     bad = report["first_bad"]
     where = "none" if bad is None else f"token {bad['token']}, {bad['op']}, rank {bad['rank']}"
     lines.append(f"first disagreeing: {where}")
-    rows, failed, unjudged = len(report["collectives"]), report["failed"], report["unjudged"]
-    lines.append(f"rows: {rows}   disagree: {failed}   not judged: {unjudged}")
+    failed, unjudged = report["failed"], report["unjudged"]
+    lines.append(f"rows: {len(rows)}   disagree: {failed}   not judged: {unjudged}")
     lines += [f"error: {e['file']}: {e['message']}" for e in report["errors"][:20]]
     lines += [f"note: {n}" for n in report["notes"]]
     return "\n".join(lines)

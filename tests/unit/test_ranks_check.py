@@ -206,3 +206,20 @@ def test_the_demo_run_holds_exactly_its_fault(ranks_demo) -> None:
 
 def test_ml_dtypes_rounds_as_the_fixture_assumes() -> None:
     assert np.array(1 + 2.0**-8, dtype=np.float64).astype(ml_dtypes.bfloat16) == 1.0  # ties to even
+
+
+def test_an_average_is_the_sum_divided_by_the_ranks(tmp_path: Path) -> None:
+    from tui_acc.dumps.atb_writer import write_bin
+    from tui_acc.dumps.policy import ANYWHERE
+    from tui_acc.dumps.tensors import load_tensor
+
+    tensors = write_atb_run(tmp_path, 4, tokens=1, layers=1)
+    folders = [tensors / f"{rank}_{PID_BASE + rank}" / "0" / op_name(0) for rank in range(4)]
+    values = [load_tensor(f / "before" / "intensor0.bin", ANYWHERE).astype(np.float64) for f in folders]
+    mean = (np.sum(values, axis=0) / 4).astype(BF16)
+    for folder in folders:
+        (folder / "op_param.json").write_text(json.dumps({"allReduceType": "avg"}), encoding="utf-8")
+        write_bin(folder / "after" / "outtensor0.bin", mean)
+    check = RanksCheck(open_ranks(str(tensors)))
+    rows = check.rows(check.collectives(0)[0])
+    assert [(r["reduction"], r["passed"]) for r in rows] == [("avg", True)] * 4

@@ -119,3 +119,13 @@ def test_demo_ranks_no_tui_writes_the_run_and_says_where_the_fault_is(tmp_path: 
     assert main(["demo", "--ranks", "2", "--no-tui", "--out", str(out)]) == 0  # reused
     assert "reusing the demo" in capsys.readouterr().out
     assert main(["demo", "--ranks", "1", "--no-tui", "--out", str(tmp_path / "one")]) == 2
+
+
+def test_a_run_without_collectives_exits_2(tmp_path: Path, capsys) -> None:
+    import shutil
+
+    tensors = write_atb_run(tmp_path, 2, tokens=1)
+    for folder in list(tensors.rglob("1_AllReduceOperation")):
+        shutil.rmtree(folder)
+    assert main(["report", "--ranks", str(tensors)]) == 2
+    assert "no collective operator found" in capsys.readouterr().err

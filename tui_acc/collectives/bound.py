@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     import numpy as np
 
-Reduction = Literal["sum", "prod", "max", "min", "gather"]
+Reduction = Literal["sum", "avg", "prod", "max", "min", "gather"]
 
 # unit roundoff 2**-(mantissa bits + 1) of the dtypes a collective's output is written in
 UNIT_ROUNDOFF = {
@@ -54,14 +54,14 @@ def gamma(k: int, u: float) -> float:
 def element_bound(
     reduction: Reduction, dtype: str, ranks: int, magnitude: np.ndarray, margin: float
 ) -> np.ndarray:
-    """Each element's allowed |out - golden|: ``magnitude`` is sum_r |x_ri| (sum) or |prod_r x_ri|
-    (prod), as float64; copies (max, min, gather) allow only the underflow term."""
+    """Each element's allowed |out - golden|: ``magnitude`` is sum_r |x_ri| (sum; divided by N for
+    avg) or |prod_r x_ri| (prod), as float64; copies (max, min, gather) must be exact."""
     import numpy as np
 
     u = unit_roundoff(dtype)
     eta = HALF_SUBNORMAL.get(dtype, 0.0)
-    steps = max(ranks - 1, 0)
-    if reduction in ("sum", "prod"):
+    steps = max(ranks - 1, 0) + (reduction == "avg")  # the average: the sum's additions, one division
+    if reduction in ("sum", "avg", "prod"):
         bound = gamma(steps, u) * magnitude + steps * eta
     else:
         bound = np.zeros_like(magnitude)

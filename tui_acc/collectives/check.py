@@ -1,6 +1,6 @@
 """Each collective's output on every rank against the golden its ranks' inputs give.
 
-* all-reduce: golden = the reduction (sum by default; max, min, prod or avg where the dump says
+* all-reduce: golden = the reduction (sum by default; avg, max, min or prod where the dump says
   so: ATB's ``op_param.json`` ``allReduceType``, msprobe's recorded ``ReduceOp``) of every rank's
   input, in float64; every rank's output is compared with it.
 * reduce-scatter: rank r's golden is chunk r (dimension 0) of that reduction.
@@ -246,9 +246,10 @@ class RanksCheck:
 
 
 def _reduction_named(value: str) -> Reduction | None:
-    """ATB's ``sum|max|min|prod``, torch's ``RedOpType.SUM|MAX|MIN|PRODUCT``."""
+    """ATB's ``sum|max|min|prod``, torch's ``RedOpType.SUM|AVG|MAX|MIN|PRODUCT``."""
     word = value.rsplit(".", 1)[-1].lower()
-    return {"sum": "sum", "max": "max", "min": "min", "prod": "prod", "product": "prod"}.get(word)  # type: ignore[return-value]
+    names: dict[str, Reduction] = {"sum": "sum", "avg": "avg", "max": "max", "min": "min", "prod": "prod"}
+    return names.get("prod" if word == "product" else word)
 
 
 def _number(value: object) -> float | None:
@@ -321,6 +322,8 @@ def _goldens(
             magnitude = np.abs(total)
         else:
             total, magnitude = stacked.sum(axis=0), np.abs(stacked).sum(axis=0)
+            if reduction == "avg":
+                total, magnitude = total / size, magnitude / size
     if collective.kind != "reduce_scatter":
         return [total] * size, [magnitude] * size
     if total.size % size:

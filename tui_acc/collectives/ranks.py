@@ -54,12 +54,22 @@ class RankSet:
     format: str
     names: list[str]
     indexes: list[DumpIndex | None]
-    problems: list[Problem] = field(default_factory=list)
+    unreadable: list[Problem] = field(default_factory=list)  # ranks that could not be opened
     notes: list[str] = field(default_factory=list)
 
     @property
     def size(self) -> int:
         return len(self.names)
+
+    @property
+    def problems(self) -> list[Problem]:
+        """Every damaged or unexpected file found so far (ATB token folders are read when first
+        checked, and say what they found then), and every rank that could not be opened."""
+        found = list(self.unreadable)
+        for index in self.indexes:
+            if index is not None:
+                found += index.problems
+        return found
 
     def tokens(self) -> list[int]:
         """Every token any readable rank holds, in order."""
@@ -115,15 +125,14 @@ def open_ranks(
             "more rank folders (msit's tensors/, msprobe's step*)"
         )
     indexes: list[DumpIndex | None] = [first]
-    problems = list(first.problems)
+    unreadable: list[Problem] = []
     for rank in range(1, len(names)):
         try:
             index = opener(path, rank=rank, follow_links=follow_links)
         except DumpError as exc:
-            problems.append(Problem(names[rank], f"rank {rank} not read: {exc}"))
+            unreadable.append(Problem(names[rank], f"rank {rank} not read: {exc}"))
             indexes.append(None)
             continue
-        problems.extend(index.problems)
         indexes.append(index)
     notes = [n for n in first.notes if "ranks" not in n or "holds" not in n]
-    return RankSet(str(path), first.format, names, indexes, problems, notes)
+    return RankSet(str(path), first.format, names, indexes, unreadable, notes)
