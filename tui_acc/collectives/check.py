@@ -273,8 +273,10 @@ def _load(ranks: RankSet, rank: int, refs: list[TensorRef], slot: str, role: str
 
     index = ranks.indexes[rank]
     assert index is not None  # refs come from a readable rank
-    chosen = sorted(
-        (ref for ref in refs if ref.slot == slot or ref.slot.startswith(slot + ".")),
+    # the slot itself; else its items (msprobe's list arguments: input.1.0, input.1.1, ...). Never
+    # ATB's intensor0.after (an input dumped again after the run) beside intensor0.
+    chosen = [ref for ref in refs if ref.slot == slot] or sorted(
+        (ref for ref in refs if ref.slot.startswith(slot + ".")),
         key=lambda ref: [int(p) if p.isdigit() else 0 for p in ref.slot[len(slot) :].split(".") if p],
     )
     where = f"rank {rank} ({index.data_dir})"
