@@ -3,7 +3,9 @@
 Each rank is a process (``torch.multiprocessing.spawn``) joined by torch.distributed's gloo backend
 on the CPU, and mindstudio-probe 26.2.0's ``PrecisionDebugger`` (task tensor, level mix) hooks a
 tiny row-parallel model that calls ``dist.all_reduce`` (sum, and max on a statistic),
-``dist.reduce_scatter_tensor`` and ``dist.all_gather_into_tensor``, in bfloat16. msprobe writes the
+``dist.reduce_scatter_tensor`` and ``dist.all_gather_into_tensor``, in bfloat16, on 2 ranks, 4 ranks,
+and 4 ranks as two tensor-parallel groups of 2 (``dist.new_group``: msprobe records each call's
+group as ``{"type": "torch.ProcessGroup", "group_ranks": [...]}``). msprobe writes the
 layout itself (``step0/rank{R}/dump.json``, ``construct.json``, ``dump_tensor_data/*.pt``).
 
 The fault: on the last rank, at one token, one all-reduce leaves the peers' contributions out (its
@@ -44,7 +46,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _rank_main(rank: int, world: int, out: str, port: int, record: str) -> None:
+def _rank_main(rank: int, world: int, tp: int, out: str, port: int, record: str) -> None:
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -52,6 +54,9 @@ def _rank_main(rank: int, world: int, out: str, port: int, record: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_grad_enabled(False)
+    # tensor-parallel groups of tp consecutive ranks (every rank creates every group, as torch asks)
+    groups = [dist.new_group(list(range(start, start + tp))) for start in range(0, world, tp)]
+    group = groups[rank // tp] if tp < world else None  # the whole world: the default group
     calls = {"all_reduce": 0}
     faulty_call = FAULT_TOKEN * (LAYERS + 1) + FAULT_LAYER  # each token: LAYERS sums, then one max
     original = dist.all_reduce
@@ -72,8 +77,8 @@ def _rank_main(rank: int, world: int, out: str, port: int, record: str) -> None:
     from msprobe.pytorch import PrecisionDebugger
 
     generator = torch.Generator().manual_seed(1234)  # the same full weights on every rank
-    local = INNER // world
-    columns = slice(rank * local, (rank + 1) * local)
+    local = INNER // tp
+    columns = slice((rank % tp) * local, (rank % tp + 1) * local)
 
     class RowParallelMLP(nn.Module):
         def __init__(self) -> None:
@@ -87,7 +92,7 @@ def _rank_main(rank: int, world: int, out: str, port: int, record: str) -> None:
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             partial = self.down_proj(torch.relu(self.up_proj(x)))
-            dist.all_reduce(partial)  # every rank's partial sum -> the layer's output
+            dist.all_reduce(partial, group=group)  # the group's partial sums -> the layer's output
             return x + partial
 
     class Inner(nn.Module):
@@ -99,11 +104,11 @@ def _rank_main(rank: int, world: int, out: str, port: int, record: str) -> None:
             for layer in self.layers:
                 x = layer(x)
             peak = x.abs().amax(dim=-1)
-            dist.all_reduce(peak, op=dist.ReduceOp.MAX)  # a statistic every rank agrees on
-            chunk = x.new_empty(x.shape[0] // world, HIDDEN)
-            dist.reduce_scatter_tensor(chunk, x)
+            dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=group)  # a statistic the group agrees on
+            chunk = x.new_empty(x.shape[0] // tp, HIDDEN)
+            dist.reduce_scatter_tensor(chunk, x, group=group)
             gathered = x.new_empty(x.shape)
-            dist.all_gather_into_tensor(gathered, chunk)
+            dist.all_gather_into_tensor(gathered, chunk, group=group)
             return gathered * (1 / peak.max())
 
     class Model(nn.Module):  # its child is the top-level record: one call of it is one token
@@ -129,7 +134,7 @@ def _rank_main(rank: int, world: int, out: str, port: int, record: str) -> None:
     debugger.start(model)
     inputs = torch.Generator().manual_seed(99)
     for _ in range(TOKENS):
-        model(torch.randn(2 * world, HIDDEN, generator=inputs).to(torch.bfloat16))
+        model(torch.randn(2 * tp, HIDDEN, generator=inputs).to(torch.bfloat16))
     debugger.stop()
     debugger.step()
     config.unlink()
@@ -138,6 +143,7 @@ def _rank_main(rank: int, world: int, out: str, port: int, record: str) -> None:
             json.dumps(
                 {
                     "world": world,
+                    "tp": tp,
                     "fault": {
                         "token": FAULT_TOKEN,
                         "op": f"Distributed.all_reduce.{faulty_call}.forward",
@@ -150,15 +156,15 @@ def _rank_main(rank: int, world: int, out: str, port: int, record: str) -> None:
     dist.destroy_process_group()
 
 
-def make(world: int) -> Path:
+def make(world: int, tp: int) -> Path:
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
         dump = Path(tmp) / "dump"
         dump.mkdir()
         record = Path(tmp) / "case.json"
-        mp.spawn(_rank_main, args=(world, str(dump), _free_port(), str(record)), nprocs=world)
-        name = f"msprobe-tp{world}"
+        mp.spawn(_rank_main, args=(world, tp, str(dump), _free_port(), str(record)), nprocs=world)
+        name = f"msprobe-tp{tp}" + (f"x{world // tp}" if tp < world else "")
         target = OUT / f"{name}.tar.xz"
         OUT.mkdir(parents=True, exist_ok=True)
         with tarfile.open(target, "w:xz") as archive:
@@ -174,8 +180,9 @@ def make(world: int) -> Path:
 
 
 def main() -> None:
-    for world in (2, 4):
-        written = make(world)
+    # one group of 2 and of 4; and 4 ranks in two groups of 2 (each all-reduce sums its own pair)
+    for world, tp in ((2, 2), (4, 4), (4, 2)):
+        written = make(world, tp)
         print(f"{written}: {written.stat().st_size} bytes")
 
 

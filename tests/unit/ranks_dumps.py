@@ -53,6 +53,7 @@ def write_atb_run(
     skip: frozenset[tuple[int, int, int | None]] = frozenset(),  # (rank, token, layer or None: the token)
     seed: int = 0,
     shape: tuple[int, ...] = (4, 32),
+    group: int | None = None,  # ranks per reduction group (consecutive), recorded as op_param's rankSize
 ) -> Path:
     """Write ``root/msit_dump_x/tensors/{rank}_{pid}/...``; return the tensors/ folder."""
     rng = np.random.default_rng(seed)
@@ -60,19 +61,21 @@ def write_atb_run(
     for token in range(tokens):
         for layer in range(layers):
             partials = [(rng.standard_normal(shape) * 2.0).astype(BF16) for _ in range(world)]
+            size = group or world
             for rank in range(world):
                 if (rank, token, None) in skip or (rank, token, layer) in skip:
                     continue
-                kept = partials
+                first = rank - rank % size
+                kept = partials[first : first + size]
                 if fault == (token, layer, rank):
-                    kept = [p for r, p in enumerate(partials) if r != (rank + 1) % world]
+                    kept = [p for r, p in enumerate(kept) if r != (rank + 1) % size]
                 output = bf16_sum(kept, order, start=rank % len(kept))
                 node = tensors / f"{rank}_{PID_BASE + rank}" / str(token) / f"{layer + 1}_LlamaLayer"
                 write_bin(node / "0_LinearOperation" / "after" / "outtensor0.bin", partials[rank])
                 folder = node / "1_AllReduceOperation"
                 write_bin(folder / "before" / "intensor0.bin", partials[rank])
                 write_bin(folder / "after" / "outtensor0.bin", output)
-                param = {"allReduceType": "sum", "rank": rank, "rankSize": world, "rankRoot": 0}
+                param = {"allReduceType": "sum", "rank": rank % size, "rankSize": size, "rankRoot": 0}
                 (folder / "op_param.json").write_text(json.dumps(param), encoding="utf-8")
     for rank in range(world):  # a rank that lacks every token still has its folder
         (tensors / f"{rank}_{PID_BASE + rank}").mkdir(parents=True, exist_ok=True)

@@ -133,6 +133,13 @@ def test_a_damaged_file_is_named_and_the_rest_is_checked(tmp_path: Path) -> None
     assert sum(r["passed"] is True for r in rows) == len(rows) - 1
 
 
+def test_atb_groups_of_rank_size_are_summed_alone(tmp_path: Path) -> None:
+    tensors = write_atb_run(tmp_path, 4, group=2, fault=(2, 0, 2))
+    check = RanksCheck(open_ranks(str(tensors)))
+    rows = check.all_rows()
+    assert [(r["token"], r["op"], r["rank"]) for r in rows if r["passed"] is not True] == [(2, op_name(0), 2)]
+
+
 def test_a_max_reduction_recorded_in_op_param_is_used(tmp_path: Path) -> None:
     from tui_acc.dumps.atb_writer import write_bin
     from tui_acc.dumps.policy import ANYWHERE
@@ -162,10 +169,13 @@ def test_one_rank_is_refused_with_the_folder_named(tmp_path: Path) -> None:
 # --- real msprobe runs (scripts/make_ranks_fixtures.py) ---------------------------------------------
 
 
-@pytest.mark.parametrize("world", [2, 4])
-def test_real_msprobe_runs_lead_to_the_faulty_all_reduce(ranks_case, world: int) -> None:
-    case = ranks_case(f"msprobe-tp{world}")
-    fault = json.loads((case / "case.json").read_text())["fault"]
+@pytest.mark.parametrize("name", ["msprobe-tp2", "msprobe-tp4", "msprobe-tp2x2"])
+def test_real_msprobe_runs_lead_to_the_faulty_all_reduce(ranks_case, name: str) -> None:
+    """tp2x2: four ranks in two groups of two; each call's group (recorded by msprobe) is summed alone,
+    and summing all four would fail every row."""
+    case = ranks_case(name)
+    recorded = json.loads((case / "case.json").read_text())
+    fault, world = recorded["fault"], recorded["world"]
     check = RanksCheck(open_ranks(str(case / "step0")))
     assert check.ranks.names == [f"rank{r}" for r in range(world)]
     rows = check.all_rows()

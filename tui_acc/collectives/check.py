@@ -117,12 +117,12 @@ class RanksCheck:
     # --- one collective ---------------------------------------------------------------------------
 
     def _compute(self, collective: Collective) -> list[RankRow]:
-
         size = self.ranks.size
         rows = [self._row(collective, rank) for rank in range(size)]
         inputs: list[np.ndarray | None] = [None] * size
         outputs: list[np.ndarray | None] = [None] * size
         reduction: Reduction = "gather" if collective.kind == "all_gather" else "sum"
+        groups: dict[int, tuple[int, ...]] = {}  # a rank's reduction group, where the dump records one
         for rank in range(size):
             refs = self.ranks.refs(rank, collective.token, collective.op)
             if refs is None:
@@ -132,35 +132,67 @@ class RanksCheck:
             try:
                 inputs[rank] = _load(self.ranks, rank, refs, in_slot, "input")
                 outputs[rank] = _load(self.ranks, rank, refs, out_slot, "output")
-                if reduction != "gather":
-                    reduction = self._reduction(rank, refs, collective) or reduction
             except CheckFailed as exc:
                 rows[rank]["error"] = str(exc)
-        rows[0]["reduction"] = reduction
+            recorded, group = self._recorded(rank, refs, collective)
+            if reduction != "gather" and recorded is not None:
+                reduction = recorded
+            if group is not None:
+                groups[rank] = group
         for row in rows:
             row["reduction"] = reduction
-        lacking = [rank for rank in range(size) if inputs[rank] is None]
+        for group in self._partition(groups):
+            self._judge_group(collective, group, rows, inputs, outputs, reduction)
+        return rows
+
+    def _partition(self, recorded: dict[int, tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """The reduction groups, disjoint: each as its first rank records it (msprobe's ProcessGroup
+        ranks, ATB's rankSize), every rank in one group where nothing says otherwise."""
+        everyone = tuple(range(self.ranks.size))
+        taken: set[int] = set()
+        groups: list[tuple[int, ...]] = []
+        for rank in everyone:
+            if rank in taken:
+                continue
+            group = tuple(r for r in recorded.get(rank, everyone) if r not in taken)
+            if rank not in group:  # a record that leaves its own rank out: judged alone
+                group = (rank,)
+            taken.update(group)
+            groups.append(group)
+        return groups
+
+    def _judge_group(
+        self,
+        collective: Collective,
+        group: tuple[int, ...],
+        rows: list[RankRow],
+        inputs: list[np.ndarray | None],
+        outputs: list[np.ndarray | None],
+        reduction: Reduction,
+    ) -> None:
+        """Every rank of one reduction group against the golden of the group's inputs."""
+        lacking = [rank for rank in group if inputs[rank] is None]
         if lacking:
             why = "; ".join(rows[r]["error"] or "" for r in lacking)
-            for rank in range(size):
+            for rank in group:
                 if rows[rank]["error"] is None:
                     rows[rank]["error"] = f"no golden: the input of rank {lacking[0]} is missing ({why})"
-            return rows
+            return
+        present = [x for x in (inputs[r] for r in group) if x is not None]
         try:
-            goldens, magnitude = _goldens([x for x in inputs if x is not None], collective, reduction)
+            goldens, magnitude = _goldens(present, collective, reduction)
         except CheckFailed as exc:
-            for row in rows:
-                row["error"] = row["error"] or str(exc)
-            return rows
-        for rank in range(size):
+            for rank in group:
+                rows[rank]["error"] = rows[rank]["error"] or str(exc)
+            return
+        for position, rank in enumerate(group):
             output = outputs[rank]
             if output is None:
                 continue
             try:
-                self._judge(rows[rank], goldens[rank], magnitude[rank], output, reduction)
+                self._judge(rows[rank], goldens[position], magnitude[position], output, reduction, len(group))
             except CheckFailed as exc:
                 rows[rank]["error"] = str(exc)
-        return rows
 
     def _row(self, collective: Collective, rank: int) -> RankRow:
         return RankRow(
@@ -189,6 +221,7 @@ class RanksCheck:
         magnitude: np.ndarray,
         output: np.ndarray,
         reduction: Reduction,
+        ranks: int,
     ) -> None:
         import numpy as np
 
@@ -202,7 +235,7 @@ class RanksCheck:
                 f"elements, its golden {golden.size}"
             )
         dtype = dtype_name(output)
-        bound = element_bound(reduction, dtype, self.ranks.size, magnitude, self.margin)
+        bound = element_bound(reduction, dtype, ranks, magnitude, self.margin)
         beyond, worst = beyond_bound(golden, flat, bound)
         metrics = msit_metrics(golden, flat)
         row["dtype"] = dtype
@@ -213,20 +246,24 @@ class RanksCheck:
         for name in METRICS:
             row[name] = _number(metrics.get(name))  # type: ignore[literal-required]
 
-    def _reduction(self, rank: int, refs: list[TensorRef], collective: Collective) -> Reduction | None:
-        """The reduction the dump records for this operator, where it records one."""
+    def _recorded(
+        self, rank: int, refs: list[TensorRef], collective: Collective
+    ) -> tuple[Reduction | None, tuple[int, ...] | None]:
+        """The reduction and the group (rank indexes) the dump records for this operator, where it does."""
         index = self.ranks.indexes[rank]
         if index is None or not refs:
-            return None
+            return None, None
         policy = index.load_policy
         if refs[0].slot.startswith(("intensor", "outtensor")):  # ATB: the node folder's op_param.json
             param = Path(refs[0].location).parent.parent / "op_param.json"
             try:
                 raw = json.loads(policy.read_text(param))
             except (OSError, ValueError):
-                return None
-            value = raw.get("allReduceType") or raw.get("reduceType") if isinstance(raw, dict) else None
-            return _reduction_named(str(value)) if value else None
+                return None, None
+            if not isinstance(raw, dict):
+                return None, None
+            value = raw.get("allReduceType") or raw.get("reduceType")
+            return (_reduction_named(str(value)) if value else None), self._block(rank, raw.get("rankSize"))
         records = self._records.get(rank)
         if records is None:
             try:
@@ -235,14 +272,41 @@ class RanksCheck:
             except (OSError, ValueError):
                 records = {}
             self._records[rank] = records
-        entry = records.get(collective.op)
+        entry = records.get(collective.op) if isinstance(records, dict) else None
         if not isinstance(entry, dict):
+            return None, None
+        reduction: Reduction | None = None
+        group: tuple[int, ...] | None = None
+        for arg in [*(entry.get("input_args") or []), *(entry.get("input_kwargs") or {}).values()]:
+            if not isinstance(arg, dict):
+                continue
+            if arg.get("type") == "torch.distributed.ReduceOp":
+                reduction = _reduction_named(str(arg.get("value", "")))
+            elif arg.get("type") == "torch.ProcessGroup" and isinstance(arg.get("group_ranks"), list):
+                group = self._indexes_of(arg["group_ranks"])
+        return reduction, group
+
+    def _block(self, rank: int, size: object) -> tuple[int, ...] | None:
+        """ATB's ``rankSize`` smaller than the run: the block of that many consecutive ranks holding
+        ``rank`` (tensor-parallel groups are consecutive devices; the dump says no more)."""
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size < self.ranks.size:
             return None
-        arguments = [*(entry.get("input_args") or []), *(entry.get("input_kwargs") or {}).values()]
-        for arg in arguments:
-            if isinstance(arg, dict) and arg.get("type") == "torch.distributed.ReduceOp":
-                return _reduction_named(str(arg.get("value", "")))
-        return None
+        if self.ranks.size % size:
+            return None
+        start = rank - rank % size
+        return tuple(range(start, start + size))
+
+    def _indexes_of(self, global_ranks: list[object]) -> tuple[int, ...] | None:
+        """msprobe's group ranks (global ranks, as its rank{R} folders name them) as rank indexes."""
+        by_global: dict[int, int] = {}
+        for position, name in enumerate(self.ranks.names):
+            digits = "".join(ch for ch in name if ch.isdigit())
+            if digits:
+                by_global[int(digits)] = position
+        found = [by_global.get(r) for r in global_ranks if isinstance(r, int)]
+        if not found or any(f is None for f in found):
+            return None
+        return tuple(f for f in found if f is not None)
 
 
 def _reduction_named(value: str) -> Reduction | None:
