@@ -403,9 +403,10 @@ KEYS = (
 
 def rule_lines(margin: float) -> list[str]:
     return [
-        "Golden: all-reduce, the sum of every rank's input in float64 (max, min, prod where the dump "
-        "records that reduction); reduce-scatter, rank r's chunk of it (dimension 0); all-gather, every "
-        "rank's input concatenated.",
+        "Golden: all-reduce, the sum of every rank's input in float64 (avg, max, min, prod where the "
+        "dump records that reduction); reduce-scatter, rank r's chunk of it (dimension 0); all-gather, "
+        "every rank's input concatenated. Every rank of the operator's group: msprobe's recorded "
+        "process group, ATB's rankSize, else the whole run.",
         "Verdict: a sum of N values rounded in the output's dtype (unit roundoff u: bf16 2^-8, fp16 "
         "2^-11, fp32 2^-24), in any order, is within gamma_(N-1) x sum_r |x_r| of the exact sum, "
         "gamma_k = k u / (1 - k u). An element beyond "
