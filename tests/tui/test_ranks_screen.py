@@ -130,3 +130,25 @@ def test_ranks_screen_snapshot(snap_compare, ranks_app: RanksApp, size: tuple[in
         await pilot.pause()
 
     assert snap_compare(ranks_app, terminal_size=size, run_before=at_the_fault)
+
+
+async def test_every_collective_is_checked_off_the_event_loop(
+    ranks_app: RanksApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from tui_acc.collectives import check as check_module
+
+    threads: set[int] = set()
+    compute = check_module.RanksCheck._compute
+
+    def recorded(self: RanksCheck, collective: object) -> object:
+        threads.add(threading.get_ident())
+        return compute(self, collective)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(check_module.RanksCheck, "_compute", recorded)
+    async with ranks_app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("f", "n", "N", "g", "G")
+        await pilot.pause()
+    assert threads and threading.get_ident() not in threads
