@@ -100,6 +100,8 @@ class RanksScreen(Screen[None]):
         self.counts: dict[int, list[int]] = {t: [0, 0, 0] for t in self.tokens}  # ops, rows, bad
         self.all_computed = False
         self.jump_pending = False
+        self.disagreeing = 0  # kept as rows arrive: the summary never walks every row
+        self.unjudged = 0
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -151,6 +153,8 @@ class RanksScreen(Screen[None]):
             counts = self.counts.setdefault(row["token"], [0, 0, 0])
             counts[1] += 1
             counts[2] += _is_bad(row)
+            self.disagreeing += row["passed"] is False
+            self.unjudged += bool(row["error"])
         if message.rows:
             token = message.rows[0]["token"]
             self.counts[token][0] += 1
@@ -210,8 +214,7 @@ class RanksScreen(Screen[None]):
 
     def update_summary(self) -> None:
         ranks = self.check.ranks
-        bad = sum(1 for row in self.rows.values() if row["passed"] is False)
-        unjudged = sum(1 for row in self.rows.values() if row["error"])
+        bad, unjudged = self.disagreeing, self.unjudged
         done = (
             sum(1 for counts in self.counts.values() if counts[0])
             if not self.all_computed
