@@ -16,7 +16,8 @@ from tui_acc.collectives.check import RanksCheck
 from tui_acc.collectives.ranks import open_ranks
 from tui_acc.tui.palette import TITLES, declared_bindings
 from tui_acc.tui.ranks_app import RanksApp
-from tui_acc.tui.screens.ranks import RanksHelp, RanksScreen
+from tui_acc.tui.screens.ranks import RanksScreen
+from tui_acc.tui.screens.ranks_help import RanksHelp
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ from textual.screen import Screen
 from tui_acc.collectives.check import RanksCheck
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.palette import binding_commands
-from tui_acc.tui.screens.ranks import RanksHelp, RanksScreen
+from tui_acc.tui.screens.ranks import RanksScreen
+from tui_acc.tui.screens.ranks_help import RanksHelp
 from tui_acc.tui.title import shown_path
 
 
