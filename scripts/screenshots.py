@@ -1,4 +1,5 @@
-"""Regenerate screenshots/*.svg from the demo pair: `python scripts/screenshots.py`."""
+"""Regenerate screenshots/*.svg from the demo pair: `python scripts/screenshots.py` (`... ranks`: only
+the check across ranks' screenshot, from `tui-acc demo --ranks 2`'s run)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tui_acc.redump import RedumpSettings, SideSettings  # noqa: E402
 from tui_acc.tui.app import AccApp  # noqa: E402
 
 SIZE = (110, 32)
+RANKS_SIZE = (132, 32)  # the operator column comes last, after the metrics a narrower terminal keeps
 SHOT_TIME = datetime(2026, 11, 21, 12, 0, 0)
 
 
@@ -155,9 +157,38 @@ async def shoot_hunt(out: Path, demo_out: Path) -> None:
         app.save_screenshot(str(out / "hunt.svg"))
 
 
+async def shoot_ranks(out: Path, dump: Path) -> None:
+    """``tui-acc ranks`` on the demo's two-rank run, at its first disagreement (``f``)."""
+    from tui_acc.collectives.check import RanksCheck
+    from tui_acc.collectives.ranks import open_ranks
+    from tui_acc.tui.ranks_app import RanksApp
+
+    app = RanksApp(RanksCheck(open_ranks(str(dump))), export_dir=Path.cwd(), clock=lambda: SHOT_TIME)
+    async with app.run_test(size=RANKS_SIZE) as pilot:
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("f")
+        await pilot.pause()
+        app.save_screenshot(str(out / "ranks.svg"))
+
+
+def ranks_screenshot(out: Path) -> None:
+    from tui_acc.demo.tensor_parallel import make_ranks_demo
+
+    with tempfile.TemporaryDirectory() as tmp:
+        demo = make_ranks_demo(Path(tmp) / "tui-acc-demo-ranks", world=2, seed=0)
+        os.chdir(demo.out)
+        asyncio.run(shoot_ranks(out, demo.dump.relative_to(demo.out)))
+
+
 def main() -> None:
     out = REPO / "screenshots"
     out.mkdir(exist_ok=True)
+    if sys.argv[1:] == ["ranks"]:  # only the check across ranks' screenshot
+        ranks_screenshot(out)
+        return
+    ranks_screenshot(out)
     with tempfile.TemporaryDirectory() as tmp:
         demo = make_demo(Path(tmp) / "tui-acc-demo", seed=0)
         os.chdir(demo.out)  # relative paths in the title line

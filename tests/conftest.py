@@ -13,6 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 COMPACT_REFERENCE = REPO / "tests" / "data" / "reference"
 MODEL_CASES = REPO / "tests" / "data" / "models"  # scripts/make_model_fixtures.py
+RANKS_CASES = REPO / "tests" / "data" / "ranks"  # scripts/make_ranks_fixtures.py
 
 
 def full_reference_dir() -> Path | None:
@@ -79,6 +80,33 @@ def model_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path
         return target
 
     return unpack
+
+
+@pytest.fixture(scope="session")
+def ranks_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``ranks_case(name)``: a real msprobe run across ranks of tests/data/ranks, unpacked once per
+    session (``step0/rank*/`` and ``case.json``: where the injected fault is)."""
+    root = tmp_path_factory.mktemp("ranks")
+
+    def unpack(name: str) -> Path:
+        target = root / name
+        if not target.is_dir():
+            with tarfile.open(RANKS_CASES / f"{name}.tar.xz") as archive:
+                if hasattr(tarfile, "data_filter"):
+                    archive.extractall(root, filter="data")
+                else:  # pragma: no cover - our own archives, on an older patch release
+                    archive.extractall(root)
+        return target
+
+    return unpack
+
+
+@pytest.fixture(scope="session")
+def ranks_demo(tmp_path_factory: pytest.TempPathFactory):
+    """``tui-acc demo --ranks 2``'s tensor-parallel run, built once per test session."""
+    from tui_acc.demo.tensor_parallel import make_ranks_demo
+
+    return make_ranks_demo(tmp_path_factory.mktemp("demo-ranks") / "run", world=2)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from tui_acc.redump.settings import RedumpSettings, SettingsError, load_settings
 if TYPE_CHECKING:
     from tui_acc.session import Comparison
 
-_COMMANDS = ("open", "report", "demo", "hunt")
+_COMMANDS = ("open", "report", "demo", "hunt", "ranks")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Without a command, `tui-acc GOLDEN TEST` opens the interactive view (`tui-acc open`).",
     )
     parser.add_argument("--version", action="version", version=f"tui-acc {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{open,report,demo,hunt}")
+    commands = parser.add_subparsers(dest="command", metavar="{open,report,demo,hunt,ranks}")
 
     # The default command: `tui-acc --help` shows its options, and its errors name no command
     open_cmd = commands.add_parser(
@@ -61,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="compare every token's operators, not only --token's (a CI gate: exit 1 on any failing "
         "operator or damaged file, even where the logits pass)",
+    )
+    report.add_argument(
+        "--ranks",
+        action="store_true",
+        help="`report --ranks DUMP`: check one run's collectives across its ranks (no TEST; "
+        "see `tui-acc ranks --help`)",
     )
     report.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     report.add_argument(
@@ -97,9 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     demo = commands.add_parser("demo", help="generate a golden/test pair with a known fault, then open it")
-    demo.add_argument(
-        "--out", type=Path, default=Path("tui-acc-demo"), help="where to write (default: ./tui-acc-demo)"
-    )
+    demo.add_argument("--out", type=Path, help="where to write (default: ./tui-acc-demo)")
     demo.add_argument(
         "--no-tui", action="store_true", help="only write the dumps and print where the fault is"
     )
@@ -109,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline",
         action="store_true",
         help="also write a clean bfloat16 run that rounds differently (./baseline), and open with --baseline",
+    )
+    demo.add_argument(
+        "--ranks",
+        type=int,
+        metavar="N",
+        help="write an N-rank tensor-parallel test dump with one faulty all-reduce (default --out "
+        "./tui-acc-demo-ranks), then open `tui-acc ranks` on it",
     )
     layout = demo.add_mutually_exclusive_group()
     layout.add_argument(
@@ -137,7 +148,43 @@ def build_parser() -> argparse.ArgumentParser:
     hunt.add_argument("--json", action="store_true", help="with --no-tui: print one JSON object")
     hunt.add_argument("--no-cache", action="store_true", help="neither read nor write the on-disk row cache")
     _add_threshold_args(hunt)
+    _add_ranks_parser(commands)
     return parser
+
+
+def _add_ranks_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ranks = commands.add_parser(
+        "ranks",
+        help="check one run's collectives across its ranks (all-reduce: the sum of every rank's input)",
+        description="For every token and collective operator (all-reduce, reduce-scatter, all-gather), "
+        "compare each rank's output with the golden built from every rank's input, judged by the "
+        "rounding a sum in the output's dtype may carry. `tui-acc report --ranks DUMP` (or --json, --csv "
+        "here) prints it without a UI: exit 0 all agree, 1 one disagrees, 2 bad input.",
+    )
+    ranks.add_argument(
+        "dump",
+        type=Path,
+        metavar="DUMP",
+        help="the run's folder holding its rank folders (msit's tensors/, msprobe's step*), "
+        "or the dump above it",
+    )
+    ranks.add_argument("--report", action="store_true", help=argparse.SUPPRESS)  # `report --ranks`
+    ranks.add_argument(
+        "--margin",
+        type=float,
+        metavar="M",
+        help="fail an element beyond M x its rounding bound "
+        "(default: tui-acc.toml [collectives] margin, or 2)",
+    )
+    ranks.add_argument("--json", action="store_true", help="no UI: print one JSON object")
+    ranks.add_argument("--csv", type=Path, metavar="FILE", help="no UI: also write every row to FILE")
+    ranks.add_argument("--force", action="store_true", help="let --csv replace an existing file")
+    ranks.add_argument("--config", type=Path, metavar="FILE", help="tui-acc.toml ([collectives] margin)")
+    ranks.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="read through symlinks that lead out of the dump (refused by default)",
+    )
 
 
 def _add_dump_args(parser: argparse.ArgumentParser) -> None:
@@ -260,7 +307,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args_list:
         _command_parser(parser, "open").print_help()
         return 2
-    args = parser.parse_args(command_first(parser, args_list))
+    argv = command_first(parser, args_list)
+    if argv[0] == "report" and "--ranks" in argv:  # one dump, not a pair: the ranks command, headless
+        argv = ["ranks", "--report", *(a for a in argv[1:] if a != "--ranks")]
+    args = parser.parse_args(argv)
+    if args.command == "ranks":
+        return _run_ranks(args)
     if args.command == "demo":
         return _run_demo(args)
     if args.command == "hunt":
@@ -547,9 +599,89 @@ def _print_hunt(summary: dict[str, object], say: Callable[[str], None]) -> None:
     say(f"dumped {summary['bytes_dumped']:,} bytes in all, in {summary['folder']}")
 
 
+def _run_ranks(args: argparse.Namespace) -> int:
+    """``tui-acc ranks DUMP`` (the TUI) and ``report --ranks DUMP`` (text, --json, --csv)."""
+    from tui_acc.collectives.check import RanksCheck
+    from tui_acc.collectives.ranks import open_ranks
+    from tui_acc.collectives.settings import SettingError, checked_margin, margin_of
+    from tui_acc.dumps import DumpError
+
+    try:
+        config = _config(args)
+        margin = margin_of(config.sections.get("collectives"), " or ".join(config.sources) or "tui-acc.toml")
+        if args.margin is not None:
+            margin = checked_margin(args.margin, "--margin")
+        check = RanksCheck(open_ranks(str(args.dump), follow_links=args.follow_links), margin)
+    except (ConfigError, SettingError, DumpError) as exc:
+        print(f"tui-acc: error: {exc}", file=sys.stderr)
+        return 2
+    if args.report or args.json or args.csv is not None:
+        return _report_ranks(check, args)
+    from tui_acc.tui.ranks_app import RanksApp
+
+    RanksApp(check).run()
+    return 0
+
+
+def _report_ranks(check: object, args: argparse.Namespace) -> int:
+    from tui_acc import ranks_report
+    from tui_acc.export import ExportError, write_export
+    from tui_acc.report import strict_json
+
+    result = ranks_report.build_report(check)  # type: ignore[arg-type]
+    if not result["collectives"]:
+        print(
+            f"tui-acc: error: {args.dump}: no collective operator found in any rank (ATB AllReduceOperation, "
+            "ReduceScatterOperation, AllGatherOperation; msprobe Distributed.all_reduce/reduce_scatter/"
+            "all_gather records)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.csv is not None:
+        try:
+            frame = ranks_report.with_provenance(ranks_report.csv_frame(result), check)  # type: ignore[arg-type]
+            result["csv"] = str(write_export(frame, args.csv, overwrite=args.force))
+        except ExportError as exc:
+            print(f"tui-acc: error: {exc}", file=sys.stderr)
+            return 2
+    if args.json:
+        print(json.dumps(strict_json(result), indent=2, allow_nan=False))
+    else:
+        print(ranks_report.format_text(result))
+        if args.csv is not None:
+            print(f"csv: {result['csv']}")
+    return ranks_report.exit_code(result)
+
+
+def _run_ranks_demo(args: argparse.Namespace) -> int:
+    from tui_acc.demo import DemoError
+    from tui_acc.demo.tensor_parallel import make_ranks_demo
+
+    out = args.out if args.out is not None else Path("tui-acc-demo-ranks")
+    try:
+        demo = make_ranks_demo(out, world=args.ranks, seed=args.seed, progress=print)
+    except DemoError as exc:
+        print(f"tui-acc: error: {exc}", file=sys.stderr)
+        return 2
+    print(demo.describe())
+    if args.no_tui:
+        return 0
+    from tui_acc.collectives.check import RanksCheck
+    from tui_acc.collectives.ranks import open_ranks
+    from tui_acc.tui.ranks_app import RanksApp
+
+    hint = f"Demo run on {demo.world} ranks: one all-reduce is faulty. f jumps to it."
+    RanksApp(RanksCheck(open_ranks(str(demo.dump))), greeting=hint).run()
+    return 0
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     from tui_acc.demo import DemoError, make_baseline, make_demo
 
+    if args.ranks is not None:
+        return _run_ranks_demo(args)
+    if args.out is None:
+        args.out = Path("tui-acc-demo")
     try:
         layout = "mindie" if args.mindie else "atb" if args.atb else "torch"
         demo = make_demo(args.out, seed=args.seed, progress=print, layout=layout, layers=args.layers)

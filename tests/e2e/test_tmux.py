@@ -140,6 +140,36 @@ def test_an_msprobe_l1_pair_leads_to_the_faulty_api_call(
     assert all_end([term.ending], 30)
 
 
+def test_demo_ranks_leads_to_the_faulty_all_reduce(tmp_path: Path, terminal_factory) -> None:
+    """``tui-acc demo --ranks 2 --no-tui``, then ``tui-acc ranks`` on the run it wrote, driven with f."""
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tui_acc",
+            "demo",
+            "--ranks",
+            "2",
+            "--no-tui",
+            "--out",
+            str(tmp_path / "demo"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    fault = re.search(r"injected fault: token (\d+), (\S+), rank (\d+):", made.stdout)
+    dump = re.search(r"check it:  tui-acc ranks (\S+)", made.stdout)
+    assert fault is not None and dump is not None, made.stdout
+    token, op, rank = fault.groups()
+    term = terminal_factory([sys.executable, "-m", "tui_acc", "ranks", dump.group(1)], tmp_path)
+    term.wait_for(lambda s: "96 rows · 1 disagree" in s, "every rank's rows")
+    term.keys("f")
+    screen = term.wait_for(lambda s: f"first disagreement: token {token}, {op}, rank {rank}" in s, "the jump")
+    assert f"token {token} · {op} · rank {rank}" in screen  # the detail of the row under the cursor
+    assert "FAIL" in screen  # left open: closing its terminal must end it (terminal_factory checks)
+
+
 _SGR = re.compile(r"\x1b\[([0-9;]*)m")
 _PLAIN_SGR = {0, 1, 2, 3, 4, 5, 7, 8, 9, 21, 22, 23, 24, 25, 27, 28, 29, 39, 49}
 _SIXTEEN = set(range(30, 38)) | set(range(40, 48)) | set(range(90, 98)) | set(range(100, 108))

@@ -136,6 +136,12 @@ class Attention(nn.Module):
     def forward(
         self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: list[torch.Tensor]
     ) -> torch.Tensor:
+        return self.o_proj(self.context(hidden, cos, sin, cache))
+
+    def context(
+        self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: list[torch.Tensor]
+    ) -> torch.Tensor:
+        """The attention's output before ``o_proj`` (what a tensor-parallel rank splits), rounded once."""
         c = self.config
         b, s, _ = hidden.shape
         q = _wide(self.q_proj(hidden)).view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
@@ -158,7 +164,7 @@ class Attention(nn.Module):
         scores = scores.masked_fill(~causal, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         context = (probs @ v64).transpose(1, 2).reshape(b, s, c.num_heads * c.head_dim)
-        return self.o_proj(_rounded(context, hidden.dtype))
+        return _rounded(context, hidden.dtype)
 
 
 class MLP(nn.Module):
@@ -170,8 +176,11 @@ class MLP(nn.Module):
         self.act_fn = SiLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gated = _wide(self.act_fn(self.gate_proj(x))) * _wide(self.up_proj(x))
-        return self.down_proj(_rounded(gated, x.dtype))
+        return self.down_proj(self.gated(x))
+
+    def gated(self, x: torch.Tensor) -> torch.Tensor:
+        """``act(gate(x)) * up(x)``, rounded once: ``down_proj``'s input (what a rank splits)."""
+        return _rounded(_wide(self.act_fn(self.gate_proj(x))) * _wide(self.up_proj(x)), x.dtype)
 
 
 class DecoderLayer(nn.Module):

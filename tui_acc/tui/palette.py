@@ -57,6 +57,8 @@ TITLES: dict[str, tuple[str, str]] = {
     "close_replay": ("replay: close", "Back to the operators"),
     "close_replay_q": ("replay: close", "Back to the operators"),
     "close_replay_p": ("replay: close", "Back to the operators"),
+    # the check across ranks
+    "first_bad": ("go: first disagreeing rank", "The first (token, operator, rank) whose output disagrees"),
     # the re-dump log
     "log_back": ("log: back", "Leave the re-dump log"),
     "log_stop": ("re-dump: stop", "Stop the running re-dump (its whole process group)"),

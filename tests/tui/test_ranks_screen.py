@@ -1,0 +1,155 @@
+"""``tui-acc ranks``: f finds the faulty all-reduce, n/N, sort, export, help, the palette, a snapshot."""
+
+from __future__ import annotations
+
+import csv
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Static
+
+from tests.tui.conftest import settle
+from tests.unit.ranks_dumps import op_name, write_atb_run
+from tui_acc.collectives.check import RanksCheck
+from tui_acc.collectives.ranks import open_ranks
+from tui_acc.tui.palette import TITLES, declared_bindings
+from tui_acc.tui.ranks_app import RanksApp
+from tui_acc.tui.screens.ranks import RanksScreen
+from tui_acc.tui.screens.ranks_help import RanksHelp
+
+
+@pytest.fixture
+def ranks_app(ranks_demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RanksApp:
+    # a relative path keeps the title line the same from run to run (the snapshot compares it)
+    monkeypatch.chdir(ranks_demo.out)
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    dump = ranks_demo.dump.relative_to(ranks_demo.out)
+    return RanksApp(
+        RanksCheck(open_ranks(str(dump))), export_dir=exports, clock=lambda: datetime(2026, 11, 21)
+    )
+
+
+def _cursor(app: RanksApp) -> str | None:
+    screen = app.screen
+    assert isinstance(screen, RanksScreen)
+    return screen.cursor_key()
+
+
+def _text(app: RanksApp, selector: str) -> str:
+    return str(app.screen.query_one(selector, Static).render())
+
+
+async def test_f_jumps_to_the_faulty_all_reduce(ranks_app: RanksApp, ranks_demo) -> None:
+    fault = ranks_demo.fault
+    async with ranks_app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("f")  # at once: it waits for the worker, then jumps
+        await settle(pilot)
+        assert _cursor(ranks_app) == f"{fault.token}|{fault.rank}|{ranks_demo.fault_op}"
+        assert "first disagreement: token 3" in _text(ranks_app, "#status")
+        detail = _text(ranks_app, "#detail")
+        assert "rank 1 (1_5101)" in detail and "bfloat16" in detail and "beyond 2 x" in detail
+        assert "1 disagree" in _text(ranks_app, "#summary")
+        await pilot.press("g", "n")  # from the top, the next disagreement is the same row
+        await pilot.pause()
+        assert _cursor(ranks_app) == f"{fault.token}|{fault.rank}|{ranks_demo.fault_op}"
+        await pilot.press("n")
+        await pilot.pause()
+        assert _cursor(ranks_app) == f"{fault.token}|{fault.rank}|{ranks_demo.fault_op}"  # no further one
+        tokens = ranks_app.screen.query_one("#rank-tokens", DataTable)
+        assert str(tokens.get_cell(str(fault.token), "bad")) == "1"
+
+
+async def test_e_exports_the_view_in_screen_order(ranks_app: RanksApp, ranks_demo) -> None:
+    async with ranks_app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("s")  # sort: the dialog lists the columns; Verdict puts failures first
+        await pilot.pause()
+        await pilot.press("down", "down", "down", "enter")  # past execution order, Token, Rank
+        await pilot.pause()
+        assert "sorted: Verdict" in _text(ranks_app, "#summary")
+        assert ranks_app.screen.query_one("#collectives", DataTable).get_row_at(0)[2].plain == "FAIL"
+        await pilot.press("e")
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "exported 96 rows to" in _text(ranks_app, "#status")
+    (written,) = ranks_app.export_dir.glob("tui-acc-ranks-*.csv")
+    with written.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 96 and rows[0]["passed"] == "false" and rows[0]["op"] == ranks_demo.fault_op
+    assert rows[0]["source_dump"].endswith("tensors")
+
+
+async def test_help_lists_the_keys_and_the_rule(ranks_app: RanksApp) -> None:
+    async with ranks_app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(ranks_app.screen, RanksHelp)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(ranks_app.screen, RanksScreen)
+
+
+def test_every_key_has_a_palette_title() -> None:
+    for node in (RanksApp, RanksScreen):
+        for binding in declared_bindings(node):
+            assert binding.id in TITLES, f"{node.__name__}: {binding.key} has no palette title"
+
+
+async def test_the_palette_offers_every_key(ranks_app: RanksApp) -> None:
+    async with ranks_app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        offered = {c.title for c in ranks_app.get_system_commands(ranks_app.screen)}
+        for node in (ranks_app.screen, ranks_app):
+            for binding in declared_bindings(type(node)):
+                assert TITLES[binding.id or ""][0] in offered
+
+
+async def test_missing_data_is_a_row_that_says_why(tmp_path: Path) -> None:
+    tensors = write_atb_run(tmp_path, 2, skip=frozenset({(1, 1, 0)}))
+    app = RanksApp(RanksCheck(open_ranks(str(tensors))), export_dir=tmp_path)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("n")  # the first row that cannot be judged
+        await pilot.pause()
+        assert _cursor(app) == f"1|0|{op_name(0)}"
+        assert "no golden" in _text(app, "#detail")
+        await pilot.press("f")
+        await pilot.pause()
+        assert _cursor(app) == f"1|0|{op_name(0)}"  # nothing disagrees: f stays where it was
+
+
+@pytest.mark.parametrize("size", [(80, 24), (132, 32)])
+def test_ranks_screen_snapshot(snap_compare, ranks_app: RanksApp, size: tuple[int, int]) -> None:
+    async def at_the_fault(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("f")
+        await pilot.pause()
+
+    assert snap_compare(ranks_app, terminal_size=size, run_before=at_the_fault)
+
+
+async def test_every_collective_is_checked_off_the_event_loop(
+    ranks_app: RanksApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from tui_acc.collectives import check as check_module
+
+    threads: set[int] = set()
+    compute = check_module.RanksCheck._compute
+
+    def recorded(self: RanksCheck, collective: object) -> object:
+        threads.add(threading.get_ident())
+        return compute(self, collective)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(check_module.RanksCheck, "_compute", recorded)
+    async with ranks_app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("f", "n", "N", "g", "G")
+        await pilot.pause()
+    assert threads and threading.get_ident() not in threads

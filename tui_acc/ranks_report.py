@@ -1,0 +1,156 @@
+"""``tui-acc report --ranks DUMP``: the check across ranks without a UI (JSON, CSV, text, exit code).
+
+JSON: ``collectives`` (a row per token, operator and rank: the four metrics, ``passed``, and what
+judged it: ``dtype``, ``beyond_bound``, ``worst_ratio``, ``error``) and ``first_bad``
+(``{token, op, rank}`` or null). Exit 0 when every rank's output agrees with its golden, 1 when one
+disagrees or cannot be judged (a rank lacking the operator, a damaged file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tui_acc import numbers
+from tui_acc.collectives.check import METRICS, RankRow, RanksCheck
+
+if TYPE_CHECKING:
+    import polars as pl
+
+EXIT_PASS, EXIT_FAIL = 0, 1
+# a row's columns, in the order the JSON, the CSV and the screen's export give them
+COLUMNS = (
+    "token",
+    "op",
+    "rank",
+    *METRICS,
+    "passed",
+    "rank_folder",
+    "kind",
+    "reduction",
+    "dtype",
+    "numel",
+    "beyond_bound",
+    "worst_ratio",
+    "error",
+)
+
+
+def build_report(check: RanksCheck, should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+    rows = check.all_rows(should_stop)
+    bad = next((row for row in rows if row["passed"] is False), None)
+    return {
+        "dump": check.ranks.path,
+        "format": check.ranks.format,
+        "ranks": list(check.ranks.names),
+        "margin": check.margin,
+        "collectives": [public_row(row) for row in rows],
+        "first_bad": None if bad is None else {"token": bad["token"], "op": bad["op"], "rank": bad["rank"]},
+        "failed": sum(1 for row in rows if row["passed"] is False),
+        "unjudged": sum(1 for row in rows if row["passed"] is None),
+        "errors": [p.as_dict() for p in check.ranks.problems],
+        "notes": list(check.ranks.notes),
+    }
+
+
+def public_row(row: RankRow) -> dict[str, Any]:
+    return {key: row[key] for key in COLUMNS}  # type: ignore[literal-required]
+
+
+def exit_code(report: dict[str, Any]) -> int:
+    judged_all = not report["failed"] and not report["unjudged"] and not report["errors"]
+    return EXIT_PASS if judged_all and report["collectives"] else EXIT_FAIL
+
+
+def csv_frame(report: dict[str, Any]) -> pl.DataFrame:
+    import polars as pl
+
+    schema = {
+        "token": pl.Int64,
+        "op": pl.String,
+        "rank": pl.Int64,
+        **dict.fromkeys(METRICS, pl.Float64),
+        "passed": pl.Boolean,
+        "rank_folder": pl.String,
+        "kind": pl.String,
+        "reduction": pl.String,
+        "dtype": pl.String,
+        "numel": pl.Int64,
+        "beyond_bound": pl.Int64,
+        "worst_ratio": pl.Float64,
+        "error": pl.String,
+    }
+    return pl.DataFrame(report["collectives"], schema=schema, orient="row")
+
+
+def with_provenance(frame: pl.DataFrame, check: RanksCheck) -> pl.DataFrame:
+    """The constant ``source_*`` columns every export carries (export.py's rule): which run, which
+    margin, which tui-acc."""
+    import polars as pl
+
+    from tui_acc import __version__
+
+    values = {
+        "source_dump": str(Path(check.ranks.path).resolve()),
+        "source_margin": f"{check.margin:g}",
+        "source_tui_acc": __version__,
+    }
+    return frame.with_columns(pl.lit(value, dtype=pl.String).alias(key) for key, value in values.items())
+
+
+LISTED = 50  # rows that disagree or cannot be judged, listed in the text report (--json has all)
+
+
+def format_text(report: dict[str, Any]) -> str:
+    """Per token, its collectives and how many rows disagree; then the rows that need a look."""
+    ranks = report["ranks"]
+    rows = report["collectives"]
+    lines = [
+        f"run     {report['dump']} ({report['format']}, {len(ranks)} ranks: {', '.join(ranks)})",
+        f"rule    |out - sum| <= {report['margin']:g} x gamma_(N-1) x sum|x| per element "
+        "(README: Checks across ranks)",
+        "",
+        f"{'token':>5}  {'collectives':>11}  {'rows':>5}  {'disagree':>8}  {'not judged':>10}",
+    ]
+    per_token: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        per_token.setdefault(row["token"], []).append(row)
+    for token, mine in per_token.items():
+        ops = len({row["op"] for row in mine})
+        bad = sum(1 for row in mine if row["passed"] is False)
+        unjudged = sum(1 for row in mine if row["passed"] is None)
+        lines.append(f"{token:>5}  {ops:>11}  {len(mine):>5}  {bad:>8}  {unjudged:>10}")
+    attention = [row for row in rows if row["passed"] is not True]
+    if attention:
+        lines += [
+            "",
+            f"{'token':>5}  {'rank':>4}  {'verdict':<7}  {'cosine':>10}  {'max rel':>10}  {'mean rel':>10}"
+            f"  {'rel eucl':>10}  {'beyond':>7}  op",
+        ]
+    for row in attention[:LISTED]:
+        verdict = "ERROR" if row["passed"] is None else "FAIL"
+        beyond = "-" if row["beyond_bound"] is None else str(row["beyond_bound"])
+        metrics = (
+            numbers.number(row[name])
+            for name in ("max_relative_error", "mean_relative_error", "relative_euclidean_distance")
+        )
+        cosine = numbers.cosine(row["cosine_similarity"])
+        lines.append(
+            f"{row['token']:>5}  {row['rank']:>4}  {verdict:<7}  {cosine:>10}"
+            + "".join(f"  {m:>10}" for m in metrics)
+            + f"  {beyond:>7}  {row['op']}"
+        )
+        if row["error"]:
+            lines.append(f"{'':>13}{row['error']}")
+    if len(attention) > LISTED:
+        lines.append(f"  ... and {len(attention) - LISTED} more (--json lists them all)")
+    lines.append("")
+    bad = report["first_bad"]
+    where = "none" if bad is None else f"token {bad['token']}, {bad['op']}, rank {bad['rank']}"
+    lines.append(f"first disagreeing: {where}")
+    failed, unjudged = report["failed"], report["unjudged"]
+    lines.append(f"rows: {len(rows)}   disagree: {failed}   not judged: {unjudged}")
+    lines += [f"error: {e['file']}: {e['message']}" for e in report["errors"][:20]]
+    lines += [f"note: {n}" for n in report["notes"]]
+    return "\n".join(lines)

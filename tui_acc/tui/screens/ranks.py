@@ -1,0 +1,388 @@
+"""The check across ranks: per token, every collective operator's output on every rank against the
+golden of every rank's input (``tui_acc.collectives``), rows arriving as a worker computes them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+from textual.worker import get_current_worker
+
+from tui_acc.collectives.check import RankRow, RanksCheck
+from tui_acc.tui import formatting as fmt
+from tui_acc.tui.screens.export_dialog import ExportChoice, ExportDialog
+from tui_acc.tui.screens.sort_dialog import SortDialog
+from tui_acc.tui.sorting import Sort, SortColumn, Worst, sorted_keys
+from tui_acc.tui.widgets.metric_table import MetricTable
+
+if TYPE_CHECKING:
+    import polars as pl
+
+# (key, header, width, worst end): the main table's columns
+COLUMNS: tuple[tuple[str, str, int, Worst], ...] = (
+    ("token", "Token", 5, "low"),
+    ("rank", "Rank", 4, "low"),
+    ("passed", "Verdict", 7, "low"),
+    ("cosine_similarity", "Cosine", 9, "low"),
+    ("max_relative_error", "MaxRelErr", 10, "high"),
+    ("mean_relative_error", "MeanRelErr", 10, "high"),
+    ("relative_euclidean_distance", "RelEucl", 10, "high"),
+    ("beyond_bound", "Beyond", 6, "high"),
+    ("worst_ratio", "xBound", 9, "high"),
+    ("op", "Operator", 40, "low"),  # last: the metrics stay on screen at 100 columns
+)
+_NOTES = {"token": "first to last", "op": "A to Z", "rank": "first to last", "passed": "failures first"}
+
+
+@dataclass(frozen=True)
+class RankSortColumn(SortColumn):
+    """A column of this screen: its own worst end (its metrics are msit's names, not the pair's)."""
+
+    @property
+    def note(self) -> str:
+        return _NOTES.get(self.key) or ("highest first" if self.worst == "high" else "lowest first")
+
+
+def row_key(row: RankRow) -> str:
+    return f"{row['token']}|{row['rank']}|{row['op']}"
+
+
+class RanksScreen(Screen[None]):
+    """Rows of (token, operator, rank); a token list with counts beside them."""
+
+    BINDINGS = [
+        Binding("f", "first_bad", "First bad", id="first_bad"),
+        Binding("n", "next_failure(1)", "Next bad", id="next_failure"),
+        Binding("N", "next_failure(-1)", "Prev bad", show=False, id="previous_failure"),
+        Binding("e", "export", "Export", id="export"),
+        Binding("s", "sort", "Sort", id="sort"),
+        Binding("S", "reverse_sort", "Reverse sort", show=False, id="reverse_sort"),
+        Binding("g", "edge('top')", "Top", show=False, id="top"),
+        Binding("G", "edge('bottom')", "Bottom", show=False, id="bottom"),
+        Binding("j", "cursor('down')", "Down", show=False, id="down"),
+        Binding("k", "cursor('up')", "Up", show=False, id="up"),
+        Binding("tab", "app.focus_next", "Tokens / rows", show=False, id="focus_next"),
+        Binding("question_mark", "app.help", "Help", id="help"),
+    ]
+
+    class RowsComputed(Message):
+        """One collective's rows (every rank's), from the worker."""
+
+        def __init__(self, rows: list[RankRow]) -> None:
+            super().__init__()
+            self.rows = rows
+
+    class AllComputed(Message):
+        """Every token's collectives are checked."""
+
+    def __init__(self, check: RanksCheck, export_dir: Path, clock: Callable[[], datetime]) -> None:
+        super().__init__()
+        self.check = check
+        self.export_dir = export_dir
+        self.clock = clock
+        self.sort = Sort()
+        self.rows: dict[str, RankRow] = {}  # what the worker sent: the UI never computes
+        self.natural: list[str] = []  # keys in execution order (token, then operator, then rank)
+        self.tokens = check.tokens()  # names only: no token folder is walked for it
+        self.counts: dict[int, list[int]] = {t: [0, 0, 0] for t in self.tokens}  # ops, rows, bad
+        self.all_computed = False
+        self.jump_pending = False
+        self.disagreeing = 0  # kept as rows arrive: the summary never walks every row
+        self.unjudged = 0
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="summary")
+        with Horizontal(id="ranks-main"):
+            yield MetricTable(id="rank-tokens", cursor_type="row", zebra_stripes=True)
+            yield MetricTable(id="collectives", cursor_type="row", zebra_stripes=True)
+        yield Static(id="detail")
+        yield Static(id="status")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        tokens = self.query_one("#rank-tokens", DataTable)
+        for key, label, width in (("token", "Token", 5), ("ops", "Ops", 3), ("bad", "Bad", 3)):
+            tokens.add_column(label, key=key, width=width)
+        for token in self.tokens:
+            tokens.add_row(str(token), Text("…", style=fmt.PENDING_STYLE), "", key=str(token))
+        table = self.main_table()
+        for key, label, width, _ in COLUMNS:
+            table.add_column(label, key=key, width=width)
+        self.update_summary()
+        table.focus()
+        self.compute()
+
+    # --- the worker -------------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="ranks", exit_on_error=False, name="ranks check")
+    def compute(self) -> None:
+        """Token by token, collective by collective, in execution order: the rows reach the screen
+        as they are computed, and ``f`` has its answer as soon as the first disagreement is found."""
+        worker = get_current_worker()
+        for token in self.tokens:
+            for collective in self.check.collectives(token):
+                if worker.is_cancelled:
+                    return
+                self.post_message(self.RowsComputed(self.check.rows(collective)))
+        self.post_message(self.AllComputed())
+
+    @on(RowsComputed)
+    def _show_rows(self, message: RowsComputed) -> None:
+        table = self.main_table()
+        for row in message.rows:
+            key = row_key(row)
+            if key in self.rows:
+                continue
+            self.rows[key] = row
+            self.natural.append(key)
+            table.add_row(*self._cells(row), key=key)
+            counts = self.counts.setdefault(row["token"], [0, 0, 0])
+            counts[1] += 1
+            counts[2] += _is_bad(row)
+            self.disagreeing += row["passed"] is False
+            self.unjudged += bool(row["error"])
+        if message.rows:
+            token = message.rows[0]["token"]
+            self.counts[token][0] += 1
+            self._update_token(token)
+        if table.row_count == len(message.rows):
+            self.show_detail()  # the first rows: the cursor is on one
+        self.update_summary()
+        if self.jump_pending:
+            self._jump_when_known()
+
+    @on(AllComputed)
+    def _finished(self) -> None:
+        self.all_computed = True
+        if self.sort.column is not None:  # sorted while computing: settle the order now
+            self.apply_sort(self.sort)
+        self.update_summary()
+        if self.jump_pending:
+            self._jump_when_known()
+
+    # --- the view -------------------------------------------------------------------------------
+
+    def main_table(self) -> DataTable[object]:
+        return self.query_one("#collectives", DataTable)
+
+    def _cells(self, row: RankRow) -> list[Text | str]:
+        passed = row["passed"]
+        if row["error"]:
+            verdict = Text("ERR", style=fmt.palette().error)
+        elif passed is None:
+            verdict = Text("…", style=fmt.PENDING_STYLE)
+        else:
+            verdict = (
+                Text("pass", style=fmt.palette().passed)
+                if passed
+                else Text("FAIL", style=fmt.palette().failed)
+            )
+        ok = passed is not False
+        beyond = "-" if row["beyond_bound"] is None else str(row["beyond_bound"])
+        return [
+            str(row["token"]),
+            str(row["rank"]),
+            verdict,
+            fmt.figure(fmt.cosine(row["cosine_similarity"]), ok),
+            fmt.figure(fmt.num(row["max_relative_error"]), ok),
+            fmt.figure(fmt.num(row["mean_relative_error"]), ok),
+            fmt.figure(fmt.num(row["relative_euclidean_distance"]), ok),
+            fmt.figure(beyond, ok),
+            fmt.figure(_ratio(row["worst_ratio"]), ok),
+            fmt.failing(fmt.elide_middle(row["op"], 40), not ok),
+        ]
+
+    def _update_token(self, token: int) -> None:
+        ops, _rows, bad = self.counts[token]
+        table = self.query_one("#rank-tokens", DataTable)
+        table.update_cell(str(token), "ops", str(ops))
+        table.update_cell(str(token), "bad", fmt.failing(str(bad), bad > 0) if bad else "0")
+
+    def update_summary(self) -> None:
+        ranks = self.check.ranks
+        bad, unjudged = self.disagreeing, self.unjudged
+        done = (
+            sum(1 for counts in self.counts.values() if counts[0])
+            if not self.all_computed
+            else len(self.tokens)
+        )
+        progress = "" if self.all_computed else f" · checking token {done}/{len(self.tokens)}"
+        parts = [
+            f"{ranks.size} ranks ({ranks.format})",
+            f"{len(self.rows)} rows",
+            f"{bad} disagree" + (f", {unjudged} not judged" if unjudged else ""),
+            f"margin {self.check.margin:g}",
+        ]
+        sort = f" · sorted: {self.sort.describe(self.sort_columns())} (s)" if self.sort.column else ""
+        self.query_one("#summary", Static).update(" · ".join(parts) + progress + sort)
+
+    @on(DataTable.RowHighlighted, "#collectives")
+    def show_detail(self) -> None:
+        key = self.cursor_key()
+        row = self.rows.get(key) if key is not None else None
+        detail = self.query_one("#detail", Static)
+        if row is None:
+            detail.update("")
+            return
+        head = f"token {row['token']} · {row['op']} · rank {row['rank']} ({row['rank_folder']})"
+        if row["error"]:
+            detail.update(Text(f"{head}\n{row['error']}", style=fmt.palette().error))
+            return
+        judged = (
+            f"{row['kind']} ({row['reduction']}) · {row['dtype']} · {row['numel']} elements · "
+            f"{row['beyond_bound']} beyond {self.check.margin:g} x the rounding bound "
+            f"(worst {_ratio(row['worst_ratio'])} x)"
+        )
+        detail.update(f"{head}\n{judged}")
+
+    @on(DataTable.RowSelected, "#rank-tokens")
+    def _go_to_token(self, event: DataTable.RowSelected) -> None:
+        """Enter on a token: the first of its rows in the table (a failing one first)."""
+        token = int(str(event.row_key.value))
+        keys = [str(k.value) for k in self.main_table().rows]
+        mine = [i for i, k in enumerate(keys) if self.rows[k]["token"] == token]
+        if not mine:
+            self.set_status(f"token {token}: no collective checked yet")
+            return
+        target = next((i for i in mine if _is_bad(self.rows[keys[i]])), mine[0])
+        self._move_to(target)
+
+    # --- keys -------------------------------------------------------------------------------------
+
+    def action_first_bad(self) -> None:
+        """``f``: the first (token, operator, rank) whose output disagrees, in execution order."""
+        self.jump_pending = True
+        self._jump_when_known()
+
+    def _jump_when_known(self) -> None:
+        first = next((k for k in self.natural if self.rows[k]["passed"] is False), None)
+        if first is not None:
+            self.jump_pending = False
+            self._move_to(self.main_table().get_row_index(first))
+            row = self.rows[first]
+            self.set_status(f"first disagreement: token {row['token']}, {row['op']}, rank {row['rank']}")
+        elif self.all_computed:
+            self.jump_pending = False
+            self.notify(
+                "Every rank's output agrees with its golden." if self.rows else "No collective found."
+            )
+        else:
+            self.set_status("looking for the first disagreement … (rows appear as they are checked)")
+
+    def action_next_failure(self, direction: int) -> None:
+        table = self.main_table()
+        keys = [str(k.value) for k in table.rows]
+        here = table.cursor_row
+        order = range(here + 1, len(keys)) if direction > 0 else range(here - 1, -1, -1)
+        target = next((i for i in order if _is_bad(self.rows[keys[i]])), None)
+        if target is None:
+            self.notify("No further disagreement that way." if direction > 0 else "No earlier disagreement.")
+            return
+        self._move_to(target)
+
+    def action_edge(self, where: str) -> None:
+        table = self.main_table()
+        self._move_to(0 if where == "top" else max(table.row_count - 1, 0))
+
+    def action_cursor(self, direction: str) -> None:
+        focused = self.focused if isinstance(self.focused, DataTable) else self.main_table()
+        focused.action_cursor_down() if direction == "down" else focused.action_cursor_up()
+
+    def _move_to(self, index: int) -> None:
+        table = self.main_table()
+        table.focus()
+        table.move_cursor(row=index)
+        self.show_detail()
+
+    def cursor_key(self) -> str | None:
+        table = self.main_table()
+        if not table.row_count:
+            return None
+        return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+
+    # --- sorting ------------------------------------------------------------------------------------
+
+    def sort_columns(self) -> list[SortColumn]:
+        return [RankSortColumn(key, label, worst) for key, label, _, worst in COLUMNS]
+
+    def action_sort(self) -> None:
+        self.app.push_screen(
+            SortDialog(self.sort_columns(), self.sort, "execution order"),
+            lambda picked: None if picked is None else self.apply_sort(picked),
+        )
+
+    def action_reverse_sort(self) -> None:
+        self.apply_sort(self.sort.reversed())
+
+    def apply_sort(self, sort: Sort) -> None:
+        current = self.cursor_key()
+        self.sort = sort
+        table = self.main_table()
+        table.clear()
+        for key in self.ordered():
+            table.add_row(*self._cells(self.rows[key]), key=key)
+        self.update_summary()
+        if current is not None and current in table.rows:
+            table.move_cursor(row=table.get_row_index(current), animate=False)
+
+    def ordered(self) -> list[str]:
+        return sorted_keys(list(self.natural), self._sort_value, self.sort)
+
+    def _sort_value(self, key: str, column: str) -> object:
+        row = self.rows[key]
+        if column == "passed":
+            return None if row["passed"] is None else int(bool(row["passed"]))
+        return row[column]  # type: ignore[literal-required]
+
+    # --- export -----------------------------------------------------------------------------------
+
+    def view_frame(self) -> pl.DataFrame:
+        from tui_acc import ranks_report
+
+        keys = [str(k.value) for k in self.main_table().rows]
+        report = {"collectives": [ranks_report.public_row(self.rows[k]) for k in keys]}
+        return ranks_report.with_provenance(ranks_report.csv_frame(report), self.check)
+
+    def action_export(self) -> None:
+        """``e``: the rows on screen, in this order, to CSV (.xlsx / .parquet by the name typed)."""
+        from tui_acc.export import fresh_path, write_export
+
+        frame = self.view_frame()
+        proposed = fresh_path(self.export_dir, "tui-acc-ranks", self.clock())
+
+        def write(choice: ExportChoice) -> Path:
+            return write_export(frame, choice.path, overwrite=choice.overwrite)
+
+        def written(choice: ExportChoice | None) -> None:
+            if choice is None or choice.written is None:
+                self.set_status("export cancelled")
+                return
+            self.set_status(f"exported {frame.height} rows to {choice.written}")
+            self.notify(str(choice.written), title=f"Exported {frame.height} rows")
+
+        self.app.push_screen(ExportDialog(proposed, frame.height, "ranks", self.export_dir, write), written)
+
+    def set_status(self, text: str, error: bool = False) -> None:
+        status = self.query_one("#status", Static)
+        status.update(text)
+        status.set_class(error, "error")
+
+
+def _is_bad(row: RankRow) -> bool:
+    return row["passed"] is False or bool(row["error"])
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else fmt.num(value)
