@@ -72,3 +72,18 @@ def test_the_engine_uses_the_cores_it_may_run_on(monkeypatch: pytest.MonkeyPatch
         pytest.skip("no CPU affinity on this platform")
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {3})
     assert engine.usable_cores() == 1
+
+
+def test_the_check_across_ranks_never_imports_torch(ranks_case) -> None:
+    """msprobe's .pt files of a real two-rank run: the goldens are float64 sums, the metrics numpy's."""
+    case = ranks_case("msprobe-tp2")
+    tell = _REPORT_AND_TELL.replace('"--no-cache", ', "")
+    done = subprocess.run(
+        [sys.executable, "-c", tell, "--ranks", str(case / "step0")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.stderr.strip().splitlines()[-1] == "[] 1"
+    assert json.loads(done.stdout)["first_bad"] is not None

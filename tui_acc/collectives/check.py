@@ -222,8 +222,8 @@ class RanksCheck:
     ) -> None:
         import numpy as np
 
+        from tui_acc.collectives.metrics import collective_metrics
         from tui_acc.dumps.dtypes import dtype_name, widened
-        from tui_acc.metrics.compat import msit_metrics
 
         flat = widened(output).astype(np.float64).reshape(-1)
         if flat.size != golden.size:
@@ -234,7 +234,7 @@ class RanksCheck:
         dtype = dtype_name(output)
         bound = element_bound(reduction, dtype, ranks, magnitude, self.margin)
         beyond, worst = beyond_bound(golden, flat, bound)
-        metrics = msit_metrics(golden, flat)
+        metrics = collective_metrics(golden.reshape(-1).astype(np.float64), flat)
         row["dtype"] = dtype
         row["numel"] = int(flat.size)
         row["beyond_bound"] = beyond
