@@ -182,6 +182,29 @@ def ranks_screenshot(out: Path) -> None:
         asyncio.run(shoot_ranks(out, demo.dump.relative_to(demo.out)))
 
 
+async def shoot_single(out: Path, test: Path) -> None:
+    """``tui-acc DUMP``: the demo's test dump with a NaN injected at token 2, at its first anomaly."""
+    import shutil
+
+    import torch
+
+    from tui_acc.anomalies.session import open_single
+
+    shutil.copytree(test, "dump")
+    (device,) = Path("dump").glob("msit_dump_*/torch_tensors/*_*")
+    path = device / "2" / "root.model.layers.1.mlp.act_fn" / "output.pth"
+    torch.save(torch.load(path).index_fill(-1, torch.tensor([5]), float("nan")), path)
+    app = AccApp(open_single("dump"), export_dir=Path(tempfile.mkdtemp()))
+    async with app.run_test(size=SIZE) as pilot:
+        for keys in (("f",), ("f",)):
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            await pilot.press(*keys)
+        await pilot.pause()
+        app.save_screenshot(str(out / "single.svg"))
+
+
 def main() -> None:
     out = REPO / "screenshots"
     out.mkdir(exist_ok=True)
@@ -199,6 +222,7 @@ def main() -> None:
         hunting.mkdir()
         os.chdir(hunting)
         asyncio.run(shoot_hunt(out, demo.out))
+        asyncio.run(shoot_single(out, demo.test))
         atb = make_demo(Path(tmp) / "tui-acc-demo-atb", seed=0, layout="atb")
         os.chdir(atb.out)
         asyncio.run(shoot_atb(out))

@@ -189,7 +189,14 @@ def _add_ranks_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
 
 def _add_dump_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("golden", type=Path, metavar="GOLDEN", help="golden dump (reference run)")
-    parser.add_argument("test", type=Path, metavar="TEST", help="test dump (the run under suspicion)")
+    parser.add_argument(
+        "test",
+        type=Path,
+        metavar="TEST",
+        nargs="?",
+        help="test dump (the run under suspicion); without it GOLDEN is checked on its own for NaN, Inf, "
+        "float16 overflow, all-zero outputs and magnitude jumps",
+    )
     parser.add_argument(
         "--logits-node", help="module whose output holds the logits (default: the model's last)"
     )
@@ -374,6 +381,8 @@ def _run_compare(args: argparse.Namespace) -> int:
     if problem := _forced_kernel_problem():
         print(f"tui-acc: error: {problem}", file=sys.stderr)
         return 2
+    if args.test is None:
+        return _run_single(args, thresholds, settings)
     if args.command == "report" and not args.redump_command:
         from tui_acc.metrics.kernel_loading import start_loading
 
@@ -414,6 +423,89 @@ def _run_compare(args: argparse.Namespace) -> int:
         if app.redump_run is not None:
             app.redump_run.stop(EXIT_GRACE)
     return 0
+
+
+# what only a pair has: refused with one dump rather than ignored
+_PAIR_ONLY = {
+    "mapping": "--mapping",
+    "data_mapping": "-dm",
+    "layer_mapping": "-lm",
+    "gather": "--gather",
+    "baseline": "--baseline",
+    "compat": "--compat",
+    "redump_command": "--redump-command",
+    "replay": "--replay",
+}
+
+
+def _run_single(args: argparse.Namespace, thresholds: Thresholds, settings: RedumpSettings) -> int:
+    """``tui-acc DUMP`` and ``report DUMP``: one dump checked on its own (anomalies/)."""
+    from tui_acc.anomalies.rules import AnomalySettings
+    from tui_acc.anomalies.rules import SettingsError as RulesError
+    from tui_acc.anomalies.session import open_single
+    from tui_acc.dumps import DumpError
+
+    given = [flag for name, flag in _PAIR_ONLY.items() if getattr(args, name, None) not in (None, False)]
+    if given:
+        print(
+            f"tui-acc: error: {', '.join(given)} compare(s) two dumps: give GOLDEN and TEST", file=sys.stderr
+        )
+        return 2
+    config = _config(args)
+    try:
+        rules = AnomalySettings.from_table(
+            config.sections.get("anomalies"), " or ".join(config.sources) or "tui-acc.toml"
+        )
+        cmp = open_single(
+            args.golden,
+            rules,
+            thresholds,
+            logits_node=args.logits_node,
+            token_offset=args.token_offset,
+            rank=args.rank,
+            follow_links=args.follow_links,
+        )
+    except (RulesError, DumpError) as exc:
+        print(f"tui-acc: error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "report":
+        return _report_single(cmp, args)
+    from tui_acc.redump.runner import EXIT_GRACE
+    from tui_acc.tui.app import AccApp
+
+    # the dump plays the test's part for r: it is the run under suspicion
+    app = AccApp(cmp, redump=settings, config_file=args.config)
+    try:
+        app.run()
+    finally:
+        if app.redump_run is not None:
+            app.redump_run.stop(EXIT_GRACE)
+    return 0
+
+
+def _report_single(cmp: Comparison, args: argparse.Namespace) -> int:
+    from tui_acc import anomaly_report as single
+    from tui_acc.export import ExportError, write_export
+    from tui_acc.report import EXIT_USAGE, UnknownToken
+
+    try:
+        result = single.build_report(cmp, args.token)
+    except UnknownToken as exc:
+        print(f"tui-acc: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.csv is not None:
+        try:
+            result["csv"] = str(write_export(single.csv_frame(result), args.csv, overwrite=args.force))
+        except ExportError as exc:
+            print(f"tui-acc: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    if args.json:
+        print(json.dumps(single.strict_json(single.public(result)), indent=2, allow_nan=False))
+    else:
+        print(single.format_text(result))
+        if args.csv is not None:
+            print(f"csv: {result['csv']}")
+    return single.exit_code(result)
 
 
 def _forced_kernel_problem() -> str | None:

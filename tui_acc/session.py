@@ -41,6 +41,11 @@ class Comparison:
         self._engine_lock = threading.Lock()  # the UI's workers may ask for it first at once
 
     @property
+    def single(self) -> bool:
+        """One dump checked on its own (``tui-acc DUMP``: anomalies/), not a golden/test pair."""
+        return self.golden is self.test
+
+    @property
     def engine(self) -> MetricsEngine:
         with self._engine_lock:
             if self._engine is None:

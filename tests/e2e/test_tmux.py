@@ -320,3 +320,25 @@ def test_hunt_asks_before_each_step_and_opens_at_the_culprit(
     while term.alive() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not term.alive()
+
+
+def test_one_dump_on_its_own_leads_to_its_nan(demo_pair, tmp_path: Path, terminal_factory) -> None:
+    """``tui-acc DUMP`` with no golden: a NaN injected at token 2, found with one key."""
+    import torch
+
+    dump = tmp_path / "dump"
+    shutil.copytree(demo_pair.test, dump)
+    (device,) = dump.glob("msit_dump_*/torch_tensors/*_*")
+    path = device / "2" / "root.model.layers.1.mlp.act_fn" / "output.pth"
+    torch.save(torch.load(path).index_fill(-1, torch.tensor([5]), float("nan")), path)
+    term = terminal_factory([sys.executable, "-m", "tui_acc", "dump"], tmp_path)
+    term.wait_for(lambda s: "check of dump" in s and "first failing: 2" in s, "the token list")
+    term.keys("f")
+    term.wait_for(lambda s: "model.layers.1.mlp.act_fn  SiLU" in s, "the first anomaly's detail")
+    screen = term.wait_for(lambda s: "nan (1 elements)" in s, "what is wrong with it")
+    assert "✗ error starts here" in screen
+    term.keys("q")
+    deadline = time.monotonic() + 30
+    while term.alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not term.alive()

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from tui_acc.dumps.model import TensorRef
-from tui_acc.metrics.schema import NOISE_COLUMNS, TENSOR_SCHEMA
+from tui_acc.metrics.schema import ANOMALY_COLUMNS, NOISE_COLUMNS, TENSOR_SCHEMA
 
 # Bump when the kernels change what they compute: old rows are then simply not found.
 VERSION = 4  # 4: checksums and NaN flags of statistics-only dumps
 # what a row is apart from its verdict and the baseline it was judged against (--baseline)
-_STORED = [k for k in TENSOR_SCHEMA if k != "passed" and k not in NOISE_COLUMNS]
+_STORED = [k for k in TENSOR_SCHEMA if k != "passed" and k not in NOISE_COLUMNS and k not in ANOMALY_COLUMNS]
 FILE_NAME = "rows.sqlite3"
 KEEP_DAYS = 30
 _SCHEMA = """

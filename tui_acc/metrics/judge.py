@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from tui_acc.dumps.model import NodeTree
-from tui_acc.metrics.schema import METRIC_COLUMNS, NOISE_COLUMNS, NodeRow
+from tui_acc.metrics.schema import ANOMALY_COLUMNS, METRIC_COLUMNS, NOISE_COLUMNS, NodeRow
 
 # A node row shows its worst output: these columns are copied from that output's row.
 FROM_WORST_OUTPUT = (
@@ -29,6 +29,7 @@ FROM_WORST_OUTPUT = (
     "golden_dtype",
     "test_dtype",
     *NOISE_COLUMNS,
+    *ANOMALY_COLUMNS,
 )
 # What identifies the same data on one side: equal shape, dtype, max, min, mean and L2 norm.
 _FINGERPRINT = ("shape", "dtype", "max", "min", "mean", "norm")

@@ -108,6 +108,17 @@ class NoiseFloor(TypedDict, total=False):
 NOISE_FIELDS = tuple(NoiseFloor.__annotations__)
 
 
+class Anomaly(TypedDict, total=False):
+    """A single dump's check (anomalies/rules.py): what is wrong with the tensor on its own, and its
+    figure (a count, the value at float16's limit, a jump's ratio)."""
+
+    anomaly: str | None
+    anomaly_figure: float | None
+
+
+ANOMALY_FIELDS = tuple(Anomaly.__annotations__)
+
+
 class _TensorTail(TypedDict, total=False):
     error: str | None
     golden_path: str
@@ -115,7 +126,15 @@ class _TensorTail(TypedDict, total=False):
 
 
 class TensorRow(
-    _TensorKey, Metrics, _TensorFacts, Sufficient, _StatisticsDiffs, _TensorTail, NoiseFloor, total=False
+    _TensorKey,
+    Metrics,
+    _TensorFacts,
+    Sufficient,
+    _StatisticsDiffs,
+    _TensorTail,
+    NoiseFloor,
+    Anomaly,
+    total=False,
 ):
     """One golden/test tensor pair of one node and token."""
 
@@ -149,6 +168,10 @@ class TokenRow(TypedDict, total=False):
     baseline_cosine: float | None
     baseline_rel_euclidean: float | None
     baseline_rmse: float | None
+    # a single dump's check: how many operators an anomaly starts at, the first, and what it is
+    anomalies: int | None
+    first_anomaly: str | None
+    anomaly: str | None
 
 
 class NodeMeta(TypedDict, total=False):
@@ -201,7 +224,9 @@ class _NodeWithin(TypedDict, total=False):
     rmse_within: float | None
 
 
-class NodeRow(NodeMeta, _NodeVerdicts, Metrics, _NodeWorstOutput, _NodeWithin, NoiseFloor, total=False):
+class NodeRow(
+    NodeMeta, _NodeVerdicts, Metrics, _NodeWorstOutput, _NodeWithin, NoiseFloor, Anomaly, total=False
+):
     """One node pair of a token, judged (unless ``provisional``)."""
 
     # an early row, sent while the nodes before it are computed: metrics and output verdict only

@@ -14,9 +14,19 @@ from typing import Any
 
 import polars as pl
 
-from tui_acc.metrics.rows import Metrics, NodeMeta, NodeRow, NoiseFloor, Sufficient, TensorRow, TokenRow
+from tui_acc.metrics.rows import (
+    Anomaly,
+    Metrics,
+    NodeMeta,
+    NodeRow,
+    NoiseFloor,
+    Sufficient,
+    TensorRow,
+    TokenRow,
+)
 
 __all__ = [
+    "ANOMALY_COLUMNS",
     "METRIC_COLUMNS",
     "NODE_META_SCHEMA",
     "NODE_SCHEMA",
@@ -48,6 +58,7 @@ def polars_schema(shape: type) -> dict[str, PolarsType]:
 METRIC_COLUMNS = polars_schema(Metrics)
 SUFFICIENT_COLUMNS = polars_schema(Sufficient)
 NOISE_COLUMNS = polars_schema(NoiseFloor)
+ANOMALY_COLUMNS = polars_schema(Anomaly)
 TENSOR_SCHEMA = polars_schema(TensorRow)
 TOKEN_SCHEMA = polars_schema(TokenRow)
 NODE_META_SCHEMA = polars_schema(NodeMeta)

@@ -97,7 +97,8 @@ class AccApp(App[None]):
         """The pair compared (``format_title`` fits it to the header's width)."""
         cwd = Path.cwd()
         golden, test = (shown_path(side.root, cwd) for side in (self.comparison.golden, self.comparison.test))
-        self.sub_title = f"{golden}{SEPARATOR}{test}"
+        # one dump checked on its own: its path alone (no "golden"/"test" sides to name)
+        self.sub_title = f"check of {golden}" if self.comparison.single else f"{golden}{SEPARATOR}{test}"
 
     def on_mount(self) -> None:
         self.push_screen(TokenScreen())

@@ -14,7 +14,8 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from textual.widgets.data_table import ColumnKey
 from textual.worker import get_current_worker
 
-from tui_acc.metrics.rows import NOISE_FIELDS, Row
+from tui_acc.anomalies.rules import anomaly_text
+from tui_acc.metrics.rows import ANOMALY_FIELDS, NOISE_FIELDS, Row
 from tui_acc.pairing import NodePair
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.screens.base import ViewScreen
@@ -52,6 +53,17 @@ COLUMNS = (
 )
 
 
+# One dump checked on its own: what is wrong with the worst output, and its figure
+SINGLE_COLUMNS = (
+    ("order", "#", 3),
+    ("name", "Operator", 18),
+    ("inputs", "In", 2),
+    ("outputs", "Out", 3),
+    ("anomaly", "Kind", 8),
+    ("anomaly_figure", "Figure", 14),
+    ("type", "Type", 14),
+    ("shape", "Shape", 14),
+)
 # With --baseline: the output's error over the baseline's (the verdict is against 3x or 2x it)
 NOISE_COLUMN = ("noise_ratio", "×noise", 8)
 
@@ -133,6 +145,8 @@ class OperatorScreen(ViewScreen):
         cmp = self.acc.comparison
         if cmp.golden.statistics_only or cmp.test.statistics_only:
             self.table_columns = STATS_COLUMNS
+        if cmp.single:
+            self.table_columns = SINGLE_COLUMNS
         # ◆ and the largest position: ◆107 must not lose its last digit
         order_width = max(3, len(f"◆{len(self._pairs) - 1}"))
         self.table_columns = tuple(
@@ -412,6 +426,10 @@ class OperatorScreen(ViewScreen):
                 min_diff=fmt.figure(fmt.num(row.get("min_diff"))),
                 mean_diff=fmt.figure(fmt.num(row.get("mean_diff"))),
                 noise_ratio=fmt.figure(fmt.ratio(row.get("noise_ratio")), passed),
+                anomaly=fmt.failing(row.get("anomaly") or "-", bool(row.get("anomaly"))),
+                anomaly_figure=fmt.figure(
+                    anomaly_text(row.get("anomaly"), row.get("anomaly_figure")), passed
+                ),
                 shape=row["shape"] or "-",
             )
         return [cells.get(key, "") for key, _, _ in self.table_columns]
@@ -594,6 +612,7 @@ class OperatorScreen(ViewScreen):
         import polars as pl
 
         with_noise = self.acc.comparison.baseline is not None
+        single = self.acc.comparison.single
         rows = []
         for name in self._in_scope():
             node, row = self._pairs[name], self._rows.get(name, {})
@@ -625,9 +644,10 @@ class OperatorScreen(ViewScreen):
                     "shape": row.get("shape"),
                     "error": row.get("error"),
                     **{key: row.get(key) for key in NOISE_FIELDS if with_noise},
+                    **{key: row.get(key) for key in ANOMALY_FIELDS if single},
                 }
             )
-        return pl.DataFrame(rows, schema=_op_export_schema(with_noise))
+        return pl.DataFrame(rows, schema=_op_export_schema(with_noise, single))
 
     def redump_target(self) -> tuple[int, str | None]:
         return self.token, self.cursor_key()
@@ -637,11 +657,13 @@ class OperatorScreen(ViewScreen):
         return f"tui-acc-token{self.token}-ops{scope}"
 
 
-def _op_export_schema(with_noise: bool = False) -> dict[str, PolarsType]:
-    """The exported operator table's columns; with a baseline, its noise figures at the end."""
+def _op_export_schema(with_noise: bool = False, single: bool = False) -> dict[str, PolarsType]:
+    """The exported operator table's columns; with a baseline, its noise figures at the end; for one
+    dump checked on its own, each operator's anomaly."""
     import polars as pl
 
-    noise = dict.fromkeys(NOISE_FIELDS, pl.Float64) if with_noise else {}
+    noise: dict[str, PolarsType] = dict.fromkeys(NOISE_FIELDS, pl.Float64) if with_noise else {}
+    noise.update({"anomaly": pl.String, "anomaly_figure": pl.Float64} if single else {})
     return {
         "token": pl.Int64,
         "order": pl.Int64,

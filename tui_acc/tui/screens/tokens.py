@@ -38,6 +38,15 @@ COLUMNS = (
     ("top1", "Top-1 g/t", 11),
     ("shape", "Logits shape", 14),
 )
+SINGLE_FIELDS = ("anomalies", "first_anomaly", "anomaly")
+# One dump checked on its own (tui-acc DUMP): where an anomaly starts, not how far from a golden
+SINGLE_COLUMNS = (
+    ("token", "Token", 6),
+    ("passed", "Verdict", 7),
+    ("anomalies", "Starts", 6),
+    ("anomaly", "Kind", 8),
+    ("first_anomaly", "First anomalous operator", 40),
+)
 # When a side holds statistics only, cosine and KL cannot be had: the L2 norms and stats are compared.
 STATS_COLUMNS = (
     ("token", "Token", 6),
@@ -103,6 +112,8 @@ class TokenScreen(ViewScreen):
             1, min(len(self.acc.comparison.pairing.tokens), 200)
         )
         self._update_strip()
+        # one dump on its own: no logits against a golden, so no KL to plot
+        self.query_one("#strip").display = not cmp.single
         table.focus()
         # The app's, not the screen's: the screen's own runs before its first frame reaches the
         # terminal (the app is still mounting it), the app's once the frame is drawn
@@ -216,6 +227,8 @@ class TokenScreen(ViewScreen):
         columns: tuple[tuple[str, str, int], ...] = (
             STATS_COLUMNS if cmp.golden.statistics_only or cmp.test.statistics_only else COLUMNS
         )
+        if cmp.single:
+            return SINGLE_COLUMNS
         first = next((p for t in cmp.pairing.tokens if (p := cmp.pairing.logits_pair(t)) is not None), None)
         if cmp.baseline is not None:  # the logits' error over the baseline's: what the verdict weighs
             at = next(i for i, (key, _, _) in enumerate(columns) if key in ("kl", "norm_rel_diff"))
@@ -240,6 +253,11 @@ class TokenScreen(ViewScreen):
             "max_diff": fmt.figure(fmt.num(row.get("max_diff"))),
             "mean_diff": fmt.figure(fmt.num(row.get("mean_diff"))),
             "noise_ratio": fmt.figure(fmt.ratio(row.get("noise_ratio")), passed),
+            "anomalies": fmt.figure(
+                str(row["anomalies"]) if row.get("anomalies") is not None else "-", passed
+            ),
+            "anomaly": fmt.failing(row.get("anomaly") or "-", bool(row.get("anomaly"))),
+            "first_anomaly": row.get("first_anomaly") or "-",
             "top1": top1,
             "shape": row.get("shape") or "-",
             "test_node": row.get("test_node") or "",
@@ -356,6 +374,7 @@ class TokenScreen(ViewScreen):
         import polars as pl
 
         with_noise = self.acc.comparison.baseline is not None
+        single = self.acc.comparison.single
         rows = []
         for key in self.main_table().rows:  # as shown: in the table's order
             token = int(str(key.value))
@@ -376,9 +395,10 @@ class TokenScreen(ViewScreen):
                     "mean_diff": row.get("mean_diff"),
                     "error": row.get("error"),
                     **{key: row.get(key) for key in NOISE_FIELDS if with_noise},
+                    **{key: row.get(key) for key in SINGLE_FIELDS if single},
                 }
             )
-        return pl.DataFrame(rows, schema=_token_export_schema(with_noise))
+        return pl.DataFrame(rows, schema=_token_export_schema(with_noise, single))
 
     def redump_target(self) -> tuple[int, str | None]:
         key = self.cursor_key()
@@ -390,11 +410,13 @@ class TokenScreen(ViewScreen):
         return "tui-acc-tokens"
 
 
-def _token_export_schema(with_noise: bool = False) -> dict[str, PolarsType]:
-    """The exported token table's columns; with a baseline, its noise figures at the end."""
+def _token_export_schema(with_noise: bool = False, single: bool = False) -> dict[str, PolarsType]:
+    """The exported token table's columns; with a baseline, its noise figures at the end; for one
+    dump checked on its own, where each token's first anomaly starts."""
     import polars as pl
 
-    noise = dict.fromkeys(NOISE_FIELDS, pl.Float64) if with_noise else {}
+    noise: dict[str, PolarsType] = dict.fromkeys(NOISE_FIELDS, pl.Float64) if with_noise else {}
+    noise.update({"anomalies": pl.Int64, "first_anomaly": pl.String, "anomaly": pl.String} if single else {})
     return {
         "token": pl.Int64,
         "verdict": pl.String,

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from tui_acc.anomalies.rules import anomaly_text
 from tui_acc.metrics.rows import Row
 from tui_acc.pairing import NodePair
 from tui_acc.pairing.model import Unmatched
@@ -58,8 +59,13 @@ class TensorDetail(Static):
             return
         rows = [engine.known_row(pair) for pair in node.tensors]  # memory only: this is the UI thread
         stats = any(r is not None and r.get("stats_only") for r in rows)
-        metrics = ("norm rel", "max Δ", "mean Δ", "") if stats else ("cosine", "max abs", "rel eucl", "KL")
+        metrics: tuple[str, ...] = (
+            ("norm rel", "max Δ", "mean Δ", "") if stats else ("cosine", "max abs", "rel eucl", "KL")
+        )
         cells = [_cells(pair.slot, row) for pair, row in zip(node.tensors, rows, strict=True)]
+        if engine.pairing.golden is engine.pairing.test:  # one dump on its own: its values, not a distance
+            metrics = ("max", "min", "NaN", "Inf", "anomaly")
+            cells = [_own_cells(pair.slot, row) for pair, row in zip(node.tensors, rows, strict=True)]
         # The verdict and every metric keep their width; the tensor's name gives way, elided in the
         # middle (input.position_embeddings.0 / .1 differ at their end), then the shape and dtype.
         headers = ("", "tensor", "shape", "dtype", *metrics)
@@ -177,6 +183,25 @@ def _cells(slot: str, row: Row | None) -> list[Text | str]:
     if nan:
         cells.append(fmt.failing(f"{nan} NaN/Inf in test"))
     return cells
+
+
+def _own_cells(slot: str, row: Row | None) -> list[Text | str]:
+    """A tensor of a dump checked on its own: its extremes, NaN and Inf counts, and what is wrong."""
+    if row is None or row.get("error"):
+        return _cells(slot, row)
+    kind = row.get("anomaly")
+    what = f"{kind} ({anomaly_text(kind, row.get('anomaly_figure'))})" if kind else "-"
+    return [
+        fmt.mark(row["passed"]),
+        slot,
+        row.get("test_shape") or "-",
+        str(row.get("test_dtype") or "-"),
+        fmt.num(row.get("test_max")),
+        fmt.num(row.get("test_min")),
+        str(row.get("test_nan") if row.get("test_nan") is not None else "-"),
+        str(row.get("test_inf") if row.get("test_inf") is not None else "-"),
+        fmt.failing(what, bool(kind)),
+    ]
 
 
 def _cell_width(cell: Text | str) -> int:

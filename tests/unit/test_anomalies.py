@@ -1,0 +1,198 @@
+"""One dump checked on its own (``tui-acc DUMP``, ``report DUMP``): anomalies injected into copies of
+real and generated dumps are found at their token, operator and tensor; clean dumps raise nothing.
+
+Every injected value is exact (a NaN, float16's limit, zeros, a power-of-two scale): the verdicts
+rest on no CPU's arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tui_acc import anomaly_report as single
+from tui_acc.anomalies.rules import AnomalySettings, Inputs, anomaly
+from tui_acc.anomalies.session import open_single
+from tui_acc.cli import main
+from tui_acc.dumps.atb_bin import load_bin
+from tui_acc.dumps.atb_writer import write_bin
+from tui_acc.dumps.policy import ANYWHERE
+
+
+def _device(dump: Path) -> Path:
+    (device,) = dump.glob("msit_dump_*/torch_tensors/*_*")
+    return device
+
+
+def _rewrite_pth(path: Path, change) -> None:
+    import torch
+
+    tensor = torch.load(path)
+    torch.save(change(tensor), path)
+
+
+@pytest.fixture
+def copy_of_test(demo_pair, tmp_path: Path) -> Path:
+    target = tmp_path / "test"
+    shutil.copytree(demo_pair.test, target)
+    return target
+
+
+def _first(dump: Path, **options) -> dict | None:
+    report = single.build_report(open_single(dump), **options)
+    return report["first_anomaly"]
+
+
+def test_clean_dumps_raise_nothing(demo_pair, atb_pair, model_case) -> None:
+    """The demo's golden and faulty test (a stale tile is wrong, not anomalous), its ATB test, and
+    the real msprobe L1, mix (float16, masks filled with finfo.min) and statistics dumps."""
+    dumps = [demo_pair.golden, demo_pair.test, atb_pair[1]]
+    for case in ("llama-msprobe-L1", "llama-msprobe-mix", "llama-msprobe-mix-statistics"):
+        dumps += [model_case(case) / "golden", model_case(case) / "test"]
+    for dump in dumps:
+        report = single.build_report(open_single(dump))
+        assert report["anomalies"] == [] and report["errors"] == [], dump
+        assert single.exit_code(report) == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "change"),
+    [
+        ("nan", lambda t: t.index_fill(-1, __import__("torch").tensor([5]), float("nan"))),
+        ("inf", lambda t: t.index_fill(-1, __import__("torch").tensor([5]), float("inf"))),
+        ("zeros", lambda t: t * 0),
+        ("jump", lambda t: t * 4096),
+    ],
+)
+def test_an_injected_anomaly_is_found_where_it_starts(copy_of_test: Path, kind: str, change) -> None:
+    _rewrite_pth(_device(copy_of_test) / "2" / "root.model.layers.1.mlp.act_fn" / "output.pth", change)
+    first = _first(copy_of_test)
+    assert first is not None
+    assert (first["token"], first["op"], first["tensor"], first["kind"]) == (
+        2,
+        "root.model.layers.1.mlp.act_fn",
+        "output",
+        kind,
+    )
+
+
+def test_float16_overflow_is_named_and_a_carried_nan_is_inherited(copy_of_test: Path) -> None:
+    import torch
+
+    device = _device(copy_of_test)
+    limit = lambda t: t.to(torch.float16).index_fill(-1, torch.tensor([3]), 65504.0)  # noqa: E731
+    _rewrite_pth(device / "4" / "root.model.layers.0.self_attn.q_proj" / "output.pth", limit)
+    # a NaN at token 1 that the next operator's input carries: the first is local, the second inherited
+    nan = lambda t: t.index_fill(-1, torch.tensor([0]), float("nan"))  # noqa: E731
+    _rewrite_pth(device / "1" / "root.model.layers.3.mlp.up_proj" / "output.pth", nan)
+    _rewrite_pth(device / "1" / "root.model.layers.3.mlp.down_proj" / "input_0.pth", nan)
+    _rewrite_pth(device / "1" / "root.model.layers.3.mlp.down_proj" / "output.pth", nan)
+    report = single.build_report(open_single(copy_of_test))
+    assert report["first_anomaly"]["op"] == "root.model.layers.3.mlp.up_proj"
+    labels = {(a["token"], a["op"], a["tensor"]): (a["kind"], a["label"]) for a in report["anomalies"]}
+    assert labels[(1, "root.model.layers.3.mlp.up_proj", "output")] == ("nan", "local")
+    assert labels[(1, "root.model.layers.3.mlp.down_proj", "output")] == ("nan", "inherited")
+    assert labels[(4, "root.model.layers.0.self_attn.q_proj", "output")] == ("overflow", "local")
+    by_token = {t["token"]: t for t in report["tokens"]}
+    assert by_token[4]["first_anomaly"] == "root.model.layers.0.self_attn.q_proj"
+    assert _first(copy_of_test, token=4)["kind"] == "overflow"
+
+
+def test_an_atb_dump_is_checked_too(atb_pair, tmp_path: Path) -> None:
+    dump = tmp_path / "atb"
+    shutil.copytree(atb_pair[1], dump)
+    (out,) = dump.rglob("3/3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation/after/outtensor0.bin")
+    values = np.array(load_bin(out, ANYWHERE), copy=True)
+    values.reshape(-1)[7] = np.nan
+    write_bin(out, values)
+    first = _first(dump)
+    assert first is not None and (first["token"], first["kind"]) == (3, "nan")
+    assert first["op"] == "3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation"
+
+
+def test_a_statistics_dump_is_checked_from_its_statistics(model_case, tmp_path: Path) -> None:
+    dump = tmp_path / "stats"
+    shutil.copytree(model_case("llama-msprobe-mix-statistics") / "test", dump)
+    (record_file,) = dump.rglob("dump.json")
+    records = json.loads(record_file.read_text())
+    name = next(n for n in records["data"] if n.startswith("Functional.silu"))
+    records["data"][name]["output"][0]["Max"] = float("inf")
+    record_file.write_text(json.dumps(records))
+    first = _first(dump)
+    assert first is not None and first["op"] == name and first["kind"] in ("inf", "overflow")
+
+
+def test_a_damaged_file_is_named_and_the_rest_is_checked(copy_of_test: Path) -> None:
+    device = _device(copy_of_test)
+    damaged = device / "3" / "root.model.layers.2.mlp.up_proj" / "output.pth"
+    damaged.write_bytes(damaged.read_bytes()[:40])
+    _rewrite_pth(device / "5" / "root.model.norm" / "output.pth", lambda t: t * 0)
+    report = single.build_report(open_single(copy_of_test))
+    assert any(e["file"] == str(damaged) for e in report["errors"])
+    assert report["first_anomaly"]["op"] == "root.model.norm"  # the damaged file is no culprit
+    assert single.exit_code(report) == 1
+
+
+def test_the_rules_spare_what_models_do_on_purpose() -> None:
+    settings = AnomalySettings()
+    out = {"role": "output", "test_dtype": "float16", "test_max": 0.0, "test_min": -65504.0, "numel": 25}
+    assert anomaly(out, Inputs(True, 0.0), settings) is None  # a mask filled with finfo(float16).min
+    mask = {
+        "role": "output",
+        "test_dtype": "float32",
+        "test_max": 0.0,
+        "test_min": float("-inf"),
+        "test_inf": 10,
+    }
+    assert anomaly(mask, Inputs(True, None), settings) is None  # -inf from booleans: a causal mask
+    assert anomaly(mask, Inputs(True, 3.0), settings) == ("inf", 11.0)  # from finite float inputs
+    scores = {**mask, "test_min": -1e30}
+    assert anomaly(scores, Inputs(True, float("inf")), settings) is None  # carried: its producer's
+    zeros = {"role": "output", "test_dtype": "bfloat16", "test_max": 0.0, "test_min": 0.0, "test_norm": 0.0}
+    assert anomaly(zeros, Inputs(True, 0.0), settings) is None  # zeros in, zeros out
+    assert anomaly({**zeros, "test_dtype": "int64"}, Inputs(True, 1.0), settings) is None
+    softmax = {"role": "output", "test_dtype": "float32", "test_max": 0.9, "test_min": 0.0}
+    assert anomaly(softmax, Inputs(True, 1e-4), settings) is None  # below jump_floor
+
+
+def test_report_json_text_csv_and_exit_codes(copy_of_test: Path, tmp_path: Path, capsys) -> None:
+    _rewrite_pth(
+        _device(copy_of_test) / "2" / "root.model.layers.1.mlp.act_fn" / "output.pth", lambda t: t * 0
+    )
+    csv = tmp_path / "anomalies.csv"
+    assert main(["report", str(copy_of_test), "--json", "--csv", str(csv)]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["first_anomaly"] == {
+        "token": 2,
+        "op": "root.model.layers.1.mlp.act_fn",
+        "type": "SiLU",
+        "tensor": "output",
+        "kind": "zeros",
+        "figure": 176.0,
+    }
+    assert {"token", "op", "tensor", "kind"} <= set(result["anomalies"][0]) and result["errors"] == []
+    assert "root.model.layers.1.mlp.act_fn" in csv.read_text()
+    assert main(["report", str(copy_of_test), "--csv", str(csv)]) == 2  # never over a file
+    assert "exists" in capsys.readouterr().err
+    assert main(["report", str(copy_of_test)]) == 1
+    assert (
+        "first anomaly: token 2, root.model.layers.1.mlp.act_fn (SiLU), output: zeros"
+        in capsys.readouterr().out
+    )
+    assert main(["report", str(copy_of_test), "--baseline", str(copy_of_test)]) == 2
+    assert "--baseline compare(s) two dumps" in capsys.readouterr().err
+
+
+def test_a_clean_dump_exits_0_and_bad_input_2(demo_pair, tmp_path: Path, capsys) -> None:
+    assert main(["report", str(demo_pair.golden)]) == 0
+    assert "first anomaly: none" in capsys.readouterr().out
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+    config = tmp_path / "bad.toml"
+    config.write_text("[anomalies]\njump_factor = -3\n")
+    assert main(["report", str(demo_pair.golden), "--config", str(config)]) == 2
+    assert "bad.toml: anomalies.jump_factor must be a positive number" in capsys.readouterr().err

@@ -1,0 +1,88 @@
+"""The metrics engine over a dump paired with itself, judging each tensor by ``rules.py``.
+
+Every row still holds what the engine reads of a tensor (NaN and Inf counts, max, min, norm, or the
+recorded statistics); only the verdict differs: a tensor passes when nothing is wrong with it on its
+own. Node rows, labels (local: the anomaly starts at this operator; inherited: it came in with the
+inputs) and the first anomalous operator then come from the judge as they do for a pair.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+
+from tui_acc.anomalies.rules import AnomalySettings, Inputs, anomaly, is_float, largest_magnitude
+from tui_acc.metrics.engine import MetricsEngine, checked, never
+from tui_acc.metrics.judge import first_suspect
+from tui_acc.metrics.scheduling import StopCheck
+from tui_acc.metrics.schema import TensorRow, TokenRow
+from tui_acc.metrics.verdict import Thresholds
+from tui_acc.pairing import Pairing, TensorPair
+
+
+class AnomalyEngine(MetricsEngine):
+    def __init__(self, pairing: Pairing, thresholds: Thresholds, settings: AnomalySettings) -> None:
+        # no disk cache: its rows would be keyed as a pair's, and a dump's own facts are cheap to read
+        super().__init__(pairing, thresholds, cache=None)
+        self.settings = settings
+        self._token_rows: dict[int, TokenRow] = {}
+        self._token_lock = threading.Lock()
+
+    def _judge(self, pair: TensorPair, row: TensorRow, baseline_row: TensorRow | None) -> None:
+        found = None
+        if not row.get("error"):
+            inputs = self._inputs(pair) if pair.role == "output" else None
+            found = anomaly(row, inputs, self.settings)
+        row["anomaly"], row["anomaly_figure"] = found if found is not None else (None, None)
+        row["passed"] = not row.get("error") and found is None
+
+    def _inputs(self, pair: TensorPair) -> Inputs:
+        """The node's dumped inputs (their rows computed here when needed: an output's row waits for
+        its inputs' rows, which never wait for anything)."""
+        node = next((n for n in self.pairing.node_pairs(pair.token) if n.golden == pair.golden_node), None)
+        rows = [self.tensor_row(other) for other in (node.tensors if node else []) if other.role == "input"]
+        readable = [row for row in rows if not row.get("error")]
+        found = [m for row in readable if is_float(row) and (m := largest_magnitude(row)) is not None]
+        return Inputs(dumped=bool(rows), largest=max(found) if found else None)
+
+    # --- tokens: every operator of a token, not only its logits -------------------------------
+
+    def token_row(self, token: int) -> TokenRow:
+        rows = self.node_rows(token)
+        by_name = {row["golden_node"]: row for row in rows}
+        first = first_suspect(self.pairing.golden.tree, by_name)
+        local = [r for r in rows if r.get("suspect")]
+        failing = [r for r in rows if r.get("outputs_passed") is False]
+        errors = [r for r in rows if r.get("error")]
+        verdict = "fail" if failing else "error" if errors else "pass"
+        result: TokenRow = {
+            "token": token,
+            "passed": not failing and not errors,
+            "verdict": verdict,
+            "anomalies": len(local),
+            "first_anomaly": first["golden_node"] if first is not None else None,
+            "anomaly": first.get("anomaly") if first is not None else None,
+            "node": self.pairing.logits_node,
+            "error": errors[0]["error"] if errors and not failing else None,
+        }
+        with self._token_lock:
+            self._token_rows[token] = result
+        return result
+
+    def token_rows(
+        self,
+        tokens: Iterable[int] | None = None,
+        should_stop: StopCheck = never,
+        on_row: Callable[[TokenRow], None] | None = None,
+    ) -> list[TokenRow]:
+        rows = []
+        for token in checked(list(self.pairing.tokens if tokens is None else tokens), should_stop):
+            row = self.token_row(token)
+            rows.append(row)
+            if on_row:
+                on_row(row)
+        return rows
+
+    def cached_token_row(self, token: int) -> TokenRow | None:
+        with self._token_lock:
+            return self._token_rows.get(token)
