@@ -50,8 +50,8 @@ async def shoot(out: Path) -> None:
             app.save_screenshot(str(out / name))
 
         await settle()
-        await snap("tokens.svg", "f")
-        await pilot.press("enter")
+        await snap("tokens.svg")  # the cursor starts on the first failing token
+        await pilot.press("f")  # its operators, at the first failing one
         await settle()
         await snap("operators.svg", "f")
 
