@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = command_first(parser, args_list)
     if argv[0] == "report" and "--ranks" in argv:  # one dump, not a pair: the ranks command, headless
         argv = ["ranks", "--report", *(a for a in argv[1:] if a != "--ranks")]
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if args.command == "ranks":
         return _run_ranks(args)
     if args.command == "demo":
@@ -325,6 +325,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "hunt":
         return _run_hunt(args)
     return _run_compare(args)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed, TEST found after options too: with TEST optional (one dump is checked on its
+    own), argparse takes ``G --no-cache T``'s G alone as the positionals and leaves T over."""
+    args, extra = parser.parse_known_args(argv)
+    pair = args.command in ("open", "report")
+    if pair and args.test is None and len(extra) == 1 and not extra[0].startswith("-"):
+        args.test, extra = Path(extra[0]), []
+    if extra:
+        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def command_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:

@@ -23,7 +23,9 @@ def _pair(*dtypes: str, thresholds: Thresholds | None = None, statistics: bool =
     side = SimpleNamespace(float_dtypes=frozenset(dtypes), statistics_only=statistics)
     return cast(
         Comparison,
-        SimpleNamespace(golden=side, test=side, baseline=None, thresholds=thresholds or Thresholds()),
+        SimpleNamespace(
+            golden=side, test=side, baseline=None, single=False, thresholds=thresholds or Thresholds()
+        ),
     )
 
 

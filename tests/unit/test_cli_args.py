@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc.cli import build_parser, command_first, main
+from tui_acc.cli import _parse, build_parser, command_first, main
 
 
 def _parsed(*argv: str):
     parser = build_parser()
-    return parser.parse_args(command_first(parser, list(argv)))
+    return _parse(parser, command_first(parser, list(argv)))
 
 
 @pytest.mark.parametrize(
@@ -83,15 +83,14 @@ def test_each_command_keeps_its_own_help(capsys: pytest.CaptureFixture[str]) -> 
     assert "--atb" in capsys.readouterr().out
 
 
-def test_one_dump_says_the_test_dump_is_missing_and_names_no_command(
-    capsys: pytest.CaptureFixture[str],
+def test_one_dump_is_checked_on_its_own_and_a_missing_one_is_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    """Without TEST, GOLDEN is checked on its own (anomalies); a path that is not there is said."""
+    assert main(["report", str(tmp_path / "G")]) == 2
+    assert f"tui-acc: error: {tmp_path / 'G'}: no such file or directory" in capsys.readouterr().err
+    assert main(["--rank", "0", "report", str(tmp_path / "G")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
-        main(["G"])
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
-    assert "tui-acc: error: the following arguments are required: TEST" in err
-    assert "tui-acc open" not in err
-    with pytest.raises(SystemExit):
-        main(["--rank", "0", "G"])
-    assert "required: TEST" in capsys.readouterr().err
+        main(["G", "T", "U"])
+    assert exit_.value.code == 2 and "unrecognized arguments: U" in capsys.readouterr().err

@@ -167,6 +167,12 @@ def test_hunt_selections_reach_every_dumper(tmp_path: Path) -> None:
     shifted = Selection("test", 2, 3, ("2_LlamaLayer",), atb=True, tokens=(2, 3, 4))
     argv = build_plan(shifted, SideSettings("msit-atb", exec="bash run.sh"), tmp_path / "c").argv
     assert argv[argv.index("-er") + 1] == "3,5"
+    probe = build_plan(shifted, SideSettings("msprobe-atb", exec="bash run.sh"), tmp_path / "f")
+    blocks_only = Selection("test", 2, 3, ("2_LlamaLayer",), atb=True, tokens=(2, 3, 4), subtree=False)
+    probe_blocks = build_plan(blocks_only, SideSettings("msprobe-atb", exec="bash run.sh"), tmp_path / "g")
+    (probe_config,), (blocks_config,) = probe.files.values(), probe_blocks.files.values()
+    assert json.loads(probe_config)["exec_range"] == "3,5" and json.loads(probe_config)["save_child"] is True
+    assert json.loads(blocks_config)["save_child"] is False
     msprobe = build_plan(every, SideSettings("msprobe-torch", exec="python run.py"), tmp_path / "d")
     (config,) = msprobe.files.values()
     assert json.loads(config)["tensor"]["data_mode"] == ["output"]
