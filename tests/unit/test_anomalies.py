@@ -196,3 +196,24 @@ def test_a_clean_dump_exits_0_and_bad_input_2(demo_pair, tmp_path: Path, capsys)
     config.write_text("[anomalies]\njump_factor = -3\n")
     assert main(["report", str(demo_pair.golden), "--config", str(config)]) == 2
     assert "bad.toml: anomalies.jump_factor must be a positive number" in capsys.readouterr().err
+
+
+def test_msprobe_atb_statistics_are_checked_from_statistic_csv(atb_pair, tmp_path: Path) -> None:
+    """An ATB op's output with a NaN, dumped as the ATB probe's statistics task (statistic.csv only):
+    its NaN statistic is the tensor's own (std::to_string's "nan"), not a missing one."""
+    from tui_acc.demo.probe_export import ProbeOptions, export_probe
+    from tui_acc.dumps import open_dump
+
+    copy = tmp_path / "atb"
+    shutil.copytree(atb_pair[1], copy)
+    (out,) = copy.rglob("3/3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation/after/outtensor0.bin")
+    values = np.array(load_bin(out, ANYWHERE), copy=True)
+    values.reshape(-1)[7] = np.nan
+    write_bin(out, values)
+    stats = export_probe([copy], tmp_path / "stats", ProbeOptions(task="statistics"))
+    assert open_dump(stats).statistics_only
+    first = _first(stats)
+    assert first is not None and (first["token"], first["kind"]) == (3, "nan")
+    assert first["op"].endswith("3_LinearOperation")
+    clean = export_probe([atb_pair[1]], tmp_path / "clean", ProbeOptions(task="statistics"))
+    assert single.build_report(open_single(clean))["anomalies"] == []

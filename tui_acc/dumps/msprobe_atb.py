@@ -190,7 +190,9 @@ def _id_of(name: str) -> tuple[int, str]:
 
 
 def _number(value: str) -> float | None:
-    if value in ("N/A", "", "None", "nan"):
+    # "nan", "-nan", "inf" are a tensor's own NaN/Inf, printed by std::to_string (msprobe
+    # ccsrc/atb_probe/utils/Statistics.h:85): kept, not taken for a missing statistic
+    if value in ("N/A", "", "None"):
         return None
     if value in ("True", "False"):
         return float(value == "True")
