@@ -217,3 +217,18 @@ def test_msprobe_atb_statistics_are_checked_from_statistic_csv(atb_pair, tmp_pat
     assert first["op"].endswith("3_LinearOperation")
     clean = export_probe([atb_pair[1]], tmp_path / "clean", ProbeOptions(task="statistics"))
     assert single.build_report(open_single(clean))["anomalies"] == []
+
+
+@pytest.mark.parametrize(
+    "case",
+    sorted(
+        p.name.removesuffix(".tar.xz")
+        for p in (Path(__file__).parents[1] / "data" / "models").glob("*.tar.xz")
+    ),
+)
+def test_every_real_tool_dump_raises_nothing(model_case, case: str) -> None:
+    """msit and msprobe's own dumps of clean and faulty runs (a fault is wrong, not anomalous): L0,
+    L1, mix, statistics, checksums, debug saves, serving steps; float16 masks and MoE routing."""
+    for side in ("golden", "test"):
+        report = single.build_report(open_single(model_case(case) / side))
+        assert report["anomalies"] == [] and report["errors"] == [], (case, side)
