@@ -700,7 +700,10 @@ def _print_hunt(summary: dict[str, object], say: Callable[[str], None]) -> None:
             figures = f"{side['seconds']:>8.2f} {side['bytes']:>12,}"
             say(f"{step['step']:<10} {side['side']:<7} {figures}  {side['folder']}")
         say(f"  -> {step['finding']}")
-    say(f"dumped {summary['bytes_dumped']:,} bytes in all, in {summary['folder']}")
+    if summary["folder"] is None:
+        say("nothing was run, nothing was written")
+    else:
+        say(f"dumped {summary['bytes_dumped']:,} bytes in all, in {summary['folder']}")
 
 
 def _run_ranks(args: argparse.Namespace) -> int:

@@ -123,6 +123,7 @@ def test_without_yes_and_no_terminal_nothing_runs(
     code = main(["hunt", "--config", str(demo_pair.out / "tui-acc.toml"), "--no-tui"])
     captured = capsys.readouterr()
     assert code == 2 and "--yes" in captured.out and "not confirmed" in captured.err
+    assert "nothing was run, nothing was written" in captured.out  # no folder is named that is not there
     assert list(tmp_path.iterdir()) == []
 
 
@@ -186,3 +187,30 @@ def test_the_demo_refuses_too_few_layers_for_its_fault(tmp_path: Path) -> None:
 
     with pytest.raises(DemoError, match="at least 3 layers"):
         make_demo(tmp_path / "demo", layers=2)
+
+
+def test_ctrl_c_stops_the_hunt_and_keeps_what_was_dumped(demo_pair, tmp_path: Path) -> None:
+    """Ctrl-C at the second step's question: exit 130, the first step's dumps kept, said where."""
+    import functools
+
+    from tui_acc.config import load_config
+    from tui_acc.hunt.run import Hunt
+    from tui_acc.redump import load_settings
+    from tui_acc.session import open_comparison
+
+    config = load_config(demo_pair.out / "tui-acc.toml", cwd=tmp_path)
+    settings = load_settings(config.sections.get("redump"))
+    asked: list[str] = []
+
+    def confirm(step: str, _plans: object) -> bool:
+        asked.append(step)
+        if step == "blocks":
+            raise KeyboardInterrupt
+        return True
+
+    opener = functools.partial(open_comparison, cache=False)
+    result = Hunt(settings, opener, tmp_path, lambda _line: None, confirm).run()
+    assert asked == ["logits", "blocks"] and result.interrupted and result.exit_code == 130
+    assert result.error == f"interrupted; what was dumped stays in {result.folder}"
+    assert sorted(p.name for p in result.folder.iterdir()) == ["1-logits"]
+    assert result.first_failing_token == FAULT_TOKEN and result.culprit is None

@@ -26,7 +26,7 @@ SIDES = ("golden", "test")
 # The logits module as msit's torch hook names it (``root`` is the model): every Hugging Face causal
 # LM has an ``lm_head``. ``--logits-node`` names another.
 DEFAULT_LOGITS_NODE = "root.lm_head"
-EXIT_CLEAN, EXIT_FOUND, EXIT_CANNOT = 0, 1, 2
+EXIT_CLEAN, EXIT_FOUND, EXIT_CANNOT, EXIT_INTERRUPTED = 0, 1, 2, 130
 # how many of a failed dumper's last lines the error quotes
 LOG_TAIL = 12
 
@@ -85,9 +85,12 @@ class HuntResult:
     culprit: dict[str, Any] | None = None  # as report --json's first_failing_op
     comparison: Comparison | None = None  # the last step's, for the TUI to open
     error: str | None = None
+    interrupted: bool = False  # Ctrl-C (exit 130, as a shell reports it)
 
     @property
     def exit_code(self) -> int:
+        if self.interrupted:
+            return EXIT_INTERRUPTED
         if self.error is not None:
             return EXIT_CANNOT
         return EXIT_FOUND if self.culprit is not None or self.first_failing_token is not None else EXIT_CLEAN
@@ -108,7 +111,7 @@ class HuntResult:
     def as_dict(self) -> dict[str, Any]:
         return {
             "tool": "tui-acc hunt",
-            "folder": str(self.folder),
+            "folder": str(self.folder) if self.folder.exists() else None,  # None: nothing ran
             "first_failing_token": self.first_failing_token,
             "first_failing_op": self.culprit,
             "steps": [step.as_dict() for step in self.steps],
@@ -158,6 +161,10 @@ class Hunt:
             self._hunt(result)
         except HuntError as exc:
             result.error = str(exc)
+        except KeyboardInterrupt:  # Ctrl-C: the step's dumpers were stopped on the way out of _step
+            result.interrupted = True
+            kept = f"; what was dumped stays in {self.folder}" if self.folder.exists() else ""
+            result.error = f"interrupted{kept}"
         return result
 
     # --- the steps ----------------------------------------------------------------------------
