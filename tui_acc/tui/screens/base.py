@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from textual import on
@@ -12,7 +11,7 @@ from textual.widgets import DataTable, Static
 
 from tui_acc.redump import RedumpPlan
 from tui_acc.redump.select import plan_for
-from tui_acc.tui.screens.export_dialog import ExportChoice, ExportDialog
+from tui_acc.tui.screens.export_dialog import offer_export
 from tui_acc.tui.screens.host import Host
 from tui_acc.tui.screens.redump_dialog import RedumpChoice, RedumpDialog
 from tui_acc.tui.screens.sort_dialog import SortDialog
@@ -179,25 +178,11 @@ class ViewScreen(Screen[None]):
         """``e``: ask where (a fresh name in the export folder is proposed), then write the view; a
         failed write keeps the dialog open with the path as typed."""
         # here, not at the top: export imports polars, which the first frame does without
-        from tui_acc.export import fresh_path, with_provenance, write_export
+        from tui_acc.export import with_provenance
 
         frame = self.view_frame()  # the view as it is now, whatever changes while the dialog is open
         frame = with_provenance(frame, self.acc.comparison)
-        stem = self.export_stem()
-        proposed = fresh_path(self.acc.export_dir, stem, self.acc.clock())
-
-        def write(choice: ExportChoice) -> Path:
-            return write_export(frame, choice.path, overwrite=choice.overwrite)
-
-        def written(choice: ExportChoice | None) -> None:
-            if choice is None or choice.written is None:
-                self.set_status("export cancelled")
-                return
-            self.set_status(f"exported {frame.height} rows to {choice.written}")
-            self.notify(str(choice.written), title=f"Exported {frame.height} rows")
-
-        view = stem.removeprefix("tui-acc-")
-        self.app.push_screen(ExportDialog(proposed, frame.height, view, self.acc.export_dir, write), written)
+        offer_export(self, frame, self.acc.export_dir, self.export_stem(), self.acc.clock(), self.set_status)
 
     def set_status(self, text: str, error: bool = False) -> None:
         status = self.query_one("#status", Static)

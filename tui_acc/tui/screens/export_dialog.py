@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -16,6 +18,10 @@ from textual.widgets import Input, Static
 
 from tui_acc.export import ExportError
 from tui_acc.tui.title import shown_path
+
+if TYPE_CHECKING:
+    import polars as pl
+    from textual.screen import Screen
 
 
 @dataclass(frozen=True)
@@ -106,3 +112,30 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+def offer_export(
+    screen: Screen[None],
+    frame: pl.DataFrame,
+    folder: Path,
+    stem: str,
+    now: datetime,
+    say: Callable[[str], None],
+) -> None:
+    """``e`` on any view: propose a fresh name in ``folder``, write ``frame`` where the user accepts
+    (a failed write keeps the dialog open with the path as typed), and say where it went."""
+    from tui_acc.export import fresh_path, write_export  # polars: never before the first frame
+
+    def write(choice: ExportChoice) -> Path:
+        return write_export(frame, choice.path, overwrite=choice.overwrite)
+
+    def written(choice: ExportChoice | None) -> None:
+        if choice is None or choice.written is None:
+            say("export cancelled")
+            return
+        say(f"exported {frame.height} rows to {choice.written}")
+        screen.notify(str(choice.written), title=f"Exported {frame.height} rows")
+
+    proposed = fresh_path(folder, stem, now)
+    view = stem.removeprefix("tui-acc-")
+    screen.app.push_screen(ExportDialog(proposed, frame.height, view, folder, write), written)

@@ -21,7 +21,7 @@ from textual.worker import get_current_worker
 
 from tui_acc.collectives.check import RankRow, RanksCheck
 from tui_acc.tui import formatting as fmt
-from tui_acc.tui.screens.export_dialog import ExportChoice, ExportDialog
+from tui_acc.tui.screens.export_dialog import offer_export
 from tui_acc.tui.screens.sort_dialog import SortDialog
 from tui_acc.tui.sorting import Sort, SortColumn, Worst, sorted_keys
 from tui_acc.tui.widgets.metric_table import MetricTable
@@ -357,22 +357,7 @@ class RanksScreen(Screen[None]):
 
     def action_export(self) -> None:
         """``e``: the rows on screen, in this order, to CSV (.xlsx / .parquet by the name typed)."""
-        from tui_acc.export import fresh_path, write_export
-
-        frame = self.view_frame()
-        proposed = fresh_path(self.export_dir, "tui-acc-ranks", self.clock())
-
-        def write(choice: ExportChoice) -> Path:
-            return write_export(frame, choice.path, overwrite=choice.overwrite)
-
-        def written(choice: ExportChoice | None) -> None:
-            if choice is None or choice.written is None:
-                self.set_status("export cancelled")
-                return
-            self.set_status(f"exported {frame.height} rows to {choice.written}")
-            self.notify(str(choice.written), title=f"Exported {frame.height} rows")
-
-        self.app.push_screen(ExportDialog(proposed, frame.height, "ranks", self.export_dir, write), written)
+        offer_export(self, self.view_frame(), self.export_dir, "tui-acc-ranks", self.clock(), self.set_status)
 
     def set_status(self, text: str, error: bool = False) -> None:
         status = self.query_one("#status", Static)
