@@ -281,6 +281,15 @@ def _thresholds(args: argparse.Namespace) -> Thresholds:
     return thresholds
 
 
+def _configured(args: argparse.Namespace) -> tuple[Thresholds, RedumpSettings] | None:
+    """The thresholds and re-dump settings in force, or None once a bad config has been said."""
+    try:
+        return _thresholds(args), _redump_settings(args)
+    except (ConfigError, SettingsError) as exc:
+        print(f"tui-acc: error: {exc}", file=sys.stderr)
+        return None
+
+
 def _config(args: argparse.Namespace) -> Config:
     config = getattr(args, "_loaded_config", None)
     if config is None:
@@ -384,12 +393,10 @@ def _run_compare(args: argparse.Namespace) -> int:
     from tui_acc.dumps import DumpError
     from tui_acc.session import check_comparable, open_comparison
 
-    try:
-        thresholds = _thresholds(args)
-        settings = _redump_settings(args)
-    except (ConfigError, SettingsError) as exc:
-        print(f"tui-acc: error: {exc}", file=sys.stderr)
+    configured = _configured(args)
+    if configured is None:
         return 2
+    thresholds, settings = configured
     if problem := _forced_kernel_problem():
         print(f"tui-acc: error: {problem}", file=sys.stderr)
         return 2
@@ -634,12 +641,10 @@ def _run_hunt(args: argparse.Namespace) -> int:
     from tui_acc.hunt.run import DEFAULT_LOGITS_NODE, Hunt
     from tui_acc.session import open_comparison
 
-    try:
-        thresholds = _thresholds(args)
-        settings = _redump_settings(args)
-    except (ConfigError, SettingsError) as exc:
-        print(f"tui-acc: error: {exc}", file=sys.stderr)
+    configured = _configured(args)
+    if configured is None:
         return 2
+    thresholds, settings = configured
     quiet = args.json and args.no_tui
     log = sys.stderr if quiet else sys.stdout  # --json: stdout holds the one object
 
