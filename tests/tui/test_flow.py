@@ -491,9 +491,11 @@ async def test_the_app_can_open_at_a_tokens_first_failing_operator(demo_pair, tm
     """What ``tui-acc hunt`` opens: the culprit's token, the cursor on ◆; Esc goes to the tokens."""
     from tui_acc import open_comparison
 
-    app = AccApp(open_comparison(demo_pair.golden, demo_pair.test), export_dir=tmp_path, start_at=3)
+    cmp = open_comparison(demo_pair.golden, demo_pair.test)
+    app = AccApp(cmp, export_dir=tmp_path, start_at=3, greeting="hunt: first failing operator")
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
+        assert [n.message for n in app._notifications] == ["hunt: first failing operator"]
         assert isinstance(app.screen, OperatorScreen) and app.screen.token == demo_pair.fault_token
         assert _cursor_key(app, "#ops") == demo_pair.fault_module
         await pilot.press("escape")

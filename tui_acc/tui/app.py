@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from textual import work
-from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.content import Content
-from textual.driver import Driver
 from textual.events import Resize
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
@@ -30,19 +24,18 @@ from tui_acc.redump.settings import SettingsError
 from tui_acc.session import Comparison, open_comparison
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.messages import OneInFlight
-from tui_acc.tui.palette import binding_commands
 from tui_acc.tui.screens.help import HelpScreen
-from tui_acc.tui.screens.host import Host
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.screens.problems import ProblemsScreen
 from tui_acc.tui.screens.redump_dialog import QuitDialog, RedumpChoice
 from tui_acc.tui.screens.redump_log import RedumpLogScreen, run_status
 from tui_acc.tui.screens.tokens import TokenScreen
 from tui_acc.tui.screens.view_state import OperatorView
+from tui_acc.tui.terminal_app import TerminalApp
 from tui_acc.tui.title import SEPARATOR, shown_path
 
 
-class AccApp(App[None]):
+class AccApp(TerminalApp):
     """``tui-acc GOLDEN TEST``: tokens -> operators -> tensors."""
 
     CSS_PATH = "app.tcss"
@@ -68,9 +61,8 @@ class AccApp(App[None]):
     ) -> None:
         """``start_at``: a token whose operators open at once, the cursor on its first failing one
         (``tui-acc hunt`` ends there); Esc goes back to the token list."""
-        super().__init__()
+        super().__init__(greeting)
         self.start_at = start_at
-        fmt.use_monochrome(self.no_color)  # NO_COLOR: failures in bold and reverse, not in grey
         self.comparison = comparison
         self._cache_warned = False  # a row cache that cannot be used is said once, not per worker
         self._log_news = OneInFlight()  # a chatty dumper's lines come in a few messages, not one each
@@ -86,7 +78,6 @@ class AccApp(App[None]):
         self.export_dir = export_dir or Path.cwd()
         # Export names carry a timestamp; tests and screenshots pin the clock to stay reproducible.
         self.clock = clock
-        self.greeting = greeting
         self.operator_views: dict[int, OperatorView] = {}  # reopening a token shows it as it was left
         # the dumps tui-acc started with (O goes back to them after o opened a re-dump)
         self.original = (comparison.golden.root, comparison.test.root)
@@ -105,14 +96,8 @@ class AccApp(App[None]):
         if self.start_at is not None:
             self.push_screen(OperatorScreen(self.start_at, at_first_failure=True))
         self.set_interval(1.0, self.show_redump_state)
-        # A dropped SSH session (SIGHUP) or a kill (SIGTERM) ends the app the way q does, so a
-        # re-dump in progress is stopped and computed rows are saved, not left half done.
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGHUP, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, self._end_on_signal)
-        if self.greeting:
-            self.notify(self.greeting, timeout=12)
+        # ended as q ends it: a re-dump in progress is stopped and computed rows are saved
+        self.end_on_signals(self._end_on_signal)
 
     # The header's room beside textual's icon (8 cells) and clock space (10 cells).
     _HEADER_ROOM = 18
@@ -127,15 +112,6 @@ class AccApp(App[None]):
 
     def on_resize(self, event: Resize) -> None:
         self.mutate_reactive(AccApp.sub_title)  # the headers refit the title to the new width
-
-    def get_driver_class(self) -> type[Driver]:
-        """Textual's driver for this platform; on Linux one that survives a dropped SSH session."""
-        driver = super().get_driver_class()
-        if driver.__module__ != "textual.drivers.linux_driver":  # Windows, or TEXTUAL_DRIVER set
-            return driver
-        from tui_acc.tui.driver import HangupSafeDriver  # needs termios: imported where it exists
-
-        return HangupSafeDriver
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
@@ -392,13 +368,3 @@ class AccApp(App[None]):
         last = self.save_rows(self.comparison)  # after any flush still queued
         self._cache_writer.shutdown(wait=False)  # no more flushes; the queued ones still run
         await asyncio.wrap_future(last)
-
-    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
-        """Every key of this screen and of the app (palette.py), and Textual's own (theme, keys...)."""
-        yield from binding_commands(self, screen)
-        yield from (c for c in super().get_system_commands(screen) if c.title != "Quit")  # "app: quit"
-
-
-if TYPE_CHECKING:
-    # mypy checks here that the app gives the screens all they use of it (screens/host.py)
-    _hosts_the_screens: type[Host] = AccApp
