@@ -9,12 +9,10 @@ inputs) and the first anomalous operator then come from the judge as they do for
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
 
 from tui_acc.anomalies.rules import AnomalySettings, Inputs, anomaly, is_float, largest_magnitude
-from tui_acc.metrics.engine import MetricsEngine, checked, never
+from tui_acc.metrics.engine import MetricsEngine
 from tui_acc.metrics.judge import first_suspect
-from tui_acc.metrics.scheduling import StopCheck
 from tui_acc.metrics.schema import TensorRow, TokenRow
 from tui_acc.metrics.verdict import Thresholds
 from tui_acc.pairing import Pairing, TensorPair
@@ -68,20 +66,6 @@ class AnomalyEngine(MetricsEngine):
         with self._token_lock:
             self._token_rows[token] = result
         return result
-
-    def token_rows(
-        self,
-        tokens: Iterable[int] | None = None,
-        should_stop: StopCheck = never,
-        on_row: Callable[[TokenRow], None] | None = None,
-    ) -> list[TokenRow]:
-        rows = []
-        for token in checked(list(self.pairing.tokens if tokens is None else tokens), should_stop):
-            row = self.token_row(token)
-            rows.append(row)
-            if on_row:
-                on_row(row)
-        return rows
 
     def cached_token_row(self, token: int) -> TokenRow | None:
         with self._token_lock:

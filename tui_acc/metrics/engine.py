@@ -60,7 +60,7 @@ class Cancelled(Exception):
     """Raised inside a long computation when its ``should_stop`` says so."""
 
 
-def never() -> bool:
+def _never() -> bool:
     return False
 
 
@@ -296,10 +296,10 @@ class MetricsEngine:
         known = self.baseline.cached_row(twin)
         return NOT_KNOWN_YET if known is None else known
 
-    def tensors_frame(self, token: int, should_stop: StopCheck = never) -> pl.DataFrame:
+    def tensors_frame(self, token: int, should_stop: StopCheck = _never) -> pl.DataFrame:
         pairs = [pair for node in self.pairing.node_pairs(token) for pair in node.tensors]
         with self._ahead(pairs, should_stop) as row_of:
-            rows = [row_of(pair) for pair in checked(pairs, should_stop)]
+            rows = [row_of(pair) for pair in _checked(pairs, should_stop)]
         return to_frame(rows, TENSOR_SCHEMA)
 
     # --- tokens -------------------------------------------------------------------------------
@@ -349,26 +349,26 @@ class MetricsEngine:
     def token_rows(
         self,
         tokens: Iterable[int] | None = None,
-        should_stop: StopCheck = never,
+        should_stop: StopCheck = _never,
         on_row: Callable[[TokenRow], None] | None = None,
     ) -> list[TokenRow]:
         wanted = list(self.pairing.tokens if tokens is None else tokens)
         pairs = [p for t in wanted if (p := self.pairing.logits_pair(t)) is not None]
         rows = []
         with self._ahead(pairs, should_stop):
-            for token in checked(wanted, should_stop):
+            for token in _checked(wanted, should_stop):
                 row = self.token_row(token)
                 rows.append(row)
                 if on_row:
                     on_row(row)
         return rows
 
-    def tokens_frame(self, should_stop: StopCheck = never) -> pl.DataFrame:
+    def tokens_frame(self, should_stop: StopCheck = _never) -> pl.DataFrame:
         return to_frame(self.token_rows(should_stop=should_stop), TOKEN_SCHEMA)
 
-    def first_failing_token(self, should_stop: StopCheck = never) -> int | None:
+    def first_failing_token(self, should_stop: StopCheck = _never) -> int | None:
         """The first token whose logits fail; computes tokens in order and stops there."""
-        for token in checked(self.pairing.tokens, should_stop):
+        for token in _checked(self.pairing.tokens, should_stop):
             if self.token_row(token)["passed"] is False:
                 return token
         return None
@@ -378,7 +378,7 @@ class MetricsEngine:
     def node_rows(
         self,
         token: int,
-        should_stop: StopCheck = never,
+        should_stop: StopCheck = _never,
         on_row: Callable[[NodeRow], None] | None = None,
         prefer: Preference | None = None,
     ) -> list[NodeRow]:
@@ -423,7 +423,7 @@ class MetricsEngine:
                 waiting = chunk and not all(p in self._rows for p in node.tensors)
                 if on_row is not None and (len(chunk) >= NODE_CHUNK or waiting):
                     settle()
-                for pair in checked(node.tensors, should_stop):
+                for pair in _checked(node.tensors, should_stop):
                     row_of(pair)
                 chunk.append((order, node))
             settle()
@@ -524,10 +524,10 @@ class MetricsEngine:
 
             yield row_of
 
-    def nodes_frame(self, token: int, should_stop: StopCheck = never) -> pl.DataFrame:
+    def nodes_frame(self, token: int, should_stop: StopCheck = _never) -> pl.DataFrame:
         return to_frame(self.node_rows(token, should_stop), NODE_SCHEMA)
 
-    def first_failing_op(self, token: int, should_stop: StopCheck = never) -> NodeRow | None:
+    def first_failing_op(self, token: int, should_stop: StopCheck = _never) -> NodeRow | None:
         """The innermost, earliest node whose output fails while its inputs pass."""
         rows = {row["golden_node"]: row for row in self.node_rows(token, should_stop)}
         return first_suspect(self.pairing.golden.tree, rows)
@@ -566,7 +566,7 @@ def _stats(ref: TensorRef, policy: LoadPolicy) -> Stats:
     return stats_of(load_side(ref, None, policy))
 
 
-def checked(items: Iterable[Item], should_stop: StopCheck) -> Iterator[Item]:
+def _checked(items: Iterable[Item], should_stop: StopCheck) -> Iterator[Item]:
     """``items``, raising Cancelled before each one once ``should_stop`` says so."""
     for item in items:
         if should_stop():
