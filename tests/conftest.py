@@ -61,18 +61,13 @@ def reference(request: pytest.FixtureRequest) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def model_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """``model_case(name)``: a real-tool dump pair of tests/data/models, unpacked once per session.
-
-    The folder holds ``golden/``, ``test/`` and ``case.json`` (where the injected fault is).
-    """
-    root = tmp_path_factory.mktemp("models")
+def _unpacker(cases: Path, root: Path) -> Callable[[str], Path]:
+    """``unpack(name)``: ``cases/name.tar.xz`` unpacked under ``root``, once."""
 
     def unpack(name: str) -> Path:
         target = root / name
         if not target.is_dir():
-            with tarfile.open(MODEL_CASES / f"{name}.tar.xz") as archive:
+            with tarfile.open(cases / f"{name}.tar.xz") as archive:
                 if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4
                     archive.extractall(root, filter="data")
                 else:  # pragma: no cover - our own archives, on an older patch release
@@ -83,22 +78,19 @@ def model_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path
 
 
 @pytest.fixture(scope="session")
+def model_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``model_case(name)``: a real-tool dump pair of tests/data/models, unpacked once per session.
+
+    The folder holds ``golden/``, ``test/`` and ``case.json`` (where the injected fault is).
+    """
+    return _unpacker(MODEL_CASES, tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
 def ranks_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``ranks_case(name)``: a real msprobe run across ranks of tests/data/ranks, unpacked once per
     session (``step0/rank*/`` and ``case.json``: where the injected fault is)."""
-    root = tmp_path_factory.mktemp("ranks")
-
-    def unpack(name: str) -> Path:
-        target = root / name
-        if not target.is_dir():
-            with tarfile.open(RANKS_CASES / f"{name}.tar.xz") as archive:
-                if hasattr(tarfile, "data_filter"):
-                    archive.extractall(root, filter="data")
-                else:  # pragma: no cover - our own archives, on an older patch release
-                    archive.extractall(root)
-        return target
-
-    return unpack
+    return _unpacker(RANKS_CASES, tmp_path_factory.mktemp("ranks"))
 
 
 @pytest.fixture(scope="session")
