@@ -16,7 +16,7 @@ from typing import Any
 
 from tui_acc.dumps import DumpError, DumpIndex
 from tui_acc.hunt.blocks import find_blocks
-from tui_acc.redump.plan import RedumpError, RedumpPlan, Selection, build_plan
+from tui_acc.redump.plan import RedumpError, RedumpPlan, Selection, build_plan, unused_name
 from tui_acc.redump.runner import EXIT_GRACE, RedumpRun
 from tui_acc.redump.settings import RedumpSettings
 from tui_acc.report import op_summary
@@ -151,7 +151,7 @@ class Hunt:
         self.say = say
         self.confirm = confirm
         self.logits_node = logits_node
-        self.folder = _new_folder(base.expanduser().resolve(), clock())
+        self.folder = unused_name(base.expanduser().resolve(), f"tui-acc-hunt-{clock():%Y%m%d-%H%M%S}")
         self.steps: list[Step] = []
         self._say_lock = threading.Lock()  # both sides' dumpers log at once
 
@@ -345,15 +345,6 @@ class Hunt:
 
 def _indexes(cmp: Comparison) -> dict[str, DumpIndex]:
     return {"golden": cmp.golden, "test": cmp.test}
-
-
-def _new_folder(base: Path, now: datetime) -> Path:
-    stem = f"tui-acc-hunt-{now:%Y%m%d-%H%M%S}"
-    candidate, n = base / stem, 1
-    while candidate.exists():
-        n += 1
-        candidate = base / f"{stem}-{n}"
-    return candidate
 
 
 def _bytes_under(folder: Path) -> int:

@@ -121,7 +121,11 @@ def new_folder(base: Path, selection: Selection, now: datetime, protected: list[
                 f"{base}: re-dumps are never written inside the dumps being compared ({root}); "
                 "set [redump] out_dir in tui-acc.toml or start tui-acc from another folder"
             )
-    stem = f"tui-acc-redump-{selection.side}-token{selection.token}-{now:%Y%m%d-%H%M%S}"
+    return unused_name(base, f"tui-acc-redump-{selection.side}-token{selection.token}-{now:%Y%m%d-%H%M%S}")
+
+
+def unused_name(base: Path, stem: str) -> Path:
+    """``base/stem``, or ``stem-2``, ``stem-3`` ... : the first that does not exist yet."""
     candidate, n = base / stem, 1
     while candidate.exists():
         n += 1
