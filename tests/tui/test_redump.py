@@ -265,3 +265,21 @@ def test_only_one_news_message_waits_however_many_lines_arrive() -> None:
     assert [news.arrive() for _ in range(1000)].count(True) == 1  # one message for a burst of lines
     news.handled()
     assert news.arrive() and not news.arrive()
+
+
+async def test_a_dialog_confirmed_before_its_first_refresh_does_not_fit_itself(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`r` then Enter at once (a loaded machine, a fast typist): the fit the dialog asked for after
+    its first refresh comes when it is gone, and must not look for its widgets."""
+    from tui_acc.tui.screens.redump_dialog import RedumpDialog
+
+    app = _app(demo_pair, tmp_path, _infer(demo_pair), monkeypatch)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("r")
+        dialog = app.screen
+        assert isinstance(dialog, RedumpDialog)
+        await pilot.press("escape")
+        await pilot.pause()
+        dialog._fit()  # what call_after_refresh runs late: nothing to fit, no error

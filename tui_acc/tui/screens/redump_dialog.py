@@ -91,6 +91,8 @@ class RedumpDialog(ModalScreen[RedumpChoice | None]):
     def _fit(self) -> None:
         """The command scrolls in what is left once the rest is laid out: the folder, the log and
         the keys below it are never pushed off a small terminal (long paths wrap over lines)."""
+        if not self.is_attached or not self.query("#redump-command-box"):
+            return  # Enter already confirmed it: the dialog went before its first refresh came
         dialog = self.query_one("#redump-dialog", Vertical)
         box = self.query_one("#redump-command-box", VerticalScroll)
         others = sum(child.outer_size.height for child in dialog.children if child is not box)
