@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from tui_acc import __version__
 from tui_acc.config import Config, ConfigError, load_config
-from tui_acc.metrics.verdict import Thresholds
 from tui_acc.redump.settings import RedumpSettings, SettingsError, load_settings
+from tui_acc.verdicts.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from tui_acc.session import Comparison
@@ -619,7 +619,7 @@ def _replay_into(cmp: Comparison, args: argparse.Namespace, result: dict[str, ob
     """``report --replay NODE``: the node's replay on both sides into ``result`` (``replay`` in the JSON);
     what stops it (no token, an unknown node, a malformed [replay] table) is returned to be said."""
     from tui_acc.replay.registry import Registry, RegistryError
-    from tui_acc.replay.run import UnknownNode, replay_node
+    from tui_acc.verdicts.replay_check import UnknownNode, replay_node
 
     token = args.token if args.token is not None else result["analysed_token"]
     if not isinstance(token, int):

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tui_acc.metrics.verdict import DTYPES, Rule, Thresholds
+from tui_acc.verdicts.thresholds import DTYPES, Rule, Thresholds
 
 if sys.version_info >= (3, 11):
     import tomllib

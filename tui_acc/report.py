@@ -9,10 +9,11 @@ import polars as pl
 
 from tui_acc import __version__, numbers
 from tui_acc.dumps import DumpIndex
-from tui_acc.metrics.judge import first_suspect
-from tui_acc.metrics.rows import Row
 from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, NOISE_COLUMNS
+from tui_acc.rows import Row
 from tui_acc.session import Comparison
+from tui_acc.verdicts.explain import accumulated, token_failure
+from tui_acc.verdicts.labels import first_suspect
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -21,6 +22,13 @@ _OP_FIELDS = (
     "test_type",
     *METRIC_COLUMNS,
     "input_cosine",
+    # the verdict's rule, what it measured against what it allows, and why (verdicts/rules.py)
+    "rule",
+    "local_error",
+    "expected_error",
+    "reason",
+    "input_error",
+    "output_error",
     "worst_output",
     "shape",
     "golden_dtype",
@@ -40,6 +48,10 @@ _NOISE_OP_FIELDS = (
 )
 
 
+# how the text report counts the failing operators of a token, by label
+_LABELS = {"local": "local", "inherited": "inherited", "contains": "containing it"}
+
+
 class UnknownToken(ValueError):
     """``--token`` names a token that is not in both dumps."""
 
@@ -57,7 +69,7 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
     failing_ops = pl.DataFrame(schema=NODE_SCHEMA)
     for at in compared:  # one token's rows at a time: only the failing ones are kept
         frame = engine.nodes_frame(at)
-        failed = frame.filter(pl.col("outputs_passed").not_())
+        failed = frame.filter(pl.col("outputs_passed").not_() | (pl.col("label") == "local"))
         failing_ops = pl.concat([failing_ops, failed])
         # every token's logits pass: the report shows the first token where an error starts
         if analysed is None and failed.height and _suspect(cmp, frame) is not None:
@@ -66,6 +78,12 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
         analysed = failing_ops["token"][0]
     nodes = engine.nodes_frame(analysed) if analysed is not None else pl.DataFrame(schema=NODE_SCHEMA)
     suspect = _suspect(cmp, nodes)
+    token_rows = {r["token"]: r for r in tokens.iter_rows(named=True)}
+    why = (
+        token_failure(token_rows[failing], engine.thresholds, engine.stats_floor)
+        if failing is not None
+        else None
+    )
     engine.flush()
     cache_notes = [engine.cache.problem] if engine.cache is not None and engine.cache.problem else []
     errors = [p.as_dict() for p in cmp.golden.problems + cmp.test.problems]
@@ -98,8 +116,12 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
             for r in tokens.iter_rows(named=True)
         ],
         "first_failing_token": failing,
+        # which bound the first failing token's logits break, with the numbers
+        "first_failing_token_reason": why,
         "analysed_token": analysed,
         "first_failing_op": op_summary(suspect),
+        # where the logits fail and no operator adds error of its own, that is the finding
+        "explanation": _explanation(failing, suspect, token_rows),
         # the tokens whose operators were compared (the others' logits only): the analysed token,
         # or every token with --all-tokens
         "operators_compared_at": compared,
@@ -111,6 +133,9 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
             golden="golden_node",
             test="test_node",
             label="label",
+            rule="rule",
+            local_error="local_error",
+            expected_error="expected_error",
             cosine="cosine",
             **({key: key for key in NOISE_COLUMNS} if cmp.baseline is not None else {}),
         ).to_dicts(),
@@ -134,6 +159,15 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
         "_tokens": tokens,
         "_nodes": nodes,
     }
+
+
+def _explanation(
+    failing: int | None, suspect: Row | None, token_rows: dict[int, dict[str, Any]]
+) -> str | None:
+    """A failing token and no operator to blame: the drift its dtype explains, said so."""
+    if failing is None or suspect is not None or token_rows[failing].get("error"):
+        return None
+    return accumulated(token_rows[failing].get("test_dtype"))
 
 
 def _noise_floor(cmp: Comparison, nodes: pl.DataFrame) -> dict[str, Any]:
@@ -218,7 +252,8 @@ def format_text(report: dict[str, Any]) -> str:
             )
     lines.append("")
     failing = report["first_failing_token"]
-    lines.append(f"first failing token: {failing if failing is not None else 'none'}")
+    why = f" ({report['first_failing_token_reason']})" if report.get("first_failing_token_reason") else ""
+    lines.append(f"first failing token: {failing if failing is not None else 'none'}{why}")
     op = report["first_failing_op"]
     if report["analysed_token"] is not None:
         if op:
@@ -233,18 +268,23 @@ def format_text(report: dict[str, Any]) -> str:
                 f"  cosine {numbers.cosine(op['cosine'])}  max abs {numbers.number(op['max_abs_err'])}"
                 f"  {op['label']}, {inputs}" + _noise_text(op, "baseline" in report)
             )
+            if op.get("rule"):
+                lines.append(f"  judged by {op['rule']}: {op.get('reason') or ''}")
             at_token = [f for f in report["failing"] if f["token"] == op["token"]]
-            inherited = sum(1 for f in at_token if f["label"] == "inherited")
-            lines.append(f"  failing ops at that token: {len(at_token)} ({inherited} inherited)")
+            counts = {label: sum(1 for f in at_token if f["label"] == label) for label in _LABELS}
+            said = ", ".join(f"{n} {_LABELS[label]}" for label, n in counts.items() if n)
+            lines.append(f"  failing ops at that token: {len(at_token)} ({said})")
             if report["modules"]:
-                whole = min(report["modules"], key=lambda m: m["depth"])  # the outermost: the whole token
+                whole = min(report["modules"], key=lambda m: m["depth"])  # the outermost module
                 lines.append(
-                    f"  all {whole['tensors']} operator outputs of that token:"
+                    f"  all {whole['tensors']} operator outputs inside {whole['golden']}:"
                     f" cosine {numbers.cosine(whole['cosine'])}"
                     f"  rel eucl {numbers.number(whole['rel_euclidean'])}"
                 )
         else:
             lines.append(f"first failing op at token {report['analysed_token']}: none found")
+    if report.get("explanation"):
+        lines.append(f"  {report['explanation']}")
     if not report.get("tensor"):  # two tensor files: there are no operators to speak of
         lines.append(_compared_line(report))
     if report.get("tensor"):

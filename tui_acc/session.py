@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tui_acc.dumps import DumpError, DumpIndex, open_dump
-from tui_acc.metrics.verdict import Thresholds
 from tui_acc.pairing import MappingError, Pairing, load_mapping, load_msprobe_mapping, pair_dumps
+from tui_acc.verdicts.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from tui_acc.metrics.engine import MetricsEngine
@@ -90,7 +90,7 @@ def open_comparison(
         layer_mapping: two msprobe dumps: msprobe compare's ``-lm`` YAML (per class: test child ->
             golden child), or True for ``-lm`` without a file (records paired by layer position).
         baseline: a clean run at the test's dtype (``--baseline``): every tensor is then judged
-            against the noise floor its error from the golden sets (``metrics/noise.py``).
+            against the noise floor its error from the golden sets (``verdicts/noise.py``).
 
     Raises:
         DumpError: a root (or the mapping file) cannot be used; the message names it.

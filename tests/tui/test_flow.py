@@ -353,10 +353,10 @@ async def test_detail_panel_warns_about_an_in_place_op(in_place_copy, demo_pair,
 async def test_kl_strip_makes_the_first_divergence_stand_out(demo_app: AccApp, demo_pair) -> None:
     """Scaled against the threshold in force, and labelled with it: the passing tokens stay below the
     over-threshold bars, the first failing token rises above them (issue 15, item 15)."""
-    from tui_acc.metrics.verdict import precision_class
     from tui_acc.tui.bounds import number
     from tui_acc.tui.token_tally import OVER
     from tui_acc.tui.widgets.threshold_strip import ThresholdStrip
+    from tui_acc.verdicts.thresholds import precision_class
 
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)

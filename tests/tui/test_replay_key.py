@@ -91,7 +91,7 @@ async def test_the_replay_runs_off_the_event_loop(
 ) -> None:
     """While the replay reads and computes (held here until the test lets it go), keys still move the
     cursor: nothing of it runs on the event loop."""
-    from tui_acc.replay import run
+    from tui_acc.verdicts import replay_check as run
 
     gate, original = threading.Event(), run.replay_node
 

@@ -52,7 +52,7 @@ def test_changed_file_is_recomputed_and_no_cache_bypasses(demo_pair, tmp_path: P
 
 
 def test_verdicts_follow_the_sessions_thresholds_not_the_cache(demo_pair, tmp_path: Path) -> None:
-    from tui_acc.metrics.verdict import Thresholds
+    from tui_acc.verdicts.thresholds import Thresholds
 
     golden, test = _copy(demo_pair, tmp_path)
     first = open_comparison(golden, test)

@@ -18,7 +18,7 @@ from tui_acc import open_comparison
 from tui_acc.dumps import open_dump
 from tui_acc.dumps.model import Stats
 from tui_acc.metrics.stats import compare_stats
-from tui_acc.metrics.verdict import Thresholds, stats_passed
+from tui_acc.verdicts.thresholds import Thresholds, stats_passed
 
 
 def _case(folder: Path) -> dict[str, Any]:

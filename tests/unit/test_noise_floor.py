@@ -20,19 +20,26 @@ from tui_acc.cli import main
 from tui_acc.config import ConfigError, load_config
 from tui_acc.demo import FAULT_MODULE, FAULT_TOKEN
 from tui_acc.dumps import DumpError
-from tui_acc.metrics.noise import judged, noise_fields
-from tui_acc.metrics.verdict import Thresholds
 from tui_acc.session import check_comparable, open_comparison
+from tui_acc.verdicts.noise import judged, noise_fields
+from tui_acc.verdicts.thresholds import Thresholds
 
 # bf16's rounding noise fails every operator under this bound: without a baseline the "first
 # failing operator" is wherever that noise happens to be largest, long before the fault
 STRICT = Thresholds().with_bounds(ops={"cosine": 0.99999})
 
 
-def test_a_strict_bound_alone_blames_rounding_noise(demo_pair) -> None:
+def test_a_strict_bound_fails_rounding_noise_that_the_error_model_does_not_blame(demo_pair) -> None:
+    """Under so strict a bound bf16's own noise fails operators before the fault: the thresholds
+    alone would blame one of them (the premise of the next test); the error model names the fault."""
     cmp = open_comparison(demo_pair.golden, demo_pair.test, thresholds=STRICT, cache=False)
+    rows = cmp.engine.node_rows(FAULT_TOKEN)
+    order = [row["golden_node"] for row in rows]
+    before = [row for row in rows[: order.index(FAULT_MODULE)] if not _encloses(row)]
+    assert any(row["outputs_passed"] is False for row in before)
+    assert all(row["label"] != "local" for row in before)
     suspect = cmp.engine.first_failing_op(FAULT_TOKEN)
-    assert suspect is not None and suspect["golden_node"] != FAULT_MODULE  # the premise of the next test
+    assert suspect is not None and suspect["golden_node"] == FAULT_MODULE
 
 
 def test_the_noise_floor_passes_everything_before_the_fault_and_fails_the_fault(

@@ -11,7 +11,7 @@ import pytest
 from tui_acc import open_comparison
 from tui_acc.dumps.model import Node, NodeTree
 from tui_acc.metrics.engine import Cancelled
-from tui_acc.metrics.judge import first_suspect
+from tui_acc.verdicts.labels import first_suspect
 
 
 def test_unpaired_items_are_listed_not_dropped(damaged_copy: tuple[Path, Path]) -> None:
@@ -114,7 +114,7 @@ def _tree(spec: dict[str, list[str]]) -> NodeTree:
 
 
 def _rows(suspects: set[str], names: list[str]) -> dict[str, dict[str, object]]:
-    return {n: {"golden_node": n, "suspect": n in suspects} for n in names}
+    return {n: {"golden_node": n, "label": "local" if n in suspects else None} for n in names}
 
 
 def test_innermost_and_earliest_suspect_wins() -> None:

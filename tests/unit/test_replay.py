@@ -16,8 +16,8 @@ from tui_acc.cli import main
 from tui_acc.dumps.msprobe_passes import api_of
 from tui_acc.replay import registry as registry_module
 from tui_acc.replay.registry import Registry, RegistryError
-from tui_acc.replay.run import UnknownNode, replay_node
 from tui_acc.session import open_comparison
+from tui_acc.verdicts.replay_check import UnknownNode, replay_node
 
 CASE = "llama-msprobe-L1"
 

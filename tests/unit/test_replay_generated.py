@@ -22,9 +22,10 @@ from tui_acc.dumps.msprobe_passes import api_of
 from tui_acc.dumps.torch_arrays import from_torch
 from tui_acc.replay import torch_ops
 from tui_acc.replay.call import Call, Replayed
+from tui_acc.replay.gather import Gathered
 from tui_acc.replay.registry import Registry
-from tui_acc.replay.run import _judged, replay_node
 from tui_acc.session import open_comparison
+from tui_acc.verdicts.replay_check import _judged, replay_node
 
 # --- the demo, with msit's weights/ -----------------------------------------------------------------
 
@@ -177,7 +178,8 @@ def _call(name: str, node_type: str, positional: dict, keyword: dict | None = No
 
 
 def _verdict(replayed: Replayed, dumped: torch.Tensor) -> str:
-    return _judged("test", "op", "op", from_torch(dumped.contiguous()), replayed, "built-in").verdict
+    gathered = Gathered(Call("op", "op", "msprobe"), from_torch(dumped.contiguous()), "output.0")
+    return _judged("test", "op", "op", gathered, replayed, "built-in").verdict
 
 
 def _x(dtype: torch.dtype, *shape: int, seed: int = 0) -> torch.Tensor:

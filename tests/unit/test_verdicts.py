@@ -10,7 +10,14 @@ import pytest
 from tui_acc import open_comparison
 from tui_acc.cli import main
 from tui_acc.config import ConfigError, load_config
-from tui_acc.metrics.verdict import Rule, Thresholds, logits_passed, near_tie, precision_class, tensor_passed
+from tui_acc.verdicts.thresholds import (
+    Rule,
+    Thresholds,
+    logits_passed,
+    near_tie,
+    precision_class,
+    tensor_passed,
+)
 
 
 def test_least_precise_dtype_decides() -> None:
@@ -80,11 +87,17 @@ def test_cli_config_and_flags(demo_pair, tmp_path: Path, capsys, monkeypatch: py
     )
     report = json.loads(capsys.readouterr().out)
     assert report["first_failing_token"] == 0  # bf16 noise fails so strict a bound
+    assert report["first_failing_token_reason"].startswith("cosine ")
+    # ... and no operator adds more than bf16 explains: the drift is said so, not blamed on lm_head
+    assert report["first_failing_op"] is None
+    assert report["explanation"] == "accumulated rounding: no operator adds more error than bfloat16 explains"
     assert main(["report", str(demo_pair.golden), str(demo_pair.test), "--json", "--op-cos", "0.3"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["thresholds"]["ops"]["bfloat16"]["cosine"] == 0.3
     # only the modules holding the logits still fail: they are judged by the logits thresholds
-    assert {f["golden"] for f in report["failing"]} == {"root", "root.lm_head"}
+    # so loose a bound passes the faulty operator's output; its error is still its own, and named
+    assert {f["golden"] for f in report["failing"] if f["label"] != "local"} == {"root", "root.lm_head"}
+    assert report["first_failing_op"]["golden"] == "root.model.layers.2.mlp.down_proj"
     bad = tmp_path / "bad.toml"
     bad.write_text("[thresholds\n")
     assert main(["report", str(demo_pair.golden), str(demo_pair.test), "--config", str(bad)]) == 2

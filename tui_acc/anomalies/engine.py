@@ -12,16 +12,17 @@ import threading
 
 from tui_acc.anomalies.rules import AnomalySettings, Inputs, anomaly, is_float, largest_magnitude
 from tui_acc.metrics.engine import MetricsEngine
-from tui_acc.metrics.judge import first_suspect
 from tui_acc.metrics.schema import TensorRow, TokenRow
-from tui_acc.metrics.verdict import Thresholds
 from tui_acc.pairing import Pairing, TensorPair
+from tui_acc.verdicts.labels import Judging, first_suspect
+from tui_acc.verdicts.thresholds import Thresholds
 
 
 class AnomalyEngine(MetricsEngine):
     def __init__(self, pairing: Pairing, thresholds: Thresholds, settings: AnomalySettings) -> None:
         # no disk cache: its rows would be keyed as a pair's, and a dump's own facts are cheap to read
         super().__init__(pairing, thresholds, cache=None)
+        self.judging = Judging(pairing.golden.tree, models=False)  # a tensor fails for an anomaly alone
         self.settings = settings
         self._token_rows: dict[int, TokenRow] = {}
         self._token_lock = threading.Lock()

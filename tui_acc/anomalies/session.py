@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 from tui_acc.anomalies.rules import AnomalySettings
 from tui_acc.dumps import open_dump
-from tui_acc.metrics.verdict import Thresholds
 from tui_acc.pairing import pair_dumps
 from tui_acc.session import Comparison
+from tui_acc.verdicts.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from tui_acc.anomalies.engine import AnomalyEngine

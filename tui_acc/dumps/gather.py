@@ -80,12 +80,14 @@ def _merge_kind(index: DumpIndex, name: str, ref: TensorRef) -> str:
 def merge_parts(parts: Sequence[np.ndarray], how: str, like: Sequence[int] | None, where: Path) -> np.ndarray:
     """Merge one tensor's ranks, shaped like the golden (``like``) where that decides it."""
     if how == SUM:
-        # in float64, which holds every rank's values exactly (complex parts stay complex)
+        # in float64, which holds every rank's values exactly (complex parts stay complex), then
+        # rounded once to the ranks' dtype: what a correct all-reduce of them gives
         wide = np.complex128 if any(p.dtype.kind == "c" for p in parts) else np.float64
         total = parts[0].astype(wide)  # one rank at a time: never every rank widened at once
         for part in parts[1:]:
             total += part
-        return total
+        dtypes = {p.dtype for p in parts}
+        return total.astype(parts[0].dtype) if len(dtypes) == 1 and parts[0].dtype.kind == "f" else total
     if how.startswith(CONCAT):  # "cat:1": along the dimension the dump's own annotation names
         dim = int(how.removeprefix(CONCAT))
         if not all(p.ndim > dim for p in parts):

@@ -3,14 +3,16 @@
 Nothing is computed before it is asked for, and nothing twice: each tensor pair's row is kept
 (``RowStore``, and the disk cache across launches), and a pair being computed by one thread is
 waited for, not recomputed, by another. Many rows are computed by the engine-wide ``Scheduler``,
-what is on screen first. Node rows and their verdicts are derived from the tensor rows
-(``judge.py``); files are read under each dump's ``LoadPolicy`` (``dumps/loading.py``). Long calls
-take ``should_stop`` (checked between tensors) so a UI can cancel them.
+what is on screen first. Node rows are derived from the tensor rows (``node_frame.py``) and
+labelled by ``tui_acc.verdicts``; files are read under each dump's ``LoadPolicy``
+(``dumps/loading.py``). Long calls take ``should_stop`` (checked between tensors) so a UI can
+cancel them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -26,8 +28,7 @@ from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import TensorLoadError
 from tui_acc.metrics.aggregate import within_each_module
 from tui_acc.metrics.cache import RowCache, identity
-from tui_acc.metrics.judge import first_suspect, judge, judge_one, mark_containers, node_frame
-from tui_acc.metrics.noise import judged, noise_fields
+from tui_acc.metrics.node_frame import node_frame
 from tui_acc.metrics.row_store import RowStore
 from tui_acc.metrics.scheduling import Preference, Scheduler, StopCheck
 from tui_acc.metrics.schema import (
@@ -40,8 +41,11 @@ from tui_acc.metrics.schema import (
     TokenRow,
     to_frame,
 )
-from tui_acc.metrics.verdict import Thresholds, logits_passed, near_tie, precision_class, tensor_passed
 from tui_acc.pairing import NodePair, Pairing, TensorPair
+from tui_acc.verdicts.labels import Judging, TokenInput, diverged, finish, first_suspect, judge_one
+from tui_acc.verdicts.local import LocalChecks
+from tui_acc.verdicts.noise import judged, noise_fields
+from tui_acc.verdicts.thresholds import Thresholds, logits_passed, near_tie, precision_class, tensor_passed
 
 Item = TypeVar("Item")
 
@@ -76,7 +80,7 @@ class MetricsEngine:
         baseline: MetricsEngine | None = None,
     ) -> None:
         """``baseline``: GOLDEN against a clean run at the test's dtype (``--baseline``); its rows set
-        the noise floor every verdict here is judged against (metrics/noise.py)."""
+        the noise floor every verdict here is judged against (verdicts/noise.py)."""
         self.pairing = pairing
         self.baseline = baseline
         # the baseline's pair for each (golden node, slot), one token at a time, looked up once
@@ -97,8 +101,15 @@ class MetricsEngine:
         # The logits module's outputs (and any enclosing module's, which end in them) are judged
         # as logits, so the operator view never passes what the token view fails.
         run_dtypes = pairing.golden.float_dtypes | pairing.test.float_dtypes
-        self._stats_floor = precision_class(*run_dtypes) if run_dtypes else None
+        self.stats_floor = precision_class(*run_dtypes) if run_dtypes else None
         self._logits_holders = _logits_holders(pairing)
+        self.judging = self._judging()
+
+    def _judging(self) -> Judging:
+        """How node rows are labelled (verdicts/labels.py): with replay of the test side's operators."""
+        return Judging(
+            self.pairing.golden.tree, LocalChecks(self.pairing), baseline=self.baseline is not None
+        )
 
     @property
     def workers(self) -> int:
@@ -271,9 +282,9 @@ class MetricsEngine:
         if against_noise is not None:
             row["passed"] = against_noise
         elif self._holds_logits(pair):
-            row["passed"] = logits_passed(row, self.thresholds, self._stats_floor)
+            row["passed"] = logits_passed(row, self.thresholds, self.stats_floor)
         else:
-            row["passed"] = tensor_passed(row, self.thresholds, self._stats_floor)
+            row["passed"] = tensor_passed(row, self.thresholds, self.stats_floor)
 
     def _baseline_row(self, pair: TensorPair, may_compute: bool) -> TensorRow | None:
         """The baseline's row at the same golden tensor, or None without a baseline or where it
@@ -338,7 +349,7 @@ class MetricsEngine:
         passed = (
             bool(tensor.get("passed"))  # judged against the noise floor, or as logits: see _judge
             if self.baseline is not None
-            else logits_passed(tensor, self.thresholds, self._stats_floor)
+            else logits_passed(tensor, self.thresholds, self.stats_floor)
         )
         if tensor.get("error"):
             row["verdict"] = "error"
@@ -393,7 +404,6 @@ class MetricsEngine:
         in execution order.
         """
         nodes = self.pairing.node_pairs(token)
-        tree = self.pairing.golden.tree
         judged: dict[str, NodeRow] = {}
         early = None
         if on_row is not None and prefer is not None:
@@ -409,11 +419,14 @@ class MetricsEngine:
                     on_row({**raw, "provisional": True})
 
         chunk: list[tuple[int, NodePair]] = []
+        by_name = {node.golden: node for node in nodes}
+        token_input = functools.partial(self._token_input, token)
 
         def settle() -> None:  # judge the nodes whose tensors are all in, in execution order
             rows = [self.tensor_row(p) for _, node in chunk for p in node.tensors]  # known: no wait
-            for row in self._raw_node_rows(chunk, rows):
-                judged[row["golden_node"]] = judge_one(row, judged, tree)
+            for row, (_, node) in zip(self._raw_node_rows(chunk, rows), chunk, strict=True):
+                judge_one(row, self._tensor_rows(node), judged, self.judging, node, token_input=token_input)
+                judged[row["golden_node"]] = row
                 if on_row:
                     on_row(row)
             chunk.clear()
@@ -430,7 +443,7 @@ class MetricsEngine:
                     row_of(pair)
                 chunk.append((order, node))
             settle()
-        relabelled = mark_containers(judged, tree)
+        relabelled = finish(judged, self._tensors_of(by_name), by_name.get, self.judging)
         summed = self._add_within(judged, [self.tensor_row(p) for p in pairs])
         if on_row:  # known now that their children are: a "contains" label, the sums of what is inside
             for name in dict.fromkeys(row["golden_node"] for row in (*relabelled, *summed)):
@@ -483,10 +496,44 @@ class MetricsEngine:
                 rows.extend(row for row in known if row is not None)
         if not complete:
             return []
-        judged = judge(self._raw_node_rows(complete, rows), self.pairing.golden.tree)
-        if len(complete) == len(nodes):  # a module's sums only once everything inside it is known
-            self._add_within({row["golden_node"]: row for row in judged}, rows)
-        return judged
+        judged: dict[str, NodeRow] = {}
+        token_input = functools.partial(self._token_input, token, compute=False)
+        for row, (_, node) in zip(self._raw_node_rows(complete, rows), complete, strict=True):
+            found = [r for p in node.tensors if (r := lookup(p)) is not None]
+            if judge_one(row, found, judged, self.judging, node, compute=False, token_input=token_input):
+                judged[row["golden_node"]] = row
+        if len(judged) == len(nodes):  # a module's verdict and sums once everything inside it is known
+            by_name = {node.golden: node for node in nodes}
+            finish(judged, self._tensors_of(by_name, lookup), by_name.get, self.judging, compute=False)
+            self._add_within(judged, rows)
+        return list(judged.values())
+
+    def _token_input(self, token: int, compute: bool = True) -> TokenInput | None:
+        """Where the step before ``token`` chose another token than the golden, ``token`` works on
+        another input: nothing in it starts an error (labels.diverged)."""
+        tokens = self.pairing.tokens
+        at = tokens.index(token) if token in tokens else 0
+        if at == 0 or self.pairing.logits_pair(tokens[at - 1]) is None:
+            return None
+        previous = tokens[at - 1]
+        row = self.token_row(previous) if compute else self.cached_token_row(previous)
+        return diverged(previous, row.get("golden_top1"), row.get("test_top1")) if row is not None else None
+
+    def _tensor_rows(self, node: NodePair) -> list[TensorRow]:
+        """The rows of a node's tensors, known already (computed by the caller)."""
+        return [self.tensor_row(pair) for pair in node.tensors]
+
+    def _tensors_of(
+        self, nodes: dict[str, NodePair], lookup: Callable[[TensorPair], TensorRow | None] | None = None
+    ) -> Callable[[str], list[TensorRow]]:
+        """A golden node's tensor rows by name (the ones known, with ``lookup``)."""
+        find = lookup or self.tensor_row
+
+        def tensors_of(name: str) -> list[TensorRow]:
+            node = nodes.get(name)
+            return [r for p in node.tensors if (r := find(p)) is not None] if node is not None else []
+
+        return tensors_of
 
     @contextmanager
     def _ahead(

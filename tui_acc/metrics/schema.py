@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from tui_acc.metrics.rows import (
+from tui_acc.rows import (
     Anomaly,
     Metrics,
     NodeMeta,

@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from tui_acc.replay import maths
-from tui_acc.replay.call import Call, Replayed, ReplayImpossible
+from tui_acc.replay.call import Call, NotSampleable, Replayed, ReplayImpossible
+from tui_acc.replay.sampling import linear_columns
+from tui_acc.replay.torch_ops import reduce_rows
 
 # ATB's defaults (infer_op_params.h): LinearParam.transposeB = true; NormParam.epsilon = 1e-5
 DEFAULT_TRANSPOSE_B = True
@@ -32,39 +34,66 @@ def _param(call: Call, *path: str) -> Any:
 
 def linear(call: Call) -> Replayed:
     """``LinearOperation``: intensor0 x, intensor1 the weight, intensor2 the bias (hasBias)."""
-    x = call.tensor(0, "x")
-    if 1 not in call.positional:
+    raw_x = call.raw(0)
+    if raw_x is None:
+        raise ReplayImpossible("inputs missing: x (argument 0) was not dumped")
+    weight = call.raw(1)
+    if weight is None:
         raise ReplayImpossible("weights not dumped: LinearOperation has no intensor1 (its weight)")
-    weight = call.tensor(1, "weight")
     notes: list[str] = []
     transpose_a = bool(_param(call, "transposeA") or False)
     transpose_b = _param(call, "transposeB")
     if transpose_b is None:
         transpose_b = DEFAULT_TRANSPOSE_B
-        if weight.ndim == 2 and x.shape[-1] == weight.shape[0] != weight.shape[1]:
+        if weight.ndim == 2 and raw_x.shape[-1] == weight.shape[0] != weight.shape[1]:
             transpose_b = False  # the only reading the shapes allow
         notes.append(f"transposeB not in op_param.json: {str(bool(transpose_b)).lower()} (from the shapes)")
-    if transpose_a:
-        x = np.swapaxes(x, -1, -2)
-    w = np.swapaxes(weight, -1, -2) if transpose_b else weight
-    if x.shape[-1] != w.shape[-2]:
-        raise ReplayImpossible(
-            f"shape mismatch: x {list(x.shape)} and weight {list(weight.shape)} "
-            f"(transposeB {str(bool(transpose_b)).lower()})"
-        )
-    out = np.matmul(x, w)
-    has_bias = _param(call, "hasBias")
-    if has_bias is not False and 2 in call.positional:
-        out = out + call.tensor(2, "bias")
-    return Replayed(out, reduction=x.shape[-1], notes=tuple(notes))
+    if transpose_a or weight.ndim != 2:
+        if call.sample is not None:
+            raise NotSampleable("a transposed input or a batched weight")
+        x = call.tensor(0, "x")
+        if transpose_a:
+            x = np.swapaxes(x, -1, -2)
+        w = call.wide(np.swapaxes(weight, -1, -2) if transpose_b else weight)
+        if x.shape[-1] != w.shape[-2]:
+            raise _mismatch(x, weight, bool(transpose_b))
+        out = np.matmul(x, w)
+        if _param(call, "hasBias") is not False and 2 in call.positional:
+            out = out + call.tensor(2, "bias")
+        return Replayed(out, reduction=x.shape[-1], notes=tuple(notes))
+    by_row = weight if transpose_b else weight.T  # [out features, in features]
+    x = call.data(0, "x")
+    if x.shape[-1] != by_row.shape[1]:
+        raise _mismatch(x, weight, bool(transpose_b))
+    columns = linear_columns(by_row.shape[0], int(np.prod(x.shape[:-1])), by_row.shape[1], call.name)
+    bias = call.raw(2) if _param(call, "hasBias") is not False else None
+    replayed = reduce_rows(call, x, by_row if columns is None else by_row[columns], bias, columns)
+    return Replayed(
+        replayed.values,
+        replayed.reduction,
+        tuple(notes),
+        replayed.rows,
+        replayed.columns,
+        replayed.condition,
+    )
+
+
+def _mismatch(x: np.ndarray, weight: np.ndarray, transpose_b: bool) -> ReplayImpossible:
+    return ReplayImpossible(
+        f"shape mismatch: x {list(x.shape)} and weight {list(weight.shape)} "
+        f"(transposeB {str(transpose_b).lower()})"
+    )
 
 
 def rms_norm(call: Call) -> Replayed:
     """``RmsNormOperation``: intensor0 x, intensor1 gamma; epsilon from normParam."""
-    x = call.tensor(0, "x")
     if 1 not in call.positional:
         raise ReplayImpossible("weights not dumped: RmsNormOperation has no intensor1 (gamma)")
     gamma = call.tensor(1, "gamma")
+    raw = call.raw(0)
+    if call.sample is not None and raw is not None and int(gamma.size) != raw.shape[-1]:
+        raise NotSampleable("normalised over more than the last dimension")
+    x = call.data(0, "x")
     eps = _param(call, "normParam", "epsilon")
     if eps is None:
         eps = _param(call, "epsilon")
@@ -73,7 +102,8 @@ def rms_norm(call: Call) -> Replayed:
         eps = DEFAULT_RMS_EPS
         notes = (f"epsilon not in op_param.json: ATB's default {DEFAULT_RMS_EPS:g} assumed",)
     width = int(gamma.size)
-    return Replayed(maths.rms_norm(x, width, gamma.reshape(-1), float(eps)), reduction=width, notes=notes)
+    out = maths.rms_norm(x, width, gamma.reshape(-1), float(eps))
+    return Replayed(out, reduction=width, notes=notes, rows=call.rows)
 
 
 _ACTIVATIONS = {
@@ -92,21 +122,30 @@ def activation(call: Call) -> Replayed:
     if kind is None:
         raise ReplayImpossible("type unknown: ActivationOperation without activationType in op_param.json")
     name = _ACTIVATIONS.get(kind) if isinstance(kind, int) else str(kind).lower().removeprefix("activation_")
-    x = call.tensor(0, "x")
+    dim = int(_param(call, "dim") or -1)
+    raw = call.raw(0)
+    if call.sample is not None and raw is not None and dim not in (-1, raw.ndim - 1):
+        raise NotSampleable(f"an activation along dim {dim}, not the last")
+    x = call.data(0, "x")
+    if call.sample is not None:
+        dim = -1
+
+    def rows(values: np.ndarray) -> Replayed:
+        return Replayed(values, rows=call.rows)
+
     if name == "swish":
         scale = float(_param(call, "scale") or 1.0)
-        return Replayed(x * maths.sigmoid(scale * x))
+        return rows(x * maths.sigmoid(scale * x))
     if name == "gelu":
         mode = _param(call, "geluMode")
-        return Replayed(maths.gelu(x, tanh=mode in (None, 0, "TANH_MODE")))
+        return rows(maths.gelu(x, tanh=mode in (None, 0, "TANH_MODE")))
     if name == "relu":
-        return Replayed(np.maximum(x, 0.0))
+        return rows(np.maximum(x, 0.0))
     if name == "sigmoid":
-        return Replayed(maths.sigmoid(x))
+        return rows(maths.sigmoid(x))
     if name in ("swiglu", "swiglu_forward"):
-        dim = int(_param(call, "dim") or -1)
         try:
-            return Replayed(maths.swiglu(x, dim))
+            return rows(maths.swiglu(x, dim))
         except ValueError as exc:
             raise ReplayImpossible(f"shape mismatch: {exc}") from exc
     raise ReplayImpossible(f"type unknown: activationType {kind} has no reference")
@@ -122,15 +161,15 @@ def elewise(call: Call) -> Replayed:
         if isinstance(kind, int)
         else str(kind).lower().removeprefix("elewise_")
     )
-    a = call.tensor(0, "x")
+    a = call.operand(0, "x")
     if name == "muls":
-        return Replayed(a * float(_param(call, "mulsParam", "varAttr") or 0.0))
+        return call.elementwise(a * float(_param(call, "mulsParam", "varAttr") or 0.0))
     operations = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "realdiv": np.divide}
     if name not in operations:
         raise ReplayImpossible(f"type unknown: elewiseType {kind} has no reference")
-    b = call.tensor(1, "y")
+    b = call.operand(1, "y")
     try:
-        return Replayed(operations[name](a, b))
+        return call.elementwise(operations[name](a, b))
     except ValueError as exc:
         raise ReplayImpossible(f"shape mismatch: {list(a.shape)} and {list(b.shape)}") from exc
 
@@ -139,6 +178,8 @@ def gather(call: Call) -> Replayed:
     """``GatherOperation`` (an embedding): intensor0 the table, intensor1 the indices, along ``axis``."""
     if 1 not in call.positional:
         raise ReplayImpossible("inputs missing: GatherOperation has no intensor1 (the indices)")
+    if call.sample is not None:
+        raise NotSampleable("a gather is replayed whole")
     table = call.tensor(0, "table")
     indices = call.positional[1]
     if not isinstance(indices, np.ndarray) or indices.dtype.kind not in "iu":

@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from tui_acc.dumps.dtypes import dtype_name
+from tui_acc.dumps.dtypes import dtype_name, is_float
 from tui_acc.dumps.loading import load_side
 from tui_acc.dumps.model import DumpError, DumpIndex, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import TensorLoadError
 from tui_acc.replay.call import Call
+from tui_acc.replay.sampling import plan
 
 _POSITIONAL = re.compile(r"^(?:input[._]|intensor)(\d+)$")
 _KEYWORD = re.compile(r"^input\.([A-Za-z_]\w*)$")
@@ -40,8 +41,11 @@ class Gathered:
     statistics_only: bool = False
 
 
-def gather(index: DumpIndex, token: int, node: str) -> Gathered:
-    """The call of ``node`` at ``token`` in ``index``; tensors that fail to load are named in ``missing``."""
+def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gathered:
+    """The call of ``node`` at ``token`` in ``index``; tensors that fail to load are named in ``missing``.
+
+    ``sample``: a large output is replayed on a seeded sample of its rows (replay/sampling.py).
+    """
     found = index.tree.nodes.get(node)
     node_type = found.type if found is not None else "?"
     refs = index.tensors(token, node)
@@ -82,6 +86,7 @@ def gather(index: DumpIndex, token: int, node: str) -> Gathered:
         iter(outputs), None
     )
     output = load(first) if first is not None else None
+    shape = tuple(output.shape) if output is not None else ()
     call = Call(
         name=node,
         type=node_type,
@@ -90,9 +95,20 @@ def gather(index: DumpIndex, token: int, node: str) -> Gathered:
         keyword=keyword,
         params=params,
         output_dtype=dtype_name(output) if output is not None else "",
+        output_shape=shape,
+        precision=_precision(output),
+        sample=plan(shape, node) if sample else None,
     )
     statistics_only = bool(refs) and not any(r.has_data for r in refs)
     return Gathered(call, output, first.slot if first is not None else None, missing, statistics_only)
+
+
+def _precision(output: np.ndarray | None) -> type[np.floating[Any]]:
+    """float32 arithmetic for outputs of 16 bits or fewer (float32's rounding is 2**16 times finer than
+    bf16's: the replay's own error vanishes beside the output's), float64 for the rest."""
+    if output is not None and is_float(output) and output.dtype.itemsize <= 2:
+        return np.float32
+    return np.float64
 
 
 def _dump_json_of(refs: list[TensorRef]) -> Path | None:

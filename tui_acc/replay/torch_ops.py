@@ -14,41 +14,82 @@ from typing import Any
 import numpy as np
 
 from tui_acc.replay import maths
-from tui_acc.replay.call import Call, Replayed, ReplayImpossible
+from tui_acc.replay.call import Call, NotSampleable, Replayed, ReplayImpossible
+from tui_acc.replay.sampling import linear_columns
+
+
+def _raw_weight(call: Call, index: int, name: str = "weight") -> np.ndarray:
+    """A weight as dumped: passed as an argument (msprobe API records), else the module's parameter."""
+    found = call.raw(index, name)
+    return found if found is not None else call.raw_param(name)
 
 
 def _weight(call: Call, index: int) -> np.ndarray:
-    """A weight passed as an argument (msprobe API records), else the module's parameter."""
-    found = call.optional_tensor(index, "weight")
-    return found if found is not None else call.param("weight")
+    return call.wide(_raw_weight(call, index))
 
 
 def linear(call: Call) -> Replayed:
-    """``F.linear(input, weight, bias=None)``, and an ``nn.Linear`` module: x @ weight.T + bias."""
-    x = call.tensor(0, "input", "input")
-    weight = _weight(call, 1)
-    bias = call.optional_tensor(2, "bias")
-    if bias is None and "bias" in call.params:
-        bias = call.param("bias")
-    if x.shape[-1] != weight.shape[-1]:
+    """``F.linear(input, weight, bias=None)``, and an ``nn.Linear`` module: x @ weight.T + bias.
+
+    Computes the sampled rows, and of a large weight a sample of its output columns (its rows)."""
+    x = call.data(0, "input", "input")
+    weight = _raw_weight(call, 1)
+    if weight.ndim != 2 or x.shape[-1] != weight.shape[-1]:
         raise ReplayImpossible(
             f"shape mismatch: input {list(x.shape)} and weight {list(weight.shape)} (in_features differ)"
         )
-    out = x @ weight.T
-    return Replayed(out + bias if bias is not None else out, reduction=weight.shape[-1])
+    bias = call.raw(2, "bias")
+    if bias is None and "bias" in call.params:
+        bias = call.raw_param("bias")
+    rows = int(np.prod(x.shape[:-1]))
+    columns = linear_columns(weight.shape[0], rows, weight.shape[1], call.name)
+    return reduce_rows(call, x, weight if columns is None else weight[columns], bias, columns)
+
+
+def reduce_rows(
+    call: Call, x: np.ndarray, weight_rows: np.ndarray, bias: np.ndarray | None, columns: np.ndarray | None
+) -> Replayed:
+    """``x @ weight_rows.T (+ bias)`` with how much the sums cancel (``Replayed.condition``)."""
+    w = call.wide(weight_rows)
+    out = x @ w.T
+    magnitude = np.abs(x) @ np.abs(w).T
+    if bias is not None:
+        b = call.wide(bias if columns is None else bias.reshape(-1)[columns])
+        out = out + b
+        magnitude = magnitude + np.abs(b)
+    return Replayed(
+        out,
+        reduction=int(w.shape[-1]),
+        rows=call.rows,
+        columns=columns,
+        condition=_condition(magnitude, out),
+    )
+
+
+def _condition(magnitude: np.ndarray, out: np.ndarray) -> float:
+    size = float(np.linalg.norm(out))
+    return float(np.linalg.norm(magnitude)) / size if size > 0 else 1.0
 
 
 def matmul(call: Call) -> Replayed:
-    """``torch.matmul(a, b)`` (and ``bmm``, ``mm``, ``Tensor.__matmul__``)."""
+    """``torch.matmul(a, b)`` (and ``bmm``, ``mm``, ``Tensor.__matmul__``): computed whole (each
+    output row needs all of ``b``)."""
     a, b = call.tensor(0, "input", "input"), call.tensor(1, "other", "other")
     try:
-        return Replayed(np.matmul(a, b), reduction=a.shape[-1])
+        out = np.matmul(a, b)
+        magnitude = np.matmul(np.abs(a), np.abs(b))
     except ValueError as exc:
         raise ReplayImpossible(f"shape mismatch: {list(a.shape)} @ {list(b.shape)} ({exc})") from exc
+    return Replayed(out, reduction=a.shape[-1], condition=_condition(magnitude, out))
+
+
+def _rowwise(call: Call, values: np.ndarray, **extra: Any) -> Replayed:
+    """A result computed from ``call.data`` rows: the sampled rows, when there is a sample."""
+    return Replayed(values, rows=call.rows, **extra)
 
 
 def silu(call: Call) -> Replayed:
-    return Replayed(maths.silu(call.tensor(0, "input", "input")))
+    return _rowwise(call, maths.silu(call.data(0, "input", "input")))
 
 
 def gelu(call: Call) -> Replayed:
@@ -59,21 +100,26 @@ def gelu(call: Call) -> Replayed:
         approximate = "none"
         if not call.name.startswith("Functional."):
             notes = ("approximate not recorded: exact (erf) GELU assumed, torch's default",)
-    return Replayed(maths.gelu(call.tensor(0, "input", "input"), tanh=approximate == "tanh"), notes=notes)
+    x = call.data(0, "input", "input")
+    return _rowwise(call, maths.gelu(x, tanh=approximate == "tanh"), notes=notes)
 
 
 def gelu_tanh(call: Call) -> Replayed:
     """Modules that are the tanh approximation by name (``NewGELUActivation``, ``GELUTanh``)."""
-    return Replayed(maths.gelu(call.tensor(0, "input", "input"), tanh=True))
+    return _rowwise(call, maths.gelu(call.data(0, "input", "input"), tanh=True))
 
 
 def softmax(call: Call) -> Replayed:
-    x = call.tensor(0, "input", "input")
+    raw = call.raw(0, "input")
     dim = call.option("dim", 1)
     notes: tuple[str, ...] = ()
     if dim is None:
         dim, notes = -1, ("dim not recorded: the last dimension assumed",)
-    return Replayed(maths.softmax(x, int(dim)), reduction=x.shape[int(dim)], notes=notes)
+    last = raw is not None and int(dim) in (-1, raw.ndim - 1)
+    if call.sample is not None and not last:
+        raise NotSampleable(f"softmax over dim {dim}, not the last")
+    x = call.data(0, "input", "input")
+    return _rowwise(call, maths.softmax(x, int(dim) if not last else -1), reduction=x.shape[-1], notes=notes)
 
 
 def _width(call: Call, x: np.ndarray, index: int) -> int:
@@ -87,7 +133,7 @@ def _width(call: Call, x: np.ndarray, index: int) -> int:
 def rms_norm(call: Call) -> Replayed:
     """``F.rms_norm(input, normalized_shape, weight=None, eps=None)``: eps None is the input dtype's
     machine epsilon (torch's rule)."""
-    x = call.tensor(0, "input", "input")
+    x = _normalised_rows(call, 1)
     width = _width(call, x, 1)
     weight = call.optional_tensor(2, "weight")
     eps = call.option("eps", 3)
@@ -95,19 +141,37 @@ def rms_norm(call: Call) -> Replayed:
     if eps is None:
         eps = _machine_epsilon(call.positional.get(0))
         notes = (f"eps not given: the input dtype's machine epsilon ({eps:g}), as torch does",)
-    return Replayed(maths.rms_norm(x, width, weight, float(eps)), reduction=width, notes=notes)
+    return _rowwise(call, maths.rms_norm(x, width, weight, float(eps)), reduction=width, notes=notes)
+
+
+def _normalised_rows(call: Call, shape_index: int | None, keyword: str = "input") -> np.ndarray:
+    """The input of a normalisation, its sampled rows where it normalises the last dimension only."""
+    raw = call.raw(0, keyword)
+    if raw is None:
+        raise ReplayImpossible(f"inputs missing: {keyword} (argument 0) was not dumped")
+    if (
+        call.sample is not None
+        and shape_index is not None
+        and _width(call, raw, shape_index) != raw.shape[-1]
+    ):
+        raise NotSampleable("normalised over more than the last dimension")
+    return call.data(0, keyword, keyword)
 
 
 def npu_rms_norm(call: Call) -> Replayed:
     """``torch_npu.npu_rms_norm(x, gamma, epsilon=1e-6)`` (its first output; the second is rstd)."""
-    x = call.tensor(0, "x", "x")
     gamma = call.tensor(1, "gamma", "gamma")
+    raw = call.raw(0, "x")
+    if call.sample is not None and raw is not None and int(gamma.size) != raw.shape[-1]:
+        raise NotSampleable("normalised over more than the last dimension")
+    x = call.data(0, "x", "x")
     eps = call.option("epsilon", 2)
     notes: tuple[str, ...] = ()
     if eps is None:
         eps, notes = 1e-6, ("epsilon not recorded: torch_npu's default 1e-6",)
     width = int(gamma.size)
-    return Replayed(maths.rms_norm(x, width, gamma.reshape(-1), float(eps)), reduction=width, notes=notes)
+    out = maths.rms_norm(x, width, gamma.reshape(-1), float(eps))
+    return _rowwise(call, out, reduction=width, notes=notes)
 
 
 # HF's RMSNorm modules hold eps as an attribute no dump records: the value Llama, Qwen2 and
@@ -117,39 +181,49 @@ MODULE_RMS_EPS = 1e-6
 
 def rms_norm_module(call: Call) -> Replayed:
     """``LlamaRMSNorm`` and its kin: x / sqrt(mean(x**2) + eps) * weight, needs the weight."""
-    x = call.tensor(0, "hidden_states", "hidden_states")
     weight = call.param("weight")
+    raw = call.raw(0, "hidden_states")
+    if call.sample is not None and raw is not None and int(weight.size) != raw.shape[-1]:
+        raise NotSampleable("normalised over more than the last dimension")
+    x = call.data(0, "hidden_states", "hidden_states")
     note = (
         f"eps is a module attribute no dump records: {MODULE_RMS_EPS:g} assumed (rms_norm_eps of Llama/Qwen2)"
     )
     width = int(weight.size)
-    return Replayed(maths.rms_norm(x, width, weight, MODULE_RMS_EPS), reduction=width, notes=(note,))
+    out = maths.rms_norm(x, width, weight.reshape(-1), MODULE_RMS_EPS)
+    # HF rounds the normalised value to the input's dtype, then the product with the weight
+    return _rowwise(call, out, reduction=width, notes=(note,), roundings=2)
 
 
 def layer_norm(call: Call) -> Replayed:
     """``F.layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5)``; a ``LayerNorm``
     module's weight and bias are its parameters."""
-    x = call.tensor(0, "input", "input")
     is_module = not call.name.startswith("Functional.")
     weight = call.optional_tensor(2, "weight")
     bias = call.optional_tensor(3, "bias")
+    raw = call.raw(0, "input")
+    if raw is None:
+        raise ReplayImpossible("inputs missing: input (argument 0) was not dumped")
     if is_module:
         weight = call.param("weight")
         bias = call.param("bias") if "bias" in call.params else None
         width = int(weight.size)
     else:
-        width = _width(call, x, 1)
+        width = _width(call, raw, 1)
+    if call.sample is not None and width != raw.shape[-1]:
+        raise NotSampleable("normalised over more than the last dimension")
+    x = call.data(0, "input", "input")
     eps = call.option("eps", 4)
     notes: tuple[str, ...] = ()
     if eps is None:
         eps, notes = 1e-5, ("eps not recorded: torch's default 1e-5",)
-    return Replayed(maths.layer_norm(x, width, weight, bias, float(eps)), reduction=width, notes=notes)
+    out = maths.layer_norm(x, width, weight, bias, float(eps))
+    return _rowwise(call, out, reduction=width, notes=notes)
 
 
 def _operand(call: Call, index: int, keyword: str) -> np.ndarray | float:
-    tensor = call.optional_tensor(index, keyword)
-    if tensor is not None:
-        return tensor
+    if call.raw(index, keyword) is not None:
+        return call.operand(index, keyword, keyword)
     scalar = call.option(keyword, index)
     if isinstance(scalar, (int, float)) and not isinstance(scalar, bool):
         return float(scalar)
@@ -159,30 +233,34 @@ def _operand(call: Call, index: int, keyword: str) -> np.ndarray | float:
 def add(call: Call) -> Replayed:
     """``a + alpha * b`` (``Tensor.__add__``, ``torch.add``); b a tensor or a number."""
     alpha = call.option("alpha", None, 1)
-    return Replayed(np.add(_operand(call, 0, "input"), float(alpha) * np.asarray(_operand(call, 1, "other"))))
+    return call.elementwise(
+        np.add(_operand(call, 0, "input"), float(alpha) * np.asarray(_operand(call, 1, "other")))
+    )
 
 
 def sub(call: Call) -> Replayed:
     alpha = call.option("alpha", None, 1)
-    return Replayed(
+    return call.elementwise(
         np.subtract(_operand(call, 0, "input"), float(alpha) * np.asarray(_operand(call, 1, "other")))
     )
 
 
 def mul(call: Call) -> Replayed:
-    return Replayed(np.multiply(_operand(call, 0, "input"), _operand(call, 1, "other")))
+    return call.elementwise(np.multiply(_operand(call, 0, "input"), _operand(call, 1, "other")))
 
 
 def rsqrt(call: Call) -> Replayed:
-    return Replayed(1.0 / np.sqrt(call.tensor(0, "input", "input")))
+    return _rowwise(call, 1.0 / np.sqrt(call.data(0, "input", "input")))
 
 
 def power(call: Call) -> Replayed:
-    return Replayed(np.power(_operand(call, 0, "input"), _operand(call, 1, "exponent")))
+    return call.elementwise(np.power(_operand(call, 0, "input"), _operand(call, 1, "exponent")))
 
 
 def mean(call: Call) -> Replayed:
-    """``Tensor.mean(dim=None, keepdim=False)``."""
+    """``Tensor.mean(dim=None, keepdim=False)``: computed whole (its output rows are not its input's)."""
+    if call.sample is not None:
+        raise NotSampleable("a reduction's output rows are not its input's")
     x = call.tensor(0, "input", "input")
     dim = call.option("dim", 1)
     keep = bool(call.option("keepdim", 2, False))
@@ -196,15 +274,15 @@ def dropout(call: Call) -> Replayed:
     p, training = call.option("p", 1, 0.5), call.option("training", 2, True)
     if training and p:
         raise ReplayImpossible(f"dropout in training mode (p={p}) is random: it cannot be replayed")
-    return Replayed(call.tensor(0, "input", "input"))
+    return _rowwise(call, call.data(0, "input", "input"))
 
 
 def cos(call: Call) -> Replayed:
-    return Replayed(np.cos(call.tensor(0, "input", "input")))
+    return _rowwise(call, np.cos(call.data(0, "input", "input")))
 
 
 def sin(call: Call) -> Replayed:
-    return Replayed(np.sin(call.tensor(0, "input", "input")))
+    return _rowwise(call, np.sin(call.data(0, "input", "input")))
 
 
 def embedding(call: Call) -> Replayed:
@@ -212,20 +290,25 @@ def embedding(call: Call) -> Replayed:
     ids = call.positional.get(0)
     if not isinstance(ids, np.ndarray):
         raise ReplayImpossible("inputs missing: the token ids were not dumped")
-    table = _weight(call, 1)
+    table = _raw_weight(call, 1)
     if ids.dtype.kind not in "iu":
         raise ReplayImpossible(f"shape mismatch: the ids are {ids.dtype}, not integers")
     if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
         raise ReplayImpossible(f"shape mismatch: ids outside the table's {table.shape[0]} rows")
-    return Replayed(table[ids])
+    if call.sample is not None:  # one output row per id
+        return _rowwise(call, call.wide(table[ids.reshape(-1)[call.sample.rows]]))
+    return Replayed(call.wide(table[ids]))
 
 
 def npu_swiglu(call: Call) -> Replayed:
     """``torch_npu.npu_swiglu(x, dim=-1)``: silu(first half) * second half."""
-    x = call.tensor(0, "input", "input")
     dim = int(call.option("dim", 1, -1))
+    raw = call.raw(0, "input")
+    if call.sample is not None and raw is not None and dim not in (-1, raw.ndim - 1):
+        raise NotSampleable(f"swiglu along dim {dim}, not the last")
+    x = call.data(0, "input", "input") if call.sample is not None else call.tensor(0, "input", "input")
     try:
-        return Replayed(maths.swiglu(x, dim))
+        return _rowwise(call, maths.swiglu(x, dim if call.sample is None else -1))
     except ValueError as exc:
         raise ReplayImpossible(f"shape mismatch: {exc}") from exc
 
@@ -281,6 +364,7 @@ API_REFERENCES = {
 MODULE_REFERENCES = {
     "Linear": linear,
     "*RMSNorm": rms_norm_module,
+    "SiLUActivation": silu,
     "*RmsNorm": rms_norm_module,
     "LayerNorm": layer_norm,
     "SiLU": silu,

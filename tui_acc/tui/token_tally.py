@@ -12,7 +12,7 @@ import bisect
 import math
 from collections.abc import Callable, Sequence
 
-from tui_acc.metrics.rows import Row
+from tui_acc.rows import Row
 
 # The strip's bars, against the threshold in force, a decade a step: ▁▂▃▄ within it (▄: the last
 # tenth below it), ▅▆▇█ over it (▅: up to 10x, █: over 1000x, or NaN/Inf). A log scale, as the first

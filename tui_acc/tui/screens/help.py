@@ -48,12 +48,20 @@ VERDICTS = (
     "the test would generate another token).",
     "Strip over the tokens: each token's KL (statistics: NormRel) against its threshold, a decade a "
     "step: ▁▂▃▄ within it, ▅▆▇█ over it (█: over 1000x, or NaN).",
-    "Operator: each tensor passes within the operator thresholds below. In and Out "
-    "are the verdicts of its inputs and outputs; the table shows its worst output.",
-    "◆ First failing op: the earliest in execution order, and the innermost, whose output fails "
-    "while its inputs pass. Out ✗L: the error starts here (local); ✗c: it starts in a child; "
-    "✗i: inherited from inputs that were already bad. In ✓f: no inputs were dumped, so the outputs "
-    "of the operator that fed it are used.",
+    "Operator: each tensor passes within the operator thresholds below (a cosine bound also bounds "
+    "RelEucl at √(2(1−cos)), so a scale error fails too; a scalar or a constant tensor is judged by "
+    "its values). In and Out are the verdicts of its inputs and outputs; the table shows its worst output.",
+    "Where the error starts: the first rule that can judge the operator decides, and the detail "
+    "panel names it with its numbers. replay: its output against itself recomputed from the test's "
+    "own dumped inputs and weights (or, for a module, the output it passes through), beyond 3× the "
+    "rounding its dtype explains; weights: a weight further from the golden's than its cast "
+    "explains; baseline: beyond the noise floor while its inputs are within it; error model: its "
+    "error beyond 2× what its inputs carry plus its own rounding; threshold: its output fails while "
+    "its inputs pass (where nothing else can judge).",
+    "◆ First failing op: the earliest in execution order, and the innermost, where the error starts. "
+    "Out ✗L: the error starts here (local; ✗ even when its output is within the thresholds); ✗c: "
+    "something inside it fails or starts the error; ✗i: inherited from inputs that were already off. "
+    "In ✓f: no inputs were dumped, so the outputs of the operator that fed it are used.",
     "⚠ in place: a dumped input is identical to an output (saved after an in-place op ran), so "
     "the inputs are judged by what fed the operator instead.",
     "Token 'tie': logits within thresholds but the top-1 flipped between two near-equal candidates "

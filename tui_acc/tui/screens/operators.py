@@ -15,8 +15,8 @@ from textual.widgets.data_table import ColumnKey
 from textual.worker import get_current_worker
 
 from tui_acc.anomalies.rules import anomaly_text
-from tui_acc.metrics.rows import ANOMALY_FIELDS, NOISE_FIELDS, Row
 from tui_acc.pairing import NodePair
+from tui_acc.rows import ANOMALY_FIELDS, NOISE_FIELDS, Row
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.screens.base import ViewScreen
 from tui_acc.tui.screens.replay import ReplayScreen
@@ -25,12 +25,13 @@ from tui_acc.tui.sorting import matching_keys, verdict_rank
 from tui_acc.tui.widgets.layer_tree import LayerTree
 from tui_acc.tui.widgets.metric_table import MetricTable
 from tui_acc.tui.widgets.tensor_detail import TensorDetail
+from tui_acc.verdicts.shown import failing
 
 if TYPE_CHECKING:
     import polars as pl
 
     from tui_acc.metrics.schema import PolarsType
-    from tui_acc.replay.run import Replay
+    from tui_acc.verdicts.replay_check import Replay
 
 # The engine's modules (polars, numpy) are imported where they are used: the token list, which
 # imports this screen, is on screen before them.
@@ -233,7 +234,7 @@ class OperatorScreen(ViewScreen):
     def _name_cell(self, name: str) -> Text:
         label = fmt.elide_middle(self._labels[name], self._name_width or NAME_MIN)
         row = self._rows.get(name)
-        return fmt.styled(label, row["outputs_passed"]) if row is not None else Text(label)
+        return fmt.styled(label, _passed(row)) if row is not None else Text(label)
 
     # --- computing ----------------------------------------------------------------------------
 
@@ -275,7 +276,7 @@ class OperatorScreen(ViewScreen):
 
     @on(TokenFinished)
     def _finished_token(self) -> None:
-        from tui_acc.metrics.judge import first_suspect
+        from tui_acc.verdicts.labels import first_suspect
 
         self._finished = True
         if self.sort.column is not None:  # rows sorted while computing took their place then: settle them
@@ -330,7 +331,7 @@ class OperatorScreen(ViewScreen):
         if column == "inputs":
             return verdict_rank(row.get("inputs_effective"))
         if column == "outputs":
-            return verdict_rank(row.get("outputs_passed"), row.get("label"))
+            return verdict_rank(_passed(row), row.get("label"))
         return row.get(column)
 
     def _filtered(self, names: list[str]) -> list[str]:
@@ -386,8 +387,8 @@ class OperatorScreen(ViewScreen):
         return self.query_one("#ops", DataTable)
 
     def is_failing(self, key: str) -> bool:
-        row = self._rows.get(key)
-        return row is not None and row["outputs_passed"] is False
+        row = self._rows.get(key)  # n/N: where a failure shows, not the modules that hold one
+        return failing(row) is True and row is not None and row.get("label") != "contains"
 
     def fill_table(self) -> None:
         table = self.query_one("#ops", DataTable)
@@ -413,7 +414,7 @@ class OperatorScreen(ViewScreen):
             pending = Text("…", style=fmt.PENDING_STYLE)
             cells.update(inputs=pending, outputs=pending)
         else:
-            passed = row["outputs_passed"]
+            passed = _passed(row)
             cells.update(
                 inputs=fmt.input_mark(row.get("inputs_effective"), row.get("inputs_from")),
                 outputs=fmt.output_mark(passed, row.get("label"), bool(row.get("error"))),
@@ -463,11 +464,11 @@ class OperatorScreen(ViewScreen):
 
     def update_summary(self) -> None:
         done, total = len(self._rows), len(self._pairs)
-        failing = sum(1 for r in self._rows.values() if r["outputs_passed"] is False)
+        failed = sum(1 for r in self._rows.values() if failing(r) and r.get("label") != "contains")
         parts = [
             f"token {self.token}",
             f"{done}/{total} ops" if done < total else f"{total} ops",
-            f"{failing} failing",
+            f"{failed} failing",
         ]
         if self._scope != self.acc.comparison.golden.tree.root:
             scope = self._rows.get(self._scope, {})
@@ -486,7 +487,7 @@ class OperatorScreen(ViewScreen):
             parts.append(
                 f"◆ {fmt.display_name(self._suspect)} (f)"
                 if self._suspect
-                else "no op fails with passing inputs"
+                else "no operator adds more error than its dtype explains"
             )
         self.query_one("#summary", Static).update("  │  ".join(parts))
 
@@ -587,7 +588,7 @@ class OperatorScreen(ViewScreen):
         """Tensors are read and recomputed here, off the event loop; so is tui-acc.toml ([replay])."""
         from tui_acc.config import ConfigError, load_config
         from tui_acc.replay.registry import Registry, RegistryError
-        from tui_acc.replay.run import UnknownNode, replay_node
+        from tui_acc.verdicts.replay_check import UnknownNode, replay_node
 
         config_file = self.acc.config_file
         try:
@@ -632,6 +633,11 @@ class OperatorScreen(ViewScreen):
                     "outputs_passed": row.get("outputs_passed"),
                     "label": row.get("label"),  # local, contains or inherited: the Out column's L/c/i
                     "first_failing": name == self._suspect,
+                    # which rule judged it, what it measured and allowed (verdicts/rules.py)
+                    "rule": row.get("rule"),
+                    "local_error": row.get("local_error"),
+                    "expected_error": row.get("expected_error"),
+                    "reason": row.get("reason"),
                     "cosine": row.get("cosine"),
                     "max_abs_err": row.get("max_abs_err"),
                     "rel_euclidean": row.get("rel_euclidean"),
@@ -657,6 +663,13 @@ class OperatorScreen(ViewScreen):
         return f"tui-acc-token{self.token}-ops{scope}"
 
 
+def _passed(row: Row) -> bool | None:
+    """The Out column's ✓ or ✗ (verdicts/labels.failing: an operator that adds error shows ✗ even
+    where its output is within the thresholds)."""
+    found = failing(row)
+    return None if found is None else not found
+
+
 def _op_export_schema(with_noise: bool = False, single: bool = False) -> dict[str, PolarsType]:
     """The exported operator table's columns; with a baseline, its noise figures at the end; for one
     dump checked on its own, each operator's anomaly."""
@@ -677,6 +690,10 @@ def _op_export_schema(with_noise: bool = False, single: bool = False) -> dict[st
         "outputs_passed": pl.Boolean,
         "label": pl.String,
         "first_failing": pl.Boolean,
+        "rule": pl.String,
+        "local_error": pl.Float64,
+        "expected_error": pl.Float64,
+        "reason": pl.String,
         "cosine": pl.Float64,
         "max_abs_err": pl.Float64,
         "rel_euclidean": pl.Float64,

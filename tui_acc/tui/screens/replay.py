@@ -16,7 +16,7 @@ from textual.widgets import Static
 from tui_acc.numbers import cosine, number
 
 if TYPE_CHECKING:
-    from tui_acc.replay.run import Replay, SideReplay
+    from tui_acc.verdicts.replay_check import Replay, SideReplay
 
 # the finding's look: words first, colour only adds (NO_COLOR terminals read the same words)
 _FINDING_STYLE = {

@@ -14,7 +14,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
-from tui_acc.metrics.rows import NOISE_FIELDS, Row
+from tui_acc.rows import NOISE_FIELDS, Row
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.bounds import number, run_floor, strip_bound
 from tui_acc.tui.screens.base import ViewScreen

@@ -8,8 +8,9 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from tui_acc.dumps.model import NodeTree
-from tui_acc.metrics.rows import Row
+from tui_acc.rows import Row
 from tui_acc.tui import formatting as fmt
+from tui_acc.verdicts.shown import failing
 
 
 class LayerTree(Tree[str]):
@@ -56,7 +57,10 @@ class LayerTree(Tree[str]):
     def _label(self, name: str) -> Text:
         node = self.model_tree.nodes[name]
         passed = self._verdicts.get(name)
-        label = Text.assemble(fmt.mark(passed), " ", fmt.styled(fmt.short_name(name), passed))
+        own = self._own_rows.get(name)
+        letter = own.get("label") if own is not None else "contains" if passed is False else None
+        mark = fmt.output_mark(passed, letter)
+        label = Text.assemble(mark, " ", fmt.styled(fmt.short_name(name), passed))
         if name in self._partners:
             label.append(f" ↔ {fmt.short_name(self._partners[name])}", style="cyan")
         elif node.children:
@@ -75,13 +79,14 @@ class LayerTree(Tree[str]):
             current = self.model_tree.nodes[current].parent
 
     def _derive(self, name: str) -> bool | None:
-        """Own output verdict; for a module with no outputs, the verdicts of its children."""
-        own = self._own_rows.get(name)
-        if own is not None and own["outputs_passed"] is not None:
-            return bool(own["outputs_passed"])
+        """Own verdict (verdicts/shown.py), failing too where anything inside it fails: a module never
+        shows ✓ over a failure; for a module with no outputs, the verdicts of its children."""
         child_verdicts = [self._verdicts.get(c) for c in self.model_tree.children(name) if c in self._by_name]
         if any(v is False for v in child_verdicts):
             return False
+        own = failing(self._own_rows.get(name))
+        if own is not None:
+            return not own
         if child_verdicts and all(v is True for v in child_verdicts):
             return True
         return None

@@ -10,9 +10,9 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tui_acc.anomalies.rules import anomaly_text
-from tui_acc.metrics.rows import Row
 from tui_acc.pairing import NodePair
 from tui_acc.pairing.model import Unmatched
+from tui_acc.rows import Row
 from tui_acc.tui import formatting as fmt
 
 if TYPE_CHECKING:
@@ -49,6 +49,8 @@ class TensorDetail(Static):
         head = [title]
         if row is not None and (verdict := _verdict_line(row)):
             head.append(verdict)  # a line of its own: wrapped onto the title it lost its spacing
+        if row is not None and row.get("rule"):
+            head.append(_rule_line(row))
         if row is not None and row.get("tensors_within"):
             head.append(_within_line(row))
         absent = engine.pairing.absent_before(node.token).get(node.golden)
@@ -109,6 +111,17 @@ def _verdict_line(row: Row) -> Text:
         verdict = "pass" if row.get("inputs_effective") else "fail"
         parts.append((f"inputs not dumped: judged by {fmt.short_name(str(source))} ({verdict})", "dim"))
     return Text("  ").join(Text(words, style=style) for words, style in parts)
+
+
+def _rule_line(row: Row) -> Text:
+    """Which rule judged the operator, with its numbers (verdicts/rules.py)."""
+    measured = row.get("local_error")
+    allowed = row.get("expected_error")
+    numbers = ""
+    if measured is not None and allowed is not None:
+        numbers = f" {fmt.num(measured)} {'>' if row.get('label') == 'local' else '≤'} {fmt.num(allowed)}:"
+    style = fmt.palette().suspect if row.get("label") == "local" else "dim"
+    return Text(f"{row['rule']}:{numbers} {row.get('reason') or ''}", style=style)
 
 
 def _within_line(row: Row) -> Text:

@@ -194,8 +194,16 @@ class _NodeVerdicts(TypedDict, total=False):
     # its outputs fail only because a file could not be read: no evidence either way
     outputs_unknown: bool | None
     params_passed: bool | None
-    suspect: bool | None  # outputs fail while inputs pass
+    suspect: bool | None  # the error starts here (label "local")
     label: str | None  # local, inherited or contains
+    # which rule judged it (verdicts/rules.py: replay, weights, error model, baseline, threshold),
+    # the error it measured, the most it allows, and why, in words
+    rule: str | None
+    local_error: float | None
+    expected_error: float | None
+    reason: str | None
+    input_error: float | None  # the largest relative error among its inputs (or what fed it)
+    output_error: float | None  # the largest among its outputs
     input_cosine: float | None
     worst_output: str | None
     in_place: str | None

@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tui_acc.verdicts.propagation import masked, saturates
+
 DTYPES = ("float32", "float16", "bfloat16", "int8")
 # metrics where bigger is better: a bound on them is a minimum
 AT_LEAST = frozenset({"cosine", "topk_overlap", "thousandth_ratio", "five_thousandths_ratio"})
@@ -43,7 +45,7 @@ DEFAULT_LOGITS: dict[str, dict[str, float]] = {
     "int8": {"cosine": 0.99, "kl": 1e-2},
 }
 STATS_TOLERANCE: dict[str, float] = {"float32": 0.01, "float16": 0.01, "bfloat16": 0.03, "int8": 0.05}
-# The noise floor (``--baseline``, metrics/noise.py): a tensor fails when its error exceeds
+# The noise floor (``--baseline``, verdicts/noise.py): a tensor fails when its error exceeds
 # ``factor * the baseline's error + epsilon``. The factors are torch's numerical gate's
 # (RMSE(result) <= k * RMSE(reference): k = 2, and 3 for float16 and bfloat16); epsilon is one
 # rounding of the test's dtype (its unit roundoff), in the relative error's units, so that a tensor
@@ -159,9 +161,36 @@ def gains_non_finite(row: Mapping[str, object]) -> bool:
     return count("test") > count("golden")
 
 
+def implied_rel_euclidean(cosine: float) -> float:
+    """The relative error a cosine bound allows to an error at right angles to the golden
+    (``1 - cos ≈ r**2 / 2``): the same budget, given to an error in any direction, so a scale error
+    (cosine exactly 1) fails where a rotation as large would."""
+    return math.sqrt(2.0 * max(0.0, 1.0 - cosine))
+
+
+def effective_bounds(row: Mapping[str, object], bounds: Mapping[str, float]) -> dict[str, float]:
+    """The bounds that mean something for this tensor.
+
+    Magnitude beside direction: where ``rel_euclidean`` is not bounded, the cosine's bound implies
+    one (``implied_rel_euclidean``). A scalar, or a golden whose elements are all equal, has a cosine
+    of 1 with anything of the same sign: its values judge it, not the cosine. A mask's fill values
+    (float32's -3.4e38 against float16's -65504) differ by design: the cosine judges it, not the
+    relative error.
+    """
+    found = dict(bounds)
+    if "cosine" in found and "rel_euclidean" not in found:
+        found["rel_euclidean"] = implied_rel_euclidean(found["cosine"])
+    constant = row.get("golden_max") is not None and row.get("golden_max") == row.get("golden_min")
+    if row.get("numel") == 1 or constant:
+        found.pop("cosine", None)
+    if masked(row):
+        found.pop("rel_euclidean", None)
+    return found
+
+
 def within(row: Mapping[str, object], bounds: Mapping[str, float]) -> bool:
     """Every bounded metric present in ``row`` is on the right side of its bound."""
-    for metric, bound in bounds.items():
+    for metric, bound in effective_bounds(row, bounds).items():
         value = row.get(metric)
         if value is None:
             continue
@@ -201,8 +230,7 @@ def stats_passed(row: Mapping[str, object], thresholds: Thresholds, floor: str |
     saturated = {
         key
         for key in ("max", "min")
-        if _saturates(row.get(f"golden_{key}"), golden_dtype)
-        and _saturates(row.get(f"test_{key}"), test_dtype)
+        if saturates(row.get(f"golden_{key}"), golden_dtype) and saturates(row.get(f"test_{key}"), test_dtype)
     }
     extremes = [
         abs(value)
@@ -219,15 +247,6 @@ def stats_passed(row: Mapping[str, object], thresholds: Thresholds, floor: str |
         if abs(diff) > tolerance * scale:
             return False
     return True
-
-
-# the largest finite value of each float dtype: a statistic at it has saturated
-_FLOAT_MAX = {"float32": 3.4028234663852886e38, "float16": 65504.0, "bfloat16": 3.3895313892515355e38}
-
-
-def _saturates(value: object, dtype: object) -> bool:
-    limit = _FLOAT_MAX.get(str(dtype).removeprefix("torch."))
-    return limit is not None and isinstance(value, (int, float)) and abs(value) >= limit
 
 
 def _stats_gain_non_finite(row: Mapping[str, object]) -> bool:

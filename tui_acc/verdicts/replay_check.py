@@ -1,25 +1,41 @@
-"""Replay one node at one token on both sides, and read the two verdicts together."""
+"""An operator checked against its own inputs: each side's dumped output against its replay.
+
+The replay (``tui_acc.replay``) recomputes the output from the side's own dumped inputs and weights;
+the *local error* is the relative Euclidean distance of the dumped output from it, and a side is
+consistent when that is within ``rounding.local_bound`` at the output's dtype (the rounding a
+correct operator shows, times the margin). The verdicts use the test side (``local.py``); the ``p``
+key and ``report --replay`` show both sides and read them together.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from tui_acc.dumps.dtypes import dtype_name
 from tui_acc.dumps.model import DumpIndex
 from tui_acc.dumps.msprobe_passes import api_of
 from tui_acc.numbers import cosine, number
-from tui_acc.replay.call import Replayed, ReplayImpossible
-from tui_acc.replay.gather import gather
-from tui_acc.replay.judge import consistent, tolerance
-from tui_acc.replay.registry import PluginError, Registry
-
-if TYPE_CHECKING:
-    from tui_acc.session import Comparison
+from tui_acc.pairing import Pairing
+from tui_acc.replay.call import NotSampleable, Replayed, ReplayImpossible
+from tui_acc.replay.distance import Distance, distance
+from tui_acc.replay.gather import Gathered, gather
+from tui_acc.replay.registry import Entry, PluginError, Registry
+from tui_acc.verdicts.rounding import expected_local, local_bound
 
 Verdict = Literal["consistent", "disagrees", "impossible"]
 METRICS = ("cosine", "max_abs_err", "rel_euclidean", "mean_abs_err", "max_rel_err")
+
+
+class Compared(Protocol):
+    """Two indexed dumps and their pairing (a ``session.Comparison``)."""
+
+    golden: DumpIndex
+    test: DumpIndex
+    pairing: Pairing
 
 
 class UnknownNode(ValueError):
@@ -37,9 +53,16 @@ class SideReplay:
     reason: str
     reference: str | None = None  # which reference replayed it ("built-in Functional.linear", a plug-in)
     dtype: str | None = None  # the dumped output's
-    tolerance: float | None = None
+    tolerance: float | None = None  # the largest local error rounding explains (rounding.local_bound)
     metrics: dict[str, float | None] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    expected: float | None = None  # the local error a correct operator shows (rounding.expected_local)
+    sampled: str | None = None  # "16 of 256 rows" where a sample was replayed
+
+    @property
+    def local_error(self) -> float | None:
+        """The dumped output's relative distance from its replay."""
+        return self.metrics.get("rel_euclidean")
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -115,12 +138,13 @@ class Replay:
                     f"  max abs {number(side.metrics.get('max_abs_err'))}"
                     f"  rel eucl {number(side.metrics.get('rel_euclidean'))}"
                     f"  at {side.dtype} (tolerance {number(side.tolerance)}; {side.reference})"
+                    + (f"; sampled {side.sampled}" if side.sampled else "")
                 )
             lines += [f"         note: {note}" for note in side.notes]
         return lines
 
 
-def replay_node(cmp: Comparison, token: int, golden_node: str, registry: Registry | None = None) -> Replay:
+def replay_node(cmp: Compared, token: int, golden_node: str, registry: Registry | None = None) -> Replay:
     """Replay ``golden_node`` and its test partner at ``token``. UnknownNode if it is not paired there."""
     pair = next((p for p in cmp.pairing.node_pairs(token) if p.golden == golden_node), None)
     if pair is None:
@@ -133,8 +157,13 @@ def replay_node(cmp: Comparison, token: int, golden_node: str, registry: Registr
     )
 
 
-def replay_side(index: DumpIndex, token: int, node: str, registry: Registry, side: str) -> SideReplay:
-    """One side's replay of ``node`` at ``token`` (never raises for what the dump lacks: impossible)."""
+def replay_side(
+    index: DumpIndex, token: int, node: str, registry: Registry, side: str, sample: bool = True
+) -> SideReplay:
+    """One side's replay of ``node`` at ``token`` (never raises for what the dump lacks: impossible).
+
+    ``sample``: a large output is replayed on a seeded sample of its rows (``replay/sampling.py``).
+    """
     found = index.tree.nodes.get(node)
     node_type = found.type if found is not None else "?"
 
@@ -147,13 +176,13 @@ def replay_side(index: DumpIndex, token: int, node: str, registry: Registry, sid
         return impossible(
             f"type unknown: {api or node_type} (no reference; [replay] in tui-acc.toml adds one)"
         )
-    gathered = gather(index, token, node)
+    gathered = gather(index, token, node, sample)
     if gathered.statistics_only:
         return impossible("inputs missing: a statistics-only dump holds no tensor data", entry.describe())
     if gathered.output is None:
         return impossible("output not dumped" + _missing(gathered.missing), entry.describe())
     try:
-        result = entry.load()(gathered.call)
+        replayed = _run(entry, gathered)
     except ReplayImpossible as exc:
         return impossible(str(exc) + _missing(gathered.missing), entry.describe())
     except PluginError as exc:
@@ -161,8 +190,18 @@ def replay_side(index: DumpIndex, token: int, node: str, registry: Registry, sid
     except Exception as exc:  # a reference (a user's plug-in most likely) that failed: named, not a crash
         origin = entry.describe()
         return impossible(f"{origin} failed: {type(exc).__name__}: {exc}", origin)
-    replayed = result if isinstance(result, Replayed) else Replayed(np.asarray(result))
-    return _judged(side, node, node_type, gathered.output, replayed, entry.describe())
+    return _judged(side, node, node_type, gathered, replayed, entry.describe())
+
+
+def _run(entry: Entry, gathered: Gathered) -> Replayed:
+    """The reference's result; replayed whole where it cannot compute the sample alone."""
+    reference = entry.load()
+    try:
+        result = reference(gathered.call)
+    except NotSampleable:
+        gathered.call = gathered.call.whole()
+        result = reference(gathered.call)
+    return result if isinstance(result, Replayed) else Replayed(np.asarray(result))
 
 
 def _missing(missing: list[str]) -> str:
@@ -170,28 +209,24 @@ def _missing(missing: list[str]) -> str:
 
 
 def _judged(
-    side: str, node: str, node_type: str, dumped: np.ndarray, replayed: Replayed, reference: str
+    side: str, node: str, node_type: str, gathered: Gathered, replayed: Replayed, reference: str
 ) -> SideReplay:
-    from tui_acc.dumps.dtypes import dtype_name
-    from tui_acc.metrics.kernels import compare_tensors
-
-    values = np.asarray(replayed.values)
+    dumped = gathered.output
+    assert dumped is not None  # checked by the caller
     notes = list(replayed.notes)
-    if values.size != dumped.size:
-        reason = f"shape mismatch: the replay is {list(values.shape)}, the dumped output {list(dumped.shape)}"
-        return SideReplay(side, node, node_type, "impossible", reason, reference, notes=tuple(notes))
-    if values.shape != dumped.shape:
-        notes.append(
-            f"shapes differ ({list(values.shape)} replayed, {list(dumped.shape)} dumped): compared flat"
-        )
-    if values.dtype.kind == "f":
-        values = values.astype(np.float64)
-    # the replay is the reference ("golden" to the kernel): relative errors are relative to it
-    row = compare_tensors(values.reshape(dumped.shape), dumped, kl=False)
+    try:
+        values, kept, sampled = _compared_elements(dumped, replayed, gathered)
+    except ValueError as exc:
+        return SideReplay(side, node, node_type, "impossible", str(exc), reference, notes=tuple(notes))
+    if np.asarray(replayed.values).shape not in (dumped.shape, kept.shape) and replayed.rows is None:
+        shape = list(np.asarray(replayed.values).shape)
+        notes.append(f"shapes differ ({shape} replayed, {list(dumped.shape)} dumped): compared flat")
+    found = distance(values, kept)
     dtype = dtype_name(dumped)
-    bound = tolerance(dtype, replayed.reduction)
-    ok, reason = consistent(row, bound)
-    metrics = {key: _finite_or_none(row.get(key)) for key in METRICS}
+    args = (dtype, replayed.reduction, replayed.roundings, replayed.condition)
+    bound = local_bound(*args)
+    ok, reason = consistent(found, bound)
+    metrics = {key: _finite_or_none(found.get(key)) for key in METRICS}
     return SideReplay(
         side,
         node,
@@ -203,7 +238,53 @@ def _judged(
         bound,
         metrics,
         tuple(notes),
+        expected_local(*args),
+        sampled,
     )
+
+
+def _compared_elements(
+    dumped: np.ndarray, replayed: Replayed, gathered: Gathered
+) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """The replayed values and the dumped elements they stand for, of one shape, and what sample
+    they are ("16 of 256 rows, 512 of 11008 columns"), None when every element is compared."""
+    values = np.asarray(replayed.values)
+    width = dumped.shape[-1] if dumped.ndim else 1
+    table = dumped.reshape(-1, width)
+    rows, columns = replayed.rows, replayed.columns
+    sample = gathered.call.sample
+    if rows is None and sample is not None and values.size == dumped.size:
+        rows = sample.rows  # computed whole: the same sample of it is compared
+        values = values.reshape(table.shape)[rows]
+    if rows is None and columns is None:
+        if values.size != dumped.size:
+            raise ValueError(
+                f"shape mismatch: the replay is {list(values.shape)}, the dumped output {list(dumped.shape)}"
+            )
+        return values.reshape(dumped.shape), dumped, None
+    kept = table if rows is None else table[rows]
+    if columns is not None:
+        kept = kept[:, columns]
+    if values.size != kept.size:
+        raise ValueError(f"shape mismatch: the replay is {list(values.shape)}, the sample {list(kept.shape)}")
+    said = [f"{len(rows)} of {table.shape[0]} rows"] if rows is not None else []
+    said += [f"{len(columns)} of {width} columns"] if columns is not None else []
+    return values.reshape(kept.shape), kept, ", ".join(said)
+
+
+def consistent(found: Distance, bound: float) -> tuple[bool, str]:
+    """Whether the dumped output is within ``bound`` of its replay, and a sentence saying why."""
+    if found["dumped_nan"] != found["replay_nan"] or found["dumped_inf"] != found["replay_inf"]:
+        return False, (
+            f"non-finite values differ: dumped {found['dumped_nan']} NaN, {found['dumped_inf']} inf; "
+            f"replay {found['replay_nan']} NaN, {found['replay_inf']} inf"
+        )
+    rel = found["rel_euclidean"]
+    if rel is None or math.isnan(rel):
+        return False, "no distance could be computed"
+    if rel <= bound:
+        return True, f"rel euclid {number(rel)} <= tolerance {number(bound)}"
+    return False, f"rel euclid {number(rel)} > tolerance {number(bound)}"
 
 
 def _finite_or_none(value: object) -> float | None:

@@ -23,8 +23,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from tui_acc.metrics.rows import NoiseFloor
-from tui_acc.metrics.verdict import Thresholds, gains_non_finite, is_float
+from tui_acc.rows import NoiseFloor
+from tui_acc.verdicts.thresholds import Thresholds, gains_non_finite, is_float
 
 
 def error_of(row: Mapping[str, Any]) -> float | None:

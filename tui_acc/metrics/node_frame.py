@@ -1,22 +1,16 @@
-"""Node rows and their verdicts, derived from a token's tensor rows.
+"""Node rows derived from a token's tensor rows (polars), before they are labelled.
 
-Two steps. ``node_frame`` is polars over the tensor rows: per node, the input, output and weight
-verdicts, its worst output (whose metrics the node shows), the first error, and whether a dumped
-input is its own output (an in-place op). ``judge`` then walks the nodes in execution order: where
-a node's inputs were not dumped, or were overwritten by the op itself, what fed it decides (the
-previous sibling's outputs, or the parent's input), which depends on the rows before it; that walk
-follows the tree, so it is a loop over nodes, not a frame expression.
+Per node: the input, output and weight verdicts of its tensors, its worst output (whose metrics the
+node shows), the first error, and whether a dumped input is its own output (an in-place op). The
+labels (local, inherited, contains) come after, from ``tui_acc.verdicts``: they depend on the rows
+before each node, so they are a walk over the tree, not a frame expression.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import polars as pl
 
-from tui_acc.dumps.model import NodeTree
-from tui_acc.metrics.schema import ANOMALY_COLUMNS, METRIC_COLUMNS, NOISE_COLUMNS, NodeRow
+from tui_acc.metrics.schema import ANOMALY_COLUMNS, METRIC_COLUMNS, NOISE_COLUMNS
 
 # A node row shows its worst output: these columns are copied from that output's row.
 FROM_WORST_OUTPUT = (
@@ -123,82 +117,3 @@ def _in_place(rows: pl.DataFrame) -> pl.DataFrame:
         )
     matches = pl.concat(found).sort("_side", "_in", "_out")
     return matches.group_by("golden_node").agg(pl.col("in_place").first())
-
-
-def judge(rows: list[NodeRow], tree: NodeTree) -> list[NodeRow]:
-    """Effective input verdict, suspect flag and label of each row (in execution order), in place.
-
-    Where a node's inputs were not dumped (ATB child ops, modules called with keyword arguments),
-    its input is what fed it: the outputs of the previous sibling that has outputs, or for a first
-    child, its parent's input. "local": the error starts here; "inherited": its inputs were
-    already bad; "contains": the error starts in one of its children.
-    """
-    judged: dict[str, NodeRow] = {}
-    for row in rows:
-        judge_one(row, judged, tree)
-        judged[row["golden_node"]] = row
-    mark_containers(judged, tree)
-    return rows
-
-
-def judge_one(row: NodeRow, earlier: Mapping[str, NodeRow], tree: NodeTree) -> NodeRow:
-    """``row``'s verdicts, from the rows before it (``earlier``, by golden name)."""
-    row["inputs_effective"], row["inputs_from"] = row["inputs_passed"], "files"
-    if row["inputs_passed"] is None or row.get("in_place"):
-        # An in-place op's dumped input is its output (the hook ran after it): what fed it decides.
-        fed, source = _feed(row["golden_node"], earlier, tree)
-        if fed is not None or row["inputs_passed"] is None:
-            row["inputs_effective"], row["inputs_from"] = fed, source
-    failing = row["outputs_passed"] is False and not row.get("outputs_unknown")
-    row["suspect"] = failing and row["inputs_effective"] is not False
-    row["label"] = ("local" if row["suspect"] else "inherited") if failing else None
-    return row
-
-
-def mark_containers(judged: Mapping[str, NodeRow], tree: NodeTree) -> list[NodeRow]:
-    """A failing module whose error starts in one of its children is labelled "contains"; returns
-    the rows whose label changed."""
-    changed = []
-    for name, row in judged.items():
-        if row["label"] != "local":
-            continue
-        parent = tree.nodes[name].parent
-        while parent is not None:
-            above = judged.get(parent)
-            if above is not None and above["label"] == "local":
-                above["label"] = "contains"
-                changed.append(above)
-            parent = tree.nodes[parent].parent
-    return changed
-
-
-def _feed(name: str, earlier: Mapping[str, NodeRow], tree: NodeTree) -> tuple[bool | None, str | None]:
-    current = name
-    while True:
-        parent = tree.nodes[current].parent
-        if parent is None:
-            return None, None
-        siblings = tree.children(parent)
-        for previous in reversed(siblings[: siblings.index(current)]):
-            row = earlier.get(previous)
-            if row is not None and row["outputs_passed"] is not None and not row.get("outputs_unknown"):
-                return bool(row["outputs_passed"]), previous
-        parent_row = earlier.get(parent)
-        if parent_row is not None and parent_row.get("inputs_effective") is not None:
-            return bool(parent_row["inputs_effective"]), parent
-        current = parent  # a parent with no rows (a container): look one level up
-
-
-def first_suspect(tree: NodeTree, rows: Mapping[str, Any]) -> Any:
-    """The innermost, earliest suspect in execution order: a module and its child can both qualify
-    (the parent's output fails because the child's does); the child is the answer."""
-
-    def search(name: str) -> NodeRow | None:
-        for child in tree.children(name):
-            found = search(child)
-            if found is not None:
-                return found
-        row = rows.get(name)
-        return row if row is not None and row["suspect"] else None
-
-    return search(tree.root)

@@ -1,0 +1,221 @@
+"""The verdicts' error model on its own: rounding bounds, sampled replay, the rules on hand-made rows.
+
+Every expectation comes from the arithmetic (a bf16 rounding is at most u = 2**-8 relative), never
+from digits a CPU's floating-point path decides.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tui_acc.replay.call import Call, Replayed
+from tui_acc.replay.gather import Gathered
+from tui_acc.replay.sampling import ELEMENTS, plan
+from tui_acc.replay.torch_ops import linear, rms_norm_module, silu
+from tui_acc.verdicts.propagation import masked, modelled
+from tui_acc.verdicts.replay_check import _judged
+from tui_acc.verdicts.rounding import MARGIN, expected_local, local_bound, one_rounding
+from tui_acc.verdicts.rules import by_error_model, by_weights
+from tui_acc.verdicts.thresholds import Thresholds, effective_bounds, implied_rel_euclidean, tensor_passed
+
+BF16 = 2.0**-8
+
+
+def test_rounding_bounds_follow_the_unit_roundoff():
+    assert one_rounding("bfloat16") == pytest.approx(BF16 / math.sqrt(3))
+    assert one_rounding("torch.float16") == pytest.approx(2.0**-11 / math.sqrt(3))
+    assert one_rounding("int64") == 0.0 and local_bound("int64") == 0.0
+    assert local_bound("bfloat16") == pytest.approx(MARGIN * BF16 / math.sqrt(3))
+    # float32 accumulation hardly matters at bf16, and grows with the reduction and its cancellation
+    assert expected_local("bfloat16", 4096) < 1.001 * expected_local("bfloat16")
+    assert expected_local("float32", 4096) > 30 * expected_local("float32", 1)
+    assert expected_local("float32", 4096, condition=10) > 9 * expected_local("float32", 4096)
+
+
+def _bf16(values: np.ndarray) -> np.ndarray:
+    return values.astype(ml_dtypes.bfloat16)
+
+
+def _replayed(call: Call, output: np.ndarray, reference=linear) -> object:
+    gathered = Gathered(call, output, "output.0")
+    return _judged("test", call.name, call.type, gathered, reference(call), "built-in")
+
+
+def _linear_call(x: np.ndarray, weight: np.ndarray, output: np.ndarray, sample: bool) -> Call:
+    return Call(
+        "Functional.linear.0.forward",
+        "linear",
+        "msprobe",
+        positional={0: x, 1: weight},
+        output_dtype="bfloat16",
+        output_shape=tuple(output.shape),
+        precision=np.float32,
+        sample=plan(tuple(output.shape), "Functional.linear.0.forward") if sample else None,
+    )
+
+
+@pytest.fixture(scope="module")
+def bf16_linear():
+    """A bf16 linear computed correctly (float32 accumulation, one rounding), and its inputs."""
+    rng = np.random.default_rng(7)
+    x = _bf16(rng.standard_normal((300, 256), dtype=np.float32))
+    weight = _bf16(rng.standard_normal((512, 256), dtype=np.float32) * 0.05)
+    exact = x.astype(np.float64) @ weight.astype(np.float64).T
+    return x, weight, exact
+
+
+def test_a_correct_bf16_linear_is_consistent_and_a_2_percent_fault_is_not(bf16_linear):
+    x, weight, exact = bf16_linear
+    correct = _bf16(exact)
+    found = _replayed(_linear_call(x, weight, correct, sample=True), correct)
+    assert found.verdict == "consistent"
+    # one rounding: within the rms of one rounding, a third of the bound
+    assert found.local_error <= one_rounding("bfloat16") <= found.tolerance / MARGIN * 1.0001
+    assert found.sampled is not None and "of 300 rows" in found.sampled
+    noise = np.random.default_rng(8).standard_normal(exact.shape)
+    faulty = _bf16(exact + 0.02 * np.sqrt(np.mean(exact**2)) * noise)
+    assert _replayed(_linear_call(x, weight, faulty, sample=True), faulty).verdict == "disagrees"
+    scaled = _bf16(exact * 1.02)  # a pure scale: cosine 1, relative error 2 %
+    assert _replayed(_linear_call(x, weight, scaled, sample=True), scaled).verdict == "disagrees"
+
+
+def test_the_sampled_estimate_is_close_to_the_whole(bf16_linear):
+    x, weight, exact = bf16_linear
+    noise = np.random.default_rng(9).standard_normal(exact.shape)
+    faulty = _bf16(exact + 0.02 * np.sqrt(np.mean(exact**2)) * noise)
+    whole = _replayed(_linear_call(x, weight, faulty, sample=False), faulty)
+    sampled = _replayed(_linear_call(x, weight, faulty, sample=True), faulty)
+    assert whole.sampled is None and sampled.sampled is not None
+    # 2**16 elements sampled: their estimate is within a few percent of the whole output's
+    assert sampled.local_error == pytest.approx(whole.local_error, rel=0.1)
+
+
+def test_a_sample_is_seeded_by_the_name_and_only_for_large_outputs():
+    assert plan((8, 64), "a") is None  # small: every element
+    first, again = plan((4096, 512), "node"), plan((4096, 512), "node")
+    assert first is not None and again is not None
+    assert np.array_equal(first.rows, again.rows) and len(first.rows) * 512 <= ELEMENTS
+    other = plan((4096, 512), "another node")
+    assert other is not None and not np.array_equal(first.rows, other.rows)
+
+
+def test_elementwise_and_norm_references_sample_rows():
+    rng = np.random.default_rng(3)
+    x = _bf16(rng.standard_normal((2048, 128), dtype=np.float32))
+    out = _bf16(x.astype(np.float64) / (1 + np.exp(-x.astype(np.float64))))
+    call = Call(
+        "Module.mlp.act_fn.SiLUActivation.forward.0",
+        "SiLUActivation",
+        "msprobe",
+        positional={0: x},
+        output_shape=out.shape,
+        precision=np.float32,
+        sample=plan(out.shape, "act"),
+    )
+    found = _replayed(call, out, silu)
+    assert found.verdict == "consistent" and found.sampled is not None
+    weight = _bf16(rng.standard_normal(128, dtype=np.float32))
+    wide = x.astype(np.float64)
+    normed = _bf16(wide / np.sqrt(np.mean(wide**2, axis=-1, keepdims=True) + 1e-6))
+    norm_out = _bf16(weight.astype(np.float64) * normed.astype(np.float64))
+    norm_call = Call(
+        "Module.norm.LlamaRMSNorm.forward.0",
+        "LlamaRMSNorm",
+        "msprobe",
+        positional={0: x},
+        params={"weight": weight},
+        output_shape=norm_out.shape,
+        precision=np.float32,
+        sample=plan(norm_out.shape, "norm"),
+    )
+    assert _replayed(norm_call, norm_out, rms_norm_module).verdict == "consistent"
+
+
+def test_the_reference_computes_the_sample_only():
+    x = np.ones((4096, 64), dtype=np.float32)
+    weight = np.ones((4096, 64), dtype=np.float32)
+    out = np.zeros((4096, 4096), dtype=np.float32)
+    call = _linear_call(x, weight, out, sample=True)
+    result = linear(call)
+    assert isinstance(result, Replayed) and result.rows is not None
+    assert np.asarray(result.values).shape[0] == len(result.rows) < 4096
+
+
+def _row(**fields: object) -> dict[str, object]:
+    base = {"golden_dtype": "float32", "test_dtype": "bfloat16", "golden_shape": "[1, 6, 64]", "numel": 384}
+    return {**base, **fields}
+
+
+def test_the_error_model_allows_what_the_inputs_carry():
+    output = _row(role="output", rel_euclidean=0.012)
+    row = {"input_error": 0.01, "output_error": 0.012, "test_dtype": "bfloat16"}
+    found = by_error_model(row, [output])
+    assert found is not None and not found.local and found.rule == "error model"
+    assert found.expected_error == pytest.approx(2 * 0.01 + local_bound("bfloat16"))
+    grown = {**row, "output_error": 0.05}
+    assert by_error_model(grown, [{**output, "rel_euclidean": 0.05}]).local
+    # from exact inputs, one rounding's worth is explained; five roundings are not
+    fresh = {"input_error": 0.0, "output_error": 0.4 * BF16, "test_dtype": "bfloat16"}
+    assert not by_error_model(fresh, [output]).local
+    assert by_error_model({**fresh, "output_error": 5 * BF16}, [output]).local
+
+
+def test_the_error_model_leaves_what_it_cannot_read():
+    narrow = _row(role="output", rel_euclidean=0.13, golden_shape="[1, 1, 1]")  # a gate's one logit
+    stats = _row(role="output", stats_only=True, norm_rel_diff=0.05)
+    mask = _row(
+        role="output", rel_euclidean=1.0, golden_min=-3.4028234663852886e38, test_min=-3.3895313892515355e38
+    )
+    row = {"input_error": 0.0, "output_error": 0.13, "test_dtype": "bfloat16"}
+    assert not modelled(stats) and by_error_model(row, [stats]) is None
+    assert masked({**mask, "golden_dtype": "float32", "test_dtype": "bfloat16"})
+    assert not modelled(mask) and by_error_model(row, [mask]) is None
+    assert by_error_model({"output_error": 0.1}, [_row(role="output", rel_euclidean=0.1)]) is None  # no input
+    # a single logit off 13 % from exact inputs is its own error; from inputs carrying 1 % it may be
+    # cancellation amplifying them: not local
+    assert by_error_model(row, [narrow]).local
+    carried = by_error_model({**row, "input_error": 0.01}, [narrow])
+    assert carried is not None and not carried.local and "narrow" in carried.reason
+
+
+def test_a_weight_is_judged_against_its_cast():
+    rng = np.random.default_rng(11)
+    golden = rng.standard_normal(4096)
+    cast = golden.astype(ml_dtypes.bfloat16).astype(np.float64)
+    scale = np.abs(golden).max() / 127
+    quantised = (
+        (np.clip(np.round(golden / scale), -127, 127) * scale).astype(ml_dtypes.bfloat16).astype(np.float64)
+    )
+
+    def weight(test: np.ndarray) -> dict[str, object]:
+        error = float(np.linalg.norm(test - golden) / np.linalg.norm(golden))
+        return _row(role="param", slot="parameters.weight", rel_euclidean=error)
+
+    assert by_weights({}, [weight(cast)], "Linear").local is False
+    found = by_weights({}, [weight(quantised)], "Linear")
+    assert found is not None and found.local and found.rule == "weights"
+    assert by_weights({}, [_row(role="input", slot="input.0", rel_euclidean=0.5)], "Linear") is None
+
+
+def test_scalars_and_constants_are_judged_by_their_values():
+    thresholds = Thresholds()
+    scalar = _row(numel=1, golden_shape="[]", cosine=1.0, rel_euclidean=0.986, max_abs_err=0.986)
+    assert not tensor_passed(scalar, thresholds)
+    constant = _row(cosine=1.0, rel_euclidean=0.032, golden_max=2.0, golden_min=2.0)
+    assert "cosine" not in effective_bounds(constant, {"cosine": 0.99})
+    assert tensor_passed({**constant, "rel_euclidean": 0.001}, thresholds)
+
+
+def test_a_scale_error_fails_where_a_rotation_as_large_would():
+    thresholds = Thresholds()
+    bound = implied_rel_euclidean(0.99)
+    assert bound == pytest.approx(math.sqrt(0.02))
+    scaled = _row(cosine=1.0, rel_euclidean=0.2)
+    assert not tensor_passed(scaled, thresholds)
+    assert tensor_passed({**scaled, "rel_euclidean": 0.05}, thresholds)
+    # a bound the user set on rel_euclidean is kept, not replaced by the implied one
+    assert effective_bounds(scaled, {"cosine": 0.99, "rel_euclidean": 0.5})["rel_euclidean"] == 0.5

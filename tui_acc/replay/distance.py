@@ -1,0 +1,54 @@
+"""How far a dumped output is from its replay, in float64, over the elements replayed."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+import numpy as np
+
+
+class Distance(TypedDict):
+    """The replay is the reference: relative errors are relative to it."""
+
+    numel: int
+    cosine: float | None
+    max_abs_err: float | None
+    mean_abs_err: float | None
+    max_rel_err: float | None
+    rel_euclidean: float | None
+    dumped_nan: int
+    dumped_inf: int
+    replay_nan: int
+    replay_inf: int
+
+
+def distance(replay: np.ndarray, dumped: np.ndarray) -> Distance:
+    """The distance between two arrays of one shape (integers compare exactly, as float64 of them)."""
+    r = np.asarray(replay, dtype=np.float64).reshape(-1)
+    d = np.asarray(dumped, dtype=np.float64).reshape(-1)
+    found = Distance(
+        numel=int(r.size),
+        cosine=None,
+        max_abs_err=None,
+        mean_abs_err=None,
+        max_rel_err=None,
+        rel_euclidean=None,
+        dumped_nan=int(np.isnan(d).sum()),
+        dumped_inf=int(np.isinf(d).sum()),
+        replay_nan=int(np.isnan(r).sum()),
+        replay_inf=int(np.isinf(r).sum()),
+    )
+    finite = np.isfinite(r) & np.isfinite(d)
+    r, d = r[finite], d[finite]
+    if not r.size:
+        return found
+    diff = np.abs(d - r)
+    norm_r, norm_d, norm_diff = (float(np.linalg.norm(v)) for v in (r, d, diff))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        relative = np.where(r != 0, diff / np.abs(r), np.where(diff == 0, 0.0, np.inf))
+    found["cosine"] = float(np.dot(r, d) / (norm_r * norm_d)) if norm_r > 0 and norm_d > 0 else None
+    found["max_abs_err"] = float(diff.max())
+    found["mean_abs_err"] = float(diff.mean())
+    found["max_rel_err"] = float(relative.max())
+    found["rel_euclidean"] = norm_diff / norm_r if norm_r > 0 else (0.0 if norm_diff == 0 else float("inf"))
+    return found

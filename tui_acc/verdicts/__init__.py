@@ -1,0 +1,1 @@
+"""Verdicts: whether a tensor matches its golden, and which operator an error starts at."""

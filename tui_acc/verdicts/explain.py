@@ -1,0 +1,60 @@
+"""Verdicts in words, with their numbers: why a token fails, and what to say when no operator is to
+blame."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from tui_acc.numbers import cosine, number
+from tui_acc.verdicts.thresholds import (
+    AT_LEAST,
+    Thresholds,
+    effective_bounds,
+    gains_non_finite,
+    precision_class,
+)
+
+_NAMES = {"kl": "KL", "rel_euclidean": "rel eucl", "topk_overlap": "top-k overlap"}
+
+
+def broken_bounds(row: Mapping[str, Any], bounds: Mapping[str, float]) -> list[str]:
+    """Each bound ``row`` breaks, as ``"KL 2.611e-02 > 5.000e-03"``."""
+    broken = []
+    for metric, bound in effective_bounds(row, bounds).items():
+        value = row.get(metric)
+        if value is None:
+            continue
+        shown = cosine if metric == "cosine" else number
+        if not isinstance(value, (int, float)) or math.isnan(value):
+            broken.append(f"{_NAMES.get(metric, metric)} is {value} (not a number)")
+        elif metric in AT_LEAST and value < bound:
+            broken.append(f"{_NAMES.get(metric, metric)} {shown(value)} < {shown(bound)}")
+        elif metric not in AT_LEAST and value > bound:
+            broken.append(f"{_NAMES.get(metric, metric)} {shown(value)} > {shown(bound)}")
+    return broken
+
+
+def token_failure(row: Mapping[str, Any], thresholds: Thresholds, floor: str | None = None) -> str | None:
+    """Why a token's logits fail, in words with the numbers; None where they pass."""
+    if row.get("passed") is not False:
+        return None
+    if row.get("error"):
+        return str(row["error"])
+    if gains_non_finite(row):
+        return "the test's logits hold NaN or Inf the golden's do not"
+    golden, test = row.get("golden_dtype"), row.get("test_dtype")
+    if row.get("stats_only"):
+        tolerance = thresholds.for_stats(golden, test, floor)
+        return f"statistics: norm rel diff {number(row.get('norm_rel_diff'))} (tolerance {number(tolerance)})"
+    if row.get("noise_ratio") is not None:
+        return f"its error is {number(row['noise_ratio'])}x the baseline's"
+    broken = broken_bounds(row, thresholds.for_logits(golden, test))
+    return "; ".join(broken) if broken else None
+
+
+def accumulated(dtype: object) -> str:
+    """What a failing token with no local operator means."""
+    name = precision_class(dtype) if dtype else "its dtype"
+    return f"accumulated rounding: no operator adds more error than {name} explains"

@@ -1,0 +1,274 @@
+"""Labels of a token's node rows: where an error starts (local), where it came in (inherited), and
+which modules hold it (contains); and which rule decided, with its numbers.
+
+Each node is judged by the first rule that can judge it (``rules.py`` says how each one reads):
+
+1. **threshold**, for what no model softens: a file that could not be read, a NaN or infinity the
+   golden lacks, an integer tensor (token ids) that differs. Local where its inputs pass.
+2. **weights**: a weight further from the golden's than its dtype's cast explains (``weights.py``).
+3. **replay**: the test side's output against its own inputs, recomputed (``local.py``); for a module
+   that passes a descendant's output through, the distance between the two.
+4. **baseline** (``--baseline``): its error beyond the noise floor while its inputs are within it.
+5. **error model**: its error beyond what its inputs' error explains (``propagation.py``).
+6. **threshold**: its output fails the thresholds while its inputs pass (the fallback).
+
+Where a node's inputs were not dumped (ATB child ops, modules called with keyword arguments), or
+were overwritten by the op itself (an in-place op), its input is what fed it: the outputs of the
+previous sibling that has outputs, or for a first child, its parent's input. Modules are judged
+again once everything inside them is (``finish``): "contains" where an operator inside them is
+local, or fails while they pass; never a ✓ over a failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tui_acc.dumps.model import NodeTree
+from tui_acc.pairing import NodePair
+from tui_acc.rows import NodeRow, TensorRow
+from tui_acc.verdicts.local import LocalChecks
+from tui_acc.verdicts.propagation import error_of
+from tui_acc.verdicts.rules import Reading, by_error_model, by_replay, by_threshold, by_weights, pass_through
+from tui_acc.verdicts.thresholds import gains_non_finite, is_float
+from tui_acc.verdicts.weights import is_weight
+
+Tensors = Sequence[TensorRow]
+
+
+@dataclass(frozen=True)
+class Judging:
+    """What judging a comparison's nodes needs besides their rows."""
+
+    tree: NodeTree
+    checks: LocalChecks | None = None  # None: no replay
+    baseline: bool = False  # tensors were judged against a baseline's noise floor
+    # False: the thresholds alone (one dump checked on its own, whose "failing" is an anomaly: no
+    # error to model)
+    models: bool = True
+
+
+@dataclass(frozen=True)
+class TokenInput:
+    """What came into a token before any of its nodes: whether it was the golden's, and why not."""
+
+    passed: bool
+    source: str
+
+
+def diverged(previous: int, golden_top1: object, test_top1: object) -> TokenInput | None:
+    """A decode step's input where the step before chose another token: every node of it works on
+    another token than the golden's, so nothing in it starts an error (where the token ids are not
+    dumped to say so themselves)."""
+    if golden_top1 is None or test_top1 is None or golden_top1 == test_top1:
+        return None
+    return TokenInput(False, f"token {previous} chose {test_top1}, the golden {golden_top1}")
+
+
+def judge_one(
+    row: NodeRow,
+    tensors: Tensors,
+    earlier: Mapping[str, NodeRow],
+    judging: Judging,
+    node: NodePair | None = None,
+    compute: bool = True,
+    token_input: Callable[[], TokenInput | None] | None = None,
+) -> bool:
+    """Set ``row``'s verdict from its tensors and the rows before it (``earlier``, by golden name).
+
+    ``token_input``: what fed the token (asked only for a node nothing dumped before it fed). Returns False,
+    leaving the row unjudged, where a reading it needs is not known and ``compute`` is False (what
+    a UI thread asks: it never replays).
+    """
+    _set_inputs(row, tensors, earlier, judging.tree, token_input)
+    reading = _reading(row, tensors, judging, node, compute)
+    if reading is None:
+        return False
+    apply(row, reading)
+    return True
+
+
+def _reading(
+    row: NodeRow, tensors: Tensors, judging: Judging, node: NodePair | None, compute: bool
+) -> Reading | None:
+    failing = row["outputs_passed"] is False and not row.get("outputs_unknown")
+    outputs = [t for t in tensors if t.get("role") == "output" and not t.get("error")]
+    hard = row.get("error") or row.get("outputs_unknown") or row["outputs_passed"] is None
+    if hard or not judging.models or any(gains_non_finite(t) or _integer_differs(t) for t in outputs):
+        return by_threshold(row, failing)
+    weights = by_weights(row, tensors, _node_type(row))
+    if weights is not None and weights.local:
+        return weights
+    if judging.checks is not None and node is not None and judging.checks.has_reference(node):
+        if compute:
+            replay = judging.checks.replay(node)
+        else:
+            known, replay = judging.checks.known_replay(node)
+            if not known:
+                return None
+        found = by_replay(replay) if replay is not None else None
+        if found is not None:
+            return found
+    if judging.baseline and row.get("noise_ratio") is not None:
+        return by_threshold(row, failing, rule="baseline")
+    modelled = by_error_model(row, outputs, _data_inputs(row, tensors))
+    if modelled is not None:
+        return modelled
+    return weights if weights is not None else by_threshold(row, failing)
+
+
+def apply(row: NodeRow, reading: Reading) -> None:
+    """Put a reading's verdict on the row."""
+    failing = row["outputs_passed"] is False and not row.get("outputs_unknown")
+    row["rule"] = reading.rule
+    row["local_error"] = reading.local_error
+    row["expected_error"] = reading.expected_error
+    row["reason"] = reading.reason
+    row["suspect"] = bool(reading.local)
+    row["label"] = "local" if reading.local else "inherited" if failing else None
+
+
+def _set_inputs(
+    row: NodeRow,
+    tensors: Tensors,
+    earlier: Mapping[str, NodeRow],
+    tree: NodeTree,
+    token_input: Callable[[], TokenInput | None] | None,
+) -> None:
+    """The inputs' verdict and error: the dumped ones, or where there are none (or they are the
+    op's own output, in place) what fed the node."""
+    data = _data_inputs(row, tensors)
+    errors = [e for t in data if (e := error_of(t)) is not None]
+    outputs = [e for t in tensors if t.get("role") == "output" and (e := error_of(t)) is not None]
+    row["output_error"] = max(outputs) if outputs else None
+    row["inputs_effective"], row["inputs_from"] = row["inputs_passed"], "files"
+    row["input_error"] = max(errors) if errors else None
+    if row["inputs_passed"] is None or row.get("in_place") or not errors:
+        fed, source = _feed(row["golden_node"], earlier, tree)
+        if fed is not None and (row["inputs_passed"] is None or row.get("in_place")):
+            row["inputs_effective"], row["inputs_from"] = bool(fed["passed"]), source
+        elif row["inputs_passed"] is None:
+            came = token_input() if token_input is not None else None
+            row["inputs_effective"] = came.passed if came is not None else None
+            row["inputs_from"] = came.source if came is not None else None
+        if fed is not None and (row.get("in_place") or not errors):
+            row["input_error"] = fed["error"]
+
+
+def _feed(
+    name: str, earlier: Mapping[str, NodeRow], tree: NodeTree
+) -> tuple[dict[str, Any] | None, str | None]:
+    """What fed ``name``: the previous sibling with outputs, else its parent's input, looking up.
+
+    Its verdict is that node's; its error the largest of everything that could have fed it (the
+    parent's input and every earlier sibling's outputs): glue code between them, a residual add
+    above all, mixes them, and a sum's relative error stays within its terms' largest.
+    """
+    current = name
+    errors: list[float] = []
+    while True:
+        parent = tree.nodes[current].parent
+        if parent is None:
+            return None, None
+        siblings = tree.children(parent)
+        before = [earlier[s] for s in siblings[: siblings.index(current)] if s in earlier]
+        parent_row = earlier.get(parent)
+        candidates = [r.get("output_error") for r in before]
+        candidates += [parent_row.get("input_error")] if parent_row is not None else []
+        errors += [e for e in candidates if isinstance(e, (int, float))]
+        error = max(errors) if errors else None
+        for row in reversed(before):
+            if row["outputs_passed"] is not None and not row.get("outputs_unknown"):
+                return {"passed": row["outputs_passed"], "error": error}, row["golden_node"]
+        if parent_row is not None and parent_row.get("inputs_effective") is not None:
+            return {"passed": parent_row["inputs_effective"], "error": error}, parent
+        current = parent  # a parent with no rows (a container): look one level up
+
+
+def finish(
+    judged: Mapping[str, NodeRow],
+    tensors_of: Callable[[str], Tensors],
+    pairs_of: Callable[[str], NodePair | None],
+    judging: Judging,
+    compute: bool = True,
+) -> list[NodeRow]:
+    """Judge each module again now that everything inside it is judged; returns the rows changed.
+
+    A module that passes a descendant's output through is judged by the distance between the two
+    (test side); another by the error model over its inputs and every output inside it. Then the
+    modules above a local operator are labelled "contains", as are those that pass while something
+    inside them fails.
+    """
+    tree = judging.tree
+    changed: dict[str, NodeRow] = {}
+    for name, row in judged.items():
+        inside = [judged[n] for n in _descendants(tree, name) if n in judged]
+        if not judging.models or not inside or row.get("rule") in ("weights", "replay") or row.get("error"):
+            continue
+        before = (row.get("rule"), row.get("label"))
+        reading = pass_through(row, inside, tensors_of, pairs_of, judging.checks, compute)
+        if reading is None:
+            own = tensors_of(name)
+            outputs = [t for t in own if t.get("role") == "output" and not t.get("error")]
+            inputs = [t for t in own if t.get("role") == "input"]
+            reading = by_error_model(row, outputs, inputs, inside)
+        if reading is not None:
+            apply(row, reading)
+        if (row.get("rule"), row.get("label")) != before:
+            changed[name] = row
+    for name, row in judged.items():
+        local = row.get("label") == "local"
+        failing = local or row.get("label") == "inherited" or row["outputs_passed"] is False
+        if not failing:
+            continue
+        parent = tree.nodes[name].parent
+        while parent is not None:
+            above = judged.get(parent)
+            if (
+                above is not None
+                and (local or above.get("label") is None)
+                and above.get("label") != "contains"
+            ):
+                above["label"], above["suspect"] = "contains", False
+                changed[parent] = above
+            parent = tree.nodes[parent].parent
+    return list(changed.values())
+
+
+def _descendants(tree: NodeTree, name: str) -> list[str]:
+    return [node.name for node in tree.preorder(name) if node.name != name]
+
+
+def _data_inputs(row: Mapping[str, Any], tensors: Tensors) -> list[TensorRow]:
+    """The inputs that carry data from the operators before (not its weights)."""
+    node_type = _node_type(row)
+    return [t for t in tensors if t.get("role") == "input" and not is_weight(t, node_type)]
+
+
+def _node_type(row: Mapping[str, Any]) -> str | None:
+    found = row.get("test_type") or row.get("golden_type")
+    return str(found) if found else None
+
+
+def _integer_differs(row: Mapping[str, Any]) -> bool:
+    """An integer tensor (token ids, positions) whose values differ: no rounding explains it."""
+    if row.get("stats_only"):
+        return False
+    floats = is_float(row.get("golden_dtype")) and is_float(row.get("test_dtype"))
+    return not floats and row.get("max_abs_err") not in (0, 0.0, None)
+
+
+def first_suspect(tree: NodeTree, rows: Mapping[str, Any]) -> Any:
+    """The innermost, earliest local node in execution order: a module and its child can both
+    qualify (the parent's output fails because the child's does); the child is the answer."""
+
+    def search(name: str) -> NodeRow | None:
+        for child in tree.children(name):
+            found = search(child)
+            if found is not None:
+                return found
+        row = rows.get(name)
+        return row if row is not None and row.get("label") == "local" else None
+
+    return search(tree.root)

@@ -1,0 +1,126 @@
+"""Local error: what an operator adds itself, measured on the test side's own dumped tensors.
+
+Two measurements need tensor data, so they are made here, once per node and token, on the thread
+that judges (never the UI's), and kept:
+
+- **replay**: the test side's dumped output against the operator recomputed from the test side's
+  own dumped inputs and weights (``replay_check.replay_side``, on a sample of a large output). Where
+  the test disagrees with its replay, the golden is replayed too: a golden that disagrees with its
+  own replay as much shows that the reference is not what this operator computes (an eps not
+  recorded, a fused step), and the replay is then no evidence either way.
+- **pass-through**: a module whose golden output is bit for bit a descendant's output (an attention
+  returning its ``o_proj``'s output, a model returning its final norm's) must do the same on the
+  test side; the distance between the two test tensors is its local error.
+
+Neither depends on the error that came in with the inputs, so a fault of 2 % shows under the 1-1.5 %
+a bf16 port has accumulated by the middle layers.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from tui_acc.dumps.loading import load_side
+from tui_acc.dumps.model import DumpError, DumpIndex
+from tui_acc.dumps.tensors import TensorLoadError
+from tui_acc.pairing import NodePair, Pairing, TensorPair
+from tui_acc.replay.distance import distance
+from tui_acc.replay.registry import Registry
+from tui_acc.replay.sampling import plan
+from tui_acc.verdicts.replay_check import SideReplay, replay_side
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """The test side's replay of a node, and what the golden's says of the reference."""
+
+    test: SideReplay
+    golden: SideReplay | None  # replayed only where the test disagrees
+
+    @property
+    def reference_holds(self) -> bool:
+        """False where the golden disagrees with the reference as much as the test does."""
+        if self.golden is None or self.golden.verdict != "disagrees":
+            return True
+        golden_error, bound = self.golden.local_error, self.test.tolerance
+        return golden_error is None or bound is None or golden_error <= bound
+
+
+class LocalChecks:
+    """Replays and pass-through distances of one comparison, each computed once (any thread)."""
+
+    def __init__(self, pairing: Pairing, registry: Registry | None = None) -> None:
+        self.pairing = pairing
+        self.registry = registry or Registry()
+        self._replays: dict[tuple[int, str], Replayed | None] = {}
+        self._distances: dict[tuple[int, str, str], float | None] = {}
+        self._lock = threading.Lock()
+        self.replayed = 0  # how many nodes were replayed (for the benchmark)
+
+    def has_reference(self, node: NodePair) -> bool:
+        """Whether a reference exists for the test node (no data is read)."""
+        from tui_acc.dumps.msprobe_passes import api_of
+
+        index = self.pairing.test
+        found = index.tree.nodes.get(node.test)
+        api = api_of(node.test) if index.format.startswith("msprobe") else None
+        return self.registry.find(api, found.type if found is not None else None) is not None
+
+    def known_replay(self, node: NodePair) -> tuple[bool, Replayed | None]:
+        """``(known, replay)`` without computing anything (what a UI thread may ask)."""
+        with self._lock:
+            key = (node.token, node.golden)
+            return key in self._replays, self._replays.get(key)
+
+    def replay(self, node: NodePair) -> Replayed | None:
+        """The node's replay (None where no reference exists), computed on first use."""
+        key = (node.token, node.golden)
+        with self._lock:
+            if key in self._replays:
+                return self._replays[key]
+        found = self._replay(node) if self.has_reference(node) else None
+        with self._lock:
+            self.replayed += found is not None
+            return self._replays.setdefault(key, found)
+
+    def _replay(self, node: NodePair) -> Replayed:
+        test = replay_side(self.pairing.test, node.token, node.test, self.registry, "test")
+        golden = None
+        if test.verdict == "disagrees":
+            golden = replay_side(self.pairing.golden, node.token, node.golden, self.registry, "golden")
+        return Replayed(test, golden)
+
+    def known_distance(self, output: TensorPair, source: TensorPair) -> tuple[bool, float | None]:
+        key = (output.token, output.test.location, source.test.location)
+        with self._lock:
+            return key in self._distances, self._distances.get(key)
+
+    def pass_through(self, output: TensorPair, source: TensorPair) -> float | None:
+        """The test side's relative distance of ``output`` from ``source`` (None: unreadable)."""
+        key = (output.token, output.test.location, source.test.location)
+        with self._lock:
+            if key in self._distances:
+                return self._distances[key]
+        found = _test_distance(self.pairing.test, output, source)
+        with self._lock:
+            return self._distances.setdefault(key, found)
+
+
+def _test_distance(index: DumpIndex, output: TensorPair, source: TensorPair) -> float | None:
+    try:
+        out = load_side(output.test, None, index.load_policy)
+        src = load_side(source.test, None, index.load_policy)
+    except (TensorLoadError, DumpError, OSError, ValueError):
+        return None
+    if out.shape != src.shape:
+        return None
+    sample = plan(tuple(out.shape), output.test_node)
+    if sample is not None:
+        width = out.shape[-1]
+        out = out.reshape(-1, width)[sample.rows]
+        src = src.reshape(-1, width)[sample.rows]
+    found = distance(np.asarray(src), np.asarray(out))
+    return found["rel_euclidean"]

@@ -1,0 +1,92 @@
+"""The error model where no replay is possible: how much error an operator's inputs explain.
+
+A tensor's error is its relative Euclidean distance from the golden, ``r = ||t - g|| / ||g||``
+(msit's "relative euclidean"); for a statistics-only row, the norms' relative difference, which
+is a lower bound of it (``| ||t|| - ||g|| | <= ||t - g||``).
+
+An operator ``y = f(x)`` passes on the error its inputs carry, scaled by how sensitive ``f`` is:
+relative error passes through a linear map, a norm and an activation about unchanged (a norm
+keeps the relative error along ``x``; a square doubles it by arithmetic: ``Tensor.pow`` failing
+after a noisy input is transmission, not a fault). So the output's error is explained when
+
+    r_out <= GROWTH * r_in + local_bound(dtype)
+
+with ``r_in`` the largest error among its inputs (or, where its inputs were not dumped, of what fed
+it) and ``local_bound`` the rounding the operator adds itself (``rounding.py``). ``GROWTH`` = 2
+covers the square and leaves room for the mild growth of a reduction that partly cancels; an
+operator above that band adds error of its own. A module's "inputs" here are its own inputs and
+every output inside it: a module adds error only where its own glue code does (a residual add, a
+reshape) beyond what everything before it carries.
+
+The model is conservative by design: it flags an operator only when its error clearly grows past
+what came in. Faults smaller than the incoming drift are for the replay (``local.py``) to see.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+GROWTH = 2.0
+# The model judges outputs of at least this many elements per row: the relative error of a handful
+# of sums is their condition number's to decide (a gate's single logit that nearly cancels), and the
+# condition number is not in the dump.
+MIN_WIDTH = 16
+
+
+def error_of(row: Mapping[str, Any]) -> float | None:
+    """A tensor row's relative error: relative Euclidean distance, or for a statistics-only row the
+    norms' relative difference (None when the row has neither, could not be read, or holds a mask's
+    fill values, whose difference between dtypes is no error)."""
+    if row.get("error") or masked(row):
+        return None
+    value = row.get("norm_rel_diff") if row.get("stats_only") else row.get("rel_euclidean")
+    return abs(value) if isinstance(value, (int, float)) and not math.isnan(value) else None
+
+
+def modelled(row: Mapping[str, Any]) -> bool:
+    """Whether the error model can read this tensor: data (statistics are computed in the tensor's
+    own dtype, a rounding of their own), and no mask."""
+    return not row.get("stats_only") and error_of(row) is not None
+
+
+def width(row: Mapping[str, Any]) -> int | None:
+    """The last dimension of a tensor row's shape (None: unknown; 1 for a 0-dim tensor)."""
+    shape = str(row.get("golden_shape") or "").strip("[]")
+    if not shape:
+        return 1 if row.get("golden_shape") == "[]" else None
+    last = shape.split(",")[-1].strip()
+    return int(last) if last.isdigit() else None
+
+
+def narrow(row: Mapping[str, Any]) -> bool:
+    """Fewer than MIN_WIDTH elements per row: each a handful of sums whose cancellation, which the
+    dump does not hold, may amplify any error that came in."""
+    found = width(row)
+    return found is not None and found < MIN_WIDTH
+
+
+# the largest finite value of each float dtype: a value at it is a mask's fill (or an overflow)
+_FLOAT_MAX = {"float32": 3.4028234663852886e38, "float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+
+
+def saturates(value: object, dtype: object) -> bool:
+    """Whether ``value`` is at ``dtype``'s largest magnitude."""
+    limit = _FLOAT_MAX.get(str(dtype).removeprefix("torch."))
+    return limit is not None and isinstance(value, (int, float)) and abs(value) >= limit
+
+
+def masked(row: Mapping[str, Any]) -> bool:
+    """A tensor both sides fill with their own dtype's extreme (an attention mask: float32's
+    -3.4e38 golden, float16's -65504 test): equal by intent, however far apart their digits are."""
+    return any(
+        saturates(row.get(f"golden_{key}"), row.get("golden_dtype"))
+        and saturates(row.get(f"test_{key}"), row.get("test_dtype"))
+        for key in ("max", "min")
+    )
+
+
+def explained_bound(input_error: float, rounding_bound: float, growth: float = GROWTH) -> float:
+    """The largest output error ``input_error`` and the operator's own rounding explain."""
+    return growth * input_error + rounding_bound

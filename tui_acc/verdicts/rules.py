@@ -1,0 +1,218 @@
+"""The rules that judge a node, each a reading: local or not, the error measured, what was allowed.
+
+``labels.py`` says which rule judges which node; each function here reads one rule's evidence and
+returns ``None`` where the rule cannot judge (no reference, no inputs, nothing dumped).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tui_acc.numbers import number
+from tui_acc.pairing import NodePair, TensorPair
+from tui_acc.rows import NodeRow, TensorRow
+from tui_acc.verdicts.local import LocalChecks, Replayed
+from tui_acc.verdicts.propagation import GROWTH, error_of, explained_bound, modelled, narrow, width
+from tui_acc.verdicts.rounding import coarser, local_bound
+from tui_acc.verdicts.weights import cast_bound, is_weight
+
+Rule = Literal["threshold", "weights", "replay", "baseline", "error model"]
+RULES: tuple[Rule, ...] = ("replay", "weights", "error model", "baseline", "threshold")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One rule's verdict on one node."""
+
+    rule: Rule
+    local: bool
+    local_error: float | None = None  # the error the rule measured
+    expected_error: float | None = None  # the most it allows (None: a threshold, not an error)
+    reason: str = ""
+
+
+def by_threshold(row: Mapping[str, Any], failing: bool, rule: Rule = "threshold") -> Reading:
+    """Today's rule, and the fallback: local where the output fails while the inputs pass."""
+    local = failing and row.get("inputs_effective") is not False
+    what = "the noise floor" if rule == "baseline" else "the thresholds"
+    if row.get("error"):
+        reason = f"a tensor could not be compared: {row['error']}"
+    elif not failing:
+        reason = f"its outputs are within {what}"
+    elif local:
+        where = "" if row.get("inputs_from") in ("files", None) else f" (fed by {row['inputs_from']})"
+        inputs = "its inputs pass" + where if row.get("inputs_effective") else "no input was dumped"
+        reason = f"its output fails {what} while {inputs}"
+    else:
+        reason = f"its output fails {what}, and so do its inputs"
+    return Reading(rule, local, row.get("output_error"), None, reason)
+
+
+def by_weights(row: Mapping[str, Any], tensors: Sequence[TensorRow], node_type: str | None) -> Reading | None:
+    """The node's weights against what their cast explains; None where it has no float weight."""
+    worst: tuple[float, float, TensorRow] | None = None
+    for tensor in tensors:
+        if tensor.get("stats_only") or not is_weight(tensor, node_type):
+            continue
+        bound = cast_bound(tensor.get("golden_dtype"), tensor.get("test_dtype"))
+        error = error_of(tensor)
+        if bound is None or error is None:
+            continue
+        if worst is None or _ratio(error, bound) > _ratio(worst[0], worst[1]):
+            worst = (error, bound, tensor)
+    if worst is None:
+        return None
+    error, bound, tensor = worst
+    cast = f"a cast to {tensor.get('test_dtype')} explains up to {number(bound)}"
+    if error > bound:
+        reason = f"its weight {tensor.get('slot')} is {number(error)} off the golden's; {cast}"
+        return Reading("weights", True, error, bound, reason)
+    return Reading("weights", False, error, bound, f"its weights are within their cast ({cast})")
+
+
+def by_replay(replay: Replayed) -> Reading | None:
+    """The test side's output against its own replay; None where it could not be replayed, or the
+    golden's replay shows the reference is not what the operator computes."""
+    test = replay.test
+    error, bound = test.local_error, test.tolerance
+    if test.verdict == "impossible" or not replay.reference_holds:
+        return None
+    sample = f", {test.sampled} replayed" if test.sampled else ""
+    explains = f"rounding at {test.dtype} explains up to {number(bound)}"
+    if test.verdict == "consistent":
+        return Reading(
+            "replay", False, error, bound, f"its own inputs give its output: {test.reason}{sample}"
+        )
+    said = f"{number(error)} off its replay from its own inputs" if error is not None else test.reason
+    return Reading("replay", True, error, bound, f"its output is {said}; {explains}{sample}")
+
+
+def by_error_model(
+    row: Mapping[str, Any],
+    outputs: Sequence[Mapping[str, Any]],
+    inputs: Sequence[Mapping[str, Any]] = (),
+    inside: Sequence[Mapping[str, Any]] = (),
+) -> Reading | None:
+    """The output's error against what its inputs (and, for a module, every output inside it) carry;
+    None where either is unknown, or an output is beyond the model (``propagation.modelled``).
+
+    The rounding allowed is that of the coarser of the two sides' dtypes (both sides' roundings
+    show in the distance between them), over a reduction as long as the widest input's rows. A
+    narrow output (a gate's single logit) may amplify what came in without bound: it is local only
+    where nothing came in beyond rounding."""
+    if not outputs or not all(modelled(t) for t in outputs):
+        return None
+    output_error = row.get("output_error")
+    carried = [row.get("input_error")] + [r.get("output_error") for r in inside]
+    known = [e for e in carried if isinstance(e, (int, float)) and not math.isnan(e)]
+    if not isinstance(output_error, (int, float)) or math.isnan(output_error) or not known:
+        return None
+    came_in = max(known)
+    dtype = coarser(*(t.get(f"{side}_dtype") for t in outputs for side in ("golden", "test")))
+    reduction = max([w for t in inputs if (w := width(t)) is not None], default=1)
+    rounding = local_bound(dtype, reduction)
+    what = "every output inside it" if inside else "its inputs"
+    if any(narrow(t) for t in outputs) and came_in > rounding:
+        said = (
+            f"{number(output_error)}, from inputs carrying {number(came_in)}: an output this narrow can "
+            "amplify its inputs' error beyond any fixed growth (cancellation): not judged local"
+        )
+        return Reading("error model", False, output_error, None, said)
+    bound = explained_bound(came_in, rounding)
+    said = (
+        f"its error {number(output_error)} against {number(came_in)} carried by {what}: "
+        f"{GROWTH:g}x that plus its own rounding allows {number(bound)}"
+    )
+    return Reading("error model", output_error > bound, output_error, bound, said)
+
+
+def pass_through(
+    row: NodeRow,
+    inside: Sequence[NodeRow],
+    tensors_of: Callable[[str], Sequence[TensorRow]],
+    pairs_of: Callable[[str], NodePair | None],
+    checks: LocalChecks | None,
+    compute: bool,
+) -> Reading | None:
+    """A module whose golden output is bit for bit an output inside it (an attention's ``o_proj``): its
+    test output is judged by its distance from the same output on the test side."""
+    own = [t for t in tensors_of(row["golden_node"]) if t.get("role") == "output" and not t.get("error")]
+    if not own:
+        return None
+    output = own[0]
+    source = _same_golden_data(output, inside, tensors_of)
+    if source is None:
+        return None
+    bound = local_bound(coarser(output.get("golden_dtype"), output.get("test_dtype")))
+    name = source["golden_node"]
+    if _fingerprint(output, "test") == _fingerprint(source, "test"):
+        return Reading("replay", False, 0.0, bound, f"it passes the output of {name} through unchanged")
+    distance = _test_distance(row, output, source, pairs_of, checks, compute)
+    if distance is None:
+        return None
+    said = f"its output is {number(distance)} off that of {name}, which it passes through in the golden"
+    return Reading("replay", distance > bound, distance, bound, f"{said}; rounding allows {number(bound)}")
+
+
+_FINGERPRINT = ("shape", "dtype", "max", "min", "mean", "norm")
+
+
+def _fingerprint(row: Mapping[str, Any], side: str) -> tuple[Any, ...]:
+    return tuple(row.get(f"{side}_{key}") for key in _FINGERPRINT)
+
+
+def _same_golden_data(
+    output: Mapping[str, Any], inside: Sequence[NodeRow], tensors_of: Callable[[str], Sequence[TensorRow]]
+) -> Mapping[str, Any] | None:
+    """The last output inside the module that holds the module's golden output, bit for bit (equal
+    shape, dtype, max, min, mean and norm of a tensor that is not constant)."""
+    wanted = _fingerprint(output, "golden")
+    if any(v is None for v in wanted) or output.get("golden_max") == output.get("golden_min"):
+        return None
+    for row in reversed(inside):
+        for tensor in tensors_of(row["golden_node"]):
+            if tensor.get("role") == "output" and _fingerprint(tensor, "golden") == wanted:
+                return tensor
+    return None
+
+
+def _test_distance(
+    row: NodeRow,
+    output: Mapping[str, Any],
+    source: Mapping[str, Any],
+    pairs_of: Callable[[str], NodePair | None],
+    checks: LocalChecks | None,
+    compute: bool,
+) -> float | None:
+    """The test side's relative distance of the module's output from its source: the norms' where
+    only statistics were dumped (a lower bound), else the tensors', read once by ``checks``."""
+    if output.get("stats_only") or source.get("stats_only"):
+        own, other = output.get("test_norm"), source.get("test_norm")
+        if isinstance(own, (int, float)) and isinstance(other, (int, float)) and other:
+            return abs(own - other) / abs(other)
+        return None
+    if checks is None:
+        return None
+    pairs = [_tensor_pair(pairs_of(r["golden_node"]), r["slot"]) for r in (output, source)]
+    if pairs[0] is None or pairs[1] is None:
+        return None
+    if not compute:
+        known, found = checks.known_distance(pairs[0], pairs[1])
+        return found if known else None
+    return checks.pass_through(pairs[0], pairs[1])
+
+
+def _tensor_pair(node: NodePair | None, slot: str) -> TensorPair | None:
+    return next((t for t in node.tensors if t.slot == slot), None) if node is not None else None
+
+
+def _ratio(error: float, bound: float) -> float:
+    return error / bound if bound > 0 else math.inf if error > 0 else 0.0
+
+
+def weights_of(tensors: Sequence[TensorRow], node_type: str | None) -> list[TensorRow]:
+    """The node's weight tensors (see weights.py)."""
+    return [t for t in tensors if is_weight(t, node_type)]
