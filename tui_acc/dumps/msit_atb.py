@@ -18,7 +18,6 @@ token k. With one topology, folder k is token k. ``token_offset`` overrides: tok
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable
@@ -222,7 +221,7 @@ def _read_topology(model_dir: Path, problems: list[Problem], policy: LoadPolicy)
     for file in sorted(model_dir.glob("*.json")) if model_dir.is_dir() else []:
         try:
             # msit parses NaN/Infinity constants as null; so do we
-            raw = json.loads(policy.read_text(file), parse_constant=lambda _c: None)
+            raw = policy.read_json(file, parse_constant=lambda _c: None)
             nodes = raw.get("nodes") or []
             suffix = str(nodes[0].get("opName", "0")).rsplit("_", 1)[-1] if nodes else "0"
             models.append(

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import csv
 import functools
-import json
 import os
 import re
 from pathlib import Path
 
 from tui_acc.dumps.data_flow_order import order_by_data_flow
-from tui_acc.dumps.fs import subdir_names, subdirs
+from tui_acc.dumps.fs import names_a_file, subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -45,7 +44,7 @@ _STATS_FILE = "statistics.csv"
 
 def claims(path: Path) -> bool:
     """Whether ``path`` carries the marks of an msit torch dump (cheap: names only)."""
-    if (path / MODEL_TREE).is_file() or (path.name.isdigit() and (path.parent / MODEL_TREE).is_file()):
+    if names_a_file(path / MODEL_TREE) or (path.name.isdigit() and names_a_file(path.parent / MODEL_TREE)):
         return True
     if path.name == "torch_tensors" or (path / "torch_tensors").is_dir():
         return True
@@ -121,9 +120,9 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], 
         raise DumpError(f"{path}: no such file or directory")
     if not path.is_dir():
         raise DumpError(f"{path}: expected a dump directory, found a file")
-    if (path / MODEL_TREE).is_file():
+    if names_a_file(path / MODEL_TREE):
         return path, None, [], [], None
-    if path.name.isdigit() and (path.parent / MODEL_TREE).is_file():
+    if path.name.isdigit() and names_a_file(path.parent / MODEL_TREE):
         return path.parent, int(path.name), [f"only token {path.name} of {path.parent} is read"], [], None
     notes: list[str] = []
     search = path
@@ -139,7 +138,7 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], 
             notes.append(f"{path} holds {len(dumps)} msit_dump_* folders; reading the newest, {search.name}")
     if search.name != "torch_tensors":
         search = search / "torch_tensors"
-    devices = [p for p in subdirs(search) if (p / MODEL_TREE).is_file()]
+    devices = [p for p in subdirs(search) if names_a_file(p / MODEL_TREE)]
     if not devices:
         raise DumpError(f"{search}: no {{device}}_{{pid}} folder with a {MODEL_TREE} was found")
     chosen, picked = pick_rank(search, devices, rank, notes)
@@ -226,7 +225,7 @@ def _slot_key(slot: str) -> tuple[int, tuple[int, ...]]:
 
 def _read_tree(path: Path, problems: list[Problem], policy: LoadPolicy) -> NodeTree:
     try:
-        raw = json.loads(policy.read_text(path))
+        raw = policy.read_json(path)
         return _tree_from_json(raw)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         problems.append(Problem(str(path), f"unreadable module tree ({exc}); tree rebuilt from folder names"))

@@ -14,7 +14,6 @@ saves before it (the first that differs while the ones before it match is where 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tui_acc.dumps.model import (
@@ -55,7 +54,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     for step, folder in sorted(steps.items()):
         debug_json = folder / FILE
         try:
-            raw = json.loads(policy.read_text(debug_json))
+            raw = policy.read_json(debug_json)
         except (OSError, ValueError) as exc:
             problems.append(Problem(str(debug_json), f"unreadable ({exc}); step {step} is not compared"))
             continue

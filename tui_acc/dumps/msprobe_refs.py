@@ -51,6 +51,13 @@ def content_notes(
 
 
 TRITON = "Triton."
+# what msprobe writes in a record's fields (null or absent: nothing there)
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "input_args": list,
+    "input_kwargs": dict,
+    "output": (list, dict),
+    "parameters": dict,
+}
 
 
 class RefBuilder:
@@ -71,6 +78,15 @@ class RefBuilder:
         refs: list[TensorRef] = []
         if not isinstance(entry, dict):
             self.problems.append(Problem(str(self.dump_json), f"{name}: entry is not an object; skipped"))
+            return refs
+        wrong = [
+            f"{key} is {type(entry[key]).__name__}"
+            for key, kinds in _FIELD_TYPES.items()
+            if entry.get(key) is not None and not isinstance(entry[key], kinds)
+        ]
+        if wrong:
+            message = f"{name}: {', '.join(wrong)}, not what msprobe writes (a list or object); skipped"
+            self.problems.append(Problem(str(self.dump_json), message))
             return refs
         # A Triton kernel writes into its arguments and msprobe records them before and after the
         # run (output = the arguments): the "inputs" include buffers not yet written, so the kernel
@@ -104,6 +120,11 @@ class RefBuilder:
                 for key, item in arg.items():
                     self.collect(refs, f"{slot}.{key}", role, item)
             return
+        shape = arg.get("shape")
+        if shape is not None and not (isinstance(shape, list) and all(_is_int(d) for d in shape)):
+            message = f"{slot}: shape {str(shape)[:80]} is not a list of integers; skipped"
+            self.problems.append(Problem(str(self.dump_json), message))
+            return
         data_name = arg.get("data_name")
         if data_name:
             path = self.tensor_dir / str(data_name)
@@ -120,6 +141,10 @@ class RefBuilder:
         self.checksums += stats.checksum is not None
         self.numbered += any(v is not None for v in (stats.max, stats.min, stats.mean, stats.norm))
         refs.append(TensorRef(slot=slot, role=role, location=str(self.dump_json), stats=stats))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def stats_of_entry(arg: dict[str, Any], null_is_non_finite: bool = False) -> Stats:
