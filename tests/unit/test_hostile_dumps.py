@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.unit.test_bad_input import _atb_copy, _copy, _errors, _msprobe_copy, _report
+from tui_acc import open_comparison
 
 FAULT_OP = "root.model.layers.2.mlp.down_proj"
 DEEP = "[" * 100_000  # far past what Python's JSON parser follows
@@ -253,3 +255,138 @@ def test_a_deep_npy_header_is_not_called_pickled_objects(tmp_path: Path) -> None
         load_tensor(path, ANYWHERE)
     assert str(caught.value).startswith(f"{path}: unreadable .npy file (")
     assert "pickled" not in str(caught.value)
+
+
+# --- folders that cannot be listed ----------------------------------------------------------------
+
+# As root the report is run without the two capabilities that let root read any file (dropped from
+# the bounding set before the interpreter is started again): chmod 000 then binds it as it binds a user.
+_WITHOUT_OVERRIDE = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+    if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+        sys.exit(77)
+os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+"""
+
+
+@pytest.fixture(scope="module")
+def bound_python(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The command line of a Python that file permissions bind; skipped where none can be had."""
+    argv = [sys.executable, "-c", _WITHOUT_OVERRIDE] if os.geteuid() == 0 else [sys.executable]
+    closed = tmp_path_factory.mktemp("closed") / "folder"
+    closed.mkdir(mode=0)
+    try:
+        probe = subprocess.run([*argv, "-c", f"import os; os.listdir({str(closed)!r})"], capture_output=True)
+    finally:
+        closed.chmod(0o755)
+    if probe.returncode == 0:
+        pytest.skip("file permissions do not bind this process (no capability could be dropped)")
+    return argv
+
+
+def _report_bound(argv: list[str], golden: Path, test: Path, *closed: Path) -> tuple[int, dict | None, str]:
+    """``report --json`` by a process that ``closed`` (chmod 000 meanwhile) cannot read."""
+    for folder in closed:
+        folder.chmod(0)
+    try:
+        result = subprocess.run(
+            [*argv, "-m", "tui_acc", "report", str(golden), str(test), "--json", "--no-cache"],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    finally:
+        for folder in closed:
+            folder.chmod(0o755)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.returncode, json.loads(result.stdout) if result.stdout.strip() else None, result.stderr
+
+
+def test_a_module_folder_that_cannot_be_listed_is_named(bound_python, demo_pair, tmp_path: Path) -> None:
+    golden, test, device = _copy(demo_pair, tmp_path)
+    closed = device / "3" / "root.model.layers.3.mlp.up_proj"
+    code, report, _ = _report_bound(bound_python, golden, test, closed)
+    assert code == 1 and report is not None
+    assert f"{closed}: cannot list the folder (Permission denied); not compared" in _errors(report)
+    assert report["first_failing_op"]["golden"] == FAULT_OP
+
+
+def test_a_token_folder_that_cannot_be_listed_is_named_not_empty(
+    bound_python, demo_pair, tmp_path: Path
+) -> None:
+    golden, test, device = _copy(demo_pair, tmp_path)
+    closed = device / "5"
+    code, report, _ = _report_bound(bound_python, golden, test, closed)
+    assert code == 1 and report is not None
+    assert f"{closed}: cannot list the folder (Permission denied); token 5 is not compared" in _errors(report)
+    assert ("token", "golden", 5) in {(u["kind"], u["side"], u["token"]) for u in report["unmatched"]}
+    assert not any("no output on both sides" in str(t.get("error")) for t in report["tokens"])
+    assert report["first_failing_token"] == 3
+
+
+def test_a_rank_folder_that_cannot_be_listed_is_named(bound_python, demo_pair, tmp_path: Path) -> None:
+    golden, test, device = _copy(demo_pair, tmp_path)
+    code, _, stderr = _report_bound(bound_python, golden, test, device)
+    assert code == 2 and f"{device}: cannot list the folder (Permission denied)" in stderr
+
+
+def test_atb_folders_that_cannot_be_listed_are_named(bound_python, atb_pair, tmp_path: Path) -> None:
+    golden, test, device = _atb_copy(atb_pair, tmp_path)
+    token = device / "5"
+    operation = _last_layer_bin(device).parent.parent  # an Attention folder at token 3, after the fault
+    code, report, _ = _report_bound(bound_python, golden, test, token, operation)
+    assert code == 1 and report is not None
+    errors = _errors(report)
+    assert (
+        f"{token}: cannot list the folder (Permission denied); folder 5's tokens are not compared" in errors
+    )
+    assert any(e.startswith(f"{operation}: cannot list the folder (Permission denied)") for e in errors), (
+        errors
+    )
+    assert report["first_failing_op"]["golden"] == FAULT_OP
+
+
+def test_msprobe_folders_that_cannot_be_listed_are_named(bound_python, model_case, tmp_path: Path) -> None:
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
+    tensors = rank / "dump_tensor_data"
+    code, report, _ = _report_bound(bound_python, golden, test, tensors)
+    assert code == 1 and report is not None
+    problem = (
+        "cannot list the folder (Permission denied); its tensors are compared by their dump.json statistics"
+    )
+    assert f"{tensors}: {problem}" in _errors(report)
+    assert report["first_failing_token"] == 2
+    code, _, stderr = _report_bound(bound_python, golden, test, rank)
+    assert code == 2 and f"{rank}: cannot list the folder (Permission denied)" in stderr
+
+
+# --- module folders model_tree.json does not list -------------------------------------------------
+
+EXTRA = "root.model.norm.extra_call"  # an API-mode call's folder: in no model_tree.json
+
+
+def _add_extra_module(root: Path, token: int) -> None:
+    device = next(root.glob("msit_dump_*/torch_tensors/*_*"))
+    shutil.copytree(device / str(token) / "root.model.norm", device / str(token) / EXTRA)
+
+
+@pytest.mark.parametrize("sides", [("golden",), ("golden", "test"), ("test",)])
+def test_an_unlisted_module_of_a_later_token_is_compared_or_listed(
+    demo_pair, tmp_path: Path, capsys, sides: tuple[str, ...]
+) -> None:
+    """Only the first token's folders used to join the tree: a later token's unlisted folder was
+    neither compared nor listed on the golden side, and taken for the test's alone on both."""
+    golden, test, _ = _copy(demo_pair, tmp_path)
+    for side in sides:
+        _add_extra_module(golden if side == "golden" else test, 3)
+    report = _report(golden, test, capsys, "--all-tokens")
+    unmatched = {(u["kind"], u["side"], u["token"], u["name"]) for u in report["unmatched"]}
+    if len(sides) == 2:
+        assert not any(EXTRA in name for *_, name in unmatched)
+        cmp = open_comparison(golden, test, cache=False)
+        assert EXTRA in {row["golden_node"] for row in cmp.engine.node_rows(3)}  # compared
+    else:
+        assert ("node", sides[0], 3, EXTRA) in unmatched
+    assert report["first_failing_op"]["golden"] == FAULT_OP

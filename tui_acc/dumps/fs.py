@@ -27,6 +27,27 @@ def subdir_names(path: str) -> list[tuple[str, str]]:
         return []
 
 
+def unreadable(folder: Path | str) -> str | None:
+    """Why ``folder`` cannot be listed and entered (``Permission denied``), or None when it can. An
+    access() check, one system call; the folder is opened only when that says no, for the reason
+    in the system's words. A reader names such a folder instead of taking it for an empty one."""
+    if os.access(folder, os.R_OK | os.X_OK):
+        return None
+    try:
+        with os.scandir(folder):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return "Permission denied" if not os.access(folder, os.X_OK) else None
+
+
+def folder_problem(folder: Path | str, what: str) -> str | None:
+    """The problem to report for ``folder`` if it cannot be read, ``what`` saying what is therefore
+    not compared; None when it can be read."""
+    why = unreadable(folder)
+    return None if why is None else f"cannot list the folder ({why}); {what}"
+
+
 class NotRegularFile(OSError):
     """A dump file that is a FIFO, a device, a socket or a folder: reading one would block (a FIFO
     waits for a writer forever) or read something that is not the dump. Readers report it as they

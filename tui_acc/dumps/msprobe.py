@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tui_acc.dumps.fs import names_a_file
+from tui_acc.dumps.fs import folder_problem, names_a_file, subdirs, unreadable
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -52,7 +52,8 @@ _FOCUS_EVIDENCE = 50  # records: a tiny dump may simply not call any of them
 def claims(path: Path) -> bool:
     if names_a_file(path / "dump.json") or (path.name == "dump.json" and names_a_file(path)):
         return True
-    return bool(_rank_dirs(path))
+    # a rank folder that cannot be listed is still msprobe's: read() names it
+    return bool(_rank_dirs(path)) or any(unreadable(p) for p in _rank_like(path))
 
 
 def read(path: Path, rank: int | None = None, follow_links: bool = False) -> DumpIndex:
@@ -226,6 +227,16 @@ def _rank_dirs(path: Path) -> list[Path]:
     return found
 
 
+def _rank_like(path: Path) -> list[Path]:
+    """``path`` itself, or the rank folders of its steps, by name alone."""
+    if RANK_FOLDER.match(path.name):
+        return [path]
+    steps = (
+        [path] if STEP_FOLDER.match(path.name) else [p for p in subdirs(path) if STEP_FOLDER.match(p.name)]
+    )
+    return [p for step in steps for p in subdirs(step) if RANK_FOLDER.match(p.name)]
+
+
 def _locate(path: Path, rank: int | None) -> tuple[Path, list[str], list[str], int | None]:
     notes: list[str] = []
     if path.name == "dump.json":
@@ -234,6 +245,9 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, list[str], list[str], i
         return path, notes, [], None
     ranks = _rank_dirs(path)
     if not ranks:
+        blocked = next(((p, m) for p in _rank_like(path) if (m := folder_problem(p, "not read"))), None)
+        if blocked:  # a rank folder that cannot be listed looks like one without a dump.json
+            raise DumpError(f"{blocked[0]}: {blocked[1]}")
         raise DumpError(f"{path}: not an msprobe dump (expected step*/rank*|proc*/dump.json)")
     chosen, picked = pick_rank(path, ranks, rank, notes)
     return chosen, notes, sorted((p.name for p in ranks), key=rank_sort_key), picked

@@ -23,7 +23,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from tui_acc.dumps.fs import names_a_file, open_regular, subdirs
+from tui_acc.dumps.fs import names_a_file, open_regular, subdirs, unreadable
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -162,6 +162,8 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
 def _is_graph_rank(folder: Path) -> bool:
     """A rank folder of graph mode: tensors without a dump.json, or a dump.json alone (eager msprobe
     writes construct.json and stack.json beside it, and ``requires_grad`` with every tensor)."""
+    if unreadable(folder):  # not known to be graph mode: eager msprobe's reader names it
+        return False
     dump_json = folder / "dump.json"
     if names_a_file(dump_json):
         beside = (folder / "construct.json").exists() or (folder / "stack.json").exists()

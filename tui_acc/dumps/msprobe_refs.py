@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tui_acc.dumps.fs import folder_problem, names_a_file
 from tui_acc.dumps.model import Problem, Role, Stats, TensorRef
 
 
@@ -73,6 +74,17 @@ class RefBuilder:
         self.blank = 0  # tensors recorded with nothing to compare (NZ format, nan_check's entries)
         self.checksums = 0  # tensors with a checksum (summary_mode md5 or xor)
         self.numbered = 0  # tensors with a statistic (xor writes none)
+        self._tensor_dir_problem: bool | None = None  # whether the tensor folder cannot be listed
+
+    def _tensor_dir_readable(self) -> bool:
+        """Whether the tensor folder can be listed; one that cannot is named once, and its
+        tensors are compared by their dump.json statistics."""
+        if self._tensor_dir_problem is None:
+            why = folder_problem(self.tensor_dir, "its tensors are compared by their dump.json statistics")
+            if why and self.tensor_dir.exists():
+                self.problems.append(Problem(str(self.tensor_dir), why))
+            self._tensor_dir_problem = bool(why and self.tensor_dir.exists())
+        return not self._tensor_dir_problem
 
     def refs(self, name: str, entry: Any) -> list[TensorRef]:
         refs: list[TensorRef] = []
@@ -126,9 +138,9 @@ class RefBuilder:
             self.problems.append(Problem(str(self.dump_json), message))
             return
         data_name = arg.get("data_name")
-        if data_name:
+        if data_name and self._tensor_dir_readable():
             path = self.tensor_dir / str(data_name)
-            if path.is_file():
+            if names_a_file(path):  # a FIFO too: its reader names it
                 refs.append(TensorRef(slot=slot, role=role, location=str(path)))
                 return
             self.problems.append(
