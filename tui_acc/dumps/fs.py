@@ -1,6 +1,6 @@
-"""File-system facts for the readers: folder listings (cheap: one scandir; an unreadable folder is
-just empty), files opened only when they are regular files, and whether a file has settled (may be
-memory-mapped)."""
+"""File-system facts for the readers: folder listings (cheap: one scandir; an unreadable folder lists
+as empty, and ``unreadable`` says why where a reader must name it), files opened only when they are
+regular files, and whether a file has settled (may be memory-mapped)."""
 
 from __future__ import annotations
 
