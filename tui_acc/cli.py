@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tui_acc import __version__
-from tui_acc.config import Config, ConfigError, load_config
+from tui_acc.config import Config, ConfigError, bound_argument, load_config
 from tui_acc.redump.settings import RedumpSettings, SettingsError, load_settings
 from tui_acc.verdicts.thresholds import Thresholds
 
@@ -262,11 +262,12 @@ def _add_dump_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_threshold_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--logits-cos", type=float, help="min logits cosine, every dtype")
-    parser.add_argument("--logits-kl", type=float, help="max logits KL, every dtype")
-    parser.add_argument("--kl-fp16", type=float, help="max logits KL for float16 (default 1e-4)")
-    parser.add_argument("--kl-bf16", type=float, help="max logits KL for bfloat16 (default 5e-3)")
-    parser.add_argument("--op-cos", type=float, help="min operator cosine, every dtype")
+    cosine, kl = bound_argument("cosine"), bound_argument("kl")
+    parser.add_argument("--logits-cos", type=cosine, help="min logits cosine, every dtype")
+    parser.add_argument("--logits-kl", type=kl, help="max logits KL, every dtype")
+    parser.add_argument("--kl-fp16", type=kl, help="max logits KL for float16 (default 1e-4)")
+    parser.add_argument("--kl-bf16", type=kl, help="max logits KL for bfloat16 (default 5e-3)")
+    parser.add_argument("--op-cos", type=cosine, help="min operator cosine, every dtype")
 
 
 def _thresholds(args: argparse.Namespace) -> Thresholds:

@@ -31,8 +31,11 @@ Looked up, later ones overriding earlier ones: the user's config directory
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -58,6 +61,16 @@ _METRICS = {
     "topk_overlap",
     "thousandth_ratio",
     "five_thousandths_ratio",
+}
+
+
+# where each metric's bound may lie; every other bound (errors, distances, KL, tolerances) is >= 0
+_AT_LEAST_ZERO = (0.0, math.inf)
+_RANGES: dict[str, tuple[float, float]] = {
+    "cosine": (-1.0, 1.0),
+    "topk_overlap": (0.0, 1.0),
+    "thousandth_ratio": (0.0, 1.0),
+    "five_thousandths_ratio": (0.0, 1.0),
 }
 
 
@@ -98,6 +111,8 @@ def _merge(config: Config, path: Path) -> None:
         raise ConfigError(f"{path}: cannot read ({exc})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+    except RecursionError as exc:  # arrays or inline tables nested past what the parser follows
+        raise ConfigError(f"{path}: not valid TOML (nested too deeply to read)") from exc
     config.sources.append(str(path))
     thresholds = config.thresholds
     table = raw.pop("thresholds", {})
@@ -117,6 +132,8 @@ def _merge(config: Config, path: Path) -> None:
     ops = {d: dict(b) for d, b in thresholds.ops.items()}
     for kind, target in (("logits", logits), ("ops", ops)):
         section = table.pop(kind, {})
+        if not isinstance(section, dict):
+            raise ConfigError(f"{path}: [thresholds.{kind}] must be a table, not {section!r}")
         for key, value in section.items():
             if key in DTYPES:
                 target[key].update(_bounds(path, f"thresholds.{kind}.{key}", value))
@@ -126,7 +143,10 @@ def _merge(config: Config, path: Path) -> None:
     if table:
         raise ConfigError(f"{path}: unknown keys in [thresholds]: {sorted(table)}")
     rules = list(thresholds.rules)
-    for index, rule in enumerate(raw.pop("rules", [])):
+    given = raw.pop("rules", [])
+    if not isinstance(given, list):
+        raise ConfigError(f'{path}: rules must be [[rules]] tables (pattern = "...", bounds), not {given!r}')
+    for index, rule in enumerate(given):
         if not isinstance(rule, dict) or not isinstance(rule.get("pattern"), str):
             raise ConfigError(f'{path}: [[rules]] #{index + 1} needs a pattern = "..."')
         pattern = rule.pop("pattern")
@@ -148,11 +168,9 @@ def _noise(path: Path, thresholds: Thresholds, table: Any) -> Thresholds:
         for name, number in scoped.items():
             if name not in limits:
                 raise ConfigError(f"{path}: [thresholds.noise]: unknown key {name!r}; known: factor, epsilon")
-            where = f"thresholds.noise.{name}"
-            if _number(path, where, number) < 0:
-                raise ConfigError(f"{path}: {where} must not be negative")
+            checked = _number(path, f"thresholds.noise.{name}", number)
             for dtype in dtypes:
-                limits[name][dtype] = float(number)
+                limits[name][dtype] = checked
     return replace(thresholds, noise_factor=limits["factor"], noise_epsilon=limits["epsilon"])
 
 
@@ -171,10 +189,39 @@ def _bounds(path: Path, where: str, table: Any) -> dict[str, float]:
     unknown = set(table) - _METRICS
     if unknown:
         raise ConfigError(f"{path}: {where}: unknown metric(s) {sorted(unknown)}; known: {sorted(_METRICS)}")
-    return {k: _number(path, f"{where}.{k}", v) for k, v in table.items()}
+    return {k: _number(path, f"{where}.{k}", v, *_RANGES.get(k, _AT_LEAST_ZERO)) for k, v in table.items()}
 
 
-def _number(path: Path, where: str, value: Any) -> float:
+def _number(path: Path, where: str, value: Any, low: float = 0.0, high: float = math.inf) -> float:
+    """``value`` as a bound: a finite number in [low, high]."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{path}: {where} must be a number, not {value!r}")
+    wanted = _unfit(value, low, high)
+    if wanted:
+        raise ConfigError(f"{path}: {where} must be {wanted}, not {value!r}")
     return float(value)
+
+
+def _unfit(value: float, low: float, high: float) -> str | None:
+    """What a bound must be, if ``value`` is not that: a NaN bound would pass or fail every tensor
+    silently (every comparison with NaN is false), an infinite one is no bound at all."""
+    if math.isfinite(value) and low <= value <= high:
+        return None
+    return f"a finite number {f'>= {low:g}' if high == math.inf else f'in [{low:g}, {high:g}]'}"
+
+
+def bound_argument(metric: str) -> Callable[[str], float]:
+    """An argparse ``type`` for a command-line bound on ``metric``, held to what tui-acc.toml's is."""
+    low, high = _RANGES.get(metric, _AT_LEAST_ZERO)
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        wanted = _unfit(value, low, high)
+        if wanted:
+            raise argparse.ArgumentTypeError(f"must be {wanted}, not {text}")
+        return value
+
+    return parse

@@ -1,5 +1,6 @@
 """Writing a view's frame to a file: CSV, or Excel / parquet by the name's extension; atomically, and
-never over a file the user already has.
+never over a file the user already has (unless told to), never over what is not a file: a device or
+a pipe is written in place, a link to nothing is neither followed nor replaced.
 
 Where the rows came from (both dumps, the thresholds, the tui-acc version) goes into the rows
 themselves as constant ``source_*`` columns, not into a header or a sidecar: a CSV reader that knows
@@ -9,9 +10,11 @@ and a file handed on alone still says what it is. They come last, after what the
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import os
+import stat
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from tui_acc import __version__
 from tui_acc.atomic import temp_beside
+from tui_acc.dumps.fs import file_kind
 from tui_acc.session import Comparison
 
 if TYPE_CHECKING:  # polars is imported where a frame is made: the TUI's first frame comes before it
@@ -59,8 +63,9 @@ def with_provenance(frame: pl.DataFrame, cmp: Comparison) -> pl.DataFrame:
 
 
 def write_export(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Path:
-    """Write ``frame`` to ``path`` as its extension says: ``.xlsx`` Excel (verdict cells coloured),
-    ``.parquet`` parquet, anything else CSV."""
+    """Write ``frame`` to ``path`` as its extension says: ``.csv`` (or none) CSV, ``.xlsx`` Excel
+    (verdict cells coloured), ``.parquet`` parquet; any other extension is refused, not written as
+    CSV under a name that says otherwise."""
     suffix = path.suffix.lower()
     if suffix == ".xlsx":
         if importlib.util.find_spec("xlsxwriter") is None:
@@ -68,6 +73,11 @@ def write_export(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Pa
         return _write_atomically(path, overwrite, lambda handle: _write_xlsx(frame, handle))
     if suffix == ".parquet":
         return _write_atomically(path, overwrite, frame.write_parquet)
+    if suffix not in ("", ".csv"):
+        raise ExportError(
+            f"{path}: tui-acc does not write {suffix} files; name it .csv, .xlsx or .parquet"
+            + (" (report --json prints JSON)" if suffix == ".json" else "")
+        )
     return write_csv(frame, path, overwrite)
 
 
@@ -76,18 +86,57 @@ def write_csv(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Path:
     return _write_atomically(path, overwrite, lambda handle: frame.write_csv(handle, float_precision=None))
 
 
+def expanded(path: Path) -> Path:
+    """``path`` with ``~`` expanded; as typed where ``~user`` names no user (``Path.expanduser``
+    raises RuntimeError there: the file is then looked for as named, and not found)."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        return path
+
+
+def existing_target(path: Path) -> bool:
+    """Whether something is at ``path`` that an export may replace, given the user's consent: a
+    file (or a link to one), or a device or pipe (written in place: ``/dev/stdout``, ``/dev/null``).
+    ExportError for what is never written: a folder, a socket, a block device, a link to nothing
+    (it is neither followed nor replaced), a name the file system refuses (over 255 bytes)."""
+    try:
+        path.lstat()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise ExportError(f"{path}: cannot write here ({exc.strerror or exc})") from exc
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:  # a dangling link, a loop of links
+        raise ExportError(
+            f"{path}: a symbolic link that leads nowhere ({exc.strerror or exc}); not followed, not replaced"
+        ) from exc
+    if stat.S_ISDIR(mode):
+        raise ExportError(f"{path}: is a folder; add a file name")
+    if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+        raise ExportError(f"{path}: is {file_kind(mode)}; not written")
+    return True
+
+
 def _write_atomically(path: Path, overwrite: bool, write: Callable[[IO[bytes]], Any]) -> Path:
-    path = path.expanduser()
-    if path.exists() and not overwrite:
-        raise ExportError(f"{path}: already exists; not overwritten")
+    """A regular file is written beside and renamed over (a link to one: the file it names); a device
+    or a pipe is written in place: a rename would replace the device node itself."""
+    path = expanded(path)
+    if existing_target(path):
+        if not overwrite:
+            raise ExportError(f"{path}: already exists; not overwritten")
+        if not stat.S_ISREG(path.stat().st_mode):
+            return _write_in_place(path, write)
+        path = Path(os.path.realpath(path))  # a link stays a link; the file it names is replaced
     try:
         fd, tmp = temp_beside(path)
     except OSError as exc:
         raise ExportError(f"{path}: cannot write here ({exc.strerror or exc})") from exc
     try:
         with os.fdopen(fd, "wb") as handle:
-            write(handle)
-        if not overwrite and path.exists():  # appeared while we wrote: keep theirs
+            _run(path, write, handle)
+        if not overwrite and os.path.lexists(path):  # appeared while we wrote: keep theirs
             raise ExportError(f"{path}: already exists; not overwritten")
         tmp.replace(path)
     except OSError as exc:
@@ -95,6 +144,41 @@ def _write_atomically(path: Path, overwrite: bool, write: Callable[[IO[bytes]], 
     finally:
         tmp.unlink(missing_ok=True)
     return path.resolve()
+
+
+def _write_in_place(path: Path, write: Callable[[IO[bytes]], Any]) -> Path:
+    """Write to a character device or a FIFO as it is, never creating or replacing anything. Opened
+    non-blocking, so a pipe nobody reads is an error rather than a wait without end."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        reason = "no process reads the pipe" if exc.errno == errno.ENXIO else exc.strerror or exc
+        raise ExportError(f"{path}: cannot write ({reason})") from exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):  # swapped for something else since
+            raise ExportError(f"{path}: changed while being opened; not written")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            _run(path, write, handle)
+    except OSError as exc:
+        raise ExportError(f"{path}: write failed ({exc.strerror or exc})") from exc
+    return path
+
+
+def _run(path: Path, write: Callable[[IO[bytes]], Any], handle: IO[bytes]) -> None:
+    """``write(handle)``; what the writer raises besides OSError (polars on a stream it cannot
+    seek) is an ExportError naming the file, so the TUI stays up and says why."""
+    from polars.exceptions import PolarsError
+
+    try:
+        write(handle)
+    except (PolarsError, ValueError) as exc:
+        raise ExportError(f"{path}: write failed ({exc})") from exc
 
 
 def _write_xlsx(frame: pl.DataFrame, handle: IO[bytes]) -> None:
@@ -142,7 +226,7 @@ def fresh_path(directory: Path, stem: str, now: datetime | None = None) -> Path:
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
     candidate = directory / f"{stem}-{stamp}.csv"
     n = 1
-    while candidate.exists():
+    while os.path.lexists(candidate):
         candidate = directory / f"{stem}-{stamp}-{n}.csv"
         n += 1
     return candidate

@@ -205,6 +205,17 @@ def test_aggregates_are_exact_from_sufficient_statistics() -> None:
         assert agg[key] == pytest.approx(whole[key], rel=1e-12)
 
 
+def test_an_aggregate_of_tensors_with_nothing_finite_shows_nothing() -> None:
+    """A layer whose every output is all NaN: no cosine of 1 from its empty sums either."""
+    from tui_acc.metrics.aggregate import aggregate
+    from tui_acc.metrics.schema import TENSOR_SCHEMA, to_frame
+
+    nan = compare_tensors(torch.ones(3, 4), torch.full((3, 4), float("nan")))
+    sums = [{key: nan[key] for key in ("n", "sum_gg", "sum_tt", "sum_gt", "sum_dd")}] * 2
+    agg = aggregate(to_frame(sums, TENSOR_SCHEMA)).row(0, named=True)
+    assert agg == {"tensors": 2, "cosine": None, "rel_euclidean": None, "rmse": None}
+
+
 def _compiled_kernels() -> list:
     """Each compiled kernel (fastkernel.KERNELS), skipped where it is not available here."""
     from tui_acc.metrics import fastkernel
@@ -260,6 +271,31 @@ def test_compiled_kernel_equals_numpy_kernel(
     compiled, reference = _both_kernels(monkeypatch, g, t)
     assert compiled.keys() == reference.keys()
     _assert_same(compiled, reference)
+
+
+NOTHING_FINITE = {
+    "test all NaN": (None, float("nan")),
+    "test all Inf": (None, float("inf")),
+    "both all NaN": (float("nan"), float("nan")),
+    "golden -Inf, test NaN": (float("-inf"), float("nan")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOTHING_FINITE))
+def test_no_finite_element_shows_no_metric_in_any_kernel(monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """Nothing was compared: no cosine of 1 (the empty sums' "both all zero"), no distance of 0."""
+    gen = torch.Generator().manual_seed(3)
+    golden_fill, test_fill = NOTHING_FINITE[case]
+    g = torch.randn(4, 32, generator=gen)
+    if golden_fill is not None:
+        g = torch.full_like(g, golden_fill)
+    t = torch.full((4, 32), test_fill, dtype=torch.bfloat16)  # logits-shaped: KL and top-k asked for
+    compiled, reference = _both_kernels(monkeypatch, g, t)
+    _assert_same(compiled, reference)
+    for row in (compiled, reference):
+        assert row["n"] == 0
+        shown = ("cosine", "rel_euclidean", "abs_euclidean", "rmse", "max_abs_err", "kl", "topk_overlap")
+        assert {key: row[key] for key in shown} == dict.fromkeys(shown)
 
 
 def test_kl_is_only_computed_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:

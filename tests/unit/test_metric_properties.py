@@ -29,6 +29,8 @@ def reference(g: np.ndarray, t: np.ndarray, kl: bool) -> dict[str, object]:
     d = tf - gf
     ng, nt = math.sqrt(float(gf @ gf)), math.sqrt(float(tf @ tf))
     cosine = 1.0 if ng == 0 and nt == 0 else 0.0 if ng == 0 or nt == 0 else float(gf @ tf) / (ng * nt)
+    if not n:  # nothing finite on both sides: nothing compared
+        cosine = None
     masked = np.abs(gf) > EPS
     rel = np.abs(d[masked]) / np.abs(gf[masked])
     ratio = np.abs(d) / np.where(gf == 0, EPS, np.abs(gf))
@@ -38,8 +40,12 @@ def reference(g: np.ndarray, t: np.ndarray, kl: bool) -> dict[str, object]:
         "mean_abs_err": float(np.abs(d).mean()) if n else None,
         "max_rel_err": float(rel.max()) if rel.size else None,
         "mean_rel_err": float(rel.mean()) if rel.size else None,
-        "rel_euclidean": math.sqrt(float(d @ d)) / ng if ng > 0 else (0.0 if float(d @ d) == 0 else math.inf),
-        "abs_euclidean": math.sqrt(float(d @ d)),
+        "rel_euclidean": (
+            math.sqrt(float(d @ d)) / ng if ng > 0 else (0.0 if float(d @ d) == 0 else math.inf)
+        )
+        if n
+        else None,
+        "abs_euclidean": math.sqrt(float(d @ d)) if n else None,
         "rmse": math.sqrt(float(d @ d) / n) if n else None,
         "thousandth_ratio": float((ratio < 1e-3).sum()) / n if n else None,
         "five_thousandths_ratio": float((ratio < 5e-3).sum()) / n if n else None,

@@ -155,7 +155,7 @@ def test_config_sets_factor_and_epsilon(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"tui-acc.toml: \[thresholds.noise\]: unknown key 'factr'"):
         load_config(config, cwd=tmp_path)
     config.write_text("[thresholds.noise]\nfactor = -1\n")
-    with pytest.raises(ConfigError, match="must not be negative"):
+    with pytest.raises(ConfigError, match="must be a finite number >= 0, not -1"):
         load_config(config, cwd=tmp_path)
 
 

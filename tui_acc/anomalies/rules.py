@@ -48,7 +48,7 @@ class AnomalySettings:
             )
         values = {}
         for key, value in table.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise SettingsError(f"{where}: anomalies.{key} must be a positive number, not {value!r}")
             values[key] = float(value)
         return cls(**values)

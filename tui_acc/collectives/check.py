@@ -20,7 +20,6 @@ that rank's row says so (``error``) and the rest is still checked.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -254,7 +253,7 @@ class RanksCheck:
         if refs[0].slot.startswith(("intensor", "outtensor")):  # ATB: the node folder's op_param.json
             param = Path(refs[0].location).parent.parent / "op_param.json"
             try:
-                raw = json.loads(policy.read_text(param))
+                raw = policy.read_json(param)
             except (OSError, ValueError):
                 return None, None
             if not isinstance(raw, dict):
@@ -264,7 +263,7 @@ class RanksCheck:
         records = self._records.get(rank)
         if records is None:
             try:
-                dump = json.loads(policy.read_text(index.data_dir / "dump.json"))
+                dump = policy.read_json(index.data_dir / "dump.json")
                 records = dump.get("data", {}) if isinstance(dump, dict) else {}
             except (OSError, ValueError):
                 records = {}

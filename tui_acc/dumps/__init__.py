@@ -19,6 +19,7 @@ from tui_acc.dumps import (
     msprobe_graph,
     single,
 )
+from tui_acc.dumps.fs import folder_problem
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, TensorRef
 
 if TYPE_CHECKING:
@@ -73,6 +74,9 @@ def open_dump(
     root = Path(path).expanduser()
     if not root.exists():
         raise DumpError(f"{root}: no such file or directory")
+    blocked = folder_problem(root, "not read") if root.is_dir() else None
+    if blocked:  # every reader's marks would be unseen in it: say why, not "not a dump"
+        raise DumpError(f"{root}: {blocked}")
     if msprobe_atb.claims(root):
         return msprobe_atb.read(root, follow_links=follow_links)
     if msprobe_atb_probe.claims(root):

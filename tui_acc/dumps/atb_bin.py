@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 
 import numpy as np
 
 from tui_acc.dumps import atb_probe_alias
 from tui_acc.dumps.dtypes import numpy_dtype
-from tui_acc.dumps.fs import read_ahead, settled
+from tui_acc.dumps.fs import NotRegularFile, file_kind, open_regular, read_ahead, settled
 from tui_acc.dumps.policy import LoadPolicy, OutsideDump
 
 END_LINE = b"$End=1\n"
@@ -141,13 +142,15 @@ class BinHeader:
 def read_header(path: Path) -> BinHeader:
     """Parse the text header (the first few hundred bytes); no payload is read."""
     try:
-        with path.open("rb") as handle:
+        with open_regular(path) as handle:  # a FIFO named outtensor0.bin must not block the reader
             head = handle.read(4096)
             while END_LINE not in head and len(head) < _HEADER_LIMIT:
                 more = handle.read(65536)
                 if not more:
                     break
                 head += more
+    except NotRegularFile as exc:
+        raise BinFileError(path, str(exc)) from exc
     except OSError as exc:
         raise BinFileError(path, f"cannot read ({exc.strerror or exc})") from exc
     end = head.find(END_LINE)
@@ -175,10 +178,15 @@ def read_header(path: Path) -> BinHeader:
         offset, _, length = fields["$Object.data"].partition(",")
         header.data_offset = _to_int(path, "$Object.data", offset)
         header.data_length = _to_int(path, "$Object.data", length) if length else None
+        if header.data_offset < 0 or (header.data_length or 0) < 0:
+            # an offset before the payload would decode the header's own text as values
+            raise BinFileError(
+                path, f"header $Object.data={fields['$Object.data']} has a negative offset or length"
+            )
     header.external = fields.get("data")
     for stat in ("max", "min", "mean", "l2norm"):
         if stat in fields:
-            header.stats[stat] = float(fields[stat])
+            header.stats[stat] = _to_float(path, stat, fields[stat])
     return header
 
 
@@ -209,9 +217,18 @@ def load_bin(path: Path, policy: LoadPolicy, _hops: int = 0) -> np.ndarray:
     source, start = _payload_source(header, policy)
     need = header.payload_bytes()
     try:
-        available = source.stat().st_size - start
+        status = source.stat()
     except OSError as exc:
         raise BinFileError(path, f"cannot read ({exc.strerror or exc})") from exc
+    if not S_ISREG(status.st_mode):
+        raise BinFileError(
+            path, f"its data= file {source} is not a regular file ({file_kind(status.st_mode)})"
+        )
+    if start > status.st_size:
+        raise BinFileError(
+            path, f"its payload starts at byte {start}, past the end of {source} ({status.st_size} bytes)"
+        )
+    available = status.st_size - start
     if header.data_length is not None and header.data_length < need:
         raise BinFileError(path, f"$Object.data says {header.data_length} bytes; dims x dtype need {need}")
     if available < need:
@@ -258,7 +275,7 @@ def _payload_source(header: BinHeader, policy: LoadPolicy) -> tuple[Path, int]:
         policy.check(external, "its data= file leads to")
     except OutsideDump as exc:
         raise BinFileError(header.path, str(exc)) from exc
-    if not external.is_file():
+    if not external.exists():
         raise BinFileError(header.path, f"its data= file {external} does not exist")
     return external, header.data_offset
 
@@ -266,13 +283,13 @@ def _payload_source(header: BinHeader, policy: LoadPolicy) -> tuple[Path, int]:
 def _map(source: Path, start: int, length: int) -> np.ndarray:
     if length == 0:
         return np.zeros(0, dtype=np.uint8)
-    if not settled(source):  # may still be being written: a mapped page cut off would be SIGBUS
-        with source.open("rb") as handle:
+    with open_regular(source) as handle:
+        if not settled(source):  # may still be being written: a mapped page cut off would be SIGBUS
             handle.seek(start)
             return np.frombuffer(bytearray(handle.read(length)), dtype=np.uint8)
-    read_ahead(source, start, length)
-    # Copy-on-write: pages are read only when touched, and the array is writable.
-    return np.memmap(source, dtype=np.uint8, mode="c", offset=start, shape=(length,))
+        read_ahead(handle.fileno(), start, length)
+        # Copy-on-write: pages are read only when touched, and the array is writable.
+        return np.memmap(handle, dtype=np.uint8, mode="c", offset=start, shape=(length,))
 
 
 def _decode(raw: np.ndarray, header: BinHeader) -> np.ndarray:
@@ -312,6 +329,13 @@ def _to_int(path: Path, key: str, value: str) -> int:
         return int(value)
     except ValueError as exc:
         raise BinFileError(path, f"header {key}={value!r} is not an integer") from exc
+
+
+def _to_float(path: Path, key: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError as exc:
+        raise BinFileError(path, f"header {key}={value!r} is not a number") from exc
 
 
 def _dims(path: Path, value: str | None) -> list[int]:

@@ -1,12 +1,16 @@
-"""File-system facts for the readers: folder listings (cheap: one scandir; an unreadable folder is
-just empty), and whether a file has settled (may be memory-mapped)."""
+"""File-system facts for the readers: folder listings (cheap: one scandir; an unreadable folder lists
+as empty, and ``unreadable`` says why where a reader must name it), files opened only when they are
+regular files, and whether a file has settled (may be memory-mapped)."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import time
 from pathlib import Path
+from typing import IO, Any
 
 
 def subdirs(path: Path) -> list[Path]:
@@ -21,6 +25,90 @@ def subdir_names(path: str) -> list[tuple[str, str]]:
             return [(e.name, e.path) for e in entries if e.is_dir()]
     except OSError:
         return []
+
+
+def unreadable(folder: Path | str) -> str | None:
+    """Why ``folder`` cannot be listed and entered (``Permission denied``), or None when it can. An
+    access() check, one system call; the folder is opened only when that says no, for the reason
+    in the system's words. A reader names such a folder instead of taking it for an empty one."""
+    if os.access(folder, os.R_OK | os.X_OK):
+        return None
+    try:
+        with os.scandir(folder):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return "Permission denied" if not os.access(folder, os.X_OK) else None
+
+
+def folder_problem(folder: Path | str, what: str) -> str | None:
+    """The problem to report for ``folder`` if it cannot be read, ``what`` saying what is therefore
+    not compared; None when it can be read."""
+    why = unreadable(folder)
+    return None if why is None else f"cannot list the folder ({why}); {what}"
+
+
+class NotRegularFile(OSError):
+    """A dump file that is a FIFO, a device, a socket or a folder: reading one would block (a FIFO
+    waits for a writer forever) or read something that is not the dump. Readers report it as they
+    report any unreadable file."""
+
+    def __init__(self, path: Path | str, kind: str) -> None:
+        super().__init__(errno.EINVAL, f"not a regular file ({kind})", str(path))
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular ``st_mode`` is, in words."""
+    return next((kind for test, kind in _KINDS if test(mode)), "not a file")
+
+
+def regular_fd(path: Path | str) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of ``path`` and its status, refused (NotRegularFile) unless it is a
+    regular file. The check is made on the open descriptor, not on a name looked up before: opened
+    non-blocking, a FIFO neither blocks the open nor can be swapped in between the check and the
+    read. The descriptor is left blocking."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise NotRegularFile(path, file_kind(status.st_mode))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, status
+
+
+def open_regular(path: Path | str, mode: str = "rb", **kwargs: Any) -> IO[Any]:
+    """``open(path, mode)`` for reading, refused (NotRegularFile) unless ``path`` is a regular file."""
+    fd, _ = regular_fd(path)
+    try:
+        return os.fdopen(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def names_a_file(path: Path) -> bool:
+    """Whether ``path`` exists and is not a folder: a reader's marker file (``model_tree.json``,
+    ``dump.json``) that turns out to be a FIFO is then read, and refused by name, rather than not
+    seen at all."""
+    try:
+        return not stat.S_ISDIR(path.stat().st_mode)
+    except OSError:
+        return False
 
 
 # A file changed this recently may still be being written: torch.save truncates in place, and a
@@ -49,7 +137,7 @@ def read_ahead(file: Path | int, offset: int, length: int) -> None:
             advise(file, offset, length, os.POSIX_FADV_WILLNEED)
         return
     try:
-        fd = os.open(file, os.O_RDONLY)
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block mere advice
     except OSError:
         return
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -127,6 +127,30 @@ class NodeTree:
                 return True
             parent = self.nodes[parent].parent
         return False
+
+    def copy(self) -> NodeTree:
+        """A copy whose nodes (and their children lists) can grow without touching this tree."""
+        return NodeTree(
+            self.root,
+            {name: replace(node, children=list(node.children)) for name, node in self.nodes.items()},
+        )
+
+    def adopt(self, grown: NodeTree) -> None:
+        """The nodes ``grown`` (a ``copy`` a later token grew) has and this tree has not, added
+        copy-on-write: the UI may be walking this tree on another thread, so the node table is
+        replaced whole, and a parent that gains a child is a new Node: a walk in progress sees the
+        old tree or the new one."""
+        new = [name for name in grown.nodes if name not in self.nodes]
+        if not new:
+            return
+        nodes = dict(self.nodes)
+        for name in new:
+            nodes[name] = replace(grown.nodes[name], children=list(grown.nodes[name].children))
+        for name in new:
+            parent = grown.nodes[name].parent
+            if parent is not None and parent in self.nodes:
+                nodes[parent] = replace(nodes[parent], children=list(grown.nodes[parent].children))
+        self.nodes = nodes
 
     def leaf_chain_end(self) -> str:
         """The model's last module: follow the last child from the root down."""

@@ -18,14 +18,13 @@ token k. With one topology, folder k is token k. ``token_offset`` overrides: tok
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from tui_acc.dumps.fs import subdir_names, subdirs
+from tui_acc.dumps.fs import folder_problem, subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -81,10 +80,22 @@ def read(
     topology = _read_topology(dump_root / "model" / pid, problems, policy)
     root_name = topology.models[0][0] if topology.models else "model"
     tree = NodeTree(root=root_name, nodes={root_name: Node(root_name, "model", None, 0)})
-    folders = {int(name): folder for name, folder in subdir_names(str(device_dir)) if name.isdigit()}
-    if only_dir is not None:
-        folders = {n: d for n, d in folders.items() if n == only_dir}
+    folders = {}
+    blocked = []  # token folders that cannot be listed: named, their tokens left to the other side
+    for name, folder in subdir_names(str(device_dir)):
+        if name.isdigit() and (only_dir is None or int(name) == only_dir):
+            message = folder_problem(folder, f"folder {name}'s tokens are not compared")
+            if message:
+                blocked.append(Problem(folder, message))
+            else:
+                folders[int(name)] = folder
+    problems += blocked
     if not folders:
+        unlisted = folder_problem(device_dir, "not read")
+        if unlisted or blocked:
+            raise DumpError(
+                f"{device_dir}: {unlisted}" if unlisted else f"{blocked[0].path}: {blocked[0].message}"
+            )
         raise DumpError(f"{device_dir}: no token folders (0, 1, 2, ...) were found")
     # Which folder holds which token is known from folder names and the topology alone.
     folder_of: dict[int, int] = {}
@@ -142,37 +153,12 @@ def tokens_walked_lazily(
     def load(token: int) -> dict[str, list[TensorRef]]:
         folder_id = folder_of[token]
         if folder_id not in walked:
-            scratch = _copy_tree(tree)
+            scratch = tree.copy()
             walked[folder_id] = walk(folder_id, scratch)
-            _adopt_new_nodes(tree, scratch)
+            tree.adopt(scratch)
         return walked[folder_id].get(token, {})
 
     return LazyMapping(sorted(folder_of), load), walked[first]
-
-
-def _copy_tree(tree: NodeTree) -> NodeTree:
-    return NodeTree(
-        tree.root, {name: replace(node, children=list(node.children)) for name, node in tree.nodes.items()}
-    )
-
-
-def _adopt_new_nodes(tree: NodeTree, grown: NodeTree) -> None:
-    """Nodes a later token has and the first had not, added copy-on-write.
-
-    The UI may be walking ``tree`` on another thread: the node table is replaced whole, and a
-    parent that gains a child is a new Node, so a walk in progress sees the old tree or the new one.
-    """
-    new = [name for name in grown.nodes if name not in tree.nodes]
-    if not new:
-        return
-    nodes = dict(tree.nodes)
-    for name in new:
-        nodes[name] = replace(grown.nodes[name], children=list(grown.nodes[name].children))
-    for name in new:
-        parent = grown.nodes[name].parent
-        if parent is not None and parent in tree.nodes:
-            nodes[parent] = replace(nodes[parent], children=list(grown.nodes[parent].children))
-    tree.nodes = nodes
 
 
 # --- finding the data ---------------------------------------------------------------------------
@@ -222,7 +208,7 @@ def _read_topology(model_dir: Path, problems: list[Problem], policy: LoadPolicy)
     for file in sorted(model_dir.glob("*.json")) if model_dir.is_dir() else []:
         try:
             # msit parses NaN/Infinity constants as null; so do we
-            raw = json.loads(policy.read_text(file), parse_constant=lambda _c: None)
+            raw = policy.read_json(file, parse_constant=lambda _c: None)
             nodes = raw.get("nodes") or []
             suffix = str(nodes[0].get("opName", "0")).rsplit("_", 1)[-1] if nodes else "0"
             models.append(
@@ -287,7 +273,12 @@ def _walk(
     children = []
     for sub in subdirs(folder):
         match = _NODE_DIR.match(sub.name)
-        if match:
+        if not match:
+            continue
+        blocked = folder_problem(sub, "this operation and those inside it are not compared")
+        if blocked:
+            problems.append(Problem(str(sub), blocked))
+        else:
             children.append((int(match.group(1)), match.group(2), sub))
     for _, op_type, sub in sorted(children):
         name = f"{prefix}{sub.name}"
@@ -313,24 +304,31 @@ def _tensors(node_dir: Path, problems: list[Problem]) -> list[TensorRef]:
         part = node_dir / when
         if not part.is_dir():
             continue
-        with os.scandir(part) as entries:
-            for entry in entries:
-                match = _TENSOR_FILE.match(entry.name)
-                if not match:
-                    if entry.name.endswith(".bin"):
-                        problems.append(Problem(entry.path, "unexpected tensor file name; not compared"))
-                    continue
-                if entry.is_symlink() and not Path(entry.path).exists():
-                    problems.append(Problem(entry.path, f"broken symlink to {Path(entry.path).readlink()}"))
-                    continue
-                kind, index = match.group(1), match.group(2)
-                role: Role = "input" if kind == "intensor" else "output"
-                slot = f"{kind}{index}"
-                if when == "after" and kind == "intensor":
-                    if slot in before:
-                        slot = f"{slot}.after"  # inputs dumped both before and after execution
-                else:
-                    before[slot] = True
-                refs.append(TensorRef(slot=slot, role=role, location=entry.path))
+        try:
+            with os.scandir(part) as scanned:
+                entries = list(scanned)
+        except OSError as exc:
+            problems.append(
+                Problem(str(part), f"cannot list the folder ({exc.strerror or exc}); not compared")
+            )
+            continue
+        for entry in entries:
+            match = _TENSOR_FILE.match(entry.name)
+            if not match:
+                if entry.name.endswith(".bin"):
+                    problems.append(Problem(entry.path, "unexpected tensor file name; not compared"))
+                continue
+            if entry.is_symlink() and not Path(entry.path).exists():
+                problems.append(Problem(entry.path, f"broken symlink to {Path(entry.path).readlink()}"))
+                continue
+            kind, index = match.group(1), match.group(2)
+            role: Role = "input" if kind == "intensor" else "output"
+            slot = f"{kind}{index}"
+            if when == "after" and kind == "intensor":
+                if slot in before:
+                    slot = f"{slot}.after"  # inputs dumped both before and after execution
+            else:
+                before[slot] = True
+            refs.append(TensorRef(slot=slot, role=role, location=entry.path))
     refs.sort(key=lambda r: (r.role != "input", int(re.sub(r"\D", "", r.slot.split(".")[0]) or 0), r.slot))
     return refs

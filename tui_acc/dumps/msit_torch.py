@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import csv
 import functools
-import json
 import os
 import re
 from pathlib import Path
 
 from tui_acc.dumps.data_flow_order import order_by_data_flow
-from tui_acc.dumps.fs import subdir_names, subdirs
+from tui_acc.dumps.fs import folder_problem, names_a_file, subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -45,7 +44,7 @@ _STATS_FILE = "statistics.csv"
 
 def claims(path: Path) -> bool:
     """Whether ``path`` carries the marks of an msit torch dump (cheap: names only)."""
-    if (path / MODEL_TREE).is_file() or (path.name.isdigit() and (path.parent / MODEL_TREE).is_file()):
+    if names_a_file(path / MODEL_TREE) or (path.name.isdigit() and names_a_file(path.parent / MODEL_TREE)):
         return True
     if path.name == "torch_tensors" or (path / "torch_tensors").is_dir():
         return True
@@ -57,11 +56,14 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     data_dir, only_token, notes, ranks, rank = _locate(path, rank)
     policy = LoadPolicy.for_dump(path, follow_links)
     problems: list[Problem] = []
-    folders = {
-        int(name): folder
-        for name, folder in subdir_names(str(data_dir))
-        if name.isdigit() and (only_token is None or int(name) == only_token)
-    }
+    folders = {}
+    for name, folder in subdir_names(str(data_dir)):
+        if name.isdigit() and (only_token is None or int(name) == only_token):
+            blocked = folder_problem(folder, f"token {name} is not compared")
+            if blocked:  # named, and the token left to the other side alone, not taken for empty
+                problems.append(Problem(folder, blocked))
+            else:
+                folders[int(name)] = folder
     # Only the first token with files is listed now: it tells the tree, the order and the kind of
     # dump; every other token is listed when it is first compared or opened (LazyMapping).
     sample: dict[int, dict[str, list[TensorRef]]] = {}
@@ -71,6 +73,11 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         if any(nodes.values()):
             break
     if not any(refs for nodes in sample.values() for refs in nodes.values()):
+        unlisted = folder_problem(data_dir, "not read")
+        if unlisted or problems:  # nothing else to compare: the first folder that could not be read
+            raise DumpError(
+                f"{data_dir}: {unlisted}" if unlisted else f"{problems[0].path}: {problems[0].message}"
+            )
         raise DumpError(
             f"{data_dir}: no token folders (0, 1, 2, ...) with .pth tensor files or statistics.csv were found"
         )
@@ -86,7 +93,12 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     def load(token: int) -> dict[str, list[TensorRef]]:
         if token in sample:
             return sample[token]
-        return {name: _index_node(folder, problems, policy) for name, folder in subdir_names(folders[token])}
+        nodes = {name: _index_node(folder, problems, policy) for name, folder in subdir_names(folders[token])}
+        if any(name not in tree.nodes for name in nodes):  # unlisted folders this token alone has
+            grown = tree.copy()
+            _add_unlisted_nodes(grown, {token: nodes})
+            tree.adopt(grown)  # else pairing, which walks the tree, would never see them
+        return nodes
 
     tokens = LazyMapping(sorted(folders), load)
     if statistics_only:
@@ -121,9 +133,9 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], 
         raise DumpError(f"{path}: no such file or directory")
     if not path.is_dir():
         raise DumpError(f"{path}: expected a dump directory, found a file")
-    if (path / MODEL_TREE).is_file():
+    if names_a_file(path / MODEL_TREE):
         return path, None, [], [], None
-    if path.name.isdigit() and (path.parent / MODEL_TREE).is_file():
+    if path.name.isdigit() and names_a_file(path.parent / MODEL_TREE):
         return path.parent, int(path.name), [f"only token {path.name} of {path.parent} is read"], [], None
     notes: list[str] = []
     search = path
@@ -139,8 +151,11 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], 
             notes.append(f"{path} holds {len(dumps)} msit_dump_* folders; reading the newest, {search.name}")
     if search.name != "torch_tensors":
         search = search / "torch_tensors"
-    devices = [p for p in subdirs(search) if (p / MODEL_TREE).is_file()]
+    devices = [p for p in subdirs(search) if names_a_file(p / MODEL_TREE)]
     if not devices:
+        blocked = next(((p, m) for p in subdirs(search) if (m := folder_problem(p, "not read"))), None)
+        if blocked:  # a rank folder that cannot be read looks like one without a model_tree.json
+            raise DumpError(f"{blocked[0]}: {blocked[1]}")
         raise DumpError(f"{search}: no {{device}}_{{pid}} folder with a {MODEL_TREE} was found")
     chosen, picked = pick_rank(search, devices, rank, notes)
     return chosen, None, notes, sorted((p.name for p in devices), key=rank_sort_key), picked
@@ -153,17 +168,22 @@ def _index_node(node_dir: str, problems: list[Problem], policy: LoadPolicy) -> l
     """Tensor files of a module; its statistics.csv rows when it has no tensor files (mode 1)."""
     refs: list[TensorRef] = []
     has_stats = False
-    with os.scandir(node_dir) as entries:
-        for entry in entries:
-            match = _TENSOR_FILE.match(entry.name)
-            if match:
-                slot = match.group(1)
-                role: Role = "input" if slot.startswith("input") else "output"
-                refs.append(TensorRef(slot=slot, role=role, location=entry.path))
-            elif entry.name == _STATS_FILE:
-                has_stats = True
-            elif entry.name.endswith(".pth"):
-                problems.append(Problem(entry.path, "unexpected tensor file name; not compared"))
+    try:
+        with os.scandir(node_dir) as scanned:
+            entries = list(scanned)
+    except OSError as exc:  # a folder without read permission: named, not taken for an empty one
+        problems.append(Problem(node_dir, f"cannot list the folder ({exc.strerror or exc}); not compared"))
+        return refs
+    for entry in entries:
+        match = _TENSOR_FILE.match(entry.name)
+        if match:
+            slot = match.group(1)
+            role: Role = "input" if slot.startswith("input") else "output"
+            refs.append(TensorRef(slot=slot, role=role, location=entry.path))
+        elif entry.name == _STATS_FILE:
+            has_stats = True
+        elif entry.name.endswith(".pth"):
+            problems.append(Problem(entry.path, "unexpected tensor file name; not compared"))
     if not refs and has_stats:
         refs = _statistics_refs(Path(node_dir) / _STATS_FILE, problems, policy)
     refs.sort(key=lambda r: _slot_key(r.slot))
@@ -226,10 +246,13 @@ def _slot_key(slot: str) -> tuple[int, tuple[int, ...]]:
 
 def _read_tree(path: Path, problems: list[Problem], policy: LoadPolicy) -> NodeTree:
     try:
-        raw = json.loads(policy.read_text(path))
+        raw = policy.read_json(path)
         return _tree_from_json(raw)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        problems.append(Problem(str(path), f"unreadable module tree ({exc}); tree rebuilt from folder names"))
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        problems.append(
+            Problem(str(path), f"unreadable module tree ({reason}); tree rebuilt from folder names")
+        )
         return NodeTree(root="root", nodes={"root": Node("root", "?", None, 0)})
 
 

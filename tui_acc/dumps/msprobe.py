@@ -14,11 +14,11 @@ The statistics task records Max/Min/Mean/Norm instead of files; those become sta
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
+from tui_acc.dumps.fs import folder_problem, names_a_file, subdirs, unreadable
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -50,9 +50,10 @@ _FOCUS_EVIDENCE = 50  # records: a tiny dump may simply not call any of them
 
 
 def claims(path: Path) -> bool:
-    if (path / "dump.json").is_file() or (path.name == "dump.json" and path.is_file()):
+    if names_a_file(path / "dump.json") or (path.name == "dump.json" and names_a_file(path)):
         return True
-    return bool(_rank_dirs(path))
+    # a rank folder that cannot be listed is still msprobe's: read() names it
+    return bool(_rank_dirs(path)) or any(unreadable(p) for p in _rank_like(path))
 
 
 def read(path: Path, rank: int | None = None, follow_links: bool = False) -> DumpIndex:
@@ -107,12 +108,12 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
 
 def _steps_of(path: Path, rank_dir: Path) -> list[tuple[int, Path]]:
     """(N, the rank folder of that name in step N) for every step, when ``path`` is the dump_path."""
-    if path.name == "dump.json" or (path / "dump.json").is_file() or STEP_FOLDER.match(path.name):
+    if path.name == "dump.json" or names_a_file(path / "dump.json") or STEP_FOLDER.match(path.name):
         return [(0, rank_dir)]
     found = []
     for step in path.iterdir():
         folder = step / rank_dir.name
-        if step.is_dir() and STEP_FOLDER.match(step.name) and (folder / "dump.json").is_file():
+        if step.is_dir() and STEP_FOLDER.match(step.name) and names_a_file(folder / "dump.json"):
             found.append((int(step.name[4:]), folder))
     return sorted(found)
 
@@ -123,7 +124,7 @@ def _read_rank_dir(
     problems: list[Problem] = []
     dump_json = rank_dir / "dump.json"
     try:
-        dump = json.loads(policy.read_text(dump_json))
+        dump = policy.read_json(dump_json)
     except (OSError, ValueError) as exc:
         raise DumpError(f"{dump_json}: unreadable msprobe dump.json ({exc})") from exc
     if not isinstance(dump, dict) or not isinstance(dump.get("data"), dict):
@@ -205,7 +206,7 @@ def _read_rank_dir(
 def _rank_dirs(path: Path) -> list[Path]:
     """rank*/proc* folders holding a dump.json, at or below ``path`` (dump_path/step*/rank*)."""
     found = []
-    if RANK_FOLDER.match(path.name) and (path / "dump.json").is_file():
+    if RANK_FOLDER.match(path.name) and names_a_file(path / "dump.json"):
         return [path]
     steps = (
         [path]
@@ -221,19 +222,32 @@ def _rank_dirs(path: Path) -> list[Path]:
         found += sorted(
             p
             for p in step.iterdir()
-            if p.is_dir() and RANK_FOLDER.match(p.name) and (p / "dump.json").is_file()
+            if p.is_dir() and RANK_FOLDER.match(p.name) and names_a_file(p / "dump.json")
         )
     return found
+
+
+def _rank_like(path: Path) -> list[Path]:
+    """``path`` itself, or the rank folders of its steps, by name alone."""
+    if RANK_FOLDER.match(path.name):
+        return [path]
+    steps = (
+        [path] if STEP_FOLDER.match(path.name) else [p for p in subdirs(path) if STEP_FOLDER.match(p.name)]
+    )
+    return [p for step in steps for p in subdirs(step) if RANK_FOLDER.match(p.name)]
 
 
 def _locate(path: Path, rank: int | None) -> tuple[Path, list[str], list[str], int | None]:
     notes: list[str] = []
     if path.name == "dump.json":
         return path.parent, notes, [], None
-    if (path / "dump.json").is_file():
+    if names_a_file(path / "dump.json"):
         return path, notes, [], None
     ranks = _rank_dirs(path)
     if not ranks:
+        blocked = next(((p, m) for p in _rank_like(path) if (m := folder_problem(p, "not read"))), None)
+        if blocked:  # a rank folder that cannot be listed looks like one without a dump.json
+            raise DumpError(f"{blocked[0]}: {blocked[1]}")
         raise DumpError(f"{path}: not an msprobe dump (expected step*/rank*|proc*/dump.json)")
     chosen, picked = pick_rank(path, ranks, rank, notes)
     return chosen, notes, sorted((p.name for p in ranks), key=rank_sort_key), picked
@@ -244,14 +258,23 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, list[str], list[str], i
 
 def _read_construct(path: Path, problems: list[Problem], policy: LoadPolicy) -> dict[str, str | None]:
     try:
-        raw = json.loads(policy.read_text(path))
+        raw = policy.read_json(path)
     except FileNotFoundError:
         problems.append(Problem(str(path), "missing; calls are shown flat, without their modules"))
         return {}
     except (OSError, ValueError) as exc:
         problems.append(Problem(str(path), f"unreadable call tree ({exc}); calls are shown flat"))
         return {}
-    return {str(k): (str(v) if v else None) for k, v in raw.items()} if isinstance(raw, dict) else {}
+    if not isinstance(raw, dict):
+        message = f"holds a JSON {_json_kind(raw)}, not an object of call -> parent; calls are shown flat"
+        problems.append(Problem(str(path), message))
+        return {}
+    return {str(k): (str(v) if v else None) for k, v in raw.items()}
+
+
+def _json_kind(value: object) -> str:
+    """What a JSON value is, in JSON's words (a list is an array)."""
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
 
 
 def _build_tree(completed: list[str], parents: dict[str, str | None]) -> NodeTree:

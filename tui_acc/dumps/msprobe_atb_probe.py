@@ -25,7 +25,6 @@ report one that does not parse); ``.bin`` headers wait until a tensor is compare
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -266,8 +265,8 @@ def _check_params(file: Path, problems: list[Problem], policy: LoadPolicy) -> No
     if not file.is_file():
         return
     try:
-        json.loads(policy.read_text(file), parse_constant=lambda _c: None)
-    except (OSError, ValueError, RecursionError) as exc:
+        policy.read_json(file, parse_constant=lambda _c: None)
+    except (OSError, ValueError) as exc:
         problems.append(Problem(str(file), f"unreadable operation parameters ({exc})"))
 
 

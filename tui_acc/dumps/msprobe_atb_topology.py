@@ -14,7 +14,6 @@ back to the folder names.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,8 +74,8 @@ def _json_files(folder: Path) -> list[Path]:
 def _load(file: Path, problems: list[Problem], policy: LoadPolicy) -> Any:
     try:
         # the probe's JSON library writes NaN as null, but a hand-edited file may hold NaN
-        return json.loads(policy.read_text(file), parse_constant=lambda _c: None)
-    except (OSError, ValueError, RecursionError) as exc:
+        return policy.read_json(file, parse_constant=lambda _c: None)
+    except (OSError, ValueError) as exc:
         problems.append(Problem(str(file), f"unreadable topology ({exc}); node types from folder names"))
         return None
 

@@ -14,9 +14,9 @@ saves before it (the first that differs while the ones before it match is where 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from tui_acc.dumps.fs import names_a_file
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -37,7 +37,7 @@ ROOT = "saves"
 
 
 def claims(path: Path) -> bool:
-    return bool(_step_folders(path)) or (path.name == FILE and path.is_file())
+    return bool(_step_folders(path)) or (path.name == FILE and names_a_file(path))
 
 
 def read(path: Path, rank: int | None = None, follow_links: bool = False) -> DumpIndex:
@@ -55,7 +55,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     for step, folder in sorted(steps.items()):
         debug_json = folder / FILE
         try:
-            raw = json.loads(policy.read_text(debug_json))
+            raw = policy.read_json(debug_json)
         except (OSError, ValueError) as exc:
             problems.append(Problem(str(debug_json), f"unreadable ({exc}); step {step} is not compared"))
             continue
@@ -106,7 +106,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
 
 def _step_folders(path: Path) -> dict[int, list[Path]]:
     """step number -> its rank/proc folders holding a debug.json, at or below ``path``."""
-    if RANK_FOLDER.match(path.name) and (path / FILE).is_file():
+    if RANK_FOLDER.match(path.name) and names_a_file(path / FILE):
         return {0: [path]}
     if not path.is_dir():
         return {}
@@ -118,7 +118,7 @@ def _step_folders(path: Path) -> dict[int, list[Path]]:
     found: dict[int, list[Path]] = {}
     for step in steps:
         ranks = [
-            p for p in step.iterdir() if p.is_dir() and RANK_FOLDER.match(p.name) and (p / FILE).is_file()
+            p for p in step.iterdir() if p.is_dir() and RANK_FOLDER.match(p.name) and names_a_file(p / FILE)
         ]
         if ranks:
             found[int(step.name[4:])] = ranks

@@ -17,14 +17,13 @@ a stable name, its order among the step's calls of the same API (``Aten.mm#13``)
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from tui_acc.dumps.fs import subdirs
+from tui_acc.dumps.fs import names_a_file, open_regular, subdirs, unreadable
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -94,7 +93,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         if not folder.is_dir():
             problems.append(Problem(str(step), f"no {chosen.name} folder; token {number} is not compared"))
             continue
-        if (folder / "dump.json").is_file():
+        if names_a_file(folder / "dump.json"):
             statistics = True
             records = _statistics_records(folder / "dump.json", problems, policy)
             orders.add("dump.json order (when each call started)")
@@ -163,8 +162,10 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
 def _is_graph_rank(folder: Path) -> bool:
     """A rank folder of graph mode: tensors without a dump.json, or a dump.json alone (eager msprobe
     writes construct.json and stack.json beside it, and ``requires_grad`` with every tensor)."""
+    if unreadable(folder):  # not known to be graph mode: eager msprobe's reader names it
+        return False
     dump_json = folder / "dump.json"
-    if dump_json.is_file():
+    if names_a_file(dump_json):
         beside = (folder / "construct.json").exists() or (folder / "stack.json").exists()
         return not beside and not _written_eagerly(dump_json)
     # level debug's saves have a dump_tensor_data/ too, described by a debug.json
@@ -177,7 +178,7 @@ def _written_eagerly(dump_json: Path) -> bool:
     an eager dump.json copied without its construct.json stays an eager dump. The first records
     tell, so only the head of the file is read."""
     try:
-        with dump_json.open("rb") as handle:
+        with open_regular(dump_json) as handle:
             head = handle.read(1 << 16)
     except OSError:
         return False
@@ -209,7 +210,7 @@ def _rank_dirs(path: Path) -> list[Path]:
 
 def _statistics_records(dump_json: Path, problems: list[Problem], policy: LoadPolicy) -> list[Record]:
     try:
-        dump = json.loads(policy.read_text(dump_json))
+        dump = policy.read_json(dump_json)
     except (OSError, ValueError) as exc:
         problems.append(Problem(str(dump_json), f"unreadable dump.json ({exc}); this step is not compared"))
         return []

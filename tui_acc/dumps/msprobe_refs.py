@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tui_acc.dumps.fs import folder_problem, names_a_file
 from tui_acc.dumps.model import Problem, Role, Stats, TensorRef
 
 
@@ -51,6 +52,13 @@ def content_notes(
 
 
 TRITON = "Triton."
+# what msprobe writes in a record's fields (null or absent: nothing there)
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "input_args": list,
+    "input_kwargs": dict,
+    "output": (list, dict),
+    "parameters": dict,
+}
 
 
 class RefBuilder:
@@ -66,11 +74,31 @@ class RefBuilder:
         self.blank = 0  # tensors recorded with nothing to compare (NZ format, nan_check's entries)
         self.checksums = 0  # tensors with a checksum (summary_mode md5 or xor)
         self.numbered = 0  # tensors with a statistic (xor writes none)
+        self._tensor_dir_problem: bool | None = None  # whether the tensor folder cannot be listed
+
+    def _tensor_dir_readable(self) -> bool:
+        """Whether the tensor folder can be listed; one that cannot is named once, and its
+        tensors are compared by their dump.json statistics."""
+        if self._tensor_dir_problem is None:
+            why = folder_problem(self.tensor_dir, "its tensors are compared by their dump.json statistics")
+            if why and self.tensor_dir.exists():
+                self.problems.append(Problem(str(self.tensor_dir), why))
+            self._tensor_dir_problem = bool(why and self.tensor_dir.exists())
+        return not self._tensor_dir_problem
 
     def refs(self, name: str, entry: Any) -> list[TensorRef]:
         refs: list[TensorRef] = []
         if not isinstance(entry, dict):
             self.problems.append(Problem(str(self.dump_json), f"{name}: entry is not an object; skipped"))
+            return refs
+        wrong = [
+            f"{key} is {type(entry[key]).__name__}"
+            for key, kinds in _FIELD_TYPES.items()
+            if entry.get(key) is not None and not isinstance(entry[key], kinds)
+        ]
+        if wrong:
+            message = f"{name}: {', '.join(wrong)}, not what msprobe writes (a list or object); skipped"
+            self.problems.append(Problem(str(self.dump_json), message))
             return refs
         # A Triton kernel writes into its arguments and msprobe records them before and after the
         # run (output = the arguments): the "inputs" include buffers not yet written, so the kernel
@@ -104,10 +132,15 @@ class RefBuilder:
                 for key, item in arg.items():
                     self.collect(refs, f"{slot}.{key}", role, item)
             return
+        shape = arg.get("shape")
+        if shape is not None and not (isinstance(shape, list) and all(_is_int(d) for d in shape)):
+            message = f"{slot}: shape {str(shape)[:80]} is not a list of integers; skipped"
+            self.problems.append(Problem(str(self.dump_json), message))
+            return
         data_name = arg.get("data_name")
-        if data_name:
+        if data_name and self._tensor_dir_readable():
             path = self.tensor_dir / str(data_name)
-            if path.is_file():
+            if names_a_file(path):  # a FIFO too: its reader names it
                 refs.append(TensorRef(slot=slot, role=role, location=str(path)))
                 return
             self.problems.append(
@@ -120,6 +153,10 @@ class RefBuilder:
         self.checksums += stats.checksum is not None
         self.numbered += any(v is not None for v in (stats.max, stats.min, stats.mean, stats.norm))
         refs.append(TensorRef(slot=slot, role=role, location=str(self.dump_json), stats=stats))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def stats_of_entry(arg: dict[str, Any], null_is_non_finite: bool = False) -> Stats:

@@ -4,7 +4,8 @@ A dump from another machine may hold symlinks (or ATB ``data=`` headers) naming 
 default none of them may lead out of the dump's folder, so a dump cannot make tui-acc read whatever
 its links name. ``--follow-links`` allows any place. The comparison owns one policy per side, and
 every reader goes through it: tensor files, ATB payload and alias files, statistics CSVs,
-``dump.json``/``construct.json``/``debug.json``, topology and parameter files.
+``dump.json``/``construct.json``/``debug.json``, topology and parameter files. What it opens must be
+a regular file (``fs.open_regular``).
 
 A refusal is an ``OSError`` (``OutsideDump``): every reader already turns an unreadable file into a
 named problem, so a link refused is reported exactly like a file that cannot be read.
@@ -14,9 +15,13 @@ from __future__ import annotations
 
 import errno
 import functools
+import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from tui_acc.dumps.fs import open_regular
 
 FOLLOW_HINT = "not followed (--follow-links allows it)"
 
@@ -65,10 +70,23 @@ class LoadPolicy:
         return path
 
     def open(self, path: Path, mode: str = "rb", **kwargs: Any) -> IO[Any]:
-        return self.check(path).open(mode, **kwargs)
+        """``path`` opened for reading if the policy allows it and it is a regular file (a FIFO
+        named like a dump file would block the reader: NotRegularFile, an OSError, instead)."""
+        return open_regular(self.check(path), mode, **kwargs)
 
     def read_text(self, path: Path) -> str:
-        return self.check(path).read_text(encoding="utf-8")
+        with self.open(path, "r", encoding="utf-8") as handle:
+            return handle.read()
+
+    def read_json(self, path: Path, **options: Any) -> Any:
+        """``json.loads`` of the file (``options`` passed on). A document nested deeper than
+        Python's parser goes (``[`` a hundred thousand times) is a ValueError, as malformed JSON
+        is, not a RecursionError: every reader already names the file for a ValueError."""
+        text = self.read_text(path)
+        try:
+            return json.loads(text, **options)
+        except RecursionError:
+            raise ValueError(f"nested over {sys.getrecursionlimit()} levels deep; not read") from None
 
 
 def _resolved(path: Path) -> Path:

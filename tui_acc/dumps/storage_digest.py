@@ -18,12 +18,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import stat
 import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tui_acc.dumps.fs import regular_fd
 from tui_acc.dumps.policy import LoadPolicy
 
 _STORAGE_RECORD = re.compile(r"(?:^|/)data/(\d+)$")  # torch/serialization.py _save: f"data/{key}"
@@ -143,15 +143,7 @@ def _open_regular(path: str, policy: LoadPolicy) -> tuple[int, int]:
     """A descriptor of ``path``, and its size, if ``policy`` lets it be read (a link out of the
     dump is not followed unless ``--follow-links``) and it is a regular file (a FIFO named like a
     tensor cannot block the reader)."""
-    policy.check(Path(path))
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise OSError(f"{path}: not a regular file")
-    except BaseException:
-        os.close(fd)
-        raise
+    fd, status = regular_fd(policy.check(Path(path)))
     return fd, status.st_size
 
 

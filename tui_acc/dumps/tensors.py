@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import pickle
 import re
-import stat
 from pathlib import Path
 
 import numpy as np
 
-from tui_acc.dumps.fs import settled
+from tui_acc.dumps.fs import NotRegularFile, open_regular, settled
 from tui_acc.dumps.policy import LoadPolicy, OutsideDump
 from tui_acc.dumps.torch_zip import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
 
@@ -56,6 +55,8 @@ def load_tensor(path: Path, policy: LoadPolicy) -> np.ndarray:
         raise
     except FileNotFoundError as exc:
         raise TensorLoadError(path, "file not found") from exc
+    except NotRegularFile as exc:
+        raise TensorLoadError(path, str(exc)) from exc
     except OSError as exc:  # permissions, a vanished mount, an I/O error
         raise TensorLoadError(path, f"cannot read ({exc.strerror or exc})") from exc
     except pickle.UnpicklingError as exc:
@@ -104,15 +105,14 @@ _NPY_MAGIC = b"\x93NUMPY"
 def _load_npy(path: Path) -> np.ndarray:
     """numpy's own format, checked first (a FIFO would block numpy; a file without the header would
     make it try pickle), numbers only, in native byte order (the kernels read it as such)."""
-    if not stat.S_ISREG(path.stat().st_mode):
-        raise TensorLoadError(path, "not a regular file")
-    with path.open("rb") as handle:
+    with open_regular(path) as handle:
         if handle.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
             raise TensorLoadError(path, "unreadable .npy file (no NUMPY header: not a numpy array file)")
     try:
         values = np.load(path, mmap_mode="c" if settled(path) else None, allow_pickle=False)
     except ValueError as exc:
-        if "allow_pickle" in str(exc):
+        # numpy names allow_pickle in other refusals too (a header over its size limit)
+        if str(exc).startswith("Object arrays cannot be loaded"):
             raise TensorLoadError(path, "refused: a .npy of pickled objects, not numbers") from exc
         raise TensorLoadError(path, f"unreadable .npy file ({_first_line(exc)})") from exc
     except (EOFError, OSError) as exc:

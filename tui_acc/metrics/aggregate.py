@@ -33,8 +33,9 @@ def _derived() -> list[pl.Expr]:
     tensors = pl.col("tensors")
     gg, tt, gt, dd, n = (pl.col(c) for c in ("sum_gg", "sum_tt", "sum_gt", "sum_dd", "n"))
     product = gg * tt
+    compared = (tensors > 0) & (n > 0)  # n: elements finite on both sides; none, nothing to say
     cosine = (
-        pl.when(tensors == 0)
+        pl.when(~compared)
         .then(None)
         .when((gg == 0) & (tt == 0))
         .then(1.0)  # both all zero: the same
@@ -49,7 +50,7 @@ def _derived() -> list[pl.Expr]:
         )
     )
     rel = (
-        pl.when(tensors == 0)
+        pl.when(~compared)
         .then(None)
         .when(gg > 0)
         .then((dd / gg).sqrt())

@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from tui_acc.dumps.model import TensorRef
 from tui_acc.metrics.schema import ANOMALY_COLUMNS, NOISE_COLUMNS, TENSOR_SCHEMA
 
@@ -78,15 +80,48 @@ def cache_dir() -> Path:
 
 
 def identity(ref: TensorRef) -> str:
-    """What a row was computed from: every file's path, size and modification time."""
+    """What a row was computed from: every file's path, size, modification time, and its inode and
+    status-change time. A file rewritten to the same size with its old modification time put back
+    (``cp --preserve``, ``touch -r``, an unpacked archive) is a new inode or a new ctime: no tool
+    can set the ctime, so a rewrite is always seen, and a chmod merely costs a recompute."""
     parts = []
     for path in ref.parts or (ref.path,):
         try:
             stat = path.stat()
-            parts.append(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}")
+            parts.append(
+                f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+                f":{stat.st_dev}:{stat.st_ino}:{stat.st_ctime_ns}"
+            )
         except OSError:
             parts.append(f"{path}:missing")
     return f"{ref.slot}@" + "|".join(parts) + (f"#{ref.merge}" if ref.merge else "")
+
+
+# what each stored column may hold besides None (JSON gives ints for whole floats; bool is an int)
+_PYTHON_KINDS: dict[object, tuple[type, ...]] = {
+    pl.Int64: (int,),
+    pl.Float64: (int, float),
+    pl.Boolean: (bool,),
+}
+_KINDS = {name: _PYTHON_KINDS.get(kind, (str,)) for name, kind in TENSOR_SCHEMA.items() if name in _STORED}
+
+
+def _parsed(data: object) -> dict[str, Any] | None:
+    """A stored row, if it parses into a row's shape: every stored column, each None or of its
+    column's type. Anything else (a row edited, truncated or written by another version) is None:
+    dropped, never used, as its verdict could be anything."""
+    try:
+        row = json.loads(data)  # type: ignore[arg-type]  # whatever the column holds: checked here
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if not isinstance(row, dict) or row.keys() != _KINDS.keys():
+        return None
+    for key, value in row.items():
+        kinds = _KINDS[key]
+        wrong = not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)
+        if value is not None and wrong:
+            return None
+    return row
 
 
 class RowCache:
@@ -152,16 +187,24 @@ class RowCache:
                 db.executemany("DELETE FROM pairs WHERE pair = ?", [(p,) for p in gone])
                 found = db.execute("SELECT key, data FROM rows WHERE pair = ?", (self.pair,)).fetchall()
                 db.execute("UPDATE pairs SET used = ? WHERE pair = ?", (time.time(), self.pair))
-            return {key: json.loads(data) for key, data in found}
         except sqlite3.OperationalError as exc:  # locked past the timeout, a full disk: not damage
             self.problem = f"{self.path}: cache not read ({exc}); rows are computed"
             return {}
-        except (sqlite3.DatabaseError, ValueError) as exc:  # damaged: set aside, recomputed, never trusted
+        except sqlite3.DatabaseError as exc:  # damaged: set aside, recomputed, never trusted
             self._set_aside(exc)
             return {}
         except (OSError, sqlite3.Error) as exc:
             self.problem = f"{self.path}: cache not read ({exc}); rows are computed"
             return {}
+        rows = {}
+        for key, data in found:
+            row = _parsed(data)
+            if row is not None:
+                rows[key] = row
+        if len(rows) < len(found):  # a damaged row is dropped, recomputed and written over
+            damaged = len(found) - len(rows)
+            self.problem = f"{self.path}: {damaged} damaged cached rows ignored; they are computed again"
+        return rows
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:

@@ -6,7 +6,8 @@ every sum is accumulated in float64.
 
 Definitions (they differ from msit's on purpose, see README "Metrics"):
 
-- cosine: g·t / (‖g‖‖t‖); 1 when both are all zero, 0 when exactly one is.
+- cosine: g·t / (‖g‖‖t‖); 1 when both are all zero, 0 when exactly one is; none (nor any other
+  metric) when no element is finite on both sides.
 - max/mean absolute error: over every element (msit ignores elements where |g| <= 1.19e-7).
 - max/mean relative error: |t - g| / |g| over elements with |g| > 1.19e-7, the mean divided by
   the number of those elements (msit divides by all N).
@@ -385,20 +386,27 @@ def cosine_from_sums(gt: float, gg: float, tt: float) -> float:
 
 def _finish(s: _Sums, is_float: bool) -> dict[str, object]:
     norm_g, norm_t = math.sqrt(s.gg), math.sqrt(s.tt)
-    if norm_g == 0.0 and norm_t == 0.0:
+    n = s.finite
+    cosine: float | None
+    rel_euclid: float | None
+    if n == 0:
+        # No element finite on both sides (all NaN or Inf, or none at all): nothing was compared,
+        # and the empty sums' "both all zero" would read as a perfect match.
+        cosine = rel_euclid = None
+    elif norm_g == 0.0 and norm_t == 0.0:
         cosine = 1.0
     elif norm_g == 0.0 or norm_t == 0.0:
         cosine = 0.0
     else:
         cosine = cosine_from_sums(s.dot, s.gg, s.tt)
-    # With no golden scale to be relative to, equal is 0 and anything else infinitely far.
-    rel_euclid = math.sqrt(s.dd) / norm_g if norm_g > 0.0 else (0.0 if s.dd == 0.0 else math.inf)
-    n = s.finite
+    if n:
+        # With no golden scale to be relative to, equal is 0 and anything else infinitely far.
+        rel_euclid = math.sqrt(s.dd) / norm_g if norm_g > 0.0 else (0.0 if s.dd == 0.0 else math.inf)
     return {
         "golden_norm": norm_g,
         "test_norm": norm_t,
         "cosine": cosine,
-        "abs_euclidean": math.sqrt(s.dd),
+        "abs_euclidean": math.sqrt(s.dd) if n else None,
         "rmse": math.sqrt(s.dd / n) if n else None,
         "thousandth_ratio": s.within_1e3 / n if n else None,
         "five_thousandths_ratio": s.within_5e3 / n if n else None,

@@ -133,7 +133,7 @@ def record_of(dump_json: Path, name: str, policy: LoadPolicy) -> dict[str, Any] 
         return None
     try:
         record, _ = json.JSONDecoder().raw_decode(text, key.end())
-    except ValueError:
+    except (ValueError, RecursionError):  # damaged, or nested past what the parser follows
         return None
     return record if isinstance(record, dict) else None
 
@@ -188,8 +188,8 @@ def _add_atb_params(refs: list[TensorRef], policy: LoadPolicy, keyword: dict[str
         if not file.is_file():
             return
         try:
-            params = json.loads(policy.read_text(file), parse_constant=lambda _c: None)
-        except (OSError, ValueError, RecursionError):
+            params = policy.read_json(file, parse_constant=lambda _c: None)
+        except (OSError, ValueError):
             return
         if isinstance(params, dict):
             for key, value in params.items():

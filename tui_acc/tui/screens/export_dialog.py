@@ -16,7 +16,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from tui_acc.export import ExportError
+from tui_acc.export import ExportError, existing_target, expanded
 from tui_acc.tui.title import shown_path
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
         self.query_one("#export-path", Input).focus()
 
     def chosen_path(self, typed: str) -> Path:
-        path = Path(typed.strip()).expanduser()
+        path = expanded(Path(typed.strip()))
         return path if path.is_absolute() else self.base_dir / path
 
     def show_hint(self, text: str, warning: bool) -> None:
@@ -91,10 +91,13 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
             self.warn("Type a file name, or Esc to cancel.")
             return
         path = self.chosen_path(event.value)
-        if path.is_dir():
-            self.warn(f"{shown_path(path, Path.cwd())} is a folder: add a file name.")
+        try:
+            exists = existing_target(path)
+        except ExportError as exc:  # a folder, a link to nothing, a name too long: said, the dialog stays
+            self.confirming = None
+            self.warn(f"Not written: {exc}")
             return
-        if path.exists() and self.confirming != path:
+        if exists and self.confirming != path:
             self.confirming = path
             self.warn(
                 f"{shown_path(path, Path.cwd())} exists. Enter again replaces it; edit the name to keep it."
