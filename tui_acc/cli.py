@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--compat",
         choices=("msit", "msprobe"),
-        help="with --csv: every paired tensor in msit's or msprobe's columns, computed their way",
+        help="with --csv: every paired tensor in msit's or msprobe's columns, computed their way "
+        "(in torch: needs tui-acc[torch])",
     )
 
     report.add_argument(
@@ -583,6 +584,14 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
     if args.compat and args.csv is None:  # said before the comparison, which may take minutes
         print("tui-acc: error: --compat writes a CSV: give --csv FILE", file=sys.stderr)
         return rpt.EXIT_USAGE
+    if args.compat:  # the tools' own arithmetic is torch's: said before the comparison too
+        from tui_acc.dumps.torch_arrays import TorchMissing, require_torch
+
+        try:
+            require_torch(f"report --compat {args.compat}")
+        except TorchMissing as exc:
+            print(f"tui-acc: error: {exc}", file=sys.stderr)
+            return rpt.EXIT_USAGE
     try:
         result = rpt.build_report(cmp, args.token, all_tokens=args.all_tokens)  # type: ignore[arg-type]
     except rpt.UnknownToken as exc:

@@ -77,9 +77,9 @@ _EPS32 = 1.1920928955078125e-07
 def msit_metrics(golden: np.ndarray, test: np.ndarray) -> dict[str, Any]:
     """One msit CSV row's metric columns (and the golden/my statistics), msit's way: in torch, as
     msit computes them (its fp32 reductions and softmax decide the digits)."""
-    import torch  # deferred: only this export reproduces torch's arithmetic
+    from tui_acc.dumps.torch_arrays import require_torch, to_torch
 
-    from tui_acc.dumps.torch_arrays import to_torch
+    torch = require_torch("report --compat msit")  # deferred: only this export reproduces torch's arithmetic
 
     g = to_torch(golden).reshape(-1).float()
     m = to_torch(test).reshape(-1).float()
