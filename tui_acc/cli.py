@@ -328,6 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[0] == "report" and "--ranks" in argv:  # one dump, not a pair: the ranks command, headless
         argv = ["ranks", "--report", *(a for a in argv[1:] if a != "--ranks")]
     args = _parse(parser, argv)
+    args.command_line = args_list  # as typed: what a warning tells the user to run instead
     if args.command == "ranks":
         return _run_ranks(args)
     if args.command == "demo":
@@ -436,7 +437,7 @@ def _run_compare(args: argparse.Namespace) -> int:
     from tui_acc.tui.app import AccApp
 
     # a command typed for `r` is remembered in --config when given: read last, it would override ./'s
-    app = AccApp(cmp, redump=settings, opener=opener, config_file=args.config)
+    app = AccApp(cmp, redump=settings, opener=opener, config_file=args.config, swap=_swapped_command(args))
     try:
         app.run()
     finally:  # however the app ended: a re-dump the user did not choose to leave running stops
@@ -597,6 +598,8 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
     except rpt.UnknownToken as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return rpt.EXIT_USAGE
+    if result["swapped"]:
+        result["swapped"]["command"] = _swapped_command(args)
     if args.replay is not None and (problem := _replay_into(cmp, args, result)):  # type: ignore[arg-type]
         print(f"tui-acc: error: {problem}", file=sys.stderr)
         return rpt.EXIT_USAGE
@@ -622,6 +625,13 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
         if args.csv is not None:
             print(f"csv: {result['csv']}")
     return rpt.exit_code(result)
+
+
+def _swapped_command(args: argparse.Namespace) -> str | None:
+    """The user's command line with GOLDEN and TEST swapped."""
+    from tui_acc.sides import swapped_command
+
+    return swapped_command(args.command_line, args.golden, args.test)
 
 
 def _replay_into(cmp: Comparison, args: argparse.Namespace, result: dict[str, object]) -> str | None:
