@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     capture_here = MsitTorchCapture.from_env(model, args.demo / f"{args.side}-rerun")
     atb_out = None
     if args.layout != "torch":
-        # captured as torch, then re-encoded (as the demo's own ATB run is); the selected nodes are ATB
-        # names the torch hook cannot match, so the whole token is captured
+        # captured in msit's torch layout, then re-encoded (as the demo's own ATB run is); the selected
+        # nodes are ATB names the module hook cannot match, so the whole token is captured
         atb_out = capture_here.data_dir.parents[2]  # the dump_path: msit_dump_*/torch_tensors/{device} below
         staging = atb_out.parent / f"{atb_out.name}.torch"
         capture_here = MsitTorchCapture(model, staging, capture_here.token_range)
