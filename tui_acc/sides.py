@@ -47,7 +47,7 @@ class Swapped:
         )
 
     def how_to_swap(self) -> str:
-        return f"to swap them: {self.command}" if self.command else "to swap them, give TEST before GOLDEN"
+        return f"To swap them: {self.command}" if self.command else "To swap them, give TEST before GOLDEN."
 
     def as_dict(self) -> dict[str, Any]:
         return {"golden_dtype": self.golden_dtype, "test_dtype": self.test_dtype, "command": self.command}

@@ -27,7 +27,7 @@ async def test_a_pair_opened_the_wrong_way_round_is_warned_in_the_header(
         said = str(warning.render())
         assert warning.display and warning.region.height >= 1 and warning.region.y == 1  # under the header
         assert said.startswith("⚠ golden is bfloat16, test is float32: the reference is less precise")
-        assert said.endswith("to swap them: tui-acc golden test")
+        assert said.endswith("To swap them: tui-acc golden test")
         # the whole line is on screen at 80 columns: it wraps, nothing is cut
         shown = "".join(str(line.text).rstrip() for line in warning.render_lines(warning.region.reset_offset))
         assert shown.replace(" ", "") == said.replace(" ", "")

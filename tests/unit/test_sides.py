@@ -54,7 +54,7 @@ def test_a_demo_pair_opened_the_wrong_way_round_is_said_with_the_command_that_sw
     assert main(["report", "test", "golden", "--no-cache"]) == 1
     text = capsys.readouterr().out
     assert "warning: golden is bfloat16, test is float32: the reference is less precise" in text
-    assert "to swap them: tui-acc report golden test --no-cache\n" in text
+    assert "To swap them: tui-acc report golden test --no-cache\n" in text
     assert main(["report", "--json", "test", "golden", "--no-cache"]) == 1
     assert json.loads(capsys.readouterr().out)["swapped"] == {
         "golden_dtype": "bfloat16",
