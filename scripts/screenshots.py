@@ -118,15 +118,14 @@ async def shoot_replay(out: Path) -> None:
 def write_weights(demo_out: Path) -> None:
     """Each side's model parameters in weights/{module}.{parameter}.pth of its device folder (msit's
     dump_weight=True layout, formats.md §1.1): the demo's Linear and RMSNorm modules can be replayed."""
-    import torch
+    from tui_acc.demo.model import BFLOAT16, FLOAT32, build_model
+    from tui_acc.dumps.torch_writer import write_torch_file
 
-    from tui_acc.demo.model import build_model
-
-    for side, dtype in (("golden", torch.float32), ("test", torch.bfloat16)):
+    for side, dtype in (("golden", FLOAT32), ("test", BFLOAT16)):
         (device,) = (demo_out / side).glob("msit_dump_*/torch_tensors/*_*")
         (device / "weights").mkdir()
-        for name, param in build_model(0).to(dtype).named_parameters():
-            torch.save(param.detach().clone(), device / "weights" / f"root.{name}.pth")
+        for name, values in build_model(0).to(dtype).named_parameters():
+            write_torch_file(device / "weights" / f"root.{name}.pth", values)
 
 
 async def shoot_hunt(out: Path, demo_out: Path) -> None:

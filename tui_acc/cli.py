@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--compat",
         choices=("msit", "msprobe"),
-        help="with --csv: every paired tensor in msit's or msprobe's columns, computed their way",
+        help="with --csv: every paired tensor in msit's or msprobe's columns, computed their way "
+        "(in torch: needs tui-acc[torch])",
     )
 
     report.add_argument(
@@ -328,6 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[0] == "report" and "--ranks" in argv:  # one dump, not a pair: the ranks command, headless
         argv = ["ranks", "--report", *(a for a in argv[1:] if a != "--ranks")]
     args = _parse(parser, argv)
+    args.command_line = args_list  # as typed: what a warning tells the user to run instead
     if args.command == "ranks":
         return _run_ranks(args)
     if args.command == "demo":
@@ -436,7 +438,7 @@ def _run_compare(args: argparse.Namespace) -> int:
     from tui_acc.tui.app import AccApp
 
     # a command typed for `r` is remembered in --config when given: read last, it would override ./'s
-    app = AccApp(cmp, redump=settings, opener=opener, config_file=args.config)
+    app = AccApp(cmp, redump=settings, opener=opener, config_file=args.config, swap=_swapped_command(args))
     try:
         app.run()
     finally:  # however the app ended: a re-dump the user did not choose to leave running stops
@@ -584,11 +586,21 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
     if args.compat and args.csv is None:  # said before the comparison, which may take minutes
         print("tui-acc: error: --compat writes a CSV: give --csv FILE", file=sys.stderr)
         return rpt.EXIT_USAGE
+    if args.compat:  # the tools' own arithmetic is torch's: said before the comparison too
+        from tui_acc.dumps.torch_arrays import TorchMissing, require_torch
+
+        try:
+            require_torch(f"report --compat {args.compat}")
+        except TorchMissing as exc:
+            print(f"tui-acc: error: {exc}", file=sys.stderr)
+            return rpt.EXIT_USAGE
     try:
         result = rpt.build_report(cmp, args.token, all_tokens=args.all_tokens)  # type: ignore[arg-type]
     except rpt.UnknownToken as exc:
         print(f"tui-acc: error: {exc}", file=sys.stderr)
         return rpt.EXIT_USAGE
+    if result["swapped"]:
+        result["swapped"]["command"] = _swapped_command(args)
     if args.replay is not None and (problem := _replay_into(cmp, args, result)):  # type: ignore[arg-type]
         print(f"tui-acc: error: {problem}", file=sys.stderr)
         return rpt.EXIT_USAGE
@@ -614,6 +626,13 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
         if args.csv is not None:
             print(f"csv: {result['csv']}")
     return rpt.exit_code(result)
+
+
+def _swapped_command(args: argparse.Namespace) -> str | None:
+    """The user's command line with GOLDEN and TEST swapped."""
+    from tui_acc.sides import swapped_command
+
+    return swapped_command(args.command_line, args.golden, args.test)
 
 
 def _replay_into(cmp: Comparison, args: argparse.Namespace, result: dict[str, object]) -> str | None:

@@ -12,6 +12,7 @@ from tui_acc.dumps import DumpIndex
 from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, NOISE_COLUMNS
 from tui_acc.rows import Row
 from tui_acc.session import Comparison
+from tui_acc.sides import Swapped, swapped_sides
 from tui_acc.verdicts.explain import accumulated, token_failure
 from tui_acc.verdicts.labels import first_suspect
 
@@ -119,6 +120,9 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
         # which bound the first failing token's logits break, with the numbers
         "first_failing_token_reason": why,
         "analysed_token": analysed,
+        # the golden's logits less precise than the test's: most likely given the wrong way round
+        # (the command line that swaps them is added by the CLI, which has it)
+        "swapped": swapped.as_dict() if (swapped := swapped_sides(tokens.iter_rows(named=True))) else None,
         "first_failing_op": op_summary(suspect),
         # where the logits fail and no operator adds error of its own, that is the finding
         "explanation": _explanation(failing, suspect, token_rows),
@@ -232,6 +236,7 @@ def format_text(report: dict[str, Any]) -> str:
         *(f"{side:<6}  {_side_line(report[side])}" for side in ("golden", "test")),
         *([f"noise   {_side_line(report['baseline'])} (--baseline)"] if "baseline" in report else []),
         f"logits  {report['logits_node']}",
+        *_swapped_lines(report.get("swapped")),
         "",
         f"{'token':>5}  {'verdict':<7}  {'cosine':>10}  {'KL':>10}  top-1 golden/test",
     ]
@@ -305,6 +310,13 @@ def format_text(report: dict[str, Any]) -> str:
         lines.append(f"error: {e['file']}: {e['message']}")
     lines += [f"note: {n}" for n in report["notes"]]
     return "\n".join(lines)
+
+
+def _swapped_lines(swapped: dict[str, Any] | None) -> list[str]:
+    if not swapped:
+        return []
+    said = Swapped(swapped["golden_dtype"], swapped["test_dtype"], swapped.get("command"))
+    return [f"warning: {said.headline()}", f"         {said.how_to_swap()}"]
 
 
 def _noise_text(op: dict[str, Any], with_baseline: bool) -> str:

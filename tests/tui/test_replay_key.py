@@ -4,11 +4,13 @@ the operator agrees with its own inputs (the demo pair with msit's weights/, and
 from __future__ import annotations
 
 import html
+import io
 import re
 import threading
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from textual.widgets import DataTable, Static
 
 from tests.tui.conftest import settle
@@ -16,7 +18,7 @@ from tests.unit.test_replay_generated import copy_with_weights
 from tui_acc import open_comparison
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
-from tui_acc.tui.screens.replay import ReplayScreen
+from tui_acc.tui.screens.replay import ReplayScreen, replay_renderable
 
 
 @pytest.fixture(scope="module")
@@ -76,14 +78,26 @@ async def test_p_replays_the_culprit_and_finds_the_operator_itself_wrong(
         assert "the operator itself disagrees" in str(operators.query_one("#status", Static).render())
 
 
-async def test_p_on_an_operator_without_weights_says_why_it_cannot(demo_app: AccApp, demo_pair) -> None:
-    async with demo_app.run_test(size=(100, 30)) as pilot:
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)])
+async def test_p_on_an_operator_without_weights_says_why_once_and_how_to_make_it_possible(
+    demo_app: AccApp, demo_pair, size: tuple[int, int]
+) -> None:
+    """The reason both sides share is said once (not in the reading and again in each side's column),
+    and so is what to dump (issue 28, item 4)."""
+    async with demo_app.run_test(size=size) as pilot:
         await _at_the_culprit(pilot, demo_pair.fault_module)
         await pilot.press("p")
         await settle(pilot)
         assert isinstance(demo_app.screen, ReplayScreen)
-        body = _body(demo_app)
-        assert "impossible" in body and "weights not dumped" in body
+        dialog = demo_app.screen
+        assert isinstance(dialog, ReplayScreen)
+        body = dialog.query_one("#replay-body", Static)
+        console = Console(width=body.content_region.width, file=io.StringIO(), record=True)
+        console.print(replay_renderable(dialog.replay))
+        said = " ".join(console.export_text().split())  # lines the dialog wraps read as one text
+        assert "impossible" in said and said.count("weights not dumped") == 1
+        remedy = "msit: DumpConfig(..., dump_weight=True) also writes weights/{module}.{parameter}.pth"
+        assert said.count(f"To replay it: {remedy}") == 1
 
 
 async def test_the_replay_runs_off_the_event_loop(

@@ -15,15 +15,20 @@ from tui_acc.demo import FAULT_MODULE
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
 
-# What another CPU changes, forced on this one: torch's scalar kernels instead of AVX2/AVX-512 ones,
-# MKL's SSE4.2 code path, oneDNN without AVX (no bf16 dot products), numba for a generic x86-64.
-# (On other architectures the variables are ignored and the test still compares two builds.)
+# What another CPU changes, forced on this one: numpy's loops (exp, cos, sin, sums) without their
+# AVX2/AVX-512 code paths (numpy 2.4 names the groups X86_V3/X86_V4, earlier numpy the features),
+# OpenBLAS's kernels for a Pentium 4 (its matrix products sum in another order), numba for a
+# generic x86-64. (On other architectures the variables are ignored and the test still compares
+# two builds.)
 ANOTHER_CPU = {
-    "ATEN_CPU_CAPABILITY": "default",
-    "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
-    "ONEDNN_MAX_CPU_ISA": "SSE41",
+    "NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR AVX512_SKX AVX512F AVX2 FMA3",
+    "OPENBLAS_CORETYPE": "Prescott",
     "NUMBA_CPU_NAME": "generic",
 }
+# whether numpy runs its AVX2 loops (the variable took effect when it says False)
+_NUMPY_AVX2 = (
+    "from numpy._core._multiarray_umath import __cpu_features__ as f; print(f.get('X86_V3', f.get('AVX2')))"
+)
 
 
 def _bytes(tensor: np.ndarray) -> bytes:
@@ -60,9 +65,9 @@ def _what_users_read(report: object) -> object:
 
 def test_the_demo_is_bit_identical_on_another_cpu_path(demo_pair, tmp_path: Path) -> None:
     env = {**os.environ, **ANOTHER_CPU}
-    capability = [sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"]
-    if platform.machine() in ("x86_64", "AMD64"):  # the variables took effect: torch's scalar kernels
-        assert subprocess.run(capability, env=env, capture_output=True, text=True).stdout.strip() == "DEFAULT"
+    if platform.machine() in ("x86_64", "AMD64"):  # the variables took effect: numpy's SSE loops
+        avx2 = subprocess.run([sys.executable, "-c", _NUMPY_AVX2], env=env, capture_output=True, text=True)
+        assert avx2.stdout.strip() == "False", avx2.stderr
     other = tmp_path / "demo"
     subprocess.run(
         [sys.executable, "-m", "tui_acc", "demo", "--no-tui", "--out", str(other)],

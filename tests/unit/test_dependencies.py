@@ -1,5 +1,6 @@
-"""pyproject's [project] dependencies are exactly what the product imports: a package the code imports
-directly is declared (not left to arrive with another one), and nothing is declared that it never imports."""
+"""pyproject's [project] dependencies and its torch extra are exactly what the product imports: a package
+the code imports directly is declared (not left to arrive with another one), nothing is declared that it
+never imports, and torch is only the extra's (``pip install tui-acc`` never installs or replaces a torch)."""
 
 from __future__ import annotations
 
@@ -38,9 +39,24 @@ def _distributions(modules: set[str]) -> set[str]:
     return {_canonical(dist) for module in modules for dist in providers.get(module, [module])}
 
 
+def _names(requirements: list[str]) -> set[str]:
+    return {_canonical(re.split(r"[=<>!~;\[ ]", r)[0]) for r in requirements}
+
+
+def _project() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+
 def _declared() -> set[str]:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    return {_canonical(re.split(r"[=<>!~;\[ ]", r)[0]) for r in project["dependencies"]}
+    """The runtime dependencies and the torch extra (imported only where torch is asked for)."""
+    project = _project()
+    return _names(project["dependencies"]) | _names(project["optional-dependencies"]["torch"])
+
+
+def test_torch_is_an_extra_not_a_dependency() -> None:
+    project = _project()
+    assert "torch" not in _names(project["dependencies"])
+    assert _names(project["optional-dependencies"]["torch"]) == {"torch"}
 
 
 def test_every_imported_package_is_declared() -> None:

@@ -16,10 +16,11 @@ import torch
 import torch.nn.functional as F
 
 from tests.conftest import device_dir
-from tui_acc.demo.model import build_model
+from tui_acc.demo.model import BFLOAT16, FLOAT32, build_model
 from tui_acc.dumps.atb_writer import write_bin
 from tui_acc.dumps.msprobe_passes import api_of
 from tui_acc.dumps.torch_arrays import from_torch
+from tui_acc.dumps.torch_writer import write_torch_file
 from tui_acc.replay import torch_ops
 from tui_acc.replay.call import Call, Replayed
 from tui_acc.replay.gather import Gathered
@@ -33,13 +34,13 @@ from tui_acc.verdicts.replay_check import _judged, replay_node
 def copy_with_weights(demo_pair, out: Path) -> tuple[Path, Path]:
     """The demo pair copied to ``out``, each side with its model's parameters in ``weights/``, as msit
     writes them with ``dump_weight=True`` (formats.md §1.1): golden float32, test bfloat16."""
-    for side, dtype in (("golden", torch.float32), ("test", torch.bfloat16)):
+    for side, dtype in (("golden", FLOAT32), ("test", BFLOAT16)):
         copy = out / side
         shutil.copytree(getattr(demo_pair, side), copy)
         weights = device_dir(copy) / "weights"
         weights.mkdir()
-        for name, param in build_model(0).to(dtype).named_parameters():
-            torch.save(param.detach().clone(), weights / f"root.{name}.pth")
+        for name, values in build_model(0).to(dtype).named_parameters():
+            write_torch_file(weights / f"root.{name}.pth", values)
     return out / "golden", out / "test"
 
 

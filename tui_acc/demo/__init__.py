@@ -83,7 +83,7 @@ def make_demo(
     if out.exists() and any(out.iterdir()):
         raise DemoError(f"{out}: exists and is not an empty folder or an earlier demo; choose another --out")
     from tui_acc.demo.model import TinyConfig
-    from tui_acc.demo.run import run_pair  # torch is imported only when a demo is really built
+    from tui_acc.demo.run import run_pair  # the model's modules load only when a demo is really built
 
     out.mkdir(parents=True, exist_ok=True)
     staging = out / ".partial"
@@ -170,7 +170,7 @@ def write_redump_config(out: Path, layout: str) -> None:
     for side in ("golden", "test"):
         lines.append(f"[redump.{side}]")
         if side == "test" and layout != "torch":
-            # the demo's ATB run is a torch run re-encoded, and so is its re-dump: the script writes
+            # the demo's ATB run is an msit torch dump re-encoded, and so is its re-dump: the script writes
             # the ATB layout itself (no msit here), so it is a custom dumper, not msit-atb
             argv = [*run, "--side", side, "--layout", layout]
             lines += ['dumper = "custom"', f"command = [{', '.join(toml_string(a) for a in argv)}]", ""]

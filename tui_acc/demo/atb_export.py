@@ -15,8 +15,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from tui_acc.dumps.atb_writer import write_bin
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
@@ -168,4 +166,4 @@ def tensor_count(root: Path) -> int:
     return sum(1 for _ in root.rglob("*.bin"))
 
 
-__all__ = ["AtbOp", "export_atb", "tensor_count", "torch"]
+__all__ = ["AtbOp", "export_atb", "tensor_count"]

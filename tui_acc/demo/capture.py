@@ -2,7 +2,9 @@
 
 It produces what ``msit_llm``'s ``DumpConfig`` + ``register_hook`` would (formats.md §1), with
 one deliberate improvement: ``model_tree.json`` lists children in execution order (msit meant
-to, but a bug leaves them in ``named_children()`` order).
+to, but a bug leaves them in ``named_children()`` order). It hooks the demo's numpy modules
+(modules.py) and torch modules alike (the tests capture small torch models), and writes each
+tensor with dumps/torch_writer.py: torch is never imported for it.
 """
 
 from __future__ import annotations
@@ -10,13 +12,29 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import torch
-from torch import nn
+import numpy as np
+
+from tui_acc.dumps.torch_writer import write_torch_file
+
+
+class Hookable(Protocol):
+    """What the capture needs of a model: torch's ``nn.Module`` names (modules.py has them too)."""
+
+    def named_modules(self) -> Iterator[tuple[str, Any]]: ...
+
+    def children(self) -> Iterator[Any]: ...
+
+    def parameters(self) -> Iterator[Any]: ...
+
+    def register_forward_pre_hook(self, hook: Any) -> Any: ...
+
+    def register_forward_hook(self, hook: Any) -> Any: ...
 
 
 class MsitTorchCapture:
@@ -34,7 +52,7 @@ class MsitTorchCapture:
 
     def __init__(
         self,
-        model: nn.Module,
+        model: Hookable,
         dump_path: Path,
         token_range: Iterable[int] | None = None,
         module_glob: str | None = None,
@@ -45,7 +63,7 @@ class MsitTorchCapture:
         self.token_range = None if token_range is None else set(token_range)
         self.module_glob = module_glob
         self.tensor_part = tensor_part
-        device = str(next(model.parameters()).device).replace(":", "")
+        device = str(getattr(next(model.parameters()), "device", "cpu")).replace(":", "")
         stamp = (timestamp or datetime.now()).strftime("%Y%m%d_%H%M%S")
         self.data_dir = Path(dump_path) / f"msit_dump_{stamp}" / "torch_tensors" / f"{device}_{os.getpid()}"
         self.token = -1
@@ -54,7 +72,7 @@ class MsitTorchCapture:
         self._handles: list[Any] = []
 
     @classmethod
-    def from_env(cls, model: nn.Module, dump_path: Path) -> MsitTorchCapture:
+    def from_env(cls, model: Hookable, dump_path: Path) -> MsitTorchCapture:
         """What tui-acc's re-dumps and hunts ask for: ``TUI_ACC_DUMP_DIR``, ``TUI_ACC_TOKENS`` (else
         ``TUI_ACC_TOKEN``), ``TUI_ACC_MODULES``, ``TUI_ACC_TENSORS`` (``outputs``: msit's
         ``tensor_part=1``).
@@ -89,13 +107,13 @@ class MsitTorchCapture:
 
     # --- hooks --------------------------------------------------------------------------------
 
-    def _next_token(self, module: nn.Module, args: Sequence[Any]) -> None:
+    def _next_token(self, module: Hookable, args: Sequence[Any]) -> None:
         self.token += 1
 
-    def _called(self, module: nn.Module, args: Sequence[Any]) -> None:
+    def _called(self, module: Hookable, args: Sequence[Any]) -> None:
         self._first_call.setdefault(self._names[module], len(self._first_call))
 
-    def _dump(self, module: nn.Module, args: Sequence[Any], output: Any) -> None:
+    def _dump(self, module: Hookable, args: Sequence[Any], output: Any) -> None:
         name = self._names[module]
         if self.token_range is not None and self.token not in self.token_range:
             return
@@ -107,18 +125,20 @@ class MsitTorchCapture:
         folder.mkdir(parents=True, exist_ok=True)
         if self.tensor_part in (0, 2):
             for i, arg in enumerate(args):
-                if isinstance(arg, torch.Tensor):
-                    torch.save(arg.detach().clone(), folder / f"input_{i}.pth")
+                values = _as_array(arg)
+                if values is not None:
+                    write_torch_file(folder / f"input_{i}.pth", values)
         if self.tensor_part in (1, 2):
-            if isinstance(output, torch.Tensor):
-                torch.save(output.detach().clone(), folder / "output.pth")
+            values = _as_array(output)
+            if values is not None:
+                write_torch_file(folder / "output.pth", values)
             elif isinstance(output, (tuple, list)):
                 _save_sequence(output, folder, "output")
 
     # --- topology -----------------------------------------------------------------------------
 
     def _write_tree(self) -> None:
-        def node(name: str, module: nn.Module) -> dict[str, Any]:
+        def node(name: str, module: Hookable) -> dict[str, Any]:
             children = [node(self._names[child], child) for child in module.children()]
             children.sort(key=lambda c: self._subtree_first_call(c))
             return {"name": name, "type": type(module).__name__, "children": children}
@@ -134,10 +154,24 @@ class MsitTorchCapture:
 
 def _save_sequence(items: Sequence[Any], folder: Path, prefix: str) -> None:
     for i, item in enumerate(items):
-        if isinstance(item, torch.Tensor):
-            torch.save(item.detach().clone(), folder / f"{prefix}_{i}.pth")
+        values = _as_array(item)
+        if values is not None:
+            write_torch_file(folder / f"{prefix}_{i}.pth", values)
         elif isinstance(item, (tuple, list)):
             _save_sequence(item, folder, f"{prefix}_{i}")
+
+
+def _as_array(value: object) -> np.ndarray | None:
+    """A tensor's values (a numpy array, or a torch tensor's, bit for bit); None for anything else.
+    A torch tensor can exist only where torch was imported, so torch is never imported here."""
+    if isinstance(value, np.ndarray):
+        return value
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        from tui_acc.dumps.torch_arrays import from_torch
+
+        return from_torch(value.detach())
+    return None
 
 
 def _full_name(name: str) -> str:

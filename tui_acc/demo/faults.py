@@ -6,8 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from torch import nn
+import numpy as np
+
+from tui_acc.demo.modules import Handle, Module
 
 
 @dataclass(frozen=True)
@@ -28,16 +29,16 @@ class StaleTailTile:
             "step's values (a matmul that skipped its tail tile)"
         )
 
-    def install(self, model: nn.Module, current_token: Callable[[], int]) -> Any:
+    def install(self, model: Module, current_token: Callable[[], int]) -> Handle:
         target = dict(model.named_modules())[self.module.removeprefix("root.")]
-        previous: dict[str, torch.Tensor] = {}
+        previous: dict[str, np.ndarray] = {}
 
-        def hook(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        def hook(module: Module, args: Any, output: np.ndarray) -> np.ndarray:
             stale = previous.get("out")
-            previous["out"] = output.detach().clone()
+            previous["out"] = output.copy()
             if current_token() != self.token or stale is None:
                 return output
-            patched = output.clone()
+            patched = output.copy()
             rows = min(stale.shape[-2], patched.shape[-2])
             patched[..., -rows:, -self.tile :] = stale[..., -rows:, -self.tile :]
             return patched

@@ -43,26 +43,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"infer: {args.demo / 'demo.json'}: cannot read the demo manifest ({exc})", file=sys.stderr)
         return 2
 
-    import torch
-
     from tui_acc.demo import LAYERS
     from tui_acc.demo.capture import MsitTorchCapture
     from tui_acc.demo.faults import StaleTailTile
-    from tui_acc.demo.model import TinyConfig, build_model, generate
+    from tui_acc.demo.model import BFLOAT16, TinyConfig, build_model, generate
 
-    torch.set_num_threads(1)  # the same bits as the demo's own run
     seed, prompt = manifest["seed"], manifest["prompt"]
     model = build_model(seed, TinyConfig(num_layers=manifest.get("layers", LAYERS)))
     if args.side == "test":
-        model = model.to(torch.bfloat16)
+        model = model.to(BFLOAT16)
     print(f"infer: {args.side} run, seed {seed}, prompt of {len(prompt)} tokens", flush=True)
     new_tokens = len(manifest["golden_ids"])
     gate = _Gate(args.gate)
     capture_here = MsitTorchCapture.from_env(model, args.demo / f"{args.side}-rerun")
     atb_out = None
     if args.layout != "torch":
-        # captured as torch, then re-encoded (as the demo's own ATB run is); the selected nodes are ATB
-        # names the torch hook cannot match, so the whole token is captured
+        # captured in msit's torch layout, then re-encoded (as the demo's own ATB run is); the selected
+        # nodes are ATB names the module hook cannot match, so the whole token is captured
         atb_out = capture_here.data_dir.parents[2]  # the dump_path: msit_dump_*/torch_tensors/{device} below
         staging = atb_out.parent / f"{atb_out.name}.torch"
         capture_here = MsitTorchCapture(model, staging, capture_here.token_range)

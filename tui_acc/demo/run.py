@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from tui_acc.demo.capture import MsitTorchCapture
 from tui_acc.demo.faults import StaleTailTile
-from tui_acc.demo.model import TinyConfig, build_model, generate, rounding_toward_zero
+from tui_acc.demo.model import BFLOAT16, TinyConfig, build_model, generate, rounding_toward_zero
 
 
 @dataclass(frozen=True)
@@ -21,18 +18,6 @@ class PairResult:
     fault_description: str
 
 
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """One reduction order: the same seed gives the same bits on every run and machine load."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-@_one_thread()
 def run_pair(
     out: Path,
     seed: int,
@@ -49,7 +34,7 @@ def run_pair(
         golden_ids = generate(golden_model, prompt, new_tokens)
 
     say(f"test run: bfloat16, fault injected at token {fault_token} ...")
-    test_model = build_model(seed, config).to(torch.bfloat16)
+    test_model = build_model(seed, config).to(BFLOAT16)
     fault = StaleTailTile(fault_module, fault_token)
     with MsitTorchCapture(test_model, out / "test") as capture:
         handle = fault.install(test_model, lambda: capture.token)
@@ -60,7 +45,6 @@ def run_pair(
     return PairResult(golden_ids, test_ids, fault.describe())
 
 
-@_one_thread()
 def run_baseline(
     out: Path,
     seed: int,
@@ -71,6 +55,6 @@ def run_baseline(
 ) -> list[int]:
     """A clean bfloat16 run that rounds toward zero: the test's dtype, another device's rounding."""
     say("baseline run: bfloat16 rounding toward zero, no fault ...")
-    model = build_model(seed, config).to(torch.bfloat16)
+    model = build_model(seed, config).to(BFLOAT16)
     with rounding_toward_zero(), MsitTorchCapture(model, out):
         return generate(model, prompt, new_tokens)

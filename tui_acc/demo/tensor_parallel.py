@@ -17,12 +17,22 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
-import torch
-from torch import nn
+import numpy as np
 
-from tui_acc.demo.model import DecoderLayer, TinyConfig, TinyLlamaForCausalLM, build_model
+from tui_acc.demo.model import (
+    BFLOAT16,
+    Cache,
+    DecoderLayer,
+    Linear,
+    TinyConfig,
+    TinyLlamaForCausalLM,
+    add,
+    build_model,
+    linear,
+    rounded,
+    wide,
+)
 from tui_acc.dumps.atb_writer import write_bin
 
 TIMESTAMP = "20250101_000000"
@@ -128,24 +138,19 @@ def make_ranks_demo(
     return RanksDemo(out, dump, world, fault, generated)
 
 
-def _wide(x: torch.Tensor) -> torch.Tensor:
-    return x.to(torch.float64)
-
-
-def _row_parallel(linear: nn.Linear, x: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+def _row_parallel(layer: Linear, x: np.ndarray, rank: int, world: int) -> np.ndarray:
     """Rank ``rank``'s partial product: its block of input columns, rounded once."""
-    width = linear.in_features // world
+    width = layer.in_features // world
     cols = slice(rank * width, (rank + 1) * width)
-    return nn.functional.linear(_wide(x[..., cols]), _wide(linear.weight[:, cols])).to(x.dtype)
+    return rounded(linear(x[..., cols], layer.weight[:, cols]), x.dtype)
 
 
-def _all_reduce(partials: list[torch.Tensor], leave_out: int | None = None) -> torch.Tensor:
+def _all_reduce(partials: list[np.ndarray], leave_out: int | None = None) -> np.ndarray:
     """The sum in float64 (bfloat16 values add exactly there: any order, the same bits), rounded once."""
     kept = [p for r, p in enumerate(partials) if r != leave_out]
-    return torch.stack([_wide(p) for p in kept]).sum(dim=0).to(partials[0].dtype)
+    return rounded(np.stack([wide(p) for p in kept]).sum(axis=0), partials[0].dtype)
 
 
-@torch.no_grad()
 def run_tensor_parallel(
     out: Path,
     seed: int,
@@ -156,44 +161,39 @@ def run_tensor_parallel(
     config: TinyConfig | None = None,
 ) -> list[int]:
     """Generate greedily on ``world`` ranks and write each rank's ATB dump; return rank 0's ids."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one reduction order, as the demo's other runs
-    try:
-        model = build_model(seed, config).to(torch.bfloat16)
-        root = out / f"msit_dump_{TIMESTAMP}"
-        _write_topology(root, model, world)
-        caches: list[list[list[torch.Tensor]]] = [[[] for _ in model.model.layers] for _ in range(world)]
-        ids = torch.tensor([prompt])
-        positions = torch.arange(len(prompt))[None]
-        generated: list[int] = []
-        for token in range(new_tokens):
-            folders = [root / "tensors" / f"{r}_{PID_BASE + r}" / str(token) for r in range(world)]
-            logits = _forward(model, ids, positions, caches, folders, token, fault)
-            next_id = int(logits[0][0, -1].float().argmax())  # rank 0 samples; the others follow it
-            generated.append(next_id)
-            ids = torch.tensor([[next_id]])
-            positions = positions[:, -1:] + 1
-        return generated
-    finally:
-        torch.set_num_threads(threads)
+    model = build_model(seed, config).to(BFLOAT16)
+    root = out / f"msit_dump_{TIMESTAMP}"
+    _write_topology(root, model, world)
+    caches: list[list[Cache]] = [[[] for _ in model.model.layers] for _ in range(world)]
+    ids = np.array([prompt], dtype=np.int64)
+    positions = np.arange(len(prompt), dtype=np.int64)[None]
+    generated: list[int] = []
+    for token in range(new_tokens):
+        folders = [root / "tensors" / f"{r}_{PID_BASE + r}" / str(token) for r in range(world)]
+        logits = _forward(model, ids, positions, caches, folders, token, fault)
+        next_id = int(logits[0][0, -1].astype(np.float32).argmax())  # rank 0 samples; the others follow it
+        generated.append(next_id)
+        ids = np.array([[next_id]], dtype=np.int64)
+        positions = positions[:, -1:] + 1
+    return generated
 
 
 def _forward(
     model: TinyLlamaForCausalLM,
-    ids: torch.Tensor,
-    positions: torch.Tensor,
-    caches: list[list[list[torch.Tensor]]],
+    ids: np.ndarray,
+    positions: np.ndarray,
+    caches: list[list[Cache]],
     folders: list[Path],
     token: int,
     fault: Fault | None,
-) -> list[torch.Tensor]:
+) -> list[np.ndarray]:
     world = len(folders)
     hidden = model.model.embed_tokens(ids)
     cos, sin = model.model.rotary_emb(hidden, positions)
     states = [hidden] * world
     for folder in folders:
         _write(folder / "0_WordEmbedding", inputs=[ids], outputs=[hidden])
-    for i, layer in enumerate(cast(list[DecoderLayer], model.model.layers)):
+    for i, layer in enumerate(model.model.decoder_layers()):
         faulty = fault if fault is not None and (fault.token, fault.layer) == (token, i) else None
         states = _layer(
             layer,
@@ -217,17 +217,15 @@ def _forward(
 
 def _layer(
     layer: DecoderLayer,
-    states: list[torch.Tensor],
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    caches: list[list[torch.Tensor]],
+    states: list[np.ndarray],
+    cos: np.ndarray,
+    sin: np.ndarray,
+    caches: list[Cache],
     folders: list[Path],
     fault: Fault | None,
-) -> list[torch.Tensor]:
-    from tui_acc.demo.model import _add
-
+) -> list[np.ndarray]:
     world = len(states)
-    written: list[dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]]] = [{} for _ in range(world)]
+    written: list[dict[int, tuple[list[np.ndarray], list[np.ndarray]]]] = [{} for _ in range(world)]
     partials = []
     for rank in range(world):
         normed = layer.input_layernorm(states[rank])
@@ -240,7 +238,7 @@ def _layer(
     reduced = _reduced(partials, fault, 3)
     mlp_partials = []
     for rank in range(world):
-        after_attention = _add(states[rank], reduced[rank])
+        after_attention = add(states[rank], reduced[rank])
         normed = layer.post_attention_layernorm(after_attention)
         gated = layer.mlp.gated(normed)
         partial = _row_parallel(layer.mlp.down_proj, gated, rank, world)
@@ -258,7 +256,7 @@ def _layer(
     reduced = _reduced(mlp_partials, fault, 8)
     out = []
     for rank in range(world):
-        result = _add(states[rank], reduced[rank])
+        result = add(states[rank], reduced[rank])
         written[rank].update(
             {8: ([mlp_partials[rank]], [reduced[rank]]), 9: ([states[rank], reduced[rank]], [result])}
         )
@@ -276,7 +274,7 @@ def _layer(
     return out
 
 
-def _reduced(partials: list[torch.Tensor], fault: Fault | None, op_index: int) -> list[torch.Tensor]:
+def _reduced(partials: list[np.ndarray], fault: Fault | None, op_index: int) -> list[np.ndarray]:
     """Every rank's all-reduce output; the faulty rank's leaves out the next rank's contribution."""
     total = _all_reduce(partials)
     results = [total] * len(partials)
@@ -288,8 +286,8 @@ def _reduced(partials: list[torch.Tensor], fault: Fault | None, op_index: int) -
 
 def _write(
     folder: Path,
-    inputs: list[torch.Tensor],
-    outputs: list[torch.Tensor],
+    inputs: list[np.ndarray],
+    outputs: list[np.ndarray],
     param: dict[str, object] | None = None,
 ) -> None:
     # msit ATB's default -time 3: intensors before execution, outtensors after (formats.md §2.2)

@@ -314,12 +314,12 @@ def _meta_by_torch(path: Path) -> object:
     """What torch_zip leaves to torch (a record it does not know), loaded as safely."""
     import pickle
 
-    from tui_acc.dumps.tensors import load_through_torch
+    from tui_acc.dumps.tensors import TensorLoadError, load_through_torch
 
     try:
         return load_through_torch(path)
-    except (OSError, RuntimeError, ValueError, pickle.UnpicklingError):
-        return None
+    except (OSError, RuntimeError, ValueError, pickle.UnpicklingError, TensorLoadError):
+        return None  # without torch too: the comparison says why when it loads the file
 
 
 def merge_of_dims(dims: str) -> tuple[str, str]:

@@ -79,18 +79,22 @@ def _load_torch_file(path: Path) -> object:
         raise TensorLoadError(path, _refused(exc.name)) from exc
     except TorchFileError as exc:
         raise TensorLoadError(path, f"unreadable torch file ({exc})") from exc
-    except NeedsTorch:
-        return load_through_torch(path)
+    except NeedsTorch as exc:
+        return load_through_torch(path, str(exc))
 
 
-def load_through_torch(path: Path) -> object:
-    """torch's own loader (``weights_only``), for what ``torch_zip`` leaves to it; its tensors handed
-    on as arrays. Mapped where the file is a settled zip (torch maps nothing else)."""
+def load_through_torch(path: Path, why: str = "this file") -> object:
+    """torch's own loader (``weights_only``), for what ``torch_zip`` leaves to it (``why``: what it
+    is); its tensors handed on as arrays. Mapped where the file is a settled zip (torch maps nothing
+    else). Without torch installed: TensorLoadError, naming the extra that brings it."""
     import zipfile
 
-    import torch  # deferred: only the files torch_zip cannot read pay torch's import
+    from tui_acc.dumps.torch_arrays import TorchMissing, from_torch, require_torch
 
-    from tui_acc.dumps.torch_arrays import from_torch
+    try:  # deferred: only the files torch_zip cannot read pay torch's import
+        torch = require_torch(f"reading {why}")
+    except TorchMissing as exc:
+        raise TensorLoadError(path, str(exc)) from exc
 
     mmap = zipfile.is_zipfile(path) and settled(path)
     obj = torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)

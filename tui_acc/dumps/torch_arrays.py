@@ -1,12 +1,15 @@
 """torch tensors as numpy arrays and back, exactly: for files only torch can read (the fallback of
 torch_zip.py), and for the exports that reproduce msit's and msprobe's torch arithmetic.
 
-The one module of tui_acc.dumps that uses torch on the way to an array; it imports torch only when
-called (``TYPE_CHECKING`` for the annotation), so importing it costs nothing.
+The one module of tui_acc that imports torch (``require_torch``): torch is optional (the extra
+``tui-acc[torch]``), and only what truly needs it asks for it, when called; without it, a clear
+``TorchMissing`` naming the extra. ``TYPE_CHECKING`` for the annotations, so importing this module
+costs nothing.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,12 +19,32 @@ from tui_acc.dumps.dtypes import NUMPY_NATIVE, REINTERPRETED, numpy_dtype
 if TYPE_CHECKING:
     import torch
 
+EXTRA = "tui-acc[torch]"
+
+
+class TorchMissing(ImportError):
+    """What was asked needs torch, and torch is not installed; str() says what, and how to get it."""
+
+
+def require_torch(purpose: str) -> ModuleType:
+    """torch, imported for ``purpose`` (what needs it, as the user would say it); TorchMissing when it
+    is not installed. An NPU host's own torch serves: the extra is for machines without one."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise TorchMissing(
+            f"{purpose} needs torch, which is not installed here: pip install '{EXTRA}' "
+            "(or any torch >= 2.1; on a fresh Linux x86-64 machine install the CPU build first, as "
+            "the README's Set up says, or pip fetches the CUDA build, about 2.5 GB)"
+        ) from exc
+    return torch
+
 
 def from_torch(tensor: torch.Tensor) -> np.ndarray:
     """A CPU tensor's values as a numpy array of the matching dtype, bit for bit (sharing its memory
     where it can); complex32 widened exactly to complex64. Sparse, quantized, non-CPU tensors and
     dtypes numpy cannot hold (float4_e2m1fn_x2, the bits types, sub-byte integers): ValueError."""
-    import torch  # deferred: only the fallback pays torch's import
+    torch = require_torch("a torch tensor")  # deferred: only the fallback pays torch's import
 
     if tensor.layout != torch.strided:
         raise ValueError(f"a sparse tensor ({tensor.layout}): not compared")
@@ -45,7 +68,7 @@ def from_torch(tensor: torch.Tensor) -> np.ndarray:
 
 def to_torch(values: np.ndarray) -> torch.Tensor:
     """A numpy array (ml_dtypes' bf16 and 8-bit floats included) as a CPU tensor, bit for bit."""
-    import torch  # deferred: only the msit/msprobe-exact exports use it
+    torch = require_torch("torch's arithmetic (report --compat)")  # only the msit/msprobe-exact exports
 
     name = values.dtype.name
     contiguous = np.ascontiguousarray(values)

@@ -42,7 +42,7 @@ from tui_acc.dumps.torch_pickle import (
 __all__ = ["NeedsTorch", "RefusedGlobal", "TorchFileError", "read_torch_file"]
 
 # torch/storage.py _dtype_to_storage_type_map: the legacy typed storages, by the dtype they hold
-_TYPED_STORAGES = {
+TYPED_STORAGES = {
     "DoubleStorage": "float64",
     "FloatStorage": "float32",
     "HalfStorage": "float16",
@@ -242,8 +242,8 @@ class _Archive(RestrictedUnpickler):
             return found
         if module == "torch" and name in _DTYPE_NAMES:
             return name  # a dtype as a value: its name
-        if module == "torch" and name in _TYPED_STORAGES:
-            return _StorageType(_TYPED_STORAGES[name])
+        if module == "torch" and name in TYPED_STORAGES:
+            return _StorageType(TYPED_STORAGES[name])
         if module == "torch" or module.startswith("torch."):
             raise NeedsTorch(f"the pickle names {qualified}")  # torch's weights_only decides
         raise RefusedGlobal(qualified)

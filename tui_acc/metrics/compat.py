@@ -91,9 +91,9 @@ def _chunks(*flat: np.ndarray, size: int) -> Iterator[tuple[np.ndarray, ...]]:
 def msit_metrics(golden: np.ndarray, test: np.ndarray, chunk: int = CHUNK) -> dict[str, Any]:
     """One msit CSV row's metric columns (and the golden/my statistics), msit's way: in torch, as
     msit computes them (its fp32 reductions and softmax decide the digits), chunk by chunk."""
-    import torch  # deferred: only this export reproduces torch's arithmetic
+    from tui_acc.dumps.torch_arrays import require_torch, to_torch
 
-    from tui_acc.dumps.torch_arrays import to_torch
+    torch = require_torch("report --compat msit")  # deferred: only this export reproduces torch's arithmetic
 
     g_flat, m_flat = golden.reshape(-1), test.reshape(-1)
     n = int(g_flat.size)
@@ -164,8 +164,9 @@ class _Fp32Side:
         self.exp_sum = 0.0
 
     def add(self, part: Any) -> None:
-        import torch
+        from tui_acc.dumps.torch_arrays import require_torch
 
+        torch = require_torch("report --compat msit")
         high, low = part.max(), part.min()
         self.max = high if self.max is None else torch.maximum(self.max, high)
         self.min = low if self.min is None else torch.minimum(self.min, low)
@@ -189,9 +190,9 @@ def _whole_tensor_kl(
 ) -> float:
     """msit's KL: ``kl_div(log_softmax(m), softmax(g), reduction="sum")`` over the whole flattened
     tensor in fp32, each softmax's normaliser from the first pass; a second pass sums the terms."""
-    import torch
+    from tui_acc.dumps.torch_arrays import require_torch, to_torch
 
-    from tui_acc.dumps.torch_arrays import to_torch
+    torch = require_torch("report --compat msit")
 
     if len(g_flat) <= chunk:  # one chunk: torch's own softmax and log_softmax, exactly
         g, m = to_torch(g_flat).float(), to_torch(m_flat).float()

@@ -58,11 +58,14 @@ class AccApp(TerminalApp):
         opener: Callable[[Path, Path], Comparison] | None = None,
         config_file: Path | None = None,
         start_at: int | None = None,
+        swap: str | None = None,
     ) -> None:
         """``start_at``: a token whose operators open at once, the cursor on its first failing one
-        (``tui-acc hunt`` ends there); Esc goes back to the token list."""
+        (``tui-acc hunt`` ends there); Esc goes back to the token list. ``swap``: the command line
+        with golden and test swapped, for the warning when the golden is the less precise side."""
         super().__init__(greeting)
         self.start_at = start_at
+        self.swap_command = swap
         self.comparison = comparison
         self._cache_warned = False  # a row cache that cannot be used is said once, not per worker
         self._log_news = OneInFlight()  # a chatty dumper's lines come in a few messages, not one each

@@ -24,6 +24,7 @@ from tui_acc.replay.call import NotSampleable, Replayed, ReplayImpossible
 from tui_acc.replay.distance import Distance, distance
 from tui_acc.replay.gather import Gathered, gather
 from tui_acc.replay.registry import Entry, PluginError, Registry
+from tui_acc.replay.remedy import remedy
 from tui_acc.verdicts.rounding import expected_local, local_bound
 
 Verdict = Literal["consistent", "disagrees", "impossible"]
@@ -58,6 +59,7 @@ class SideReplay:
     notes: tuple[str, ...] = ()
     expected: float | None = None  # the local error a correct operator shows (rounding.expected_local)
     sampled: str | None = None  # "16 of 256 rows" where a sample was replayed
+    remedy: str | None = None  # impossible: what to dump so that it becomes possible (remedy.py)
 
     @property
     def local_error(self) -> float | None:
@@ -104,18 +106,45 @@ class Replay:
 
     @property
     def reading(self) -> str:
+        """The finding in words, with why a side could not be replayed (JSON, the status line)."""
+        return self._read(with_reasons=True)
+
+    @property
+    def headline(self) -> str:
+        """The reading where each side's reason is said beside it (the dialog, the text form): a
+        reason is never said twice; one both sides share stays here, once."""
+        return self._read(with_reasons=self.shared_reason)
+
+    def _read(self, with_reasons: bool) -> str:
         finding = self.finding
         if finding != "impossible":
             return READINGS[finding]
         sides = [s for s in (self.golden, self.test) if s.verdict == "impossible"]
         if len(sides) == 2 and sides[0].reason == sides[1].reason:
-            return f"replay impossible on both sides: {sides[0].reason}"
-        said = "; ".join(f"{s.side}: {s.reason}" for s in sides)
+            return "replay impossible on both sides" + (f": {sides[0].reason}" if with_reasons else "")
+        said = " ({})".format("; ".join(f"{s.side}: {s.reason}" for s in sides)) if with_reasons else ""
         others = [s for s in (self.golden, self.test) if s.verdict != "impossible"]
-        return f"replay impossible on {' and '.join(s.side for s in sides)} ({said})" + "".join(
+        return f"replay impossible on {' and '.join(s.side for s in sides)}{said}" + "".join(
             f"; the {s.side} is {'consistent with' if s.verdict == 'consistent' else 'far from'} its replay"
             for s in others
         )
+
+    @property
+    def shared_reason(self) -> bool:
+        """Both sides impossible for the same reason: said once, in the reading."""
+        return (
+            self.golden.verdict == self.test.verdict == "impossible"
+            and self.golden.reason == self.test.reason
+        )
+
+    def remedies(self) -> list[tuple[str, str]]:
+        """(whose, what to dump) once each: ``both`` where the sides need the same."""
+        found = [
+            (s.side, s.remedy) for s in (self.golden, self.test) if s.verdict == "impossible" and s.remedy
+        ]
+        if len(found) == 2 and found[0][1] == found[1][1]:
+            return [("both", found[0][1])]
+        return found
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -128,10 +157,11 @@ class Replay:
 
     def describe(self) -> list[str]:
         """The replay as text lines (report's text form, the TUI's dialog)."""
-        lines = [f"replay of {self.golden.node} at token {self.token}: {self.reading}"]
+        lines = [f"replay of {self.golden.node} at token {self.token}: {self.headline}"]
         for side in (self.golden, self.test):
             name = f" ({side.node})" if side.node != self.golden.node else ""
-            lines.append(f"  {side.side:<6} {side.verdict:<10} {side.reason}{name}")
+            reason = "" if self.shared_reason else side.reason  # the reading says it already
+            lines.append(f"  {side.side:<6} {side.verdict:<10} {reason}{name}".rstrip())
             if side.metrics:
                 lines.append(
                     f"         cosine {cosine(side.metrics.get('cosine'))}"
@@ -141,6 +171,8 @@ class Replay:
                     + (f"; sampled {side.sampled}" if side.sampled else "")
                 )
             lines += [f"         note: {note}" for note in side.notes]
+        for whose, what in self.remedies():
+            lines.append(f"  to replay it{'' if whose == 'both' else f' ({whose})'}: {what}")
         return lines
 
 
@@ -168,7 +200,9 @@ def replay_side(
     node_type = found.type if found is not None else "?"
 
     def impossible(reason: str, reference: str | None = None) -> SideReplay:
-        return SideReplay(side, node, node_type, "impossible", reason, reference)
+        return SideReplay(
+            side, node, node_type, "impossible", reason, reference, remedy=remedy(index.format, reason)
+        )
 
     api = api_of(node) if index.format.startswith("msprobe") else None
     entry = registry.find(api, node_type)

@@ -25,5 +25,6 @@ class Host(Protocol):
     redump_operator: str | None  # the golden operator a re-dump was asked for
     operator_views: dict[int, OperatorView]  # each token's operator screen as the user left it
     config_file: Path  # --config, else ./tui-acc.toml: where [replay] plug-ins are read from too
+    swap_command: str | None  # the command line with golden and test swapped (sides.py)
 
     def start_redump(self, choice: RedumpChoice) -> None: ...

@@ -34,7 +34,7 @@ def replay_renderable(replay: Replay) -> RenderableType:
         ("Replay ", "bold"),
         (replay.golden.node, "bold cyan"),
         f" at token {replay.token}\n",
-        (replay.reading, _FINDING_STYLE.get(replay.finding, "yellow")),
+        (replay.headline, _FINDING_STYLE.get(replay.finding, "yellow")),
     )
     table = Table(box=None, padding=(0, 2, 0, 0), show_header=True, header_style="bold")
     table.add_column("", style="dim", no_wrap=True)
@@ -43,8 +43,9 @@ def replay_renderable(replay: Replay) -> RenderableType:
     sides = (replay.golden, replay.test)
     rows: list[tuple[str, list[Text | str]]] = [
         ("verdict", [Text(s.verdict, style=_VERDICT_STYLE[s.verdict]) for s in sides]),
-        ("why", [Text(s.reason) for s in sides]),  # Text: a reason's "[replay]" is not markup
     ]
+    if not replay.shared_reason:  # a reason both sides share is in the reading, said once
+        rows.append(("why", [Text(s.reason) for s in sides]))  # Text: a reason's "[replay]" is not markup
     if any(s.node != replay.golden.node for s in sides):
         rows.insert(0, ("operator", [Text(s.node) for s in sides]))
     if any(s.metrics for s in sides):
@@ -59,11 +60,15 @@ def replay_renderable(replay: Replay) -> RenderableType:
         rows.append(("notes", [Text("\n".join(s.notes) or "-") for s in sides]))
     for label, cells in rows:
         table.add_row(label, *cells)
+    remedies = Text()
+    for whose, what in replay.remedies():
+        remedies.append(f"\nTo replay it{'' if whose == 'both' else f' ({whose})'}: ", style="bold")
+        remedies.append(what)
     hint = Text(
         "\nThe dumped output against a float64 replay from the same side's dumped inputs; ", style="dim"
     )
     hint.append("Esc closes. README: Replay an operator.", style="dim")
-    return Group(head, Text(""), table, hint)
+    return Group(head, Text(""), table, *([remedies] if remedies else []), hint)
 
 
 def _tolerance(side: SideReplay) -> str:

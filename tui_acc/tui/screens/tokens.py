@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
 from tui_acc.rows import NOISE_FIELDS, Row
+from tui_acc.sides import Swapped, less_precise, swapped_sides
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.bounds import number, run_floor, strip_bound
 from tui_acc.tui.screens.base import ViewScreen
@@ -81,6 +82,7 @@ class TokenScreen(ViewScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
+        yield Static(id="swapped")  # shown only when the golden is the less precise side
         yield Static(id="summary")
         with Horizontal(id="strip"):
             yield Static("KL / threshold ", id="strip-label")
@@ -164,6 +166,8 @@ class TokenScreen(ViewScreen):
         if self.tally.add(message.row):
             self.update_summary()
             self._update_strip()
+        if not self._sides_known:
+            self._check_sides(message.row)
         if self._jump_pending:
             self._jump_when_known()
 
@@ -180,6 +184,22 @@ class TokenScreen(ViewScreen):
         failing = self.tally.first_failing()
         if failing is not None and isinstance(self.app.screen, TokenScreen):
             self.prefetch_operators(failing)
+
+    _sides_known = False  # whether a row has told which side's logits are the more precise
+
+    def _check_sides(self, row: Row) -> None:
+        """The first row whose logits have floating types on both sides says whether the golden is
+        the less precise: then golden and test were most likely given the wrong way round."""
+        if less_precise(row.get("golden_dtype"), row.get("test_dtype")) is None:
+            return
+        self._sides_known = True
+        swapped = swapped_sides([row])
+        if swapped is None:
+            return
+        said = Swapped(swapped.golden_dtype, swapped.test_dtype, self.acc.swap_command)
+        warning = self.query_one("#swapped", Static)
+        warning.update(Text(f"⚠ {said.headline()} {said.how_to_swap()}", style="bold"))
+        warning.display = True
 
     NATURAL_ORDER = "token order"
 
