@@ -65,18 +65,20 @@ def write_export(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Pa
     if suffix == ".xlsx":
         if importlib.util.find_spec("xlsxwriter") is None:
             raise ExportError(f"{path}: writing .xlsx needs xlsxwriter: {XLSX_HINT}")
-        return _write_atomically(path, overwrite, lambda handle: _write_xlsx(frame, handle))
+        return write_atomically(path, overwrite, lambda handle: _write_xlsx(frame, handle))
     if suffix == ".parquet":
-        return _write_atomically(path, overwrite, frame.write_parquet)
+        return write_atomically(path, overwrite, frame.write_parquet)
     return write_csv(frame, path, overwrite)
 
 
 def write_csv(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Path:
     """Write ``frame`` to ``path`` via a temporary file and a rename, so no half file is left."""
-    return _write_atomically(path, overwrite, lambda handle: frame.write_csv(handle, float_precision=None))
+    return write_atomically(path, overwrite, lambda handle: frame.write_csv(handle, float_precision=None))
 
 
-def _write_atomically(path: Path, overwrite: bool, write: Callable[[IO[bytes]], Any]) -> Path:
+def write_atomically(path: Path, overwrite: bool, write: Callable[[IO[bytes]], Any]) -> Path:
+    """Have ``write`` fill a temporary file beside ``path``, then rename it there: never a half file,
+    never over a file that is there unless ``overwrite`` (ExportError names the file and why)."""
     path = path.expanduser()
     if path.exists() and not overwrite:
         raise ExportError(f"{path}: already exists; not overwritten")

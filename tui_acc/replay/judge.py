@@ -21,19 +21,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from tui_acc.dumps.dtypes import unit_roundoff
 from tui_acc.numbers import number
 
-# unit roundoff (half an ulp of 1) of each float dtype tui-acc reads
-UNIT_ROUNDOFF = {
-    "float64": 2.0**-53,
-    "float32": 2.0**-24,
-    "float16": 2.0**-11,
-    "bfloat16": 2.0**-8,
-    "float8_e4m3fn": 2.0**-4,
-    "float8_e4m3fnuz": 2.0**-4,
-    "float8_e5m2": 2.0**-3,
-    "float8_e5m2fnuz": 2.0**-3,
-}
 ACCUMULATION = 2.0**-24  # float32: the narrowest precision kernels accumulate in
 SAFETY = 4.0
 
@@ -41,7 +31,7 @@ SAFETY = 4.0
 def tolerance(dtype: str, reduction: int = 1) -> float:
     """The largest relative euclidean distance a correct operator's output at ``dtype`` shows; 0 for
     integer outputs (exact)."""
-    unit = UNIT_ROUNDOFF.get(dtype)
+    unit = unit_roundoff(dtype)
     if unit is None:
         return 0.0
     return SAFETY * (unit + math.sqrt(max(1, reduction)) * min(unit, ACCUMULATION))
