@@ -9,8 +9,8 @@ files: the engine's ``held_pair``, mapped from the files), and prints in one pro
 - wall and CPU seconds of the pair's metric row (``compare_tensors``: the baseline, what every pair
   already costs) and of its error map, best of ``--rounds`` (files in the page cache);
 - the error map's heap peak (tracemalloc: every numpy buffer it allocates, the pair already mapped)
-  against the tensor's bytes,
-  and the process's peak RSS growth (VmHWM: the mapped files' pages it touched count too);
+  against the tensor's bytes, and the process's peak RSS growth over the timed runs (VmHWM, reset
+  after the pair is written: the mapped files' pages the runs touched count too);
 - what the map found (the bad row, the channels), to show the run read what it timed.
 
 Nothing here is a test: the machine may be shared (the load is printed).
@@ -19,6 +19,7 @@ Nothing here is a test: the machine may be shared (the load is printed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -57,6 +58,12 @@ def _write_pair(folder: Path, gib: float, width: int) -> tuple[Path, Path]:
 def _peak_rss_kib() -> int:
     with Path("/proc/self/status").open() as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+
+
+def _reset_peak_rss() -> None:
+    """VmHWM back to the current RSS (Linux 4.0+); where that is refused, the growth is since start."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
 
 
 def _timed(action: Callable[[], object]) -> tuple[float, float, object]:
@@ -103,6 +110,7 @@ def main() -> None:
             with engine.held_pair(pair) as (g, t):
                 return error_map(g, t)
 
+        _reset_peak_rss()  # writing the pair raised it: the runs' own peak is wanted
         rss_before = _peak_rss_kib()
         best: dict[str, tuple[float, float]] = {}
         found = None

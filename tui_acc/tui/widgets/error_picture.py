@@ -52,7 +52,7 @@ def heatmap(emap: ErrorMap, width: int, heat_rows: int) -> list[Text]:
     lines = [axis]
     monochrome = fmt.palette() is fmt.MONOCHROME
     for index, row in enumerate(levels):
-        line = Text(str(int(shown.row_edges[index])).rjust(label_width) + " ", style="dim")
+        line = Text().append(str(int(shown.row_edges[index])).rjust(label_width) + " ", style="dim")
         for level in row:
             glyph, style = _cell(int(level), monochrome)
             line.append(glyph * cell_width, style=style)
@@ -69,7 +69,7 @@ def _cell(level: int, monochrome: bool) -> tuple[str, str]:
 def legend(emap: ErrorMap) -> Text:
     """Each glyph's upper edge: the cell's largest |Δ| over the golden's RMS, in units of u."""
     tops = emap.level_tops()
-    line = Text("max|Δ|/rms(golden) per cell ≤ ", style="dim")
+    line = Text().append("max|Δ|/rms(golden) per cell ≤ ", style="dim")
     if not tops:
         return line.append("0 everywhere")
     monochrome = fmt.palette() is fmt.MONOCHROME
@@ -87,7 +87,7 @@ def legend(emap: ErrorMap) -> Text:
 
 def histogram(emap: ErrorMap, width: int) -> list[Text]:
     """|Δ|/|g| per element in power-of-two bins, bars ``BAR_LINES`` high, u marked under them."""
-    head = Text("|Δ|/|g| per element: ", style="dim").append(emap.histogram_summary())
+    head = Text().append("|Δ|/|g| per element: ", style="dim").append(emap.histogram_summary())
     total = int(emap.histogram.sum()) + emap.exact
     counts = emap.histogram
     if not counts.any():
