@@ -45,7 +45,7 @@ class ErrorMapView(Static):
         super().__init__(id=id)
         self._node: NodePair | None = None
         self._engine: MetricsEngine | None = None
-        self._index = 0
+        self._index: int | None = None  # chosen when first shown: the rows known by then decide it
         self._maps: OrderedDict[TensorPair, ErrorMap | str] = OrderedDict()
         self._computing: TensorPair | None = None
 
@@ -54,21 +54,20 @@ class ErrorMapView(Static):
         """The tensor pair the panel is about."""
         if self._node is None or not self._node.tensors:
             return None
-        return self._node.tensors[self._index % len(self._node.tensors)]
+        return self._node.tensors[(self._index or 0) % len(self._node.tensors)]
 
     def show(self, node: NodePair | None, engine: MetricsEngine) -> None:
         """Follow the highlighted operator: its worst output first. Nothing is read while hidden."""
         if engine is not self._engine:  # a re-dump opened in place: other files, other maps
             self._engine, self._maps = engine, OrderedDict()
         if node != self._node:
-            self._node = node
-            self._index = _worst_tensor(node, engine) if node is not None else 0
+            self._node, self._index = node, None
         self.redraw()
 
     def step(self, by: int) -> None:
         """The operator's next (``by=1``) or previous tensor."""
         if self._node is not None and self._node.tensors:
-            self._index = (self._index + by) % len(self._node.tensors)
+            self._index = ((self._index or 0) + by) % len(self._node.tensors)
             self.redraw()
 
     def on_resize(self) -> None:
@@ -77,6 +76,8 @@ class ErrorMapView(Static):
     def redraw(self) -> None:
         if not self.display or self._engine is None:
             return
+        if self._index is None and self._node is not None:
+            self._index = _worst_tensor(self._node, self._engine)
         pair = self.pair
         if pair is None:
             self.update(Text("no tensor files paired for this operator" if self._node else "", style="dim"))
@@ -86,7 +87,7 @@ class ErrorMapView(Static):
             self.update(Group(self._title(pair), Text(known, style=fmt.palette().error)))
         elif known is not None:
             self._maps.move_to_end(pair)
-            self.update(render(self._title(pair), known, self._width(), self._heat_rows()))
+            self.update(render(self._title(pair, known), known, self._width(), self._heat_rows()))
         elif not (pair.golden.has_data and pair.test.has_data):
             self.update(Group(self._title(pair), Text("statistics only: no tensor data", style="dim")))
         else:
@@ -95,12 +96,15 @@ class ErrorMapView(Static):
                 self._computing = pair
                 self.compute(self._engine, pair)
 
-    def _title(self, pair: TensorPair) -> Text:
+    def _title(self, pair: TensorPair, emap: ErrorMap | None = None) -> Text:
+        """The tensor, its operator (elided to the room left), its shape and dtypes once read."""
         assert self._node is not None
-        title = Text.assemble((pair.slot, "bold"), "  ", (fmt.display_name(pair.golden_node), "dim"))
         count = len(self._node.tensors)
-        title.append(f"   tensor {self._index % count + 1}/{count}" + (" ([ ])" if count > 1 else ""), "dim")
-        return title
+        which = f"   tensor {(self._index or 0) % count + 1}/{count}" + (" ([ ])" if count > 1 else "")
+        what = f"  {list(emap.shape)} {fmt.dtypes(emap.golden_dtype, emap.test_dtype)}" if emap else ""
+        room = self._width() - len(pair.slot) - len(which) - len(what) - 2
+        name = fmt.elide_middle(fmt.display_name(pair.golden_node), max(room, 12))
+        return Text.assemble((pair.slot, "bold"), "  ", (name, "dim"), what, (which, "dim"))
 
     def _width(self) -> int:
         return self.content_size.width or self.app.size.width - 2
