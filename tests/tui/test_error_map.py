@@ -7,18 +7,21 @@ import re
 import shutil
 from pathlib import Path
 
+import ml_dtypes
+import numpy as np
 import pytest
 from rich.console import Console
 from textual.pilot import Pilot
 
 from tests.tui.conftest import settle
 from tui_acc import open_comparison
+from tui_acc.metrics.error_map import error_map
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.help import KEYS
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.widgets.error_map import ErrorMapView
-from tui_acc.tui.widgets.error_picture import SHADES
+from tui_acc.tui.widgets.error_picture import SHADES, picture
 from tui_acc.tui.widgets.tensor_detail import TensorDetail
 
 
@@ -33,9 +36,12 @@ async def _map_of_first_failing_op(pilot: Pilot[None]) -> ErrorMapView:
     return screen.query_one(ErrorMapView)
 
 
+HEAT_ROW = re.compile(rf"\s*(\d+) ([{SHADES}!]+)")
+
+
 def _heat_rows(lines: list[str]) -> list[str]:
-    """The heatmap's rows: a row label, then one glyph a cell."""
-    return [line.split(" ", 1)[1] for line in lines if re.fullmatch(rf"\s*\d+ [{SHADES}!]+", line)]
+    """The heatmap's rows: a row label, then one glyph a cell (the label left out)."""
+    return [match[2] for line in lines if (match := HEAT_ROW.fullmatch(line))]
 
 
 def _lines(view: ErrorMapView, styles: bool = False) -> list[str]:
@@ -118,6 +124,29 @@ async def test_a_pair_that_cannot_be_read_says_why_in_the_panel(demo_pair, tmp_p
         await settle(pilot)
         text = "".join(_lines(view))
     assert f"{output.test.path}: unreadable torch file" in text and "channels" not in text
+
+
+@pytest.mark.parametrize("width", [60, 78, 158])
+def test_a_tall_tensor_is_drawn_in_the_rows_it_is_given(width: int) -> None:
+    golden = np.random.default_rng(0).standard_normal((4096, 1000), dtype=np.float32)
+    test = golden.copy()
+    test[2050] += 1.0  # one token
+    test[100, 7] = np.nan
+    emap = error_map(golden, test.astype(ml_dtypes.bfloat16))
+    console = Console(width=width, record=True, color_system=None)
+    for line in picture(emap, width, heat_rows=6):
+        console.print(line, no_wrap=True, crop=False)
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= width for line in lines), [len(line) for line in lines]
+    rows = _heat_rows(lines)
+    labels = [int(match[1]) for line in lines if (match := HEAT_ROW.fullmatch(line))]
+    assert len(rows) == 6 and labels[0] == 0 and labels == sorted(labels)
+    band = max(i for i, first in enumerate(labels) if first <= 2050)  # the heat row holding row 2050
+    assert set(rows[band]) == {"█"}  # the whole token at the top level
+    assert all("█" not in row for i, row in enumerate(rows) if i != band)
+    assert "!" in rows[0]  # the NaN's cell, marked
+    assert len(rows[0]) == (55 if width == 60 else 64 * ((width - 5) // 64))  # as many blocks as fit
+    assert any("NaN/Inf" in line for line in lines)
 
 
 def test_the_help_lists_the_keys() -> None:

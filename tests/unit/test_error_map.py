@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tui_acc.metrics import error_map as em
+from tui_acc.metrics import error_sweep
 from tui_acc.metrics.engine import Cancelled
 from tui_acc.metrics.error_map import LEVELS, error_map
 from tui_acc.metrics.kernels import ShapeMismatch
@@ -154,7 +155,7 @@ def test_wide_rows_are_read_in_pieces_with_the_same_result(monkeypatch: pytest.M
     test = golden.copy()
     test[1, 2345] += 2.0
     whole = error_map(golden, _bf16(test))
-    monkeypatch.setattr(em, "CHUNK_ELEMENTS", 256)  # a row is now 16 pieces, none across a block edge
+    monkeypatch.setattr(error_sweep, "CHUNK_ELEMENTS", 256)  # a row in 16 pieces, none across a block
     pieces = error_map(golden, _bf16(test))
     assert (pieces.cell_max == whole.cell_max).all()
     assert pieces.row_max is not None and whole.row_max is not None
@@ -167,7 +168,7 @@ def test_wide_rows_are_read_in_pieces_with_the_same_result(monkeypatch: pytest.M
 def test_the_histogram_samples_a_large_tensor_but_the_cells_see_every_element(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(em, "HISTOGRAM_BUDGET", 10_000)
+    monkeypatch.setattr(error_sweep, "HISTOGRAM_BUDGET", 10_000)
     golden = _golden(512, 512)
     test = golden.copy()
     test[401, 99] += 3.0  # one element: a sample of every 27th would likely miss it

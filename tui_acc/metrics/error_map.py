@@ -27,39 +27,19 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tui_acc.dumps.dtypes import dtype_name, is_complex, unit_roundoff, widened
-from tui_acc.metrics.engine import Cancelled
-from tui_acc.metrics.kernels import CHUNK_ELEMENTS, REL_ERR_FLOOR, ShapeMismatch
+from tui_acc.dumps.dtypes import dtype_name, unit_roundoff
+from tui_acc.metrics.error_spots import HOT, named, standing_out
+from tui_acc.metrics.error_sweep import EXPONENT_LOW, Worst, edges, swept
+from tui_acc.metrics.kernels import ShapeMismatch
 
 GRID_ROWS, GRID_CHANNELS = 32, 64
-HISTOGRAM_BUDGET = 1 << 22
-# Rows (or channels) past this many keep no maximum each (8 MiB): the blocks still say where
-LINE_LIMIT = 1 << 20
-# Bin i holds relative errors in [2^(e-1), 2^e) for e = EXPONENT_LOW + i; the first bin also holds
-# everything smaller, the last everything larger (2^-40 is below any float's rounding but float64's).
-EXPONENT_LOW, EXPONENT_HIGH = -40, 8
 # Picture levels: 0 is blank (no error, or below the lowest level), LEVELS - 1 the largest cell;
 # each level a factor LEVEL_STEP below the next, so the five drawn levels span 4^5 = 1024x.
 LEVELS, LEVEL_STEP = 6, 4.0
-# Rows or channels stand out when a gap of this factor (two picture levels) parts their largest |Δ|
-# from the rest's, and at least QUIET of the lines are below it: rounding alone leaves no such gap
-# (a line's largest rounding error is at most a few u x the golden's RMS), and the quiet part may be
-# the smaller one (the last 48 of 64 channels wrong).
-HOT, QUIET = 16.0, 0.1
 
 
 def _never() -> bool:
     return False
-
-
-@dataclass(frozen=True)
-class Worst:
-    """The element with the largest |t - g|."""
-
-    row: int
-    channel: int
-    golden: float
-    test: float
 
 
 @dataclass(frozen=True)
@@ -174,31 +154,21 @@ class ErrorMap:
     def standing_out(self, axis: str) -> list[tuple[int, int]]:
         """The rows (``axis="rows"``) or channels set apart from the rest, as [first, last] spans: by
         their largest |Δ| (one element off) or their mean |Δ| (the whole line off, where another
-        fault crossing every line evens out the largest), each split where ``_split`` finds it. A
+        fault crossing every line evens out the largest), each split where ``error_spots`` finds it. A
         line's |Δ| under one rounding of a typical element (u x the golden's RMS) counts as that
         rounding: exact and rounding-level lines are one group. The blocks stand in for the lines
         past LINE_LIMIT of them; under three lines say nothing."""
         rows = axis == "rows"
-        edges = self.row_edges if rows else self.channel_edges
+        bounds = self.row_edges if rows else self.channel_edges
         largest, mean = (self.row_max, self.row_mean) if rows else (self.channel_max, self.channel_mean)
         if largest is None or mean is None:  # per block: its cells' largest, its mean
             across = 1 if rows else 0
             largest = self.cell_max.max(axis=across, initial=0.0)
             mean = self.cell_sum.sum(axis=across) / np.maximum(self.cell_counts().sum(axis=across), 1)
-            spans = [(int(edges[i]), int(edges[i + 1]) - 1) for i in range(len(largest))]
+            spans = [(int(bounds[i]), int(bounds[i + 1]) - 1) for i in range(len(largest))]
         else:
             spans = [(i, i) for i in range(len(largest))]
-        if len(largest) < 3:
-            return []
-        rounding = (self.unit_roundoff or 0.0) * self.golden_rms
-        hot = np.zeros(len(largest), dtype=bool)
-        for lines in (largest, mean):
-            values = np.maximum(lines, rounding)
-            ordered = np.sort(values)
-            split = _split(ordered)
-            if split is not None:
-                hot |= values >= ordered[split]
-        return _joined([spans[i] for i in np.flatnonzero(hot)])
+        return standing_out(largest, mean, spans, (self.unit_roundoff or 0.0) * self.golden_rms)
 
     def in_units(self, value: float) -> str:
         """A relative value in units of u (``4.9u``, ``78u``, ``1.2e3u``); without u, the value."""
@@ -235,7 +205,7 @@ class ErrorMap:
             spans = self.standing_out(axis)
             count = sum(last - first + 1 for first, last in spans)
             if spans:
-                found.append(_named(axis, spans) + (f" ({count} of {total})" if count > 1 else ""))
+                found.append(named(axis, spans) + (f" ({count} of {total})" if count > 1 else ""))
         if not found:
             return f"spread evenly: no row or channel stands {HOT:.0f}x above the rest{nan}"
         return f"stands out ({HOT:.0f}x+ above the rest): {'; '.join(found)}{nan}"
@@ -258,17 +228,7 @@ def error_map(
     width = int(golden.shape[-1]) if golden.ndim and golden.shape[-1] else 1
     height = golden.size // width
     g2, t2 = golden.reshape(height, width), test.reshape(height, width)
-    sweep = _Sweep(_edges(height, rows), _edges(width, channels), height, width)
-    rows_per_tile = max(1, CHUNK_ELEMENTS // width)
-    tiles = _column_tiles(sweep.channel_edges)
-    for block in range(len(sweep.row_edges) - 1):
-        first, end = int(sweep.row_edges[block]), int(sweep.row_edges[block + 1])
-        for row in range(first, end, rows_per_tile):
-            stop = min(row + rows_per_tile, end)
-            for c0, c1, first_block, starts in tiles:
-                if should_stop():
-                    raise Cancelled
-                sweep.add(block, first_block, starts, g2[row:stop, c0:c1], t2[row:stop, c0:c1], (row, c0))
+    sweep = swept(g2, t2, edges(height, rows), edges(width, channels), should_stop)
     units = [u for u in (unit_roundoff(dtype_name(golden)), unit_roundoff(dtype_name(test))) if u is not None]
     return ErrorMap(
         shape=tuple(int(d) for d in golden.shape),
@@ -295,202 +255,9 @@ def error_map(
     )
 
 
-class _Sweep:
-    """The running sums of one pass."""
-
-    def __init__(self, row_edges: np.ndarray, channel_edges: np.ndarray, height: int, width: int) -> None:
-        self.row_edges, self.channel_edges = row_edges, channel_edges
-        shape = (len(row_edges) - 1, len(channel_edges) - 1)
-        self.cell_max = np.zeros(shape)
-        self.cell_sum = np.zeros(shape)
-        self.cell_bad = np.zeros(shape, dtype=np.int64)
-        self.row_max = np.zeros(height) if height <= LINE_LIMIT else None
-        self.channel_max = np.zeros(width) if width <= LINE_LIMIT else None
-        self.row_sum = np.zeros(height) if height <= LINE_LIMIT else None
-        self.channel_sum = np.zeros(width) if width <= LINE_LIMIT else None
-        self.width, self.step = width, _sample_step(height * width, width)
-        self.histogram = np.zeros(EXPONENT_HIGH - EXPONENT_LOW + 1, dtype=np.int64)
-        self.exact = self.no_scale = self.finite = 0
-        self.gg = 0.0
-        self.worst: Worst | None = None
-        self._worst_abs = 0.0  # a worst element differs
-
-    def add(
-        self,
-        block: int,
-        first_block: int,
-        starts: np.ndarray,
-        g_tile: np.ndarray,
-        t_tile: np.ndarray,
-        at: tuple[int, int],
-    ) -> None:
-        """Fold one tile (rows of whole channel blocks, or a piece of one block; its first element at
-        row, channel ``at``) into the sums."""
-        g, t = _values(g_tile), _values(t_tile)
-        with np.errstate(over="ignore", invalid="ignore"):
-            diff = np.subtract(t, g)
-            diff = np.abs(diff, out=diff) if diff.dtype.kind == "f" else np.abs(diff)
-        cells = slice(first_block, first_block + len(starts))
-        # Reduced over the tile's rows first (a fast, vectorised pass down the columns), then over
-        # each block's columns (a short vector): a cell's largest is the largest of its columns'.
-        columns = diff.max(axis=0)
-        bad: np.ndarray | None = None
-        if not np.isfinite(columns).all():  # NaN wins a maximum: one small check for the common case
-            # NaN/Inf on a side, or finite values whose float32 difference overflowed: float64
-            # tells them apart
-            with np.errstate(over="ignore", invalid="ignore"):
-                diff = np.abs(t.astype(np.complex128 if is_complex(t) else np.float64) - g)
-            bad = ~np.isfinite(diff)
-            diff[bad] = 0.0
-            g = np.where(bad, 0, g)
-            self.cell_bad[block, cells] += np.add.reduceat(bad.sum(axis=0), starts)
-            columns = diff.max(axis=0)
-        most = np.maximum.reduceat(columns, starts)
-        self.cell_max[block, cells] = np.maximum(self.cell_max[block, cells], most)
-        column_sums = diff.sum(axis=0, dtype=np.float64)
-        self.cell_sum[block, cells] += np.add.reduceat(column_sums, starts)
-        row, c0 = at
-        rows, channels = slice(row, row + diff.shape[0]), slice(c0, c0 + diff.shape[1])
-        if self.row_max is not None:
-            np.maximum(self.row_max[rows], diff.max(axis=1), out=self.row_max[rows])
-        if self.channel_max is not None and self.channel_sum is not None:
-            np.maximum(self.channel_max[channels], columns, out=self.channel_max[channels])
-            self.channel_sum[channels] += column_sums
-        if self.row_sum is not None:
-            self.row_sum[rows] += diff.sum(axis=1, dtype=np.float64)
-        self.finite += diff.size - (int(np.count_nonzero(bad)) if bad is not None else 0)
-        self.gg += float(np.vdot(g, g).real)
-        peak = float(most.max(initial=0.0))
-        if peak > self._worst_abs:
-            self._worst_abs = peak
-            index = int(diff.argmax())
-            r, c = divmod(index, diff.shape[1])
-            self.worst = Worst(row + r, c0 + c, float(g.flat[index].real), float(t.flat[index].real))
-        self._histogram(diff, g, bad, row * self.width + c0)
-
-    def _histogram(self, diff: np.ndarray, g: np.ndarray, bad: np.ndarray | None, flat_start: int) -> None:
-        """Add the tile's relative errors (its elements on the sample's stride) to the histogram."""
-        pick = slice((-flat_start) % self.step, None, self.step)
-        d, magnitude = diff.reshape(-1)[pick], np.abs(g.reshape(-1)[pick])
-        scaled = magnitude > REL_ERR_FLOOR
-        if bad is not None:  # NaN/Inf are counted by the cells, not as errors of any size
-            ok = ~bad.reshape(-1)[pick]
-            scaled &= ok
-            unscaled = int(np.count_nonzero(ok)) - int(np.count_nonzero(scaled))
-        else:
-            unscaled = scaled.size - int(np.count_nonzero(scaled))
-        self.no_scale += unscaled
-        with np.errstate(over="ignore"):
-            relative = d / np.where(scaled, magnitude, np.inf)  # 0 where there is no scale (or NaN/Inf)
-        mantissa, exponents = np.frexp(relative)  # exact: no logarithm's rounding decides a bin
-        np.clip(exponents, EXPONENT_LOW, EXPONENT_HIGH, out=exponents)
-        bins = self.histogram.size
-        # zeros (t == g, and the elements without a scale) in one more bin: no boolean gather
-        counts = np.bincount(np.where(mantissa == 0, bins, exponents - EXPONENT_LOW), minlength=bins + 1)
-        self.histogram += counts[:bins]
-        self.exact += int(counts[bins]) - (relative.size - int(np.count_nonzero(scaled)))
-
-
-def _values(tile: np.ndarray) -> np.ndarray:
-    """A tile as the kernels read it: float32 for 16-bit floats, float64 else, complex128 for complex."""
-    return np.ascontiguousarray(tile, dtype=np.complex128) if is_complex(tile) else widened(tile)
-
-
-def _edges(length: int, blocks: int) -> np.ndarray:
-    """Edges of min(blocks, length) near-equal blocks covering 0..length."""
-    count = min(blocks, length)
-    if count <= 0:
-        return np.zeros(1, dtype=np.int64)
-    return (np.arange(count + 1, dtype=np.int64) * length) // count
-
-
 def _starts(cells: int, most: int) -> list[int]:
     """The first cell of each of min(most, cells) near-equal groups of ``cells``."""
-    return [int(x) for x in _edges(cells, most)[:-1]]
-
-
-def _column_tiles(edges: np.ndarray) -> list[tuple[int, int, int, np.ndarray]]:
-    """(first channel, end, first block, block starts inside) of each column tile: every channel at
-    once when a row fits a chunk, else pieces of at most a chunk, none across a block's edge."""
-    width = int(edges[-1])
-    if width <= CHUNK_ELEMENTS:
-        return [(0, width, 0, edges[:-1].copy())]
-    tiles = []
-    for block in range(len(edges) - 1):
-        for c0 in range(int(edges[block]), int(edges[block + 1]), CHUNK_ELEMENTS):
-            end = min(c0 + CHUNK_ELEMENTS, int(edges[block + 1]))
-            tiles.append((c0, end, block, np.zeros(1, dtype=np.int64)))
-    return tiles
-
-
-def _sample_step(size: int, width: int) -> int:
-    """Every how many elements the histogram reads: 1 up to HISTOGRAM_BUDGET, else the smallest
-    step that keeps within it and is coprime to the row length (so each channel is read)."""
-    step = max(1, -(-size // HISTOGRAM_BUDGET))
-    while step > 1 and math.gcd(step, width) != 1:
-        step += 1
-    return step
-
-
-def _split(ordered: np.ndarray) -> int | None:
-    """Where ascending line values part into the quiet and the off: above a gap of HOT or more (a few
-    lines off, however few), else the upper of two groups whose typical values are HOT apart (most of
-    them off, the groups overlapping a little); with at least QUIET of the lines below; or None."""
-    split = _gap_split(ordered)
-    return _group_split(ordered) if split is None else split
-
-
-def _gap_split(ordered: np.ndarray) -> int | None:
-    """In ascending line values, the first index above the lowest gap of HOT or more that has at
-    least QUIET of the lines below it."""
-    for index in range(max(1, math.ceil(QUIET * len(ordered))), len(ordered)):
-        low, high = ordered[index - 1], ordered[index]
-        if high > 0 and (low == 0 or high / low >= HOT):
-            return index
-    return None
-
-
-def _group_split(ordered: np.ndarray) -> int | None:
-    """In ascending positive line values, the first index of the upper group of Otsu's two (the split
-    of their logarithms with the largest variance between the groups), when the groups' geometric
-    means are HOT apart or more and the lower holds at least QUIET of the lines. One population, even a
-    wide one (the largest |Δ| of single elements), splits into halves far less than HOT apart."""
-    if not ordered[0] > 0:
-        return None
-    logs = np.log(ordered)
-    n = len(logs)
-    below = np.arange(1, n)  # the lower group's size at each split
-    sums = np.cumsum(logs)[:-1]
-    low_mean = sums / below
-    high_mean = (logs.sum() - sums) / (n - below)
-    between = below * (n - below) * (high_mean - low_mean) ** 2
-    between[below < math.ceil(QUIET * n)] = -1.0
-    index = int(np.argmax(between))
-    if between[index] < 0 or high_mean[index] - low_mean[index] < math.log(HOT):
-        return None
-    return index + 1
-
-
-def _joined(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Adjacent [first, last] spans made one."""
-    joined: list[tuple[int, int]] = []
-    for first, last in spans:
-        if joined and joined[-1][1] + 1 == first:
-            joined[-1] = (joined[-1][0], last)
-        else:
-            joined.append((first, last))
-    return joined
-
-
-SPANS_SHOWN = 3
-
-
-def _named(axis: str, spans: list[tuple[int, int]]) -> str:
-    """``rows 17, 40-41 +2 more``; ``row 17``."""
-    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans[:SPANS_SHOWN])
-    more = f" +{len(spans) - SPANS_SHOWN} more" if len(spans) > SPANS_SHOWN else ""
-    one = len(spans) == 1 and spans[0][0] == spans[0][1]
-    return f"{axis[:-1] if one else axis} {shown}{more}"
+    return [int(x) for x in edges(cells, most)[:-1]]
 
 
 def short(value: float) -> str:

@@ -18,7 +18,6 @@ from textual.worker import get_current_worker
 
 from tui_acc.pairing import NodePair, TensorPair
 from tui_acc.tui import formatting as fmt
-from tui_acc.tui.widgets.error_picture import render
 
 if TYPE_CHECKING:
     from tui_acc.metrics.engine import MetricsEngine
@@ -82,10 +81,16 @@ class ErrorMapView(Static):
         if pair is None:
             self.update(Text("no tensor files paired for this operator" if self._node else "", style="dim"))
             return
+        if self._engine.pairing.golden is self._engine.pairing.test:  # tui-acc DUMP: nothing to differ
+            self.update(Text("one dump checked on its own: no golden, so no error to picture", style="dim"))
+            return
         known = self._maps.get(pair)
         if isinstance(known, str):
             self.update(Group(self._title(pair), Text(known, style=fmt.palette().error)))
         elif known is not None:
+            # numpy's and the engine's: here once a map exists, never on the token list's first frame
+            from tui_acc.tui.widgets.error_picture import render
+
             self._maps.move_to_end(pair)
             self.update(render(self._title(pair, known), known, self._width(), self._heat_rows()))
         elif not (pair.golden.has_data and pair.test.has_data):

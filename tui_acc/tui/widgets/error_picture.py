@@ -28,13 +28,13 @@ assert len(SHADES) == len(LEVEL_STYLES) == LEVELS
 
 def picture(emap: ErrorMap, width: int, heat_rows: int) -> list[Text]:
     """The heatmap (at most ``heat_rows`` lines), its scale and the histogram, ``width`` columns wide."""
-    return [*heatmap(emap, width, heat_rows), legend(emap), *histogram(emap, width)]
+    return [*heatmap(emap, width, heat_rows), legend(emap, width), *histogram(emap, width)]
 
 
 def render(title: Text, emap: ErrorMap, width: int, heat_rows: int) -> Group:
     """The whole panel: the title, what the map says, and the picture."""
-    stands_out = emap.where().startswith("stands out")
-    where = Text(emap.where(), style=fmt.palette().failed_text if stands_out else "")
+    sentence = emap.where()
+    where = Text(sentence, style=fmt.palette().failed_text if sentence.startswith("stands out") else "")
     return Group(title, where, *picture(emap, width, heat_rows))
 
 
@@ -66,23 +66,27 @@ def _cell(level: int, monochrome: bool) -> tuple[str, str]:
     return SHADES[level], "" if monochrome else LEVEL_STYLES[level]
 
 
-def legend(emap: ErrorMap) -> Text:
-    """Each glyph's upper edge: the cell's largest |Δ| over the golden's RMS, in units of u."""
+def legend(emap: ErrorMap, width: int) -> Text:
+    """Each glyph's upper edge: the cell's largest |Δ| over the golden's RMS, in units of u; its words
+    shortened where the line would not fit ``width``."""
     tops = emap.level_tops()
-    line = Text().append("max|Δ|/rms(golden) per cell ≤ ", style="dim")
+    scale = Text()
     if not tops:
-        return line.append("0 everywhere")
+        scale.append("0 everywhere")
     monochrome = fmt.palette() is fmt.MONOCHROME
     for level, top in enumerate(tops, start=1):
         glyph, style = _cell(level, monochrome)
-        line.append(glyph, style=style or "")
-        line.append(f"{emap.in_units(top)} ")
+        scale.append(glyph, style=style or "").append(f"{emap.in_units(top)} ")
     if emap.cell_bad.any():
         glyph, style = _cell(-1, monochrome)
-        line.append(glyph, style=style).append(" NaN/Inf")
+        scale.append(glyph, style=style).append(" NaN/Inf")
     if emap.golden_rms == 0:
-        line.append(" (golden all zero: |Δ| itself)", style="dim")
-    return line
+        scale.append(" (golden all zero: |Δ| itself)", style="dim")
+    words = next((w for w in LEGEND_WORDS if len(w) + scale.cell_len <= width), LEGEND_WORDS[-1])
+    return Text().append(words, style="dim").append_text(scale)
+
+
+LEGEND_WORDS = ("max|Δ|/rms(golden) per cell ≤ ", "max|Δ|/rms ≤ ", "≤ ")
 
 
 def histogram(emap: ErrorMap, width: int) -> list[Text]:
