@@ -16,6 +16,7 @@ sys.path.insert(0, str(REPO))
 from tui_acc import open_comparison  # noqa: E402
 from tui_acc.demo import make_baseline, make_demo  # noqa: E402
 from tui_acc.redump import RedumpSettings, SideSettings  # noqa: E402
+from tui_acc.session import Comparison  # noqa: E402
 from tui_acc.tui.app import AccApp  # noqa: E402
 
 SIZE = (110, 32)
@@ -86,15 +87,26 @@ async def shoot_atb(out: Path) -> None:
 async def shoot_noise(out: Path) -> None:
     """The fault token's operators judged against the demo's baseline (``--baseline``)."""
     cmp = open_comparison("golden", "test", baseline="baseline")
+    await _shoot_after(out / "operators-noise.svg", cmp, ("f",), ("enter",), ("f",))
+
+
+async def _shoot_after(path: Path, cmp: Comparison, *steps: tuple[str, ...]) -> None:
+    """Each step's keys pressed once the workers before it are done, then the screen saved."""
     app = AccApp(cmp, export_dir=Path(tempfile.mkdtemp()))
     async with app.run_test(size=SIZE) as pilot:
-        for keys in (("f",), ("enter",), ("f",)):
+        for keys in steps:
             await pilot.pause()
             await app.workers.wait_for_complete()
             await pilot.pause()
             await pilot.press(*keys)
         await pilot.pause()
-        app.save_screenshot(str(out / "operators-noise.svg"))
+        app.save_screenshot(str(path))
+
+
+async def shoot_error_map(out: Path) -> None:
+    """``m`` at the demo's first failing op: where its output's error sits."""
+    # f again: ◆ centred in the table the picture left
+    await _shoot_after(out / "error-map.svg", open_comparison("golden", "test"), ("f",), ("m",), ("f",))
 
 
 async def shoot_replay(out: Path) -> None:
@@ -215,6 +227,7 @@ def main() -> None:
         demo = make_demo(Path(tmp) / "tui-acc-demo", seed=0)
         os.chdir(demo.out)  # relative paths in the title line
         asyncio.run(shoot(out))
+        asyncio.run(shoot_error_map(out))
         make_baseline(demo)
         asyncio.run(shoot_noise(out))
         hunting = Path(tmp) / "hunt"

@@ -72,7 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--csv", type=Path, metavar="FILE", help="also write the analysed token's operator table"
     )
-    report.add_argument("--force", action="store_true", help="let --csv replace an existing file")
+    report.add_argument(
+        "--plot",
+        type=Path,
+        metavar="DIR",
+        help="also draw where the error sits (SVG, one per tensor) for the first failing op's tensors "
+        "and the logits, into DIR",
+    )
+    report.add_argument("--force", action="store_true", help="let --csv and --plot replace existing files")
     report.add_argument(
         "--compat",
         choices=("msit", "msprobe"),
@@ -457,6 +464,7 @@ _PAIR_ONLY = {
     "compat": "--compat",
     "redump_command": "--redump-command",
     "replay": "--replay",
+    "plot": "--plot",
 }
 
 
@@ -617,6 +625,12 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
             print(f"tui-acc: error: {exc}", file=sys.stderr)
             return rpt.EXIT_USAGE
         result["csv"] = str(written)
+    plots = None
+    if args.plot is not None:  # after the CSV: a folder of pictures is the slow part, and the optional one
+        from tui_acc.plots.ticket import write_plots
+
+        plots = write_plots(cmp, result, args.plot, overwrite=args.force)  # type: ignore[arg-type]
+        result["plots"] = plots.as_dict()
     if args.json:
         print(json.dumps(rpt.strict_json(rpt.public(result)), indent=2, allow_nan=False))
     else:
@@ -625,6 +639,12 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
             print("\n" + "\n".join(result["_replay"].describe()))
         if args.csv is not None:
             print(f"csv: {result['csv']}")
+        if plots is not None:
+            print("\n".join(plots.lines()))
+    if plots is not None and plots.problems:  # a picture asked for and not drawn: said, and not a pass
+        for problem in plots.problems:
+            print(f"tui-acc: error: --plot: {problem}", file=sys.stderr)
+        return rpt.EXIT_USAGE
     return rpt.exit_code(result)
 
 

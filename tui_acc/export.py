@@ -70,9 +70,9 @@ def write_export(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Pa
     if suffix == ".xlsx":
         if importlib.util.find_spec("xlsxwriter") is None:
             raise ExportError(f"{path}: writing .xlsx needs xlsxwriter: {XLSX_HINT}")
-        return _write_atomically(path, overwrite, lambda handle: _write_xlsx(frame, handle))
+        return write_atomically(path, overwrite, lambda handle: _write_xlsx(frame, handle))
     if suffix == ".parquet":
-        return _write_atomically(path, overwrite, frame.write_parquet)
+        return write_atomically(path, overwrite, frame.write_parquet)
     if suffix not in ("", ".csv"):
         raise ExportError(
             f"{path}: tui-acc does not write {suffix} files; name it .csv, .xlsx or .parquet"
@@ -83,7 +83,7 @@ def write_export(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Pa
 
 def write_csv(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Path:
     """Write ``frame`` to ``path`` via a temporary file and a rename, so no half file is left."""
-    return _write_atomically(path, overwrite, lambda handle: frame.write_csv(handle, float_precision=None))
+    return write_atomically(path, overwrite, lambda handle: frame.write_csv(handle, float_precision=None))
 
 
 def expanded(path: Path) -> Path:
@@ -119,9 +119,11 @@ def existing_target(path: Path) -> bool:
     return True
 
 
-def _write_atomically(path: Path, overwrite: bool, write: Callable[[IO[bytes]], Any]) -> Path:
-    """A regular file is written beside and renamed over (a link to one: the file it names); a device
-    or a pipe is written in place: a rename would replace the device node itself."""
+def write_atomically(path: Path, overwrite: bool, write: Callable[[IO[bytes]], Any]) -> Path:
+    """Have ``write`` fill a temporary file beside ``path``, then rename it there: never a half file,
+    never over a file that is there unless ``overwrite`` (ExportError names the file and why). A
+    regular file is replaced by the rename (a link to one: the file it names); a device or a pipe is
+    written in place: a rename would replace the device node itself."""
     path = expanded(path)
     if existing_target(path):
         if not overwrite:

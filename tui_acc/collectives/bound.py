@@ -16,18 +16,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from tui_acc.dumps.dtypes import unit_roundoff as dtype_unit_roundoff
+
 if TYPE_CHECKING:
     import numpy as np
 
 Reduction = Literal["sum", "avg", "prod", "max", "min", "gather"]
 
-# unit roundoff 2**-(mantissa bits + 1) of the dtypes a collective's output is written in
-UNIT_ROUNDOFF = {
-    "bfloat16": 2.0**-8,
-    "float16": 2.0**-11,
-    "float32": 2.0**-24,
-    "float64": 2.0**-53,
-}
+# the dtypes a collective's output is written in (the 8-bit floats are not reduced here)
+REDUCED_DTYPES = ("bfloat16", "float16", "float32", "float64")
 # half the smallest subnormal of each: the absolute error of rounding a result that underflows
 HALF_SUBNORMAL = {
     "bfloat16": 2.0**-134,
@@ -39,8 +36,8 @@ DEFAULT_MARGIN = 2.0
 
 
 def unit_roundoff(dtype: str) -> float:
-    """u of a float dtype; integers and unknown dtypes are exact (0)."""
-    return UNIT_ROUNDOFF.get(dtype, 0.0)
+    """u of a float dtype a collective writes; integers and unknown dtypes are exact (0)."""
+    return (dtype_unit_roundoff(dtype) or 0.0) if dtype in REDUCED_DTYPES else 0.0
 
 
 def gamma(k: int, u: float) -> float:

@@ -17,12 +17,13 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TypeVar, cast
 
 import numpy as np
 import polars as pl
 
-from tui_acc.dumps.loading import changed_since, file_states, load_side
+from tui_acc.dumps.loading import FileState, changed_since, file_states, load_side
 from tui_acc.dumps.model import DumpError, Stats, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import TensorLoadError
@@ -222,8 +223,7 @@ class MetricsEngine:
         try:
             if pair.golden.has_data and pair.test.has_data:
                 before = file_states(pair.golden, pair.test)
-                large = sum(state[0] for state in before.values() if state) > LARGE_PAIR_BYTES
-                with self._one_large_pair if large else contextlib.nullcontext():
+                with self._alone_if_large(before):
                     golden, test = self.load_pair(pair)
                     metrics = compare_tensors(golden, test, kl=self._wants_kl(pair))
                     del golden, test  # the mapped files go before the next large pair comes in
@@ -261,6 +261,22 @@ class MetricsEngine:
         if self.pairing.golden is self.pairing.test and same_file:
             return golden, golden  # one dump checked on its own (anomalies/): each file read once
         return golden, load_side(pair.test, golden.shape, self.pairing.test.load_policy)
+
+    @contextmanager
+    def held_pair(self, pair: TensorPair) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``load_pair``'s tensors for a reader besides the rows (the error map): a large pair is held
+        alone, as the rows' computation holds it, and a file that changed while it was read raises
+        DumpError when the block ends (what was computed from it mixes two versions)."""
+        before = file_states(pair.golden, pair.test)
+        with self._alone_if_large(before):
+            yield self.load_pair(pair)
+        if changed := changed_since(before):
+            raise DumpError(f"{changed[0]}: changed while being read; look again when it is complete")
+
+    def _alone_if_large(self, before: dict[Path, FileState]) -> contextlib.AbstractContextManager[object]:
+        """The lock large pairs are read under, one at a time (memory), or nothing for a small one."""
+        large = sum(state[0] for state in before.values() if state) > LARGE_PAIR_BYTES
+        return self._one_large_pair if large else contextlib.nullcontext()
 
     def _wants_kl(self, pair: TensorPair) -> bool:
         """KL is a logits metric: computed for the logits module's outputs and for single files."""

@@ -53,6 +53,12 @@ TITLES: dict[str, tuple[str, str]] = {
         "replay: the operator under the cursor",
         "Recompute its output from its own dumped inputs on each side: is the operator itself wrong?",
     ),
+    "error_map": (
+        "picture: where the error sits",
+        "The detail panel draws a tensor's |error| over rows x channels and its relative error against u",
+    ),
+    "error_map_next": ("picture: next tensor", "The error picture of the operator's next tensor"),
+    "error_map_prev": ("picture: previous tensor", "The error picture of the operator's previous tensor"),
     # the replay dialog
     "close_replay": ("replay: close", "Back to the operators"),
     "close_replay_q": ("replay: close", "Back to the operators"),

@@ -31,6 +31,11 @@ KEYS = (
     ("Tab", "operators: switch between tree and table"),
     ("e", "export the current view: CSV, or .xlsx / .parquet by the name typed (Enter accepts it)"),
     ("p", "operators: replay the one under the cursor from its own dumped inputs (is it itself wrong?)"),
+    (
+        "m  [ ]",
+        "operators: picture where a tensor's error sits (|Δ| over rows x channels; |Δ|/|g| against the "
+        "dtype's rounding u) in place of the numbers; [ ] the operator's other tensors",
+    ),
     ("r", "re-dump the token (and operator) under the cursor: shows the command, Enter runs it"),
     ("L", "the re-dump's log: x stops it, o opens the new dump at the same token and operator"),
     ("O", "back to the original dumps after o opened a re-dump"),

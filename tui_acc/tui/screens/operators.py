@@ -22,6 +22,7 @@ from tui_acc.tui.screens.base import ViewScreen
 from tui_acc.tui.screens.replay import ReplayScreen
 from tui_acc.tui.screens.view_state import OperatorView
 from tui_acc.tui.sorting import matching_keys, verdict_rank
+from tui_acc.tui.widgets.error_map import ErrorMapView
 from tui_acc.tui.widgets.layer_tree import LayerTree
 from tui_acc.tui.widgets.metric_table import MetricTable
 from tui_acc.tui.widgets.tensor_detail import TensorDetail
@@ -94,6 +95,9 @@ class OperatorScreen(ViewScreen):
         Binding("t", "toggle_tree", "Tree", show=False, id="toggle_tree"),
         Binding("slash", "filter", "Filter", id="filter"),
         Binding("p", "replay", "Replay", show=False, id="replay"),
+        Binding("m", "error_map", "Error map", show=False, id="error_map"),
+        Binding("right_square_bracket", "error_map_step(1)", "Next tensor", show=False, id="error_map_next"),
+        Binding("left_square_bracket", "error_map_step(-1)", "Prev tensor", show=False, id="error_map_prev"),
         Binding("j", "cursor('down')", "Down", show=False, id="down"),
         Binding("k", "cursor('up')", "Up", show=False, id="up"),
     ]
@@ -172,6 +176,7 @@ class OperatorScreen(ViewScreen):
             yield LayerTree(tree, set(self._pairs), partners, id="layers")
             yield MetricTable(id="ops", cursor_type="row", zebra_stripes=True)
         yield TensorDetail(id="detail")
+        yield ErrorMapView(id="error-map")
         yield Input(placeholder="filter by name or type; Enter applies, Esc clears", id="filter")
         yield Static(id="redump-bar")
         yield Static(id="status")
@@ -461,6 +466,7 @@ class OperatorScreen(ViewScreen):
         self.query_one(TensorDetail).show(
             node, self.acc.comparison.engine, self._rows.get(name) if name else None
         )
+        self.query_one(ErrorMapView).show(node, self.acc.comparison.engine)
 
     def update_summary(self) -> None:
         done, total = len(self._rows), len(self._pairs)
@@ -516,6 +522,17 @@ class OperatorScreen(ViewScreen):
         self.call_after_refresh(self._fit_name_column)  # the table's width changed: so does the room
         if not tree.display:
             self.query_one("#ops", DataTable).focus()
+
+    def action_error_map(self) -> None:
+        """``m``: the detail panel pictures where a tensor's error sits, or shows the numbers again."""
+        picture = self.query_one(ErrorMapView)
+        picture.display = not picture.display
+        self.query_one(TensorDetail).display = not picture.display  # at 80x24 there is room for one
+        self._show_detail(self.cursor_key())
+
+    def action_error_map_step(self, by: int) -> None:
+        """``]`` / ``[``: the picture of the operator's next or previous tensor."""
+        self.query_one(ErrorMapView).step(by)
 
     def action_back(self) -> None:
         box = self.query_one("#filter", Input)
