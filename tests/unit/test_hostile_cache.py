@@ -8,12 +8,15 @@ import os
 import sqlite3
 from pathlib import Path
 
+import ml_dtypes
 import pytest
-import torch
 
 from tests.conftest import device_dir
 from tests.unit.test_bad_input import FAULT_OP, _copy
 from tui_acc import open_comparison
+from tui_acc.dumps.policy import ANYWHERE
+from tui_acc.dumps.tensors import load_tensor
+from tui_acc.dumps.torch_writer import write_torch_file
 
 
 def _first_failing_op(golden: Path, test: Path, **options: object) -> str | None:
@@ -30,11 +33,11 @@ def test_a_same_size_rewrite_with_the_old_time_is_recomputed(demo_pair, tmp_path
     assert _first_failing_op(golden, test) == FAULT_OP  # cached
     target = device / "3" / FAULT_OP / "output.pth"
     source = device_dir(golden) / "3" / FAULT_OP / "output.pth"
-    fixed_values = torch.load(source, weights_only=True).to(torch.bfloat16)
+    fixed_values = load_tensor(source, ANYWHERE).astype(ml_dtypes.bfloat16)
     before = target.stat()
     fixed = target.with_name("fixed") / "output.pth"  # the same archive name inside: the same size
     fixed.parent.mkdir()
-    torch.save(fixed_values, fixed)
+    write_torch_file(fixed, fixed_values)  # as the demo writes its files
     assert fixed.stat().st_size == before.st_size
     fixed.replace(target)
     os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))

@@ -54,30 +54,12 @@ _FLOAT_TYPES = frozenset(_BY_NAME[name] for name in _FLOATS)
 _WIDE_FLOAT_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 
 
-# unit roundoff (half an ulp of 1) of each float dtype tui-acc reads: one rounding's largest relative error
-UNIT_ROUNDOFF = {
-    "float64": 2.0**-53,
-    "float32": 2.0**-24,
-    "float16": 2.0**-11,
-    "bfloat16": 2.0**-8,
-    "float8_e4m3fn": 2.0**-4,
-    "float8_e4m3fnuz": 2.0**-4,
-    "float8_e5m2": 2.0**-3,
-    "float8_e5m2fnuz": 2.0**-3,
-}
-
-
 def numpy_dtype(torch_name: str) -> np.dtype | None:
     """The numpy dtype for torch's dtype name (``bfloat16``, ``float8_e4m3fn``...); None if unknown."""
     return _BY_NAME.get(torch_name)
 
 
 _NAME_OF = {dtype: name for name, dtype in _BY_NAME.items()}
-
-
-def unit_roundoff(name: str) -> float | None:
-    """u of a float dtype by torch's name; None for integers and bool (exact) and unknown names."""
-    return UNIT_ROUNDOFF.get(name)
 
 
 def dtype_name(values: np.ndarray) -> str:

@@ -109,7 +109,11 @@ class MetricsEngine:
     def _judging(self) -> Judging:
         """How node rows are labelled (verdicts/labels.py): with replay of the test side's operators."""
         return Judging(
-            self.pairing.golden.tree, LocalChecks(self.pairing), baseline=self.baseline is not None
+            self.pairing.golden.tree,
+            LocalChecks(self.pairing),
+            baseline=self.baseline is not None,
+            first_token=self.pairing.tokens[0] if self.pairing.tokens else 0,
+            whole_inputs=not self.pairing.test.format.startswith("msit-torch"),
         )
 
     @property

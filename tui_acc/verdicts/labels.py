@@ -30,7 +30,15 @@ from tui_acc.pairing import NodePair
 from tui_acc.rows import NodeRow, TensorRow
 from tui_acc.verdicts.local import LocalChecks
 from tui_acc.verdicts.propagation import error_of
-from tui_acc.verdicts.rules import Reading, by_error_model, by_replay, by_threshold, by_weights, pass_through
+from tui_acc.verdicts.rules import (
+    Reading,
+    by_error_model,
+    by_glue,
+    by_replay,
+    by_threshold,
+    by_weights,
+    pass_through,
+)
 from tui_acc.verdicts.thresholds import gains_non_finite, is_float
 from tui_acc.verdicts.weights import is_weight
 
@@ -47,6 +55,10 @@ class Judging:
     # False: the thresholds alone (one dump checked on its own, whose "failing" is an anomaly: no
     # error to model)
     models: bool = True
+    first_token: int = 0  # a later token is a decode step: its attention reads a cache no dump holds
+    # whether a module's dumped inputs are all it takes in: msit leaves keyword arguments out (a
+    # Llama attention's position embeddings), so what came in cannot be told from its glue there
+    whole_inputs: bool = True
 
 
 @dataclass(frozen=True)
@@ -213,6 +225,11 @@ def finish(
             outputs = [t for t in own if t.get("role") == "output" and not t.get("error")]
             inputs = [t for t in own if t.get("role") == "input"]
             reading = by_error_model(row, outputs, inputs, inside)
+        if reading is None or not reading.local:
+            children = _judged_children(tree, name, judged)
+            decode_attention = row["token"] != judging.first_token and _attention(row)
+            glue = judging.whole_inputs and not decode_attention
+            reading = (by_glue(row, children) if glue else None) or reading
         if reading is not None:
             apply(row, reading)
         if (row.get("rule"), row.get("label")) != before:
@@ -234,6 +251,21 @@ def finish(
                 changed[parent] = above
             parent = tree.nodes[parent].parent
     return list(changed.values())
+
+
+def _judged_children(tree: NodeTree, name: str, judged: Mapping[str, NodeRow]) -> list[NodeRow]:
+    """The rows right below ``name``, in execution order, looking through nodes without rows (a
+    ModuleList holding the layers)."""
+    found: list[NodeRow] = []
+    for child in tree.children(name):
+        row = judged.get(child)
+        found += [row] if row is not None else _judged_children(tree, child, judged)
+    return found
+
+
+def _attention(row: Mapping[str, Any]) -> bool:
+    names = f"{row.get('golden_type')} {row.get('test_type')} {row.get('golden_node')}".lower()
+    return "attention" in names or "attn" in names
 
 
 def _descendants(tree: NodeTree, name: str) -> list[str]:

@@ -25,8 +25,10 @@ what came in. Faults smaller than the incoming drift are for the replay (``local
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from tui_acc.verdicts.rounding import unit_roundoff
 
 GROWTH = 2.0
 # The model judges outputs of at least this many elements per row: the relative error of a handful
@@ -85,6 +87,28 @@ def masked(row: Mapping[str, Any]) -> bool:
         and saturates(row.get(f"test_{key}"), row.get("test_dtype"))
         for key in ("max", "min")
     )
+
+
+def angle_condition(node_type: str | None, inputs: Sequence[Mapping[str, Any]]) -> float | None:
+    """How much a rotary position embedding amplifies its own rounding: its outputs are cos and sin
+    of ``position * frequency``, and a frequency rounded by ``d`` moves the angle by ``angle * d``
+    (the frequencies are a buffer no dump holds, cast with the model). The largest angle is about the
+    largest position (the first frequency is 1): a bf16 rope at position 255 is some 4 % off an fp32
+    one with nothing wrong. None for a rotary embedding whose positions were not dumped (msit keeps
+    no keyword argument): its condition is unknown, and the error model does not judge it. 1 for
+    every other operator."""
+    if not node_type or not any(word in node_type.lower() for word in _ROTARY):
+        return 1.0
+    positions = [
+        abs(float(value))
+        for t in inputs
+        if unit_roundoff(t.get("golden_dtype")) is None
+        and isinstance(value := t.get("golden_max"), (int, float))
+    ]
+    return max([1.0, *positions]) if positions else None
+
+
+_ROTARY = ("rotary", "rope")
 
 
 def explained_bound(input_error: float, rounding_bound: float, growth: float = GROWTH) -> float:

@@ -27,8 +27,17 @@ from __future__ import annotations
 
 import math
 
-from tui_acc.dumps.dtypes import unit_roundoff as dtype_unit_roundoff
-
+# unit roundoff (half an ulp of 1) of each float dtype tui-acc reads: one rounding's largest relative error
+UNIT_ROUNDOFF = {
+    "float64": 2.0**-53,
+    "float32": 2.0**-24,
+    "float16": 2.0**-11,
+    "bfloat16": 2.0**-8,
+    "float8_e4m3fn": 2.0**-4,
+    "float8_e4m3fnuz": 2.0**-4,
+    "float8_e5m2": 2.0**-3,
+    "float8_e5m2fnuz": 2.0**-3,
+}
 ACCUMULATION = 2.0**-24  # float32: the narrowest precision kernels accumulate in
 ROUNDING_RMS = 1.0 / math.sqrt(3.0)  # relative rms of one rounding, in units of u
 MARGIN = 3.0
@@ -36,7 +45,7 @@ MARGIN = 3.0
 
 def unit_roundoff(dtype: object) -> float | None:
     """``u`` of a float dtype (``torch.`` prefix allowed); None for integers and unknown types."""
-    return dtype_unit_roundoff(str(dtype).removeprefix("torch."))
+    return UNIT_ROUNDOFF.get(str(dtype).removeprefix("torch."))
 
 
 def coarser(*dtypes: object) -> object:

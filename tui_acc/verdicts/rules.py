@@ -15,7 +15,15 @@ from tui_acc.numbers import number
 from tui_acc.pairing import NodePair, TensorPair
 from tui_acc.rows import NodeRow, TensorRow
 from tui_acc.verdicts.local import LocalChecks, Replayed
-from tui_acc.verdicts.propagation import GROWTH, error_of, explained_bound, modelled, narrow, width
+from tui_acc.verdicts.propagation import (
+    GROWTH,
+    angle_condition,
+    error_of,
+    explained_bound,
+    modelled,
+    narrow,
+    width,
+)
 from tui_acc.verdicts.rounding import coarser, local_bound
 from tui_acc.verdicts.weights import cast_bound, is_weight
 
@@ -113,7 +121,10 @@ def by_error_model(
     came_in = max(known)
     dtype = coarser(*(t.get(f"{side}_dtype") for t in outputs for side in ("golden", "test")))
     reduction = max([w for t in inputs if (w := width(t)) is not None], default=1)
-    rounding = local_bound(dtype, reduction)
+    condition = angle_condition(_type_of(row), inputs)
+    if condition is None:
+        return None
+    rounding = local_bound(dtype, reduction) * condition
     what = "every output inside it" if inside else "its inputs"
     if any(narrow(t) for t in outputs) and came_in > rounding:
         said = (
@@ -127,6 +138,34 @@ def by_error_model(
         f"{GROWTH:g}x that plus its own rounding allows {number(bound)}"
     )
     return Reading("error model", output_error > bound, output_error, bound, said)
+
+
+def by_glue(row: Mapping[str, Any], children: Sequence[Mapping[str, Any]]) -> Reading | None:
+    """A module whose own code between its operators adds error: an operator inside it takes in more
+    error (its dumped inputs') than everything before it there carries (the module's inputs, the
+    earlier operators' outputs) explains. That is glue code (a residual add, a reshape) or a tensor
+    no operator made (a buffer the port computes otherwise: a rotary embedding's frequencies).
+    Local, or None."""
+    if row.get("stats_only"):
+        return None  # statistics are computed in each tensor's own dtype: too coarse for this
+    carried = [row.get("input_error")]
+    for child in children:
+        error = child.get("input_error")
+        known = [e for e in carried if isinstance(e, (int, float)) and not math.isnan(e)]
+        dumped = child.get("inputs_from") == "files" and not child.get("stats_only")
+        if dumped and known and isinstance(error, (int, float)) and not math.isnan(error):
+            dtype = coarser(child.get("golden_dtype"), child.get("test_dtype"))
+            bound = explained_bound(max(known), local_bound(dtype))
+            if error > bound:
+                said = (
+                    f"the input of {child['golden_node']} carries {number(error)}, more than "
+                    f"{GROWTH:g}x the {number(max(known))} of everything before it here plus rounding "
+                    f"({number(bound)}): the error appears in this module's own code (glue, or a "
+                    "tensor no operator made: a buffer)"
+                )
+                return Reading("error model", True, error, bound, said)
+        carried.append(child.get("output_error"))
+    return None
 
 
 def pass_through(
@@ -207,6 +246,11 @@ def _test_distance(
 
 def _tensor_pair(node: NodePair | None, slot: str) -> TensorPair | None:
     return next((t for t in node.tensors if t.slot == slot), None) if node is not None else None
+
+
+def _type_of(row: Mapping[str, Any]) -> str | None:
+    found = row.get("test_type") or row.get("golden_type")
+    return str(found) if found else None
 
 
 def _ratio(error: float, bound: float) -> float:
