@@ -23,21 +23,24 @@ two levels: L0 (modules, with their ``parameters``) and mix (modules and API cal
 The answer key is checked here, loudly: every faulty run is bit-identical to ``clean``, tensor file
 by tensor file in msprobe's execution order (dump.json's record order, each record's tensors in
 the order dump.json lists them), up to the first file that differs, and that file is the faulted
-module's output (int8: the linear's weight or output at forward 0; rope: the rotary embedding's
-output, or at mix an API call inside it). Each run's ``case.json`` records the site, token, kind,
+module's output (bugs, at forward 0: int8, the linear's output, or at mix its ``F.linear`` call's
+weight; rope, the rotary embedding's output, or at mix the wrong ``inv_freq`` entering a call inside
+it). Each run's ``case.json`` records the site, token, kind,
 strength, the first differing record and file, the relative error the fault added to that output
 (``||faulty - clean|| / ||clean||`` in float64) and the golden-vs-test cosine there (of the clean
 run too), the logits' cosine per token, and the tools' versions; ``tests/data/sensitivity/
 cases.json`` gathers every run's key in plain text.
 
-Each level is packed as ONE solid tar.xz (LZMA2 preset 9 extreme, a dictionary larger than the
-tar): parameters repeat at every call and runs share most files, so members are sorted by their
-path inside a run first and by run second, each run's copy of a file beside the others'.
+Both levels are packed as ONE solid tar.xz, ``sweep.tar.xz`` (LZMA2 preset 9 extreme, a 64 MiB
+dictionary): L0 and mix hold the same tensors under the same names, parameters repeat at every
+call and runs share every file before their fault, so identical data is packed together and a
+repeated file is a hard link to its first copy (see ``pack``). Re-packing the same dumps
+(``--keep DIR --reuse``) gives the same bytes; new dumps differ in their process ids.
 
 The tools need a virtual environment of their own (the route is in make_model_fixtures.py's
 docstring; formats.md §0), then, from the repository::
 
-    /path/to/tools-venv/bin/python scripts/make_sensitivity_fixtures.py [--levels L0 mix] [--keep DIR]
+    /path/to/tools-venv/bin/python scripts/make_sensitivity_fixtures.py [--keep DIR [--reuse]]
 """
 
 from __future__ import annotations
