@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -14,6 +16,15 @@ REPO = Path(__file__).resolve().parents[1]
 COMPACT_REFERENCE = REPO / "tests" / "data" / "reference"
 MODEL_CASES = REPO / "tests" / "data" / "models"  # scripts/make_model_fixtures.py
 RANKS_CASES = REPO / "tests" / "data" / "ranks"  # scripts/make_ranks_fixtures.py
+SENSITIVITY = REPO / "tests" / "data" / "sensitivity"  # scripts/make_sensitivity_fixtures.py
+
+
+def sensitivity_key() -> dict[str, dict[str, dict]]:
+    """The sensitivity sweep's answer key (tests/data/sensitivity/cases.json): level -> run -> key.
+
+    Plain JSON beside the archive, so that tests can be parametrised by run without unpacking.
+    """
+    return json.loads((SENSITIVITY / "cases.json").read_text(encoding="utf-8"))
 
 
 def full_reference_dir() -> Path | None:
@@ -91,6 +102,29 @@ def ranks_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path
     """``ranks_case(name)``: a real msprobe run across ranks of tests/data/ranks, unpacked once per
     session (``step0/rank*/`` and ``case.json``: where the injected fault is)."""
     return _unpacker(RANKS_CASES, tmp_path_factory.mktemp("ranks"))
+
+
+class SensitivityCase(NamedTuple):
+    """One run of the sensitivity sweep: the level's golden dump, the run's test dump, its case.json."""
+
+    golden: Path
+    test: Path
+    info: dict
+
+
+@pytest.fixture(scope="session")
+def sensitivity_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], SensitivityCase]:
+    """``sensitivity_case(level, run)``: a run of the sensitivity sweep (level ``L0`` or ``mix``; run
+    ``clean``, ``{linear,norm,attention,activation}-{noise-5pct,...,scale-1.05}``, ``bug-int8-weight``,
+    ``bug-rope-theta``: tests/data/sensitivity/README.md), the archive unpacked once per session."""
+    unpack = _unpacker(SENSITIVITY, tmp_path_factory.mktemp("sensitivity"))
+
+    def case(level: str, run: str) -> SensitivityCase:
+        root = unpack("sweep") / level
+        info = json.loads((root / run / "case.json").read_text(encoding="utf-8"))
+        return SensitivityCase(root / "golden", root / run / "test", info)
+
+    return case
 
 
 @pytest.fixture(scope="session")
