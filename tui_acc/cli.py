@@ -634,7 +634,7 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rpt.strict_json(rpt.public(result)), indent=2, allow_nan=False))
     else:
-        print(rpt.format_text(result))
+        print(rpt.format_text(result), end="")
         if "_replay" in result:
             print("\n" + "\n".join(result["_replay"].describe()))
         if args.csv is not None:

@@ -233,6 +233,7 @@ def csv_frame(report: dict[str, Any]) -> pl.DataFrame:
 def format_text(report: dict[str, Any]) -> str:
     """A terminal summary of the report."""
     lines = [
+        f"tui-acc {report['version']}",
         *(f"{side:<6}  {_side_line(report[side])}" for side in ("golden", "test")),
         *([f"noise   {_side_line(report['baseline'])} (--baseline)"] if "baseline" in report else []),
         f"logits  {report['logits_node']}",
@@ -273,6 +274,11 @@ def format_text(report: dict[str, Any]) -> str:
                 f"  cosine {numbers.cosine(op['cosine'])}  max abs {numbers.number(op['max_abs_err'])}"
                 f"  {op['label']}, {inputs}" + _noise_text(op, "baseline" in report)
             )
+            lines.append(
+                f"  its inputs: cosine {numbers.cosine(op.get('input_cosine'))}"
+                f"  rel eucl {numbers.number(op.get('input_error'))};"
+                f"  its output: rel eucl {numbers.number(op.get('output_error'))}"
+            )
             if op.get("rule"):
                 lines.append(f"  judged by {op['rule']}: {op.get('reason') or ''}")
             at_token = [f for f in report["failing"] if f["token"] == op["token"]]
@@ -299,17 +305,26 @@ def format_text(report: dict[str, Any]) -> str:
     lines.append(
         f"tensor pairs: {report['pairs']}   unmatched: {len(report['unmatched'])}{_unmatched_summary(report)}"
     )
-    for u in report["unmatched"][:10]:
-        lines.append(
-            f"  only in {u['side']}: {u['kind']} {u['name']}"
-            + (f" @ token {u['token']}" if u["kind"] != "token" else "")
-        )
-    if len(report["unmatched"]) > 10:
-        lines.append(f"  ... and {len(report['unmatched']) - 10} more (--json lists them all)")
+    if report["unmatched"]:  # listed by --json and the TUI's u: a ticket needs the count
+        lines[-1] += "  (--json or the TUI's u list them)"
     for e in report["errors"][:20]:
         lines.append(f"error: {e['file']}: {e['message']}")
-    lines += [f"note: {n}" for n in report["notes"]]
-    return "\n".join(lines)
+    lines += [f"note: {n}" for n in _notes(report)]
+    return "\n".join(lines) + "\n"
+
+
+def _notes(report: dict[str, Any]) -> list[str]:
+    """The notes, each once: one both dumps raise (their paths told apart) is said for both."""
+    sides = {report[side]["data_dir"]: side for side in ("golden", "test") if report.get(side)}
+    said: dict[str, list[str]] = {}
+    for note in report["notes"]:
+        where, _, text = note.partition(": ")
+        key, who = (text, sides[where]) if where in sides and text else (note, "")
+        said.setdefault(key, []).append(who)
+    return [
+        f"({' and '.join(w for w in whose if w)}) {text}" if any(whose) else text
+        for text, whose in said.items()
+    ]
 
 
 def _swapped_lines(swapped: dict[str, Any] | None) -> list[str]:

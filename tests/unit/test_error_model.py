@@ -62,8 +62,9 @@ def _linear_call(x: np.ndarray, weight: np.ndarray, output: np.ndarray, sample: 
 def bf16_linear():
     """A bf16 linear computed correctly (float32 accumulation, one rounding), and its inputs."""
     rng = np.random.default_rng(7)
-    x = _bf16(rng.standard_normal((300, 256), dtype=np.float32))
-    weight = _bf16(rng.standard_normal((512, 256), dtype=np.float32) * 0.05)
+    # an output of 2**17 elements: its rows are sampled; the whole of it fits the replay's budget
+    x = _bf16(rng.standard_normal((2048, 32), dtype=np.float32))
+    weight = _bf16(rng.standard_normal((64, 32), dtype=np.float32) * 0.2)
     exact = x.astype(np.float64) @ weight.astype(np.float64).T
     return x, weight, exact
 
@@ -75,7 +76,7 @@ def test_a_correct_bf16_linear_is_consistent_and_a_2_percent_fault_is_not(bf16_l
     assert found.verdict == "consistent"
     # one rounding: within the rms of one rounding, a third of the bound
     assert found.local_error <= one_rounding("bfloat16") <= found.tolerance / MARGIN * 1.0001
-    assert found.sampled is not None and "of 300 rows" in found.sampled
+    assert found.sampled is not None and "of 2048 rows" in found.sampled
     noise = np.random.default_rng(8).standard_normal(exact.shape)
     faulty = _bf16(exact + 0.02 * np.sqrt(np.mean(exact**2)) * noise)
     assert _replayed(_linear_call(x, weight, faulty, sample=True), faulty).verdict == "disagrees"

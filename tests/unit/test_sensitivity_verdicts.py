@@ -58,6 +58,28 @@ def test_the_clean_port_is_blamed_for_nothing(sensitivity_case, level: str) -> N
 
 
 @pytest.mark.parametrize("level", ["L0", "mix"])
+def test_correct_operators_sit_well_inside_the_rounding_bound(sensitivity_case, level: str) -> None:
+    """The rounding model is not loose by luck: every operator of the clean port replayed at its
+    first two tokens (prefill and a decode step) is under 0.6 of its bound, the margin's worth of
+    room kept (scripts/calibrate_verdicts.py shows the ratios by kind)."""
+    case = sensitivity_case(level, "clean")
+    comparison = open_comparison(case.golden, case.test, cache=False)
+    checks = comparison.engine.judging.checks
+    assert checks is not None
+    seen = 0
+    for token in comparison.pairing.tokens[:2]:
+        for node in comparison.pairing.node_pairs(token):
+            replay = checks.replay(node)
+            side = replay.test if replay is not None else None
+            if side is None or side.verdict == "impossible":
+                continue
+            assert side.local_error is not None and side.tolerance is not None
+            assert side.local_error <= 0.6 * side.tolerance, (node.golden, side.local_error, side.tolerance)
+            seen += 1
+    assert seen > 50  # linears, norms, activations, and at mix the calls inside them
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
 def test_a_per_tensor_int8_weight_is_found_by_its_weight_at_every_token(sensitivity_case, level: str) -> None:
     case = sensitivity_case(level, "bug-int8-weight")
     found = _local(case)

@@ -30,7 +30,6 @@ from tui_acc.dumps.tensors import TensorLoadError
 from tui_acc.metrics.aggregate import within_each_module
 from tui_acc.metrics.cache import RowCache, identity
 from tui_acc.metrics.node_frame import node_frame
-from tui_acc.metrics.row_store import RowStore
 from tui_acc.metrics.scheduling import Preference, Scheduler, StopCheck
 from tui_acc.metrics.schema import (
     NODE_META_SCHEMA,
@@ -43,6 +42,7 @@ from tui_acc.metrics.schema import (
     to_frame,
 )
 from tui_acc.pairing import NodePair, Pairing, TensorPair
+from tui_acc.row_store import RowStore
 from tui_acc.verdicts.labels import Judging, TokenInput, diverged, finish, first_suspect, judge_one
 from tui_acc.verdicts.local import LocalChecks
 from tui_acc.verdicts.noise import judged, noise_fields
@@ -425,18 +425,19 @@ class MetricsEngine:
         """
         nodes = self.pairing.node_pairs(token)
         judged: dict[str, NodeRow] = {}
-        early = None
-        if on_row is not None and prefer is not None:
-            owner = {pair: (order, node) for order, node in enumerate(nodes) for pair in node.tensors}
+        owner = {pair: (order, node) for order, node in enumerate(nodes) for pair in node.tensors}
 
-            def early(pair: TensorPair) -> None:  # on a worker thread, once an on-screen node is whole
-                order, node = owner[pair]
-                if on_row is None or node.golden not in prefer():
-                    return
-                rows = [self.cached_row(p) for p in node.tensors]
-                if all(row is not None for row in rows):
-                    raw = self._raw_node_rows([(order, node)], [r for r in rows if r is not None])[0]
-                    on_row({**raw, "provisional": True})
+        def early(pair: TensorPair) -> None:  # on a worker thread, once the pair's node is whole
+            order, node = owner[pair]
+            rows = [self._rows.get(p) for p in node.tensors]
+            if not all(row is not None for row in rows):
+                return
+            known = [r for r in rows if r is not None]
+            # its replay too, on this worker: the judge (one thread, in execution order) finds it made
+            self.judging.prefetch(node, known)
+            if on_row is not None and prefer is not None and node.golden in prefer():
+                raw = self._raw_node_rows([(order, node)], known)[0]
+                on_row({**raw, "provisional": True})
 
         chunk: list[tuple[int, NodePair]] = []
         by_name = {node.golden: node for node in nodes}

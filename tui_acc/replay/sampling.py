@@ -20,8 +20,9 @@ import numpy as np
 
 # elements replayed per output: every one of an output this size or smaller
 ELEMENTS = 1 << 16
-# multiply-adds a linear's replay may spend (rows x columns x reduction): ~0.05 s of float32 BLAS
-MULTIPLY_ADDS = 1 << 26
+# multiply-adds a linear's replay may spend (rows x columns x reduction): some 10 ms of float32
+# BLAS, at least 4096 output elements of a 4096-wide layer's 16 sampled rows
+MULTIPLY_ADDS = 1 << 24
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from tui_acc.verdicts.rules import (
     Reading,
     by_error_model,
     by_glue,
+    by_own_rounding,
     by_replay,
     by_threshold,
     by_weights,
@@ -60,6 +61,10 @@ class Judging:
     # Llama attention's position embeddings), so what came in cannot be told from its glue there
     whole_inputs: bool = True
 
+    def prefetch(self, node: NodePair, tensors: Tensors) -> None:
+        """See the module's ``prefetch``: a worker replays a node its judge will want replayed."""
+        prefetch(self, node, tensors)
+
 
 @dataclass(frozen=True)
 class TokenInput:
@@ -76,6 +81,22 @@ def diverged(previous: int, golden_top1: object, test_top1: object) -> TokenInpu
     if golden_top1 is None or test_top1 is None or golden_top1 == test_top1:
         return None
     return TokenInput(False, f"token {previous} chose {test_top1}, the golden {golden_top1}")
+
+
+def prefetch(judging: Judging, node: NodePair, tensors: Tensors) -> None:
+    """Replay ``node`` now (on a worker, while others compare tensors) where judging it will: the
+    judge then finds the replay made. Skipped where the cheaper rules decide without it."""
+    if judging.checks is None or not judging.models or not judging.checks.has_reference(node):
+        return
+    outputs = [t for t in tensors if t.get("role") == "output"]
+    if not outputs or any(t.get("error") or gains_non_finite(t) or _integer_differs(t) for t in outputs):
+        return
+    errors = [e for t in outputs if (e := error_of(t)) is not None]
+    if errors and by_own_rounding({"output_error": max(errors)}, outputs) is not None:
+        return
+    weights = by_weights({}, tensors, node.test_type or node.golden_type)
+    if weights is None or not weights.local:
+        judging.checks.replay(node)
 
 
 def judge_one(
@@ -112,6 +133,9 @@ def _reading(
     weights = by_weights(row, tensors, _node_type(row))
     if weights is not None and weights.local:
         return weights
+    untouched = by_own_rounding(row, outputs)
+    if untouched is not None:  # nothing for a replay to find: it is not run
+        return untouched
     if judging.checks is not None and node is not None and judging.checks.has_reference(node):
         if compute:
             replay = judging.checks.replay(node)

@@ -19,7 +19,10 @@ a bf16 port has accumulated by the middle layers.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +33,7 @@ from tui_acc.pairing import NodePair, Pairing, TensorPair
 from tui_acc.replay.distance import distance
 from tui_acc.replay.registry import Registry
 from tui_acc.replay.sampling import plan
+from tui_acc.row_store import RowStore
 from tui_acc.verdicts.replay_check import SideReplay, replay_side
 
 
@@ -55,8 +59,9 @@ class LocalChecks:
     def __init__(self, pairing: Pairing, registry: Registry | None = None) -> None:
         self.pairing = pairing
         self.registry = registry or Registry()
-        self._replays: dict[tuple[int, str], Replayed | None] = {}
-        self._distances: dict[tuple[int, str, str], float | None] = {}
+        # a node being replayed by one thread (a worker, ahead) is waited for by another (the judge)
+        self._replays: RowStore[tuple[int, str], Replayed | None] = RowStore()
+        self._distances: RowStore[tuple[int, str, str], float | None] = RowStore()
         self._lock = threading.Lock()
         self.replayed = 0  # how many nodes were replayed (for the benchmark)
 
@@ -71,42 +76,60 @@ class LocalChecks:
 
     def known_replay(self, node: NodePair) -> tuple[bool, Replayed | None]:
         """``(known, replay)`` without computing anything (what a UI thread may ask)."""
-        with self._lock:
-            key = (node.token, node.golden)
-            return key in self._replays, self._replays.get(key)
+        key = (node.token, node.golden)
+        return key in self._replays, self._replays.get(key)
 
     def replay(self, node: NodePair) -> Replayed | None:
         """The node's replay (None where no reference exists), computed on first use."""
-        key = (node.token, node.golden)
-        with self._lock:
-            if key in self._replays:
-                return self._replays[key]
-        found = self._replay(node) if self.has_reference(node) else None
-        with self._lock:
-            self.replayed += found is not None
-            return self._replays.setdefault(key, found)
+        return self._replays.once((node.token, node.golden), lambda: self._replay(node))
 
-    def _replay(self, node: NodePair) -> Replayed:
-        test = replay_side(self.pairing.test, node.token, node.test, self.registry, "test")
-        golden = None
-        if test.verdict == "disagrees":
-            golden = replay_side(self.pairing.golden, node.token, node.golden, self.registry, "golden")
+    def _replay(self, node: NodePair) -> Replayed | None:
+        if not self.has_reference(node):
+            return None
+        with self._lock:
+            self.replayed += 1
+        with one_blas_thread():
+            test = replay_side(self.pairing.test, node.token, node.test, self.registry, "test")
+            golden = None
+            if test.verdict == "disagrees":
+                golden = replay_side(self.pairing.golden, node.token, node.golden, self.registry, "golden")
         return Replayed(test, golden)
 
     def known_distance(self, output: TensorPair, source: TensorPair) -> tuple[bool, float | None]:
         key = (output.token, output.test.location, source.test.location)
-        with self._lock:
-            return key in self._distances, self._distances.get(key)
+        return key in self._distances, self._distances.get(key)
 
     def pass_through(self, output: TensorPair, source: TensorPair) -> float | None:
         """The test side's relative distance of ``output`` from ``source`` (None: unreadable)."""
         key = (output.token, output.test.location, source.test.location)
-        with self._lock:
-            if key in self._distances:
-                return self._distances[key]
-        found = _test_distance(self.pairing.test, output, source)
-        with self._lock:
-            return self._distances.setdefault(key, found)
+        return self._distances.once(key, lambda: _test_distance(self.pairing.test, output, source))
+
+
+_blas = threading.Lock()
+_blas_users = 0
+_blas_limit: Any = None
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """BLAS on one thread while any replay runs: the engine already runs a worker per core, and
+    BLAS's own threads on top of them (OpenBLAS starts one per core for each call) made a report
+    with replays three times slower on two cores. The process's setting is back once none runs."""
+    global _blas_users, _blas_limit
+    with _blas:
+        if _blas_users == 0:
+            from threadpoolctl import threadpool_limits
+
+            _blas_limit = threadpool_limits(limits=1, user_api="blas")
+        _blas_users += 1
+    try:
+        yield
+    finally:
+        with _blas:
+            _blas_users -= 1
+            if _blas_users == 0 and _blas_limit is not None:
+                _blas_limit.restore_original_limits()
+                _blas_limit = None
 
 
 def _test_distance(index: DumpIndex, output: TensorPair, source: TensorPair) -> float | None:

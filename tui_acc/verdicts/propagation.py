@@ -25,6 +25,7 @@ what came in. Faults smaller than the incoming drift are for the replay (``local
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -97,7 +98,7 @@ def angle_condition(node_type: str | None, inputs: Sequence[Mapping[str, Any]]) 
     one with nothing wrong. None for a rotary embedding whose positions were not dumped (msit keeps
     no keyword argument): its condition is unknown, and the error model does not judge it. 1 for
     every other operator."""
-    if not node_type or not any(word in node_type.lower() for word in _ROTARY):
+    if not node_type or not _ROTARY.search(node_type):
         return 1.0
     positions = [
         abs(float(value))
@@ -108,7 +109,8 @@ def angle_condition(node_type: str | None, inputs: Sequence[Mapping[str, Any]]) 
     return max([1.0, *positions]) if positions else None
 
 
-_ROTARY = ("rotary", "rope")
+# LlamaRotaryEmbedding, ATB's RopeOperation, a "rope" module; not LinearOperation's "rOperation"
+_ROTARY = re.compile(r"[Rr]otary|Rope|RoPE|ROPE|(?<![A-Za-z])rope(?![a-z])")
 
 
 def explained_bound(input_error: float, rounding_bound: float, growth: float = GROWTH) -> float:

@@ -98,6 +98,21 @@ def by_replay(replay: Replayed) -> Reading | None:
     return Reading("replay", True, error, bound, f"its output is {said}; {explains}{sample}")
 
 
+def by_own_rounding(row: Mapping[str, Any], outputs: Sequence[Mapping[str, Any]]) -> Reading | None:
+    """An output within the rounding the operator itself may add of the golden's: whatever came in, it
+    cannot have added more (an error of its own would have to cancel what came in exactly), so there
+    is nothing for a replay to find. None otherwise (the other rules judge it)."""
+    output_error = row.get("output_error")
+    if not outputs or not all(modelled(t) for t in outputs) or not isinstance(output_error, (int, float)):
+        return None
+    dtype = coarser(*(t.get(f"{side}_dtype") for t in outputs for side in ("golden", "test")))
+    bound = local_bound(dtype)
+    if not output_error <= bound:
+        return None
+    said = f"its output is {number(output_error)} off the golden's, within its own rounding ({number(bound)})"
+    return Reading("error model", False, output_error, bound, said)
+
+
 def by_error_model(
     row: Mapping[str, Any],
     outputs: Sequence[Mapping[str, Any]],
