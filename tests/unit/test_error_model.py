@@ -208,7 +208,30 @@ def test_scalars_and_constants_are_judged_by_their_values():
     assert not tensor_passed(scalar, thresholds)
     constant = _row(cosine=1.0, rel_euclidean=0.032, golden_max=2.0, golden_min=2.0)
     assert "cosine" not in effective_bounds(constant, {"cosine": 0.99})
+    # a constant is set, not accumulated: 3.2 % off is 8 bf16 ulps, beyond its rounding
+    assert not tensor_passed(constant, thresholds)
     assert tensor_passed({**constant, "rel_euclidean": 0.001}, thresholds)
+
+
+@pytest.mark.parametrize(
+    ("golden", "test"),
+    [
+        (np.array(1.0, dtype=np.float32), np.array(0.014, dtype=np.float32)),  # 0-dim, 98.6 % off
+        (np.full(64, 1.0, dtype=np.float32), np.full(64, 1.032, dtype=np.float32)),  # constant, 3.2 % off
+    ],
+)
+def test_two_files_of_scalars_or_constants_fail_by_their_values(tmp_path, capsys, golden, test) -> None:
+    """report on two single tensor files: a cosine of 1 no longer passes what differs."""
+    import json
+
+    from tui_acc.cli import main
+    from tui_acc.dumps.torch_writer import write_torch_file
+
+    write_torch_file(tmp_path / "golden.pt", golden)
+    write_torch_file(tmp_path / "test.pt", test)
+    assert main(["report", str(tmp_path / "golden.pt"), str(tmp_path / "test.pt"), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["tensor"]["cosine"] == pytest.approx(1.0) and report["tensor"]["passed"] is False
 
 
 def test_a_scale_error_fails_where_a_rotation_as_large_would():
