@@ -117,6 +117,20 @@ def test_ssh_user_finds_the_fault_and_exports_it(demo_pair, tmp_path: Path, term
     assert not term.alive()
 
 
+def test_keys_sent_together_after_slash_filter(demo_pair, tmp_path: Path, terminal_factory) -> None:
+    """``/mlp`` in one write, as a paste or a laggy SSH link delivers it: all of it is the filter."""
+    tui_acc = [sys.executable, "-m", "tui_acc", str(demo_pair.golden), str(demo_pair.test)]
+    term = terminal_factory(tui_acc, tmp_path)
+    term.wait_for(lambda s: "first failing: 3" in s, "the token verdicts")
+    term.keys("f")
+    term.wait_for(lambda s: "◆ model.layers.2.mlp.down_proj" in s, "the operator verdicts")
+    term.keys("-l", "/mlp")
+    screen = term.wait_for(lambda s: "filter 'mlp'" in s or "Replay" in s, "the filter, or a command run")
+    assert "Replay" not in screen and "filter 'mlp'" in screen
+    rows = [line for line in screen.splitlines() if re.match(r"\S*\s*[◆]?\d+\s{2,}\S", line.split("▕")[-1])]
+    assert rows and all("mlp" in row for row in rows), screen
+
+
 def test_an_msprobe_l1_pair_leads_to_the_faulty_api_call(
     model_case, tmp_path: Path, terminal_factory
 ) -> None:

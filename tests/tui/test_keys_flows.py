@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, Static
+from textual import events
+from textual.widgets import DataTable, Input, Static
 
 from tests.tui.conftest import settle
 from tui_acc import open_comparison
@@ -311,3 +312,25 @@ def _static(app: AccApp) -> str:
     console = Console(width=200, record=True, file=io.StringIO())
     console.print(app.screen.query_one(Static).content)
     return console.export_text()
+
+
+async def test_keys_typed_at_once_after_slash_go_to_the_filter(demo_app: AccApp) -> None:
+    """Pasted or lag-bunched keys arrive together: every one after ``/`` is the filter's, none runs
+    as a command (``p`` would open the replay dialog) until Enter or Esc."""
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("f")
+        await settle(pilot)
+        driver = demo_app._driver
+        assert driver is not None
+        for key, char in (("slash", "/"), ("m", "m"), ("l", "l"), ("p", "p")):  # no wait in between
+            driver.send_message(events.Key(key, char))
+        await pilot.pause()
+        screen = demo_app.screen
+        assert isinstance(screen, OperatorScreen), "a key after / ran as a command"
+        assert screen.query_one("#filter", Input).value == "mlp"
+        await settle(pilot)
+        keys = [str(k.value) for k in screen.query_one("#ops", DataTable).rows]
+        assert keys and all(".mlp" in key for key in keys)
+        await pilot.press("slash")  # a / inside the filter is typed, not a new filter
+        assert screen.query_one("#filter", Input).value == "mlp/"

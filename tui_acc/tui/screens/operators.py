@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on, work
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -93,7 +94,8 @@ class OperatorScreen(ViewScreen):
         Binding("tab", "app.focus_next", "Tree/table", show=False, id="focus_next"),  # the app has the action
         Binding("a", "scope_all", "All ops", show=False, id="scope_all"),
         Binding("t", "toggle_tree", "Tree", show=False, id="toggle_tree"),
-        Binding("slash", "filter", "Filter", id="filter"),
+        # priority: run as the app routes the key, before it routes the keys typed after it
+        Binding("slash", "filter", "Filter", id="filter", priority=True),
         Binding("p", "replay", "Replay", show=False, id="replay"),
         Binding("m", "error_map", "Error map", show=False, id="error_map"),
         Binding("right_square_bracket", "error_map_step(1)", "Next tensor", show=False, id="error_map_next"),
@@ -351,10 +353,19 @@ class OperatorScreen(ViewScreen):
     # --- filtering ----------------------------------------------------------------------------
 
     def action_filter(self) -> None:
+        """``/``: the keys that follow are the filter's until Enter or Esc.
+
+        The app sends each key to the widget focused when it routes it, and ``Widget.focus`` moves
+        the focus only later: keys typed together with ``/`` (pasted, or bunched by a slow link) went
+        to the table and ran as commands. As a priority binding this runs while the app routes ``/``,
+        and the focus moves at once, before the next key is routed.
+        """
         box = self.query_one("#filter", Input)
+        if self.focused is box:
+            raise SkipAction  # a / typed in the filter is text (ATB paths hold some)
         box.value = self._filter
         box.display = True
-        box.focus()
+        self.set_focus(box)
 
     _filter_due = False  # a keystroke's filtering is scheduled: the next ones join it
 
