@@ -479,6 +479,10 @@ async def test_a_fallback_order_is_said_where_first_failing_is_shown(demo_pair, 
         await settle(pilot)
         assert "⚠ order: data flow and model_tree.json, not execution" in _text(app, "#summary")
         assert app.screen.natural_order == "dump order (data flow and model_tree.json)"
+        # the culprit's name comes first: at 80 columns the line is cut at its end
+        summary = _text(app, "#summary")
+        assert summary.index("◆ model.layers.") < summary.index("⚠ order")
+        assert summary.index(" (f)") + len(" (f)") <= 80 - 2
     plain = AccApp(open_comparison(demo_pair.golden, demo_pair.test, cache=False), export_dir=tmp_path)
     async with plain.run_test(size=(160, 30)) as pilot:
         await settle(pilot)

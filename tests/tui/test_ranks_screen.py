@@ -153,3 +153,35 @@ async def test_every_collective_is_checked_off_the_event_loop(
         await pilot.press("f", "n", "N", "g", "G")
         await pilot.pause()
     assert threads and threading.get_ident() not in threads
+
+
+async def test_at_80_columns_each_row_names_its_operator_and_right_keeps_it(
+    ranks_app: RanksApp, ranks_demo
+) -> None:
+    """Token, rank, verdict and operator are pinned on the left; → brings the metrics that do not
+    fit, a whole column at a time; the operator's name and verdict never scroll away."""
+    async with ranks_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("f")
+        await pilot.pause()
+        table = ranks_app.screen.query_one("#collectives", DataTable)
+        assert [str(c.key.value) for c in table.ordered_columns[: table.fixed_columns]] == [
+            "token",
+            "rank",
+            "passed",
+            "op",
+        ]
+        row = table.get_row_at(table.cursor_row)
+        assert row[2].plain == "FAIL" and row[3].plain.endswith("AllReduceOperation")
+        pinned = sum(c.get_render_width(table) for c in table.ordered_columns[:4])
+        room = table.scrollable_content_region.width
+        assert pinned + table.ordered_columns[4].get_render_width(table) <= room  # the cosine in view
+        starts, x = [], 0
+        for column in table.ordered_columns:
+            starts.append(x)
+            x += column.get_render_width(table)
+        for _ in range(3):
+            await pilot.press("right")
+            await pilot.pause()
+            assert table.scroll_x > 0 and table.scroll_x + pinned in starts  # on a column's edge
+        assert pinned < room  # the key columns are still drawn, at the left

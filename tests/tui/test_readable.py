@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
@@ -58,7 +59,8 @@ async def test_rows_name_their_layer_and_the_column_uses_the_width(demo_app: Acc
         width = table.columns[next(k for k in table.columns if k.value == "name")].width
         assert _column_right_edge(table, "cosine") <= table.scrollable_content_region.width
         if size[0] >= 80:
-            assert width == longest > 17  # whole names: the 17 cells of old cut post_attention_layernorm
+            assert width >= longest > 17  # whole names: the 17 cells of old cut post_attention_layernorm
+            assert not any("…" in label for label in _names(table).values())
         else:
             assert 12 <= width < longest
             elided = [label for label in _names(table).values() if "…" in label]
@@ -71,6 +73,86 @@ async def test_rows_name_their_layer_and_the_column_uses_the_width(demo_app: Acc
         for key, label in names.items():
             layer = key.split(".")[3]  # root.model.layers.N.mlp.down_proj
             assert label.startswith(f"{layer}.") and label.endswith("down_proj"), label
+
+
+def _cut_at_the_right_edge(table: DataTable[object]) -> list[str]:
+    """The columns the table's right edge shows in part (more than their right padding cut)."""
+    room, x, cut = table.scrollable_content_region.width, 0, []
+    for column in table.ordered_columns:
+        width = column.get_render_width(table)
+        if x < room and x + width - table.cell_padding > room:
+            cut.append(str(column.label))
+        x += width
+    return cut
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 30), (200, 50)])
+@pytest.mark.parametrize("pair", ["demo", "atb"])
+async def test_no_column_is_cut_at_the_right_edge(demo_app: AccApp, atb_app: AccApp, pair, size) -> None:  # type: ignore[no-untyped-def]
+    """Whole columns only, with the tree and without: no "Cosine plus one stray digit", no Type
+    cut to "T"; the key columns are pinned and the names whole."""
+    app = demo_app if pair == "demo" else atb_app
+    async with app.run_test(size=size) as pilot:
+        screen = await _open_first_failing_op(pilot)
+        table = screen.query_one("#ops", DataTable)
+        for tree_shown in (True, False):
+            assert screen.query_one(LayerTree).display is tree_shown
+            assert _cut_at_the_right_edge(table) == [], (size, tree_shown)
+            assert table.fixed_columns == 4 and _column_right_edge(table, "cosine") <= table.size.width
+            assert not any("…" in label for label in _names(table).values())
+            await pilot.press("t")
+            await pilot.pause()
+
+
+async def test_wide_terminals_show_types_and_test_names_whole(atb_app: AccApp) -> None:
+    """200 columns: no ``Linear/LinearO`` with columns to spare; each ATB operation named with its
+    layer (``3_LinearOperation`` alone is in every layer)."""
+    async with atb_app.run_test(size=(200, 50)) as pilot:
+        screen = await _open_first_failing_op(pilot)
+        table = screen.query_one("#ops", DataTable)
+        cells = {
+            str(key.value): (str(table.get_cell(key, "type")), str(table.get_cell(key, "test_name")))
+            for key in table.rows
+        }
+        assert cells["root.model.layers.2.mlp.down_proj"][0] == "Linear/LinearOperation"
+        tests = [test for _, test in cells.values()]
+        assert len(set(tests)) == len(tests), tests  # every row tells its operation from the others
+        down = cells["root.model.layers.2.mlp.down_proj"][1]
+        assert down in ("3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation", "3/3/3_LinearOperation")
+        await pilot.press("t")  # the table alone: room for every name whole
+        await pilot.pause()
+        assert str(table.get_cell("root.model.layers.2.mlp.down_proj", "test_name")) == (
+            "3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation"
+        )
+
+
+async def test_right_scrolls_whole_columns_and_keeps_the_key_columns(demo_app: AccApp) -> None:
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        screen = await _open_first_failing_op(pilot)
+        table = screen.query_one("#ops", DataTable)
+        starts, x = {}, 0
+        for column in table.ordered_columns:
+            starts[str(column.key.value)] = x
+            x += column.get_render_width(table)
+        pinned = sum(c.get_render_width(table) for c in table.ordered_columns[:4])
+        seen = []
+        for _ in range(3):
+            await pilot.press("right")
+            await pilot.pause()
+            first = next(key for key, start in starts.items() if start == table.scroll_x + pinned)
+            seen.append(first)  # the scrolled part starts on a column, never inside one
+        assert seen[0] == "max_abs_err" and len(set(seen)) == 3
+        assert "◆42" in _screen_text(pilot.app) and "2.mlp.down_proj" in _screen_text(pilot.app)
+        for _ in range(3):
+            await pilot.press("left")
+        await pilot.pause()
+        assert table.scroll_x == 0
+
+
+def _screen_text(app: AccApp) -> str:
+    svg = app.export_screenshot()
+    texts = re.findall(r"<text[^>]*>(.*?)</text>", svg, flags=re.S)
+    return "".join(html.unescape(t) for t in texts).replace("\xa0", " ")
 
 
 async def test_elided_names_keep_their_layer_and_leaf() -> None:

@@ -203,6 +203,15 @@ def qualified_name(name: str, parent: str = "") -> str:
     return ".".join(kept)
 
 
+def compact_path(name: str) -> str:
+    """An ATB path with its ancestors cut to their index, its leaf whole:
+    ``3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation`` -> ``3/3/3_LinearOperation``. Every row of a
+    token still differs (the leaf alone, ``3_LinearOperation``, is in every layer)."""
+    *ancestors, leaf = display_name(name).split("/")
+    short = [part.split("_", 1)[0] if part.split("_", 1)[0].isdigit() else part for part in ancestors]
+    return "/".join([*short, leaf])
+
+
 _DTYPE_SHORT = {
     "float32": "f32",
     "float16": "f16",

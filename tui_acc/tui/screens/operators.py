@@ -12,13 +12,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Input, Static
-from textual.widgets.data_table import ColumnKey
 from textual.worker import get_current_worker
 
 from tui_acc.anomalies.rules import anomaly_text
 from tui_acc.pairing import NodePair
 from tui_acc.rows import ANOMALY_FIELDS, NOISE_FIELDS, Row
 from tui_acc.tui import formatting as fmt
+from tui_acc.tui.column_fit import Spec, fit
 from tui_acc.tui.screens.base import ViewScreen
 from tui_acc.tui.screens.replay import ReplayScreen
 from tui_acc.tui.screens.view_state import OperatorView
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 # Ordered so that at 80 columns the verdicts and the main metric are on screen: the first
 # PRIORITY columns stay in view at any width; the Operator column takes the room they leave.
 PRIORITY = 5
+FIXED = 4  # #, Operator, In, Out: pinned on the left, the metrics scroll beside them
 NAME_MIN = 12  # the Operator column's narrowest: a layer index, an ellipsis and most of a leaf
 COLUMNS = (
     ("order", "#", 3),
@@ -140,7 +141,8 @@ class OperatorScreen(ViewScreen):
         # The rows on screen, computed before the rest; replaced whole (the workers read it).
         self._on_screen: frozenset[str] = frozenset()
         self._labels: dict[str, str] = {}
-        self._name_width = 0  # the Operator column's width now (0: not fitted yet)
+        self._widths: dict[str, int] = {}  # the text columns' widths now (none: not fitted yet)
+        self._longest_test = 0  # the test side's longest name, whole
 
     # --- layout -------------------------------------------------------------------------------
 
@@ -149,6 +151,7 @@ class OperatorScreen(ViewScreen):
         self._pairs = {node.golden: node for node in pairing.node_pairs(self.token)}
         self._order = {name: i for i, name in enumerate(self._pairs)}
         self._labels = self._qualified_labels()
+        self._longest_test = max((len(fmt.display_name(n.test)) for n in self._pairs.values()), default=0)
         cmp = self.acc.comparison
         if cmp.golden.statistics_only or cmp.test.statistics_only:
             self.table_columns = STATS_COLUMNS
@@ -188,6 +191,7 @@ class OperatorScreen(ViewScreen):
         table = self.query_one("#ops", DataTable)
         for key, label, width in self.table_columns:
             table.add_column(label, key=key, width=width)
+        table.fixed_columns = FIXED  # which row and its verdicts stay in view while → scrolls
         engine = self.acc.comparison.engine
         tree = self.query_one(LayerTree)
         for cached in engine.cached_node_rows(self.token, disk=False):  # the worker reads the disk cache
@@ -215,33 +219,79 @@ class OperatorScreen(ViewScreen):
         return labels
 
     def on_resize(self) -> None:
-        self.call_after_refresh(self._fit_name_column)
+        self.call_after_refresh(self._fit_columns)
 
-    def _fit_name_column(self) -> None:
-        """Give the Operator column the room the table has: all its names if they fit with every
-        column, else what the PRIORITY columns leave, at least NAME_MIN; names elided in the middle."""
-        table = self.query_one("#ops", DataTable)
-        room = table.scrollable_content_region.width
+    # The text columns fitted to the room (column_fit): each row's cell is its label elided to fit.
+    TEXT_COLUMNS = ("name", "test_name", "type")
+
+    def _column_specs(self, compact: bool = False) -> list[Spec]:
+        """The columns' narrowest and natural widths: numbers as declared, names and types as long
+        as their longest label (known from the pairing: nothing computed is needed); ``compact``:
+        the test side's names by their layers' index (fmt.compact_path)."""
+        test = fmt.compact_path if compact else fmt.display_name
+        longest = {
+            "name": max((len(label) for label in self._labels.values()), default=NAME_MIN),
+            "test_name": max((len(test(n.test)) for n in self._pairs.values()), default=0),
+            "type": max((len(self._type_label(n)) for n in self._pairs.values()), default=0),
+        }
+        specs = []
+        for key, label, width in self.table_columns:
+            if key in longest:
+                natural = max(longest[key], len(label))
+                least = NAME_MIN if key == "name" else min(width, natural)
+                specs.append(Spec(key, least, natural))
+            else:
+                specs.append(Spec(key, width, width))
+        return specs
+
+    def _fit_columns(self) -> None:
+        """Give the text columns the room the table has (column_fit.fit: every column whole where
+        they fit, else the key columns pinned and the name as wide as the first columns leave);
+        names elided in the middle. The test side's names are whole where their column can hold
+        every one, else by their layers' index."""
+        table = self.query_one("#ops", MetricTable)
+        room = table.room()
         if room <= 0:
             return
         pad = 2 * table.cell_padding
-        others = [width + pad for key, _, width in self.table_columns if key != "name"]
-        first = [width + pad for key, _, width in self.table_columns[:PRIORITY] if key != "name"]
-        longest = max((len(self._labels[name]) for name in self._pairs), default=NAME_MIN)
-        with_all, with_first = room - sum(others) - pad, room - sum(first) - pad
-        width = max(NAME_MIN, min(longest, max(with_all, with_first)))
-        if width == self._name_width:
+        widths = fit(self._column_specs(), room, pad, FIXED, PRIORITY, "name")
+        if widths.get("test_name", self._longest_test) < self._longest_test:
+            widths = fit(self._column_specs(compact=True), room, pad, FIXED, PRIORITY, "name")
+        if not table.set_widths(widths):
             return
-        self._name_width = width
-        table.columns[ColumnKey("name")].width = width
+        self._widths = {key: widths[key] for key in self.TEXT_COLUMNS if key in widths}
         for key in list(table.rows):
             name = str(key.value)
-            table.update_cell(name, "name", self._name_cell(name), update_width=True)
+            cells = self._text_cells(name)
+            for column in self._widths:
+                table.update_cell(name, column, cells[column])
 
-    def _name_cell(self, name: str) -> Text:
-        label = fmt.elide_middle(self._labels[name], self._name_width or NAME_MIN)
+    def _width(self, column: str) -> int:
+        """The column's width now: fitted, or as declared until the first fit."""
+        declared = {key: width for key, _, width in self.table_columns}
+        return self._widths.get(column) or declared.get(column, NAME_MIN)
+
+    def _text_cells(self, name: str) -> dict[str, Text | str]:
+        """The name, the test side's name and the type of row ``name``, each fitted to its column:
+        the test name whole where the column holds every one, else its layers by their index
+        (``3/3/3_LinearOperation``: each row still differs), elided in the middle where it must."""
+        node = self._pairs[name]
+        label = fmt.elide_middle(self._labels[name], self._width("name"))
         row = self._rows.get(name)
-        return fmt.styled(label, _passed(row)) if row is not None else Text(label)
+        test_width = self._width("test_name")
+        whole = self._widths.get("test_name", 0) >= self._longest_test
+        test = fmt.display_name(node.test) if whole else fmt.compact_path(node.test)
+        return {
+            "name": fmt.styled(label, _passed(row)) if row is not None else Text(label),
+            "test_name": fmt.elide_middle(test, test_width),
+            "type": fmt.elide_middle(self._type_label(node), self._width("type")),
+        }
+
+    @staticmethod
+    def _type_label(node: NodePair) -> str:
+        if node.golden_type == node.test_type:
+            return node.golden_type
+        return f"{node.golden_type}/{node.test_type}"
 
     # --- computing ----------------------------------------------------------------------------
 
@@ -412,20 +462,13 @@ class OperatorScreen(ViewScreen):
         for name in self._in_scope():
             table.add_row(*self._cells(name), key=name)
         self._track_screen()
+        # fewer rows may drop the scrollbar (or more bring it): the room is measured once drawn
+        self.call_after_refresh(self._fit_columns)
 
     def _cells(self, name: str) -> list[Text | str]:
         """The row of ``name``, in the order of ``self.table_columns``."""
-        node = self._pairs[name]
         row = self._rows.get(name)
-        types = (
-            node.golden_type if node.golden_type == node.test_type else f"{node.golden_type}/{node.test_type}"
-        )
-        cells: dict[str, Text | str] = {
-            "order": self._order_cell(name),
-            "type": types,
-            "test_name": node.test.rsplit("/", 1)[-1],
-            "name": self._name_cell(name),
-        }
+        cells: dict[str, Text | str] = {"order": self._order_cell(name), **self._text_cells(name)}
         if row is None:
             pending = Text("…", style=fmt.PENDING_STYLE)
             cells.update(inputs=pending, outputs=pending)
@@ -487,6 +530,12 @@ class OperatorScreen(ViewScreen):
             f"{done}/{total} ops" if done < total else f"{total} ops",
             f"{failed} failing",
         ]
+        if self._finished:  # before the rest: at 80 columns the line ends where the screen does
+            parts.append(
+                f"◆ {fmt.display_name(self._suspect)} (f)"
+                if self._suspect
+                else "no operator adds more error than its dtype explains"
+            )
         if self._scope != self.acc.comparison.golden.tree.root:
             scope = self._rows.get(self._scope, {})
             inside = f" cos {fmt.cosine(scope['cosine_within'])}" if scope.get("tensors_within") else ""
@@ -500,12 +549,6 @@ class OperatorScreen(ViewScreen):
         golden = self.acc.comparison.golden
         if not golden.order_is_execution:  # "first failing" means first in the order shown: say which
             parts.append(f"⚠ order: {golden.order_source.split(' (')[0]}, not execution")
-        if self._finished:
-            parts.append(
-                f"◆ {fmt.display_name(self._suspect)} (f)"
-                if self._suspect
-                else "no operator adds more error than its dtype explains"
-            )
         self.query_one("#summary", Static).update("  │  ".join(parts))
 
     # --- actions ------------------------------------------------------------------------------
@@ -530,7 +573,7 @@ class OperatorScreen(ViewScreen):
         """Give the table the whole width (useful at 80 columns) or bring the tree back."""
         tree = self.query_one(LayerTree)
         tree.display = not tree.display
-        self.call_after_refresh(self._fit_name_column)  # the table's width changed: so does the room
+        self.call_after_refresh(self._fit_columns)  # the table's width changed: so does the room
         if not tree.display:
             self.query_one("#ops", DataTable).focus()
 

@@ -21,6 +21,7 @@ from textual.worker import get_current_worker
 
 from tui_acc.collectives.check import RankRow, RanksCheck
 from tui_acc.tui import formatting as fmt
+from tui_acc.tui.column_fit import Spec, fit
 from tui_acc.tui.screens.export_dialog import offer_export
 from tui_acc.tui.screens.sort_dialog import SortDialog
 from tui_acc.tui.sorting import Sort, SortColumn, Worst, sorted_keys
@@ -30,18 +31,21 @@ if TYPE_CHECKING:
     import polars as pl
 
 # (key, header, width, worst end): the main table's columns
+# The key columns first, pinned while the metrics scroll beside them (→: the next ones, whole)
 COLUMNS: tuple[tuple[str, str, int, Worst], ...] = (
     ("token", "Token", 5, "low"),
     ("rank", "Rank", 4, "low"),
     ("passed", "Verdict", 7, "low"),
+    ("op", "Operator", 16, "low"),  # the narrowest; as wide as the longest name where there is room
     ("cosine_similarity", "Cosine", 9, "low"),
     ("max_relative_error", "MaxRelErr", 10, "high"),
     ("mean_relative_error", "MeanRelErr", 10, "high"),
     ("relative_euclidean_distance", "RelEucl", 10, "high"),
     ("beyond_bound", "Beyond", 6, "high"),
     ("worst_ratio", "xBound", 9, "high"),
-    ("op", "Operator", 40, "low"),  # last: the metrics stay on screen at 100 columns
 )
+FIXED = 4  # token, rank, verdict, operator
+KEEP = 5  # and the cosine, in view without scrolling
 _NOTES = {"token": "first to last", "op": "A to Z", "rank": "first to last", "passed": "failures first"}
 
 
@@ -100,6 +104,8 @@ class RanksScreen(Screen[None]):
         self.jump_pending = False
         self.disagreeing = 0  # kept as rows arrive: the summary never walks every row
         self.unjudged = 0
+        self.longest_op = 0  # the longest operator name seen: the column's natural width
+        self.op_width = next(width for key, _, width, _ in COLUMNS if key == "op")
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -120,6 +126,7 @@ class RanksScreen(Screen[None]):
         table = self.main_table()
         for key, label, width, _ in COLUMNS:
             table.add_column(label, key=key, width=width)
+        table.fixed_columns = FIXED
         self.update_summary()
         table.focus()
         self.compute()
@@ -138,11 +145,34 @@ class RanksScreen(Screen[None]):
                 self.post_message(self.RowsComputed(self.check.rows(collective)))
         self.post_message(self.AllComputed())
 
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fit_columns)
+
+    def _fit_columns(self) -> None:
+        """The operator column as wide as its longest name where the room allows (column_fit.fit);
+        names elided in the middle (their end says which collective)."""
+        table = self.query_one("#collectives", MetricTable)
+        room = table.room()
+        if room <= 0:
+            return
+        specs = [
+            Spec(key, width, max(self.longest_op, width) if key == "op" else width)
+            for key, _, width, _ in COLUMNS
+        ]
+        widths = fit(specs, room, 2 * table.cell_padding, FIXED, KEEP, "op")
+        if table.set_widths(widths) and widths["op"] != self.op_width:
+            self.op_width = widths["op"]
+            for key in list(table.rows):
+                row = self.rows[str(key.value)]
+                table.update_cell(key, "op", self._op_cell(row))
+
     @on(RowsComputed)
     def _show_rows(self, message: RowsComputed) -> None:
         table = self.main_table()
+        longest = self.longest_op
         for row in message.rows:
             key = row_key(row)
+            self.longest_op = max(self.longest_op, len(row["op"]))
             if key in self.rows:
                 continue
             self.rows[key] = row
@@ -157,6 +187,10 @@ class RanksScreen(Screen[None]):
             token = message.rows[0]["token"]
             self.counts[token][0] += 1
             self._update_token(token)
+        if self.longest_op > longest or table.row_count == len(message.rows):
+            self._fit_columns()
+        # a scrollbar that appears with the rows narrows the room: fitted again once it is drawn
+        self.call_after_refresh(self._fit_columns)
         if table.row_count == len(message.rows):
             self.show_detail()  # the first rows: the cursor is on one
         self.update_summary()
@@ -195,14 +229,20 @@ class RanksScreen(Screen[None]):
             str(row["token"]),
             str(row["rank"]),
             verdict,
+            self._op_cell(row),
             fmt.figure(fmt.cosine(row["cosine_similarity"]), ok),
             fmt.figure(fmt.num(row["max_relative_error"]), ok),
             fmt.figure(fmt.num(row["mean_relative_error"]), ok),
             fmt.figure(fmt.num(row["relative_euclidean_distance"]), ok),
             fmt.figure(beyond, ok),
             fmt.figure(_ratio(row["worst_ratio"]), ok),
-            fmt.failing(fmt.elide_middle(row["op"], 40), not ok),
         ]
+
+    def _op_cell(self, row: RankRow) -> Text:
+        """The operator's name; an ATB path by its layers' index where the column cannot hold every
+        name whole (``3/8_AllReduceOperation``), elided in the middle where it must."""
+        op = row["op"] if self.op_width >= self.longest_op else fmt.compact_path(row["op"])
+        return fmt.failing(fmt.elide_middle(op, self.op_width), row["passed"] is False)
 
     def _update_token(self, token: int) -> None:
         ops, _rows, bad = self.counts[token]

@@ -1,9 +1,16 @@
-"""The tables of tui-acc: a DataTable whose cursor row stays on screen when the table is resized."""
+"""The tables of tui-acc: a DataTable whose cursor row stays on screen when the table is resized,
+whose key columns stay on the left while ``←`` ``→`` scroll the rest a group of whole columns at a
+time, and whose column widths are fitted to the room (``tui_acc.tui.column_fit``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from textual import events
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
+
+from tui_acc.tui.column_fit import page
 
 
 class MetricTable(DataTable[object]):
@@ -16,3 +23,55 @@ class MetricTable(DataTable[object]):
     def on_resize(self, event: events.Resize) -> None:
         if self.row_count:
             self.move_cursor(row=self.cursor_row, animate=False)  # scrolls it into view after layout
+
+    # --- sideways: whole columns ----------------------------------------------------------------
+
+    def _page(self, step: int) -> None:
+        columns = self.ordered_columns
+        widths = [column.get_render_width(self) for column in columns]
+        pinned = sum(widths[: self.fixed_columns])
+        spans, x = [], 0
+        for index, width in enumerate(widths):
+            if index >= self.fixed_columns:
+                spans.append((x, x + width))
+            x += width
+        view = self.scrollable_content_region.width
+        target = page(
+            spans, round(self.scroll_x), view, pinned, round(self.max_scroll_x), step, 2 * self.cell_padding
+        )
+        self.scroll_to(x=target, animate=False)
+
+    def action_cursor_right(self) -> None:
+        """``→`` with a row cursor: the next columns that do not fit, whole (the key columns stay)."""
+        if self.cursor_type != "row":
+            super().action_cursor_right()
+            return
+        self._page(1)
+
+    def action_cursor_left(self) -> None:
+        if self.cursor_type != "row":
+            super().action_cursor_left()
+            return
+        self._page(-1)
+
+    # --- widths ---------------------------------------------------------------------------------
+
+    def room(self) -> int:
+        """The width the cells have (0 before the first layout)."""
+        return self.scrollable_content_region.width
+
+    def set_widths(self, widths: Mapping[str, int]) -> bool:
+        """Give the columns these widths; whether any changed."""
+        changed = False
+        for key, width in widths.items():
+            column = self.columns.get(ColumnKey(key))
+            if column is not None and column.width != width:
+                column.width = width
+                changed = True
+        if changed:
+            # DataTable works out its scrollable width (and drops the lines it drew) on idle when
+            # told to; a column's width set from outside is not otherwise noticed.
+            self._require_update_dimensions = True
+            self._clear_caches()
+            self.refresh()
+        return changed
