@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import io
 import re
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -173,6 +174,33 @@ async def test_redump_dialog_creates_the_folder_it_shows_and_fits_80x24(
         run = app.redump_run
         assert run is not None
         assert str(run.plan.folder) == folder.group(1) and run.plan.folder.is_dir()
+
+
+async def test_redump_dialog_scrolls_its_command_from_the_keyboard_at_80x24(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines of the command that do not fit are counted in the hint and reached with ↓ (a scrollbar
+    is a colour: without colour, or without a mouse over SSH, it is no help)."""
+    monkeypatch.chdir(tmp_path)
+    command = f"{sys.executable} -m tui_acc.demo.infer --demo {demo_pair.out} --side test"
+    settings = RedumpSettings(test=SideSettings("torch", command), golden=SideSettings("torch", None))
+    app = AccApp(open_comparison(demo_pair.golden, demo_pair.test), export_dir=tmp_path, redump=settings)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("r")
+        await pilot.pause()
+        assert isinstance(app.screen, RedumpDialog)
+        assert "{exec}" not in _screen_lines(app)  # the template's placeholder means nothing here
+        await pilot.pause()  # the command's box is fitted to what the rest leaves, once laid out
+        assert re.search(r"↓ \d+ more lines$", _text(app, "#redump-hint")), _text(app, "#redump-hint")
+        assert "TUI_ACC_EXEC" not in _screen_lines(app)
+        for _ in range(40):  # a bound: each ↓ scrolls one line
+            if "below" not in _text(app, "#redump-hint") and "more" not in _text(app, "#redump-hint"):
+                break
+            await pilot.press("down")
+        assert re.search(r"↑ \d+ lines above$", _text(app, "#redump-hint")), _text(app, "#redump-hint")
+        assert "TUI_ACC_EXEC" in _screen_lines(app)
+        await pilot.press("escape")
 
 
 # --- 14: / filters as you type; Esc clears it; a token reopens as it was left -----------------------

@@ -314,3 +314,21 @@ async def test_msprobe_rows_are_told_apart_and_the_marker_keeps_its_digits(
         assert suspect in shown and "Functional.linear.36.forward" in shown, shown  # by the shown name
         screen._set_filter("")
         assert _column_right_edge(table, "cosine") <= table.scrollable_content_region.width
+
+
+async def test_notifications_leave_the_detail_panel_in_sight(demo_app: AccApp) -> None:
+    """A notification at the culprit (the demo's greeting, then "no further failure") must not hide
+    its figures: toasts sit at the top right, over the table's first rows, not over the detail."""
+    from textual.widgets._toast import Toast
+
+    demo_app.greeting = "Demo: the fault is at token 3. f jumps to its first failing operator."
+    async with demo_app.run_test(size=(80, 24), notifications=True) as pilot:
+        screen = await _open_first_failing_op(pilot)
+        await pilot.press("G", "n")  # "No further failure that way."
+        await pilot.pause()
+        toasts = list(screen.query(Toast))
+        assert len(toasts) == 2
+        detail = screen.query_one(TensorDetail).region
+        for toast in toasts:
+            assert not toast.region.overlaps(detail), (toast.region, detail)
+            assert toast.region.y >= 2  # under the title and the summary line

@@ -32,7 +32,13 @@ class RedumpDialog(ModalScreen[RedumpChoice | None]):
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="cancel_redump"),
         Binding("ctrl+o", "other_side", "Other side", id="redump_other_side"),
+        # the command scrolls while the inference command keeps the keys it types (no mouse over SSH)
+        Binding("down", "scroll_command(1)", "Scroll the command down", show=False, id="redump_scroll_down"),
+        Binding("up", "scroll_command(-1)", "Scroll the command up", show=False, id="redump_scroll_up"),
+        Binding("pagedown", "scroll_command(8)", "Page the command down", show=False, id="redump_page_down"),
+        Binding("pageup", "scroll_command(-8)", "Page the command up", show=False, id="redump_page_up"),
     ]
+    HINT = "Enter: run   Esc: cancel   ctrl+o: the other side"
 
     def __init__(
         self, make_plan: PlanMaker, side: str, saved_exec: Callable[[str], str | None], what: str
@@ -48,17 +54,20 @@ class RedumpDialog(ModalScreen[RedumpChoice | None]):
         with Vertical(id="redump-dialog"):
             yield Static(id="redump-title")
             yield Static(
-                "your inference command ({exec}); a new one is remembered in ./tui-acc.toml",
-                id="redump-exec-label",
+                "your inference command (a new one is remembered in ./tui-acc.toml)", id="redump-exec-label"
             )
             yield Input(id="redump-exec", placeholder="e.g. bash run_npu.sh --prompt bad_case.txt")
             with VerticalScroll(id="redump-command-box"):
                 yield Static(id="redump-command")
             # outside the scrolled command: where it writes and the keys stay on screen at 80x24
             yield Static(id="redump-where")
-            yield Static("Enter: run   Esc: cancel   ctrl+o: the other side", id="redump-hint")
+            yield Static(self.HINT, id="redump-hint")
 
     def on_mount(self) -> None:
+        box = self.query_one("#redump-command-box", VerticalScroll)
+        # what is out of sight changes as the box is laid out, filled and scrolled
+        for attribute in ("show_vertical_scrollbar", "virtual_size", "scroll_y"):
+            self.watch(box, attribute, self._show_hidden, init=False)
         self._load_side()
 
     def _load_side(self) -> None:
@@ -100,6 +109,24 @@ class RedumpDialog(ModalScreen[RedumpChoice | None]):
         left = int(self.size.height * 0.96) - frame - others
         if box.styles.max_height != Scalar.from_number(max(left, 3)):
             box.styles.max_height = max(left, 3)
+
+    def _show_hidden(self) -> None:
+        """Say how many lines of the command are out of sight, and which key brings them: a
+        scrollbar is a colour, and without colour (NO_COLOR) it is not seen."""
+        if not self.is_attached or not self.query("#redump-command-box"):
+            return
+        box = self.query_one("#redump-command-box", VerticalScroll)
+        below = max(round(box.max_scroll_y - box.scroll_y), 0)
+        above = round(box.scroll_y)
+        # short: at 80 columns the hint stays one line (a second would hide one more of the command)
+        more = f"↑↓ {above} above, {below} below" if above and below else ""
+        more = more or (f"↓ {below} more lines" if below else f"↑ {above} lines above" if above else "")
+        self.query_one("#redump-hint", Static).update(f"{self.HINT}   {more}" if more else self.HINT)
+
+    def action_scroll_command(self, lines: int) -> None:
+        box = self.query_one("#redump-command-box", VerticalScroll)
+        box.scroll_to(y=box.scroll_y + lines, animate=False, immediate=True)
+        self._show_hidden()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self._rebuild()

@@ -39,7 +39,7 @@ class MetricTable(DataTable[object]):
         target = page(
             spans, round(self.scroll_x), view, pinned, round(self.max_scroll_x), step, 2 * self.cell_padding
         )
-        self.scroll_to(x=target, animate=False)
+        self.scroll_to(x=target, animate=False, immediate=True)  # keys in a row each see the last one
 
     def action_cursor_right(self) -> None:
         """``→`` with a row cursor: the next columns that do not fit, whole (the key columns stay)."""
