@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from tui_acc import __version__
 from tui_acc.config import Config, ConfigError, bound_argument, load_config
-from tui_acc.redump.settings import RedumpSettings, SettingsError, load_settings
+from tui_acc.redump.settings import RUNS_DIR, RedumpSettings, SettingsError, load_settings, runs_dir
 from tui_acc.verdicts.thresholds import Thresholds
 
 if TYPE_CHECKING:
@@ -38,13 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
     open_cmd = commands.add_parser(
         "open",
         prog="tui-acc",
-        usage="tui-acc [OPTIONS] GOLDEN TEST\n       tui-acc {open,report,demo} [OPTIONS] ...",
+        usage="tui-acc [OPTIONS] GOLDEN TEST\n       tui-acc {open,report,demo,hunt,ranks} [OPTIONS] ...",
         help="browse GOLDEN against TEST interactively (the default)",
         description="Find where an LLM port loses accuracy: open a golden tensor dump against a test "
         "dump in the interactive view. Options go before or after the dumps.",
         epilog="Commands: `tui-acc report GOLDEN TEST` prints the comparison without a UI (for CI); "
-        "`tui-acc demo` builds a pair with a known fault. `tui-acc COMMAND --help` lists each one's "
-        "options. A dump folder named like a command is given as ./report.",
+        "`tui-acc demo` builds a pair with a known fault; `tui-acc hunt` dumps both sides narrowly, "
+        "coarse to fine, until the culprit; `tui-acc ranks DUMP` checks one run's collectives across "
+        "its ranks. `tui-acc COMMAND --help` lists each one's options. A dump folder named like a "
+        "command is given as ./report.",
     )
     open_cmd.add_argument("--version", action="version", version=f"tui-acc {__version__}")
     _add_dump_args(open_cmd)
@@ -111,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     demo = commands.add_parser("demo", help="generate a golden/test pair with a known fault, then open it")
-    demo.add_argument("--out", type=Path, help="where to write (default: ./tui-acc-demo)")
+    demo.add_argument("--out", type=Path, help="where to write (default: ./tui-acc-runs/demo)")
     demo.add_argument(
         "--no-tui", action="store_true", help="only write the dumps and print where the fault is"
     )
@@ -120,14 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--baseline",
         action="store_true",
-        help="also write a clean bfloat16 run that rounds differently (./baseline), and open with --baseline",
+        help="also write a clean bfloat16 run that rounds differently (OUT/baseline), and open with "
+        "--baseline",
     )
     demo.add_argument(
         "--ranks",
         type=int,
         metavar="N",
         help="write an N-rank tensor-parallel test dump with one faulty all-reduce (default --out "
-        "./tui-acc-demo-ranks), then open `tui-acc ranks` on it",
+        "./tui-acc-runs/demo-ranks), then open `tui-acc ranks` on it",
     )
     layout = demo.add_mutually_exclusive_group()
     layout.add_argument(
@@ -142,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run both sides' dumpers ([redump.golden] and [redump.test] of tui-acc.toml) step by "
         "step: the logits of every token, then the blocks' outputs at the first failing token, then the "
         "failing block's operators; then open the view at the culprit. Every step's dumps go to their own "
-        "folder under ./tui-acc-hunt-<timestamp>/.",
+        "folder under ./tui-acc-runs/hunt-<timestamp>/ ([redump] out_dir instead of ./tui-acc-runs).",
     )
     hunt.add_argument("--config", type=Path, metavar="FILE", help="tui-acc.toml with [redump] and thresholds")
     hunt.add_argument(
@@ -703,7 +706,7 @@ def _run_hunt(args: argparse.Namespace) -> int:
     hunt = Hunt(
         settings,
         opener,
-        settings.out_dir or Path.cwd(),
+        runs_dir(settings.out_dir),
         say,
         confirm,
         logits_node=args.logits_node or DEFAULT_LOGITS_NODE,
@@ -809,7 +812,7 @@ def _run_ranks_demo(args: argparse.Namespace) -> int:
     from tui_acc.demo import DemoError
     from tui_acc.demo.tensor_parallel import make_ranks_demo
 
-    out = args.out if args.out is not None else Path("tui-acc-demo-ranks")
+    out = args.out if args.out is not None else Path(RUNS_DIR) / "demo-ranks"
     try:
         demo = make_ranks_demo(out, world=args.ranks, seed=args.seed, progress=print)
     except DemoError as exc:
@@ -833,7 +836,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     if args.ranks is not None:
         return _run_ranks_demo(args)
     if args.out is None:
-        args.out = Path("tui-acc-demo")
+        args.out = Path(RUNS_DIR) / "demo"
     try:
         layout = "mindie" if args.mindie else "atb" if args.atb else "torch"
         demo = make_demo(args.out, seed=args.seed, progress=print, layout=layout, layers=args.layers)

@@ -110,3 +110,6 @@ def test_without_colour_the_first_failing_operator_is_bold_or_reverse(no_color_t
     assert "bold" in attributes_at(failing, "2.mlp "), repr(failing)
     passing = line("2.mlp.up_proj ")
     assert "bold" not in attributes_at(passing, "2.mlp.up_proj"), repr(passing)
+    # the cursor row is in reverse video: no colour is sent, so its background cannot say it
+    assert "reverse" in attributes_at(row, "2.mlp.down_proj"), repr(row)
+    assert "reverse" not in attributes_at(failing, "2.mlp "), repr(failing)

@@ -101,6 +101,21 @@ async def test_f_while_comparing_shows_progress_and_jumps_when_known(
         assert _cursor_key(demo_app, "#ops") == demo_pair.fault_module
 
 
+async def test_the_strip_names_no_bound_before_the_logits_dtype_is_known(
+    demo_app: AccApp, gated_tokens: threading.Event
+) -> None:
+    """.pth dumps say their dtype once a token is read: until then the strip's label says no bound,
+    rather than float32's 1e-5 that turns into bfloat16's 5e-3 as the first token arrives."""
+    async with demo_app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert _text(demo_app, "#strip-label").startswith("KL / threshold … "), _text(
+            demo_app, "#strip-label"
+        )
+        gated_tokens.set()
+        await settle(pilot)
+        assert _text(demo_app, "#strip-label").startswith("KL / threshold 5e-3 ")
+
+
 async def test_any_key_cancels_the_pending_jump(demo_app: AccApp, gated_tokens: threading.Event) -> None:
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()

@@ -109,15 +109,16 @@ async def test_redump_confirm_stream_succeed_and_reopen_at_the_same_operator(
         assert "export TUI_ACC_TOKEN=3" in shown
         assert f"export TUI_ACC_MODULES='{demo_pair.fault_module}*,root.lm_head*'" in shown
         assert "tui_acc.demo.infer" in shown and "# new folder: " in _text(app, "#redump-where")
-        assert not list(tmp_path.glob("tui-acc-redump-*"))  # nothing runs before Enter
+        assert not list(tmp_path.glob("tui-acc-runs/redump-*"))  # nothing runs before Enter
         await pilot.press("enter")
         assert isinstance(app.screen, OperatorScreen)  # back to browsing while it runs
         await _wait_run(app, pilot)
         run = app.redump_run
         assert run is not None and run.status == "succeeded", run.lines
         assert "re-dump test token 3: finished" in _text(app, "#redump-bar")
-        assert run.plan.folder.parent == tmp_path and run.plan.folder.name.startswith(
-            "tui-acc-redump-test-token3-"
+        # under ./tui-acc-runs: what tui-acc makes is in one folder, not spread in the working one
+        assert run.plan.folder.parent == tmp_path / "tui-acc-runs" and run.plan.folder.name.startswith(
+            "redump-test-token3-"
         )
         await pilot.press("L")
         assert isinstance(app.screen, RedumpLogScreen)
@@ -195,7 +196,7 @@ async def test_escape_runs_nothing_and_a_typed_command_is_remembered(
         await pilot.press("r")
         assert "cannot run: no inference command for the test side" in _text(app, "#redump-command")
         await pilot.press("escape")
-        assert app.redump_run is None and not list(tmp_path.glob("tui-acc-redump-*"))
+        assert app.redump_run is None and not list(tmp_path.glob("tui-acc-runs/redump-*"))
         assert "re-dump cancelled" in _text(app, "#status")
         await pilot.press("r")
         app.screen.query_one("#redump-exec", Input).value = _infer(demo_pair)

@@ -67,6 +67,8 @@ async def test_f_finds_the_first_anomaly_and_n_the_next(anomalous: Path, tmp_pat
         assert str(table.get_cell("2", "anomalies")) == "2" and str(table.get_cell("0", "anomalies")) == "0"
         assert app.sub_title == "check of dump"
         assert not tokens.query_one("#strip").display  # no KL without a golden
+        summary = _text(tokens.query_one("#summary", Static))
+        assert summary.startswith(f"{table.row_count}/{table.row_count} tokens checked"), summary
         await pilot.press("f")
         await settle(pilot)
         await pilot.press("f")

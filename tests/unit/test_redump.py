@@ -141,7 +141,7 @@ def test_new_folders_are_fresh_and_never_inside_the_dumps(tmp_path: Path) -> Non
     selection = Selection("test", 3, 3)
     now = datetime(2026, 11, 22, 3, 0, 0)
     first = new_folder(tmp_path, selection, now, [dumps / "test"])
-    assert first == tmp_path / "tui-acc-redump-test-token3-20261122-030000"
+    assert first == tmp_path / "redump-test-token3-20261122-030000"
     first.mkdir()
     assert new_folder(tmp_path, selection, now, [dumps / "test"]).name.endswith("-2")
     with pytest.raises(RedumpError, match="never written inside the dumps"):
@@ -297,7 +297,7 @@ def test_report_prints_the_redump_command_for_the_first_failing_op(
     assert "export TUI_ACC_TOKEN=3" in out
     assert f"export TUI_ACC_MODULES='{demo_pair.fault_module}*,root.lm_head*'" in out
     assert out.rstrip().endswith("python run_npu.py --case 7")
-    assert not list(tmp_path.glob("tui-acc-redump-*"))  # printing writes nothing
+    assert not list(tmp_path.glob("tui-acc-runs"))  # printing writes nothing
     assert main([*argv, "--config", str(config), "--redump-node", "all", "--token", "5"]) == 0
     whole = capsys.readouterr().out
     assert "export TUI_ACC_TOKEN=5" in whole and "export TUI_ACC_MODULES" not in whole  # every module

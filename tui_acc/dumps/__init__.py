@@ -77,6 +77,8 @@ def open_dump(
     blocked = folder_problem(root, "not read") if root.is_dir() else None
     if blocked:  # every reader's marks would be unseen in it: say why, not "not a dump"
         raise DumpError(f"{root}: {blocked}")
+    if root.is_dir() and next(root.iterdir(), None) is None:  # not a list of every format it is not
+        raise DumpError(f"{root}: this folder is empty: give the folder a dumper wrote its files into")
     if msprobe_atb.claims(root):
         return msprobe_atb.read(root, follow_links=follow_links)
     if msprobe_atb_probe.claims(root):

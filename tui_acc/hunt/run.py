@@ -131,7 +131,7 @@ class Hunt:
     Args:
         settings: each side's dumper and inference command (tui-acc.toml ``[redump]``).
         open_pair: opens two dumps as a comparison, with the command line's options.
-        base: where the hunt's folder is made (``[redump] out_dir``, else the working directory).
+        base: where the hunt's folder is made (``[redump] out_dir``, else ``./tui-acc-runs``).
         confirm: asked before each step with its plans; False stops the hunt (nothing of it runs).
         logits_node: the module whose output holds the logits, as the dumpers name it.
     """
@@ -151,7 +151,7 @@ class Hunt:
         self.say = say
         self.confirm = confirm
         self.logits_node = logits_node
-        self.folder = unused_name(base.expanduser().resolve(), f"tui-acc-hunt-{clock():%Y%m%d-%H%M%S}")
+        self.folder = unused_name(base.expanduser().resolve(), f"hunt-{clock():%Y%m%d-%H%M%S}")
         self.steps: list[Step] = []
         self._say_lock = threading.Lock()  # both sides' dumpers log at once
 

@@ -121,7 +121,7 @@ def new_folder(base: Path, selection: Selection, now: datetime, protected: list[
                 f"{base}: re-dumps are never written inside the dumps being compared ({root}); "
                 "set [redump] out_dir in tui-acc.toml or start tui-acc from another folder"
             )
-    return unused_name(base, f"tui-acc-redump-{selection.side}-token{selection.token}-{now:%Y%m%d-%H%M%S}")
+    return unused_name(base, f"redump-{selection.side}-token{selection.token}-{now:%Y%m%d-%H%M%S}")
 
 
 def unused_name(base: Path, stem: str) -> Path:

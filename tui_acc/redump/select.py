@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tui_acc.redump.plan import RedumpPlan, Selection, build_plan, new_folder
-from tui_acc.redump.settings import RedumpSettings
+from tui_acc.redump.settings import RedumpSettings, runs_dir
 from tui_acc.session import Comparison
 
 ATB_FORMATS = ("msit-atb", "msprobe-atb")
@@ -44,7 +44,8 @@ def plan_for(
     base_dir: Path | None = None,
     typed_exec: str | None = None,
 ) -> RedumpPlan:
-    """The plan for the selection, into a new folder under ``[redump] out_dir`` (or ``base_dir``)."""
+    """The plan for the selection, into a new folder under ``[redump] out_dir`` (or ``base_dir``, else
+    ``./tui-acc-runs``)."""
     selection = selection_for(comparison, side, token, golden_node)
     index = comparison.golden if side == "golden" else comparison.test
     side_settings = settings.side(side).for_format(index.format)
@@ -56,6 +57,6 @@ def plan_for(
         comparison.golden.data_dir,
         comparison.test.data_dir,
     ]
-    base = settings.out_dir or base_dir or Path.cwd()
+    base = settings.out_dir or base_dir or runs_dir()
     folder = new_folder(base, selection, now, protected)
     return build_plan(selection, side_settings, folder)

@@ -3,7 +3,7 @@
 ```toml
 [redump]
 exec = "bash run_npu.sh"        # the inference command ({exec}); per side below overrides it
-out_dir = "redumps"             # where new dumps go (default: the working directory)
+out_dir = "redumps"             # where new dumps go (default: ./tui-acc-runs)
 
 [redump.test]
 dumper = "msit-atb"             # msit-atb | msprobe-atb | msprobe-torch | vllm-ascend | torch | custom,
@@ -70,6 +70,16 @@ class SideSettings:
         if self.chosen or dump_format not in DUMPER_OF_FORMAT:
             return self
         return replace(self, dumper=DUMPER_OF_FORMAT[dump_format])
+
+
+# Where tui-acc writes what it makes itself (re-dumps, hunts, the demos), under the working directory:
+# one folder to find them in, to leave out of git, to delete.
+RUNS_DIR = "tui-acc-runs"
+
+
+def runs_dir(out_dir: Path | None = None) -> Path:
+    """``[redump] out_dir`` where it is set, else ``./tui-acc-runs``."""
+    return out_dir if out_dir is not None else Path.cwd() / RUNS_DIR
 
 
 @dataclass(frozen=True)

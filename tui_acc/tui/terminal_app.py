@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 from collections.abc import Callable, Iterable
 
@@ -20,7 +21,10 @@ class TerminalApp(App[None]):
     does, a greeting once mounted, and a command palette of the screen's own keys."""
 
     def __init__(self, greeting: str | None = None) -> None:
-        super().__init__()
+        # NO_COLOR asks for no colour codes (no-color.org), and textual's answer for a truecolor
+        # theme is to send every colour as its grey; with ANSI colours it sends none at all (its
+        # NoColor filter). Read before App.__init__, which takes NO_COLOR out of the environment.
+        super().__init__(ansi_color=True if "NO_COLOR" in os.environ else None)
         fmt.use_monochrome(self.no_color)  # NO_COLOR: failures in bold and reverse, not in grey
         self.greeting = greeting
 

@@ -18,6 +18,7 @@ KEYS = (
     ("Enter", "in the token list: that token's rows (a failing one first)"),
     ("Tab", "switch between the token list and the rows"),
     ("g  G", "top / bottom"),
+    ("← →", "the next / previous metrics that do not fit, whole; token, rank, verdict, operator stay"),
     ("s  S", "sort by any column, worst first · reverse"),
     ("e", "export the rows on screen: CSV, or .xlsx / .parquet by the name typed"),
     ("ctrl+p", "command palette: every key"),

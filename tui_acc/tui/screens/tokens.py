@@ -101,6 +101,8 @@ class TokenScreen(ViewScreen):
         stats_only = cmp.golden.statistics_only or cmp.test.statistics_only
         guess = {"stats_only": stats_only, "golden_dtype": floor, "test_dtype": floor}
         self.tally.strip_metric, self.tally.strip_bound = strip_bound(guess, thresholds, floor)
+        if floor is None and not stats_only:  # .pth dumps: the dtype is known once a token is read;
+            self.tally.strip_bound = None  # until then no bound, rather than float32's (1e-5, then 5e-3)
         self.table_columns = self._choose_columns()
         table = self.query_one("#tokens", DataTable)
         for key, label, width in self.table_columns:
@@ -239,7 +241,7 @@ class TokenScreen(ViewScreen):
     def _update_strip(self) -> None:
         """KL (or, from statistics, NormRel) of every token against its threshold: ▅ and up is over."""
         tally = self.tally
-        bound = number(tally.strip_bound) if tally.strip_bound else "?"
+        bound = number(tally.strip_bound) if tally.strip_bound else "…" if not tally.compared else "?"
         self.query_one("#strip-label", Static).update(f"{tally.strip_metric} / threshold {bound} ")
         self.query_one("#kl-strip", ThresholdStrip).show(tally.levels, tally.failed)
 
@@ -289,7 +291,9 @@ class TokenScreen(ViewScreen):
         tally = self.tally
         total = len(tally.tokens)
         first_failing = tally.first_failing()
-        parts = [f"{tally.compared}/{total} tokens compared", f"{tally.failing} failing"]
+        # one dump on its own compares nothing: its tokens are checked
+        done = "checked" if self.acc.comparison.single else "compared"
+        parts = [f"{tally.compared}/{total} tokens {done}", f"{tally.failing} failing"]
         if not total:
             parts = ["no token is in both dumps"]
         elif first_failing is not None:
