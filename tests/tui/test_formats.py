@@ -116,3 +116,31 @@ async def test_the_notes_that_decide_how_to_read_verdicts_are_on_screen(model_ca
         console.print(app.screen.query_one(Static).content)
         text = console.export_text()
     assert "Notes (" in text and "test: " in text and "compared by equality" in text
+
+
+async def test_msprobe_l1_calls_are_read_by_layer_and_module(model_case, tmp_path: Path) -> None:
+    """L1 records API calls only: the tree groups them by the layer and module their stacks name,
+    the rows say where each call is (``1.mlp.linear.43``), and a layer can be looked at alone."""
+    import json
+
+    folder = model_case("llama-msprobe-L1")
+    case = json.loads((folder / "case.json").read_text())
+    app = AccApp(open_comparison(folder / "golden", folder / "test"), export_dir=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("f")
+        await settle(pilot)
+        await pilot.press("f")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, OperatorScreen) and _cursor_key(app) == case["fault_record"]
+        table = screen.query_one("#ops", DataTable)
+        assert str(table.get_cell(case["fault_record"], "name")) == "1.mlp.linear.43"
+        tree = screen.query_one(LayerTree)
+        assert tree.cursor_node is not None and tree.cursor_node.data == case["fault_record"]
+        assert tree.cursor_node.parent is not None and tree.cursor_node.parent.data == "decoder_layer.1.mlp"
+        every = table.row_count
+        screen.post_message(LayerTree.LayerSelected("decoder_layer.1"))
+        await pilot.pause()
+        names = [str(table.get_cell(key, "name")) for key in table.rows]
+        assert 0 < len(names) < every and all(name.startswith(("1.", "decoder_layer.1.")) for name in names)

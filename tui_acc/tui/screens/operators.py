@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from textual.worker import get_current_worker
 
 from tui_acc.anomalies.rules import anomaly_text
+from tui_acc.dumps.model import NodeTree
 from tui_acc.pairing import NodePair
 from tui_acc.rows import ANOMALY_FIELDS, NOISE_FIELDS, Row
 from tui_acc.tui import formatting as fmt
@@ -150,6 +151,7 @@ class OperatorScreen(ViewScreen):
         pairing = self.acc.comparison.pairing
         self._pairs = {node.golden: node for node in pairing.node_pairs(self.token)}
         self._order = {name: i for i, name in enumerate(self._pairs)}
+        self._tree = self._reading_tree()
         self._labels = self._qualified_labels()
         self._longest_test = max((len(fmt.display_name(n.test)) for n in self._pairs.values()), default=0)
         cmp = self.acc.comparison
@@ -172,13 +174,12 @@ class OperatorScreen(ViewScreen):
             # main metric (at 80 columns it must not push them off screen)
             first, rest = self.table_columns[:PRIORITY], self.table_columns[PRIORITY:]
             self.table_columns = (*first, ("test_name", "Test op", 18), *rest)
-        tree = self.acc.comparison.golden.tree
-        self._scope = tree.root
+        self._scope = self._tree.root
         yield Header()
         yield Static(id="summary")
         with Horizontal(id="main"):
             partners = {name: node.test for name, node in self._pairs.items()}
-            yield LayerTree(tree, set(self._pairs), partners, id="layers")
+            yield LayerTree(self._tree, set(self._pairs), partners, id="layers")
             yield MetricTable(id="ops", cursor_type="row", zebra_stripes=True)
         yield TensorDetail(id="detail")
         yield ErrorMapView(id="error-map")
@@ -209,9 +210,20 @@ class OperatorScreen(ViewScreen):
             self.set_status("finding the first failing operator… (any key cancels)")
         self.compute_operators()
 
+    def _reading_tree(self) -> NodeTree:
+        """The tree the token is read by: the golden's, or for msprobe L1's flat list of API calls,
+        the calls grouped by layer and module (msprobe_stack; for reading only: the verdicts are
+        the golden tree's)."""
+        golden = self.acc.comparison.golden
+        if golden.format == "msprobe":
+            from tui_acc.dumps.msprobe_stack import grouped_tree
+
+            return grouped_tree(golden, list(self._pairs)) or golden.tree
+        return golden.tree
+
     def _qualified_labels(self) -> dict[str, str]:
         """Each row's name in the Operator column: its layer and its own name (fmt.qualified_name)."""
-        tree = self.acc.comparison.golden.tree
+        tree = self._tree
         labels: dict[str, str] = {}
         for node in tree.preorder():
             parent = labels.get(node.parent, "") if node.parent not in (None, tree.root) else ""
@@ -339,6 +351,7 @@ class OperatorScreen(ViewScreen):
         if self.sort.column is not None:  # rows sorted while computing took their place then: settle them
             self.apply_sort(self.sort)
         tree = self.acc.comparison.golden.tree
+        # judged on the golden tree, whatever tree the token is read by
         found = first_suspect(tree, {name: self._rows[name] for name in self._pairs if name in self._rows})
         self._suspect = found["golden_node"] if found else None
         if self._suspect and self._suspect in self.query_one("#ops", DataTable).rows:
@@ -362,8 +375,7 @@ class OperatorScreen(ViewScreen):
 
     def _in_scope(self) -> list[str]:
         """The rows on screen: the scope's nodes, filtered, in the chosen order."""
-        tree = self.acc.comparison.golden.tree
-        names = [n.name for n in tree.preorder(self._scope) if n.name in self._pairs]
+        names = [n.name for n in self._tree.preorder(self._scope) if n.name in self._pairs]
         return self.ordered(self._filtered(names))
 
     NATURAL_ORDER = "execution order"
@@ -536,7 +548,7 @@ class OperatorScreen(ViewScreen):
                 if self._suspect
                 else "no operator adds more error than its dtype explains"
             )
-        if self._scope != self.acc.comparison.golden.tree.root:
+        if self._scope != self._tree.root:
             scope = self._rows.get(self._scope, {})
             inside = f" cos {fmt.cosine(scope['cosine_within'])}" if scope.get("tensors_within") else ""
             parts.append(f"in {fmt.display_name(self._scope)}{inside} (a: all)")
@@ -567,7 +579,7 @@ class OperatorScreen(ViewScreen):
         self._show_detail(self.cursor_key())
 
     def action_scope_all(self) -> None:
-        self._set_scope(self.acc.comparison.golden.tree.root)
+        self._set_scope(self._tree.root)
 
     def action_toggle_tree(self) -> None:
         """Give the table the whole width (useful at 80 columns) or bring the tree back."""
@@ -609,7 +621,7 @@ class OperatorScreen(ViewScreen):
     def _restore(self, view: OperatorView) -> None:
         """The token as the user left it: filter, scope, order, tree, cursor."""
         self._filter, self.sort = view.filter, view.sort
-        if view.scope in self.acc.comparison.golden.tree.nodes:  # a container (layers) can be a scope too
+        if view.scope in self._tree.nodes:  # a container (layers) can be a scope too
             self._scope = view.scope
         tree = self.query_one(LayerTree)
         tree.expand_only(view.expanded)
@@ -630,7 +642,7 @@ class OperatorScreen(ViewScreen):
         if self._suspect is None:
             self.notify("No operator fails while its inputs pass at this token.")
             return
-        tree = self.acc.comparison.golden.tree
+        tree = self._tree
         if self._scope != self._suspect and not tree.is_ancestor(self._scope, self._suspect):
             self._set_scope(tree.root)
         if self._suspect not in self._in_scope():
@@ -730,7 +742,7 @@ class OperatorScreen(ViewScreen):
         return self.token, self.cursor_key()
 
     def export_stem(self) -> str:
-        scope = "" if self._scope == self.acc.comparison.golden.tree.root else f"-{self._scope}"
+        scope = "" if self._scope == self._tree.root else f"-{self._scope}"
         return f"tui-acc-token{self.token}-ops{scope}"
 
 
