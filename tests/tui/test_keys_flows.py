@@ -108,10 +108,9 @@ async def test_the_strip_names_no_bound_before_the_logits_dtype_is_known(
     rather than float32's 1e-5 that turns into bfloat16's 5e-3 as the first token arrives."""
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        assert _text(demo_app, "#strip-label").startswith("KL / threshold … "), _text(
-            demo_app, "#strip-label"
-        )
-        gated_tokens.set()
+        before = _text(demo_app, "#strip-label")
+        gated_tokens.set()  # before asserting: the app ends only once its token worker can
+        assert before.startswith("KL / threshold … "), before
         await settle(pilot)
         assert _text(demo_app, "#strip-label").startswith("KL / threshold 5e-3 ")
 

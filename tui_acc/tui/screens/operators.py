@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 # Ordered so that at 80 columns the verdicts and the main metric are on screen: the first
 # PRIORITY columns stay in view at any width; the Operator column takes the room they leave.
 PRIORITY = 5
+SEPARATOR = "  │  "  # between the summary line's parts
 FIXED = 4  # #, Operator, In, Out: pinned on the left, the metrics scroll beside them
 NAME_MIN = 12  # the Operator column's narrowest: a layer index, an ellipsis and most of a leaf
 COLUMNS = (
@@ -232,6 +233,7 @@ class OperatorScreen(ViewScreen):
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._fit_columns)
+        self.call_after_refresh(self.update_summary)  # the culprit's name is fitted to the width
 
     # The text columns fitted to the room (column_fit): each row's cell is its label elided to fit.
     TEXT_COLUMNS = ("name", "test_name", "type")
@@ -542,12 +544,6 @@ class OperatorScreen(ViewScreen):
             f"{done}/{total} ops" if done < total else f"{total} ops",
             f"{failed} failing",
         ]
-        if self._finished:  # before the rest: at 80 columns the line ends where the screen does
-            parts.append(
-                f"◆ {fmt.display_name(self._suspect)} (f)"
-                if self._suspect
-                else "no operator adds more error than its dtype explains"
-            )
         if self._scope != self._tree.root:
             scope = self._rows.get(self._scope, {})
             inside = f" cos {fmt.cosine(scope['cosine_within'])}" if scope.get("tensors_within") else ""
@@ -556,12 +552,24 @@ class OperatorScreen(ViewScreen):
             parts.append(f"no operator matches {self._filter!r} (Esc clears)")
         elif self._filter:
             parts.append(f"filter {self._filter!r} (/, Esc clears)")
+        if self._finished:  # before the rest, its name elided to fit: the line ends where the screen does
+            parts.append(self._suspect_part(len(SEPARATOR.join(parts)) + len(SEPARATOR)))
         if sorted_by := self.sort_summary():
             parts.append(sorted_by)
         golden = self.acc.comparison.golden
         if not golden.order_is_execution:  # "first failing" means first in the order shown: say which
             parts.append(f"⚠ order: {golden.order_source.split(' (')[0]}, not execution")
-        self.query_one("#summary", Static).update("  │  ".join(parts))
+        self.query_one("#summary", Static).update(SEPARATOR.join(parts))
+
+    def _suspect_part(self, start: int) -> str:
+        """◆ and the culprit's name, elided in the middle to end within the summary line (which
+        begins ``start`` cells before it): at 80 columns it is not pushed off by a filter or a scope."""
+        if not self._suspect:
+            return "no operator adds more error than its dtype explains"
+        summary = self.query_one("#summary", Static)
+        width = summary.content_size.width or self.app.size.width - 2
+        name = fmt.display_name(self._suspect)
+        return f"◆ {fmt.elide_middle(name, max(width - start - len('◆  (f)'), 16))} (f)"
 
     # --- actions ------------------------------------------------------------------------------
 
