@@ -20,7 +20,7 @@ from tui_acc.session import Comparison  # noqa: E402
 from tui_acc.tui.app import AccApp  # noqa: E402
 
 SIZE = (110, 32)
-RANKS_SIZE = (132, 32)  # the operator column comes last, after the metrics a narrower terminal keeps
+RANKS_SIZE = (132, 32)  # every metric beside the pinned token, rank, verdict and operator
 SHOT_TIME = datetime(2026, 11, 21, 12, 0, 0)
 
 

@@ -73,7 +73,7 @@ async def test_help_shows_the_pairs_thresholds_top1_and_sideways_scroll(demo_app
     assert f"Logits ({logits}): cosine ≥ {thresholds['cosine']:g}" in text
     assert "Thresholds in force for this pair" in text and "Operator tensors (" in text
     assert "Top-1 g/t: the token each side's logits rank first, golden/test" in text
-    assert "← → scroll a table sideways" in text
+    assert "← → the next / previous columns that do not fit, whole" in text
 
 
 def test_dtypes_the_index_does_not_know_are_taken_from_the_logits_else_all_listed() -> None:

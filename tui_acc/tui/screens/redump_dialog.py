@@ -67,7 +67,7 @@ class RedumpDialog(ModalScreen[RedumpChoice | None]):
         box = self.query_one("#redump-command-box", VerticalScroll)
         # what is out of sight changes as the box is laid out, filled and scrolled
         for attribute in ("show_vertical_scrollbar", "virtual_size", "scroll_y"):
-            self.watch(box, attribute, self._show_hidden, init=False)
+            self.watch(box, attribute, self._hidden_changed, init=False)
         self._load_side()
 
     def _load_side(self) -> None:
@@ -109,6 +109,9 @@ class RedumpDialog(ModalScreen[RedumpChoice | None]):
         left = int(self.size.height * 0.96) - frame - others
         if box.styles.max_height != Scalar.from_number(max(left, 3)):
             box.styles.max_height = max(left, 3)
+
+    def _hidden_changed(self) -> None:
+        self.call_after_refresh(self._show_hidden)  # counted once the box is laid out at its size
 
     def _show_hidden(self) -> None:
         """Say how many lines of the command are out of sight, and which key brings them: a
