@@ -7,6 +7,7 @@ from pathlib import Path
 from textual.widgets import DataTable, Static
 
 from tests.tui.conftest import settle
+from tests.tui.test_snapshots import _at_first_failing_op
 from tui_acc import open_comparison
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
@@ -127,11 +128,7 @@ async def test_msprobe_l1_calls_are_read_by_layer_and_module(model_case, tmp_pat
     case = json.loads((folder / "case.json").read_text())
     app = AccApp(open_comparison(folder / "golden", folder / "test"), export_dir=tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
-        await pilot.press("f")
-        await settle(pilot)
-        await pilot.press("f")
-        await pilot.pause()
+        await _at_first_failing_op(pilot)
         screen = app.screen
         assert isinstance(screen, OperatorScreen) and _cursor_key(app) == case["fault_record"]
         table = screen.query_one("#ops", DataTable)
