@@ -51,7 +51,11 @@ def test_the_hunt_finds_the_demo_fault_dumping_a_fraction_of_a_full_dump(
     assert culprit["label"] == "local"
     assert [step["step"] for step in result["steps"]] == ["logits", "blocks", "operators"]
     folder = Path(result["folder"])
-    assert [p.name for p in tmp_path.iterdir()] == [folder.name]  # nothing else written here
+    # what tui-acc makes goes under ./tui-acc-runs: nothing else written here
+    assert [p.name for p in tmp_path.iterdir()] == [
+        "tui-acc-runs"
+    ] and folder.parent == tmp_path / "tui-acc-runs"
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]
     assert {p: p.stat().st_mtime_ns for p in _files(demo_pair.out)} == before  # nor in the demo
     for number, step in enumerate(result["steps"], 1):
         for side in step["sides"]:
@@ -99,7 +103,7 @@ def test_a_failing_step_stops_the_hunt_with_its_log(
     assert code == 2
     assert "step 1 (logits): the test dumper failed (exit 3)" in captured.err
     assert "simulated device error" in captured.err  # the log's last lines are quoted
-    (folder,) = work.iterdir()
+    (folder,) = (work / "tui-acc-runs").iterdir()
     assert (folder / "1-logits" / "test" / "redump.log").is_file()  # kept for the user
     assert not (folder / "2-blocks").exists()
 
