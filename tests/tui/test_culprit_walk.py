@@ -1,0 +1,62 @@
+"""The culprit on screen: `f` reaches the one operator where the error starts, `n` from it walks the
+failures without meeting a second "error starts here", and no module above a failure shows ✓.
+
+On real-tool dumps with one injected fault (tests/data/models), keyboard only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable
+
+from tests.tui.conftest import settle
+from tui_acc import open_comparison
+from tui_acc.tui.app import AccApp
+from tui_acc.tui.screens.operators import OperatorScreen
+from tui_acc.tui.widgets.layer_tree import LayerTree
+
+
+def _cursor(table: DataTable[object]) -> str:
+    return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+
+
+@pytest.mark.parametrize("name", ["llama-msprobe-mix", "qwen2-msprobe-L0", "qwen2moe-msit"])
+async def test_n_from_the_culprit_meets_no_second_error_start(model_case, tmp_path: Path, name: str) -> None:
+    folder = model_case(name)
+    case = json.loads((folder / "case.json").read_text())
+    app = AccApp(open_comparison(folder / "golden", folder / "test", cache=False), export_dir=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("f")  # the first failing token
+        await settle(pilot)
+        await pilot.press("f")  # its culprit
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, OperatorScreen) and screen.token == case["fault_token"]
+        table = screen.query_one("#ops", DataTable)
+        culprit = _cursor(table)
+        rows = screen._rows
+        assert rows[culprit]["label"] == "local"
+        visited = []
+        for _ in range(len(rows)):
+            before = table.cursor_row
+            await pilot.press("n")
+            await pilot.pause()
+            if table.cursor_row == before:
+                break  # no further failure that way
+            visited.append(_cursor(table))
+        assert visited, "the fault's inherited failures follow it"
+        assert all(rows[key]["label"] == "inherited" for key in visited), [
+            (key, rows[key]["label"]) for key in visited
+        ]
+        # every module above the culprit shows a failure, ✗c, none ✓
+        tree = app.comparison.golden.tree
+        layer_tree = screen.query_one(LayerTree)
+        parent = tree.nodes[culprit].parent
+        while parent is not None:
+            if parent in layer_tree._by_name:
+                assert str(layer_tree._by_name[parent].label).startswith("✗"), parent
+            parent = tree.nodes[parent].parent
