@@ -14,15 +14,28 @@ hostile file:
 
 A global names what to call: ``find_class`` (a subclass's) turns the name into a ``SafeCall`` or a
 plain value, or refuses it. Only a ``SafeCall`` can be called, by REDUCE or NEWOBJ.
+
+A few hundred bytes can also describe an object too deep or too large to touch: 200,000 tuples
+inside each other (hashing one as a dict key overflows the C stack), or 60 levels of memo
+references, each tuple holding the one before twice (hashing that walks 2^60 tuples, in C, deaf to
+signals). So the work is bounded, not only the bytes: containers nest at most ``MAX_DEPTH`` deep,
+and a pickle gets ``MAX_WORK`` steps, spent on its opcodes and on every element of every key it
+hashes (a tuple's elements counted with memo references written out); the object it returns,
+written out in full, is at most ``MAX_WORK`` items. Messages show pickled values through ``brief``
+(reprlib: a few levels, a few items), never through repr.
 """
 
 from __future__ import annotations
 
 import _compat_pickle
+import reprlib
 import struct
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+MAX_DEPTH = 100  # containers inside containers: torch's files nest a few deep, a dict of lists at most
+MAX_WORK = 1 << 22  # steps per pickle (opcodes, hashed elements) and items in the object written out
 
 
 class NeedsTorch(Exception):
@@ -49,38 +62,126 @@ class TorchFileError(ValueError):
 
 @dataclass(frozen=True)
 class SafeCall:
-    """A function the pickle may call (REDUCE, NEWOBJ): one of ours, under the name the pickle used."""
+    """A function the pickle may call (REDUCE, NEWOBJ): one of ours, under the name the pickle used.
+    ``hashes``: it hashes the members of its argument (set, Counter, OrderedDict), which must then be
+    a list, tuple or dict; each member is charged to the pickle's work."""
 
     name: str
     function: Callable[..., object]
+    hashes: bool = False
+
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel = 3
+_BRIEF.maxtuple = _BRIEF.maxlist = _BRIEF.maxdict = _BRIEF.maxset = _BRIEF.maxfrozenset = 4
+_BRIEF.maxstring = _BRIEF.maxother = _BRIEF.maxlong = 40
+
+
+def brief(value: object) -> str:
+    """A pickled value in a message: a few levels and items of it, however deep or large it is
+    (repr would write out a tuple DAG's 2^60 tuples)."""
+    return _BRIEF.repr(value)
 
 
 _DICT_TYPES = (dict, OrderedDict, Counter)  # torch's _check_set_item_target
+# what torch's weights_only loader lets a pickle call outside torch that hashes what it is given
+HASHING_CALLS = {
+    "collections.OrderedDict": SafeCall("OrderedDict", OrderedDict, hashes=True),
+    "collections.Counter": SafeCall("Counter", Counter, hashes=True),
+    "builtins.set": SafeCall("set", set, hashes=True),
+}
 
 
 class RestrictedUnpickler:
     """Runs a pickle of torch.save's opcodes. Subclasses say what a global is (``find_class``) and
     what a persistent id is (``persistent_load``)."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, start: int = 0) -> None:
         self._data = data
-        self._at = 0
+        self._at = start
+        self._work = 0
+        # every tuple built, by id: (the tuple, kept alive so that its id is not reused; its depth;
+        # its elements counted with memo references written out, at most MAX_WORK + 1)
+        self._tuples: dict[int, tuple[tuple[object, ...], int, int]] = {}
 
     def find_class(self, module: str, name: str) -> object:
         raise RefusedGlobal(f"{module}.{name}")
 
     def persistent_load(self, pid: object) -> object:
-        raise TorchFileError(f"persistent id {pid!r} not expected")
+        raise TorchFileError(f"persistent id {brief(pid)} not expected")
+
+    def build(self, target: object, state: object) -> None:
+        """BUILD: set ``target``'s state (torch.save writes it only for objects other than tensors)."""
+        raise NeedsTorch("data.pkl sets an object's state (BUILD): not a plain tensor file")
 
     def load(self) -> object:
+        """The pickled object, once checked to nest at most MAX_DEPTH deep and to hold at most
+        MAX_WORK items written out (its lists and dicts may have changed after a tuple took them in,
+        so the whole object is measured again here, each container once)."""
         try:
-            return self._run()
+            obj = self._run()
         except (NeedsTorch, RefusedGlobal, TorchFileError):
             raise
         except RecursionError as exc:  # a SafeCall's argument nested too deep to compare or hash
             raise TorchFileError("data.pkl nests too deep") from exc
         except Exception as exc:  # a wrong type or a stack underflow: a damaged pickle, nothing more
-            raise TorchFileError(f"damaged data.pkl ({type(exc).__name__}: {exc})"[:300]) from exc
+            raise TorchFileError(f"damaged data.pkl ({type(exc).__name__}: {_message(exc)})"[:300]) from exc
+        measure(obj)
+        return obj
+
+    @property
+    def pickled(self) -> bytes:
+        return self._data
+
+    @property
+    def position(self) -> int:
+        """The byte after the pickle's STOP, once loaded (torch's legacy format writes pickles in a row)."""
+        return self._at
+
+    # --- the bounds ------------------------------------------------------------------------------
+
+    def _charge(self, steps: int) -> None:
+        self._work += steps
+        if self._work > MAX_WORK:
+            raise TorchFileError(
+                f"data.pkl takes more than {MAX_WORK:,} steps to unpickle (opcodes, and the elements of "
+                "the keys it hashes with memo references written out): refused as forged"
+            )
+
+    def _tuple(self, items: Iterable[object]) -> tuple[object, ...]:
+        """A tuple, measured: its depth and its elements written out (what hashing it walks)."""
+        built = tuple(items)
+        depth, size = 1, 1
+        for item in built:
+            if type(item) is tuple:
+                _, inner_depth, inner_size = self._tuples[id(item)]
+                depth = max(depth, inner_depth + 1)
+                size += inner_size
+            else:
+                size += 1
+        if depth > MAX_DEPTH:
+            raise TorchFileError(f"data.pkl nests tuples more than {MAX_DEPTH} deep: refused as forged")
+        self._tuples[id(built)] = (built, depth, min(size, MAX_WORK + 1))
+        return built
+
+    def _key_cost(self, key: object) -> int:
+        """What hashing ``key`` walks: a tuple's elements written out, 1 for anything else."""
+        return self._tuples[id(key)][2] if type(key) is tuple else 1
+
+    def _charge_members(self, call: SafeCall, args: tuple[object, ...]) -> None:
+        """A call that hashes its argument's members (a set's, a Counter's, an OrderedDict's pairs):
+        each member charged, a pair's key too."""
+        if not args:
+            return
+        members = args[0]
+        if not isinstance(members, (list, tuple, dict)):
+            raise TorchFileError(f"data.pkl calls {call.name} of a {type(members).__name__}")
+        cost = 0
+        for member in members:
+            cost += self._key_cost(member)
+            if type(member) is list:  # OrderedDict([[key, value], ...])
+                cost += sum(self._key_cost(item) for item in member)
+        self._charge(cost)
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -118,6 +219,9 @@ class RestrictedUnpickler:
 
         while True:
             opcode = self._read(1)[0]
+            self._work += 1
+            if self._work > MAX_WORK:
+                self._charge(0)
             if opcode == 0x80:  # PROTO
                 self._read(1)
             elif opcode == 0x2E:  # STOP
@@ -138,9 +242,13 @@ class RestrictedUnpickler:
                     raise TorchFileError(f"data.pkl calls a {type(function).__name__}, not a function")
                 if not isinstance(args, tuple):
                     raise TorchFileError("data.pkl calls a function without a tuple of arguments")
-                stack.append(function.function(*args))
+                if function.hashes:
+                    self._charge_members(function, args)
+                result = function.function(*args)
+                stack.append(self._tuple(result) if type(result) is tuple else result)
             elif opcode == 0x62:  # BUILD
-                raise NeedsTorch("data.pkl sets an object's state (BUILD): not a plain tensor file")
+                state = stack.pop()
+                self.build(stack[-1], state)
             elif opcode == 0x28:  # MARK
                 marks.append(stack)
                 stack = []
@@ -153,26 +261,29 @@ class RestrictedUnpickler:
             elif opcode == 0x73:  # SETITEM
                 value = stack.pop()
                 key = stack.pop()
-                _as_dict(stack[-1])[key] = value
+                target = _as_dict(stack[-1])
+                self._charge(self._key_cost(key))
+                target[key] = value
             elif opcode == 0x75:  # SETITEMS
                 items = pop_mark()
                 target = _as_dict(stack[-1])
                 if len(items) % 2:
                     raise TorchFileError("data.pkl sets an item without a value")
+                self._charge(sum(self._key_cost(key) for key in items[::2]))
                 for index in range(0, len(items), 2):
                     target[items[index]] = items[index + 1]
             elif opcode == 0x74:  # TUPLE
                 items = pop_mark()  # first: it replaces the stack
-                stack.append(tuple(items))
+                stack.append(self._tuple(items))
             elif opcode in (0x85, 0x86, 0x87):  # TUPLE1, TUPLE2, TUPLE3
                 count = opcode - 0x84
                 if len(stack) < count:
                     raise TorchFileError("data.pkl builds a tuple from an empty stack")
                 items = stack[-count:]
                 del stack[-count:]
-                stack.append(tuple(items))
+                stack.append(self._tuple(items))
             elif opcode == 0x29:  # EMPTY_TUPLE
-                stack.append(())
+                stack.append(self._tuple(()))
             elif opcode == 0x5D:  # EMPTY_LIST
                 stack.append([])
             elif opcode == 0x7D:  # EMPTY_DICT
@@ -231,3 +342,52 @@ def _recall(memo: dict[int, object], index: int) -> object:
     if index not in memo:
         raise TorchFileError(f"data.pkl recalls memo {index}, never stored")
     return memo[index]
+
+
+def _message(exc: BaseException) -> str:
+    """An exception's text, its arguments shown briefly: a KeyError's is the repr of a pickled key."""
+    if all(isinstance(arg, str) for arg in exc.args):
+        return str(exc)
+    return ", ".join(brief(arg) for arg in exc.args)
+
+
+def measure(obj: object) -> None:
+    """Check an unpickled object: containers at most MAX_DEPTH deep, at most MAX_WORK items when
+    written out in full (every memo reference expanded), no container inside itself. Each container
+    is visited once (a DAG's written-out size is added up, not walked), without recursion."""
+    sizes: dict[int, int] = {}  # a container's items written out, itself included, once finished
+    pending: list[tuple[object, bool]] = [(obj, False)]
+    path: set[int] = set()  # the containers being measured: meeting one again is a cycle
+    while pending:
+        item, finished = pending.pop()
+        key = id(item)
+        if finished:
+            path.discard(key)
+            size = 1 + sum(sizes.get(id(child), 1) for child in _children(item))
+            if size > MAX_WORK:
+                raise TorchFileError(
+                    f"data.pkl's object holds more than {MAX_WORK:,} items when its memo references "
+                    "are written out: refused as forged"
+                )
+            sizes[key] = size
+            continue
+        if key in sizes or not _children_of(item):
+            continue
+        if key in path:
+            raise TorchFileError("data.pkl's object contains itself: refused (torch's files never do)")
+        if len(path) >= MAX_DEPTH:
+            raise TorchFileError(f"data.pkl nests containers more than {MAX_DEPTH} deep: refused as forged")
+        path.add(key)
+        pending.append((item, True))
+        pending.extend((child, False) for child in _children(item) if _children_of(child))
+
+
+def _children_of(item: object) -> bool:
+    return isinstance(item, (list, tuple, dict, set))
+
+
+def _children(item: object) -> Iterable[object]:
+    if isinstance(item, dict):
+        return [*item.keys(), *item.values()]
+    assert isinstance(item, (list, tuple, set))
+    return item
