@@ -31,7 +31,7 @@ import _compat_pickle
 import reprlib
 import struct
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 MAX_DEPTH = 100  # containers inside containers: torch's files nest a few deep, a dict of lists at most
@@ -99,10 +99,15 @@ class RestrictedUnpickler:
     def __init__(self, data: bytes, start: int = 0) -> None:
         self._data = data
         self._at = start
-        self._work = 0
-        # every tuple built, by id: (the tuple, kept alive so that its id is not reused; its depth;
-        # its elements counted with memo references written out, at most MAX_WORK + 1)
+        self._work = 0  # steps spent hashing keys (the loop counts its opcodes apart, in a local)
+        # every tuple built holding a tuple, by id: (the tuple, kept alive so that its id is not
+        # reused; its depth; its elements written out, at most MAX_WORK + 1). A tuple not here holds
+        # no tuple: depth 1, its elements its own.
         self._tuples: dict[int, tuple[tuple[object, ...], int, int]] = {}
+        # set at STOP: fewer than MAX_DEPTH containers were built and none was recalled from the memo,
+        # so the object is a tree no deeper than its containers and no larger than its opcodes: it
+        # needs no measuring (a tensor file's dict and meta)
+        self._small_tree = False
 
     def find_class(self, module: str, name: str) -> object:
         raise RefusedGlobal(f"{module}.{name}")
@@ -126,7 +131,8 @@ class RestrictedUnpickler:
             raise TorchFileError("data.pkl nests too deep") from exc
         except Exception as exc:  # a wrong type or a stack underflow: a damaged pickle, nothing more
             raise TorchFileError(f"damaged data.pkl ({type(exc).__name__}: {_message(exc)})"[:300]) from exc
-        measure(obj)
+        if not self._small_tree:
+            measure(obj)
         return obj
 
     @property
@@ -140,21 +146,24 @@ class RestrictedUnpickler:
 
     # --- the bounds ------------------------------------------------------------------------------
 
-    def _charge(self, steps: int) -> None:
+    def _charge(self, steps: int, opcodes: int = 0) -> int:
+        """Add ``steps`` of hashing; refuse the pickle past MAX_WORK with its ``opcodes`` so far.
+        Returns the steps left for opcodes."""
         self._work += steps
-        if self._work > MAX_WORK:
+        if self._work + opcodes > MAX_WORK:
             raise TorchFileError(
                 f"data.pkl takes more than {MAX_WORK:,} steps to unpickle (opcodes, and the elements of "
                 "the keys it hashes with memo references written out): refused as forged"
             )
+        return MAX_WORK - self._work
 
-    def _tuple(self, items: Iterable[object]) -> tuple[object, ...]:
-        """A tuple, measured: its depth and its elements written out (what hashing it walks)."""
-        built = tuple(items)
+    def _tuple(self, built: tuple[object, ...]) -> tuple[object, ...]:
+        """A tuple holding a tuple, measured: its depth and its elements written out (what hashing it
+        walks). One holding none (most) needs nothing: the loop checks that first, in C."""
         depth, size = 1, 1
         for item in built:
             if type(item) is tuple:
-                _, inner_depth, inner_size = self._tuples[id(item)]
+                inner_depth, inner_size = self._measured(item)
                 depth = max(depth, inner_depth + 1)
                 size += inner_size
             else:
@@ -164,15 +173,22 @@ class RestrictedUnpickler:
         self._tuples[id(built)] = (built, depth, min(size, MAX_WORK + 1))
         return built
 
+    def _measured(self, item: tuple[object, ...]) -> tuple[int, int]:
+        found = self._tuples.get(id(item))
+        return (found[1], found[2]) if found is not None else (1, len(item) + 1)
+
     def _key_cost(self, key: object) -> int:
         """What hashing ``key`` walks: a tuple's elements written out, 1 for anything else."""
-        return self._tuples[id(key)][2] if type(key) is tuple else 1
+        return self._measured(key)[1] if type(key) is tuple else 1
 
-    def _charge_members(self, call: SafeCall, args: tuple[object, ...]) -> None:
-        """A call that hashes its argument's members (a set's, a Counter's, an OrderedDict's pairs):
-        each member charged, a pair's key too."""
+    def _keys_cost(self, keys: list[object]) -> int:
+        return sum(map(self._key_cost, keys)) if tuple in map(type, keys) else len(keys)
+
+    def _members_cost(self, call: SafeCall, args: tuple[object, ...]) -> int:
+        """What a call that hashes its argument's members (a set's, a Counter's, an OrderedDict's
+        pairs) walks: each member, a pair's key too."""
         if not args:
-            return
+            return 0
         members = args[0]
         if not isinstance(members, (list, tuple, dict)):
             raise TorchFileError(f"data.pkl calls {call.name} of a {type(members).__name__}")
@@ -180,8 +196,8 @@ class RestrictedUnpickler:
         for member in members:
             cost += self._key_cost(member)
             if type(member) is list:  # OrderedDict([[key, value], ...])
-                cost += sum(self._key_cost(item) for item in member)
-        self._charge(cost)
+                cost += self._keys_cost(member)
+        return cost
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -217,14 +233,18 @@ class RestrictedUnpickler:
             stack = marks.pop()
             return items
 
+        opcodes = containers = 0
+        shared = False  # a container recalled from the memo: the object may be a DAG, or cyclic
+        spare = self._charge(0)  # steps left for opcodes, beside the hashing charged so far
         while True:
             opcode = self._read(1)[0]
-            self._work += 1
-            if self._work > MAX_WORK:
-                self._charge(0)
+            opcodes += 1
+            if opcodes > spare:
+                self._charge(0, opcodes)
             if opcode == 0x80:  # PROTO
                 self._read(1)
             elif opcode == 0x2E:  # STOP
+                self._small_tree = not shared and containers < MAX_DEPTH
                 return stack.pop()
             elif opcode == 0x63:  # GLOBAL
                 module = self._line()
@@ -243,9 +263,12 @@ class RestrictedUnpickler:
                 if not isinstance(args, tuple):
                     raise TorchFileError("data.pkl calls a function without a tuple of arguments")
                 if function.hashes:
-                    self._charge_members(function, args)
+                    spare = self._charge(self._members_cost(function, args), opcodes)
                 result = function.function(*args)
-                stack.append(self._tuple(result) if type(result) is tuple else result)
+                if type(result) is tuple and tuple in map(type, result):
+                    result = self._tuple(result)
+                containers += type(result) in _CONTAINERS
+                stack.append(result)
             elif opcode == 0x62:  # BUILD
                 state = stack.pop()
                 self.build(stack[-1], state)
@@ -262,34 +285,40 @@ class RestrictedUnpickler:
                 value = stack.pop()
                 key = stack.pop()
                 target = _as_dict(stack[-1])
-                self._charge(self._key_cost(key))
+                spare = self._charge(self._key_cost(key), opcodes)
                 target[key] = value
             elif opcode == 0x75:  # SETITEMS
                 items = pop_mark()
                 target = _as_dict(stack[-1])
                 if len(items) % 2:
                     raise TorchFileError("data.pkl sets an item without a value")
-                self._charge(sum(self._key_cost(key) for key in items[::2]))
+                spare = self._charge(self._keys_cost(items[::2]), opcodes)
                 for index in range(0, len(items), 2):
                     target[items[index]] = items[index + 1]
             elif opcode == 0x74:  # TUPLE
-                items = pop_mark()  # first: it replaces the stack
-                stack.append(self._tuple(items))
+                built = tuple(pop_mark())  # first: it replaces the stack
+                stack.append(self._tuple(built) if tuple in map(type, built) else built)
+                containers += 1
             elif opcode in (0x85, 0x86, 0x87):  # TUPLE1, TUPLE2, TUPLE3
                 count = opcode - 0x84
                 if len(stack) < count:
                     raise TorchFileError("data.pkl builds a tuple from an empty stack")
-                items = stack[-count:]
+                built = tuple(stack[-count:])
                 del stack[-count:]
-                stack.append(self._tuple(items))
+                stack.append(self._tuple(built) if tuple in map(type, built) else built)
+                containers += 1
             elif opcode == 0x29:  # EMPTY_TUPLE
-                stack.append(self._tuple(()))
+                stack.append(())
+                containers += 1
             elif opcode == 0x5D:  # EMPTY_LIST
                 stack.append([])
+                containers += 1
             elif opcode == 0x7D:  # EMPTY_DICT
                 stack.append({})
+                containers += 1
             elif opcode == 0x8F:  # EMPTY_SET
                 stack.append(set())
+                containers += 1
             elif opcode == 0x4E:  # NONE
                 stack.append(None)
             elif opcode in (0x88, 0x89):  # NEWTRUE, NEWFALSE
@@ -310,10 +339,10 @@ class RestrictedUnpickler:
                 stack.append(self._read(self._unsigned(1)).decode("utf-8"))
             elif opcode == 0x51:  # BINPERSID
                 stack.append(self.persistent_load(stack.pop()))
-            elif opcode == 0x68:  # BINGET
-                stack.append(_recall(memo, self._unsigned(1)))
-            elif opcode == 0x6A:  # LONG_BINGET
-                stack.append(_recall(memo, self._unsigned(4)))
+            elif opcode in (0x68, 0x6A):  # BINGET, LONG_BINGET
+                recalled = _recall(memo, self._unsigned(1 if opcode == 0x68 else 4))
+                shared = shared or type(recalled) in _CONTAINERS
+                stack.append(recalled)
             elif opcode == 0x71:  # BINPUT
                 memo[self._unsigned(1)] = stack[-1]
             elif opcode == 0x72:  # LONG_BINPUT
@@ -355,15 +384,18 @@ def measure(obj: object) -> None:
     """Check an unpickled object: containers at most MAX_DEPTH deep, at most MAX_WORK items when
     written out in full (every memo reference expanded), no container inside itself. Each container
     is visited once (a DAG's written-out size is added up, not walked), without recursion."""
+    if type(obj) not in _CONTAINERS:  # a tensor file's usual object: one array
+        return
     sizes: dict[int, int] = {}  # a container's items written out, itself included, once finished
-    pending: list[tuple[object, bool]] = [(obj, False)]
+    # (a container, None) to measure; (a container, its containers, its item count) once they are
+    pending: list[tuple[object, list[object] | None, int]] = [(obj, None, 0)]
     path: set[int] = set()  # the containers being measured: meeting one again is a cycle
     while pending:
-        item, finished = pending.pop()
+        item, inner, count = pending.pop()
         key = id(item)
-        if finished:
+        if inner is not None:  # its inner containers are measured: now itself
             path.discard(key)
-            size = 1 + sum(sizes.get(id(child), 1) for child in _children(item))
+            size = 1 + count + sum(sizes[id(child)] - 1 for child in inner)
             if size > MAX_WORK:
                 raise TorchFileError(
                     f"data.pkl's object holds more than {MAX_WORK:,} items when its memo references "
@@ -371,23 +403,30 @@ def measure(obj: object) -> None:
                 )
             sizes[key] = size
             continue
-        if key in sizes or not _children_of(item):
+        if key in sizes:
             continue
         if key in path:
             raise TorchFileError("data.pkl's object contains itself: refused (torch's files never do)")
         if len(path) >= MAX_DEPTH:
             raise TorchFileError(f"data.pkl nests containers more than {MAX_DEPTH} deep: refused as forged")
+        children = _children(item)
+        # map(type) and set() run in C: a container of leaves only (a list of names, a state dict's
+        # values) costs no Python step a child
+        has_nested = not _CONTAINERS.isdisjoint(map(type, children))
+        nested = [child for child in children if type(child) in _CONTAINERS] if has_nested else []
         path.add(key)
-        pending.append((item, True))
-        pending.extend((child, False) for child in _children(item) if _children_of(child))
+        pending.append((item, nested, len(children)))
+        pending.extend((child, None, 0) for child in nested)
 
 
-def _children_of(item: object) -> bool:
-    return isinstance(item, (list, tuple, dict, set))
+# what the interpreter builds that holds other objects (a dict's subclasses are its SafeCalls')
+_CONTAINERS = frozenset({list, tuple, dict, set, OrderedDict, Counter})
 
 
-def _children(item: object) -> Iterable[object]:
+def _children(item: object) -> list[object] | tuple[object, ...]:
     if isinstance(item, dict):
         return [*item.keys(), *item.values()]
-    assert isinstance(item, (list, tuple, set))
+    if isinstance(item, set):
+        return list(item)
+    assert isinstance(item, (list, tuple))
     return item

@@ -5,7 +5,6 @@ can index, and not repeating the storage's elements past what it honestly holds.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,10 +29,12 @@ REPEAT_FLOOR = 1 << 24
 
 
 def count(value: object) -> bool:
+    """Whether a pickled value is a count: a non-negative int (not a bool)."""
     return type(value) is int and value >= 0
 
 
 def element_size(dtype: str) -> int:
+    """Bytes an element of a torch dtype (by name) takes; NeedsTorch where numpy holds none."""
     if dtype == "complex32":
         return _COMPLEX32.itemsize
     found = numpy_dtype(dtype) if dtype in TENSOR_DTYPES else None
@@ -42,69 +43,63 @@ def element_size(dtype: str) -> int:
     return found.itemsize
 
 
-@dataclass(frozen=True)
-class View:
-    """A tensor's view of its storage, checked: inside the storage, of a size numpy can index, and
-    repeating the storage's elements no more than MAX_REPEAT times."""
+def checked_view(
+    available: int, itemsize: int, dtype: str, offset: object, size: object, stride: object
+) -> tuple[int, tuple[int, ...], tuple[int, ...], int]:
+    """A tensor's view of a storage of ``available`` elements, checked: inside the storage, of a size
+    numpy can index, repeating the storage's elements no more than MAX_REPEAT times. Returns its
+    offset, shape and strides (in elements), and how many of the storage's elements it reaches (0:
+    none), so that no more of them are read."""
+    shape = _dims(size, "size")
+    steps = _dims(stride, "stride")
+    if not count(offset) or len(shape) != len(steps):
+        raise TorchFileError(f"tensor view malformed (offset {brief(offset)}, size {shape}, stride {steps})")
+    if len(shape) > _MAX_DIMS:
+        raise NeedsTorch(f"a tensor of {len(shape)} dimensions (numpy holds {_MAX_DIMS})")
+    assert isinstance(offset, int)
+    elements = math.prod(shape)
+    if elements * itemsize >= _MAX_ELEMENTS:
+        raise TorchFileError(f"tensor of {elements} elements: more than numpy can index")
+    if elements == 0:
+        return offset, shape, steps, 0
+    last = offset + sum((extent - 1) * step for extent, step in zip(shape, steps, strict=True))
+    if last >= available:
+        raise TorchFileError(
+            f"tensor view (offset {offset}, size {shape}, stride {steps}) reaches element {last} "
+            f"of a storage of {available} {dtype}"
+        )
+    if elements > available and elements > max(REPEAT_FLOOR, MAX_REPEAT * available):
+        raise TorchFileError(
+            f"tensor view of {elements:,} elements over a storage of {available:,} (stride {steps}): "
+            f"more than {MAX_REPEAT} times what the storage holds, refused as forged"
+        )
+    return offset, shape, steps, last + 1
 
-    offset: int
-    shape: tuple[int, ...]
-    steps: tuple[int, ...]
-    end: int  # elements of the storage it reaches (0: none)
 
-    @classmethod
-    def of(cls, available: int, dtype: str, offset: object, size: object, stride: object) -> View:
-        shape = _dims(size, "size")
-        steps = _dims(stride, "stride")
-        if not count(offset) or len(shape) != len(steps):
-            raise TorchFileError(
-                f"tensor view malformed (offset {brief(offset)}, size {shape}, stride {steps})"
-            )
-        if len(shape) > _MAX_DIMS:
-            raise NeedsTorch(f"a tensor of {len(shape)} dimensions (numpy holds {_MAX_DIMS})")
-        assert isinstance(offset, int)
-        elements = math.prod(shape)
-        if elements * element_size(dtype) >= _MAX_ELEMENTS:
-            raise TorchFileError(f"tensor of {elements} elements: more than numpy can index")
-        if elements == 0:
-            return cls(offset, shape, steps, 0)
-        last = offset + sum((extent - 1) * step for extent, step in zip(shape, steps, strict=True))
-        if last >= available:
-            raise TorchFileError(
-                f"tensor view (offset {offset}, size {shape}, stride {steps}) reaches element {last} "
-                f"of a storage of {available} {dtype}"
-            )
-        if elements > max(REPEAT_FLOOR, MAX_REPEAT * available):
-            raise TorchFileError(
-                f"tensor view of {elements:,} elements over a storage of {available:,} (stride {steps}): "
-                f"more than {MAX_REPEAT} times what the storage holds, refused as forged"
-            )
-        return cls(offset, shape, steps, last + 1)
-
-    def apply(self, data: np.ndarray, itemsize: int, dtype: str) -> np.ndarray:
-        """The view of ``data`` (the storage's bytes, at least ``end`` elements of them)."""
-        element_type = _COMPLEX32 if dtype == "complex32" else numpy_dtype(dtype)
-        assert element_type is not None
-        if self.end == 0:
-            values = np.zeros(self.shape, dtype=element_type)
-        else:
-            # a dimension of one element never steps: its stride (any number in torch) is left out
-            byte_steps = tuple(
-                step * itemsize if extent > 1 else 0
-                for extent, step in zip(self.shape, self.steps, strict=True)
-            )
-            # strided as raw elements of the width: as_strided passes the dtype as an array-interface
-            # string, which names ml_dtypes' float8 types ambiguously ("<f1")
-            available = len(data) // itemsize
-            base = data[: available * itemsize].view(np.dtype(f"V{itemsize}"))[self.offset :]
-            values = np.lib.stride_tricks.as_strided(base, shape=self.shape, strides=byte_steps)
-            values = values.view(element_type)
-        if dtype == "complex32":  # widened exactly: float16 -> float32 parts
-            widened = np.empty(self.shape, dtype=np.complex64)
-            widened.real = values["real"]
-            widened.imag = values["imag"]
-            values = widened
-        return values
+def view_values(
+    data: np.ndarray, itemsize: int, dtype: str, offset: int, shape: tuple[int, ...], steps: tuple[int, ...]
+) -> np.ndarray:
+    """The checked view of ``data`` (the storage's bytes, as far as the view reaches at least)."""
+    element_type = _COMPLEX32 if dtype == "complex32" else numpy_dtype(dtype)
+    assert element_type is not None
+    if not len(data):
+        values = np.zeros(shape, dtype=element_type)
+    else:
+        # a dimension of one element never steps: its stride (any number in torch) is left out
+        byte_steps = tuple(
+            step * itemsize if extent > 1 else 0 for extent, step in zip(shape, steps, strict=True)
+        )
+        # strided as raw elements of the width: as_strided passes the dtype as an array-interface
+        # string, which names ml_dtypes' float8 types ambiguously ("<f1")
+        available = len(data) // itemsize
+        base = data[: available * itemsize].view(np.dtype(f"V{itemsize}"))[offset:]
+        values = np.lib.stride_tricks.as_strided(base, shape=shape, strides=byte_steps).view(element_type)
+    if dtype == "complex32":  # widened exactly: float16 -> float32 parts
+        widened = np.empty(shape, dtype=np.complex64)
+        widened.real = values["real"]
+        widened.imag = values["imag"]
+        values = widened
+    return values
 
 
 def _dims(value: object, what: str) -> tuple[int, ...]:

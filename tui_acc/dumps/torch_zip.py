@@ -45,7 +45,7 @@ from tui_acc.dumps.torch_pickle import (
     TorchFileError,
     brief,
 )
-from tui_acc.dumps.torch_views import View, count, element_size, with_metadata
+from tui_acc.dumps.torch_views import checked_view, count, element_size, view_values, with_metadata
 
 __all__ = ["NeedsTorch", "RefusedGlobal", "TorchFileError", "pickles_for_torch", "read_torch_file"]
 
@@ -78,6 +78,7 @@ _LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # zipfile's structFileHeader: ... na
 # faulting its pages in, and each mapping takes one of the guard's slots for as long as it lives
 _MAPPED_FROM = 1 << 20
 _DEFLATE_RATIO = 1100  # deflate expands at most ~1032x: a record claiming more is forged (a zip bomb)
+_NO_BYTES = np.zeros(0, dtype=np.uint8)
 _INFLATE_CHUNK = 1 << 20  # a compressed record is inflated into its array this much at a time
 # data.pkl is a few hundred bytes a tensor (a 100,000-tensor state dict: ~15 MB); past this it is not
 # a tensor file's, and nothing is read or inflated
@@ -171,12 +172,12 @@ class _StorageType:
     dtype: str
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False, slots=True)
 class _Storage:
     """A storage as a tensor's rebuild receives it: its record, the dtype it was saved as and its
     size in bytes (checked against the record's); its bytes are read when a view says how many."""
 
-    key: str
+    record: zipfile.ZipInfo
     dtype: str
     nbytes: int
 
@@ -187,7 +188,8 @@ class _Archive(RestrictedUnpickler):
         self._handle = handle
         self._mapped = mapped
         self._file_size = os.fstat(handle.fileno()).st_size
-        self._records: dict[str, np.ndarray] = {}
+        self._records: dict[str, np.ndarray] = {}  # by record name: the bytes read or mapped so far
+        self._storages: dict[str, zipfile.ZipInfo] = {}  # by storage key
         entries = archive.infolist()
         if not entries:
             raise TorchFileError("empty zip archive")
@@ -311,26 +313,26 @@ class _Archive(RestrictedUnpickler):
         _, storage_type, key, _location, numel = pid  # the location (cuda:0, npu:0...) is not needed here
         if not isinstance(storage_type, _StorageType) or not isinstance(key, str) or not count(numel):
             raise TorchFileError(f"storage id {brief(pid)} malformed")
-        info = self._info(f"data/{key}")
+        info = self._storages.get(key) or self._info(f"data/{key}")
         if info is None:
             raise TorchFileError(f"storage {key[:40]!r} has no record {self._folder}/data/{key[:40]}")
+        self._storages[key] = info
         itemsize = element_size(storage_type.dtype)
         if numel * itemsize > info.file_size:
             raise TorchFileError(
                 f"storage {key} holds {info.file_size} bytes, {numel} {storage_type.dtype} need "
                 f"{numel * itemsize}"
             )
-        return _Storage(key, storage_type.dtype, numel * itemsize)
+        return _Storage(info, storage_type.dtype, numel * itemsize)
 
     def _bytes(self, storage: _Storage, end: int) -> np.ndarray:
         """At least the first ``end`` bytes of a storage (all of it where the record is stored: a
         mapping costs nothing, and views of one storage then share its memory)."""
-        data = self._records.get(storage.key)
+        info = storage.record
+        data = self._records.get(info.filename)
         if data is None or len(data) < end:
-            info = self._info(f"data/{storage.key}")
-            assert info is not None  # persistent_load found it
             mapped = self._mapped and info.file_size >= _MAPPED_FROM
-            data = self._records[storage.key] = self._record(info, mapped=mapped, end=end)
+            data = self._records[info.filename] = self._record(info, mapped=mapped, end=end)
         return data[: min(storage.nbytes, len(data))]
 
     def _rebuild_v2(
@@ -368,9 +370,10 @@ class _Archive(RestrictedUnpickler):
         """The view torch would build on the storage's bytes, checked to stay inside them first, and
         the bytes it reaches read (inflated) only then."""
         itemsize = element_size(dtype)
-        view = View.of(storage.nbytes // itemsize, dtype, offset, size, stride)
-        data = self._bytes(storage, view.end * itemsize) if view.end else np.zeros(0, dtype=np.uint8)
-        return with_metadata(view.apply(data, itemsize, dtype), metadata)
+        available = storage.nbytes // itemsize
+        start, shape, steps, end = checked_view(available, itemsize, dtype, offset, size, stride)
+        data = self._bytes(storage, end * itemsize) if end else _NO_BYTES
+        return with_metadata(view_values(data, itemsize, dtype, start, shape, steps), metadata)
 
 
 def _no_duplicates(entries: list[zipfile.ZipInfo]) -> None:
