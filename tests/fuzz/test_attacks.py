@@ -4,7 +4,8 @@ Each case is the demo pair with one tensor file (token 3, after the injected fau
 file built at test time (tests/fuzz/attacks.py). ``report --json`` runs in a subprocess under a wall
 bound the harness enforces (past it the process is killed and the case fails: a hang is caught by
 the harness, never by asserting a duration), and must: end on its own, not on a signal; print no
-traceback; stay under a memory bound (its peak RSS, from wait4); name the bad file with the problem;
+traceback; stay under a memory bound (its peak RSS, VmHWM: the child's own, not the forked
+parent's that wait4's ru_maxrss would include); name the bad file with the problem;
 and still compare the rest of the dump (the injected fault found, every token judged).
 """
 
@@ -45,15 +46,27 @@ class Outcome:
     peak_rss: int  # bytes
 
 
+# the child writes its peak RSS as it exits (VmHWM belongs to the process image exec made)
+_PEAK = (
+    "import atexit, re, sys\n"
+    "_peak_file = sys.argv[1]\n"
+    "def _peak():\n"
+    "    status = open('/proc/self/status').read()\n"
+    "    open(_peak_file, 'w').write(re.search(r'VmHWM:\\s*(\\d+) kB', status).group(1))\n"
+    "atexit.register(_peak)\n"
+)
+
+
 def run_report(golden: Path, test: Path, prelude: str = "") -> Outcome:
     """``tui-acc report golden test --json --no-cache`` in a subprocess (``prelude``: Python run first
-    in it), waited for on its pidfd up to WALL_SECONDS, then reaped with wait4 for its peak RSS."""
-    code = f"import sys\n{prelude}\nfrom tui_acc.cli import main\nraise SystemExit(main(sys.argv[1:]))\n"
+    in it), waited for on its pidfd up to WALL_SECONDS."""
+    code = f"{_PEAK}{prelude}\nfrom tui_acc.cli import main\nraise SystemExit(main(sys.argv[2:]))\n"
     args = ["report", str(golden), str(test), "--json", "--no-cache"]
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(
-            [sys.executable, "-c", code, *args], stdin=subprocess.DEVNULL, stdout=out, stderr=err
-        )
+    with tempfile.TemporaryDirectory() as scratch:
+        out, err, peak = (Path(scratch) / name for name in ("out", "err", "peak"))
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            command = [sys.executable, "-c", code, str(peak), *args]
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
         pidfd = os.pidfd_open(process.pid)
         try:
             ended = all_end([pidfd], WALL_SECONDS)
@@ -63,11 +76,9 @@ def run_report(golden: Path, test: Path, prelude: str = "") -> Outcome:
             process.kill()  # SIGKILL: the hangs this catches ignore SIGTERM
             process.wait()
             pytest.fail(f"report still running after {WALL_SECONDS} s: killed (it hangs)")
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-        out.seek(0)
-        err.seek(0)
-        return Outcome(process.returncode, out.read().decode(), err.read().decode(), usage.ru_maxrss * 1024)
+        process.wait()
+        peak_kib = int(peak.read_text()) if peak.exists() else 0  # none: it ended on a signal
+        return Outcome(process.returncode, out.read_text(), err.read_text(), peak_kib * 1024)
 
 
 def _zip(pickled: bytes, storages: dict[str, bytes] | None = None) -> bytes:
