@@ -3,7 +3,7 @@ package is in pyproject.toml.
 
 Both extensions are optional: where they cannot be built (no C compiler, no Python headers) the
 package still installs, the kernel falls back to numba, then numpy (tui_acc/metrics/fastkernel.py),
-and tensor files are read instead of mapped (tui_acc/dumps/fs.py map_bytes).
+and tensor files are read instead of mapped (tui_acc/dumps/mapped.py).
 """
 
 from __future__ import annotations

@@ -210,7 +210,7 @@ def test_a_torch_too_old_for_the_fallback_is_named(demo_pair, tmp_path: Path) ->
     target = device_dir(test) / TARGET
     torch.save(torch.from_numpy(_floats(target)), target, _use_new_zipfile_serialization=False)
     outcome = run_report(golden, test, prelude="import torch\ntorch.__version__ = '2.5.1'")
-    _check(outcome, (target,), "torch 2.5.1 (installed) cannot run that loader safely")
+    _check(outcome, (target,), "needs torch's own loader, which torch 2.5.1 (installed) cannot run safely")
     assert "install torch 2.10 or later" in outcome.stdout
 
 

@@ -1,6 +1,6 @@
 /* Memory-mapped tensor files that cannot kill the process when they are cut short under it.
  *
- * tui-acc maps settled tensor files (tui_acc/dumps/fs.py map_bytes: torch_zip's storages, .bin
+ * tui-acc maps settled tensor files (tui_acc/dumps/mapped.py map_bytes: torch_zip's storages, .bin
  * payloads, .npy arrays) so that a large tensor is paged in, not copied. When another process
  * truncates such a file in place (torch.save rewriting it, a dumper run again into the same folder)
  * while it is being read, the kernel raises SIGBUS on the next access past the new end, and SIGBUS
