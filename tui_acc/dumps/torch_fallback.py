@@ -23,7 +23,7 @@ _ADVISORIES = "CVE-2025-32434, CVE-2026-24747"
 
 
 class FallbackRefused(ValueError):
-    """torch's own loader would be needed, and the torch installed cannot run it safely."""
+    """torch's own loader would be needed, and torch is not installed, or too old to run it safely."""
 
 
 def load_through_torch(path: Path, why: str = "this file") -> object:
