@@ -116,7 +116,7 @@ def tuple_dag_key(_golden: Path, test: Path) -> str:
     pickled = attacks.as_dict_key(attacks.tuple_dag(60))  # 2^60 tuples to hash, deaf to signals
     assert len(pickled) < 320
     test.write_bytes(_zip(pickled))
-    return "steps to unpickle"
+    return "hashes more than 4,194,304 elements"
 
 
 def broadcast_view(golden: Path, test: Path) -> str:

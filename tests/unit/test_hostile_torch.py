@@ -85,9 +85,9 @@ def test_a_tuple_dag_is_measured_not_walked(tmp_path: Path) -> None:
     work bound, it is refused before Python's hash is called."""
     assert _read(_file(tmp_path, attacks.as_dict_key(attacks.tuple_dag(10)))) == {_dag(10): 1}
     for levels in (22, 60):  # 2^23 tuples written out: past MAX_WORK
-        with pytest.raises(TorchFileError, match="steps to unpickle"):
+        with pytest.raises(TorchFileError, match="hashes more than 4,194,304 elements"):
             _read(_file(tmp_path, attacks.as_dict_key(attacks.tuple_dag(levels))))
-    with pytest.raises(TorchFileError, match="steps to unpickle"):
+    with pytest.raises(TorchFileError, match="hashes more than 4,194,304 elements"):
         _read(_file(tmp_path, attacks.as_set_member(attacks.tuple_dag(60))))
 
 
@@ -104,7 +104,7 @@ def test_keys_hashed_again_and_again_count_each_time(tmp_path: Path) -> None:
     members = attacks.MARK + attacks.get(200) * 600 + attacks.APPENDS  # ~4.9M elements hashed
     pickled = attacks.PROTO + attacks.named("__builtin__", "set") + attacks.EMPTY_LIST + key
     pickled += attacks.APPEND + members + attacks.TUPLE1 + attacks.REDUCE + attacks.STOP
-    with pytest.raises(TorchFileError, match="steps to unpickle"):
+    with pytest.raises(TorchFileError, match="hashes more than 4,194,304 elements"):
         _read(_file(tmp_path, pickled))
 
 
@@ -127,13 +127,14 @@ def test_a_container_holding_itself_is_refused() -> None:
     measure({"a": shared, "b": [shared, shared]})  # a DAG is not a cycle
 
 
-def test_opcodes_count_against_the_work_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each opcode is a step (MAX_WORK made small: 4M steps of our interpreter take seconds)."""
-    monkeypatch.setattr(torch_pickle, "MAX_WORK", 1000)
-    for appends, refused in ((495, False), (500, True)):  # PROTO, EMPTY_LIST, 2 a value, STOP
+def test_a_pickle_runs_at_most_max_pickle_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each opcode is a byte at least: bounding the bytes bounds the opcodes run (made small here:
+    4 MiB of pushes take seconds of our interpreter)."""
+    monkeypatch.setattr(torch_pickle, "MAX_PICKLE_BYTES", 1000)
+    for appends, refused in ((332, False), (333, True)):  # PROTO 2, EMPTY_LIST 1, 3 an append, STOP 1
         pickled = attacks.PROTO + attacks.EMPTY_LIST + (attacks.integer(1) + attacks.APPEND) * appends
         if refused:
-            with pytest.raises(TorchFileError, match="more than 1,000 steps to unpickle"):
+            with pytest.raises(TorchFileError, match="runs past 1,000 bytes: more than a tensor file's"):
                 _read(_file(tmp_path, pickled + attacks.STOP))
         else:
             assert _read(_file(tmp_path, pickled + attacks.STOP)) == [1] * appends
@@ -273,7 +274,7 @@ def test_what_torch_is_handed_is_walked_first(tmp_path: Path) -> None:
         walk_pickles(legacy)
     unknown = attacks.PROTO + attacks.EMPTY_DICT + attacks.text("k") + attacks.named("torch", "SomethingNew")
     unknown += attacks.SETITEM + attacks.tuple_dag(40) + attacks.integer(1) + attacks.SETITEM + attacks.STOP
-    with pytest.raises(TensorLoadError, match="steps to unpickle"):
+    with pytest.raises(TensorLoadError, match="hashes more than 4,194,304 elements"):
         load_tensor(_file(tmp_path, unknown), ANYWHERE)
     tar = tmp_path / "tar.pth"
     tar.write_bytes(bytes(257) + b"ustar" + bytes(250))

@@ -18,11 +18,12 @@ plain value, or refuses it. Only a ``SafeCall`` can be called, by REDUCE or NEWO
 A few hundred bytes can also describe an object too deep or too large to touch: 200,000 tuples
 inside each other (hashing one as a dict key overflows the C stack), or 60 levels of memo
 references, each tuple holding the one before twice (hashing that walks 2^60 tuples, in C, deaf to
-signals). So the work is bounded, not only the bytes: containers nest at most ``MAX_DEPTH`` deep,
-and a pickle gets ``MAX_WORK`` steps, spent on its opcodes and on every element of every key it
-hashes (a tuple's elements counted with memo references written out); the object it returns,
-written out in full, is at most ``MAX_WORK`` items. Messages show pickled values through ``brief``
-(reprlib: a few levels, a few items), never through repr.
+signals). So the work is bounded, not only the bytes: a pickle is at most ``MAX_PICKLE_BYTES`` long
+(so it runs at most as many opcodes), containers nest at most ``MAX_DEPTH`` deep, hashing gets
+``MAX_WORK`` steps, one for every element of every key hashed (a tuple's elements counted with memo
+references written out), and the object returned, written out in full, is at most ``MAX_WORK``
+items. Messages show pickled values through ``brief`` (reprlib: a few levels, a few items), never
+through repr.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 MAX_DEPTH = 100  # containers inside containers: torch's files nest a few deep, a dict of lists at most
-MAX_WORK = 1 << 22  # steps per pickle (opcodes, hashed elements) and items in the object written out
+MAX_WORK = 1 << 22  # elements hashed per pickle, and items in the object written out
+# A tensor file's pickle is a few hundred bytes a tensor (SGLang's dict, a state dict's thousands of
+# tensors: well under a MiB); as each opcode is a byte at least, this bounds the opcodes run too
+MAX_PICKLE_BYTES = 1 << 22
 
 
 class NeedsTorch(Exception):
@@ -60,7 +64,7 @@ class TorchFileError(ValueError):
         self.problem = problem
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SafeCall:
     """A function the pickle may call (REDUCE, NEWOBJ): one of ours, under the name the pickle used.
     ``hashes``: it hashes the members of its argument (set, Counter, OrderedDict), which must then be
@@ -99,14 +103,15 @@ class RestrictedUnpickler:
     def __init__(self, data: bytes, start: int = 0) -> None:
         self._data = data
         self._at = start
-        self._work = 0  # steps spent hashing keys (the loop counts its opcodes apart, in a local)
+        self._end = min(len(data), start + MAX_PICKLE_BYTES)  # no opcode reads past it
+        self._work = 0  # elements hashed so far
         # every tuple built holding a tuple, by id: (the tuple, kept alive so that its id is not
         # reused; its depth; its elements written out, at most MAX_WORK + 1). A tuple not here holds
         # no tuple: depth 1, its elements its own.
         self._tuples: dict[int, tuple[tuple[object, ...], int, int]] = {}
         # set at STOP: fewer than MAX_DEPTH containers were built and none was recalled from the memo,
-        # so the object is a tree no deeper than its containers and no larger than its opcodes: it
-        # needs no measuring (a tensor file's dict and meta)
+        # so the object is a tree no deeper than its containers and no larger than its opcodes (its
+        # bytes): it needs no measuring (a tensor file's dict and meta)
         self._small_tree = False
 
     def find_class(self, module: str, name: str) -> object:
@@ -146,28 +151,27 @@ class RestrictedUnpickler:
 
     # --- the bounds ------------------------------------------------------------------------------
 
-    def _charge(self, steps: int, opcodes: int = 0) -> int:
-        """Add ``steps`` of hashing; refuse the pickle past MAX_WORK with its ``opcodes`` so far.
-        Returns the steps left for opcodes."""
+    def _charge(self, steps: int) -> None:
+        """Add ``steps`` of hashing; refuse the pickle past MAX_WORK."""
         self._work += steps
-        if self._work + opcodes > MAX_WORK:
+        if self._work > MAX_WORK:
             raise TorchFileError(
-                f"data.pkl takes more than {MAX_WORK:,} steps to unpickle (opcodes, and the elements of "
-                "the keys it hashes with memo references written out): refused as forged"
+                f"data.pkl hashes more than {MAX_WORK:,} elements to unpickle (its keys and set "
+                "members, memo references written out): refused as forged"
             )
-        return MAX_WORK - self._work
 
     def _tuple(self, built: tuple[object, ...]) -> tuple[object, ...]:
         """A tuple holding a tuple, measured: its depth and its elements written out (what hashing it
         walks). One holding none (most) needs nothing: the loop checks that first, in C."""
-        depth, size = 1, 1
+        depth, size = 2, 1 + len(built)
         for item in built:
             if type(item) is tuple:
-                inner_depth, inner_size = self._measured(item)
-                depth = max(depth, inner_depth + 1)
-                size += inner_size
-            else:
-                size += 1
+                found = self._tuples.get(id(item))
+                if found is None:  # it holds no tuple: depth 1
+                    size += len(item)
+                else:
+                    depth = max(depth, found[1] + 1)
+                    size += found[2] - 1
         if depth > MAX_DEPTH:
             raise TorchFileError(f"data.pkl nests tuples more than {MAX_DEPTH} deep: refused as forged")
         self._tuples[id(built)] = (built, depth, min(size, MAX_WORK + 1))
@@ -203,19 +207,26 @@ class RestrictedUnpickler:
 
     def _read(self, count: int) -> bytes:
         end = self._at + count
-        if count < 0 or end > len(self._data):
-            raise TorchFileError("data.pkl ends inside an opcode (truncated or a forged length)")
+        if count < 0 or end > self._end:
+            raise self._cut_short("an opcode (truncated or a forged length)")
         chunk = self._data[self._at : end]
         self._at = end
         return chunk
 
     def _line(self) -> str:
-        end = self._data.find(b"\n", self._at)
+        end = self._data.find(b"\n", self._at, self._end)
         if end < 0:
-            raise TorchFileError("data.pkl ends inside a GLOBAL")
+            raise self._cut_short("a GLOBAL")
         text = self._data[self._at : end].decode("utf-8")
         self._at = end + 1
         return text
+
+    def _cut_short(self, inside: str) -> TorchFileError:
+        if self._end < len(self._data):
+            return TorchFileError(
+                f"data.pkl runs past {MAX_PICKLE_BYTES:,} bytes: more than a tensor file's pickle, refused"
+            )
+        return TorchFileError(f"data.pkl ends inside {inside}")
 
     def _unsigned(self, size: int) -> int:
         return int.from_bytes(self._read(size), "little")
@@ -233,14 +244,11 @@ class RestrictedUnpickler:
             stack = marks.pop()
             return items
 
-        opcodes = containers = 0
+        containers = 0
         shared = False  # a container recalled from the memo: the object may be a DAG, or cyclic
-        spare = self._charge(0)  # steps left for opcodes, beside the hashing charged so far
+        container_types = _CONTAINERS
         while True:
             opcode = self._read(1)[0]
-            opcodes += 1
-            if opcodes > spare:
-                self._charge(0, opcodes)
             if opcode == 0x80:  # PROTO
                 self._read(1)
             elif opcode == 0x2E:  # STOP
@@ -263,11 +271,11 @@ class RestrictedUnpickler:
                 if not isinstance(args, tuple):
                     raise TorchFileError("data.pkl calls a function without a tuple of arguments")
                 if function.hashes:
-                    spare = self._charge(self._members_cost(function, args), opcodes)
+                    self._charge(self._members_cost(function, args))
                 result = function.function(*args)
                 if type(result) is tuple and tuple in map(type, result):
                     result = self._tuple(result)
-                containers += type(result) in _CONTAINERS
+                containers += type(result) in container_types
                 stack.append(result)
             elif opcode == 0x62:  # BUILD
                 state = stack.pop()
@@ -285,14 +293,14 @@ class RestrictedUnpickler:
                 value = stack.pop()
                 key = stack.pop()
                 target = _as_dict(stack[-1])
-                spare = self._charge(self._key_cost(key), opcodes)
+                self._charge(self._key_cost(key))
                 target[key] = value
             elif opcode == 0x75:  # SETITEMS
                 items = pop_mark()
                 target = _as_dict(stack[-1])
                 if len(items) % 2:
                     raise TorchFileError("data.pkl sets an item without a value")
-                spare = self._charge(self._keys_cost(items[::2]), opcodes)
+                self._charge(self._keys_cost(items[::2]))
                 for index in range(0, len(items), 2):
                     target[items[index]] = items[index + 1]
             elif opcode == 0x74:  # TUPLE
@@ -341,7 +349,7 @@ class RestrictedUnpickler:
                 stack.append(self.persistent_load(stack.pop()))
             elif opcode in (0x68, 0x6A):  # BINGET, LONG_BINGET
                 recalled = _recall(memo, self._unsigned(1 if opcode == 0x68 else 4))
-                shared = shared or type(recalled) in _CONTAINERS
+                shared = shared or type(recalled) in container_types
                 stack.append(recalled)
             elif opcode == 0x71:  # BINPUT
                 memo[self._unsigned(1)] = stack[-1]

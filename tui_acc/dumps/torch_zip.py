@@ -38,6 +38,7 @@ from tui_acc.dumps.fs import read_ahead
 from tui_acc.dumps.mapped import map_bytes
 from tui_acc.dumps.torch_pickle import (
     HASHING_CALLS,
+    MAX_PICKLE_BYTES,
     NeedsTorch,
     RefusedGlobal,
     RestrictedUnpickler,
@@ -80,9 +81,6 @@ _MAPPED_FROM = 1 << 20
 _DEFLATE_RATIO = 1100  # deflate expands at most ~1032x: a record claiming more is forged (a zip bomb)
 _NO_BYTES = np.zeros(0, dtype=np.uint8)
 _INFLATE_CHUNK = 1 << 20  # a compressed record is inflated into its array this much at a time
-# data.pkl is a few hundred bytes a tensor (a 100,000-tensor state dict: ~15 MB); past this it is not
-# a tensor file's, and nothing is read or inflated
-MAX_PICKLE_BYTES = 64 << 20
 
 
 def read_torch_file(path: Path, *, mapped: bool) -> object:
