@@ -101,6 +101,13 @@ def pickle_of(value: bytes) -> bytes:
     return PROTO + value + STOP
 
 
+def colliding_keys(count: int) -> bytes:
+    """``{k: 1 for k in keys}``, ``count`` int keys that share one hash (1 + n * (2^61 - 1): Python
+    hashes an int modulo 2^61 - 1), in one SETITEMS: each insert probes every key before it."""
+    pairs = b"".join(integer(1 + n * ((1 << 61) - 1)) + integer(1) for n in range(count))
+    return PROTO + EMPTY_DICT + MARK + pairs + b"u" + STOP
+
+
 def as_dict_key(key: bytes) -> bytes:
     """``{key: 1}``: SETITEM hashes the key."""
     return PROTO + EMPTY_DICT + key + integer(1) + SETITEM + STOP

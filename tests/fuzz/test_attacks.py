@@ -119,6 +119,12 @@ def tuple_dag_key(_golden: Path, test: Path) -> str:
     return "hashes more than 4,194,304 elements"
 
 
+def colliding_keys(_golden: Path, test: Path) -> str:
+    """250,000 int keys sharing one hash: inserting them is 3e10 probes (most of an hour); 3.5 MB."""
+    test.write_bytes(_zip(attacks.colliding_keys(250_000)))
+    return "more than 16,384 keys in one dict or set"
+
+
 def broadcast_view(golden: Path, test: Path) -> str:
     """2^40 elements over 128 floats (stride 0), on both sides: compared element by element for hours."""
     forged = _zip(attacks.pickle_of(attacks.float_tensor(128, 0, (1 << 40,), (0,))), {"0": bytes(512)})
@@ -161,6 +167,7 @@ CASES: dict[str, Callable[[Path, Path], str | None]] = {
     "deep tuple as a dict key": deep_key,
     "deep tuple in a set": deep_set_member,
     "300-byte tuple DAG as a dict key": tuple_dag_key,
+    "250,000 int keys sharing a hash": colliding_keys,
     "2^40-element stride-0 view": broadcast_view,
     "data.pkl deflated from 512 MiB": pickle_bomb,
     "storage deflated from 512 MiB": storage_bomb,

@@ -25,7 +25,7 @@ from tui_acc.dumps import mapped, torch_fallback, torch_pickle, torch_views
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 from tui_acc.dumps.torch_fallback import FallbackRefused, check_torch_version, walk_pickles
-from tui_acc.dumps.torch_pickle import MAX_DEPTH, TorchFileError, measure
+from tui_acc.dumps.torch_pickle import MAX_DEPTH, MAX_KEYS, TorchFileError, measure
 from tui_acc.dumps.torch_zip import read_torch_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,6 +106,19 @@ def test_keys_hashed_again_and_again_count_each_time(tmp_path: Path) -> None:
     pickled += attacks.APPEND + members + attacks.TUPLE1 + attacks.REDUCE + attacks.STOP
     with pytest.raises(TorchFileError, match="hashes more than 4,194,304 elements"):
         _read(_file(tmp_path, pickled))
+
+
+def test_a_dict_or_set_holds_at_most_max_keys(tmp_path: Path) -> None:
+    """Keys sharing a hash (ints a multiple of 2^61 - 1 apart) make each insert probe all before it:
+    a dict or set is refused past MAX_KEYS keys, before they are inserted."""
+    loaded = _read(_file(tmp_path, attacks.colliding_keys(MAX_KEYS)))
+    assert isinstance(loaded, dict) and len(loaded) == MAX_KEYS
+    with pytest.raises(TorchFileError, match="more than 16,384 keys in one dict or set"):
+        _read(_file(tmp_path, attacks.colliding_keys(MAX_KEYS + 1)))
+    members = attacks.MARK + attacks.integer(1) * (MAX_KEYS + 1) + attacks.TUPLE
+    as_set = attacks.PROTO + attacks.named("__builtin__", "set") + members + attacks.TUPLE1 + attacks.REDUCE
+    with pytest.raises(TorchFileError, match="more than 16,384 keys"):
+        _read(_file(tmp_path, as_set + attacks.STOP))
 
 
 def test_the_object_written_out_is_bounded(tmp_path: Path) -> None:

@@ -21,9 +21,10 @@ references, each tuple holding the one before twice (hashing that walks 2^60 tup
 signals). So the work is bounded, not only the bytes: a pickle is at most ``MAX_PICKLE_BYTES`` long
 (so it runs at most as many opcodes), containers nest at most ``MAX_DEPTH`` deep, hashing gets
 ``MAX_WORK`` steps, one for every element of every key hashed (a tuple's elements counted with memo
-references written out), and the object returned, written out in full, is at most ``MAX_WORK``
-items. Messages show pickled values through ``brief`` (reprlib: a few levels, a few items), never
-through repr.
+references written out), a dict or set holds at most ``MAX_KEYS`` keys (ints a multiple of 2^61 - 1
+apart share a hash, and each one inserted probes every one before it), and the object returned,
+written out in full, is at most ``MAX_WORK`` items. Messages show pickled values through ``brief``
+(reprlib: a few levels, a few items), never through repr.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from dataclasses import dataclass
 
 MAX_DEPTH = 100  # containers inside containers: torch's files nest a few deep, a dict of lists at most
 MAX_WORK = 1 << 22  # elements hashed per pickle, and items in the object written out
+# keys of one dict or set: a tensor file's hold a few (SGLang's meta); 16,384 keys sharing a hash take
+# about a second to insert, the 250,000 a 4 MiB pickle can hold most of an hour
+MAX_KEYS = 1 << 14
 # A tensor file's pickle is a few hundred bytes a tensor (SGLang's dict, a state dict's thousands of
 # tensors: well under a MiB); as each opcode is a byte at least, this bounds the opcodes run too
 MAX_PICKLE_BYTES = 1 << 22
@@ -196,6 +200,7 @@ class RestrictedUnpickler:
         members = args[0]
         if not isinstance(members, (list, tuple, dict)):
             raise TorchFileError(f"data.pkl calls {call.name} of a {type(members).__name__}")
+        _check_keys(len(members))
         cost = 0
         for member in members:
             cost += self._key_cost(member)
@@ -293,6 +298,7 @@ class RestrictedUnpickler:
                 value = stack.pop()
                 key = stack.pop()
                 target = _as_dict(stack[-1])
+                _check_keys(len(target) + 1)
                 self._charge(self._key_cost(key))
                 target[key] = value
             elif opcode == 0x75:  # SETITEMS
@@ -300,6 +306,7 @@ class RestrictedUnpickler:
                 target = _as_dict(stack[-1])
                 if len(items) % 2:
                     raise TorchFileError("data.pkl sets an item without a value")
+                _check_keys(len(target) + len(items) // 2)
                 self._charge(self._keys_cost(items[::2]))
                 for index in range(0, len(items), 2):
                     target[items[index]] = items[index + 1]
@@ -360,6 +367,14 @@ class RestrictedUnpickler:
                     f"data.pkl has opcode {opcode:#04x} at byte {self._at - 1}, which torch.save does not "
                     "write and torch.load(weights_only=True) refuses"
                 )
+
+
+def _check_keys(count: int) -> None:
+    if count > MAX_KEYS:
+        raise TorchFileError(
+            f"data.pkl puts more than {MAX_KEYS:,} keys in one dict or set: refused (keys may share a "
+            "hash, and inserting each would probe all the others)"
+        )
 
 
 def _as_list(target: object) -> list[object]:
