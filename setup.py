@@ -1,7 +1,9 @@
-"""Builds the compiled metric kernel; everything else about the package is in pyproject.toml.
+"""Builds the compiled metric kernel and the SIGBUS guard of mapped files; everything else about the
+package is in pyproject.toml.
 
-The extension is optional: where it cannot be built (no C compiler, no Python headers) the package
-still installs and the kernel falls back to numba, then numpy (tui_acc/metrics/fastkernel.py).
+Both extensions are optional: where they cannot be built (no C compiler, no Python headers) the
+package still installs, the kernel falls back to numba, then numpy (tui_acc/metrics/fastkernel.py),
+and tensor files are read instead of mapped (tui_acc/dumps/mapped.py).
 """
 
 from __future__ import annotations
@@ -17,14 +19,19 @@ from setuptools import Extension, setup
 MSVC_ARGS = ["/O2", "/std:c11", "/fp:precise"]
 COMPILE_ARGS = MSVC_ARGS if os.name == "nt" else ["-O3", "-ffp-contract=off", "-std=c11"]
 
-setup(
-    ext_modules=[
-        Extension(
-            "tui_acc.metrics._ckernel",
-            ["tui_acc/metrics/_ckernel.c"],
-            extra_compile_args=COMPILE_ARGS,
-            libraries=[] if os.name == "nt" else ["m"],
-            optional=True,
-        )
-    ]
+KERNEL = Extension(
+    "tui_acc.metrics._ckernel",
+    ["tui_acc/metrics/_ckernel.c"],
+    extra_compile_args=COMPILE_ARGS,
+    libraries=[] if os.name == "nt" else ["m"],
+    optional=True,
 )
+# POSIX only: Windows has no SIGBUS (a mapped file cannot be truncated while mapped there)
+GUARD = Extension(
+    "tui_acc.dumps._mapguard",
+    ["tui_acc/dumps/_mapguard.c"],
+    extra_compile_args=["-O2", "-std=c11"],
+    optional=True,
+)
+
+setup(ext_modules=[KERNEL] if os.name == "nt" else [KERNEL, GUARD])

@@ -1,16 +1,22 @@
 """How fast torch_zip.read_torch_file reads torch.save's files, against torch.load(mmap=True,
 weights_only=True).
 
-``python scripts/bench_torch_zip.py [FOLDER]``: times each reader on the ``.pth``/``.pt`` files under
-FOLDER (a dump), or on a few 4-40 MB files it writes (7B shapes: hidden 4096, FFN 11008, 256 tokens).
-Prints, per file and in total, the best of several rounds (files in the page cache): opening
-(mapped, nothing touched), reading into memory, and opening plus touching every value (a float32
-copy: every page read, what a metric kernel's input costs). Not a test: numbers depend on the machine.
+``python scripts/bench_torch_zip.py [FOLDER] [--baseline-tree DIR]``: times each reader on the
+``.pth``/``.pt`` files under FOLDER (a dump), or on a few 4-40 MB files it writes (7B shapes: hidden
+4096, FFN 11008, 256 tokens) and two whose pickle is most of the work (SGLang's value-and-meta dict,
+a 2,000-tensor state dict). Prints, per file and in total, the best of several rounds (files in the
+page cache): opening (mapped, nothing touched), reading into memory, and opening plus touching every
+value (a float32 copy: every page read, what a metric kernel's input costs).
+
+``--baseline-tree DIR`` (another checkout of tui-acc, e.g. a ``git archive`` of main): our reader
+opening each file mapped, this tree's and DIR's, in processes of their own alternating, the best of
+their rounds each, and the ratio. Not a test: numbers depend on the machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -32,6 +38,15 @@ def _write_samples(folder: Path) -> list[Path]:
     import torch
 
     generator = torch.Generator().manual_seed(0)
+    meta = {"dims": "t h[tp]", "shape": torch.Size([4, 4]), "dtype": torch.float32}
+    pickled = {
+        "sglang_meta.pt": {"value": torch.randn(4, 4, generator=generator), "meta": meta},
+        "state_dict_2000.pth": {f"layers.{i // 4}.w{i % 4}": torch.randn(16, 16) for i in range(2000)},
+    }
+    paths = []
+    for name, obj in pickled.items():
+        torch.save(obj, folder / name)
+        paths.append(folder / name)
     shapes = {
         "hidden_fp32_4MB.pth": ((256, 4096), torch.float32),
         "ffn_bf16_5.6MB.pth": ((256, 11008), torch.bfloat16),
@@ -39,7 +54,6 @@ def _write_samples(folder: Path) -> list[Path]:
         "weight_bf16_22MB.pth": ((1024, 11008), torch.bfloat16),
         "ffn_fp32_39MB.pth": ((896, 11008), torch.float32),
     }
-    paths = []
     for name, (shape, dtype) in shapes.items():
         path = folder / name
         torch.save(torch.randn(shape, generator=generator).to(dtype), path)
@@ -109,12 +123,46 @@ def _mapping_costs_no_memory(folder: Path) -> str:
     )
 
 
+_OPEN_TIMES = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from tui_acc.dumps.torch_zip import read_torch_file
+best = {}
+for path in sys.argv[3:]:
+    for _ in range(int(sys.argv[2])):
+        start = time.perf_counter()
+        read_torch_file(Path(path), mapped=True)
+        best[path] = min(best.get(path, 1e9), time.perf_counter() - start)
+print(json.dumps(best))
+"""
+
+
+def _against_baseline(paths: list[Path], baseline: Path, rounds: int) -> None:
+    """Opening each file mapped with this tree's reader and the baseline's: processes alternating,
+    the best of all their rounds each."""
+    trees = {"this tree": REPO, "baseline": baseline.resolve()}
+    best: dict[str, dict[str, float]] = {name: {} for name in trees}
+    for _ in range(3):
+        for name, tree in trees.items():
+            command = [sys.executable, "-c", _OPEN_TIMES, str(tree), str(rounds), *map(str, paths)]
+            found = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+            for path, seconds in found.items():
+                best[name][path] = min(best[name].get(path, 1e9), seconds)
+    width = max(len(p.name) for p in paths)
+    print(f"\nopened mapped, against {baseline}: {'file':{width}}  this tree    baseline    ratio")
+    for path in paths:
+        ours, theirs = best["this tree"][str(path)], best["baseline"][str(path)]
+        print(f"  {path.name:{width}}  {ours * 1e3:9.3f} ms {theirs * 1e3:9.3f} ms  {ours / theirs:6.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("folder", nargs="?", type=Path, help="a dump's folder (default: written samples)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--baseline-tree", type=Path, help="another checkout's reader, timed alternately")
     args = parser.parse_args()
     scratch = tempfile.TemporaryDirectory()
     if args.folder:
@@ -149,6 +197,8 @@ def main() -> None:
     print(_mapping_costs_no_memory(Path(scratch.name)))
     print(f"import: torch {_import_seconds('import torch'):.3f} s, ", end="")
     print(f"tui_acc.dumps.torch_zip {_import_seconds('import tui_acc.dumps.torch_zip'):.3f} s")
+    if args.baseline_tree:
+        _against_baseline(paths, args.baseline_tree, args.rounds * 4)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Fuzzing the parsers of untrusted files: a .bin header, topology JSON, dump.json, mapping files,
-model_tree.json, torch's zip files (read without torch). Whatever the bytes, each either reads or
-fails with its own error naming the file; nothing else escapes (no crash, no hang, no IndexError
-from deep inside).
+model_tree.json, torch's zip files (read without torch), their pickles nested deep and shared through
+the memo. Whatever the bytes, each either reads or fails with its own error naming the file; nothing
+else escapes (no crash, no hang, no IndexError from deep inside), and a torch file never costs more
+memory than its few KB warrant.
 
 CI runs a fixed budget (``TUI_ACC_FUZZ_EXAMPLES``, default 60 per parser);
 ``python scripts/fuzz.py`` runs a longer campaign.
@@ -26,6 +27,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fuzz import attacks
 from tui_acc.config import ConfigError, load_config
 from tui_acc.dumps import DumpError, open_dump
 from tui_acc.dumps.policy import ANYWHERE, LoadPolicy
@@ -439,3 +441,50 @@ def test_torch_zip_of_mutated_pickle(scratch: Path, splices: list[tuple[int, int
         for name, record in records.items():
             archive.writestr(name, record)
     _read_torch_file_safely(path)
+
+
+# pickles of nested and shared containers: deep tuples and lists, tuple and list DAGs through the memo,
+# used as values, dict keys and set members, in any order (most programs underflow: a damaged pickle)
+_memo_slots = st.integers(0, 7)
+_pickle_steps = st.one_of(
+    st.sampled_from([attacks.integer(7), attacks.text("k"), b"N", attacks.EMPTY_TUPLE, attacks.EMPTY_LIST]),
+    st.sampled_from([attacks.EMPTY_DICT, attacks.MARK, attacks.TUPLE, attacks.TUPLE1, attacks.TUPLE2]),
+    st.sampled_from([attacks.APPEND, attacks.APPENDS, attacks.SETITEM, b"u"]),
+    _memo_slots.map(attacks.put),
+    _memo_slots.map(attacks.get),
+    st.integers(0, 400).map(attacks.deep_tuple),
+    st.integers(0, 400).map(attacks.deep_list),
+    st.integers(0, 64).map(attacks.tuple_dag),
+    st.integers(0, 64).map(attacks.list_dag),
+    # set([memo[i]]) and {memo[i]: 1}: the memo's object hashed
+    _memo_slots.map(
+        lambda i: (
+            attacks.named("__builtin__", "set")
+            + attacks.EMPTY_LIST
+            + attacks.get(i)
+            + attacks.APPEND
+            + attacks.TUPLE1
+            + attacks.REDUCE
+        )
+    ),
+    _memo_slots.map(lambda i: attacks.EMPTY_DICT + attacks.get(i) + attacks.integer(1) + attacks.SETITEM),
+)
+
+
+@BUDGET
+@given(steps=st.lists(_pickle_steps, min_size=1, max_size=40))
+def test_torch_zip_of_nested_and_shared_pickles(scratch: Path, steps: list[bytes]) -> None:
+    """Depth and work bounds: whatever nests or shares, the pickle is read (its object measured
+    within the bounds) or refused, in bounded memory and time; nothing recurses or hashes past them."""
+    from tui_acc.dumps.torch_pickle import measure
+    from tui_acc.dumps.torch_zip import TorchFileError, read_torch_file
+
+    path = scratch / "nested.pt"
+    pickled = attacks.PROTO + b"".join(steps) + attacks.STOP
+    path.write_bytes(attacks.zip_of(attacks.torch_records(pickled, {})))
+    _read_torch_file_safely(path)
+    try:
+        loaded = read_torch_file(path, mapped=False)
+    except TorchFileError:
+        return
+    measure(loaded)  # what was handed on is within the bounds

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.mappings import GUARDED, is_mapped
 from tui_acc.dumps.dtypes import dtype_name
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
@@ -65,7 +66,8 @@ def test_zip_files_are_memory_mapped_and_legacy_files_still_load(tmp_path: Path)
     torch.save(t, tmp_path / "new.pth")
     _age(tmp_path / "new.pth")
     loaded = load_tensor(tmp_path / "new.pth", ANYWHERE)
-    assert str(tmp_path / "new.pth") in Path("/proc/self/maps").read_text()
+    assert (str(tmp_path / "new.pth") in Path("/proc/self/maps").read_text()) is GUARDED
+    assert is_mapped(loaded) is GUARDED
     np.testing.assert_array_equal(loaded, from_torch(t))
     torch.save(t[:4], tmp_path / "old.pth", _use_new_zipfile_serialization=False)
     assert load_tensor(tmp_path / "old.pth", ANYWHERE).tolist() == [0.0, 1.0, 2.0, 3.0]
@@ -83,10 +85,10 @@ def test_a_file_changed_moments_ago_is_read_not_mapped(tmp_path: Path) -> None:
     raw = tmp_path / "payload"
     raw.write_bytes(bytes(range(256)) * 4)
     fresh = _map(raw, 16, 32)
-    assert not isinstance(fresh, np.memmap) and fresh.tolist() == list(range(16, 48))
+    assert not is_mapped(fresh) and fresh.tolist() == list(range(16, 48))
     _age(raw)
     settled = _map(raw, 16, 32)
-    assert isinstance(settled, np.memmap) and settled.tolist() == list(range(16, 48))
+    assert is_mapped(settled) is GUARDED and settled.tolist() == list(range(16, 48))
 
 
 def test_npy_files_are_read_by_numpy_and_object_arrays_refused(tmp_path: Path) -> None:

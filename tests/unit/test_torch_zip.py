@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.mappings import GUARDED, is_mapped
 from tests.unit.torch_samples import DTYPES, random_bits
 from tui_acc.dumps import torch_zip
 from tui_acc.dumps.torch_arrays import from_torch
@@ -45,15 +46,6 @@ def _saved(tmp_path: Path, obj: object, name: str = "t.pt", **options: object) -
     return path
 
 
-def _memmap_backed(values: np.ndarray) -> bool:
-    base: object = values
-    while base is not None:
-        if isinstance(base, np.memmap):
-            return True
-        base = getattr(base, "base", None)
-    return False
-
-
 def _same(array: object, tensor: torch.Tensor) -> None:
     assert isinstance(array, np.ndarray)
     assert array.shape == tuple(tensor.shape)
@@ -74,7 +66,7 @@ def test_every_dtype_reads_bit_for_bit(
     path = _saved(tmp_path, tensor)
     array = read_torch_file(path, mapped=mapped)
     _same(array, torch.load(path, weights_only=True))
-    assert isinstance(array, np.ndarray) and _memmap_backed(array) is mapped
+    assert isinstance(array, np.ndarray) and is_mapped(array) is (mapped and GUARDED)
 
 
 @pytest.mark.parametrize("mapped", [True, False])
@@ -87,8 +79,8 @@ def test_mapped_storages_are_not_read(tmp_path: Path, mapped: bool) -> None:
     assert isinstance(arrays, dict)
     _same(arrays["large"], large)
     _same(arrays["small"], small)
-    assert _memmap_backed(arrays["large"]) is mapped
-    assert not _memmap_backed(arrays["small"])
+    assert is_mapped(arrays["large"]) is (mapped and GUARDED)
+    assert not is_mapped(arrays["small"])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))

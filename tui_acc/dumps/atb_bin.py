@@ -26,6 +26,7 @@ import numpy as np
 from tui_acc.dumps import atb_probe_alias
 from tui_acc.dumps.dtypes import numpy_dtype
 from tui_acc.dumps.fs import NotRegularFile, file_kind, open_regular, read_ahead, settled
+from tui_acc.dumps.mapped import map_bytes
 from tui_acc.dumps.policy import LoadPolicy, OutsideDump
 
 END_LINE = b"$End=1\n"
@@ -284,12 +285,15 @@ def _map(source: Path, start: int, length: int) -> np.ndarray:
     if length == 0:
         return np.zeros(0, dtype=np.uint8)
     with open_regular(source) as handle:
-        if not settled(source):  # may still be being written: a mapped page cut off would be SIGBUS
-            handle.seek(start)
-            return np.frombuffer(bytearray(handle.read(length)), dtype=np.uint8)
-        read_ahead(handle.fileno(), start, length)
-        # Copy-on-write: pages are read only when touched, and the array is writable.
-        return np.memmap(handle, dtype=np.uint8, mode="c", offset=start, shape=(length,))
+        if settled(source):  # else it may still be being written: read, not mapped
+            read_ahead(handle.fileno(), start, length)
+            # copy-on-write: pages are read only when touched, and the array is writable; guarded
+            # against the file being cut short under it (None: no guard built, read instead)
+            mapped = map_bytes(handle.fileno(), start, length)
+            if mapped is not None:
+                return mapped
+        handle.seek(start)
+        return np.frombuffer(bytearray(handle.read(length)), dtype=np.uint8)
 
 
 def _decode(raw: np.ndarray, header: BinHeader) -> np.ndarray:

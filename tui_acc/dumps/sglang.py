@@ -314,11 +314,11 @@ def _meta_by_torch(path: Path) -> object:
     """What torch_zip leaves to torch (a record it does not know), loaded as safely."""
     import pickle
 
-    from tui_acc.dumps.tensors import TensorLoadError, load_through_torch
+    from tui_acc.dumps.torch_fallback import load_through_torch
 
     try:
         return load_through_torch(path)
-    except (OSError, RuntimeError, ValueError, pickle.UnpicklingError, TensorLoadError):
+    except (OSError, RuntimeError, ValueError, pickle.UnpicklingError):  # FallbackRefused: a ValueError
         return None  # without torch too: the comparison says why when it loads the file
 
 

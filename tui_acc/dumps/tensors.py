@@ -4,12 +4,14 @@ torch's zip format (every ``.pth``/``.pt`` torch has written since 1.6) is read 
 its pickle may only rebuild tensors (anything else is refused by name, never run, as
 ``weights_only=True`` refuses it) and its storages are memory-mapped. Files it cannot read (the
 legacy format, a record it does not know) go to ``torch.load(weights_only=True)``, mapped to the CPU
-so a dump taken on an NPU or GPU opens anywhere. msprobe's MindSpore ``.npy`` files are read by
-numpy, pickles refused; ATB ``.bin`` files by ``atb_bin``.
+so a dump taken on an NPU or GPU opens anywhere, where the torch installed runs that loader safely
+(``torch_fallback``). msprobe's MindSpore ``.npy`` files are read by numpy, pickles refused; ATB
+``.bin`` files by ``atb_bin``.
 """
 
 from __future__ import annotations
 
+import math
 import pickle
 import re
 from pathlib import Path
@@ -17,7 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from tui_acc.dumps.fs import NotRegularFile, open_regular, settled
+from tui_acc.dumps.mapped import map_bytes
 from tui_acc.dumps.policy import LoadPolicy, OutsideDump
+from tui_acc.dumps.torch_fallback import FallbackRefused, load_through_torch
 from tui_acc.dumps.torch_zip import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
 
 
@@ -80,30 +84,17 @@ def _load_torch_file(path: Path) -> object:
     except TorchFileError as exc:
         raise TensorLoadError(path, f"unreadable torch file ({exc})") from exc
     except NeedsTorch as exc:
-        return load_through_torch(path, str(exc))
-
-
-def load_through_torch(path: Path, why: str = "this file") -> object:
-    """torch's own loader (``weights_only``), for what ``torch_zip`` leaves to it (``why``: what it
-    is); its tensors handed on as arrays. Mapped where the file is a settled zip (torch maps nothing
-    else). Without torch installed: TensorLoadError, naming the extra that brings it."""
-    import zipfile
-
-    from tui_acc.dumps.torch_arrays import TorchMissing, from_torch, require_torch
-
-    try:  # deferred: only the files torch_zip cannot read pay torch's import
-        torch = require_torch(f"reading {why}")
-    except TorchMissing as exc:
-        raise TensorLoadError(path, str(exc)) from exc
-
-    mmap = zipfile.is_zipfile(path) and settled(path)
-    obj = torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
-    if isinstance(obj, dict):
-        return {key: from_torch(v) if isinstance(v, torch.Tensor) else v for key, v in obj.items()}
-    return from_torch(obj) if isinstance(obj, torch.Tensor) else obj
+        try:
+            return load_through_torch(path, str(exc))
+        except FallbackRefused as refused:  # no torch, or one too old to run its loader safely
+            raise TensorLoadError(path, str(refused)) from refused
+        except TorchFileError as bad:  # its pickles past the bounds
+            raise TensorLoadError(path, f"unreadable torch file ({bad})") from bad
 
 
 _NPY_MAGIC = b"\x93NUMPY"
+# how numpy refuses an array of Python objects, read and mapped
+_PICKLED_OBJECTS = ("Object arrays cannot be loaded", "Array can't be memory-mapped: Python objects")
 
 
 def _load_npy(path: Path) -> np.ndarray:
@@ -113,10 +104,11 @@ def _load_npy(path: Path) -> np.ndarray:
         if handle.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
             raise TensorLoadError(path, "unreadable .npy file (no NUMPY header: not a numpy array file)")
     try:
-        values = np.load(path, mmap_mode="c" if settled(path) else None, allow_pickle=False)
+        values = _mapped_npy(path) if settled(path) else np.load(path, allow_pickle=False)
     except ValueError as exc:
-        # numpy names allow_pickle in other refusals too (a header over its size limit)
-        if str(exc).startswith("Object arrays cannot be loaded"):
+        # numpy names allow_pickle in other refusals too (a header over its size limit); mapped, it
+        # says the array cannot be memory-mapped
+        if str(exc).startswith(_PICKLED_OBJECTS):
             raise TensorLoadError(path, "refused: a .npy of pickled objects, not numbers") from exc
         raise TensorLoadError(path, f"unreadable .npy file ({_first_line(exc)})") from exc
     except (EOFError, OSError) as exc:
@@ -126,6 +118,21 @@ def _load_npy(path: Path) -> np.ndarray:
     if not values.dtype.isnative:
         values = values.astype(values.dtype.newbyteorder("="))
     return values
+
+
+def _mapped_npy(path: Path) -> np.ndarray:
+    """A settled .npy mapped (mapped.map_bytes: guarded against the file being cut short), its header
+    read by numpy's own np.load(mmap_mode="r"), whose mapping is dropped untouched: it is not guarded.
+    Read whole where no guard is built."""
+    layout = np.load(path, mmap_mode="r", allow_pickle=False)
+    offset, dtype, shape = layout.offset, layout.dtype, layout.shape
+    order = "F" if layout.flags.f_contiguous and not layout.flags.c_contiguous else "C"
+    del layout
+    with open_regular(path) as handle:
+        data = map_bytes(handle.fileno(), offset, dtype.itemsize * math.prod(shape))
+    if data is None:
+        return np.load(path, allow_pickle=False)
+    return data.view(dtype).reshape(shape, order=order)
 
 
 def _sglang_value(path: Path, record: dict[object, object]) -> object:

@@ -14,15 +14,36 @@ hostile file:
 
 A global names what to call: ``find_class`` (a subclass's) turns the name into a ``SafeCall`` or a
 plain value, or refuses it. Only a ``SafeCall`` can be called, by REDUCE or NEWOBJ.
+
+A few hundred bytes can also describe an object too deep or too large to touch: 200,000 tuples
+inside each other (hashing one as a dict key overflows the C stack), or 60 levels of memo
+references, each tuple holding the one before twice (hashing that walks 2^60 tuples, in C, deaf to
+signals). So the work is bounded, not only the bytes: a pickle is at most ``MAX_PICKLE_BYTES`` long
+(so it runs at most as many opcodes), containers nest at most ``MAX_DEPTH`` deep, hashing gets
+``MAX_WORK`` steps, one for every element of every key hashed (a tuple's elements counted with memo
+references written out), a dict or set holds at most ``MAX_KEYS`` keys (ints a multiple of 2^61 - 1
+apart share a hash, and each one inserted probes every one before it), and the object returned,
+written out in full, is at most ``MAX_WORK`` items. Messages show pickled values through ``brief``
+(reprlib: a few levels, a few items), never through repr.
 """
 
 from __future__ import annotations
 
 import _compat_pickle
+import reprlib
 import struct
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+
+MAX_DEPTH = 100  # containers inside containers: torch's files nest a few deep, a dict of lists at most
+MAX_WORK = 1 << 22  # elements hashed per pickle, and items in the object written out
+# keys of one dict or set: a tensor file's hold a few (SGLang's meta); 16,384 keys sharing a hash take
+# about a second to insert, the 250,000 a 4 MiB pickle can hold most of an hour
+MAX_KEYS = 1 << 14
+# A tensor file's pickle is a few hundred bytes a tensor (SGLang's dict, a state dict's thousands of
+# tensors: well under a MiB); as each opcode is a byte at least, this bounds the opcodes run too
+MAX_PICKLE_BYTES = 1 << 22
 
 
 class NeedsTorch(Exception):
@@ -47,58 +68,170 @@ class TorchFileError(ValueError):
         self.problem = problem
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SafeCall:
-    """A function the pickle may call (REDUCE, NEWOBJ): one of ours, under the name the pickle used."""
+    """A function the pickle may call (REDUCE, NEWOBJ): one of ours, under the name the pickle used.
+    ``hashes``: it hashes the members of its argument (set, Counter, OrderedDict), which must then be
+    a list, tuple or dict; each member is charged to the pickle's work."""
 
     name: str
     function: Callable[..., object]
+    hashes: bool = False
+
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel = 3
+_BRIEF.maxtuple = _BRIEF.maxlist = _BRIEF.maxdict = _BRIEF.maxset = _BRIEF.maxfrozenset = 4
+_BRIEF.maxstring = _BRIEF.maxother = _BRIEF.maxlong = 40
+
+
+def brief(value: object) -> str:
+    """A pickled value in a message: a few levels and items of it, however deep or large it is
+    (repr would write out a tuple DAG's 2^60 tuples)."""
+    return _BRIEF.repr(value)
 
 
 _DICT_TYPES = (dict, OrderedDict, Counter)  # torch's _check_set_item_target
+# what torch's weights_only loader lets a pickle call outside torch that hashes what it is given
+HASHING_CALLS = {
+    "collections.OrderedDict": SafeCall("OrderedDict", OrderedDict, hashes=True),
+    "collections.Counter": SafeCall("Counter", Counter, hashes=True),
+    "builtins.set": SafeCall("set", set, hashes=True),
+}
 
 
 class RestrictedUnpickler:
     """Runs a pickle of torch.save's opcodes. Subclasses say what a global is (``find_class``) and
     what a persistent id is (``persistent_load``)."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, start: int = 0) -> None:
         self._data = data
-        self._at = 0
+        self._at = start
+        self._end = min(len(data), start + MAX_PICKLE_BYTES)  # no opcode reads past it
+        self._work = 0  # elements hashed so far
+        # every tuple built holding a tuple, by id: (the tuple, kept alive so that its id is not
+        # reused; its depth; its elements written out, at most MAX_WORK + 1). A tuple not here holds
+        # no tuple: depth 1, its elements its own.
+        self._tuples: dict[int, tuple[tuple[object, ...], int, int]] = {}
+        # set at STOP: fewer than MAX_DEPTH containers were built and none was recalled from the memo,
+        # so the object is a tree no deeper than its containers and no larger than its opcodes (its
+        # bytes): it needs no measuring (a tensor file's dict and meta)
+        self._small_tree = False
 
     def find_class(self, module: str, name: str) -> object:
         raise RefusedGlobal(f"{module}.{name}")
 
     def persistent_load(self, pid: object) -> object:
-        raise TorchFileError(f"persistent id {pid!r} not expected")
+        raise TorchFileError(f"persistent id {brief(pid)} not expected")
+
+    def build(self, target: object, state: object) -> None:
+        """BUILD: set ``target``'s state (torch.save writes it only for objects other than tensors)."""
+        raise NeedsTorch("data.pkl sets an object's state (BUILD): not a plain tensor file")
 
     def load(self) -> object:
+        """The pickled object, once checked to nest at most MAX_DEPTH deep and to hold at most
+        MAX_WORK items written out (its lists and dicts may have changed after a tuple took them in,
+        so the whole object is measured again here, each container once)."""
         try:
-            return self._run()
+            obj = self._run()
         except (NeedsTorch, RefusedGlobal, TorchFileError):
             raise
         except RecursionError as exc:  # a SafeCall's argument nested too deep to compare or hash
             raise TorchFileError("data.pkl nests too deep") from exc
         except Exception as exc:  # a wrong type or a stack underflow: a damaged pickle, nothing more
-            raise TorchFileError(f"damaged data.pkl ({type(exc).__name__}: {exc})"[:300]) from exc
+            raise TorchFileError(f"damaged data.pkl ({type(exc).__name__}: {_message(exc)})"[:300]) from exc
+        if not self._small_tree:
+            measure(obj)
+        return obj
+
+    @property
+    def pickled(self) -> bytes:
+        return self._data
+
+    @property
+    def position(self) -> int:
+        """The byte after the pickle's STOP, once loaded (torch's legacy format writes pickles in a row)."""
+        return self._at
+
+    # --- the bounds ------------------------------------------------------------------------------
+
+    def _charge(self, steps: int) -> None:
+        """Add ``steps`` of hashing; refuse the pickle past MAX_WORK."""
+        self._work += steps
+        if self._work > MAX_WORK:
+            raise TorchFileError(
+                f"data.pkl hashes more than {MAX_WORK:,} elements to unpickle (its keys and set "
+                "members, memo references written out): refused as forged"
+            )
+
+    def _tuple(self, built: tuple[object, ...]) -> tuple[object, ...]:
+        """A tuple holding a tuple, measured: its depth and its elements written out (what hashing it
+        walks). One holding none (most) needs nothing: the loop checks that first, in C."""
+        depth, size = 2, 1 + len(built)
+        for item in built:
+            if type(item) is tuple:
+                found = self._tuples.get(id(item))
+                if found is None:  # it holds no tuple: depth 1
+                    size += len(item)
+                else:
+                    depth = max(depth, found[1] + 1)
+                    size += found[2] - 1
+        if depth > MAX_DEPTH:
+            raise TorchFileError(f"data.pkl nests tuples more than {MAX_DEPTH} deep: refused as forged")
+        self._tuples[id(built)] = (built, depth, min(size, MAX_WORK + 1))
+        return built
+
+    def _measured(self, item: tuple[object, ...]) -> tuple[int, int]:
+        found = self._tuples.get(id(item))
+        return (found[1], found[2]) if found is not None else (1, len(item) + 1)
+
+    def _key_cost(self, key: object) -> int:
+        """What hashing ``key`` walks: a tuple's elements written out, 1 for anything else."""
+        return self._measured(key)[1] if type(key) is tuple else 1
+
+    def _keys_cost(self, keys: list[object]) -> int:
+        return sum(map(self._key_cost, keys)) if tuple in map(type, keys) else len(keys)
+
+    def _members_cost(self, call: SafeCall, args: tuple[object, ...]) -> int:
+        """What a call that hashes its argument's members (a set's, a Counter's, an OrderedDict's
+        pairs) walks: each member, a pair's key too."""
+        if not args:
+            return 0
+        members = args[0]
+        if not isinstance(members, (list, tuple, dict)):
+            raise TorchFileError(f"data.pkl calls {call.name} of a {type(members).__name__}")
+        _check_keys(len(members))
+        cost = 0
+        for member in members:
+            cost += self._key_cost(member)
+            if type(member) is list:  # OrderedDict([[key, value], ...])
+                cost += self._keys_cost(member)
+        return cost
 
     # --- reading -------------------------------------------------------------------------------
 
     def _read(self, count: int) -> bytes:
         end = self._at + count
-        if count < 0 or end > len(self._data):
-            raise TorchFileError("data.pkl ends inside an opcode (truncated or a forged length)")
+        if count < 0 or end > self._end:
+            raise self._cut_short("an opcode (truncated or a forged length)")
         chunk = self._data[self._at : end]
         self._at = end
         return chunk
 
     def _line(self) -> str:
-        end = self._data.find(b"\n", self._at)
+        end = self._data.find(b"\n", self._at, self._end)
         if end < 0:
-            raise TorchFileError("data.pkl ends inside a GLOBAL")
+            raise self._cut_short("a GLOBAL")
         text = self._data[self._at : end].decode("utf-8")
         self._at = end + 1
         return text
+
+    def _cut_short(self, inside: str) -> TorchFileError:
+        if self._end < len(self._data):
+            return TorchFileError(
+                f"data.pkl runs past {MAX_PICKLE_BYTES:,} bytes: more than a tensor file's pickle, refused"
+            )
+        return TorchFileError(f"data.pkl ends inside {inside}")
 
     def _unsigned(self, size: int) -> int:
         return int.from_bytes(self._read(size), "little")
@@ -116,11 +249,15 @@ class RestrictedUnpickler:
             stack = marks.pop()
             return items
 
+        containers = 0
+        shared = False  # a container recalled from the memo: the object may be a DAG, or cyclic
+        container_types = _CONTAINERS
         while True:
             opcode = self._read(1)[0]
             if opcode == 0x80:  # PROTO
                 self._read(1)
             elif opcode == 0x2E:  # STOP
+                self._small_tree = not shared and containers < MAX_DEPTH
                 return stack.pop()
             elif opcode == 0x63:  # GLOBAL
                 module = self._line()
@@ -138,9 +275,16 @@ class RestrictedUnpickler:
                     raise TorchFileError(f"data.pkl calls a {type(function).__name__}, not a function")
                 if not isinstance(args, tuple):
                     raise TorchFileError("data.pkl calls a function without a tuple of arguments")
-                stack.append(function.function(*args))
+                if function.hashes:
+                    self._charge(self._members_cost(function, args))
+                result = function.function(*args)
+                if type(result) is tuple and tuple in map(type, result):
+                    result = self._tuple(result)
+                containers += type(result) in container_types
+                stack.append(result)
             elif opcode == 0x62:  # BUILD
-                raise NeedsTorch("data.pkl sets an object's state (BUILD): not a plain tensor file")
+                state = stack.pop()
+                self.build(stack[-1], state)
             elif opcode == 0x28:  # MARK
                 marks.append(stack)
                 stack = []
@@ -153,32 +297,43 @@ class RestrictedUnpickler:
             elif opcode == 0x73:  # SETITEM
                 value = stack.pop()
                 key = stack.pop()
-                _as_dict(stack[-1])[key] = value
+                target = _as_dict(stack[-1])
+                _check_keys(len(target) + 1)
+                self._charge(self._key_cost(key))
+                target[key] = value
             elif opcode == 0x75:  # SETITEMS
                 items = pop_mark()
                 target = _as_dict(stack[-1])
                 if len(items) % 2:
                     raise TorchFileError("data.pkl sets an item without a value")
+                _check_keys(len(target) + len(items) // 2)
+                self._charge(self._keys_cost(items[::2]))
                 for index in range(0, len(items), 2):
                     target[items[index]] = items[index + 1]
             elif opcode == 0x74:  # TUPLE
-                items = pop_mark()  # first: it replaces the stack
-                stack.append(tuple(items))
+                built = tuple(pop_mark())  # first: it replaces the stack
+                stack.append(self._tuple(built) if tuple in map(type, built) else built)
+                containers += 1
             elif opcode in (0x85, 0x86, 0x87):  # TUPLE1, TUPLE2, TUPLE3
                 count = opcode - 0x84
                 if len(stack) < count:
                     raise TorchFileError("data.pkl builds a tuple from an empty stack")
-                items = stack[-count:]
+                built = tuple(stack[-count:])
                 del stack[-count:]
-                stack.append(tuple(items))
+                stack.append(self._tuple(built) if tuple in map(type, built) else built)
+                containers += 1
             elif opcode == 0x29:  # EMPTY_TUPLE
                 stack.append(())
+                containers += 1
             elif opcode == 0x5D:  # EMPTY_LIST
                 stack.append([])
+                containers += 1
             elif opcode == 0x7D:  # EMPTY_DICT
                 stack.append({})
+                containers += 1
             elif opcode == 0x8F:  # EMPTY_SET
                 stack.append(set())
+                containers += 1
             elif opcode == 0x4E:  # NONE
                 stack.append(None)
             elif opcode in (0x88, 0x89):  # NEWTRUE, NEWFALSE
@@ -199,10 +354,10 @@ class RestrictedUnpickler:
                 stack.append(self._read(self._unsigned(1)).decode("utf-8"))
             elif opcode == 0x51:  # BINPERSID
                 stack.append(self.persistent_load(stack.pop()))
-            elif opcode == 0x68:  # BINGET
-                stack.append(_recall(memo, self._unsigned(1)))
-            elif opcode == 0x6A:  # LONG_BINGET
-                stack.append(_recall(memo, self._unsigned(4)))
+            elif opcode in (0x68, 0x6A):  # BINGET, LONG_BINGET
+                recalled = _recall(memo, self._unsigned(1 if opcode == 0x68 else 4))
+                shared = shared or type(recalled) in container_types
+                stack.append(recalled)
             elif opcode == 0x71:  # BINPUT
                 memo[self._unsigned(1)] = stack[-1]
             elif opcode == 0x72:  # LONG_BINPUT
@@ -212,6 +367,14 @@ class RestrictedUnpickler:
                     f"data.pkl has opcode {opcode:#04x} at byte {self._at - 1}, which torch.save does not "
                     "write and torch.load(weights_only=True) refuses"
                 )
+
+
+def _check_keys(count: int) -> None:
+    if count > MAX_KEYS:
+        raise TorchFileError(
+            f"data.pkl puts more than {MAX_KEYS:,} keys in one dict or set: refused (keys may share a "
+            "hash, and inserting each would probe all the others)"
+        )
 
 
 def _as_list(target: object) -> list[object]:
@@ -231,3 +394,62 @@ def _recall(memo: dict[int, object], index: int) -> object:
     if index not in memo:
         raise TorchFileError(f"data.pkl recalls memo {index}, never stored")
     return memo[index]
+
+
+def _message(exc: BaseException) -> str:
+    """An exception's text, its arguments shown briefly: a KeyError's is the repr of a pickled key."""
+    if all(isinstance(arg, str) for arg in exc.args):
+        return str(exc)
+    return ", ".join(brief(arg) for arg in exc.args)
+
+
+def measure(obj: object) -> None:
+    """Check an unpickled object: containers at most MAX_DEPTH deep, at most MAX_WORK items when
+    written out in full (every memo reference expanded), no container inside itself. Each container
+    is visited once (a DAG's written-out size is added up, not walked), without recursion."""
+    if type(obj) not in _CONTAINERS:  # a tensor file's usual object: one array
+        return
+    sizes: dict[int, int] = {}  # a container's items written out, itself included, once finished
+    # (a container, None) to measure; (a container, its containers, its item count) once they are
+    pending: list[tuple[object, list[object] | None, int]] = [(obj, None, 0)]
+    path: set[int] = set()  # the containers being measured: meeting one again is a cycle
+    while pending:
+        item, inner, count = pending.pop()
+        key = id(item)
+        if inner is not None:  # its inner containers are measured: now itself
+            path.discard(key)
+            size = 1 + count + sum(sizes[id(child)] - 1 for child in inner)
+            if size > MAX_WORK:
+                raise TorchFileError(
+                    f"data.pkl's object holds more than {MAX_WORK:,} items when its memo references "
+                    "are written out: refused as forged"
+                )
+            sizes[key] = size
+            continue
+        if key in sizes:
+            continue
+        if key in path:
+            raise TorchFileError("data.pkl's object contains itself: refused (torch's files never do)")
+        if len(path) >= MAX_DEPTH:
+            raise TorchFileError(f"data.pkl nests containers more than {MAX_DEPTH} deep: refused as forged")
+        children = _children(item)
+        # map(type) and set() run in C: a container of leaves only (a list of names, a state dict's
+        # values) costs no Python step a child
+        has_nested = not _CONTAINERS.isdisjoint(map(type, children))
+        nested = [child for child in children if type(child) in _CONTAINERS] if has_nested else []
+        path.add(key)
+        pending.append((item, nested, len(children)))
+        pending.extend((child, None, 0) for child in nested)
+
+
+# what the interpreter builds that holds other objects (a dict's subclasses are its SafeCalls')
+_CONTAINERS = frozenset({list, tuple, dict, set, OrderedDict, Counter})
+
+
+def _children(item: object) -> list[object] | tuple[object, ...]:
+    if isinstance(item, dict):
+        return [*item.keys(), *item.values()]
+    if isinstance(item, set):
+        return list(item)
+    assert isinstance(item, (list, tuple))
+    return item

@@ -12,34 +12,43 @@ stride, requires_grad, hooks[, metadata])`` with a typed storage (``torch.FloatS
 (float8, uint16-64, complex32; torch/_tensor.py ``_reduce_ex_internal``, torch/storage.py
 ``_new_dtypes``). Both are replaced by our functions, as are the other globals a tensor file holds;
 see ``_Archive.find_class`` and ``_GLOBALS`` for the whole list. Nothing in torch is imported or run.
+
+What a file may make the reader do is bounded by what it honestly holds: the pickle's depth and work
+(torch_pickle), data.pkl's size (``MAX_PICKLE_BYTES``), a compressed storage decompressed only as far
+as its views reach (never past the sizes the zip declares), a view's elements by its storage's
+(torch_views), and an archive naming a record twice is refused (torch.load reads the first copy,
+zipfile the last).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import stat
 import struct
 import sys
 import zipfile
-from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 import numpy as np
 
-from tui_acc.dumps.dtypes import TENSOR_DTYPES, numpy_dtype
+from tui_acc.dumps.dtypes import TENSOR_DTYPES
 from tui_acc.dumps.fs import read_ahead
+from tui_acc.dumps.mapped import map_bytes
 from tui_acc.dumps.torch_pickle import (
+    HASHING_CALLS,
+    MAX_PICKLE_BYTES,
     NeedsTorch,
     RefusedGlobal,
     RestrictedUnpickler,
     SafeCall,
     TorchFileError,
+    brief,
 )
+from tui_acc.dumps.torch_views import checked_view, count, element_size, view_values, with_metadata
 
-__all__ = ["NeedsTorch", "RefusedGlobal", "TorchFileError", "read_torch_file"]
+__all__ = ["NeedsTorch", "RefusedGlobal", "TorchFileError", "pickles_for_torch", "read_torch_file"]
 
 # torch/storage.py _dtype_to_storage_type_map: the legacy typed storages, by the dtype they hold
 TYPED_STORAGES = {
@@ -56,12 +65,6 @@ TYPED_STORAGES = {
     "ComplexDoubleStorage": "complex128",
     "ComplexFloatStorage": "complex64",
 }
-# a negative view (metadata "neg") is applied exactly, by its sign bit, to these
-_SIGNED_FLOATS = frozenset(
-    {"float64", "float32", "float16", "bfloat16", "complex64", "complex128"}
-    | {"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"}
-)
-_COMPLEX32 = np.dtype([("real", "<f2"), ("imag", "<f2")])  # torch's complex32: two float16
 # every dtype torch's weights_only loader lets a pickle name (torch/_weights_only_unpickler.py
 # _get_allowed_globals): as a value (SGLang's meta holds dtypes) each is its name
 _DTYPE_NAMES = (
@@ -72,18 +75,19 @@ _DTYPE_NAMES = (
     | {f"int{bits}" for bits in range(1, 8)}
 )
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # zipfile's structFileHeader: ... name and extra lengths last
-_MAX_ELEMENTS = 1 << 62  # numpy's index type is 64-bit: a view of more elements is refused, not attempted
-_MAX_DIMS = 64  # numpy's limit (torch's is larger)
 # a smaller storage is read even when mapped is asked for: one read costs less than mapping it and
-# faulting its pages in, and a mapping holds a file descriptor (mmap keeps a dup) for as long as it lives
+# faulting its pages in, and each mapping takes one of the guard's slots for as long as it lives
 _MAPPED_FROM = 1 << 20
 _DEFLATE_RATIO = 1100  # deflate expands at most ~1032x: a record claiming more is forged (a zip bomb)
+_NO_BYTES = np.zeros(0, dtype=np.uint8)
+_INFLATE_CHUNK = 1 << 20  # a compressed record is inflated into its array this much at a time
 
 
 def read_torch_file(path: Path, *, mapped: bool) -> object:
     """The object torch.save wrote (tensor, dict, list, tuple, primitives), every tensor as a numpy
-    array. mapped=True: storages are memory-mapped copy-on-write from the archive (np.memmap mode "c"),
-    so nothing is read until touched (storages under 1 MiB are read: cheaper); mapped=False: storages
+    array. mapped=True: storages are memory-mapped copy-on-write from the archive (mapped.map_bytes:
+    guarded against the file being cut short), so nothing is read until touched (storages under 1 MiB
+    are read: cheaper; without the guard, all are); mapped=False: storages
     read into memory (the file may still be being written).
 
     Raises NeedsTorch (torch.load may read it: fall back), RefusedGlobal (code in the pickle, never
@@ -96,7 +100,30 @@ def read_torch_file(path: Path, *, mapped: bool) -> object:
             raise _not_a_zip(handle.read(512))
         archive = _open_archive(handle)
         with archive:
-            return _Archive(archive, handle, mapped).load()
+            reader = _Archive(archive, handle, mapped)
+            reader.check_byte_order()
+            return reader.load()
+
+
+def pickles_for_torch(path: Path) -> tuple[bytes, int]:
+    """What ``torch.load(weights_only=True)`` unpickles of a file this reader leaves to it, for a
+    bounded interpreter to walk first: (the bytes, how many pickles they start with). A zip's
+    data.pkl, the archive checked as for reading (none for a TorchScript archive: torch refuses it
+    unread); the legacy format's head, where torch runs five pickles in a row (magic number,
+    protocol, system, object, storage keys). The tar format mixes pickles and storages: refused."""
+    with _open_regular(path) as handle:
+        if handle.read(4) != b"PK\x03\x04":
+            handle.seek(0)
+            head = handle.read(MAX_PICKLE_BYTES)
+            if _is_tar(head):
+                raise TorchFileError("torch's oldest (tar) format: not read (load and save it again)")
+            return head, 5
+        archive = _open_archive(handle)
+        with archive:
+            try:
+                return _Archive(archive, handle, mapped=False).pickled, 1
+            except NeedsTorch:  # a TorchScript archive
+                return b"", 0
 
 
 def _open_regular(path: Path) -> IO[bytes]:
@@ -112,11 +139,17 @@ def _open_regular(path: Path) -> IO[bytes]:
 
 
 def _not_a_zip(head: bytes) -> Exception:
-    if head.startswith(b"\x80") or head[257:262] == b"ustar":  # a pickle's PROTO; torch's tar format
+    if head.startswith(b"\x80"):  # a pickle's PROTO
         return NeedsTorch("torch's legacy (non-zip) format")
+    if _is_tar(head):
+        return NeedsTorch("torch's tar format")
     if not head:
         return TorchFileError("empty file")
     return TorchFileError("not a torch file (neither a zip archive nor torch's legacy format)")
+
+
+def _is_tar(head: bytes) -> bool:
+    return head[257:262] == b"ustar"
 
 
 def _open_archive(handle: IO[bytes]) -> zipfile.ZipFile:
@@ -137,12 +170,14 @@ class _StorageType:
     dtype: str
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False, slots=True)
 class _Storage:
-    """A storage as a tensor's rebuild receives it: its bytes and the dtype they were saved as."""
+    """A storage as a tensor's rebuild receives it: its record, the dtype it was saved as and its
+    size in bytes (checked against the record's); its bytes are read when a view says how many."""
 
-    data: np.ndarray  # uint8, exactly the storage's bytes
+    record: zipfile.ZipInfo
     dtype: str
+    nbytes: int
 
 
 class _Archive(RestrictedUnpickler):
@@ -151,10 +186,12 @@ class _Archive(RestrictedUnpickler):
         self._handle = handle
         self._mapped = mapped
         self._file_size = os.fstat(handle.fileno()).st_size
-        self._records: dict[str, np.ndarray] = {}
+        self._records: dict[str, np.ndarray] = {}  # by record name: the bytes read or mapped so far
+        self._storages: dict[str, zipfile.ZipInfo] = {}  # by storage key
         entries = archive.infolist()
         if not entries:
             raise TorchFileError("empty zip archive")
+        _no_duplicates(entries)
         # caffe2/serialize/inline_container.cc (PyTorchFileReader::init): the first record's folder
         folder, slash, _ = entries[0].filename.partition("/")
         if not slash:
@@ -168,14 +205,22 @@ class _Archive(RestrictedUnpickler):
             if self._info("constants.pkl") is not None:
                 raise NeedsTorch("a TorchScript archive (torch.jit.save), not torch.save's")
             raise TorchFileError(f"no {self._folder}/data.pkl: not an archive torch.save wrote")
-        order = self._info("byteorder")
-        if order is not None:
-            text = bytes(self._record(order, mapped=False))
-            if text == b"big":
-                raise NeedsTorch("saved on a big-endian machine")
-            if text != b"little":
-                raise TorchFileError(f"unknown byte order {text[:20]!r}")
+        if info.file_size > MAX_PICKLE_BYTES:
+            raise TorchFileError(
+                f"{info.filename} is {info.file_size:,} bytes: more than a tensor file's pickle "
+                f"({MAX_PICKLE_BYTES >> 20} MiB at most), refused unread"
+            )
         return bytes(self._record(info, mapped=False))
+
+    def check_byte_order(self) -> None:
+        order = self._info("byteorder")
+        if order is None:
+            return
+        text = bytes(self._record(order, mapped=False, end=8))
+        if text == b"big":
+            raise NeedsTorch("saved on a big-endian machine")
+        if text != b"little":
+            raise TorchFileError(f"unknown byte order {text[:20]!r}")
 
     def _info(self, name: str) -> zipfile.ZipInfo | None:
         try:
@@ -185,8 +230,10 @@ class _Archive(RestrictedUnpickler):
 
     # --- records -------------------------------------------------------------------------------
 
-    def _record(self, info: zipfile.ZipInfo, *, mapped: bool) -> np.ndarray:
-        """A record's bytes (uint8): mapped or read in place when stored, through zipfile when compressed."""
+    def _record(self, info: zipfile.ZipInfo, *, mapped: bool, end: int | None = None) -> np.ndarray:
+        """A record's bytes (uint8): mapped or read in place when stored, through zipfile when
+        compressed, then only its first ``end`` bytes (all when None), inflated straight into the
+        array: a small view of a deflated storage never inflates the rest of it."""
         if info.flag_bits & 0x1:
             raise TorchFileError(f"{info.filename} is encrypted")
         if info.compress_type == zipfile.ZIP_STORED:
@@ -194,14 +241,22 @@ class _Archive(RestrictedUnpickler):
         limit = min(info.file_size, _DEFLATE_RATIO * max(info.compress_size, 1))
         if info.file_size > limit or info.compress_size > self._file_size:
             raise TorchFileError(f"{info.filename}: its sizes are forged ({info.compress_size} compressed)")
+        size = info.file_size if end is None else min(end, info.file_size)
+        data = np.empty(size, dtype=np.uint8)
+        done = 0
         try:
-            with self._archive.open(info) as stream:
-                data = bytearray(stream.read(info.file_size))
+            with self._archive.open(info) as stream:  # zipfile stops at the sizes the zip declares
+                while done < size:
+                    chunk = stream.read(min(_INFLATE_CHUNK, size - done))
+                    if not chunk:
+                        break
+                    data[done : done + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
+                    done += len(chunk)
         except Exception as exc:  # BadZipFile (CRC), zlib.error, NotImplementedError (method) ...
             raise TorchFileError(f"{info.filename}: {_reason(exc)}") from exc
-        if len(data) != info.file_size:
-            raise TorchFileError(f"{info.filename}: {len(data)} bytes, {info.file_size} listed")
-        return np.frombuffer(data, dtype=np.uint8)
+        if done != size:
+            raise TorchFileError(f"{info.filename}: {done} bytes, {info.file_size} listed")
+        return data
 
     def _stored(self, info: zipfile.ZipInfo, *, mapped: bool) -> np.ndarray:
         """Past the local header, whose own name and extra lengths say where the bytes start (torch pads
@@ -218,7 +273,9 @@ class _Archive(RestrictedUnpickler):
             return np.zeros(0, dtype=np.uint8)
         if mapped:
             read_ahead(self._handle.fileno(), start, size)
-            return np.memmap(self._handle, dtype=np.uint8, mode="c", offset=start, shape=(size,))
+            found = map_bytes(self._handle.fileno(), start, size)
+            if found is not None:
+                return found
         data = np.empty(size, dtype=np.uint8)
         view = data.data  # a memoryview: read into the array in place
         done = 0
@@ -250,23 +307,31 @@ class _Archive(RestrictedUnpickler):
 
     def persistent_load(self, pid: object) -> object:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
-            raise TorchFileError(f"persistent id {str(pid)[:80]} is not a storage")
+            raise TorchFileError(f"persistent id {brief(pid)} is not a storage")
         _, storage_type, key, _location, numel = pid  # the location (cuda:0, npu:0...) is not needed here
-        if not isinstance(storage_type, _StorageType) or not isinstance(key, str) or not _count(numel):
-            raise TorchFileError(f"storage id {str(pid)[:80]} malformed")
-        data = self._records.get(key)
-        if data is None:
-            info = self._info(f"data/{key}")
-            if info is None:
-                raise TorchFileError(f"storage {key[:40]!r} has no record {self._folder}/data/{key[:40]}")
-            mapped = self._mapped and info.file_size >= _MAPPED_FROM
-            data = self._records[key] = self._record(info, mapped=mapped)
-        itemsize = _element_size(storage_type.dtype)
-        if numel * itemsize > len(data):
+        if not isinstance(storage_type, _StorageType) or not isinstance(key, str) or not count(numel):
+            raise TorchFileError(f"storage id {brief(pid)} malformed")
+        info = self._storages.get(key) or self._info(f"data/{key}")
+        if info is None:
+            raise TorchFileError(f"storage {key[:40]!r} has no record {self._folder}/data/{key[:40]}")
+        self._storages[key] = info
+        itemsize = element_size(storage_type.dtype)
+        if numel * itemsize > info.file_size:
             raise TorchFileError(
-                f"storage {key} holds {len(data)} bytes, {numel} {storage_type.dtype} need {numel * itemsize}"
+                f"storage {key} holds {info.file_size} bytes, {numel} {storage_type.dtype} need "
+                f"{numel * itemsize}"
             )
-        return _Storage(data[: numel * itemsize], storage_type.dtype)
+        return _Storage(info, storage_type.dtype, numel * itemsize)
+
+    def _bytes(self, storage: _Storage, end: int) -> np.ndarray:
+        """At least the first ``end`` bytes of a storage (all of it where the record is stored: a
+        mapping costs nothing, and views of one storage then share its memory)."""
+        info = storage.record
+        data = self._records.get(info.filename)
+        if data is None or len(data) < end:
+            mapped = self._mapped and info.file_size >= _MAPPED_FROM
+            data = self._records[info.filename] = self._record(info, mapped=mapped, end=end)
+        return data[: min(storage.nbytes, len(data))]
 
     def _rebuild_v2(
         self,
@@ -280,7 +345,7 @@ class _Archive(RestrictedUnpickler):
     ) -> np.ndarray:
         if not isinstance(storage, _Storage):
             raise TorchFileError("_rebuild_tensor_v2 without a storage")
-        return _tensor(storage.data, storage.dtype, offset, size, stride, metadata)
+        return self._tensor(storage, storage.dtype, offset, size, stride, metadata)
 
     def _rebuild_v3(
         self,
@@ -295,90 +360,37 @@ class _Archive(RestrictedUnpickler):
     ) -> np.ndarray:
         if not isinstance(storage, _Storage) or not isinstance(dtype, str):
             raise TorchFileError("_rebuild_tensor_v3 without a storage or a dtype")
-        return _tensor(storage.data, dtype, offset, size, stride, metadata)
+        return self._tensor(storage, dtype, offset, size, stride, metadata)
+
+    def _tensor(
+        self, storage: _Storage, dtype: str, offset: object, size: object, stride: object, metadata: object
+    ) -> np.ndarray:
+        """The view torch would build on the storage's bytes, checked to stay inside them first, and
+        the bytes it reaches read (inflated) only then."""
+        itemsize = element_size(dtype)
+        available = storage.nbytes // itemsize
+        start, shape, steps, end = checked_view(available, itemsize, dtype, offset, size, stride)
+        data = self._bytes(storage, end * itemsize) if end else _NO_BYTES
+        return with_metadata(view_values(data, itemsize, dtype, start, shape, steps), metadata)
+
+
+def _no_duplicates(entries: list[zipfile.ZipInfo]) -> None:
+    """torch.load reads the first record of a name and zipfile the last: an archive naming one twice
+    reads differently in each, so neither is believed."""
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.filename in seen:
+            raise TorchFileError(
+                f"the archive holds {entry.filename[:80]} twice (torch.load would read the first copy): "
+                "refused as forged"
+            )
+        seen.add(entry.filename)
 
 
 def _pread(handle: IO[bytes], offset: int, count: int) -> bytes:
     if not 0 <= offset < 1 << 62:  # a forged zip64 offset would overflow os.pread's off_t
         return b""
     return os.pread(handle.fileno(), count, offset)
-
-
-def _count(value: object) -> bool:
-    return type(value) is int and value >= 0
-
-
-def _element_size(dtype: str) -> int:
-    if dtype == "complex32":
-        return _COMPLEX32.itemsize
-    found = numpy_dtype(dtype) if dtype in TENSOR_DTYPES else None
-    if found is None:
-        raise NeedsTorch(f"tensors of {dtype}")
-    return found.itemsize
-
-
-def _tensor(
-    data: np.ndarray, dtype: str, offset: object, size: object, stride: object, metadata: object
-) -> np.ndarray:
-    """The view torch would build on the storage's bytes, checked to stay inside them first."""
-    itemsize = _element_size(dtype)
-    element_type = _COMPLEX32 if dtype == "complex32" else numpy_dtype(dtype)
-    assert element_type is not None
-    shape = _dims(size, "size")
-    steps = _dims(stride, "stride")
-    if not _count(offset) or len(shape) != len(steps):
-        raise TorchFileError(f"tensor view malformed (offset {offset!r}, size {shape}, stride {steps})")
-    if len(shape) > _MAX_DIMS:
-        raise NeedsTorch(f"a tensor of {len(shape)} dimensions (numpy holds {_MAX_DIMS})")
-    assert isinstance(offset, int)
-    elements = math.prod(shape)
-    if elements * itemsize >= _MAX_ELEMENTS:
-        raise TorchFileError(f"tensor of {elements} elements: more than numpy can index")
-    if elements == 0:
-        values = np.zeros(shape, dtype=element_type)
-    else:
-        available = len(data) // itemsize
-        last = offset + sum((extent - 1) * step for extent, step in zip(shape, steps, strict=True))
-        if last >= available:
-            raise TorchFileError(
-                f"tensor view (offset {offset}, size {shape}, stride {steps}) reaches element {last} "
-                f"of a storage of {available} {dtype}"
-            )
-        # a dimension of one element never steps: its stride (any number in torch) is left out
-        byte_steps = tuple(
-            step * itemsize if extent > 1 else 0 for extent, step in zip(shape, steps, strict=True)
-        )
-        # strided as raw elements of the width: as_strided passes the dtype as an array-interface
-        # string, which names ml_dtypes' float8 types ambiguously ("<f1")
-        base = data[: available * itemsize].view(np.dtype(f"V{itemsize}"))[offset:]
-        values = np.lib.stride_tricks.as_strided(base, shape=shape, strides=byte_steps).view(element_type)
-    if dtype == "complex32":  # widened exactly: float16 -> float32 parts
-        widened = np.empty(shape, dtype=np.complex64)
-        widened.real = values["real"]
-        widened.imag = values["imag"]
-        values = widened
-    return _with_metadata(values, metadata)
-
-
-def _dims(value: object, what: str) -> tuple[int, ...]:
-    if not isinstance(value, tuple) or not all(_count(item) for item in value):
-        raise TorchFileError(f"tensor {what} {str(value)[:80]} is not a tuple of non-negative integers")
-    return value
-
-
-def _with_metadata(values: np.ndarray, metadata: object) -> np.ndarray:
-    """torch/_utils.py set_tensor_metadata: the conjugate and negative bits of a lazy view, applied."""
-    if metadata is None or metadata == {}:
-        return values
-    if not isinstance(metadata, dict) or not set(metadata) <= {"conj", "neg"}:
-        raise NeedsTorch(f"tensor metadata {str(metadata)[:80]}")
-    if metadata.get("conj") and values.dtype.kind == "c":
-        values = np.conjugate(values)
-    if metadata.get("neg"):
-        if str(values.dtype) not in _SIGNED_FLOATS:
-            raise NeedsTorch(f"a negative view of {values.dtype}")
-        values = np.negative(values)
-    return values
 
 
 def _parameter(data: object, _requires_grad: object = False, _hooks: object = None) -> object:
@@ -394,13 +406,13 @@ def _parameter_with_state(data: object, requires_grad: object, hooks: object, _s
 def _size(dims: object = ()) -> tuple[int, ...]:
     items = tuple(dims) if isinstance(dims, (tuple, list)) else None
     if items is None or not all(type(item) is int for item in items):
-        raise TorchFileError(f"torch.Size of {str(dims)[:80]}")
+        raise TorchFileError(f"torch.Size of {brief(dims)}")
     return items
 
 
 def _device(kind: object, index: object = None) -> str:
     if not isinstance(kind, str) or not (index is None or type(index) is int):
-        raise TorchFileError(f"torch.device of {str(kind)[:40]}, {str(index)[:40]}")
+        raise TorchFileError(f"torch.device of {brief(kind)}, {brief(index)}")
     return kind if index is None else f"{kind}:{index}"
 
 
@@ -440,9 +452,7 @@ _GLOBALS: dict[str, object] = {
     "torch.Size": SafeCall("Size", _size),
     "torch.device": SafeCall("device", _device),
     # what else torch's weights_only loader allows outside torch (a meta dict may hold them)
-    "collections.OrderedDict": SafeCall("OrderedDict", OrderedDict),
-    "collections.Counter": SafeCall("Counter", Counter),
-    "builtins.set": SafeCall("set", set),
+    **HASHING_CALLS,
     "builtins.complex": SafeCall("complex", _complex),
     "builtins.bytearray": SafeCall("bytearray", _bytearray),
     "_codecs.encode": SafeCall("encode", _encode),
