@@ -32,7 +32,7 @@ def timed(fn):  # type: ignore[no-untyped-def]
 
 
 def msit_style(golden, test) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    """msit llm compare's definitions (formats.md §4.4), one numpy pass per metric."""
+    """msit llm compare's definitions (docs/formats.md §4.4), one numpy pass per metric."""
     import numpy as np
 
     g = golden.reshape(-1).astype(np.float32)

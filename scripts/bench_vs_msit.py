@@ -153,7 +153,8 @@ def ensure_pair(work: Path, venv: Path, label: str, layers: int, prompt: int) ->
 
 
 def _device_folder(side: Path) -> Path:
-    """``{side}/msit_dump_*/torch_tensors/cpu_{pid}``: the folder msit compare is given (formats.md §4.1)."""
+    """``{side}/msit_dump_*/torch_tensors/cpu_{pid}``: the folder msit compare is given
+    (docs/formats.md §4.1)."""
     trees = sorted(side.glob("msit_dump_*/torch_tensors/*/model_tree.json"))
     if len(trees) != 1:
         raise SystemExit(f"{side}: expected one msit torch dump, found {len(trees)}")
@@ -239,7 +240,7 @@ class Tools:
         return run
 
     def msit(self, pair: Pair, keep: bool = False, one_thread: bool = False) -> Run:
-        """``msit llm compare -gp GOLDEN -mp TEST -cl api -o DIR`` (formats.md §4.1), from the tools venv.
+        """``msit llm compare -gp GOLDEN -mp TEST -cl api -o DIR`` (docs/formats.md §4.1), in the tools venv.
 
         The output folder is deleted once its CSV was read, unless ``keep``. ``one_thread``: with
         ``OMP_NUM_THREADS=1``. torch's OpenMP threads wait for each other at every operation; on a
@@ -652,7 +653,7 @@ def _seconds(runs: dict[str, Any] | None) -> str:
 NEEDS = f"""\
 {VENV_VARIABLE} is not set to a virtual environment holding msit: this benchmark times msit's own
 compare and builds its pairs with msit's dumper, and nothing stands in for it.
-Make one (formats.md §0; scripts/make_model_fixtures.py's docstring):
+Make one (docs/formats.md §0; scripts/make_model_fixtures.py's docstring):
 
     python3 -m venv ~/tools-venv && . ~/tools-venv/bin/activate
     pip install torch==2.13.0 && pip install msit transformers

@@ -45,7 +45,7 @@ File times: msprobe writes each file from a host callback on the stream, in exec
 (aclgraph_dump.cpp:595-610); this script sets them 1 ms apart in the order written, so archives are
 reproducible and keep that order.
 
-Run in the tools venv (formats.md §0; see make_model_fixtures.py)::
+Run in the tools venv (docs/formats.md §0; see make_model_fixtures.py)::
 
     python scripts/make_aclgraph_fixtures.py
 """

@@ -6,7 +6,7 @@ and test in a lower precision with one injected fault, through the real dumper (
 both dumps with a ``case.json`` that says where the fault is. The tests read the archives; nothing
 here runs in the project's own environment.
 
-The tools need a virtual environment of their own (formats.md §0)::
+The tools need a virtual environment of their own (docs/formats.md §0)::
 
     python3 -m venv ~/tools-venv && . ~/tools-venv/bin/activate
     pip install torch==2.13.0 && pip install msit mindstudio-probe transformers

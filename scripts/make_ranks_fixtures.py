@@ -16,7 +16,7 @@ and the arguments after it as the output (core/dump/data_dump/data_processor/bas
 ``analyze_forward_output``: ``update_output_with_args_and_kwargs``), as it would a faulty
 communication library's.
 
-Run in the tools venv (formats.md §0; scripts/make_model_fixtures.py's docstring)::
+Run in the tools venv (docs/formats.md §0; scripts/make_model_fixtures.py's docstring)::
 
     python scripts/make_ranks_fixtures.py
 """

@@ -38,7 +38,7 @@ repeated file is a hard link to its first copy (see ``pack``). Re-packing the sa
 (``--keep DIR --reuse``) gives the same bytes; new dumps differ in their process ids.
 
 The tools need a virtual environment of their own (the route is in make_model_fixtures.py's
-docstring; formats.md §0), then, from the repository::
+docstring; docs/formats.md §0), then, from the repository::
 
     /path/to/tools-venv/bin/python scripts/make_sensitivity_fixtures.py [--keep DIR [--reuse]]
 """

@@ -60,7 +60,7 @@ def _msit_rows(cmp: Comparison) -> Iterator[dict[str, Any]]:
         row.update(golden_dtype=f"torch.{dtype_name(golden)}", golden_shape=str(list(golden.shape)))
         row.update(my_dtype=f"torch.{dtype_name(test)}", my_shape=str(list(test.shape)))
         if golden.size != test.size:
-            continue  # msit drops rows whose element counts differ (formats.md §4.3)
+            continue  # msit drops rows whose element counts differ (docs/formats.md §4.3)
         row.update(msit_metrics(golden, test))
         yield row
 
@@ -134,7 +134,7 @@ def _native_stats(side: str, tensor: Any) -> dict[str, Any]:
 
 
 def _msprobe_result(rows: list[dict[str, Any]]) -> None:
-    """msprobe's verdicts (formats.md §4.5): per-row checks, and per-call checks on the outputs.
+    """msprobe's verdicts (docs/formats.md §4.5): per-row checks, and per-call checks on the outputs.
 
     A row is an error when its dtype (outside qkv/gate_up names) or shape differs; a call's
     outputs are an error when its inputs' one-thousandth ratio is high (> 0.9) and the outputs'

@@ -1,4 +1,4 @@
-"""msit llm compare's metric definitions, written from formats.md §4.4 (not from our kernels).
+"""msit llm compare's metric definitions, written from docs/formats.md §4.4 (not from our kernels).
 
 Used to check two things: that we read the reference tensors exactly as msit did (this
 reproduces msit's CSV), and that where our definitions differ from msit's, they differ only
@@ -34,7 +34,7 @@ def torch_softmax_depth(n: int) -> int:
 
 
 def msit_elementwise(golden: np.ndarray, test: np.ndarray) -> dict[str, np.ndarray]:
-    """msit's per-element terms in fp32 (formats.md §4.4), flattened; 0 where |golden| <= eps32.
+    """msit's per-element terms in fp32 (docs/formats.md §4.4), flattened; 0 where |golden| <= eps32.
 
     ``ratio`` is m/g itself (its fp32 rounding is the largest error in ``rel`` = |m/g - 1|). Each
     is one or two correctly rounded fp32 operations, so they are the same on every CPU.

@@ -104,7 +104,7 @@ def test_msit_view_matches_msits_csv(reference: Path, case: str, test: str) -> N
         bound = red * (relative_euclidean_bound(n, EPS32) + relative_euclidean_bound(n, EPS64))
         assert abs(float(mine["relative_euclidean_distance"]) - red) <= bound, key
         # KL: both in fp32, each within its rounding bound of the exact (float64) value; fp32 KL below
-        # ~1e-6 is noise (formats.md §4.4), which is what the bound says, tensor by tensor
+        # ~1e-6 is noise (docs/formats.md §4.4), which is what the bound says, tensor by tensor
         exact = whole_tensor_kl64(g, t)
         bound = kl_rounding_bound(g, t, EPS32, torch_softmax_depth(n)) + kl_rounding_bound(g, t, EPS64)
         assert abs(float(row["kl_divergence"]) - exact) <= bound, key  # the bound holds for msit itself

@@ -55,7 +55,7 @@ def _sample(dtype: torch.dtype) -> torch.Tensor:
 
 def test_every_code_is_decoded_or_refused() -> None:
     every_code = {-1, 0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 16, 17, 27, 29, 30, 33}
-    every_code |= {34, 35, 36, 37, 38, 39, 40, 41, 42}  # formats.md §2.3, HIFLOAT4 included
+    every_code |= {34, 35, 36, 37, 38, 39, 40, 41, 42}  # docs/formats.md §2.3, HIFLOAT4 included
     assert set(ACL_DTYPES) | set(REFUSED_DTYPES) == every_code
     assert not set(ACL_DTYPES) & set(REFUSED_DTYPES)
 

@@ -1,4 +1,5 @@
-"""Re-dump templates (argv and config files exactly as formats.md describes), settings, runner."""
+"""Re-dump templates (argv and config files with the switches docs/formats.md §2.1, §2.6 and §3.1
+give), settings, runner."""
 
 from __future__ import annotations
 

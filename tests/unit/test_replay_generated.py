@@ -33,7 +33,7 @@ from tui_acc.verdicts.replay_check import _judged, replay_node
 
 def copy_with_weights(demo_pair, out: Path) -> tuple[Path, Path]:
     """The demo pair copied to ``out``, each side with its model's parameters in ``weights/``, as msit
-    writes them with ``dump_weight=True`` (formats.md §1.1): golden float32, test bfloat16."""
+    writes them with ``dump_weight=True`` (docs/formats.md §1.1): golden float32, test bfloat16."""
     for side, dtype in (("golden", FLOAT32), ("test", BFLOAT16)):
         copy = out / side
         shutil.copytree(getattr(demo_pair, side), copy)

@@ -1,6 +1,6 @@
 """The four metrics the Ascend all-reduce check reports, by msit's definitions, in float64.
 
-msit's definitions (formats.md §4: ``max_relative_error``, ``mean_relative_error`` over every
+msit's definitions (docs/formats.md §4.4: ``max_relative_error``, ``mean_relative_error`` over every
 element, relative errors only where ``|golden| > 2^-23``; ``relative_euclidean_distance`` is
 ``||test - golden|| / ||golden||``, 0 where the golden's norm is no more than that). Computed in
 float64 from the widened tensors: the golden is an exact float64 sum, and reproducing msit's own

@@ -1,4 +1,4 @@
-"""Re-encode an msit torch capture of the demo model as an msit ATB dump (formats.md §2).
+"""Re-encode an msit torch capture of the demo model as an msit ATB dump (docs/formats.md §2.2, §2.4).
 
 The graph mirrors what an ATB Llama port builds: ``WordEmbedding``, one ``LlamaLayer`` per layer
 holding an ``Attention`` graph (four ``LinearOperation``) and an ``MlpGateLayerV2`` graph (gate,

@@ -1,6 +1,6 @@
 """Our own capture hook: writes a model's forward passes in msit's torch dump layout.
 
-It produces what ``msit_llm``'s ``DumpConfig`` + ``register_hook`` would (formats.md §1), with
+It produces what ``msit_llm``'s ``DumpConfig`` + ``register_hook`` would (docs/formats.md §1), with
 one deliberate improvement: ``model_tree.json`` lists children in execution order (msit meant
 to, but a bug leaves them in ``named_children()`` order). It hooks the demo's numpy modules
 (modules.py) and torch modules alike (the tests capture small torch models), and writes each

@@ -215,7 +215,7 @@ def _statistics(payload: bytes, dtype: int) -> list[str]:
 
 def _write_info(msit_root: Path, info: Path, dev_pid: str) -> None:
     """info/model/{dev}_{pid}/{Model}.json (cpp:2116-2141) and info/layer/{dev}_{pid}/{opName}.json
-    (cpp:1892-1917), from msit's topology, which holds the same merged graph (formats.md §2)."""
+    (cpp:1892-1917), from msit's topology, which holds the same merged graph (docs/formats.md §2.4, §2.8)."""
     for model_file in sorted(msit_root.glob("model/*/*.json")):
         model = json.loads(model_file.read_text(encoding="utf-8"))
         target = info / "model" / dev_pid / f"{model['modelName']}.json"  # cpp:2133

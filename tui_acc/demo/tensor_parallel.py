@@ -290,7 +290,7 @@ def _write(
     outputs: list[np.ndarray],
     param: dict[str, object] | None = None,
 ) -> None:
-    # msit ATB's default -time 3: intensors before execution, outtensors after (formats.md §2.2)
+    # msit ATB's default -time 3: intensors before execution, outtensors after (docs/formats.md §2.1)
     for k, tensor in enumerate(inputs):
         write_bin(folder / "before" / f"intensor{k}.bin", tensor)
     for k, tensor in enumerate(outputs):

@@ -1,4 +1,4 @@
-"""The ATB / Mki ``.bin`` tensor file (formats.md §2.3), read exactly or refused by name.
+"""The ATB / Mki ``.bin`` tensor file (docs/formats.md §2.3), read exactly or refused by name.
 
 Layout: ``name=value`` text lines up to ``$End=1``, then the raw element bytes::
 
@@ -33,7 +33,7 @@ END_LINE = b"$End=1\n"
 _MAX_ALIAS_HOPS = 4
 _HEADER_LIMIT = 1 << 20
 
-# aclDataType codes (formats.md §2.3) -> (name, bytes per element or None when packed below a byte)
+# aclDataType codes (docs/formats.md §2.3) -> (name, bytes per element or None when packed below a byte)
 ACL_DTYPES: dict[int, tuple[str, float]] = {
     0: ("float32", 4),
     1: ("float16", 2),

@@ -7,6 +7,8 @@ of the operation that saved it, joined by ``_``, and that operation's file name.
 ``.bin`` *with its own header* below the same execution folder, not a raw payload file.
 With ``filter_level`` 2 a kernel's tensor holds ``data={its own file name}`` (:1612-1615):
 the probe did not save it at all.
+
+See docs/formats.md §2.9.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ Each tensor becomes the list of its ranks' files, merged when loaded:
   golden's size (column-parallel outputs; msit's rule), or taken from rank 0 when every rank
   holds the full tensor (replicated, as after an all-reduce).
 * **cat:D** where the reader knows the split: concatenated along dimension D (SGLang's ``[tp]``).
+
+See docs/formats.md §6.4.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Reader for msit ATB dumps (``msit llm dump --exec ...``; formats.md §2).
+"""Reader for msit ATB dumps (``msit llm dump --exec ...``; docs/formats.md §2.2).
 
 Layout::
 

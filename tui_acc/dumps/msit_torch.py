@@ -1,6 +1,6 @@
 """Reader for msit torch dumps (``msit_llm`` ``DumpConfig`` + ``register_hook``).
 
-Layout (formats.md §1)::
+Layout (docs/formats.md §1.1)::
 
     {dump_path}/msit_dump_{ts}/torch_tensors/{device}_{pid}/model_tree.json
     {dump_path}/msit_dump_{ts}/torch_tensors/{device}_{pid}/{TID}/{module}/input_{i}.pth | output*.pth

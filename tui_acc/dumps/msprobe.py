@@ -1,4 +1,4 @@
-"""Reader for msprobe PyTorch dumps (``PrecisionDebugger``; formats.md §3).
+"""Reader for msprobe PyTorch dumps (``PrecisionDebugger``; docs/formats.md §3).
 
 Layout::
 

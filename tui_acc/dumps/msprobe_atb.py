@@ -1,4 +1,4 @@
-"""Reader for msprobe's ATB dumps: ``statistic.csv`` (formats.md §2.6), statistics or tensors.
+"""Reader for msprobe's ATB dumps: ``statistic.csv`` (docs/formats.md §2.7), statistics or tensors.
 
 Columns (msprobe 26.2)::
 

@@ -1,4 +1,4 @@
-"""Reader for the folders msprobe's ATB probe writes (CANN 8.5 and later; formats.md §2.6).
+"""Reader for the folders msprobe's ATB probe writes (CANN 8.5 and later; docs/formats.md §2.6).
 
 Layout (msprobe ccsrc/atb_probe/atb_probe.cpp, read at file:line)::
 

@@ -1,4 +1,4 @@
-"""The ``info/`` topology msprobe's ATB probe writes beside its data (formats.md §2.6).
+"""The ``info/`` topology msprobe's ATB probe writes beside its data (docs/formats.md §2.8).
 
 ``info/model/{dev}_{pid}/{Model}_{Stage}.json`` (atb_probe.cpp:2116-2133): the model's
 top-level nodes, each ``opName`` suffixed with ``_{n}``, a counter over every model of the

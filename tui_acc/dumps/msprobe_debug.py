@@ -10,6 +10,8 @@ list/dict of them (as in dump.json); ``count`` counts the saves of ``var`` withi
 starts again at 0 after ``debugger.step()``. A token is a step: the user calls ``step()`` once per
 forward pass. Each save is a node, flat in save order; it has no inputs, so a save is judged by the
 saves before it (the first that differs while the ones before it match is where the error starts).
+
+See docs/formats.md §3.6.
 """
 
 from __future__ import annotations

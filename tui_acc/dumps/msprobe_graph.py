@@ -13,6 +13,8 @@ names (aclgraph_dumper.py:503-518), for both tasks: ``Aten.mm.43.forward``,
 ``Module.model.layers.0.mlp.LlamaMLP.forward.3``. The tensor task's call counters run on across
 steps (only the statistics task clears them, aclgraph_dump.cpp:745-749), so every record also gets
 a stable name, its order among the step's calls of the same API (``Aten.mm#13``).
+
+See docs/formats.md §3.7.
 """
 
 from __future__ import annotations

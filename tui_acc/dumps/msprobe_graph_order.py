@@ -15,6 +15,8 @@ Modules nest by their dotted paths (``Module.model.layers.0.mlp.LlamaMLP`` holds
 ``Module.model.layers.0.mlp.down_proj.Linear``). API calls run only inside the root module's
 forward (msprobe ``aclgraph_dumper.py:639-645``), so they sit under the root's record when it was
 recorded; where file times give each call's span, under the innermost module around them.
+
+See docs/formats.md §3.7.
 """
 
 from __future__ import annotations

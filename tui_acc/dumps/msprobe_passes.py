@@ -16,6 +16,8 @@ msprobe numbers calls across the whole run, so a token has to be found from the 
 Records of a token also get a *stable name*, the same at every token (``Functional.linear#14``
 for the 15th ``F.linear`` call of the pass), so that "the same operator" can be found at another
 token although msprobe's counters keep running.
+
+See docs/formats.md §3.4.
 """
 
 from __future__ import annotations

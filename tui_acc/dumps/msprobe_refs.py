@@ -4,6 +4,8 @@ A tensor entry points at its file (``data_name``, task tensor) or holds its stat
 statistics: Max/Min/Mean/Norm; ``summary_mode`` md5 adds a CRC32 as ``md5``, xor writes a checksum
 there instead of the statistics); task nan_check gives each record an ``is_nan`` flag. What a record
 holds decides how it can be compared, and ``content_notes`` says so.
+
+See docs/formats.md §3.3.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ forward pass of the server and ``stop()``/``step()`` after it, so ``step{N}/`` h
 the prefill step processes the prompt, each decode step one new token. msprobe resets its call
 counters at each step, so the records of every step are named alike. A per-request dump
 (``request_id``) skips the steps its request was not scheduled in: token k is the k-th step dumped.
+
+See docs/formats.md §3.5.
 """
 
 from __future__ import annotations

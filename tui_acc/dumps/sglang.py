@@ -20,6 +20,8 @@ with ``--gather``; gathering follows the ``dims`` annotation of ``dumper.dump(..
 where the model's code gave one, as SGLang's comparator does: ``h[tp]`` is concatenated along that
 dimension, ``h[tp:partial]`` summed. Steps are aligned by the ``input_ids`` they process in
 ``sglang_align.py``.
+
+See docs/formats.md §5.
 """
 
 from __future__ import annotations

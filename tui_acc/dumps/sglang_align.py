@@ -5,6 +5,8 @@ request, another request scheduled in between, or a re-dump started later shifts
 SGLang's comparator aligns by ``input_ids`` (comparator/aligner/token_aligner); here a test step is
 renumbered to the golden step that processed the same ``input_ids``, in order, where both sides
 dumped them (the hooks dump them under that name at every step).
+
+See docs/formats.md §5.2.
 """
 
 from __future__ import annotations

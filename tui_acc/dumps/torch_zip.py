@@ -18,6 +18,8 @@ What a file may make the reader do is bounded by what it honestly holds: the pic
 as its views reach (never past the sizes the zip declares), a view's elements by its storage's
 (torch_views), and an archive naming a record twice is refused (torch.load reads the first copy,
 zipfile the last).
+
+See docs/formats.md §6.2.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ def find_blocks(tree: NodeTree) -> list[str]:
     """The children of the node that holds the most children of one type (``model.layers``' decoder
     layers; ATB's ``N_LlamaLayer`` operations), in execution order; empty when no node repeats a type.
 
-    msit's own layer detection wants more than ten children, five of one type (formats.md §4.2): a
+    msit's own layer detection wants more than ten children, five of one type (docs/formats.md §4.2): a
     hunt on a two-layer test model must find its layers too, so two of one type suffice here. Ties
     go to the shallower node (a block's own repeated children, heads or experts, are not blocks).
     """

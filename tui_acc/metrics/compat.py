@@ -1,4 +1,4 @@
-"""Columns named and computed exactly as msit's and msprobe's compare tools do (formats.md §4.3-4.5).
+"""Columns named and computed exactly as msit's and msprobe's compare tools do (docs/formats.md §4.3-§4.5).
 
 For users who diff our output against those tools' spreadsheets. Our own metrics (float64,
 per-row KL, ...) are better defined; these reproduce the tools' arithmetic, quirks included:

@@ -2,7 +2,7 @@
 
 Two file formats are accepted (``--mapping FILE``):
 
-* msit's ``op_mapping_file.json`` (formats.md §2.5): ``{"AtbOpType": "TorchType" | [...],
+* msit's ``op_mapping_file.json`` (docs/formats.md §2.5): ``{"AtbOpType": "TorchType" | [...],
   "AtbType_outtensor0": ["TorchType_output_0"]}``; the second form pins which files are compared.
 * our TOML, easier to read and able to pin single nodes::
 
@@ -30,7 +30,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-# msit's built-in map (formats.md §2.5) and more. Values match torch types as substrings.
+# msit's built-in map (docs/formats.md §2.5) and more. Values match torch types as substrings.
 BUILTIN_TYPES: dict[str, tuple[str, ...]] = {
     "LinearOperation": ("Linear",),
     "LinearParallelOperation": ("Linear",),

@@ -1,4 +1,7 @@
-"""Commands for the common dumpers, filled from what the user selected (formats.md §1.4, §2.1, §2.6, §3).
+"""Commands for the common dumpers, filled from what the user selected.
+
+The dumpers' switches are those docs/formats.md describes: msit torch §1.4, msit ATB §2.1, msprobe's
+ATB probe §2.6, msprobe §3.1, serving engines §3.5, msprobe's graph mode §3.7, SGLang's dumper §5.1.
 
 Placeholders in a template: ``{token}`` the token as tui-acc numbers it, ``{tokens}`` the tokens
 when there are several (``0-7``, ``1,4``; empty: every token; ``tui-acc hunt`` asks for them),
@@ -158,7 +161,7 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
             argv += ["-er", f"{steps[0]},{steps[1]}"]
         if values["ids"]:
             argv += ["-ids", values["ids"]]
-        # -stp: 0 inputs, 1 outputs, 2 both (formats.md §2.1)
+        # -stp: 0 inputs, 1 outputs, 2 both (docs/formats.md §2.1)
         argv += ["-child", str(selection.subtree), "-stp", "1" if selection.outputs_only else "2"]
         argv += ["-o", values["out"]]
         if selection.nodes and not values["ids"]:
@@ -305,7 +308,7 @@ def parse_tokens(text: str) -> list[int] | None:
 
 
 def atb_id_chain(name: str) -> str | None:
-    """``3_LlamaLayer/1_Attention/0_LinearOperation`` -> ``3_1_0`` (msit's ``-ids``, formats.md §2.2)."""
+    """``3_LlamaLayer/1_Attention/0_LinearOperation`` -> ``3_1_0`` (msit's ``-ids``, docs/formats.md §2.2)."""
     parts = [_ATB_PART.match(part) for part in name.split("/")]
     if not parts or any(p is None for p in parts):
         return None

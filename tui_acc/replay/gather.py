@@ -27,7 +27,7 @@ _POSITIONAL = re.compile(r"^(?:input[._]|intensor)(\d+)$")
 _KEYWORD = re.compile(r"^input\.([A-Za-z_]\w*)$")
 _PARAMETER = re.compile(r"^parameters\.(\w+)$")
 _FIRST_OUTPUTS = ("output.0", "output", "output_0", "outtensor0")
-_OP_PARAMS = "op_param.json"  # ATB: beside before/ and after/ (Probe::SaveParam; formats.md §2.2)
+_OP_PARAMS = "op_param.json"  # ATB: beside before/ and after/ (Probe::SaveParam; docs/formats.md §2.2)
 
 
 @dataclass
@@ -199,7 +199,7 @@ def _add_atb_params(refs: list[TensorRef], policy: LoadPolicy, keyword: dict[str
 
 def _add_msit_weights(index: DumpIndex, node: str, policy: LoadPolicy, params: dict[str, np.ndarray]) -> None:
     """msit torch with ``dump_weight=True``: ``weights/{module}.{parameter}.pth`` in the device folder
-    (formats.md §1.1)."""
+    (docs/formats.md §1.1)."""
     if not index.format.startswith("msit-torch"):
         return
     folder = index.data_dir / "weights"

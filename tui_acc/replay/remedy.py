@@ -4,11 +4,11 @@ dumper that wrote the dump (its format). Each switch is the tool's own, as its s
 - msit torch: ``msit_llm/dump/torch_dump/dump_config.py`` (``DumpConfig``: ``dump_weight``,
   ``tensor_part`` 0 inputs, 1 outputs, 2 both; ``dump_statistics_mode`` 1 is statistics only) and
   ``dump_hook.py`` (``_dump_module_weight`` writes ``weights/{module}.{parameter}.pth``); msit dumps a
-  module's positional inputs only, never its keyword arguments (formats.md §1.1).
+  module's positional inputs only, never its keyword arguments (docs/formats.md §1.1).
 - msit ATB: ``msit_llm/__main__.py`` (``msit llm dump``: ``-stp`` 0 intensors, 1 outtensors, 2 both;
   ``-time 3`` intensors before and outtensors after the run, the default); ATB passes weights as
   intensors, so they are dumped with the intensors; ``op_param.json`` is the probe's
-  ``Probe::SaveParam``, written beside each operation's tensors (formats.md §2.2).
+  ``Probe::SaveParam``, written beside each operation's tensors (docs/formats.md §2.2).
 - msprobe (PyTorch): ``msprobe/config.json`` (``task``: tensor or statistics; ``data_mode``: all,
   input, output); at level L0 and mix a module's record holds its ``parameters``
   (``pytorch/dump/api_dump/pt_hook_manager.py`` ``_get_params_dict``, any task but structure).
