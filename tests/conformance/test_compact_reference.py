@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.conftest import COMPACT_REFERENCE, REPO
 
-SIZE_LIMIT = 10_000_000  # bytes, summed over files (issue 11): the repository carries its test data
+SIZE_LIMIT = 10_000_000  # bytes, summed over files: the repository carries its test data, kept small
 
 
 SCRIPT = REPO / "scripts" / "make_test_data.py"

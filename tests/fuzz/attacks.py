@@ -1,5 +1,5 @@
 """Hostile torch files, built byte by byte at test time (a few KB to a few MB each): the pickles,
-views and zip records of issue 27's probe, for the attack suite (test_attacks.py) and unit tests.
+views and zip records a hostile file may hold, for the attack suite (test_attacks.py) and unit tests.
 
 Pickles use the opcodes torch.save writes (protocol 2), so each reaches the part of the reader it
 attacks instead of stopping at an unknown opcode. Archives are written here too, record by record:

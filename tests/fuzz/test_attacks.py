@@ -1,4 +1,4 @@
-"""Issue 27's hostile torch files against ``tui-acc report``, each in its own process.
+"""Hostile torch files (forged pickles, views, zip records) against ``tui-acc report``, one process each.
 
 Each case is the demo pair with one tensor file (token 3, after the injected fault) replaced by a
 file built at test time (tests/fuzz/attacks.py). ``report --json`` runs in a subprocess under a wall

@@ -1,4 +1,4 @@
-"""Nothing that touches the disk runs on the event loop (issue 14, item 6): each test records the
+"""Nothing that touches the disk runs on the event loop: each test records the
 thread that reads the row cache, writes it, opens a dump or signals a re-dump, and checks it is not
 the loop's. The test coroutine runs on the loop's thread, so that is ``threading.get_ident()`` here.
 """

@@ -1,5 +1,5 @@
 """Pilot: what an export carries besides the columns on screen (labels, the effective input verdict,
-where it came from), and the formats a path's extension picks (issue 15, item 16)."""
+where it came from), and the formats a path's extension picks (.csv, .parquet, .xlsx)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The token list is drawn before anything it does not need is imported or listed (issue 16: a
-100,000-file dump's token list on screen in under 0.5 s): the engine and its polars, numpy, torch and
+"""The token list is drawn before anything it does not need is imported or listed (so that a
+100,000-file dump's token list is on screen in under 0.5 s): the engine and its polars, numpy, torch and
 numba come after the first frame, as do the rows below the screen's edge; then all works as before.
 """
 

@@ -352,7 +352,7 @@ async def test_detail_panel_warns_about_an_in_place_op(in_place_copy, demo_pair,
 
 async def test_kl_strip_makes_the_first_divergence_stand_out(demo_app: AccApp, demo_pair) -> None:
     """Scaled against the threshold in force, and labelled with it: the passing tokens stay below the
-    over-threshold bars, the first failing token rises above them (issue 15, item 15)."""
+    over-threshold bars, the first failing token rises above them."""
     from tui_acc.tui.bounds import number
     from tui_acc.tui.token_tally import OVER
     from tui_acc.tui.widgets.threshold_strip import ThresholdStrip

@@ -1,5 +1,5 @@
 """Help states the thresholds in force for the pair on screen, by dtype, and explains the columns and
-keys an 80-column user needs (issue 15, item 18)."""
+keys an 80-column user needs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Pilot: the keys and flows of issue 15 (f from launch to ◆, Tab, filter as you type, the palette,
-back from a re-dump, the re-dump dialog at 80x24)."""
+"""Pilot: the keys and flows a keyboard user relies on (f from launch to ◆, Tab, filter as you type,
+the palette, back from a re-dump, the re-dump dialog at 80x24)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The operator screen is readable at 80x24 and without colour (issue 15: items 1, 2, 3, 6, 13, 17)."""
+"""The operator screen is readable at 80x24 and without colour."""
 
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ async def test_p_on_an_operator_without_weights_says_why_once_and_how_to_make_it
     demo_app: AccApp, demo_pair, size: tuple[int, int]
 ) -> None:
     """The reason both sides share is said once (not in the reading and again in each side's column),
-    and so is what to dump (issue 28, item 4)."""
+    and so is what to dump to make the replay possible."""
     async with demo_app.run_test(size=size) as pilot:
         await _at_the_culprit(pilot, demo_pair.fault_module)
         await pilot.press("p")

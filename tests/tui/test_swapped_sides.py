@@ -1,5 +1,5 @@
-"""The token list warns when the golden is the less precise side, with the command that swaps them
-(issue 28, item 3); the right way round shows nothing."""
+"""The token list warns when the golden is the less precise side, with the command that swaps them;
+the right way round shows nothing."""
 
 from __future__ import annotations
 

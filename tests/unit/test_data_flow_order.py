@@ -1,4 +1,4 @@
-"""Execution order from data flow where a copy lost the file times (issue 14, finding 11).
+"""Execution order from data flow where a copy lost the file times.
 
 Dumps are written at test time, seeded, by the demo's msit-layout capture hook; their
 model_tree.json is rewritten in ``named_children()`` order, as msit writes it.

@@ -1,4 +1,4 @@
-"""docs/dumping.md (issue 28, item 5): the blocks scripts/check_dumping_docs.py runs against the real
+"""docs/dumping.md: the blocks scripts/check_dumping_docs.py runs against the real
 msprobe and msit are where it looks for them, well-formed, and named the way it substitutes them;
 the README sends a user there from its workflow."""
 

@@ -1,5 +1,6 @@
-"""The torch readers' bounds (issue 27), each at its edge: what a real file needs reads, one step past
-it is refused with a message saying which bound; nothing is hashed, written out or inflated past it.
+"""The torch readers' bounds against hostile files, each at its edge: what a real file needs reads,
+one step past it is refused with a message saying which bound; nothing is hashed, written out or
+inflated past it.
 
 The files are built byte by byte (tests/fuzz/attacks.py); the end-to-end cases, one process each,
 are tests/fuzz/test_attacks.py.

@@ -1,10 +1,14 @@
-"""The engine stays headless, and CI runs exactly the README's test command."""
+"""The engine stays headless, CI runs exactly the README's test command, and the repository explains
+itself: the documents its code cites are in it, and its tests say what they hold, not where they came
+from."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 from tests.conftest import REPO
 
@@ -91,3 +95,73 @@ def test_short_names_tell_siblings_apart() -> None:
     assert short_name("Module.model.layers.0.mlp.LlamaMLP.forward.3") == "mlp"
     assert short_name("Module.model.layers.1.LlamaDecoderLayer.forward.0") == "layers.1"
     assert short_name("Functional.linear.5.forward") == "linear.5"
+
+
+FORMATS = REPO / "docs" / "formats.md"
+# A mention of the formats page, bare or as the target of a Markdown link ([text](docs/formats.md))
+_MENTION = re.compile(r"\[[^\]\n]*\]\(([^)\s]*formats\.md)\)|([\w./-]*formats\.md)")
+_SECTION = re.compile(r"§(\d+(?:\.\d+)?)")
+_ISSUE = re.compile(r"\bissues?\s*#?\s*\d+|\bfinding\s+\d+", re.IGNORECASE)
+
+
+def _sources() -> list[Path]:
+    """The repository's code and tests (its Python files, fixtures' generators included)."""
+    return sorted(p for folder in ("tui_acc", "scripts", "tests") for p in (REPO / folder).rglob("*.py"))
+
+
+def _citing_files() -> list[Path]:
+    """Where the formats page may be cited (not this file, which speaks of citations in general)."""
+    docs = sorted(p for p in (REPO / "docs").glob("*.md") if p != FORMATS)
+    code = [p for p in _sources() if p != Path(__file__).resolve()]
+    return [*code, REPO / "README.md", REPO / "DEVELOPERS.md", *docs]
+
+
+def _formats_sections() -> set[str]:
+    """The numbers of docs/formats.md's chapters and sections (``## 2. ATB dumps``, ``### 2.3 ...``)."""
+    text = FORMATS.read_text(encoding="utf-8")
+    return {m.group(1) for m in re.finditer(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", text, re.M)}
+
+
+def _citations(text: str) -> Iterator[tuple[str, list[str]]]:
+    """Each mention of the formats page: the path it names, and the sections cited in the rest of its
+    paragraph (up to a blank line or the end of the docstring)."""
+    for match in _MENTION.finditer(text):
+        rest = text[match.end() :]
+        end = re.search(r"\n\s*\n|\"\"\"", rest)
+        paragraph = rest[: end.start() if end else len(rest)]
+        yield match.group(1) or match.group(2), _SECTION.findall(paragraph)
+
+
+def test_the_formats_page_the_code_cites_is_in_the_repository_with_every_section_it_cites() -> None:
+    """Every "formats.md" names docs/formats.md (relative to docs/ inside it), every citation in code
+    names a section, and every section cited, there or in the page itself, exists."""
+    sections = _formats_sections()
+    assert {"0", "1.1", "2.3", "3.7", "4.4", "5", "6.4"} <= sections
+    wrong: list[str] = []
+    cited = 0
+    for path in _citing_files():
+        text = path.read_text(encoding="utf-8")
+        where = path.relative_to(REPO)
+        expected = "formats.md" if path.parent == FORMATS.parent else "docs/formats.md"
+        for named, numbers in _citations(text):
+            cited += 1
+            if named != expected:
+                wrong.append(f"{where}: names {named!r}, not {expected!r}")
+            if path.suffix == ".py" and not numbers:
+                wrong.append(f"{where}: cites {named} without a section (§N)")
+            wrong += [f"{where}: cites §{n}, not in docs/formats.md" for n in numbers if n not in sections]
+    own = _SECTION.findall(FORMATS.read_text(encoding="utf-8"))
+    wrong += [f"docs/formats.md: refers to §{n}, which it lacks" for n in own if n not in sections]
+    assert wrong == []
+    assert cited >= 40  # the readers, pairing, compat views, re-dump, scripts and tests cite it
+
+
+def test_no_code_or_test_names_an_issue_number() -> None:
+    """Tests and modules say what behaviour they hold, not which ticket asked for it."""
+    found = [
+        f"{path.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}: {m.group()}"
+        for path in _sources()
+        for text in [path.read_text(encoding="utf-8")]
+        for m in _ISSUE.finditer(text)
+    ]
+    assert found == []

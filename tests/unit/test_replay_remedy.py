@@ -1,4 +1,4 @@
-"""A replay said impossible says how to make it possible, once (issue 28, item 4): what the dumper
+"""A replay said impossible says how to make it possible, once: what the dumper
 that wrote the dump must be asked for, by what is missing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Golden and test given the wrong way round (issue 28, item 3): the golden is the less precise side,
+"""Golden and test given the wrong way round: the golden is the less precise side,
 and the report says so with the user's command line, the two paths swapped."""
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def test_a_filter_matches_any_text_of_a_row_in_any_case_and_keeps_the_order() ->
 
 
 def test_signed_differences_sort_worst_first_by_magnitude() -> None:
-    """MaxDiff -0.0172 is the worst of these, not the best (issue 15, item 7)."""
+    """MaxDiff -0.0172 is the worst of these, not the best: signed columns sort by magnitude."""
     from tui_acc.tui.sorting import SortColumn, worst_end
 
     diffs = {"small": 0.001, "neg": -0.0172, "pos": 0.005, "none": None, "zero": 0.0}

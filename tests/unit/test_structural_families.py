@@ -1,4 +1,4 @@
-"""Torch against ATB for model families the operator map does not know (issue 12).
+"""Torch against ATB for model families the operator map does not know (GPT-2, Qwen2-MoE).
 
 The torch sides are real msit dumps of a GPT-2 (``Conv1D`` projections) and a Qwen2-MoE (fused
 experts, a router returning logits, scores and int64 expert ids) from ``tests/data/models``

@@ -39,7 +39,7 @@ def test_a_row_without_a_verdict_or_of_another_token_is_not_counted() -> None:
 
 
 def test_the_strip_is_scaled_against_the_threshold_not_from_min_to_max() -> None:
-    """An all-pass run (KL 1.5e-6 to 2e-6, threshold 1e-4) used to draw ▁▇█▁ (issue 15, item 15)."""
+    """An all-pass run (KL 1.5e-6 to 2e-6, threshold 1e-4) draws one flat level, not min-to-max's ▁▇█▁."""
     from tui_acc.tui.widgets.threshold_strip import ThresholdStrip
 
     all_pass = [strip_level(kl, KL_BOUND) for kl in (1.5e-6, 1.9e-6, 2e-6, 1.6e-6)]
