@@ -13,6 +13,8 @@ within a layer, the line of its ``forward`` a call came from names its module (`
 
 The groups are for reading only: a tree to look at (``grouped_tree``), never the tree pairing and
 judging use. Whatever the stacks do not say stays where it was, under the root.
+
+See docs/formats.md §3.3.
 """
 
 from __future__ import annotations
