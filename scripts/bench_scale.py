@@ -14,7 +14,7 @@
    fp32 values (golden) vs bf16 (test); ``report``'s peak RSS against the bound of the engine
    issue (300 MB + 3 x the largest pair).
 
-Nothing here is a test: machines are noisy. The figures go in the README.
+Nothing here is a test: machines are noisy. The figures go in docs/performance.md.
 """
 
 from __future__ import annotations

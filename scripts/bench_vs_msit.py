@@ -25,8 +25,8 @@ Without it the script says so and exits 2: no other baseline stands in for msit.
 4. The TUI in a real terminal (tmux, 120x40, a socket of its own): from launch to the first token's
    verdict on screen, then ``q`` and the process's exit.
 
-Prints one JSON object of every figure, then markdown tables for README. Not a test: the machine's
-load changes the figures (``uptime`` is recorded with them).
+Prints one JSON object of every figure, then markdown tables for docs/performance.md. Not a test: the
+machine's load changes the figures (``uptime`` is recorded with them).
 """
 
 from __future__ import annotations
@@ -567,7 +567,7 @@ def machine() -> dict[str, Any]:
 
 
 def markdown(figures: dict[str, Any]) -> str:
-    """The tables for README, from the figures."""
+    """The tables for docs/performance.md, from the figures."""
     pair = figures["pair"]
     lines = [
         f"A 7B-shaped pair written by msit {figures['versions'].get('msit', '?')} (Llama, hidden {HIDDEN}, "

@@ -108,8 +108,7 @@ def format_text(report: dict[str, Any]) -> str:
     rows = report["collectives"]
     lines = [
         f"run     {report['dump']} ({report['format']}, {len(ranks)} ranks: {', '.join(ranks)})",
-        f"rule    |out - sum| <= {report['margin']:g} x gamma_(N-1) x sum|x| per element "
-        "(README: Checks across ranks)",
+        f"rule    |out - sum| <= {report['margin']:g} x gamma_(N-1) x sum|x| per element (docs/ranks.md)",
         "",
         f"{'token':>5}  {'collectives':>11}  {'rows':>5}  {'disagree':>8}  {'not judged':>10}",
     ]

@@ -1,4 +1,4 @@
-"""The demo is the same on every CPU: the snapshot tests and the README's figures rest on it."""
+"""The demo is the same on every CPU: the snapshot tests and the docs' figures rest on it."""
 
 from __future__ import annotations
 

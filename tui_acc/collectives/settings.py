@@ -1,7 +1,7 @@
 """``tui-acc.toml``'s ``[collectives]`` table::
 
 [collectives]
-margin = 2      # an element fails beyond margin x its rounding bound (README: Checks across ranks)
+margin = 2      # an element fails beyond margin x its rounding bound (docs/ranks.md)
 """
 
 from __future__ import annotations

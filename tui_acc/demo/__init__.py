@@ -166,7 +166,7 @@ def write_redump_config(out: Path, layout: str) -> None:
     if config.exists():
         return
     run = [sys.executable, "-m", "tui_acc.demo.infer", "--demo", str(out.resolve())]
-    lines = ["# Written by `tui-acc demo`: how `r` re-dumps this pair (README: Re-dump).", ""]
+    lines = ["# Written by `tui-acc demo`: how `r` re-dumps this pair (docs/redump.md).", ""]
     for side in ("golden", "test"):
         lines.append(f"[redump.{side}]")
         if side == "test" and layout != "torch":

@@ -4,7 +4,7 @@ numpy arrays in (``tui_acc.dumps.dtypes``: bf16 and the 8-bit floats as ml_dtype
 state, no torch. Work is done in row chunks so a multi-GB tensor never needs a full float64 copy;
 every sum is accumulated in float64.
 
-Definitions (they differ from msit's on purpose, see README "Metrics"):
+Definitions (they differ from msit's on purpose, see docs/metrics.md):
 
 - cosine: g·t / (‖g‖‖t‖); 1 when both are all zero, 0 when exactly one is; none (nor any other
   metric) when no element is finite on both sides.

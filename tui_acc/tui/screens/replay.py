@@ -67,7 +67,7 @@ def replay_renderable(replay: Replay) -> RenderableType:
     hint = Text(
         "\nThe dumped output against a float64 replay from the same side's dumped inputs; ", style="dim"
     )
-    hint.append("Esc closes. README: Replay an operator.", style="dim")
+    hint.append("Esc closes. More in docs/replay.md.", style="dim")
     return Group(head, Text(""), table, *([remedies] if remedies else []), hint)
 
 
