@@ -16,7 +16,8 @@ from tui_acc.replay.call import Call, Replayed
 from tui_acc.replay.gather import Gathered
 from tui_acc.replay.sampling import ELEMENTS, plan
 from tui_acc.replay.torch_ops import linear, rms_norm_module, silu
-from tui_acc.verdicts.propagation import masked, modelled
+from tui_acc.verdicts.masks import masked
+from tui_acc.verdicts.propagation import modelled
 from tui_acc.verdicts.replay_check import _judged
 from tui_acc.verdicts.rounding import MARGIN, expected_local, local_bound, one_rounding
 from tui_acc.verdicts.rules import by_error_model, by_weights
@@ -196,10 +197,10 @@ def test_a_weight_is_judged_against_its_cast():
         error = float(np.linalg.norm(test - golden) / np.linalg.norm(golden))
         return _row(role="param", slot="parameters.weight", rel_euclidean=error)
 
-    assert by_weights({}, [weight(cast)], "Linear").local is False
-    found = by_weights({}, [weight(quantised)], "Linear")
+    assert by_weights([weight(cast)], "Linear").local is False
+    found = by_weights([weight(quantised)], "Linear")
     assert found is not None and found.local and found.rule == "weights"
-    assert by_weights({}, [_row(role="input", slot="input.0", rel_euclidean=0.5)], "Linear") is None
+    assert by_weights([_row(role="input", slot="input.0", rel_euclidean=0.5)], "Linear") is None
 
 
 def test_scalars_and_constants_are_judged_by_their_values():

@@ -47,6 +47,10 @@ class AnomalyEngine(MetricsEngine):
     # --- tokens: every operator of a token, not only its logits -------------------------------
 
     def token_row(self, token: int) -> TokenRow:
+        with self._token_lock:
+            known = self._token_rows.get(token)
+        if known is not None:  # every operator of the token: judged once, not at each asking
+            return known
         rows = self.node_rows(token)
         by_name = {row["golden_node"]: row for row in rows}
         first = first_suspect(self.pairing.golden.tree, by_name)

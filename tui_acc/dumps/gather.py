@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tui_acc.dumps.dtypes import is_float
 from tui_acc.dumps.model import DumpError, DumpIndex, Problem, TensorRef
 
 SUM, AUTO = "sum", "auto"
@@ -89,7 +90,7 @@ def merge_parts(parts: Sequence[np.ndarray], how: str, like: Sequence[int] | Non
         for part in parts[1:]:
             total += part
         dtypes = {p.dtype for p in parts}
-        return total.astype(parts[0].dtype) if len(dtypes) == 1 and parts[0].dtype.kind == "f" else total
+        return total.astype(parts[0].dtype) if len(dtypes) == 1 and is_float(parts[0]) else total
     if how.startswith(CONCAT):  # "cat:1": along the dimension the dump's own annotation names
         dim = int(how.removeprefix(CONCAT))
         if not all(p.ndim > dim for p in parts):

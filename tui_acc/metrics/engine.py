@@ -534,10 +534,16 @@ class MetricsEngine:
         another input: nothing in it starts an error (labels.diverged)."""
         tokens = self.pairing.tokens
         at = tokens.index(token) if token in tokens else 0
-        if at == 0 or self.pairing.logits_pair(tokens[at - 1]) is None:
+        if at == 0 or not self.judging.models:  # one dump on its own: no golden to have chosen otherwise
             return None
         previous = tokens[at - 1]
-        row = self.token_row(previous) if compute else self.cached_token_row(previous)
+        if compute:
+            if self.pairing.logits_pair(previous) is None:
+                return None
+            row: TensorRow | TokenRow | None = self.token_row(previous)
+        else:  # what a UI thread asks: memory only, and no token paired for it
+            pair = self.pairing.logits_pair(previous) if self.pairing.is_paired(previous) else None
+            row = self.known_row(pair) if pair is not None else None
         return diverged(previous, row.get("golden_top1"), row.get("test_top1")) if row is not None else None
 
     def _tensor_rows(self, node: NodePair) -> list[TensorRow]:

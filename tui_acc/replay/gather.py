@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,6 +113,20 @@ def _precision(output: np.ndarray | None) -> type[np.floating[Any]]:
     return np.float64
 
 
+def recorded_arguments(index: DumpIndex, token: int, node: str) -> dict[str, Any]:
+    """The non-tensor arguments a dump records for a call, by name (``argument 3`` where only the
+    position is known): msprobe's dump.json scalars, an ATB operation's op_param.json. No tensor is
+    read."""
+    refs = index.tensors(token, node)
+    positional: dict[int, Any] = {}
+    keyword: dict[str, Any] = {}
+    _add_recorded_arguments(refs, node, index.load_policy, positional, keyword)
+    _add_atb_params(refs, index.load_policy, keyword)
+    found = {f"argument {i}": value for i, value in positional.items() if value is not None}
+    found.update({key: value for key, value in keyword.items() if value is not None})
+    return found
+
+
 def _dump_json_of(refs: list[TensorRef]) -> Path | None:
     """msprobe: dump.json beside the dump_tensor_data/ its files are in (or a statistics entry's own)."""
     for ref in refs:
@@ -124,18 +140,53 @@ def _dump_json_of(refs: list[TensorRef]) -> Path | None:
 
 def record_of(dump_json: Path, name: str, policy: LoadPolicy) -> dict[str, Any] | None:
     """``name``'s record of an msprobe dump.json, decoded alone from where its key stands."""
+    indexed = _records(dump_json, policy)
+    if indexed is None:
+        return None
+    text, starts = indexed
+    start = starts.get(name)
+    if start is None:
+        return None
+    try:
+        record, _ = json.JSONDecoder().raw_decode(text, start)
+    except (ValueError, RecursionError):  # damaged, or nested past what the parser follows
+        return None
+    return record if isinstance(record, dict) else None
+
+
+# "Name": { ... : where each object-valued key's value starts (a record, or a kwargs table)
+_OBJECT_KEY = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*(?=\{)')
+_RECORDS: OrderedDict[tuple[str, int, int], tuple[str, dict[str, int]]] = OrderedDict()
+_RECORDS_KEPT = 4  # the dump.json of each side, and a re-dump's
+_records_lock = threading.Lock()
+
+
+def _records(dump_json: Path, policy: LoadPolicy) -> tuple[str, dict[str, int]] | None:
+    """A dump.json's text and where each record starts, read and scanned once per version of the
+    file (a replay asks for one record per operator: reading the file each time made replays cost
+    the square of its size)."""
+    try:
+        state = dump_json.stat()
+    except OSError:
+        return None
+    key = (str(dump_json), state.st_size, state.st_mtime_ns)
+    with _records_lock:
+        if key in _RECORDS:
+            _RECORDS.move_to_end(key)
+            return _RECORDS[key]
     try:
         text = policy.read_text(dump_json)
     except (OSError, ValueError):
         return None
-    key = re.search(re.escape(json.dumps(name)) + r"\s*:\s*", text)
-    if key is None:
-        return None
-    try:
-        record, _ = json.JSONDecoder().raw_decode(text, key.end())
-    except (ValueError, RecursionError):  # damaged, or nested past what the parser follows
-        return None
-    return record if isinstance(record, dict) else None
+    starts: dict[str, int] = {}
+    for match in _OBJECT_KEY.finditer(text):
+        name = match.group(1)
+        starts.setdefault(json.loads(f'"{name}"') if "\\" in name else name, match.end())
+    with _records_lock:
+        _RECORDS[key] = (text, starts)
+        while len(_RECORDS) > _RECORDS_KEPT:
+            _RECORDS.popitem(last=False)
+    return text, starts
 
 
 def _add_recorded_arguments(

@@ -86,7 +86,9 @@ def diverged(previous: int, golden_top1: object, test_top1: object) -> TokenInpu
 def prefetch(judging: Judging, node: NodePair, tensors: Tensors) -> None:
     """Replay ``node`` now (on a worker, while others compare tensors) where judging it will: the
     judge then finds the replay made. Skipped where the cheaper rules decide without it."""
-    if judging.checks is None or not judging.models or not judging.checks.has_reference(node):
+    if judging.checks is None or not judging.models or any(pair.test.parts for pair in node.tensors):
+        return
+    if not judging.checks.has_reference(node):
         return
     outputs = [t for t in tensors if t.get("role") == "output"]
     if not outputs or any(t.get("error") or gains_non_finite(t) or _integer_differs(t) for t in outputs):
@@ -94,7 +96,7 @@ def prefetch(judging: Judging, node: NodePair, tensors: Tensors) -> None:
     errors = [e for t in outputs if (e := error_of(t)) is not None]
     if errors and by_own_rounding({"output_error": max(errors)}, outputs) is not None:
         return
-    weights = by_weights({}, tensors, node.test_type or node.golden_type)
+    weights = by_weights(tensors, node.test_type or node.golden_type)
     if weights is None or not weights.local:
         judging.checks.replay(node)
 
@@ -125,33 +127,55 @@ def judge_one(
 def _reading(
     row: NodeRow, tensors: Tensors, judging: Judging, node: NodePair | None, compute: bool
 ) -> Reading | None:
+    """The first rule that can judge the node (the module docstring's order); None where the replay
+    it needs is not known and ``compute`` is False."""
     failing = row["outputs_passed"] is False and not row.get("outputs_unknown")
     outputs = [t for t in tensors if t.get("role") == "output" and not t.get("error")]
     hard = row.get("error") or row.get("outputs_unknown") or row["outputs_passed"] is None
     if hard or not judging.models or any(gains_non_finite(t) or _integer_differs(t) for t in outputs):
         return by_threshold(row, failing)
-    weights = by_weights(row, tensors, _node_type(row))
+    weights = by_weights(tensors, _node_type(row))
     if weights is not None and weights.local:
         return weights
     untouched = by_own_rounding(row, outputs)
     if untouched is not None:  # nothing for a replay to find: it is not run
         return untouched
-    if judging.checks is not None and node is not None and judging.checks.has_reference(node):
-        if compute:
-            replay = judging.checks.replay(node)
-        else:
-            known, replay = judging.checks.known_replay(node)
-            if not known:
-                return None
+    modelled = by_error_model(row, outputs, _data_inputs(row, tensors), roundings=_roundings(node))
+    if _replayable(row, judging, node):
+        assert judging.checks is not None and node is not None  # _replayable says so
+        known, replay = (True, judging.checks.replay(node)) if compute else judging.checks.known_replay(node)
+        if not known:
+            return None
         found = by_replay(replay) if replay is not None else None
-        if found is not None:
+        # a consistent replay of a sample can miss an error in the rows or columns it did not draw:
+        # where the output fails while the inputs pass and the model says the error is its own, the
+        # model's reading stands
+        suspicious = (
+            failing and row.get("inputs_effective") is True and modelled is not None and modelled.local
+        )
+        if found is not None and not (not found.local and suspicious):
             return found
     if judging.baseline and row.get("noise_ratio") is not None:
         return by_threshold(row, failing, rule="baseline")
-    modelled = by_error_model(row, outputs, _data_inputs(row, tensors))
-    if modelled is not None:
-        return modelled
-    return weights if weights is not None else by_threshold(row, failing)
+    return modelled if modelled is not None else by_threshold(row, failing)
+
+
+def _roundings(node: NodePair | None) -> int:
+    """How often the test's output was rounded: once, plus once per rank's partial sum where the
+    ranks' outputs are summed (a row-parallel matmul before its all-reduce)."""
+    if node is None:
+        return 1
+    summed = [len(pair.test.parts) for pair in node.outputs if pair.test.merge == "sum"]
+    return 1 + max(summed, default=0)
+
+
+def _replayable(row: Mapping[str, Any], judging: Judging, node: NodePair | None) -> bool:
+    """Whether the node is replayed: a reference exists, its inputs are not its own output (an
+    in-place op's dumped input was saved after the op overwrote it), and each tensor is one file (a
+    rank's shard is no operator's whole input)."""
+    if judging.checks is None or node is None or row.get("in_place"):
+        return False
+    return not any(pair.test.parts for pair in node.tensors) and judging.checks.has_reference(node)
 
 
 def apply(row: NodeRow, reading: Reading) -> None:
@@ -197,12 +221,11 @@ def _feed(
 ) -> tuple[dict[str, Any] | None, str | None]:
     """What fed ``name``: the previous sibling with outputs, else its parent's input, looking up.
 
-    Its verdict is that node's; its error the largest of everything that could have fed it (the
-    parent's input and every earlier sibling's outputs): glue code between them, a residual add
-    above all, mixes them, and a sum's relative error stays within its terms' largest.
+    Its verdict is that node's; its error the larger of that sibling's output and the parent's input:
+    glue code between operators (a residual add above all) mixes the two, and a sum's relative
+    error stays within its terms' largest.
     """
     current = name
-    errors: list[float] = []
     while True:
         parent = tree.nodes[current].parent
         if parent is None:
@@ -210,15 +233,14 @@ def _feed(
         siblings = tree.children(parent)
         before = [earlier[s] for s in siblings[: siblings.index(current)] if s in earlier]
         parent_row = earlier.get(parent)
-        candidates = [r.get("output_error") for r in before]
-        candidates += [parent_row.get("input_error")] if parent_row is not None else []
-        errors += [e for e in candidates if isinstance(e, (int, float))]
-        error = max(errors) if errors else None
+        came_in = parent_row.get("input_error") if parent_row is not None else None
         for row in reversed(before):
             if row["outputs_passed"] is not None and not row.get("outputs_unknown"):
-                return {"passed": row["outputs_passed"], "error": error}, row["golden_node"]
+                errors = [e for e in (row.get("output_error"), came_in) if isinstance(e, (int, float))]
+                fed = {"passed": row["outputs_passed"], "error": max(errors) if errors else None}
+                return fed, row["golden_node"]
         if parent_row is not None and parent_row.get("inputs_effective") is not None:
-            return {"passed": parent_row["inputs_effective"], "error": error}, parent
+            return {"passed": parent_row["inputs_effective"], "error": came_in}, parent
         current = parent  # a parent with no rows (a container): look one level up
 
 

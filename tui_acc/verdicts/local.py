@@ -18,6 +18,7 @@ a bf16 port has accumulated by the middle layers.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,18 +32,23 @@ from tui_acc.dumps.model import DumpError, DumpIndex
 from tui_acc.dumps.tensors import TensorLoadError
 from tui_acc.pairing import NodePair, Pairing, TensorPair
 from tui_acc.replay.distance import distance
+from tui_acc.replay.gather import recorded_arguments
 from tui_acc.replay.registry import Registry
 from tui_acc.replay.sampling import plan
 from tui_acc.row_store import RowStore
 from tui_acc.verdicts.replay_check import SideReplay, replay_side
+from tui_acc.verdicts.rounding import UNIT_ROUNDOFF
 
 
 @dataclass(frozen=True)
-class Replayed:
-    """The test side's replay of a node, and what the golden's says of the reference."""
+class NodeReplay:
+    """The test side's replay of a node, what the golden's says of the reference, and the recorded
+    arguments (an eps, a dim) where the two sides' differ: a replay from the test's own arguments
+    cannot see a wrong one."""
 
     test: SideReplay
     golden: SideReplay | None  # replayed only where the test disagrees
+    arguments: tuple[str, ...] = ()  # "eps: 0.5, the golden's 1e-06"
 
     @property
     def reference_holds(self) -> bool:
@@ -60,7 +66,7 @@ class LocalChecks:
         self.pairing = pairing
         self.registry = registry or Registry()
         # a node being replayed by one thread (a worker, ahead) is waited for by another (the judge)
-        self._replays: RowStore[tuple[int, str], Replayed | None] = RowStore()
+        self._replays: RowStore[tuple[int, str], NodeReplay | None] = RowStore()
         self._distances: RowStore[tuple[int, str, str], float | None] = RowStore()
         self._lock = threading.Lock()
         self.replayed = 0  # how many nodes were replayed (for the benchmark)
@@ -74,16 +80,16 @@ class LocalChecks:
         api = api_of(node.test) if index.format.startswith("msprobe") else None
         return self.registry.find(api, found.type if found is not None else None) is not None
 
-    def known_replay(self, node: NodePair) -> tuple[bool, Replayed | None]:
+    def known_replay(self, node: NodePair) -> tuple[bool, NodeReplay | None]:
         """``(known, replay)`` without computing anything (what a UI thread may ask)."""
         key = (node.token, node.golden)
         return key in self._replays, self._replays.get(key)
 
-    def replay(self, node: NodePair) -> Replayed | None:
+    def replay(self, node: NodePair) -> NodeReplay | None:
         """The node's replay (None where no reference exists), computed on first use."""
         return self._replays.once((node.token, node.golden), lambda: self._replay(node))
 
-    def _replay(self, node: NodePair) -> Replayed | None:
+    def _replay(self, node: NodePair) -> NodeReplay | None:
         if not self.has_reference(node):
             return None
         with self._lock:
@@ -93,7 +99,18 @@ class LocalChecks:
             golden = None
             if test.verdict == "disagrees":
                 golden = replay_side(self.pairing.golden, node.token, node.golden, self.registry, "golden")
-        return Replayed(test, golden)
+        return NodeReplay(test, golden, self._differing_arguments(node))
+
+    def _differing_arguments(self, node: NodePair) -> tuple[str, ...]:
+        """The recorded arguments both sides have and that differ (dtypes and devices aside: a port
+        changes those by design)."""
+        golden = recorded_arguments(self.pairing.golden, node.token, node.golden)
+        test = recorded_arguments(self.pairing.test, node.token, node.test)
+        return tuple(
+            f"{key}: {test[key]!r}, the golden's {golden[key]!r}"
+            for key in sorted(golden.keys() & test.keys())
+            if not _same_argument(golden[key], test[key])
+        )
 
     def known_distance(self, output: TensorPair, source: TensorPair) -> tuple[bool, float | None]:
         key = (output.token, output.test.location, source.test.location)
@@ -105,6 +122,31 @@ class LocalChecks:
         return self._distances.once(key, lambda: _test_distance(self.pairing.test, output, source))
 
 
+def _same_argument(golden: Any, test: Any) -> bool:
+    if (
+        isinstance(golden, str)
+        and isinstance(test, str)
+        and (_is_dtype_or_device(golden) or _is_dtype_or_device(test))
+    ):
+        return True
+    if isinstance(golden, float) or isinstance(test, float):
+        try:
+            return math.isclose(float(golden), float(test), rel_tol=1e-6, abs_tol=0.0)
+        except (TypeError, ValueError):
+            return False
+    if isinstance(golden, (list, tuple)) and isinstance(test, (list, tuple)) and len(golden) == len(test):
+        return all(_same_argument(g, t) for g, t in zip(golden, test, strict=True))
+    return bool(golden == test)
+
+
+def _is_dtype_or_device(value: str) -> bool:
+    name = value.removeprefix("torch.")
+    return name in _DTYPES or name.split(":")[0] in ("cpu", "cuda", "npu", "meta", "xpu", "mps")
+
+
+_DTYPES = frozenset(
+    {*UNIT_ROUNDOFF, "bool", "uint8", "int8", "int16", "int32", "int64", "complex64", "complex128"}
+)
 _blas = threading.Lock()
 _blas_users = 0
 _blas_limit: Any = None

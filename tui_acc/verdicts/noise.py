@@ -24,16 +24,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tui_acc.rows import NoiseFloor
+from tui_acc.verdicts.propagation import relative_error
 from tui_acc.verdicts.thresholds import Thresholds, gains_non_finite, is_float
-
-
-def error_of(row: Mapping[str, Any]) -> float | None:
-    """The error the noise floor compares: relative Euclidean distance, or for a statistics-only row
-    the norms' relative difference (None when the row has neither)."""
-    if row.get("error"):
-        return None
-    value = row.get("norm_rel_diff") if row.get("stats_only") else row.get("rel_euclidean")
-    return abs(value) if isinstance(value, (int, float)) and not math.isnan(value) else None
 
 
 def noise_fields(test: Mapping[str, Any], baseline: Mapping[str, Any] | None) -> NoiseFloor:
@@ -46,7 +38,7 @@ def noise_fields(test: Mapping[str, Any], baseline: Mapping[str, Any] | None) ->
         "baseline_rmse": baseline.get("rmse"),
         "noise_ratio": None,
     }
-    test_error, base_error = error_of(test), error_of(baseline)
+    test_error, base_error = relative_error(test), relative_error(baseline)
     if test_error is not None and base_error is not None:
         if base_error > 0:
             fields["noise_ratio"] = test_error / base_error
@@ -69,7 +61,7 @@ def judged(
         return None  # token ids and masks must match exactly, whatever the baseline does
     if baseline is None:
         return None
-    test_error, base_error = error_of(test), error_of(baseline)
+    test_error, base_error = relative_error(test), relative_error(baseline)
     if test_error is None or base_error is None:
         return None
     factor, epsilon = thresholds.for_noise(golden_dtype, test_dtype)

@@ -29,6 +29,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tui_acc.verdicts.masks import masked
 from tui_acc.verdicts.rounding import unit_roundoff
 
 GROWTH = 2.0
@@ -38,14 +39,29 @@ GROWTH = 2.0
 MIN_WIDTH = 16
 
 
-def error_of(row: Mapping[str, Any]) -> float | None:
-    """A tensor row's relative error: relative Euclidean distance, or for a statistics-only row the
-    norms' relative difference (None when the row has neither, could not be read, or holds a mask's
-    fill values, whose difference between dtypes is no error)."""
-    if row.get("error") or masked(row):
+def relative_error(row: Mapping[str, Any]) -> float | None:
+    """A tensor row's relative error as measured: relative Euclidean distance, or for a
+    statistics-only row the norms' relative difference (None when it has neither, or could not be
+    read)."""
+    if row.get("error"):
         return None
     value = row.get("norm_rel_diff") if row.get("stats_only") else row.get("rel_euclidean")
     return abs(value) if isinstance(value, (int, float)) and not math.isnan(value) else None
+
+
+def error_of(row: Mapping[str, Any]) -> float | None:
+    """A tensor row's relative error as the model reads it: ``relative_error`` of a float tensor,
+    None for what it says nothing of: an integer tensor (token ids: a difference is not an error
+    that grows), a mask's fill values (their difference between dtypes is no error), a golden of
+    zeros (an infinite relative error)."""
+    value = relative_error(row)
+    floats = (
+        unit_roundoff(row.get("golden_dtype")) is not None
+        and unit_roundoff(row.get("test_dtype")) is not None
+    )
+    if value is None or not floats or masked(row) or math.isinf(value):
+        return None
+    return value
 
 
 def modelled(row: Mapping[str, Any]) -> bool:
@@ -68,26 +84,6 @@ def narrow(row: Mapping[str, Any]) -> bool:
     dump does not hold, may amplify any error that came in."""
     found = width(row)
     return found is not None and found < MIN_WIDTH
-
-
-# the largest finite value of each float dtype: a value at it is a mask's fill (or an overflow)
-_FLOAT_MAX = {"float32": 3.4028234663852886e38, "float16": 65504.0, "bfloat16": 3.3895313892515355e38}
-
-
-def saturates(value: object, dtype: object) -> bool:
-    """Whether ``value`` is at ``dtype``'s largest magnitude."""
-    limit = _FLOAT_MAX.get(str(dtype).removeprefix("torch."))
-    return limit is not None and isinstance(value, (int, float)) and abs(value) >= limit
-
-
-def masked(row: Mapping[str, Any]) -> bool:
-    """A tensor both sides fill with their own dtype's extreme (an attention mask: float32's
-    -3.4e38 golden, float16's -65504 test): equal by intent, however far apart their digits are."""
-    return any(
-        saturates(row.get(f"golden_{key}"), row.get("golden_dtype"))
-        and saturates(row.get(f"test_{key}"), row.get("test_dtype"))
-        for key in ("max", "min")
-    )
 
 
 def angle_condition(node_type: str | None, inputs: Sequence[Mapping[str, Any]]) -> float | None:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from tui_acc.numbers import number
 from tui_acc.pairing import NodePair, TensorPair
 from tui_acc.rows import NodeRow, TensorRow
-from tui_acc.verdicts.local import LocalChecks, Replayed
+from tui_acc.verdicts.local import LocalChecks, NodeReplay
 from tui_acc.verdicts.propagation import (
     GROWTH,
     angle_condition,
@@ -28,7 +28,6 @@ from tui_acc.verdicts.rounding import coarser, local_bound
 from tui_acc.verdicts.weights import cast_bound, is_weight
 
 Rule = Literal["threshold", "weights", "replay", "baseline", "error model"]
-RULES: tuple[Rule, ...] = ("replay", "weights", "error model", "baseline", "threshold")
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ def by_threshold(row: Mapping[str, Any], failing: bool, rule: Rule = "threshold"
     return Reading(rule, local, row.get("output_error"), None, reason)
 
 
-def by_weights(row: Mapping[str, Any], tensors: Sequence[TensorRow], node_type: str | None) -> Reading | None:
+def by_weights(tensors: Sequence[TensorRow], node_type: str | None) -> Reading | None:
     """The node's weights against what their cast explains; None where it has no float weight."""
     worst: tuple[float, float, TensorRow] | None = None
     for tensor in tensors:
@@ -81,19 +80,25 @@ def by_weights(row: Mapping[str, Any], tensors: Sequence[TensorRow], node_type: 
     return Reading("weights", False, error, bound, f"its weights are within their cast ({cast})")
 
 
-def by_replay(replay: Replayed) -> Reading | None:
+def by_replay(replay: NodeReplay) -> Reading | None:
     """The test side's output against its own replay; None where it could not be replayed, or the
-    golden's replay shows the reference is not what the operator computes."""
+    golden's replay shows the reference is not what the operator computes. A test consistent with
+    its replay but called with other arguments than the golden's (an eps of 0.5 for 1e-06) computes
+    what it was told, wrongly: local."""
     test = replay.test
     error, bound = test.local_error, test.tolerance
     if test.verdict == "impossible" or not replay.reference_holds:
         return None
     sample = f", {test.sampled} replayed" if test.sampled else ""
     explains = f"rounding at {test.dtype} explains up to {number(bound)}"
-    if test.verdict == "consistent":
+    if test.verdict == "consistent" and replay.arguments:
+        said = "; ".join(replay.arguments)
         return Reading(
-            "replay", False, error, bound, f"its own inputs give its output: {test.reason}{sample}"
+            "replay", True, error, bound, f"its own inputs give its output, but its arguments differ: {said}"
         )
+    if test.verdict == "consistent":
+        said = f"its own inputs give its output: {test.reason}{sample}"
+        return Reading("replay", False, error, bound, said)
     said = f"{number(error)} off its replay from its own inputs" if error is not None else test.reason
     return Reading("replay", True, error, bound, f"its output is {said}; {explains}{sample}")
 
@@ -118,10 +123,13 @@ def by_error_model(
     outputs: Sequence[Mapping[str, Any]],
     inputs: Sequence[Mapping[str, Any]] = (),
     inside: Sequence[Mapping[str, Any]] = (),
+    roundings: int = 1,
 ) -> Reading | None:
     """The output's error against what its inputs (and, for a module, every output inside it) carry;
     None where either is unknown, or an output is beyond the model (``propagation.modelled``).
 
+    ``roundings``: how often the output was rounded to its dtype (a tensor summed from k ranks'
+    partial sums, each rounded before the sum, was rounded k + 1 times).
     The rounding allowed is that of the coarser of the two sides' dtypes (both sides' roundings
     show in the distance between them), over a reduction as long as the widest input's rows. A
     narrow output (a gate's single logit) may amplify what came in without bound: it is local only
@@ -139,7 +147,7 @@ def by_error_model(
     condition = angle_condition(_type_of(row), inputs)
     if condition is None:
         return None
-    rounding = local_bound(dtype, reduction) * condition
+    rounding = local_bound(dtype, reduction, roundings) * condition
     what = "every output inside it" if inside else "its inputs"
     if any(narrow(t) for t in outputs) and came_in > rounding:
         said = (
@@ -270,8 +278,3 @@ def _type_of(row: Mapping[str, Any]) -> str | None:
 
 def _ratio(error: float, bound: float) -> float:
     return error / bound if bound > 0 else math.inf if error > 0 else 0.0
-
-
-def weights_of(tensors: Sequence[TensorRow], node_type: str | None) -> list[TensorRow]:
-    """The node's weight tensors (see weights.py)."""
-    return [t for t in tensors if is_weight(t, node_type)]

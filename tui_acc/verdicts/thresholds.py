@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tui_acc.verdicts.propagation import masked, saturates
+from tui_acc.verdicts.masks import masked, saturates
 from tui_acc.verdicts.rounding import coarser, local_bound
 
 DTYPES = ("float32", "float16", "bfloat16", "int8")

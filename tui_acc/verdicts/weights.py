@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tui_acc.dumps.msprobe_passes import api_of
-from tui_acc.verdicts.rounding import one_rounding, unit_roundoff
+from tui_acc.verdicts.rounding import coarser, one_rounding, unit_roundoff
 
 WEIGHT_MARGIN = 2.0
 
@@ -35,8 +35,9 @@ _WEIGHT_SLOTS = {
     "NPU.npu_rms_norm": {"input.1", "input.gamma"},
     "LinearOperation": {"intensor1", "intensor2"},
     "RmsNormOperation": {"intensor1"},
-    "GatherOperation": {"intensor0"},
 }
+# ATB's GatherOperation is left out: MindIE gathers hidden states with it too, not only the embedding
+# table; a LinearOperation's intensor1 is a weight only when 2-d (a batched matmul's is an activation)
 _MSPROBE_RECORD = re.compile(r"^(Functional|Tensor|Torch|NPU|Distributed|Aten|Module)\.")
 
 
@@ -48,14 +49,14 @@ def is_weight(row: Mapping[str, Any], node_type: str | None = None) -> bool:
         return False
     node = str(row.get("golden_node") or "")
     key = (api_of(node) if _MSPROBE_RECORD.match(node) else None) or node_type or ""
+    if key == "LinearOperation" and row.get("slot") == "intensor1":
+        return str(row.get("golden_shape") or "").count(",") == 1
     return str(row.get("slot")) in _WEIGHT_SLOTS.get(key, ())
 
 
 def cast_bound(golden_dtype: object, test_dtype: object) -> float | None:
     """The largest relative error a cast between the two dtypes explains; None where it is no cast
     (an integer weight: a quantisation, with scales this does not read)."""
-    units = [unit_roundoff(golden_dtype), unit_roundoff(test_dtype)]
-    if any(u is None for u in units):
+    if unit_roundoff(golden_dtype) is None or unit_roundoff(test_dtype) is None:
         return None
-    coarser = golden_dtype if (units[0] or 0) >= (units[1] or 0) else test_dtype
-    return WEIGHT_MARGIN * one_rounding(coarser)
+    return WEIGHT_MARGIN * one_rounding(coarser(golden_dtype, test_dtype))
