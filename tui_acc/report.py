@@ -125,7 +125,9 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
         "swapped": swapped.as_dict() if (swapped := swapped_sides(tokens.iter_rows(named=True))) else None,
         "first_failing_op": op_summary(suspect),
         # where the logits fail and no operator adds error of its own, that is the finding
-        "explanation": _explanation(failing, suspect, token_rows),
+        "explanation": _explanation(
+            cmp, failing if analysed == failing else None, suspect, token_rows, nodes
+        ),
         # the tokens whose operators were compared (the others' logits only): the analysed token,
         # or every token with --all-tokens
         "operators_compared_at": compared,
@@ -166,12 +168,22 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
 
 
 def _explanation(
-    failing: int | None, suspect: Row | None, token_rows: dict[int, dict[str, Any]]
+    cmp: Comparison,
+    failing: int | None,
+    suspect: Row | None,
+    token_rows: dict[int, dict[str, Any]],
+    nodes: pl.DataFrame,
 ) -> str | None:
-    """A failing token and no operator to blame: the drift its dtype explains, said so."""
+    """The first failing token, analysed, and no operator to blame: the drift its dtype explains,
+    said so. Not where an operator there could not be read (it may be the culprit); operators on one
+    side only are counted, since nothing about them was compared."""
     if failing is None or suspect is not None or token_rows[failing].get("error"):
         return None
-    return accumulated(token_rows[failing].get("test_dtype"))
+    if nodes.height and nodes["error"].drop_nulls().len():
+        return None
+    found = accumulated(token_rows[failing].get("test_dtype"))
+    unmatched = sum(1 for u in cmp.pairing.unmatched if u.kind == "node" and u.token == failing)
+    return f"{found} ({unmatched} operators on one side only not compared)" if unmatched else found
 
 
 def _noise_floor(cmp: Comparison, nodes: pl.DataFrame) -> dict[str, Any]:

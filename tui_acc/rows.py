@@ -244,3 +244,8 @@ class NodeRow(
 
 # A row of any of the shapes above, read by column name (the tables, exports and the cache).
 Row = Mapping[str, Any]
+
+# What identifies the same data on one side of a tensor row (``golden_max``, ``test_norm``...): equal
+# shape, dtype, max, min, mean and L2 norm, on a tensor that is not constant (equal by coincidence
+# too often). It finds an in-place op's input saved after the op, and a module's output in an op inside.
+SAME_DATA_FIELDS = ("shape", "dtype", "max", "min", "mean", "norm")

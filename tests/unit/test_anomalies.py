@@ -232,3 +232,22 @@ def test_every_real_tool_dump_raises_nothing(model_case, case: str) -> None:
     for side in ("golden", "test"):
         report = single.build_report(open_single(model_case(case) / side))
         assert report["anomalies"] == [] and report["errors"] == [], (case, side)
+
+
+def test_a_token_of_a_single_dump_judges_that_token_alone(demo_pair, monkeypatch) -> None:
+    # with no golden, no earlier token can have chosen another input: asking for the last token must
+    # not judge every token before it (a long decode would judge N^2 operators)
+    engine = open_single(demo_pair.test).engine
+    judged: list[int] = []
+    node_rows = type(engine).node_rows
+
+    def counted(self, token: int, *args, **kwargs):
+        judged.append(token)
+        return node_rows(self, token, *args, **kwargs)
+
+    monkeypatch.setattr(type(engine), "node_rows", counted)
+    last = engine.pairing.tokens[-1]
+    assert len(engine.pairing.tokens) > 2
+    engine.token_row(last)
+    engine.token_row(last)  # asked again: remembered
+    assert judged == [last]

@@ -184,6 +184,27 @@ def test_the_error_model_leaves_what_it_cannot_read():
     assert carried is not None and not carried.local and "narrow" in carried.reason
 
 
+def test_a_softmax_amplifies_by_its_input_magnitude_and_a_fused_attention_is_not_modelled():
+    scores = _row(role="input", rel_euclidean=0.01, golden_max=20.0, golden_min=-12.0)
+    probabilities = _row(role="output", rel_euclidean=0.15)
+    row = {"input_error": 0.01, "output_error": 0.15, "test_type": "Functional.softmax"}
+    # 1 % on scores up to 20 is up to 20 % on the probabilities: transmission, not a fault
+    softmax = by_error_model(row, [probabilities], [scores])
+    assert softmax is not None and not softmax.local
+    assert softmax.expected_error == pytest.approx(2 * 20 * 0.01 + local_bound("bfloat16"))
+    worse = {**probabilities, "rel_euclidean": 0.5}
+    assert by_error_model({**row, "output_error": 0.5}, [worse], [scores]).local
+    # the same numbers through a linear map are a fault
+    assert by_error_model({**row, "test_type": "Functional.linear"}, [probabilities], [scores]).local
+    fused_types = (
+        "Functional.scaled_dot_product_attention",
+        "PagedAttentionOperation",
+        "NPU.npu_fusion_attention",
+    )
+    for fused in fused_types:
+        assert by_error_model({**row, "test_type": fused}, [probabilities], [scores]) is None
+
+
 def test_a_weight_is_judged_against_its_cast():
     rng = np.random.default_rng(11)
     golden = rng.standard_normal(4096)

@@ -128,6 +128,13 @@ def _atb_run(root: Path, dtype: torch.dtype, faulty: bool) -> Path:
         _op(at, "7_ElewiseOperation", [added], added, {"elewiseType": 8})  # its second operand not dumped
         _op(at, "8_LinearOperation", [added, weight2[:, :8]], linear, {"transposeB": True})  # wrong weight
         _op(at, "9_RmsNormOperation", [emb, gamma], normed, {})  # epsilon not in its op_param.json
+        halved = (added.float() * 0.5).to(dtype)
+        _op(at, "10_ElewiseOperation", [added], halved, {"elewiseType": 2, "mulsParam": {"varAttr": 0.5}})
+        _op(at, "11_ElewiseOperation", [added], halved, {"elewiseType": 2})  # muls, its factor not dumped
+        # the test's norm called with another epsilon than the golden's: consistent with what it was told
+        eps = 0.5 if faulty else 1e-5
+        told = F.rms_norm(emb.float(), (HIDDEN,), gamma.float(), eps).to(dtype)
+        _op(at, "12_RmsNormOperation", [emb, gamma], told, {"layerType": 1, "normParam": {"epsilon": eps}})
     return root
 
 
@@ -142,6 +149,7 @@ def atb(tmp_path_factory: pytest.TempPathFactory):
 def test_atb_the_faulty_linear_operation_disagrees_and_the_rest_is_consistent(atb) -> None:
     replays = {name: replay_node(atb, 1, name) for name in ("0_GatherOperation", "1_RmsNormOperation")}
     replays |= {name: replay_node(atb, 1, name) for name in ("3_ActivationOperation", "4_ElewiseOperation")}
+    replays["10_ElewiseOperation"] = replay_node(atb, 1, "10_ElewiseOperation")  # muls by its varAttr
     for name, replay in replays.items():
         assert replay.finding == "inputs", (name, replay.golden.reason, replay.test.reason)
     faulty = replay_node(atb, 1, "2_LinearOperation")
@@ -158,8 +166,18 @@ def test_atb_what_cannot_be_replayed_says_why(atb) -> None:
     one_operand = replay_node(atb, 0, "7_ElewiseOperation")
     assert one_operand.test.verdict == "impossible"
     assert one_operand.test.reason.startswith("inputs missing: y")
+    no_factor = replay_node(atb, 0, "11_ElewiseOperation")
+    assert no_factor.test.verdict == "impossible" and "mulsParam.varAttr" in no_factor.test.reason
     wrong_weight = replay_node(atb, 0, "8_LinearOperation")
     assert wrong_weight.test.verdict == "impossible" and wrong_weight.test.reason.startswith("shape mismatch")
+
+
+def test_atb_an_operator_called_with_another_argument_than_the_golden_is_local(atb) -> None:
+    replay = replay_node(atb, 0, "12_RmsNormOperation")
+    assert replay.test.verdict == "consistent"  # it computes what its op_param.json says
+    row = next(r for r in atb.engine.node_rows(0) if r["golden_node"] == "12_RmsNormOperation")
+    assert (row["label"], row["rule"]) == ("local", "replay")
+    assert "arguments differ: normParam" in row["reason"] and "0.5" in row["reason"]
 
 
 def test_atb_a_default_epsilon_is_used_and_said(atb) -> None:

@@ -78,3 +78,11 @@ def test_the_default_report_names_the_token_it_compared(demo_pair, capsys) -> No
     assert {f["token"] for f in report["failing"]} == {demo_pair.fault_token}
     main(["report", str(demo_pair.golden), str(demo_pair.test)])
     assert f"operators compared at: token {demo_pair.fault_token}\n" in capsys.readouterr().out
+
+
+def test_the_demo_fault_is_the_one_local_operator_of_every_token(demo_pair, capsys) -> None:
+    # the demo's bf16 test drifts from its fp32 golden at every operator of every token: only the
+    # injected fault adds error of its own
+    code, report = _report(capsys, str(demo_pair.golden), str(demo_pair.test), "--all-tokens")
+    local = {(f["token"], f["golden"]) for f in report["failing"] if f["label"] == "local"}
+    assert code == 1 and local == {(demo_pair.fault_token, demo_pair.fault_module)}

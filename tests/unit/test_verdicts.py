@@ -91,6 +91,10 @@ def test_cli_config_and_flags(demo_pair, tmp_path: Path, capsys, monkeypatch: py
     # ... and no operator adds more than bf16 explains: the drift is said so, not blamed on lm_head
     assert report["first_failing_op"] is None
     assert report["explanation"] == "accumulated rounding: no operator adds more error than bfloat16 explains"
+    # another token analysed: what holds of token 0's operators is not said of it
+    strict = [str(demo_pair.golden), str(demo_pair.test), "--json", "--config", str(config)]
+    assert main(["report", *strict, "--token", "1"]) == 1
+    assert json.loads(capsys.readouterr().out)["explanation"] is None
     assert main(["report", str(demo_pair.golden), str(demo_pair.test), "--json", "--op-cos", "0.3"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["thresholds"]["ops"]["bfloat16"]["cosine"] == 0.3

@@ -11,6 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from tui_acc.metrics.schema import ANOMALY_COLUMNS, METRIC_COLUMNS, NOISE_COLUMNS
+from tui_acc.rows import SAME_DATA_FIELDS
 
 # A node row shows its worst output: these columns are copied from that output's row.
 FROM_WORST_OUTPUT = (
@@ -25,8 +26,6 @@ FROM_WORST_OUTPUT = (
     *NOISE_COLUMNS,
     *ANOMALY_COLUMNS,
 )
-# What identifies the same data on one side: equal shape, dtype, max, min, mean and L2 norm.
-_FINGERPRINT = ("shape", "dtype", "max", "min", "mean", "norm")
 
 _ROLE = pl.col("role")
 _ERROR = pl.col("error")
@@ -98,7 +97,7 @@ def _in_place(rows: pl.DataFrame) -> pl.DataFrame:
     """
     found = []
     for order, side in enumerate(("golden", "test")):
-        print_ = [f"{side}_{key}" for key in _FINGERPRINT]
+        print_ = [f"{side}_{key}" for key in SAME_DATA_FIELDS]
         known = pl.all_horizontal(pl.col(c).is_not_null() for c in print_) & (
             pl.col(f"{side}_max") != pl.col(f"{side}_min")
         )

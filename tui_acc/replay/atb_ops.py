@@ -163,7 +163,14 @@ def elewise(call: Call) -> Replayed:
     )
     a = call.operand(0, "x")
     if name == "muls":
-        return call.elementwise(a * float(_param(call, "mulsParam", "varAttr") or 0.0))
+        # ATB's default factor is 0, but a dump that left the parameter out says nothing about the
+        # factor the kernel used: replaying with 0 would blame a correct operator
+        factor = _param(call, "mulsParam", "varAttr")
+        if not isinstance(factor, (int, float)):
+            raise ReplayImpossible(
+                "parameter unknown: ElewiseOperation muls without mulsParam.varAttr in op_param.json"
+            )
+        return call.elementwise(a * float(factor))
     operations = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "realdiv": np.divide}
     if name not in operations:
         raise ReplayImpossible(f"type unknown: elewiseType {kind} has no reference")

@@ -54,7 +54,12 @@ def token_failure(row: Mapping[str, Any], thresholds: Thresholds, floor: str | N
     return "; ".join(broken) if broken else None
 
 
+def no_culprit(dtype: object = None) -> str:
+    """What a token with no local operator shows: every error is what the dtype explains."""
+    name = precision_class(dtype) if dtype else "its dtype"
+    return f"no operator adds more error than {name} explains"
+
+
 def accumulated(dtype: object) -> str:
     """What a failing token with no local operator means."""
-    name = precision_class(dtype) if dtype else "its dtype"
-    return f"accumulated rounding: no operator adds more error than {name} explains"
+    return f"accumulated rounding: {no_culprit(dtype)}"

@@ -6,15 +6,18 @@ Each node is judged by the first rule that can judge it (``rules.py`` says how e
 1. **threshold**, for what no model softens: a file that could not be read, a NaN or infinity the
    golden lacks, an integer tensor (token ids) that differs. Local where its inputs pass.
 2. **weights**: a weight further from the golden's than its dtype's cast explains (``weights.py``).
-3. **replay**: the test side's output against its own inputs, recomputed (``local.py``); for a module
-   that passes a descendant's output through, the distance between the two.
-4. **baseline** (``--baseline``): its error beyond the noise floor while its inputs are within it.
-5. **error model**: its error beyond what its inputs' error explains (``propagation.py``).
-6. **threshold**: its output fails the thresholds while its inputs pass (the fallback).
+3. **own rounding**: an output within its own rounding of the golden is never local (no replay runs).
+4. **replay**: the test side's output against its own inputs, recomputed (``local.py``); for a module
+   that passes a descendant's output through, the distance between the two. A consistent replay
+   yields to the error model where the output fails, the inputs pass and the model calls it local
+   (a sample can miss the rows it did not draw).
+5. **baseline** (``--baseline``): its error beyond the noise floor while its inputs are within it.
+6. **error model**: its error beyond what its inputs' error explains (``propagation.py``).
+7. **threshold**: its output fails the thresholds while its inputs pass (the fallback).
 
 Where a node's inputs were not dumped (ATB child ops, modules called with keyword arguments), or
 were overwritten by the op itself (an in-place op), its input is what fed it: the outputs of the
-previous sibling that has outputs, or for a first child, its parent's input. Modules are judged
+larger of the previous sibling's outputs and the parent's input. Modules are judged
 again once everything inside them is (``finish``): "contains" where an operator inside them is
 local, or fails while they pass; never a ✓ over a failure.
 """
@@ -39,6 +42,7 @@ from tui_acc.verdicts.rules import (
     by_threshold,
     by_weights,
     pass_through,
+    type_of,
 )
 from tui_acc.verdicts.thresholds import gains_non_finite, is_float
 from tui_acc.verdicts.weights import is_weight
@@ -134,7 +138,7 @@ def _reading(
     hard = row.get("error") or row.get("outputs_unknown") or row["outputs_passed"] is None
     if hard or not judging.models or any(gains_non_finite(t) or _integer_differs(t) for t in outputs):
         return by_threshold(row, failing)
-    weights = by_weights(tensors, _node_type(row))
+    weights = by_weights(tensors, type_of(row))
     if weights is not None and weights.local:
         return weights
     untouched = by_own_rounding(row, outputs)
@@ -258,28 +262,51 @@ def finish(
     modules above a local operator are labelled "contains", as are those that pass while something
     inside them fails.
     """
-    tree = judging.tree
     changed: dict[str, NodeRow] = {}
     for name, row in judged.items():
-        inside = [judged[n] for n in _descendants(tree, name) if n in judged]
+        inside = [judged[n] for n in _descendants(judging.tree, name) if n in judged]
         if not judging.models or not inside or row.get("rule") in ("weights", "replay") or row.get("error"):
             continue
         before = (row.get("rule"), row.get("label"))
-        reading = pass_through(row, inside, tensors_of, pairs_of, judging.checks, compute)
-        if reading is None:
-            own = tensors_of(name)
-            outputs = [t for t in own if t.get("role") == "output" and not t.get("error")]
-            inputs = [t for t in own if t.get("role") == "input"]
-            reading = by_error_model(row, outputs, inputs, inside)
-        if reading is None or not reading.local:
-            children = _judged_children(tree, name, judged)
-            decode_attention = row["token"] != judging.first_token and _attention(row)
-            glue = judging.whole_inputs and not decode_attention
-            reading = (by_glue(row, children) if glue else None) or reading
+        reading = _module_reading(name, row, inside, judged, tensors_of, pairs_of, judging, compute)
         if reading is not None:
             apply(row, reading)
         if (row.get("rule"), row.get("label")) != before:
             changed[name] = row
+    return list({**changed, **_label_containers(judging.tree, judged)}.values())
+
+
+def _module_reading(
+    name: str,
+    row: NodeRow,
+    inside: Sequence[NodeRow],
+    judged: Mapping[str, NodeRow],
+    tensors_of: Callable[[str], Tensors],
+    pairs_of: Callable[[str], NodePair | None],
+    judging: Judging,
+    compute: bool,
+) -> Reading | None:
+    """A module's reading once everything inside it is judged: the output it passes through, else
+    the error model over its inputs and every output inside it; where neither calls it local, its
+    glue code (not at a decode step's attention, whose KV cache is an input no dump holds)."""
+    reading = pass_through(row, inside, tensors_of, pairs_of, judging.checks, compute)
+    if reading is None:
+        own = tensors_of(name)
+        outputs = [t for t in own if t.get("role") == "output" and not t.get("error")]
+        inputs = [t for t in own if t.get("role") == "input"]
+        reading = by_error_model(row, outputs, inputs, inside)
+    if reading is None or not reading.local:
+        children = _judged_children(judging.tree, name, judged)
+        decode_attention = row["token"] != judging.first_token and _attention(row)
+        glue = judging.whole_inputs and not decode_attention
+        reading = (by_glue(row, children) if glue else None) or reading
+    return reading
+
+
+def _label_containers(tree: NodeTree, judged: Mapping[str, NodeRow]) -> dict[str, NodeRow]:
+    """Label "contains" every module above a local operator, and every one that passes while
+    something inside it fails; returns those changed."""
+    changed: dict[str, NodeRow] = {}
     for name, row in judged.items():
         local = row.get("label") == "local"
         failing = local or row.get("label") == "inherited" or row["outputs_passed"] is False
@@ -296,7 +323,7 @@ def finish(
                 above["label"], above["suspect"] = "contains", False
                 changed[parent] = above
             parent = tree.nodes[parent].parent
-    return list(changed.values())
+    return changed
 
 
 def _judged_children(tree: NodeTree, name: str, judged: Mapping[str, NodeRow]) -> list[NodeRow]:
@@ -320,13 +347,8 @@ def _descendants(tree: NodeTree, name: str) -> list[str]:
 
 def _data_inputs(row: Mapping[str, Any], tensors: Tensors) -> list[TensorRow]:
     """The inputs that carry data from the operators before (not its weights)."""
-    node_type = _node_type(row)
+    node_type = type_of(row)
     return [t for t in tensors if t.get("role") == "input" and not is_weight(t, node_type)]
-
-
-def _node_type(row: Mapping[str, Any]) -> str | None:
-    found = row.get("test_type") or row.get("golden_type")
-    return str(found) if found else None
 
 
 def _integer_differs(row: Mapping[str, Any]) -> bool:

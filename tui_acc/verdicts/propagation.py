@@ -105,6 +105,38 @@ def angle_condition(node_type: str | None, inputs: Sequence[Mapping[str, Any]]) 
     return max([1.0, *positions]) if positions else None
 
 
+def amplification(node_type: str | None, inputs: Sequence[Mapping[str, Any]]) -> float | None:
+    """How much more than ``GROWTH`` an operator may amplify the relative error its inputs carry.
+
+    A softmax turns an absolute error ``d`` in its input into a relative error of about ``d`` in its
+    output (``exp(x + d) = exp(x)(1 + d)``), so an input with relative error ``r`` and entries up to
+    ``|x|`` reaches ``r |x|``: attention scores of 20 take 1 % in to 20 % out with nothing wrong.
+    The factor is the largest input magnitude the dump states (at least 1); None where no float
+    input states one. A fused attention (SDPA, flash and paged attention) holds such a softmax over
+    scores the dump does not hold: None, the model does not judge it (its replay does). 1 for every
+    other operator."""
+    if not node_type:
+        return 1.0
+    if _FUSED_ATTENTION.search(node_type):
+        return None
+    if not _SOFTMAX.search(node_type):
+        return 1.0
+    magnitudes = [
+        abs(float(value))
+        for t in inputs
+        if unit_roundoff(t.get("golden_dtype")) is not None
+        for key in ("golden_max", "golden_min")
+        if isinstance(value := t.get(key), (int, float)) and math.isfinite(value)
+    ]
+    return max([1.0, *magnitudes]) if magnitudes else None
+
+
+_SOFTMAX = re.compile(r"softmax", re.IGNORECASE)
+_FUSED_ATTENTION = re.compile(
+    r"scaled_dot_product|flash|fusion_attention|SelfAttention|PagedAttention|FusedAttention|SdpaAttention",
+    re.IGNORECASE,
+)
+
 # LlamaRotaryEmbedding, ATB's RopeOperation, a "rope" module; not LinearOperation's "rOperation"
 _ROTARY = re.compile(r"[Rr]otary|Rope|RoPE|ROPE|(?<![A-Za-z])rope(?![a-z])")
 

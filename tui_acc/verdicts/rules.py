@@ -13,10 +13,11 @@ from typing import Any, Literal
 
 from tui_acc.numbers import number
 from tui_acc.pairing import NodePair, TensorPair
-from tui_acc.rows import NodeRow, TensorRow
+from tui_acc.rows import SAME_DATA_FIELDS, NodeRow, TensorRow
 from tui_acc.verdicts.local import LocalChecks, NodeReplay
 from tui_acc.verdicts.propagation import (
     GROWTH,
+    amplification,
     angle_condition,
     error_of,
     explained_bound,
@@ -144,10 +145,14 @@ def by_error_model(
     came_in = max(known)
     dtype = coarser(*(t.get(f"{side}_dtype") for t in outputs for side in ("golden", "test")))
     reduction = max([w for t in inputs if (w := width(t)) is not None], default=1)
-    condition = angle_condition(_type_of(row), inputs)
+    condition = angle_condition(type_of(row), inputs)
     if condition is None:
         return None
     rounding = local_bound(dtype, reduction, roundings) * condition
+    # a module's inside outputs carry whatever its softmax amplified: only a leaf amplifies here
+    amplified = 1.0 if inside else amplification(type_of(row), inputs)
+    if amplified is None:
+        return None
     what = "every output inside it" if inside else "its inputs"
     if any(narrow(t) for t in outputs) and came_in > rounding:
         said = (
@@ -155,10 +160,11 @@ def by_error_model(
             "amplify its inputs' error beyond any fixed growth (cancellation): not judged local"
         )
         return Reading("error model", False, output_error, None, said)
-    bound = explained_bound(came_in, rounding)
+    growth = GROWTH * amplified
+    bound = explained_bound(came_in, rounding, growth)
     said = (
         f"its error {number(output_error)} against {number(came_in)} carried by {what}: "
-        f"{GROWTH:g}x that plus its own rounding allows {number(bound)}"
+        f"{growth:.3g}x that plus its own rounding allows {number(bound)}"
     )
     return Reading("error model", output_error > bound, output_error, bound, said)
 
@@ -219,11 +225,8 @@ def pass_through(
     return Reading("replay", distance > bound, distance, bound, f"{said}; rounding allows {number(bound)}")
 
 
-_FINGERPRINT = ("shape", "dtype", "max", "min", "mean", "norm")
-
-
 def _fingerprint(row: Mapping[str, Any], side: str) -> tuple[Any, ...]:
-    return tuple(row.get(f"{side}_{key}") for key in _FINGERPRINT)
+    return tuple(row.get(f"{side}_{key}") for key in SAME_DATA_FIELDS)
 
 
 def _same_golden_data(
@@ -271,7 +274,8 @@ def _tensor_pair(node: NodePair | None, slot: str) -> TensorPair | None:
     return next((t for t in node.tensors if t.slot == slot), None) if node is not None else None
 
 
-def _type_of(row: Mapping[str, Any]) -> str | None:
+def type_of(row: Mapping[str, Any]) -> str | None:
+    """The operator's type as the test names it (the run under suspicion), else the golden's."""
     found = row.get("test_type") or row.get("golden_type")
     return str(found) if found else None
 

@@ -57,11 +57,12 @@ VERDICTS = (
     "RelEucl at √(2(1−cos)), so a scale error fails too; a scalar or a constant tensor is judged by "
     "its values). In and Out are the verdicts of its inputs and outputs; the table shows its worst output.",
     "Where the error starts: the first rule that can judge the operator decides, and the detail "
-    "panel names it with its numbers. replay: its output against itself recomputed from the test's "
-    "own dumped inputs and weights (or, for a module, the output it passes through), beyond 3× the "
-    "rounding its dtype explains; weights: a weight further from the golden's than its cast "
-    "explains; baseline: beyond the noise floor while its inputs are within it; error model: its "
-    "error beyond 2× what its inputs carry plus its own rounding; threshold: its output fails while "
+    "panel names it with its numbers. weights: a weight further from the golden's than its cast "
+    "explains; an output within its own rounding of the golden is never local; replay: its output "
+    "against itself recomputed from the test's own dumped inputs and weights (or, for a module, the "
+    "output it passes through), beyond 3× the rounding its dtype explains; baseline: beyond the "
+    "noise floor while its inputs are within it; error model: its error beyond 2× what its inputs "
+    "carry (a softmax: × its largest input) plus its own rounding; threshold: its output fails while "
     "its inputs pass (where nothing else can judge).",
     "◆ First failing op: the earliest in execution order, and the innermost, where the error starts. "
     "Out ✗L: the error starts here (local; ✗ even when its output is within the thresholds); ✗c: "

@@ -28,6 +28,7 @@ from tui_acc.tui.widgets.error_map import ErrorMapView
 from tui_acc.tui.widgets.layer_tree import LayerTree
 from tui_acc.tui.widgets.metric_table import MetricTable
 from tui_acc.tui.widgets.tensor_detail import TensorDetail
+from tui_acc.verdicts.explain import no_culprit
 from tui_acc.verdicts.shown import failing
 
 if TYPE_CHECKING:
@@ -565,7 +566,7 @@ class OperatorScreen(ViewScreen):
         """◆ and the culprit's name, elided in the middle to end within the summary line (which
         begins ``start`` cells before it): at 80 columns it is not pushed off by a filter or a scope."""
         if not self._suspect:
-            return "no operator adds more error than its dtype explains"
+            return no_culprit()
         summary = self.query_one("#summary", Static)
         width = summary.content_size.width or self.app.size.width - 2
         name = fmt.display_name(self._suspect)
