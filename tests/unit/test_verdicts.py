@@ -10,6 +10,7 @@ import pytest
 from tui_acc import open_comparison
 from tui_acc.cli import main
 from tui_acc.config import ConfigError, load_config
+from tui_acc.verdicts.local import LocalChecks
 from tui_acc.verdicts.thresholds import (
     Rule,
     Thresholds,
@@ -165,3 +166,18 @@ def test_in_place_inputs_are_judged_by_what_fed_them(demo_pair, in_place_copy: t
     assert cmp.engine.first_failing_op(demo_pair.fault_token)["golden_node"] == demo_pair.fault_module
     # an untouched op is not flagged
     assert rows["root.model.layers.2.mlp.act_fn"]["in_place"] is None
+
+
+def test_the_ui_path_judges_from_memory_without_reading_or_replaying(demo_pair, monkeypatch) -> None:
+    cmp = open_comparison(demo_pair.golden, demo_pair.test, cache=False)
+    token = demo_pair.fault_token
+    computed = {r["golden_node"]: (r["label"], r["rule"]) for r in cmp.engine.node_rows(token)}
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a UI thread read a tensor or replayed an operator")
+
+    monkeypatch.setattr(type(cmp.engine), "_compute", forbidden)
+    monkeypatch.setattr(LocalChecks, "replay", forbidden)
+    remembered = cmp.engine.cached_node_rows(token, disk=False)
+    assert {r["golden_node"]: (r["label"], r["rule"]) for r in remembered} == computed
+    assert cmp.engine.cached_node_rows(token + 1, disk=False) == []  # nothing of it in memory
