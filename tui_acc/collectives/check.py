@@ -78,9 +78,6 @@ class RanksCheck:
                 self._collectives[token] = self.ranks.collectives(token)
             return self._collectives[token]
 
-    def is_computed(self, token: int, op: str) -> bool:
-        return (token, op) in self._rows
-
     def rows(self, collective: Collective) -> list[RankRow]:
         key = (collective.token, collective.op)
         cached = self._rows.get(key)
@@ -98,17 +95,6 @@ class RanksCheck:
 
     def all_rows(self, should_stop: Callable[[], bool] | None = None) -> list[RankRow]:
         return [row for token in self.tokens() for row in self.token_rows(token, should_stop)]
-
-    def first_bad(self, should_stop: Callable[[], bool] | None = None) -> RankRow | None:
-        """The first (token, operator, rank) whose output disagrees with the golden, in execution order."""
-        for token in self.tokens():
-            for collective in self.collectives(token):
-                if should_stop is not None and should_stop():
-                    return None
-                bad = next((row for row in self.rows(collective) if row["passed"] is False), None)
-                if bad is not None:
-                    return bad
-        return None
 
     # --- one collective ---------------------------------------------------------------------------
 
