@@ -127,3 +127,82 @@ async def test_statistics_token_export_keeps_the_differences_shown(reference: Pa
         rows = _read_csv(Path(_status(app).split(" to ", 1)[1]))
     assert rows and all(r["norm_rel_diff"] and r["max_diff"] and r["mean_diff"] for r in rows)
     assert {r["source_golden"] for r in rows} == {str((case / "golden").resolve())}
+
+
+# What scripts reading an export rely on: these columns, in this order, with these types (derived
+# from the rows' declarations in rows.py, never written twice).
+TOKEN_COLUMNS = {
+    "token": pl.Int64,
+    "verdict": pl.String,
+    "cosine": pl.Float64,
+    "kl": pl.Float64,
+    "max_abs_err": pl.Float64,
+    "golden_top1": pl.Int64,
+    "test_top1": pl.Int64,
+    "logits_shape": pl.String,
+    "stats_only": pl.Boolean,
+    "norm_rel_diff": pl.Float64,
+    "max_diff": pl.Float64,
+    "mean_diff": pl.Float64,
+    "error": pl.String,
+}
+OPERATOR_COLUMNS = {
+    "token": pl.Int64,
+    "order": pl.Int64,
+    "operator": pl.String,
+    "test_operator": pl.String,
+    "type": pl.String,
+    "test_type": pl.String,
+    "inputs_passed": pl.Boolean,
+    "inputs_effective": pl.Boolean,
+    "inputs_from": pl.String,
+    "outputs_passed": pl.Boolean,
+    "label": pl.String,
+    "first_failing": pl.Boolean,
+    "rule": pl.String,
+    "local_error": pl.Float64,
+    "expected_error": pl.Float64,
+    "reason": pl.String,
+    "cosine": pl.Float64,
+    "max_abs_err": pl.Float64,
+    "rel_euclidean": pl.Float64,
+    "thousandth_ratio": pl.Float64,
+    "stats_only": pl.Boolean,
+    "norm_rel_diff": pl.Float64,
+    "max_diff": pl.Float64,
+    "min_diff": pl.Float64,
+    "mean_diff": pl.Float64,
+    "shape": pl.String,
+    "error": pl.String,
+}
+
+
+async def test_the_exported_tables_keep_their_columns_and_types(demo_app: AccApp) -> None:
+    async with demo_app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert dict(demo_app.screen.view_frame().schema) == TOKEN_COLUMNS
+        await pilot.press("f")  # the first failing token's operators
+        await settle(pilot)
+        assert dict(demo_app.screen.view_frame().schema) == OPERATOR_COLUMNS
+
+
+def test_noise_and_anomaly_columns_come_last_typed_as_their_rows() -> None:
+    from tui_acc.tui.screens.operators import _op_export_schema
+    from tui_acc.tui.screens.tokens import _token_export_schema
+
+    noise = dict.fromkeys(
+        ("noise_ratio", "baseline_cosine", "baseline_rel_euclidean", "baseline_rmse"), pl.Float64
+    )
+    assert _op_export_schema(with_noise=True, single=True) == {
+        **OPERATOR_COLUMNS,
+        **noise,
+        "anomaly": pl.String,
+        "anomaly_figure": pl.Float64,
+    }
+    assert _token_export_schema(with_noise=True, single=True) == {
+        **TOKEN_COLUMNS,
+        **noise,
+        "anomalies": pl.Int64,
+        "first_anomaly": pl.String,
+        "anomaly": pl.String,
+    }

@@ -88,6 +88,39 @@ STATS_COLUMNS = (
 )
 
 
+# The exported operator table (``view_frame``): the pair's names, from the screen's pairs (a row not
+# computed yet has them too), as column -> the NodeRow field that types it; then row fields as they are
+_EXPORTED_NAMES = {
+    "token": "token",
+    "order": "order",
+    "operator": "golden_node",
+    "test_operator": "test_node",
+    "type": "golden_type",
+    "test_type": "test_type",
+}
+# the In column: where the inputs were not dumped (or overwritten in place), the verdict of what fed
+# the operator, and which operator that was; label: local, contains or inherited (the Out column's L/c/i)
+_EXPORTED_VERDICTS = ("inputs_passed", "inputs_effective", "inputs_from", "outputs_passed", "label")
+# which rule judged it, what it measured and allowed (verdicts/rules.py), then the figures
+_EXPORTED_FIGURES = (
+    "rule",
+    "local_error",
+    "expected_error",
+    "reason",
+    "cosine",
+    "max_abs_err",
+    "rel_euclidean",
+    "thousandth_ratio",
+    "stats_only",
+    "norm_rel_diff",
+    "max_diff",
+    "min_diff",
+    "mean_diff",
+    "shape",
+    "error",
+)
+
+
 class OperatorScreen(ViewScreen):
     """Which operator is the first whose inputs match the golden but whose output does not?"""
 
@@ -717,30 +750,9 @@ class OperatorScreen(ViewScreen):
                     "test_operator": node.test,
                     "type": node.golden_type,
                     "test_type": node.test_type,
-                    "inputs_passed": row.get("inputs_passed"),
-                    # the In column: where the inputs were not dumped (or overwritten in place),
-                    # the verdict of what fed the operator, and which operator that was
-                    "inputs_effective": row.get("inputs_effective"),
-                    "inputs_from": row.get("inputs_from"),
-                    "outputs_passed": row.get("outputs_passed"),
-                    "label": row.get("label"),  # local, contains or inherited: the Out column's L/c/i
+                    **{key: row.get(key) for key in _EXPORTED_VERDICTS},
                     "first_failing": name == self._suspect,
-                    # which rule judged it, what it measured and allowed (verdicts/rules.py)
-                    "rule": row.get("rule"),
-                    "local_error": row.get("local_error"),
-                    "expected_error": row.get("expected_error"),
-                    "reason": row.get("reason"),
-                    "cosine": row.get("cosine"),
-                    "max_abs_err": row.get("max_abs_err"),
-                    "rel_euclidean": row.get("rel_euclidean"),
-                    "thousandth_ratio": row.get("thousandth_ratio"),
-                    "stats_only": row.get("stats_only"),
-                    "norm_rel_diff": row.get("norm_rel_diff"),
-                    "max_diff": row.get("max_diff"),
-                    "min_diff": row.get("min_diff"),
-                    "mean_diff": row.get("mean_diff"),
-                    "shape": row.get("shape"),
-                    "error": row.get("error"),
+                    **{key: row.get(key) for key in _EXPORTED_FIGURES},
                     **{key: row.get(key) for key in NOISE_FIELDS if with_noise},
                     **{key: row.get(key) for key in ANOMALY_FIELDS if single},
                 }
@@ -763,39 +775,18 @@ def _passed(row: Row) -> bool | None:
 
 
 def _op_export_schema(with_noise: bool = False, single: bool = False) -> dict[str, PolarsType]:
-    """The exported operator table's columns; with a baseline, its noise figures at the end; for one
-    dump checked on its own, each operator's anomaly."""
+    """The exported operator table's columns, each typed as the row field it shows (``NodeRow``, by
+    ``schema.py``); with a baseline, its noise figures at the end; for one dump checked on its own,
+    each operator's anomaly."""
     import polars as pl
 
-    noise: dict[str, PolarsType] = dict.fromkeys(NOISE_FIELDS, pl.Float64) if with_noise else {}
-    noise.update({"anomaly": pl.String, "anomaly_figure": pl.Float64} if single else {})
+    from tui_acc.metrics.schema import ANOMALY_COLUMNS, NODE_SCHEMA, NOISE_COLUMNS
+
     return {
-        "token": pl.Int64,
-        "order": pl.Int64,
-        "operator": pl.String,
-        "test_operator": pl.String,
-        "type": pl.String,
-        "test_type": pl.String,
-        "inputs_passed": pl.Boolean,
-        "inputs_effective": pl.Boolean,
-        "inputs_from": pl.String,
-        "outputs_passed": pl.Boolean,
-        "label": pl.String,
-        "first_failing": pl.Boolean,
-        "rule": pl.String,
-        "local_error": pl.Float64,
-        "expected_error": pl.Float64,
-        "reason": pl.String,
-        "cosine": pl.Float64,
-        "max_abs_err": pl.Float64,
-        "rel_euclidean": pl.Float64,
-        "thousandth_ratio": pl.Float64,
-        "stats_only": pl.Boolean,
-        "norm_rel_diff": pl.Float64,
-        "max_diff": pl.Float64,
-        "min_diff": pl.Float64,
-        "mean_diff": pl.Float64,
-        "shape": pl.String,
-        "error": pl.String,
-        **noise,
+        **{column: NODE_SCHEMA[field] for column, field in _EXPORTED_NAMES.items()},
+        **{field: NODE_SCHEMA[field] for field in _EXPORTED_VERDICTS},
+        "first_failing": pl.Boolean,  # the screen's own: the ◆ row, no field of a row
+        **{field: NODE_SCHEMA[field] for field in _EXPORTED_FIGURES},
+        **(NOISE_COLUMNS if with_noise else {}),
+        **(ANOMALY_COLUMNS if single else {}),
     }

@@ -40,6 +40,22 @@ COLUMNS = (
     ("shape", "Logits shape", 14),
 )
 SINGLE_FIELDS = ("anomalies", "first_anomaly", "anomaly")
+# The exported token table (``view_frame``): column -> the TokenRow field it shows (and is typed as)
+_EXPORTED = {
+    "token": "token",
+    "verdict": "verdict",  # pending until computed
+    "cosine": "cosine",
+    "kl": "kl",
+    "max_abs_err": "max_abs_err",
+    "golden_top1": "golden_top1",
+    "test_top1": "test_top1",
+    "logits_shape": "shape",
+    "stats_only": "stats_only",
+    "norm_rel_diff": "norm_rel_diff",
+    "max_diff": "max_diff",
+    "mean_diff": "mean_diff",
+    "error": "error",
+}
 # One dump checked on its own (tui-acc DUMP): where an anomaly starts, not how far from a golden
 SINGLE_COLUMNS = (
     ("token", "Token", 6),
@@ -405,23 +421,10 @@ class TokenScreen(ViewScreen):
             token = int(str(key.value))
             row = self.tally.get(token) or {"token": token}
             rows.append(
-                {
-                    "token": token,
-                    "verdict": _verdict_word(row),
-                    "cosine": row.get("cosine"),
-                    "kl": row.get("kl"),
-                    "max_abs_err": row.get("max_abs_err"),
-                    "golden_top1": row.get("golden_top1"),
-                    "test_top1": row.get("test_top1"),
-                    "logits_shape": row.get("shape"),
-                    "stats_only": row.get("stats_only"),
-                    "norm_rel_diff": row.get("norm_rel_diff"),
-                    "max_diff": row.get("max_diff"),
-                    "mean_diff": row.get("mean_diff"),
-                    "error": row.get("error"),
-                    **{key: row.get(key) for key in NOISE_FIELDS if with_noise},
-                    **{key: row.get(key) for key in SINGLE_FIELDS if single},
-                }
+                {column: row.get(field) for column, field in _EXPORTED.items()}
+                | {"token": token, "verdict": _verdict_word(row)}
+                | {key: row.get(key) for key in NOISE_FIELDS if with_noise}
+                | {key: row.get(key) for key in SINGLE_FIELDS if single}
             )
         return pl.DataFrame(rows, schema=_token_export_schema(with_noise, single))
 
@@ -436,27 +439,14 @@ class TokenScreen(ViewScreen):
 
 
 def _token_export_schema(with_noise: bool = False, single: bool = False) -> dict[str, PolarsType]:
-    """The exported token table's columns; with a baseline, its noise figures at the end; for one
-    dump checked on its own, where each token's first anomaly starts."""
-    import polars as pl
+    """The exported token table's columns, each typed as the row field it shows (``TokenRow``, by
+    ``schema.py``); with a baseline, its noise figures at the end; for one dump checked on its own,
+    where each token's first anomaly starts."""
+    from tui_acc.metrics.schema import TOKEN_SCHEMA
 
-    noise: dict[str, PolarsType] = dict.fromkeys(NOISE_FIELDS, pl.Float64) if with_noise else {}
-    noise.update({"anomalies": pl.Int64, "first_anomaly": pl.String, "anomaly": pl.String} if single else {})
-    return {
-        "token": pl.Int64,
-        "verdict": pl.String,
-        "cosine": pl.Float64,
-        "kl": pl.Float64,
-        "max_abs_err": pl.Float64,
-        "golden_top1": pl.Int64,
-        "test_top1": pl.Int64,
-        "logits_shape": pl.String,
-        "stats_only": pl.Boolean,
-        "norm_rel_diff": pl.Float64,
-        "max_diff": pl.Float64,
-        "mean_diff": pl.Float64,
-        "error": pl.String,
-        **noise,
+    extra = (*(NOISE_FIELDS if with_noise else ()), *(SINGLE_FIELDS if single else ()))
+    return {column: TOKEN_SCHEMA[field] for column, field in _EXPORTED.items()} | {
+        field: TOKEN_SCHEMA[field] for field in extra
     }
 
 
