@@ -83,6 +83,22 @@ async def test_e_exports_the_view_in_screen_order(ranks_app: RanksApp, ranks_dem
     assert rows[0]["source_dump"].endswith("tensors")
 
 
+async def test_a_click_on_a_header_sorts_by_its_column(ranks_app: RanksApp) -> None:
+    """As on the comparison screens (the keyboard way is s); the token list's headers sort nothing."""
+    async with ranks_app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        table = ranks_app.screen.query_one("#collectives", DataTable)
+        tokens = ranks_app.screen.query_one("#rank-tokens", DataTable)
+        await pilot.click(tokens, offset=(2, 0))  # the token list's Token header
+        await pilot.pause()
+        assert "sorted" not in _text(ranks_app, "#summary")
+        verdict = sum(column.get_render_width(table) for column in table.ordered_columns[:2]) + 2
+        await pilot.click(table, offset=(verdict, 0))
+        await pilot.pause()
+        assert "sorted: Verdict" in _text(ranks_app, "#summary")
+        assert table.get_row_at(0)[2].plain == "FAIL"
+
+
 async def test_help_lists_the_keys_and_the_rule(ranks_app: RanksApp) -> None:
     async with ranks_app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)

@@ -15,16 +15,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
 from tui_acc.collectives.check import RankRow, RanksCheck
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.column_fit import Spec, fit
-from tui_acc.tui.screens.export_dialog import offer_export
-from tui_acc.tui.screens.sort_dialog import SortDialog
-from tui_acc.tui.sorting import Sort, SortColumn, Worst, sorted_keys
+from tui_acc.tui.screens.table_screen import TableScreen
+from tui_acc.tui.sorting import Sort, SortColumn, Worst
 from tui_acc.tui.widgets.metric_table import MetricTable
 
 if TYPE_CHECKING:
@@ -62,7 +60,7 @@ def row_key(row: RankRow) -> str:
     return f"{row['token']}|{row['rank']}|{row['op']}"
 
 
-class RanksScreen(Screen[None]):
+class RanksScreen(TableScreen):
     """Rows of (token, operator, rank); a token list with counts beside them."""
 
     BINDINGS = [
@@ -90,11 +88,15 @@ class RanksScreen(Screen[None]):
     class AllComputed(Message):
         """Every token's collectives are checked."""
 
+    NATURAL_ORDER = "execution order"
+    NO_LATER_FAILURE = "No further disagreement that way."
+    NO_EARLIER_FAILURE = "No earlier disagreement."
+
     def __init__(self, check: RanksCheck, export_dir: Path, clock: Callable[[], datetime]) -> None:
         super().__init__()
         self.check = check
-        self.export_dir = export_dir
-        self.clock = clock
+        self._export_dir = export_dir
+        self._clock = clock
         self.sort = Sort()
         self.rows: dict[str, RankRow] = {}  # what the worker sent: the UI never computes
         self.natural: list[str] = []  # keys in execution order (token, then operator, then rank)
@@ -265,8 +267,10 @@ class RanksScreen(Screen[None]):
             f"{bad} disagree" + (f", {unjudged} not judged" if unjudged else ""),
             f"margin {self.check.margin:g}",
         ]
-        sort = f" · sorted: {self.sort.describe(self.sort_columns())} (s)" if self.sort.column else ""
-        self.query_one("#summary", Static).update(" · ".join(parts) + progress + sort)
+        sort = self.sort_summary()
+        self.query_one("#summary", Static).update(
+            " · ".join(parts) + progress + (f" · {sort}" if sort else "")
+        )
 
     @on(DataTable.RowHighlighted, "#collectives")
     def show_detail(self) -> None:
@@ -297,7 +301,7 @@ class RanksScreen(Screen[None]):
             self.set_status(f"token {token}: no collective checked yet")
             return
         target = next((i for i in mine if _is_bad(self.rows[keys[i]])), mine[0])
-        self._move_to(target)
+        self.move_to(target)
 
     # --- keys -------------------------------------------------------------------------------------
 
@@ -310,7 +314,7 @@ class RanksScreen(Screen[None]):
         first = next((k for k in self.natural if self.rows[k]["passed"] is False), None)
         if first is not None:
             self.jump_pending = False
-            self._move_to(self.main_table().get_row_index(first))
+            self.move_to(self.main_table().get_row_index(first))
             row = self.rows[first]
             self.set_status(f"first disagreement: token {row['token']}, {row['op']}, rank {row['rank']}")
         elif self.all_computed:
@@ -321,66 +325,32 @@ class RanksScreen(Screen[None]):
         else:
             self.set_status("looking for the first disagreement … (rows appear as they are checked)")
 
-    def action_next_failure(self, direction: int) -> None:
-        table = self.main_table()
-        keys = [str(k.value) for k in table.rows]
-        here = table.cursor_row
-        order = range(here + 1, len(keys)) if direction > 0 else range(here - 1, -1, -1)
-        target = next((i for i in order if _is_bad(self.rows[keys[i]])), None)
-        if target is None:
-            self.notify("No further disagreement that way." if direction > 0 else "No earlier disagreement.")
-            return
-        self._move_to(target)
-
-    def action_edge(self, where: str) -> None:
-        table = self.main_table()
-        self._move_to(0 if where == "top" else max(table.row_count - 1, 0))
-
     def action_cursor(self, direction: str) -> None:
         focused = self.focused if isinstance(self.focused, DataTable) else self.main_table()
         focused.action_cursor_down() if direction == "down" else focused.action_cursor_up()
 
-    def _move_to(self, index: int) -> None:
+    def is_failing(self, key: str) -> bool:
+        return _is_bad(self.rows[key])
+
+    def move_to(self, index: int) -> None:
+        """The cursor on row ``index``, the focus on the table, the row's detail below it."""
         table = self.main_table()
         table.focus()
         table.move_cursor(row=index)
         self.show_detail()
-
-    def cursor_key(self) -> str | None:
-        table = self.main_table()
-        if not table.row_count:
-            return None
-        return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
 
     # --- sorting ------------------------------------------------------------------------------------
 
     def sort_columns(self) -> list[SortColumn]:
         return [RankSortColumn(key, label, worst) for key, label, _, worst in COLUMNS]
 
-    def action_sort(self) -> None:
-        self.app.push_screen(
-            SortDialog(self.sort_columns(), self.sort, "execution order"),
-            lambda picked: None if picked is None else self.apply_sort(picked),
-        )
-
-    def action_reverse_sort(self) -> None:
-        self.apply_sort(self.sort.reversed())
-
-    def apply_sort(self, sort: Sort) -> None:
-        current = self.cursor_key()
-        self.sort = sort
+    def fill_table(self) -> None:
         table = self.main_table()
         table.clear()
-        for key in self.ordered():
+        for key in self.ordered(self.natural):
             table.add_row(*self._cells(self.rows[key]), key=key)
-        self.update_summary()
-        if current is not None and current in table.rows:
-            table.move_cursor(row=table.get_row_index(current), animate=False)
 
-    def ordered(self) -> list[str]:
-        return sorted_keys(list(self.natural), self._sort_value, self.sort)
-
-    def _sort_value(self, key: str, column: str) -> object:
+    def sort_value(self, key: str, column: str) -> object:
         row = self.rows[key]
         if column == "passed":
             return None if row["passed"] is None else int(bool(row["passed"]))
@@ -392,17 +362,21 @@ class RanksScreen(Screen[None]):
         from tui_acc import ranks_report
 
         keys = [str(k.value) for k in self.main_table().rows]
-        report = {"collectives": [ranks_report.public_row(self.rows[k]) for k in keys]}
-        return ranks_report.with_provenance(ranks_report.csv_frame(report), self.check)
+        return ranks_report.csv_frame({"collectives": [ranks_report.public_row(self.rows[k]) for k in keys]})
 
-    def action_export(self) -> None:
-        """``e``: the rows on screen, in this order, to CSV (.xlsx / .parquet by the name typed)."""
-        offer_export(self, self.view_frame(), self.export_dir, "tui-acc-ranks", self.clock(), self.set_status)
+    def export_frame(self) -> pl.DataFrame:
+        from tui_acc import ranks_report
 
-    def set_status(self, text: str, error: bool = False) -> None:
-        status = self.query_one("#status", Static)
-        status.update(text)
-        status.set_class(error, "error")
+        return ranks_report.with_provenance(self.view_frame(), self.check)
+
+    def export_stem(self) -> str:
+        return "tui-acc-ranks"
+
+    def export_folder(self) -> Path:
+        return self._export_dir
+
+    def export_time(self) -> datetime:
+        return self._clock()
 
 
 def _is_bad(row: RankRow) -> bool:
