@@ -61,13 +61,12 @@ def pair_dumps(
         aligned: list[int] = []
 
         def build(token: int) -> list[NodePair]:
-            found: list[Unmatched] = []
             if translation is not None:
-                pairs = translation.pair(token, found, pair_token_by_name)
+                found = translation.pair(token, pair_token_by_name)
             else:
-                pairs = pair_token_by_name(token, golden, test, found)
+                found = pair_token_by_name(token, golden, test)
             with lock:
-                unmatched.extend(found)
+                unmatched.extend(found.unmatched)
                 renamed = translation.view if translation is not None else test
                 if differing_names(token, golden, renamed) and not aligned:
                     aligned.append(token)
@@ -75,7 +74,7 @@ def pair_dumps(
                         f"token {token} (and maybe others): names differ between the sides (call counters "
                         "shifted), so records were paired by kind and order, as msprobe compare's fuzzy match"
                     )
-            return pairs
+            return found.pairs
 
         return Pairing(
             golden=golden,
@@ -97,9 +96,12 @@ def pair_dumps(
             torch_logits = (
                 logits if torch_is_golden else (logits_node or _last_module_with_output(torch_side))
             )
-            nodes[token] = pair_token_structurally(
-                token, torch_side, atb_side, torch_is_golden, torch_logits, mapping, unmatched, skipped_inputs
+            found = pair_token_structurally(
+                token, torch_side, atb_side, torch_is_golden, torch_logits, mapping
             )
+            nodes[token] = found.pairs
+            unmatched += found.unmatched
+            skipped_inputs += found.skipped_inputs
     notes = []
     # ATB folder ids are the whole execution order: better than msit's model_tree.json order, alone or
     # filling what data flow left open ("data flow and model_tree.json")

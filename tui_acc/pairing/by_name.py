@@ -13,12 +13,10 @@ from difflib import SequenceMatcher
 
 from tui_acc.dumps.model import DumpIndex, logical_name
 from tui_acc.dumps.msprobe_passes import api_of
-from tui_acc.pairing.model import NodePair, TensorPair, Unmatched
+from tui_acc.pairing.model import NodePair, TensorPair, TokenPairs, Unmatched
 
 
-def pair_token_by_name(
-    token: int, golden: DumpIndex, test: DumpIndex, unmatched: list[Unmatched]
-) -> list[NodePair]:
+def pair_token_by_name(token: int, golden: DumpIndex, test: DumpIndex) -> TokenPairs:
     """Nodes with the same name (or, where names differ, aligned by kind and order), files with the
     same slot; in golden execution order."""
     golden_nodes, test_nodes = golden.tokens[token], test.tokens[token]
@@ -28,6 +26,7 @@ def pair_token_by_name(
     else:
         partner = _align(golden_order, [n.name for n in test.tree.preorder() if n.name in test_nodes])
     pairs: list[NodePair] = []
+    unmatched: list[Unmatched] = []
     for name in golden_order:
         node = golden.tree.nodes[name]
         test_name = partner.get(name)
@@ -48,7 +47,7 @@ def pair_token_by_name(
     paired = set(partner.values())
     for name in sorted(set(test_nodes) - paired):
         unmatched.append(Unmatched("node", "test", token, name))
-    return pairs
+    return TokenPairs(pairs, unmatched)
 
 
 def differing_names(token: int, golden: DumpIndex, test: DumpIndex) -> bool:

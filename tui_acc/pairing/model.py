@@ -1,5 +1,5 @@
 """The records pairing produces: tensor pairs grouped by node pairs, and what stayed unpaired
-(``Pairing`` in result.py holds them, per token)."""
+(``Pairing`` in result.py holds them, per token; ``TokenPairs`` is what pairing one token returns)."""
 
 from __future__ import annotations
 
@@ -59,3 +59,11 @@ class Unmatched:
 
     def as_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "side": self.side, "token": self.token, "name": self.name}
+
+
+@dataclass(frozen=True)
+class TokenPairs:
+    """What pairing one token found: its node pairs, in golden execution order, and what has no partner."""
+
+    pairs: list[NodePair]
+    unmatched: list[Unmatched]

@@ -25,7 +25,7 @@ from typing import Any
 
 from tui_acc.dumps.model import DumpIndex, Node, NodeTree, TensorRef
 from tui_acc.pairing.mapping import MappingError
-from tui_acc.pairing.model import NodePair, Unmatched
+from tui_acc.pairing.model import NodePair, TokenPairs, Unmatched
 from tui_acc.pairing.msprobe_layers import (
     LayerRules,
     compile_rules,
@@ -37,7 +37,7 @@ from tui_acc.pairing.msprobe_layers import (
 FORMAT = "msprobe"
 NOT_AVAILABLE = "N/A"  # msprobe's "no partner"
 
-PairToken = Callable[[int, DumpIndex, DumpIndex, list[Unmatched]], list[NodePair]]
+PairToken = Callable[[int, DumpIndex, DumpIndex], TokenPairs]
 Target = tuple[str, str]  # (golden record, golden suffix or slot)
 
 
@@ -169,18 +169,19 @@ class NameTranslation:
             )
         self.view = replace(test, tokens=_ViewTokens(self))
 
-    def pair(self, token: int, unmatched: list[Unmatched], pair_token: PairToken) -> list[NodePair]:
+    def pair(self, token: int, pair_token: PairToken) -> TokenPairs:
         """``pair_token`` over the view, its results under the test's own names."""
         with self._lock:
             self._build()
             view = self._current[token] = self._token_view(token)  # what the view shows meanwhile
-            found: list[Unmatched] = []
             try:
-                pairs = pair_token(token, self.golden, self.view, found)
+                found = pair_token(token, self.golden, self.view)
             finally:
                 del self._current[token]
-        unmatched += view.extras + [view.restore_unmatched(u) for u in found]
-        return [view.restore(pair, self.test.tree) for pair in pairs]
+        return TokenPairs(
+            [view.restore(pair, self.test.tree) for pair in found.pairs],
+            view.extras + [view.restore_unmatched(u) for u in found.unmatched],
+        )
 
     def token_nodes(self, token: int) -> dict[str, list[TensorRef]]:
         """One token of the test dump under golden names (what the view's ``tokens[token]`` is)."""

@@ -25,11 +25,27 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from tui_acc.dumps.model import DumpIndex, Node, NodeTree, TensorRef
 from tui_acc.pairing.by_type import TypeMatcher, family_prefix, pair_scope
 from tui_acc.pairing.mapping import OpMapping
-from tui_acc.pairing.model import NodePair, TensorPair, Unmatched
+from tui_acc.pairing.model import NodePair, TensorPair, TokenPairs, Unmatched
+
+
+@dataclass(frozen=True)
+class StructuralPairs(TokenPairs):
+    """One token paired structurally, and the torch input files set aside because their ATB
+    operation was dumped without inputs (a dump setting, which the notes count once)."""
+
+    skipped_inputs: list[str]
+
+
+class _FilePairs(NamedTuple):
+    tensors: tuple[TensorPair, ...]
+    unmatched: list[Unmatched]
+    skipped_inputs: list[str]
 
 
 def pair_token_structurally(
@@ -39,9 +55,7 @@ def pair_token_structurally(
     torch_is_golden: bool,
     logits_node: str,
     mapping: OpMapping,
-    unmatched: list[Unmatched],
-    skipped_inputs: list[str],
-) -> list[NodePair]:
+) -> StructuralPairs:
     torch_nodes = torch_side.tokens[token]
     atb_nodes = atb_side.tokens[token]
     matches = match_nodes(
@@ -51,6 +65,8 @@ def pair_token_structurally(
     atb_side_name = "test" if torch_is_golden else "golden"
     by_torch = dict(matches)
     pairs: list[NodePair] = []
+    unmatched: list[Unmatched] = []
+    skipped_inputs: list[str] = []
     for node in torch_side.tree.preorder():
         if node.name not in torch_nodes:
             continue
@@ -60,17 +76,11 @@ def pair_token_structurally(
                 unmatched.append(Unmatched("node", torch_side_name, token, node.name))
             continue
         atb_node = atb_side.tree.nodes[atb_name]
-        tensors = _pair_files(
-            token,
-            node,
-            torch_nodes[node.name],
-            atb_node,
-            atb_nodes[atb_name],
-            torch_is_golden,
-            mapping,
-            unmatched,
-            skipped_inputs,
+        tensors, alone, skipped = _pair_files(
+            token, node, torch_nodes[node.name], atb_node, atb_nodes[atb_name], torch_is_golden, mapping
         )
+        unmatched += alone
+        skipped_inputs += skipped
         if torch_is_golden:
             pairs.append(NodePair(token, node.name, atb_name, node.type, atb_node.type, node.depth, tensors))
         else:
@@ -84,7 +94,7 @@ def pair_token_structurally(
     if not torch_is_golden:
         order = {n.name: i for i, n in enumerate(atb_side.tree.preorder())}
         pairs.sort(key=lambda p: order[p.golden])
-    return pairs
+    return StructuralPairs(pairs, unmatched, skipped_inputs)
 
 
 def match_nodes(
@@ -212,9 +222,7 @@ def _pair_files(
     atb_refs: list[TensorRef],
     torch_is_golden: bool,
     mapping: OpMapping,
-    unmatched: list[Unmatched],
-    skipped_inputs: list[str],
-) -> tuple[TensorPair, ...]:
+) -> _FilePairs:
     torch_out = [r for r in torch_refs if r.role == "output" and r.slot.count("_") < 2]
     atb_out = [r for r in atb_refs if r.role == "output"]
     pairs: list[tuple[TensorRef, TensorRef]] = []
@@ -238,6 +246,8 @@ def _pair_files(
         pairs += list(zip(torch_in, atb_in, strict=False))
     used_torch = {t.slot for t, _ in pairs}
     used_atb = {a.slot for _, a in pairs}
+    unmatched: list[Unmatched] = []
+    skipped_inputs: list[str] = []
     torch_side, atb_side = ("golden", "test") if torch_is_golden else ("test", "golden")
     # An ATB node dumped without inputs (msit dump -stp 1, or a child op) has nothing to pair the
     # torch inputs with; that is a dump setting, counted once in the notes rather than per file.
@@ -261,7 +271,7 @@ def _pair_files(
         )
         # the golden file's slot names the pair; roles follow the golden side
         result.append(TensorPair(token, golden_node, test_node, golden, test))
-    return tuple(result)
+    return _FilePairs(tuple(result), unmatched, skipped_inputs)
 
 
 def structural_notes(
