@@ -123,6 +123,9 @@ def open_comparison(
             else Path(layer_mapping).expanduser(),
         )
         pairing = pair_dumps(golden_index, test_index, logits_node, op_mapping, names)
+        # the golden as paired (its order may be borrowed from an ATB test): what everything reads,
+        # the baseline's pairing first
+        golden_index = pairing.golden
         baseline_index = baseline_pairing = None
         if baseline is not None:
             # read as the test is (its rank, its token offset): it is the same run on another device

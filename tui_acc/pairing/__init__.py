@@ -7,6 +7,7 @@ ATB pairs structurally (``structural.py``). Whatever has no partner is listed, n
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 from tui_acc.dumps.model import DumpIndex
 from tui_acc.lazy import LazyMapping
@@ -43,6 +44,8 @@ def pair_dumps(
     """Pair two dumps: tokens by id, then nodes and files by the strategy their formats call for.
 
     ``names`` (msprobe's -dm/-lm files) renames the test side of two msprobe dumps for pairing.
+    Neither index is changed: where pairing settles on another order for the golden (an ATB test's
+    execution order), the pairing's ``golden`` is a new index holding it, which its users read.
     """
     mapping = mapping or OpMapping()
     translation = bind(names, golden, test)
@@ -110,7 +113,9 @@ def pair_dumps(
         and not golden.order_is_execution
         and "model_tree.json" in golden.order_source
     )
-    if structural and untrusted_order and _borrow_execution_order(golden, test, nodes):
+    borrowed = _borrowed_execution_order(golden, test, nodes) if structural and untrusted_order else None
+    if borrowed is not None:
+        golden, nodes = borrowed
         notes.append(
             "golden execution order taken from the ATB folder ids (msit's model_tree.json order is not it)"
         )
@@ -134,11 +139,14 @@ def pair_dumps(
     )
 
 
-def _borrow_execution_order(golden: DumpIndex, test: DumpIndex, nodes: dict[int, list[NodePair]]) -> bool:
-    """Sort the golden tree's siblings by the ATB order of what they were paired with.
+def _borrowed_execution_order(
+    golden: DumpIndex, test: DumpIndex, nodes: dict[int, list[NodePair]]
+) -> tuple[DumpIndex, dict[int, list[NodePair]]] | None:
+    """The golden with its tree's siblings sorted by the ATB order of what they were paired with, and
+    the node pairs in that order (None: nothing was paired with an ATB node).
 
     ATB folder ids are execution order; msit's model_tree.json is not. A module with no partner
-    keeps its place right after the sibling it followed.
+    keeps its place right after the sibling it followed. ``golden`` itself is left as it is.
     """
     atb_order = {n.name: i for i, n in enumerate(test.tree.preorder())}
     partner_order: dict[str, int] = {}
@@ -147,26 +155,24 @@ def _borrow_execution_order(golden: DumpIndex, test: DumpIndex, nodes: dict[int,
             if pair.test in atb_order:
                 partner_order.setdefault(pair.golden, atb_order[pair.test])
     if not partner_order:
-        return False
-    tree = golden.tree
+        return None
     earliest: dict[str, float] = {}
-    for node in reversed(list(tree.preorder())):
+    for node in reversed(list(golden.tree.preorder())):
         keys = [earliest[c] for c in node.children if c in earliest]
         if node.name in partner_order:
             keys.append(partner_order[node.name])
         if keys:
             earliest[node.name] = min(keys)
+    tree = golden.tree.copy()
     for node in tree.nodes.values():
         keyed, previous = [], -1.0
         for child in node.children:
             previous = earliest.get(child, previous + 1e-6)
             keyed.append((previous, child))
-        node.children[:] = [child for _, child in sorted(keyed, key=lambda k: k[0])]
-    golden.order_source = "borrowed from the ATB dump"
+        node.children = [child for _, child in sorted(keyed, key=lambda k: k[0])]
     order = {n.name: i for i, n in enumerate(tree.preorder())}
-    for pairs in nodes.values():
-        pairs.sort(key=lambda p: order[p.golden])
-    return True
+    in_order = {token: sorted(pairs, key=lambda p: order[p.golden]) for token, pairs in nodes.items()}
+    return replace(golden, tree=tree, order_source="borrowed from the ATB dump"), in_order
 
 
 def _pair_single_files(token: int, golden: DumpIndex, test: DumpIndex) -> list[NodePair]:

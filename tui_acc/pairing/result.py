@@ -14,7 +14,12 @@ from tui_acc.pairing.model import NodePair, TensorPair, Unmatched
 
 @dataclass
 class Pairing:
-    """Everything that could be aligned between two dumps."""
+    """Everything that could be aligned between two dumps.
+
+    ``golden`` is the golden as paired: its tree in the order pairing settled on (an ATB test's
+    execution order where msit's model_tree.json order was all the golden had), the view the engine,
+    the verdicts and the screens walk; ``pair_dumps`` leaves the index it was given as it was.
+    """
 
     golden: DumpIndex
     test: DumpIndex
