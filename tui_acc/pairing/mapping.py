@@ -76,24 +76,20 @@ class OpMapping:
 
 def load_mapping(path: Path | None) -> OpMapping:
     """The built-in map, extended by ``path`` (msit JSON or our TOML) when given."""
-    mapping = OpMapping()
     if path is None:
-        return mapping
+        return OpMapping()
     if path.is_dir():  # msit's -mf takes the folder holding op_mapping_file.json
         path = path / "op_mapping_file.json"
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise MappingError(f"{path}: cannot read the mapping file ({exc.strerror or exc})") from exc
-    mapping.source = str(path)
-    if path.suffix == ".json":
-        _merge_msit_json(mapping, path, text)
-    else:
-        _merge_toml(mapping, path, text)
-    return mapping
+    return _from_msit_json(path, text) if path.suffix == ".json" else _from_toml(path, text)
 
 
-def _merge_msit_json(mapping: OpMapping, path: Path, text: str) -> None:
+def _from_msit_json(path: Path, text: str) -> OpMapping:
+    """The built-in map with msit's ``op_mapping_file.json`` added."""
+    mapping = OpMapping(source=str(path))
     try:
         raw = json.loads(text)
     except ValueError as exc:
@@ -119,9 +115,12 @@ def _merge_msit_json(mapping: OpMapping, path: Path, text: str) -> None:
             mapping.types.setdefault(tensor_key.group(1), torch_types)
         else:
             mapping.types[key] = tuple(values)
+    return mapping
 
 
-def _merge_toml(mapping: OpMapping, path: Path, text: str) -> None:
+def _from_toml(path: Path, text: str) -> OpMapping:
+    """The built-in map with our TOML's [types], [nodes] and [tensors] added."""
+    mapping = OpMapping(source=str(path))
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -148,3 +147,4 @@ def _merge_toml(mapping: OpMapping, path: Path, text: str) -> None:
                 f'{path}: [tensors] {key!r} = {value!r}; expected "AtbType.outtensor0" = "TorchType.output_0"'
             )
         mapping.tensors[(atb_type, atb_slot)] = ((torch_type,), torch_slot)
+    return mapping
