@@ -95,6 +95,8 @@ class AccApp(TerminalApp):
         self.sub_title = f"check of {golden}" if self.comparison.single else f"{golden}{SEPARATOR}{test}"
 
     def on_mount(self) -> None:
+        """Open the token list (and, with ``start_at``, that token's operators), tick the re-dump line
+        every second, and end on SIGHUP/SIGTERM as q does."""
         self.push_screen(TokenScreen())
         if self.start_at is not None:
             self.push_screen(OperatorScreen(self.start_at, at_first_failure=True))
@@ -114,13 +116,17 @@ class AccApp(TerminalApp):
         return super().format_title(title, fmt.elide_middle(sub_title, max(room, 8)))
 
     def on_resize(self, event: Resize) -> None:
+        """Refit the header's title (the two dumps' paths) to the new width."""
         self.mutate_reactive(AccApp.sub_title)  # the headers refit the title to the new width
 
     def action_help(self) -> None:
+        """``?``: the help screen (keys, columns, verdicts); nothing when it is already shown."""
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
     def action_problems(self) -> None:
+        """``u``: the notes and the operators left unmatched (of the re-dumped selection when a re-dump is
+        open)."""
         if not isinstance(self.screen, ProblemsScreen):
             narrow = self.opened_redump.plan.selection if self.opened_redump is not None else None
             self.push_screen(ProblemsScreen(self.comparison, narrow))
@@ -150,6 +156,7 @@ class AccApp(TerminalApp):
         return saved
 
     def on_acc_app_rows_saved(self, message: RowsSaved) -> None:
+        """A row-cache flush ended: its write error, if any, becomes a warning."""
         if message.error is not None:  # RowCache keeps the errors it expects in ``problem``
             self.notify(f"{message.error}", title="Row cache not written", severity="warning")
         self.warn_about_cache()
@@ -201,11 +208,14 @@ class AccApp(TerminalApp):
         self.show_redump_state()
 
     def on_acc_app_redump_lines(self, message: RedumpLines) -> None:
+        """New re-dump output: the log screen, if shown, appends it."""
         self._log_news.handled()  # lines after this point post a new message
         if isinstance(self.screen, RedumpLogScreen):
             self.screen.show_new_lines()
 
     def on_acc_app_redump_ended(self, message: RedumpEnded) -> None:
+        """The re-dump process ended: say whether it succeeded (o opens it) or failed (with its exit
+        status)."""
         run = self.redump_run
         self.show_redump_state()
         if run is None:
@@ -233,10 +243,12 @@ class AccApp(TerminalApp):
                 bar.add_class("active")
 
     def action_redump_log(self) -> None:
+        """``L``: the re-dump log (its output as it comes, and its status)."""
         if not isinstance(self.screen, RedumpLogScreen):
             self.push_screen(RedumpLogScreen())
 
     def action_stop_redump(self) -> None:
+        """``x``: stop the running re-dump (its whole process group); a note when none runs."""
         run = self.redump_run
         if run is None or not run.running:
             self.notify("No re-dump is running.")
@@ -335,6 +347,8 @@ class AccApp(TerminalApp):
             self.post_message(self.OriginalOpened(comparison, token, operator))
 
     def on_acc_app_original_opened(self, message: OriginalOpened) -> None:
+        """The original dumps are read again (``O``): compare them from now on, at the same token and
+        operator."""
         self.switch_comparison(message.comparison, message.token, message.operator)
         self.opened_redump = None
         self.notify("the original dumps are open again", title="Back to the original")
@@ -343,6 +357,7 @@ class AccApp(TerminalApp):
     redump_operator: str | None = None
 
     async def action_quit(self) -> None:
+        """``q``: quit; while a re-dump runs, first ask whether to stop it, leave it running or stay."""
         run = self.redump_run
         if run is None or not run.running:
             self.exit()

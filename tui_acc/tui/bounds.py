@@ -36,6 +36,7 @@ def number(value: float) -> str:
 
 
 def bounds_text(bounds: dict[str, float]) -> str:
+    """``cosine ≥ 0.999, KL ≤ 0.03``: each metric's bound, as the help and the KL strip state them."""
     return ", ".join(
         f"{_LABELS.get(metric, metric)} {'≥' if metric in AT_LEAST else '≤'} {number(bound)}"
         for metric, bound in bounds.items()

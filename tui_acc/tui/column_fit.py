@@ -25,6 +25,7 @@ class Spec:
 
     @property
     def text(self) -> bool:
+        """Whether it is a text column (its width can be cut down to ``least``)."""
         return self.natural != self.least
 
 

@@ -34,9 +34,11 @@ class TerminalOutput:
         self.gone = False
 
     def write(self, text: str) -> None:
+        """Write ``text`` to the terminal; a no-op once it is gone, never raises."""
         self._attempt(self._file.write, text)
 
     def flush(self) -> None:
+        """Flush the terminal; a no-op once it is gone, never raises."""
         self._attempt(self._file.flush)
 
     def _attempt(self, operation: Callable[..., object], *args: object) -> None:

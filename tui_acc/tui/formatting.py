@@ -61,6 +61,7 @@ def use_monochrome(monochrome: bool) -> None:
 
 
 def palette() -> Palette:
+    """The styles in force (colour, or monochrome under NO_COLOR: ``use_monochrome``)."""
     return _palette
 
 
@@ -79,6 +80,7 @@ def percent(value: float | None) -> str:
 
 
 def cosine(value: float | None) -> str:
+    """A cosine as every screen shows it: six decimals, ``-`` when there is none (tui_acc.numbers)."""
     return numbers.cosine(value)
 
 
@@ -109,6 +111,7 @@ def input_mark(passed: bool | None, source: str | None) -> Text:
 
 
 def token_verdict(verdict: str | None, pending: bool = False) -> Text:
+    """A token's verdict cell: pass, FAIL, tie (near-tie), ERR, or a dim ``…`` while ``pending``."""
     if pending or verdict is None:
         return Text("…", style=PENDING_STYLE)
     p = _palette
@@ -142,6 +145,8 @@ def figure(text: str, passed: bool | None = True) -> Text:
 
 
 def styled(text: str, passed: bool | None) -> Text:
+    """``text`` styled by a verdict: dim when None (pending), plain when passed, the failure style when
+    not."""
     style = PENDING_STYLE if passed is None else ("" if passed else _palette.failed_text)
     return Text(text, style=style)
 

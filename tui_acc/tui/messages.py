@@ -14,6 +14,7 @@ class OneInFlight:
         self._waiting = False
 
     def arrive(self) -> bool:
+        """Note a new arrival (any thread); True when no message is waiting, so the caller posts one."""
         with self._lock:
             if self._waiting:
                 return False
@@ -21,5 +22,6 @@ class OneInFlight:
             return True
 
     def handled(self) -> None:
+        """The waiting message is being handled (UI thread): the next arrival posts again."""
         with self._lock:
             self._waiting = False

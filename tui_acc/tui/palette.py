@@ -83,6 +83,8 @@ def declared_bindings(node: type[DOMNode]) -> list[Binding]:
 
 
 def title_of(binding: Binding) -> tuple[str, str]:
+    """(title, help) of ``binding`` in the command palette; ``other: …`` for a binding TITLES does not
+    name."""
     if binding.id in TITLES:
         return TITLES[binding.id]
     return f"other: {binding.description or binding.action}", f"key {binding.key}"

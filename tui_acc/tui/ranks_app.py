@@ -40,8 +40,10 @@ class RanksApp(TerminalApp):
         self.sub_title = shown_path(Path(check.ranks.path), Path.cwd())
 
     def on_mount(self) -> None:
+        """Open the ranks screen and end on SIGHUP/SIGTERM as q does."""
         self.push_screen(RanksScreen(self.check, self.export_dir, self.clock))
         self.end_on_signals(self.exit)  # as q does
 
     def action_help(self) -> None:
+        """``?``: the keys and the rule each collective is judged by (with this check's margin)."""
         self.push_screen(RanksHelp(self.check.margin))

@@ -25,6 +25,8 @@ HIGH_IS_BAD = frozenset({"kl", "max_abs_err", "rel_euclidean"}) | SIGNED
 
 
 def worst_end(column: str) -> Worst:
+    """Which end of ``column`` is the bad one: ``high`` for the error metrics (``HIGH_IS_BAD``), else
+    ``low``."""
     return "high" if column in HIGH_IS_BAD else "low"
 
 
@@ -38,6 +40,7 @@ _NOTES = {
 
 
 def worst_note(column: str) -> str:
+    """What picking ``column`` puts first, in words for the sort dialog (``highest first``, ``A to Z``…)."""
     if column in SIGNED:
         return "largest difference first, either sign"
     return _NOTES.get(column) or ("highest first" if column in HIGH_IS_BAD else "lowest first")
@@ -71,9 +74,11 @@ class Sort:
         return Sort(column.key, column.worst == "high")
 
     def reversed(self) -> Sort:
+        """The same column the other way round; the natural order stays as it is."""
         return self if self.column is None else Sort(self.column, not self.descending)
 
     def describe(self, columns: Iterable[SortColumn]) -> str:
+        """``KL ▼``: the sorted column's label among ``columns`` and its direction."""
         label = next((c.label for c in columns if c.key == self.column), self.column)
         return f"{label} {'▼' if self.descending else '▲'}"
 

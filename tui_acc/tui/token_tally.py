@@ -74,14 +74,17 @@ class TokenTally:
         return True
 
     def get(self, token: int) -> Row | None:
+        """The row taken for ``token``; None while it is not compared."""
         return self._rows.get(token)
 
     @property
     def compared(self) -> int:
+        """How many tokens have a row with a verdict."""
         return len(self._rows)
 
     @property
     def failing(self) -> int:
+        """How many compared tokens fail."""
         return len(self._failing)
 
     def first_failing(self) -> int | None:

@@ -70,18 +70,23 @@ class ViewScreen(TableScreen):
 
     @property
     def acc(self) -> Host:
+        """The app showing this screen, as the screens may use it (``Host``)."""
         return cast(Host, self.app)
 
     # --- export: the app's folder and clock, the comparison's provenance ------------------------
 
     def export_frame(self) -> pl.DataFrame:
+        """The view plus the comparison's provenance columns (both dumps' paths, the thresholds, the
+        tui-acc version)."""
         # here, not at the top: export imports polars, which the first frame does without
         from tui_acc.export import with_provenance
 
         return with_provenance(self.view_frame(), self.acc.comparison)
 
     def export_folder(self) -> Path:
+        """The app's export folder (the working directory unless the app was given one)."""
         return self.acc.export_dir
 
     def export_time(self) -> datetime:
+        """The app's clock now (tests and screenshots pin it, so export names are reproducible)."""
         return self.acc.clock()

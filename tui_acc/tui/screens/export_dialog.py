@@ -61,32 +61,40 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
         self.confirming: Path | None = None
 
     def compose(self) -> ComposeResult:
+        """The title (how many rows of which view), the path box holding the proposed name, and the keys."""
         with Vertical(id="export-dialog"):
             yield Static(f"Export {self.rows} rows of {self.view}", id="export-title")
             yield Input(value=shown_path(self.proposed, Path.cwd()), id="export-path")
             yield Static(_HINT, id="export-hint")
 
     def on_mount(self) -> None:
+        """The cursor starts in the path box."""
         self.query_one("#export-path", Input).focus()
 
     def chosen_path(self, typed: str) -> Path:
+        """The path ``typed`` names: ``~`` expanded, a relative one taken from ``base_dir``."""
         path = expanded(Path(typed.strip()))
         return path if path.is_absolute() else self.base_dir / path
 
     def show_hint(self, text: str, warning: bool) -> None:
+        """Replace the line under the path box with ``text``, in the warning style where ``warning``."""
         hint = self.query_one("#export-hint", Static)
         hint.update(text)
         hint.set_class(warning, "warning")
 
     def warn(self, text: str) -> None:
+        """Show ``text`` in the warning style under the path box; the dialog stays open."""
         self.show_hint(text, warning=True)
 
     def on_input_changed(self, event: Input.Changed) -> None:
+        """An edited name drops a pending "exists, Enter again replaces it" warning."""
         if self.confirming is not None:  # a new name: the warning no longer applies
             self.confirming = None
             self.show_hint(_HINT, warning=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter: write to the typed path (via ``write``) and close; an existing file needs a second
+        Enter, and a path that cannot be written keeps the dialog open with a warning."""
         if not event.value.strip():
             self.warn("Type a file name, or Esc to cancel.")
             return
@@ -114,6 +122,7 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
         self.dismiss(choice)
 
     def action_cancel(self) -> None:
+        """Esc: close without writing (the dialog answers None)."""
         self.dismiss(None)
 
 

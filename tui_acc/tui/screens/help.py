@@ -80,6 +80,16 @@ VERDICTS = (
 def help_renderable(
     comparison: Comparison | None = None, logits_dtypes: tuple[str, str] | None = None
 ) -> Group:
+    """The help's text: the keys, the verdict rules and, for a ``comparison``, the thresholds in force
+    for its pair.
+
+    Args:
+        comparison: the pair on screen; None leaves the thresholds in force out.
+        logits_dtypes: (golden, test) dtypes of the logits once a token is compared; None: not known yet.
+
+    Returns:
+        A rich ``Group`` of the sections, one line a rule.
+    """
     keys = Table(box=None, show_header=False, padding=(0, 2, 0, 0))
     keys.add_column(style="bold cyan", no_wrap=True)
     keys.add_column()
@@ -115,11 +125,13 @@ class HelpScreen(ModalScreen[None]):
     ]
 
     def compose(self) -> ComposeResult:
+        """The help text (keys, verdict rules, this pair's thresholds), scrollable."""
         comparison = cast(Host, self.app).comparison
         with VerticalScroll(id="help"):
             yield Static(help_renderable(comparison, _logits_dtypes(comparison)))
 
     def action_scroll(self, direction: str) -> None:
+        """``j`` / ``k``: scroll the help one line down / up."""
         scroller = self.query_one("#help", VerticalScroll)
         scroller.scroll_down() if direction == "down" else scroller.scroll_up()
 

@@ -27,4 +27,5 @@ class Host(Protocol):
     config_file: Path  # --config, else ./tui-acc.toml: where [replay] plug-ins are read from too
     swap_command: str | None  # the command line with golden and test swapped (sides.py)
 
-    def start_redump(self, choice: RedumpChoice) -> None: ...
+    def start_redump(self, choice: RedumpChoice) -> None:
+        """Run the re-dump ``choice`` in the background; its lines go to the re-dump log (L)."""

@@ -183,6 +183,9 @@ class OperatorScreen(ViewScreen):
     # --- layout -------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
+        """The header, the summary line, the layer tree beside the operator table (columns chosen for
+        the pair: statistics only, one dump, a baseline, differing test names), the tensor detail or
+        error picture, the filter box, the re-dump and status lines, and the footer."""
         pairing = self.acc.comparison.pairing
         self._pairs = {node.golden: node for node in pairing.node_pairs(self.token)}
         self._order = {name: i for i, name in enumerate(self._pairs)}
@@ -224,6 +227,8 @@ class OperatorScreen(ViewScreen):
         yield Footer(compact=True)  # every key that matters fits in 80 columns
 
     def on_mount(self) -> None:
+        """Show the rows already in memory and the view as the user left this token, then start the
+        operators' worker."""
         table = self.query_one("#ops", DataTable)
         for key, label, width in self.table_columns:
             table.add_column(label, key=key, width=width)
@@ -266,6 +271,7 @@ class OperatorScreen(ViewScreen):
         return labels
 
     def on_resize(self) -> None:
+        """Refit the text columns and the summary's culprit name to the new width."""
         self.call_after_refresh(self._fit_columns)
         self.call_after_refresh(self.update_summary)  # the culprit's name is fitted to the width
 
@@ -345,6 +351,8 @@ class OperatorScreen(ViewScreen):
 
     @work(thread=True, exclusive=True, group="operators", exit_on_error=False, name="operator metrics")
     def compute_operators(self) -> None:
+        """Worker thread: the token's operator rows from the engine, those on screen first, posted one at a
+        time (``NodeComputed``, then ``TokenFinished``); a cancelled worker stops between operators."""
         from tui_acc.metrics.engine import Cancelled
 
         worker = get_current_worker()
@@ -424,6 +432,8 @@ class OperatorScreen(ViewScreen):
         return self.NATURAL_ORDER if golden.order_is_execution else f"dump order ({source})"
 
     def sort_value(self, key: str, column: str) -> object:
+        """Execution position, the name as shown, the test name, the type, the In/Out verdicts' rank, else
+        the row's metric."""
         node, row = self._pairs[key], self._rows.get(key) or {}
         if column == "order":
             return self._order[key]
@@ -498,13 +508,17 @@ class OperatorScreen(ViewScreen):
         self._show_detail(self.cursor_key())
 
     def main_table(self) -> DataTable[object]:
+        """The operator table."""
         return self.query_one("#ops", DataTable)
 
     def is_failing(self, key: str) -> bool:
+        """Whether operator ``key`` fails where the failure shows (not a module failing only by a child,
+        ``c``)."""
         row = self._rows.get(key)  # n/N: where a failure shows, not the modules that hold one
         return failing(row) is True and row is not None and row.get("label") != "contains"
 
     def fill_table(self) -> None:
+        """Rebuild the rows in scope and through the filter, in the current order, and refit the columns."""
         table = self.query_one("#ops", DataTable)
         table.clear()
         for name in self._in_scope():
@@ -571,6 +585,8 @@ class OperatorScreen(ViewScreen):
         self.query_one(ErrorMapView).show(node, self.acc.comparison.engine)
 
     def update_summary(self) -> None:
+        """Token, operators computed, failing ones, the scope and filter, ◆ the culprit (once known),
+        the sort, and a warning when the order is not execution order."""
         done, total = len(self._rows), len(self._pairs)
         failed = sum(1 for r in self._rows.values() if failing(r) and r.get("label") != "contains")
         parts = [
@@ -621,6 +637,7 @@ class OperatorScreen(ViewScreen):
         self._show_detail(self.cursor_key())
 
     def action_scope_all(self) -> None:
+        """``a``: every operator of the token again (leave the layer scope)."""
         self._set_scope(self._tree.root)
 
     def action_toggle_tree(self) -> None:
@@ -643,6 +660,7 @@ class OperatorScreen(ViewScreen):
         self.query_one(ErrorMapView).step(by)
 
     def action_back(self) -> None:
+        """Esc: clear the filter if there is one, else back to the token list."""
         box = self.query_one("#filter", Input)
         if box.display or self._filter:  # Esc clears the filter first, then leaves the token
             self._set_filter("")
@@ -672,11 +690,14 @@ class OperatorScreen(ViewScreen):
             self._select = view.cursor
 
     def action_cursor(self, direction: str) -> None:
+        """``j`` / ``k``: the cursor one row down / up in the focused table or tree."""
         focused = self.focused
         if isinstance(focused, (DataTable, LayerTree)):
             focused.action_cursor_down() if direction == "down" else focused.action_cursor_up()
 
     def action_first_failure(self) -> None:
+        """``f``: ◆, the first operator whose inputs pass and output fails (scope and filter cleared where
+        they hide it); while the token is computing, it jumps once that is known."""
         if not self._finished:  # jump when they are known
             self._jump_pending = True
             self.set_status("finding the first failing operator… (any key cancels)")
@@ -735,6 +756,8 @@ class OperatorScreen(ViewScreen):
         self.app.push_screen(ReplayScreen(message.replay))
 
     def view_frame(self) -> pl.DataFrame:
+        """The rows in scope and through the filter, in the table's order: names, types, verdicts, whether it
+        is ◆, and every figure (noise figures with a baseline; anomalies for one dump on its own)."""
         import polars as pl
 
         with_noise = self.acc.comparison.baseline is not None
@@ -760,9 +783,11 @@ class OperatorScreen(ViewScreen):
         return pl.DataFrame(rows, schema=_op_export_schema(with_noise, single))
 
     def redump_target(self) -> tuple[int, str | None]:
+        """This token, from the operator under the cursor down (None: the table is empty, every operator)."""
         return self.token, self.cursor_key()
 
     def export_stem(self) -> str:
+        """``tui-acc-token{N}-ops``, with the layer in scope appended when there is one."""
         scope = "" if self._scope == self._tree.root else f"-{self._scope}"
         return f"tui-acc-token{self.token}-ops{scope}"
 

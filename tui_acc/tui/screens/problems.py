@@ -123,5 +123,7 @@ class ProblemsScreen(ModalScreen[None]):
         self.narrow = narrow  # the re-dump open in place of a side, if any
 
     def compose(self) -> ComposeResult:
+        """Every note, unreadable file and unmatched operator, scrollable (of the re-dumped selection when
+        ``narrow``)."""
         with VerticalScroll(id="problems"):
             yield Static(problems_renderable(self.comparison, self.narrow))

@@ -53,10 +53,12 @@ class RankSortColumn(SortColumn):
 
     @property
     def note(self) -> str:
+        """What picking it does, in the sort dialog (this screen's words for its own columns)."""
         return _NOTES.get(self.key) or ("highest first" if self.worst == "high" else "lowest first")
 
 
 def row_key(row: RankRow) -> str:
+    """``token|rank|operator``: the table key of ``row``, unique in a run."""
     return f"{row['token']}|{row['rank']}|{row['op']}"
 
 
@@ -110,6 +112,8 @@ class RanksScreen(TableScreen):
         self.op_width = next(width for key, _, width, _ in COLUMNS if key == "op")
 
     def compose(self) -> ComposeResult:
+        """The summary, the token list beside the rows of (token, operator, rank), the row's detail, the
+        status line."""
         yield Header()
         yield Static(id="summary")
         with Horizontal(id="ranks-main"):
@@ -120,6 +124,7 @@ class RanksScreen(TableScreen):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
+        """List every token (pending), lay out the columns and start the check on a worker thread."""
         tokens = self.query_one("#rank-tokens", DataTable)
         for key, label, width in (("token", "Token", 5), ("ops", "Ops", 3), ("bad", "Bad", 3)):
             tokens.add_column(label, key=key, width=width)
@@ -148,6 +153,7 @@ class RanksScreen(TableScreen):
         self.post_message(self.AllComputed())
 
     def on_resize(self) -> None:
+        """Refit the operator column to the new width."""
         self.call_after_refresh(self._fit_columns)
 
     def _fit_columns(self) -> None:
@@ -211,6 +217,7 @@ class RanksScreen(TableScreen):
     # --- the view -------------------------------------------------------------------------------
 
     def main_table(self) -> DataTable[object]:
+        """The table of (token, operator, rank) rows."""
         return self.query_one("#collectives", DataTable)
 
     def _cells(self, row: RankRow) -> list[Text | str]:
@@ -253,6 +260,8 @@ class RanksScreen(TableScreen):
         table.update_cell(str(token), "bad", fmt.failing(str(bad), bad > 0) if bad else "0")
 
     def update_summary(self) -> None:
+        """Ranks and their layout, rows, how many disagree (or are not judged), the margin, progress and
+        the sort."""
         ranks = self.check.ranks
         bad, unjudged = self.disagreeing, self.unjudged
         done = (
@@ -274,6 +283,8 @@ class RanksScreen(TableScreen):
 
     @on(DataTable.RowHighlighted, "#collectives")
     def show_detail(self) -> None:
+        """Under the table: the highlighted row's token, operator and rank, with its error or how it was
+        judged."""
         key = self.cursor_key()
         row = self.rows.get(key) if key is not None else None
         detail = self.query_one("#detail", Static)
@@ -326,10 +337,12 @@ class RanksScreen(TableScreen):
             self.set_status("looking for the first disagreement … (rows appear as they are checked)")
 
     def action_cursor(self, direction: str) -> None:
+        """``j`` / ``k``: the cursor one row down / up in the focused table (the rows, else the tokens)."""
         focused = self.focused if isinstance(self.focused, DataTable) else self.main_table()
         focused.action_cursor_down() if direction == "down" else focused.action_cursor_up()
 
     def is_failing(self, key: str) -> bool:
+        """Whether the row disagrees or could not be checked (ERR)."""
         return _is_bad(self.rows[key])
 
     def move_to(self, index: int) -> None:
@@ -342,15 +355,18 @@ class RanksScreen(TableScreen):
     # --- sorting ------------------------------------------------------------------------------------
 
     def sort_columns(self) -> list[SortColumn]:
+        """Every column, each with its own worst end (msit's metric names)."""
         return [RankSortColumn(key, label, worst) for key, label, _, worst in COLUMNS]
 
     def fill_table(self) -> None:
+        """Rebuild the rows in the current order, from the rows the worker sent."""
         table = self.main_table()
         table.clear()
         for key in self.ordered(self.natural):
             table.add_row(*self._cells(self.rows[key]), key=key)
 
     def sort_value(self, key: str, column: str) -> object:
+        """The row's field; the verdict as 0 (fails) / 1 (passes), None while not judged."""
         row = self.rows[key]
         if column == "passed":
             return None if row["passed"] is None else int(bool(row["passed"]))
@@ -359,23 +375,28 @@ class RanksScreen(TableScreen):
     # --- export -----------------------------------------------------------------------------------
 
     def view_frame(self) -> pl.DataFrame:
+        """The rows in the table's order, the columns ``tui-acc ranks --csv`` writes."""
         from tui_acc import ranks_report
 
         keys = [str(k.value) for k in self.main_table().rows]
         return ranks_report.csv_frame({"collectives": [ranks_report.public_row(self.rows[k]) for k in keys]})
 
     def export_frame(self) -> pl.DataFrame:
+        """The view with the check's provenance (the dump's path, the margin, the tui-acc version)."""
         from tui_acc import ranks_report
 
         return ranks_report.with_provenance(self.view_frame(), self.check)
 
     def export_stem(self) -> str:
+        """``tui-acc-ranks``."""
         return "tui-acc-ranks"
 
     def export_folder(self) -> Path:
+        """The folder given to the app (the working directory by default)."""
         return self._export_dir
 
     def export_time(self) -> datetime:
+        """The app's clock now (pinned by tests and screenshots)."""
         return self._clock()
 
 

@@ -27,6 +27,8 @@ KEYS = (
 
 
 def rule_lines(margin: float) -> list[str]:
+    """The check's rule in sentences: the golden of each collective, the verdict and its bound with
+    ``margin`` (tui-acc.toml ``[collectives] margin``), the other metrics, ERR."""
     return [
         "Golden: all-reduce, the sum of every rank's input in float64 (avg, max, min, prod where the "
         "dump records that reduction); reduce-scatter, rank r's chunk of it (dimension 0); all-gather, "
@@ -56,6 +58,7 @@ class RanksHelp(ModalScreen[None]):
         self.margin = margin
 
     def compose(self) -> ComposeResult:
+        """The keys and the check's rule (with this run's margin), scrollable."""
         keys = Table(box=None, show_header=False, padding=(0, 2, 0, 0))
         keys.add_column(style="bold cyan", no_wrap=True)
         keys.add_column()

@@ -51,6 +51,8 @@ class RedumpDialog(ModalScreen[RedumpChoice | None]):
         self.plan: RedumpPlan | None = None
 
     def compose(self) -> ComposeResult:
+        """The title, the inference command box, the exact command (scrolled when long), the new folder and
+        log, and the keys."""
         with Vertical(id="redump-dialog"):
             yield Static(id="redump-title")
             yield Static(
@@ -64,6 +66,7 @@ class RedumpDialog(ModalScreen[RedumpChoice | None]):
             yield Static(self.HINT, id="redump-hint")
 
     def on_mount(self) -> None:
+        """Load the test side's saved inference command and watch the command box's scrolling for the hint."""
         box = self.query_one("#redump-command-box", VerticalScroll)
         # what is out of sight changes as the box is laid out, filled and scrolled
         for attribute in ("show_vertical_scrollbar", "virtual_size", "scroll_y"):
@@ -95,6 +98,7 @@ class RedumpDialog(ModalScreen[RedumpChoice | None]):
         self.call_after_refresh(self._fit)
 
     def on_resize(self) -> None:
+        """Refit the command box to the new height."""
         self.call_after_refresh(self._fit)
 
     def _fit(self) -> None:
@@ -127,14 +131,19 @@ class RedumpDialog(ModalScreen[RedumpChoice | None]):
         self.query_one("#redump-hint", Static).update(f"{self.HINT}   {more}" if more else self.HINT)
 
     def action_scroll_command(self, lines: int) -> None:
+        """↑ ↓ PgUp PgDn: scroll the command ``lines`` lines (negative: up); the typed command keeps the
+        cursor."""
         box = self.query_one("#redump-command-box", VerticalScroll)
         box.scroll_to(y=box.scroll_y + lines, animate=False, immediate=True)
         self._show_hidden()
 
     def on_input_changed(self, event: Input.Changed) -> None:
+        """A new inference command: the plan and the command shown are made again."""
         self._rebuild()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter: answer the plan (and the typed command to remember, when new); nothing while there is no
+        plan."""
         self._rebuild()
         if self.plan is None:
             return  # the reason is on screen
@@ -143,10 +152,12 @@ class RedumpDialog(ModalScreen[RedumpChoice | None]):
         self.dismiss(RedumpChoice(self.plan, remember))
 
     def action_other_side(self) -> None:
+        """``ctrl+o``: re-dump the other side instead (its own saved command)."""
         self.side = "golden" if self.side == "test" else "test"
         self._load_side()
 
     def action_cancel(self) -> None:
+        """Esc: close; nothing runs (the dialog answers None)."""
         self.dismiss(None)
 
 
@@ -164,6 +175,7 @@ class QuitDialog(ModalScreen[str | None]):
         self.log_path = log
 
     def compose(self) -> ComposeResult:
+        """What each key does, with the log the re-dump goes on writing to if left running."""
         with Vertical(id="quit-dialog"):
             yield Static("A re-dump is still running.", id="quit-title")
             yield Static(
@@ -175,4 +187,5 @@ class QuitDialog(ModalScreen[str | None]):
             )
 
     def action_choose(self, choice: str | None) -> None:
+        """``s`` / ``d`` / Esc: answer ``stop``, ``detach`` or None (stay)."""
         self.dismiss(choice)

@@ -44,12 +44,14 @@ class RedumpLogScreen(Screen[None]):
     ]
 
     def compose(self) -> ComposeResult:
+        """The run's status line above its output (the last 5000 lines), and the keys."""
         yield Header()
         yield Static(id="redump-status")
         yield RichLog(id="redump-log", max_lines=5000, wrap=False, highlight=False, markup=False)
         yield Footer(compact=True)  # every key that matters fits in 80 columns
 
     def on_mount(self) -> None:
+        """Show the run's output so far and its status (or say that no re-dump has run)."""
         run = self.acc.redump_run
         log = self.query_one(RichLog)
         if run is None:
@@ -70,10 +72,13 @@ class RedumpLogScreen(Screen[None]):
             log.write(Text(line))
 
     def show_status(self) -> None:
+        """Refresh the status line: running, finished, stopped, left running or failed, with the time
+        taken."""
         run = self.acc.redump_run
         if run is not None:
             self.query_one("#redump-status", Static).update(run_status(run))
 
     @property
     def acc(self) -> Host:
+        """The app showing this screen, as the screens may use it (``Host``)."""
         return cast(Host, self.app)

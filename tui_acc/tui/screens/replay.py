@@ -91,5 +91,7 @@ class ReplayScreen(ModalScreen[None]):
         self.replay = replay
 
     def compose(self) -> ComposeResult:
+        """The replay of each side, scrollable: what was recomputed from the dumped inputs against the
+        dumped output."""
         with VerticalScroll(id="replay"):
             yield Static(replay_renderable(self.replay), id="replay-body")

@@ -30,6 +30,7 @@ class SortDialog(ModalScreen[Sort | None]):
         self.natural = natural
 
     def compose(self) -> ComposeResult:
+        """The natural order, then every column with what picking it does (the current one marked ▲/▼)."""
         options = [Option(self.natural + ("   ← now" if self.current.column is None else ""), id=_NATURAL)]
         for column in self.columns:
             note = column.note
@@ -42,18 +43,22 @@ class SortDialog(ModalScreen[Sort | None]):
             yield Static("Enter: sort   Esc: cancel   S: reverse", id="sort-hint")
 
     def on_mount(self) -> None:
+        """The highlight starts on the current sort."""
         listing = self.query_one(OptionList)
         keys = [_NATURAL, *(c.key for c in self.columns)]
         listing.highlighted = keys.index(self.current.column) if self.current.column in keys else 0
         listing.focus()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        """Enter: answer the picked sort (the current column again reverses it)."""
         picked = next((c for c in self.columns if c.key == event.option.id), None)
         self.dismiss(self.current.picked(picked))
 
     def action_move(self, direction: str) -> None:
+        """``j`` / ``k``: the highlight one column down / up."""
         listing = self.query_one(OptionList)
         listing.action_cursor_down() if direction == "down" else listing.action_cursor_up()
 
     def action_cancel(self) -> None:
+        """Esc: close with the sort unchanged (the dialog answers None)."""
         self.dismiss(None)

@@ -66,6 +66,7 @@ class TableScreen(Screen[None]):
         self.main_table().move_cursor(row=index)
 
     def cursor_key(self) -> str | None:
+        """The key of the main table's row under the cursor; None when the table is empty."""
         table = self.main_table()
         if not table.row_count:
             return None
@@ -89,13 +90,16 @@ class TableScreen(Screen[None]):
         raise NotImplementedError
 
     def update_summary(self) -> None:
+        """Rewrite the summary line above the table (counts, progress, the sort in force)."""
         raise NotImplementedError
 
     @property
     def natural_order(self) -> str:
+        """What the sort dialog calls the unsorted order (``NATURAL_ORDER`` unless a screen says more)."""
         return self.NATURAL_ORDER
 
     def ordered(self, keys: list[str]) -> list[str]:
+        """``keys`` in the current sort's order (unchanged when unsorted; rows without a value last)."""
         return sorted_keys(keys, self.sort_value, self.sort)
 
     def action_sort(self) -> None:
@@ -106,6 +110,7 @@ class TableScreen(Screen[None]):
         )
 
     def action_reverse_sort(self) -> None:
+        """``S``: the same column the other way round (nothing when the view is unsorted)."""
         self.apply_sort(self.sort.reversed())
 
     @on(DataTable.HeaderSelected)
@@ -128,6 +133,7 @@ class TableScreen(Screen[None]):
             table.move_cursor(row=table.get_row_index(current), animate=False)
 
     def sort_summary(self) -> str | None:
+        """The summary's ``sorted: column ▼ (s)`` part; None in the natural order."""
         return None if self.sort.column is None else f"sorted: {self.sort.describe(self.sort_columns())} (s)"
 
     # --- export -------------------------------------------------------------------------------
@@ -141,6 +147,7 @@ class TableScreen(Screen[None]):
         raise NotImplementedError
 
     def export_stem(self) -> str:
+        """The start of a fresh export's file name (a timestamp and ``.csv`` follow)."""
         raise NotImplementedError
 
     def export_folder(self) -> Path:
@@ -160,6 +167,7 @@ class TableScreen(Screen[None]):
         )
 
     def set_status(self, text: str, error: bool = False) -> None:
+        """Show ``text`` on the status line under the table, in the error style where ``error``."""
         status = self.query_one("#status", Static)
         status.update(text)
         status.set_class(error, "error")

@@ -97,6 +97,8 @@ class TokenScreen(ViewScreen):
         """Every token's logits are compared."""
 
     def compose(self) -> ComposeResult:
+        """The header, the summary line, the KL strip (a bar a token), the token table, the re-dump and
+        status lines, and the footer."""
         yield Header()
         yield Static(id="swapped")  # shown only when the golden is the less precise side
         yield Static(id="summary")
@@ -109,6 +111,8 @@ class TokenScreen(ViewScreen):
         yield Footer(compact=True)  # every key that matters fits in 80 columns
 
     def on_mount(self) -> None:
+        """List every token at once (pending until its row arrives) and start the token worker after the
+        first frame."""
         # the rows the worker sends, kept here: the engine is never asked on the event loop
         cmp = self.acc.comparison
         thresholds, floor = cmp.thresholds, run_floor(cmp)  # the engine is built by the worker
@@ -150,6 +154,8 @@ class TokenScreen(ViewScreen):
 
     @work(thread=True, exclusive=True, group="tokens", exit_on_error=False, name="token metrics")
     def compute_tokens(self) -> None:
+        """Worker thread: each token's logits metrics from the engine, posted to the screen one row at a time
+        (``TokenComputed``, then ``TokensFinished``); a cancelled worker stops between tokens."""
         # the engine's modules (polars, numpy) are imported here, after the first frame
         from tui_acc.metrics.engine import Cancelled
 
@@ -245,6 +251,7 @@ class TokenScreen(ViewScreen):
             table.add_row(*self._cells(cached or {"token": int(key)}, pending=cached is None), key=key)
 
     def sort_value(self, key: str, column: str) -> object:
+        """The token number, its verdict's rank (fail first), a flipped top-1 first, else the row's metric."""
         row = self.tally.get(int(key)) or {}
         if column == "token":
             return int(key)
@@ -304,6 +311,8 @@ class TokenScreen(ViewScreen):
         return [cells[key] for key, _, _ in self.table_columns]
 
     def update_summary(self) -> None:
+        """``n/N tokens compared``, how many fail, the first failing one, the sort, the noise baseline and
+        the unmatched count."""
         tally = self.tally
         total = len(tally.tokens)
         first_failing = tally.first_failing()
@@ -327,13 +336,16 @@ class TokenScreen(ViewScreen):
         self.query_one("#summary", Static).update("  │  ".join(parts))
 
     def action_cursor(self, direction: str) -> None:
+        """``j`` / ``k``: the cursor one token down / up."""
         table = self.query_one("#tokens", DataTable)
         table.action_cursor_down() if direction == "down" else table.action_cursor_up()
 
     def main_table(self) -> DataTable[object]:
+        """The token table."""
         return self.query_one("#tokens", DataTable)
 
     def is_failing(self, key: str) -> bool:
+        """Whether token ``key`` is compared and fails (a pending token does not)."""
         row = self.tally.get(int(key))
         return row is not None and row["passed"] is False
 
@@ -412,6 +424,8 @@ class TokenScreen(ViewScreen):
         self.app.push_screen(OperatorScreen(token, at_first_failure=at_first_failure))
 
     def view_frame(self) -> pl.DataFrame:
+        """The tokens in the table's order: their metrics and verdict word (noise figures with a baseline;
+        for one dump on its own, the anomaly it starts with)."""
         import polars as pl
 
         with_noise = self.acc.comparison.baseline is not None
@@ -429,12 +443,18 @@ class TokenScreen(ViewScreen):
         return pl.DataFrame(rows, schema=_token_export_schema(with_noise, single))
 
     def redump_target(self) -> tuple[int, str | None]:
+        """The token under the cursor, every operator of it.
+
+        Raises:
+            LookupError: the table is empty.
+        """
         key = self.cursor_key()
         if key is None:
             raise LookupError("no token to re-dump")
         return int(key), None
 
     def export_stem(self) -> str:
+        """``tui-acc-tokens``."""
         return "tui-acc-tokens"
 
 

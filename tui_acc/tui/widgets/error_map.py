@@ -70,9 +70,12 @@ class ErrorMapView(Static):
             self.redraw()
 
     def on_resize(self) -> None:
+        """Draw the picture again at the new width."""
         self.redraw()
 
     def redraw(self) -> None:
+        """Show the current tensor's picture, or why there is none; a map not yet computed starts its worker
+        (nothing is read while the panel is hidden)."""
         if not self.display or self._engine is None:
             return
         if self._index is None and self._node is not None:

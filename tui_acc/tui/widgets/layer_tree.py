@@ -115,6 +115,8 @@ class LayerTree(Tree[str]):
         return frozenset(name for name, node in self._by_name.items() if node.is_expanded)
 
     def expand_only(self, names: frozenset[str]) -> None:
+        """Expand exactly the nodes in ``names`` and collapse every other (a token reopened as it was
+        left)."""
         for name, node in self._by_name.items():
             if name in names:
                 node.expand()
@@ -122,6 +124,7 @@ class LayerTree(Tree[str]):
                 node.collapse()
 
     def on_tree_node_selected(self, event: Tree.NodeSelected[str]) -> None:
+        """Enter on a layer: ``LayerSelected`` tells the screen to scope the table to it."""
         event.stop()
         if event.node.data is not None:
             self.post_message(self.LayerSelected(event.node.data))

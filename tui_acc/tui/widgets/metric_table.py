@@ -21,6 +21,7 @@ class MetricTable(DataTable[object]):
     """
 
     def on_resize(self, event: events.Resize) -> None:
+        """Keep the cursor row in view at the new size."""
         if self.row_count:
             self.move_cursor(row=self.cursor_row, animate=False)  # scrolls it into view after layout
 
@@ -49,6 +50,7 @@ class MetricTable(DataTable[object]):
         self._page(1)
 
     def action_cursor_left(self) -> None:
+        """``←`` with a row cursor: the previous columns, whole (the key columns stay)."""
         if self.cursor_type != "row":
             super().action_cursor_left()
             return

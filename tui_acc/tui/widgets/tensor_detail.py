@@ -29,10 +29,18 @@ class TensorDetail(Static):
     _shown: tuple[NodePair | None, MetricsEngine, Row | None] | None = None
 
     def on_resize(self) -> None:
+        """Show the same operator again, its tensor names elided to the new width."""
         if self._shown is not None:  # tensor names are elided to the width: fit them again
             self.show(*self._shown)
 
     def show(self, node: NodePair | None, engine: MetricsEngine, row: Row | None = None) -> None:
+        """Show ``node``'s verdict and rule lines, then a line per tensor (slot, shape, dtypes, metrics).
+
+        Args:
+            node: the highlighted operator; None clears the panel.
+            engine: whose rows already computed are shown (memory only: this runs on the UI thread).
+            row: the operator's own row, for its verdict, rule and "within" lines.
+        """
         self._shown = (node, engine, row)
         if node is None:
             self.update("")

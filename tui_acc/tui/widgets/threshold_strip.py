@@ -27,6 +27,7 @@ class ThresholdStrip(Widget):
         self.failing: list[bool] = []
 
     def show(self, levels: Sequence[int | None], failing: Sequence[bool]) -> None:
+        """Draw these ``levels`` and ``failing`` marks, one of each a token in token order."""
         self.levels, self.failing = list(levels), list(failing)
         self.refresh()
 
@@ -49,4 +50,5 @@ class ThresholdStrip(Widget):
         return text
 
     def render(self) -> Text:
+        """The bars fitted to the widget's width."""
         return self.bars(self.size.width)
