@@ -29,6 +29,8 @@ class Demo:
     test_ids: list[int]
 
     def describe(self) -> str:
+        """What was written, the fault injected, the ids each run generated and the command that compares
+        the pair, one per line."""
         return "\n".join(
             [
                 f"golden dump (float32):        {self.golden}",

@@ -24,12 +24,24 @@ class StaleTailTile:
     tile: int = 48
 
     def describe(self) -> str:
+        """The fault in a sentence, for the demo's summary and ``demo.json``."""
         return (
             f"{self.module} at token {self.token}: the last {self.tile} output columns keep the previous "
             "step's values (a matmul that skipped its tail tile)"
         )
 
     def install(self, model: Module, current_token: Callable[[], int]) -> Handle:
+        """Hook the fault onto ``self.module`` of ``model``, ahead of any capture hook, so a dump sees its
+        result.
+
+        Args:
+            model: the test run's root module.
+            current_token: the token being generated (the capture's counter); the fault fires at
+                ``self.token``.
+
+        Returns:
+            The hook's handle: ``remove()`` takes the fault out again.
+        """
         target = dict(model.named_modules())[self.module.removeprefix("root.")]
         previous: dict[str, np.ndarray] = {}
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Re-run one side of the demo in ``--demo`` under the capture hook; returns the exit status (0, or 2
+    for an unreadable ``demo.json``; ``--fail`` exits with 3)."""
     parser = argparse.ArgumentParser(prog="python -m tui_acc.demo.infer", description=__doc__)
     parser.add_argument("--side", choices=("golden", "test"), required=True)
     parser.add_argument("--demo", type=Path, default=Path.cwd(), help="the demo folder (with demo.json)")

@@ -50,10 +50,12 @@ class TinyConfig:
 
     @property
     def head_dim(self) -> int:
+        """The width of one attention head (``hidden_size // num_heads``)."""
         return self.hidden_size // self.num_heads
 
 
 def wide(x: np.ndarray) -> np.ndarray:
+    """``x`` as float64, the precision every operator computes in before it rounds its result once."""
     return x.astype(np.float64)
 
 
@@ -65,6 +67,8 @@ _TOWARD_ZERO = contextvars.ContextVar("bfloat16_toward_zero", default=False)
 
 @contextmanager
 def rounding_toward_zero() -> Iterator[None]:
+    """Within it, ``rounded`` truncates to bfloat16 instead of rounding to nearest even (this context only:
+    a contextvar, so other threads are unaffected)."""
     token = _TOWARD_ZERO.set(True)
     try:
         yield
@@ -105,6 +109,7 @@ class Linear(Module):
         self.register_parameter("weight", np.zeros((out_features, in_features), np.float32))
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """``x @ weight.T``, rounded once to ``x``'s dtype."""
         return rounded(linear(x, self.weight), x.dtype)
 
 
@@ -114,6 +119,7 @@ class Embedding(Module):
         self.register_parameter("weight", np.zeros((num, size), np.float32))
 
     def forward(self, ids: np.ndarray) -> np.ndarray:
+        """The rows of ``weight`` for the token ids ``ids`` (no arithmetic, so no rounding)."""
         return cast(np.ndarray, self.weight[ids])
 
 
@@ -124,6 +130,8 @@ class RMSNorm(Module):
         self.eps = eps
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """``weight * x / sqrt(mean(x²) + eps)`` over the last axis, in float64, rounded once to ``x``'s
+        dtype."""
         x64 = wide(x)
         # torch.rsqrt in float64 is 1 / sqrt: both steps correctly rounded
         normed = x64 * (1.0 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + self.eps))
@@ -137,6 +145,8 @@ class RotaryEmbedding(Module):
         self.theta = config.rope_theta
 
     def forward(self, x: np.ndarray, position_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(cos, sin) of the rotary angles at ``position_ids`` (``[B, S, head_dim]``), each rounded to
+        ``x``'s dtype."""
         # Computed here rather than kept as a parameter, which ``model.to(bfloat16)`` would round.
         inv_freq = 1.0 / (self.theta ** (np.arange(0, self.dim, 2, dtype=np.float64) / self.dim))
         freqs = wide(position_ids[..., None]) * inv_freq  # [B, S, dim/2]
@@ -151,6 +161,7 @@ def _rotate_half(x: np.ndarray) -> np.ndarray:
 
 class SiLU(Module):
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """``x * sigmoid(x)`` in float64, rounded once to ``x``'s dtype."""
         x64 = wide(x)
         return rounded(x64 / (1.0 + np.exp(-x64)), x.dtype)
 
@@ -172,6 +183,8 @@ class Attention(Module):
         self.o_proj = Linear(config.num_heads * hd, config.hidden_size)
 
     def forward(self, hidden: np.ndarray, cos: np.ndarray, sin: np.ndarray, cache: Cache) -> np.ndarray:
+        """The attention block's output: ``o_proj`` of ``context``; ``cache`` (this layer's keys and
+        values) is extended in place."""
         return cast(np.ndarray, self.o_proj(self.context(hidden, cos, sin, cache)))
 
     def context(self, hidden: np.ndarray, cos: np.ndarray, sin: np.ndarray, cache: Cache) -> np.ndarray:
@@ -209,6 +222,7 @@ class MLP(Module):
         self.act_fn = SiLU()
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        """``down_proj(act(gate_proj(x)) * up_proj(x))``."""
         return cast(np.ndarray, self.down_proj(self.gated(x)))
 
     def gated(self, x: np.ndarray) -> np.ndarray:
@@ -225,6 +239,8 @@ class DecoderLayer(Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_eps)
 
     def forward(self, hidden: np.ndarray, cos: np.ndarray, sin: np.ndarray, cache: Cache) -> np.ndarray:
+        """One decoder layer, pre-norm: attention then MLP, each added to the residual; ``cache`` grows in
+        place."""
         hidden = add(hidden, self.self_attn(self.input_layernorm(hidden), cos, sin, cache))
         return add(hidden, self.mlp(self.post_attention_layernorm(hidden)))
 
@@ -238,9 +254,12 @@ class TinyModel(Module):
         self.rotary_emb = RotaryEmbedding(config)
 
     def decoder_layers(self) -> list[DecoderLayer]:
+        """The decoder layers in order, typed (``layers`` iterates plain modules)."""
         return cast(list[DecoderLayer], list(self.layers))
 
     def forward(self, input_ids: np.ndarray, position_ids: np.ndarray, caches: list[Cache]) -> np.ndarray:
+        """The final hidden states (``[B, S, hidden_size]``, normed); each layer's cache in ``caches``
+        grows in place."""
         hidden = self.embed_tokens(input_ids)
         cos, sin = self.rotary_emb(hidden, position_ids)
         for layer, cache in zip(self.layers, caches, strict=True):
@@ -256,6 +275,8 @@ class TinyLlamaForCausalLM(Module):
         self.lm_head = Linear(config.hidden_size, config.vocab_size)
 
     def forward(self, input_ids: np.ndarray, position_ids: np.ndarray, caches: list[Cache]) -> np.ndarray:
+        """The logits of the last position only (``[B, 1, vocab_size]``), as transformers' ``generate()``
+        computes them."""
         hidden = self.model(input_ids, position_ids, caches)
         # Like transformers' generate(): logits of the last position only.
         return cast(np.ndarray, self.lm_head(hidden[:, -1:, :]))

@@ -29,6 +29,7 @@ class Handle:
         self._hook = hook
 
     def remove(self) -> None:
+        """Unregister the hook; removing it twice is a no-op."""
         if self._hook in self._hooks:
             self._hooks.remove(self._hook)
 
@@ -54,9 +55,12 @@ class Module:
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     def register_parameter(self, name: str, values: np.ndarray) -> None:
+        """Keep ``values`` as the parameter ``name`` (read as an attribute, listed by
+        ``named_parameters``)."""
         self._parameters[name] = values
 
     def forward(self, *args: Any) -> Any:
+        """The module's computation; a plain container has none and raises ``NotImplementedError``."""
         raise NotImplementedError(f"{type(self).__name__} is a container: call its submodules")
 
     def __call__(self, *args: Any) -> Any:
@@ -72,26 +76,34 @@ class Module:
     # --- torch's names ------------------------------------------------------------------------
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
+        """(name, submodule) of the direct children, in declaration order."""
         yield from self._children.items()
 
     def children(self) -> Iterator[Module]:
+        """The direct children, in declaration order."""
         yield from self._children.values()
 
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        """(dotted name, module) of this module and every descendant, depth first in declaration order
+        (this module's name is ``prefix``, ``""`` at the root)."""
         yield prefix, self
         for name, child in self._children.items():
             yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
 
     def modules(self) -> Iterator[Module]:
+        """This module and every descendant, depth first in declaration order."""
         for _, module in self.named_modules():
             yield module
 
     def named_parameters(self) -> Iterator[tuple[str, np.ndarray]]:
+        """(dotted name, array) of every parameter of the tree, as torch names them
+        (``layers.0.mlp.up_proj.weight``)."""
         for prefix, module in self.named_modules():
             for name, values in module._parameters.items():
                 yield (f"{prefix}.{name}" if prefix else name), values
 
     def parameters(self) -> Iterator[np.ndarray]:
+        """Every parameter array of the tree, in ``named_parameters`` order."""
         for _, values in self.named_parameters():
             yield values
 
@@ -103,10 +115,13 @@ class Module:
         return self
 
     def register_forward_pre_hook(self, hook: PreHook) -> Handle:
+        """Call ``hook(module, args)`` before each ``forward``; the handle removes it."""
         self._pre_hooks.append(hook)
         return Handle(self._pre_hooks, hook)
 
     def register_forward_hook(self, hook: Hook, prepend: bool = False) -> Handle:
+        """Call ``hook(module, args, output)`` after each ``forward``; a hook's non-None result replaces
+        the output. ``prepend``: run it before the hooks already registered. The handle removes it."""
         self._hooks.insert(0, hook) if prepend else self._hooks.append(hook)
         return Handle(self._hooks, hook)
 

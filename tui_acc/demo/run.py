@@ -28,6 +28,22 @@ def run_pair(
     say: Callable[[str], None],
     config: TinyConfig | None = None,
 ) -> PairResult:
+    """The golden run (float32) and the test run (bfloat16, the fault injected), each captured in msit's torch
+    layout under ``out``.
+
+    Args:
+        out: the folder; ``golden/`` and ``test/`` are written below it.
+        seed: the weights' seed (the same model on both sides).
+        prompt: the prompt's token ids.
+        new_tokens: how many tokens each run generates.
+        fault_module: the module whose output the fault corrupts (its dump name, ``root.…``).
+        fault_token: the token at which it does.
+        say: where progress lines go.
+        config: the model's size (``TinyConfig()`` by default).
+
+    Returns:
+        The ids each run generated and the fault in words.
+    """
     say("golden run: float32 ...")
     golden_model = build_model(seed, config)
     with MsitTorchCapture(golden_model, out / "golden"):

@@ -74,9 +74,12 @@ class RanksDemo:
 
     @property
     def fault_op(self) -> str:
+        """The ATB name of the all-reduce the fault corrupts (``fault_op_name``)."""
         return fault_op_name(self.fault)
 
     def describe(self) -> str:
+        """The dump's folder, the fault, the generated ids and the command that checks the ranks, one per
+        line."""
         peer = (self.fault.rank + 1) % self.world
         return "\n".join(
             [
@@ -90,6 +93,8 @@ class RanksDemo:
 
 
 def fault_op_name(fault: Fault) -> str:
+    """``{layer}_LlamaLayer/{index}_{op}``: the ATB path of the operation ``fault`` corrupts (layers
+    counted from 1)."""
     return f"{fault.layer + 1}_LlamaLayer/{fault.op_index}_{LAYER_OPS[fault.op_index]}"
 
 
