@@ -143,6 +143,8 @@ class Call:
         return bool(value.ndim) and value.shape[:-1] == self.output_shape[:-1] and len(self.output_shape) > 0
 
     def optional_tensor(self, index: int, keyword: str | None = None) -> np.ndarray | None:
+        """Argument ``index`` (or keyword ``keyword``) at the call's precision, whole; None where it was
+        not dumped (an optional input: a weight, a bias)."""
         value = self.raw(index, keyword)
         return self.wide(value) if value is not None else None
 
@@ -152,6 +154,8 @@ class Call:
         return self.wide(self.raw_param(name))
 
     def raw_param(self, name: str) -> np.ndarray:
+        """Module parameter ``name`` as dumped; ReplayImpossible("weights not dumped") if the dump lacks
+        it."""
         value = self.params.get(name)
         if value is None:
             raise ReplayImpossible(f"weights not dumped: this dump holds no '{name}' for {self.name}")
@@ -164,6 +168,7 @@ class Call:
 
     @property
     def rows(self) -> np.ndarray | None:
+        """The sampled output rows (indices over the flattened leading dimensions), or None: all of them."""
         return self.sample.rows if self.sample is not None else None
 
     def wide(self, values: np.ndarray) -> np.ndarray:

@@ -10,11 +10,13 @@ _ERF = np.frompyfunc(math.erf, 1, 1)
 
 
 def silu(x: np.ndarray) -> np.ndarray:
+    """``x * sigmoid(x)``, element by element in ``x``'s dtype (float64 in the references)."""
     # x * sigmoid(x), sigmoid written with tanh: no overflow for large |x|
     return x * sigmoid(x)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
+    """``1 / (1 + exp(-x))``, written with tanh so that a large ``|x|`` does not overflow."""
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
@@ -26,6 +28,7 @@ def gelu(x: np.ndarray, tanh: bool = False) -> np.ndarray:
 
 
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    """``exp(x - max) / sum`` along ``axis``; the shift keeps exp from overflowing."""
     shifted = x - np.max(x, axis=axis, keepdims=True)
     e = np.exp(shifted)
     return e / np.sum(e, axis=axis, keepdims=True)
@@ -51,6 +54,8 @@ def rms_norm(x: np.ndarray, width: int, weight: np.ndarray | None, eps: float) -
 def layer_norm(
     x: np.ndarray, width: int, weight: np.ndarray | None, bias: np.ndarray | None, eps: float
 ) -> np.ndarray:
+    """``(x - mean) / sqrt(var + eps)`` over the last ``width`` elements, times ``weight`` plus ``bias``
+    where given."""
     shape = x.shape
     rows = x.reshape(-1, width)
     centred = rows - np.mean(rows, axis=1, keepdims=True)

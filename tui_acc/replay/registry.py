@@ -49,6 +49,7 @@ class Entry:
     function: Reference | None = field(default=None, repr=False)
 
     def matches(self, candidate: str) -> bool:
+        """Whether ``candidate`` (a record name or a type) is this key, or matches it as a glob (``*?[``)."""
         return candidate == self.key or (
             any(c in self.key for c in "*?[") and fnmatch.fnmatchcase(candidate, self.key)
         )
@@ -60,6 +61,8 @@ class Entry:
         return self.function
 
     def describe(self) -> str:
+        """Where the reference comes from, for messages: ``built-in Linear`` or ``plug-in 'X' = 'pkg:fn'
+        (file)``."""
         if self.origin == "built-in":
             return f"built-in {self.key}"
         return f"plug-in {self.key!r} = {self.spec!r} ({self.origin})"
@@ -99,6 +102,8 @@ class Registry:
         return cls(section, source, entry_points)
 
     def entries(self) -> Iterator[Entry]:
+        """Every entry in the order they are tried: the user's toml, then entry points (read on first use),
+        then the built-ins."""
         yield from self._user
         if self._entry_points is None:
             self._entry_points = _entry_points()

@@ -35,6 +35,7 @@ class Sample:
     columns: np.ndarray | None = None  # where the planner already limits columns (none: all)
 
     def describe(self) -> str:
+        """``12 of 4096 rows``: how much of the output the replay computes."""
         return f"{len(self.rows)} of {self.total_rows} rows"
 
 

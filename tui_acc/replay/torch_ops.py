@@ -87,6 +87,7 @@ def _rowwise(call: Call, values: np.ndarray, **extra: Any) -> Replayed:
 
 
 def silu(call: Call) -> Replayed:
+    """``F.silu`` / ``nn.SiLU``: ``x * sigmoid(x)``, row by row (sampled rows where there is a sample)."""
     return _rowwise(call, maths.silu(call.data(0, "input", "input")))
 
 
@@ -108,6 +109,8 @@ def gelu_tanh(call: Call) -> Replayed:
 
 
 def softmax(call: Call) -> Replayed:
+    """``F.softmax(input, dim)``; an unrecorded ``dim`` is the last, said in a note. Sampled only over the
+    last dimension: NotSampleable otherwise."""
     raw = call.raw(0, "input")
     dim = call.option("dim", 1)
     notes: tuple[str, ...] = ()
@@ -237,6 +240,7 @@ def add(call: Call) -> Replayed:
 
 
 def sub(call: Call) -> Replayed:
+    """``a - alpha * b`` (``Tensor.__sub__``, ``torch.sub``); b a tensor or a number."""
     alpha = call.option("alpha", None, 1)
     return call.elementwise(
         np.subtract(_operand(call, 0, "input"), float(alpha) * np.asarray(_operand(call, 1, "other")))
@@ -244,14 +248,17 @@ def sub(call: Call) -> Replayed:
 
 
 def mul(call: Call) -> Replayed:
+    """``a * b`` (``Tensor.__mul__``, ``torch.mul``); b a tensor or a number."""
     return call.elementwise(np.multiply(_operand(call, 0, "input"), _operand(call, 1, "other")))
 
 
 def rsqrt(call: Call) -> Replayed:
+    """``torch.rsqrt``: ``1 / sqrt(x)``, element by element."""
     return _rowwise(call, 1.0 / np.sqrt(call.data(0, "input", "input")))
 
 
 def power(call: Call) -> Replayed:
+    """``torch.pow(input, exponent)``; the exponent a tensor or a number."""
     return call.elementwise(np.power(_operand(call, 0, "input"), _operand(call, 1, "exponent")))
 
 
@@ -276,10 +283,12 @@ def dropout(call: Call) -> Replayed:
 
 
 def cos(call: Call) -> Replayed:
+    """``torch.cos``, element by element."""
     return _rowwise(call, np.cos(call.data(0, "input", "input")))
 
 
 def sin(call: Call) -> Replayed:
+    """``torch.sin``, element by element."""
     return _rowwise(call, np.sin(call.data(0, "input", "input")))
 
 
