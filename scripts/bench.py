@@ -117,10 +117,10 @@ def main() -> None:
             0,
             prompt,
             args.tokens,
-            f"root.model.layers.{args.layers // 2}.mlp.down_proj",
-            3,
-            print,
-            config,
+            fault_module=f"root.model.layers.{args.layers // 2}.mlp.down_proj",
+            fault_token=3,
+            say=print,
+            config=config,
         )
         files = sorted(Path(tmp).rglob("*.pth"))
         size = sum(f.stat().st_size for f in files)

@@ -136,10 +136,10 @@ def main() -> None:
             0,
             prompt,
             1,
-            f"root.model.layers.{args.layers - 1}.mlp.down_proj",
-            99,
-            lambda _m: None,
-            config,
+            fault_module=f"root.model.layers.{args.layers - 1}.mlp.down_proj",
+            fault_token=99,
+            say=lambda _m: None,
+            config=config,
         )
         export_atb(tmp / "test", tmp / "test_atb")
         settle(tmp)

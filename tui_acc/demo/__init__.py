@@ -93,7 +93,16 @@ def make_demo(
     prompt = random.Random(seed).sample(range(1, 500), 8)
     try:
         config = TinyConfig(num_layers=layers)
-        result = run_pair(staging, seed, prompt, NEW_TOKENS, FAULT_MODULE, FAULT_TOKEN, say, config)
+        result = run_pair(
+            staging,
+            seed,
+            prompt,
+            NEW_TOKENS,
+            fault_module=FAULT_MODULE,
+            fault_token=FAULT_TOKEN,
+            say=say,
+            config=config,
+        )
         if layout != "torch":
             from tui_acc.demo.atb_export import export_atb
 
@@ -151,7 +160,7 @@ def make_baseline(demo: Demo, progress: Callable[[str], None] | None = None) -> 
         from tui_acc.demo.model import TinyConfig
 
         config = TinyConfig(num_layers=manifest.get("layers", LAYERS))
-        run_baseline(staging, manifest["seed"], manifest["prompt"], NEW_TOKENS, say, config)
+        run_baseline(staging, manifest["seed"], manifest["prompt"], NEW_TOKENS, say=say, config=config)
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -23,6 +23,7 @@ def run_pair(
     seed: int,
     prompt: list[int],
     new_tokens: int,
+    *,
     fault_module: str,
     fault_token: int,
     say: Callable[[str], None],
@@ -66,6 +67,7 @@ def run_baseline(
     seed: int,
     prompt: list[int],
     new_tokens: int,
+    *,
     say: Callable[[str], None],
     config: TinyConfig | None = None,
 ) -> list[int]:

@@ -143,6 +143,7 @@ class Hunt:
         base: Path,
         say: Callable[[str], None],
         confirm: Confirm,
+        *,
         logits_node: str = DEFAULT_LOGITS_NODE,
         clock: Callable[[], datetime] = datetime.now,
     ) -> None:

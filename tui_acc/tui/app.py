@@ -51,6 +51,7 @@ class AccApp(TerminalApp):
     def __init__(
         self,
         comparison: Comparison,
+        *,
         export_dir: Path | None = None,
         greeting: str | None = None,
         clock: Callable[[], datetime] = datetime.now,

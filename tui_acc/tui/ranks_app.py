@@ -29,6 +29,7 @@ class RanksApp(TerminalApp):
     def __init__(
         self,
         check: RanksCheck,
+        *,
         export_dir: Path | None = None,
         greeting: str | None = None,
         clock: Callable[[], datetime] = datetime.now,

@@ -160,7 +160,7 @@ class OperatorScreen(ViewScreen):
             self.replay = replay
             self.problem = problem
 
-    def __init__(self, token: int, select: str | None = None, at_first_failure: bool = False) -> None:
+    def __init__(self, token: int, *, select: str | None = None, at_first_failure: bool = False) -> None:
         super().__init__()
         self.token = token
         self._select = select  # a golden operator to put the cursor on (reopening after a re-dump)
