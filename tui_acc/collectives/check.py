@@ -70,15 +70,19 @@ class RanksCheck:
         self._records: dict[int, dict[str, Any]] = {}  # msprobe: each rank's dump.json records
 
     def tokens(self) -> list[int]:
+        """Every token any readable rank holds, in order."""
         return self.ranks.tokens()
 
     def collectives(self, token: int) -> list[Collective]:
+        """The collectives at ``token`` in execution order, listed once per token (any thread)."""
         with self._lock:
             if token not in self._collectives:
                 self._collectives[token] = self.ranks.collectives(token)
             return self._collectives[token]
 
     def rows(self, collective: Collective) -> list[RankRow]:
+        """One row per rank for ``collective`` (an unreadable or missing rank: a row with its ``error``),
+        computed the first time it is asked for, then kept (any thread)."""
         key = (collective.token, collective.op)
         cached = self._rows.get(key)
         if cached is None:
@@ -86,6 +90,8 @@ class RanksCheck:
         return cached
 
     def token_rows(self, token: int, should_stop: Callable[[], bool] | None = None) -> list[RankRow]:
+        """The rows of every collective at ``token``, in execution order; ``should_stop`` is asked between
+        collectives and ends the list early when true."""
         rows: list[RankRow] = []
         for collective in self.collectives(token):
             if should_stop is not None and should_stop():
@@ -94,6 +100,7 @@ class RanksCheck:
         return rows
 
     def all_rows(self, should_stop: Callable[[], bool] | None = None) -> list[RankRow]:
+        """The rows of every token, in token order (``should_stop`` as in ``token_rows``)."""
         return [row for token in self.tokens() for row in self.token_rows(token, should_stop)]
 
     # --- one collective ---------------------------------------------------------------------------

@@ -59,6 +59,7 @@ class RankSet:
 
     @property
     def size(self) -> int:
+        """The number of ranks (unreadable ones included)."""
         return len(self.names)
 
     @property

@@ -30,6 +30,8 @@ def margin_of(section: Any, source: str) -> float:
 
 
 def checked_margin(value: Any, where: str) -> float:
+    """``value`` as a float; SettingError naming ``where`` unless it is a finite number >= 1 (a bool is
+    not)."""
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))

@@ -76,6 +76,7 @@ class Selection:
 
     @property
     def one_token(self) -> bool:
+        """Whether exactly one token is selected."""
         return not self.every_token and len(self.tokens or (self.token,)) == 1
 
 
@@ -99,6 +100,8 @@ class RedumpPlan:
         return self.argv[2] if self.shell else shlex.join(self.argv)
 
     def describe(self) -> str:
+        """The whole plan as a shell script a user could read and run: comment lines (side, tokens, dumper,
+        notes), its ``export`` lines, the files it writes, then the command."""
         chosen = self.selection
         tokens = "every token" if chosen.every_token else f"token {chosen.token_list}"
         lines = [f"# re-dump {chosen.side}, {tokens}, dumper {self.dumper}"]

@@ -200,13 +200,17 @@ class RedumpRun:
 
     @property
     def running(self) -> bool:
+        """Whether the process is still running (not yet ended, stopped or detached)."""
         return self.status == "running"
 
     @property
     def pid(self) -> int | None:
+        """The process's id (the leader of its process group); None before it starts."""
         return self._process.pid if self._process is not None else None
 
     def elapsed(self) -> float:
+        """Seconds since the run started (monotonic clock), up to its end once it ended; 0 before it
+        starts."""
         if not self.started:
             return 0.0
         return (self.ended or time.monotonic()) - self.started

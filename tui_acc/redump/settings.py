@@ -89,6 +89,7 @@ class RedumpSettings:
     out_dir: Path | None = None
 
     def side(self, name: str) -> SideSettings:
+        """The settings of side ``name`` (``golden``; anything else is the test side)."""
         return self.golden if name == "golden" else self.test
 
     def with_exec(self, side: str, command: str) -> RedumpSettings:
@@ -182,6 +183,8 @@ def remember_exec(path: Path, side: str, command: str) -> None:
 
 
 def toml_string(value: str) -> str:
+    """``value`` as a TOML basic string: quoted, with backslashes, quotes and unprintable characters
+    escaped."""
     escaped = value.replace("\\", "\\\\").replace('"', '\\"')
     escaped = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in escaped)
     return f'"{escaped}"'
