@@ -47,6 +47,9 @@ class AnomalyEngine(MetricsEngine):
     # --- tokens: every operator of a token, not only its logits -------------------------------
 
     def token_row(self, token: int) -> TokenRow:
+        """Every operator of ``token`` judged (their rows computed here when needed: tensors are read),
+        summed up as the token's row: its verdict, how many anomalies start in it and where the first one
+        does. Kept, so asked again it is not judged again; any thread."""
         with self._token_lock:
             known = self._token_rows.get(token)
         if known is not None:  # every operator of the token: judged once, not at each asking
@@ -73,5 +76,7 @@ class AnomalyEngine(MetricsEngine):
         return result
 
     def cached_token_row(self, token: int) -> TokenRow | None:
+        """The token's row if ``token_row`` already made it, else None; reads nothing (the UI thread may
+        ask)."""
         with self._token_lock:
             return self._token_rows.get(token)

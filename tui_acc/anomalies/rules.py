@@ -61,6 +61,8 @@ def largest_magnitude(row: Mapping[str, Any]) -> float | None:
 
 
 def is_float(row: Mapping[str, Any]) -> bool:
+    """Whether the row's test tensor has a floating dtype (float*, bfloat*, half, double); an unknown dtype
+    is not."""
     dtype = str(row.get("test_dtype") or "")
     return dtype.startswith(("float", "bfloat", "half", "double"))
 

@@ -49,6 +49,8 @@ class SideRun:
     notes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
+        """This side's run for ``hunt --json``: its command, folder, seconds (ms precision), bytes, status
+        and exit code."""
         return {
             "side": self.side,
             "command": self.command,
@@ -69,6 +71,8 @@ class Step:
     finding: str = ""
 
     def as_dict(self) -> dict[str, Any]:
+        """This step for ``hunt --json``: its name, token (None: every token), both sides' runs and its
+        finding."""
         return {
             "step": self.name,
             "token": self.token,
@@ -89,6 +93,8 @@ class HuntResult:
 
     @property
     def exit_code(self) -> int:
+        """The process's exit status: 130 interrupted, 2 could not hunt, 1 a failing token or operator
+        found, 0 clean."""
         if self.interrupted:
             return EXIT_INTERRUPTED
         if self.error is not None:
@@ -106,9 +112,12 @@ class HuntResult:
 
     @property
     def bytes_dumped(self) -> int:
+        """Bytes the dumpers wrote, over every step and side."""
         return sum(side.bytes for step in self.steps for side in step.sides)
 
     def as_dict(self) -> dict[str, Any]:
+        """The hunt for ``hunt --json``: the first failing token and operator, every step, bytes and
+        seconds (the slower side of each step), the error."""
         return {
             "tool": "tui-acc hunt",
             "folder": str(self.folder) if self.folder.exists() else None,  # None: nothing ran
@@ -157,6 +166,9 @@ class Hunt:
         self._say_lock = threading.Lock()  # both sides' dumpers log at once
 
     def run(self) -> HuntResult:
+        """Run the steps (logits, then blocks, then operators) until the culprit is found or a step stops
+        the hunt. Never raises for a failed step or Ctrl-C: both end up in the result's ``error`` (and
+        ``interrupted``), with what was dumped kept."""
         result = HuntResult(self.folder, self.steps)
         try:
             self._hunt(result)

@@ -41,6 +41,8 @@ class TypeMatcher:
         return any(c in self.mapping.types for c in candidates)
 
     def matches(self, atb_type: str, torch_type: str) -> bool:
+        """Whether ``atb_type`` stands for ``torch_type``: by the operator map where it names the type,
+        else by the bare name (``XOperation`` -> ``X``, or the family's ``{family}X``), case-insensitive."""
         if self.named(atb_type):
             return self.mapping.matches(atb_type, torch_type)
         (name,) = self.mapping.torch_types_for(atb_type)  # the bare name: ``XOperation`` -> ``X``

@@ -71,6 +71,8 @@ class OpMapping:
         return (atb_type,)
 
     def matches(self, atb_type: str, torch_type: str) -> bool:
+        """Whether ``torch_type`` contains one of the torch types ``atb_type`` stands for
+        (case-insensitive)."""
         return any(t and t.lower() in torch_type.lower() for t in self.torch_types_for(atb_type))
 
 

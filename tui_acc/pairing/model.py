@@ -20,10 +20,12 @@ class TensorPair:
 
     @property
     def slot(self) -> str:
+        """The golden tensor's slot (``input_0``, ``output``…), which names the pair."""
         return self.golden.slot
 
     @property
     def role(self) -> str:
+        """``input`` or ``output`` (the golden tensor's)."""
         return self.golden.role
 
 
@@ -41,10 +43,12 @@ class NodePair:
 
     @property
     def inputs(self) -> tuple[TensorPair, ...]:
+        """The input tensor pairs, in slot order."""
         return tuple(t for t in self.tensors if t.role == "input")
 
     @property
     def outputs(self) -> tuple[TensorPair, ...]:
+        """The output tensor pairs, in slot order."""
         return tuple(t for t in self.tensors if t.role == "output")
 
 
@@ -58,6 +62,7 @@ class Unmatched:
     name: str
 
     def as_dict(self) -> dict[str, object]:
+        """The record for ``report --json`` (kind, side, token, name)."""
         return {"kind": self.kind, "side": self.side, "token": self.token, "name": self.name}
 
 

@@ -34,6 +34,8 @@ class Pairing:
     )
 
     def node_pairs(self, token: int) -> list[NodePair]:
+        """The node pairs of ``token`` (empty for a token not in both dumps); on a lazy pairing the token
+        is paired on first ask, its files listed then, once."""
         return self.nodes.get(token, [])
 
     @property
@@ -45,6 +47,8 @@ class Pairing:
         return self.unmatched_found
 
     def all_paired(self) -> bool:
+        """Whether every token is paired already (until then, the unmatched found so far are those of the
+        tokens paired)."""
         return all(self.is_paired(t) for t in self.tokens)
 
     def is_paired(self, token: int) -> bool:
@@ -72,4 +76,6 @@ class Pairing:
         return self._absent_cache[token]
 
     def tensor_pair_count(self) -> int:
+        """How many tensor pairs the run holds, every token's (a token not yet paired is paired here: its
+        files are listed)."""
         return sum(len(n.tensors) for nodes in self.nodes.values() for n in nodes)

@@ -56,6 +56,21 @@ def pair_token_structurally(
     logits_node: str,
     mapping: OpMapping,
 ) -> StructuralPairs:
+    """One token of a torch dump paired with the same token of an ATB dump: layers by order, operators by type
+    and order within them (the module's docstring has the rules).
+
+    Args:
+        token: the token, present on both sides.
+        torch_side: the torch dump (msit torch or msprobe).
+        atb_side: the ATB dump.
+        torch_is_golden: which side the torch dump is, for the pairs' and unmatched records' sides.
+        logits_node: the torch module holding the logits (paired with the last ATB node).
+        mapping: the ATB type -> torch type map (built-in, extended by the user's file).
+
+    Returns:
+        The node pairs in the torch tree's order, what was left unmatched, and the torch input files set aside
+            because their ATB operation was dumped without inputs.
+    """
     torch_nodes = torch_side.tokens[token]
     atb_nodes = atb_side.tokens[token]
     matches = match_nodes(
