@@ -42,4 +42,5 @@ class LazyMapping(Mapping[K, V], Generic[K, V]):
         return key in self._known
 
     def is_built(self, key: K) -> bool:
+        """Whether ``key``'s value is built already (reading it would not call ``build``); never builds it."""
         return key in self._built

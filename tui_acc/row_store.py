@@ -19,6 +19,7 @@ class RowStore(Generic[Key, Value]):
         self._lock = threading.Lock()
 
     def get(self, key: Key) -> Value | None:
+        """The value of ``key`` if known, else None; never waits for one being computed (any thread)."""
         with self._lock:
             return self._rows.get(key)
 
@@ -32,6 +33,7 @@ class RowStore(Generic[Key, Value]):
             return self._rows.setdefault(key, row)
 
     def rows(self) -> list[Value]:
+        """A snapshot of every known value, in the order they became known (any thread)."""
         with self._lock:
             return list(self._rows.values())
 

@@ -47,6 +47,8 @@ class Comparison:
 
     @property
     def engine(self) -> MetricsEngine:
+        """The metrics engine, built on first use (polars and numpy are imported then); threads asking at
+        once get the one engine. ``built_engine`` looks without building."""
         with self._engine_lock:
             if self._engine is None:
                 self._engine = self._build_engine()

@@ -41,15 +41,19 @@ class Swapped:
     command: str | None = None
 
     def headline(self) -> str:
+        """The warning's first line: both dtypes, and that the reference is the less precise side."""
         return (
             f"golden is {self.golden_dtype}, test is {self.test_dtype}: the reference is less precise "
             "than the run under test. Swapped?"
         )
 
     def how_to_swap(self) -> str:
+        """The line that says how to swap the sides: the swapped command line when it is known, else the
+        rule."""
         return f"To swap them: {self.command}" if self.command else "To swap them, give TEST before GOLDEN."
 
     def as_dict(self) -> dict[str, Any]:
+        """The warning for ``report --json`` (both dtypes, the swapping command or None)."""
         return {"golden_dtype": self.golden_dtype, "test_dtype": self.test_dtype, "command": self.command}
 
 

@@ -72,6 +72,8 @@ def _retry_while_busy(step: Callable[[], None]) -> None:
 
 
 def cache_dir() -> Path:
+    """Where the row cache lives: ``$TUI_ACC_CACHE_DIR``, else ``$XDG_CACHE_HOME/tui-acc``, else
+    ``~/.cache/tui-acc``."""
     explicit = os.environ.get("TUI_ACC_CACHE_DIR")
     if explicit:
         return Path(explicit)
@@ -138,6 +140,8 @@ class RowCache:
         self.problem: str | None = None
 
     def get(self, key: str) -> dict[str, Any] | None:
+        """A copy of the cached row of ``key``, or None; the first call reads this pair's rows from disk
+        (any thread)."""
         with self._lock:
             if self._rows is None:
                 self._rows = self._load()
@@ -145,6 +149,7 @@ class RowCache:
             return dict(row) if row is not None else None
 
     def put(self, key: str, row: Mapping[str, Any]) -> None:
+        """Keep ``row``'s stored columns under ``key``, in memory until ``flush`` writes them (any thread)."""
         stored = {k: row.get(k) for k in _STORED}
         with self._lock:
             if self._rows is None:

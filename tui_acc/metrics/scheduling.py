@@ -168,6 +168,7 @@ class Scheduler:
             self._changed.notify_all()
 
     def threads(self) -> list[threading.Thread]:
+        """The worker threads started so far (a copy of the list): what a caller joins after ``close``."""
         return list(self._threads)
 
     def help(self) -> bool:

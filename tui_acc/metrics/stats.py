@@ -33,6 +33,9 @@ def stats_of(tensor: np.ndarray) -> Stats:
 
 
 def compare_stats(golden: Stats, test: Stats) -> dict[str, object]:
+    """The row of a statistics-only pair: each side's max, min, mean and norm, their differences (test -
+    golden) and relative differences, checksums and NaN flags where recorded; ``error`` says so when the
+    two sides recorded nothing in common."""
     row: dict[str, object] = {
         "stats_only": True,
         "golden_dtype": golden.dtype,
