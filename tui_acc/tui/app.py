@@ -249,7 +249,8 @@ class AccApp(TerminalApp):
             self.push_screen(RedumpLogScreen())
 
     def action_stop_redump(self) -> None:
-        """``x``: stop the running re-dump (its whole process group); a note when none runs."""
+        """``x`` in the re-dump log: stop the running re-dump (its whole process group); a note when none
+        runs."""
         run = self.redump_run
         if run is None or not run.running:
             self.notify("No re-dump is running.")

@@ -66,7 +66,7 @@ class RedumpDialog(ModalScreen[RedumpChoice | None]):
             yield Static(self.HINT, id="redump-hint")
 
     def on_mount(self) -> None:
-        """Load the test side's saved inference command and watch the command box's scrolling for the hint."""
+        """Load the side's saved inference command and watch the command box's scrolling for the hint."""
         box = self.query_one("#redump-command-box", VerticalScroll)
         # what is out of sight changes as the box is laid out, filled and scrolled
         for attribute in ("show_vertical_scrollbar", "virtual_size", "scroll_y"):
