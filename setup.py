@@ -3,7 +3,7 @@ package is in pyproject.toml.
 
 Both extensions are optional: where they cannot be built (no C compiler, no Python headers) the
 package still installs, the kernel falls back to numba, then numpy (tui_acc/metrics/fastkernel.py),
-and tensor files are read instead of mapped (tui_acc/dumps/mapped.py).
+and tensor files are read instead of mapped (tui_acc/dumps/mapped/).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ KERNEL = Extension(
 )
 # POSIX only: Windows has no SIGBUS (a mapped file cannot be truncated while mapped there)
 GUARD = Extension(
-    "tui_acc.dumps._mapguard",
-    ["tui_acc/dumps/_mapguard.c"],
+    "tui_acc.dumps.mapped._mapguard",
+    ["tui_acc/dumps/mapped/_mapguard.c"],
     extra_compile_args=["-O2", "-std=c11"],
     optional=True,
 )

@@ -60,7 +60,7 @@ def msit_style(golden, test) -> dict[str, float]:  # type: ignore[no-untyped-def
 def peak_rss_of_compare(numel: int, chunked: bool) -> int:
     code = f"""
 import torch
-from tui_acc.dumps.torch_arrays import from_torch
+from tui_acc.dumps.torchfile.arrays import from_torch
 from tui_acc.metrics import kernels
 if not {chunked}:
     kernels.CHUNK_ELEMENTS = 1 << 62

@@ -115,7 +115,7 @@ def main() -> None:
     from tui_acc.demo.model import TinyConfig
     from tui_acc.demo.run import run_pair
     from tui_acc.dumps.tensors import load_tensor
-    from tui_acc.dumps.torch_arrays import from_torch
+    from tui_acc.dumps.torchfile.arrays import from_torch
     from tui_acc.metrics.compat import msit_metrics
 
     figures: dict[str, object] = {}

@@ -1,4 +1,4 @@
-"""How fast torch_zip.read_torch_file reads torch.save's files, against torch.load(mmap=True,
+"""How fast torchfile/reader.read_torch_file reads torch.save's files, against torch.load(mmap=True,
 weights_only=True).
 
 ``python scripts/bench_torch_zip.py [FOLDER] [--baseline-tree DIR]``: times each reader on the
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tui_acc.dumps.dtypes import widened  # noqa: E402
-from tui_acc.dumps.torch_zip import read_torch_file  # noqa: E402
+from tui_acc.dumps.torchfile.reader import read_torch_file  # noqa: E402
 
 
 def _write_samples(folder: Path) -> list[Path]:
@@ -127,7 +127,7 @@ _OPEN_TIMES = """
 import json, sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from tui_acc.dumps.torch_zip import read_torch_file
+from tui_acc.dumps.torchfile.reader import read_torch_file
 best = {}
 for path in sys.argv[3:]:
     for _ in range(int(sys.argv[2])):
@@ -196,7 +196,7 @@ def main() -> None:
     )
     print(_mapping_costs_no_memory(Path(scratch.name)))
     print(f"import: torch {_import_seconds('import torch'):.3f} s, ", end="")
-    print(f"tui_acc.dumps.torch_zip {_import_seconds('import tui_acc.dumps.torch_zip'):.3f} s")
+    print(f"tui_acc.dumps.torchfile.reader {_import_seconds('import tui_acc.dumps.torchfile.reader'):.3f} s")
     if args.baseline_tree:
         _against_baseline(paths, args.baseline_tree, args.rounds * 4)
 

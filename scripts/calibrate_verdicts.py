@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tui_acc import open_comparison  # noqa: E402
-from tui_acc.dumps.msprobe_passes import api_of  # noqa: E402
+from tui_acc.dumps.msprobe.passes import api_of  # noqa: E402
 from tui_acc.verdicts.rounding import MARGIN  # noqa: E402
 
 

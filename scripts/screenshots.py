@@ -131,7 +131,7 @@ def write_weights(demo_out: Path) -> None:
     """Each side's model parameters in weights/{module}.{parameter}.pth of its device folder (msit's
     dump_weight=True layout, docs/formats.md §1.1): the demo's Linear and RMSNorm modules can be replayed."""
     from tui_acc.demo.model import BFLOAT16, FLOAT32, build_model
-    from tui_acc.dumps.torch_writer import write_torch_file
+    from tui_acc.dumps.writers.torch_file import write_torch_file
 
     for side, dtype in (("golden", FLOAT32), ("test", BFLOAT16)):
         (device,) = (demo_out / side).glob("msit_dump_*/torch_tensors/*_*")

@@ -598,7 +598,7 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
         print("tui-acc: error: --compat writes a CSV: give --csv FILE", file=sys.stderr)
         return rpt.EXIT_USAGE
     if args.compat:  # the tools' own arithmetic is torch's: said before the comparison too
-        from tui_acc.dumps.torch_arrays import TorchMissing, require_torch
+        from tui_acc.dumps.torchfile.arrays import TorchMissing, require_torch
 
         try:
             require_torch(f"report --compat {args.compat}")

@@ -114,7 +114,7 @@ def _name(node: str, slot: str) -> str:
 def _native_stats(side: str, tensor: Any) -> dict[str, Any]:
     """Max/min/mean/norm in the tensor's own dtype, as msprobe's dump records them (in torch, whose
     reductions decide the digits)."""
-    from tui_acc.dumps.torch_arrays import require_torch, to_torch
+    from tui_acc.dumps.torchfile.arrays import require_torch, to_torch
 
     torch = require_torch("report --compat msprobe")
 

@@ -108,7 +108,7 @@ def open_comparison(
     else:
         test_index = open_dump(test, token_offset=token_offset, rank=rank, follow_links=follow_links)
     if golden_index.format == test_index.format == "sglang":
-        from tui_acc.dumps.sglang_align import align_steps
+        from tui_acc.dumps.sglang.align import align_steps
 
         test_index = align_steps(golden_index, test_index)
     known = {golden_index.stable_name(n) for n in golden_index.tree.nodes}

@@ -327,7 +327,7 @@ _sglang_names = st.one_of(
 def test_sglang_dumper_folders(scratch: Path, names: list[str], dims: str) -> None:
     import torch
 
-    from tui_acc.dumps.sglang import merge_of_dims
+    from tui_acc.dumps.sglang.dump import merge_of_dims
 
     root = scratch / "sglang"
     shutil.rmtree(root, ignore_errors=True)
@@ -380,13 +380,13 @@ def _torch_sample() -> tuple[bytes, bytes, dict[str, bytes]]:
 def _read_torch_file_safely(path: Path) -> None:
     """Whatever the bytes: an object whose arrays can all be touched, or one of the reader's errors;
     and never an allocation sized by a forged count (the file is a few KB: a few MB is plenty)."""
-    from tui_acc.dumps import torch_zip
-    from tui_acc.dumps.torch_zip import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
+    from tui_acc.dumps.torchfile import reader
+    from tui_acc.dumps.torchfile.reader import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
 
     for mapped in (True, False):
         tracemalloc.start()  # numpy reports its buffers to tracemalloc too
         try:
-            with mock.patch.object(torch_zip, "_MAPPED_FROM", 0):  # mapped: the sample's small storages too
+            with mock.patch.object(reader, "_MAPPED_FROM", 0):  # mapped: the sample's small storages too
                 loaded = read_torch_file(path, mapped=mapped)
         except (NeedsTorch, RefusedGlobal, TorchFileError):
             continue
@@ -476,8 +476,8 @@ _pickle_steps = st.one_of(
 def test_torch_zip_of_nested_and_shared_pickles(scratch: Path, steps: list[bytes]) -> None:
     """Depth and work bounds: whatever nests or shares, the pickle is read (its object measured
     within the bounds) or refused, in bounded memory and time; nothing recurses or hashes past them."""
-    from tui_acc.dumps.torch_pickle import measure
-    from tui_acc.dumps.torch_zip import TorchFileError, read_torch_file
+    from tui_acc.dumps.torchfile.reader import TorchFileError, read_torch_file
+    from tui_acc.dumps.torchfile.unpickler import measure
 
     path = scratch / "nested.pt"
     pickled = attacks.PROTO + b"".join(steps) + attacks.STOP

@@ -11,7 +11,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from tui_acc.dumps.atb_writer import write_bin
+from tui_acc.dumps.writers.atb_bin import write_bin
 
 BF16 = ml_dtypes.bfloat16
 PID_BASE = 7000

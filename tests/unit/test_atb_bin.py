@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from tui_acc.dumps.atb_bin import ACL_DTYPES, REFUSED_DTYPES, TILED_FORMATS, read_header
-from tui_acc.dumps.atb_writer import write_bin
+from tui_acc.dumps.atb.bin import ACL_DTYPES, REFUSED_DTYPES, TILED_FORMATS, read_header
 from tui_acc.dumps.dtypes import dtype_name
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
-from tui_acc.dumps.torch_arrays import from_torch
+from tui_acc.dumps.torchfile.arrays import from_torch
+from tui_acc.dumps.writers.atb_bin import write_bin
 
 GEN = torch.Generator().manual_seed(11)
 

@@ -23,7 +23,7 @@ from tui_acc.demo.capture import MsitTorchCapture
 from tui_acc.dumps import open_dump
 from tui_acc.dumps.data_flow_order import order_by_data_flow, producer_edges
 from tui_acc.dumps.policy import LoadPolicy
-from tui_acc.dumps.storage_digest import list_storage
+from tui_acc.dumps.torchfile.storage_digest import list_storage
 
 _COPY_TIME_NS = 1_700_000_000_000_000_000
 

@@ -247,7 +247,7 @@ def test_two_files_of_scalars_or_constants_fail_by_their_values(tmp_path, capsys
     import json
 
     from tui_acc.cli import main
-    from tui_acc.dumps.torch_writer import write_torch_file
+    from tui_acc.dumps.writers.torch_file import write_torch_file
 
     write_torch_file(tmp_path / "golden.pt", golden)
     write_torch_file(tmp_path / "test.pt", test)

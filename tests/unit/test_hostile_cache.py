@@ -16,7 +16,7 @@ from tests.unit.test_bad_input import FAULT_OP, _copy
 from tui_acc import open_comparison
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
-from tui_acc.dumps.torch_writer import write_torch_file
+from tui_acc.dumps.writers.torch_file import write_torch_file
 
 
 def _first_failing_op(golden: Path, test: Path, **options: object) -> str | None:

@@ -228,9 +228,9 @@ def test_a_forged_bin_header_is_refused_by_name(
 def test_a_negative_offset_never_decodes_the_header_as_values(tmp_path: Path) -> None:
     """The header's own text read as float32 values: what the forged offset asked for."""
 
-    from tui_acc.dumps.atb_writer import write_bin
     from tui_acc.dumps.policy import ANYWHERE
     from tui_acc.dumps.tensors import TensorLoadError, load_tensor
+    from tui_acc.dumps.writers.atb_bin import write_bin
 
     target = write_bin(tmp_path / "outtensor0.bin", np.arange(32, dtype=np.float32))
     _header_with(target, {"$Object.data": "-104,128"})

@@ -22,12 +22,13 @@ import torch
 
 from tests.fuzz import attacks
 from tests.mappings import GUARDED, is_mapped
-from tui_acc.dumps import mapped, torch_fallback, torch_pickle, torch_views
+from tui_acc.dumps import mapped
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
-from tui_acc.dumps.torch_fallback import FallbackRefused, check_torch_version, walk_pickles
-from tui_acc.dumps.torch_pickle import MAX_DEPTH, MAX_KEYS, TorchFileError, measure
-from tui_acc.dumps.torch_zip import read_torch_file
+from tui_acc.dumps.torchfile import fallback, unpickler, views
+from tui_acc.dumps.torchfile.fallback import FallbackRefused, check_torch_version, walk_pickles
+from tui_acc.dumps.torchfile.reader import read_torch_file
+from tui_acc.dumps.torchfile.unpickler import MAX_DEPTH, MAX_KEYS, TorchFileError, measure
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -144,7 +145,7 @@ def test_a_container_holding_itself_is_refused() -> None:
 def test_a_pickle_runs_at_most_max_pickle_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each opcode is a byte at least: bounding the bytes bounds the opcodes run (made small here:
     4 MiB of pushes take seconds of our interpreter)."""
-    monkeypatch.setattr(torch_pickle, "MAX_PICKLE_BYTES", 1000)
+    monkeypatch.setattr(unpickler, "MAX_PICKLE_BYTES", 1000)
     for appends, refused in ((332, False), (333, True)):  # PROTO 2, EMPTY_LIST 1, 3 an append, STOP 1
         pickled = attacks.PROTO + attacks.EMPTY_LIST + (attacks.integer(1) + attacks.APPEND) * appends
         if refused:
@@ -162,7 +163,7 @@ def test_messages_show_pickled_values_briefly(tmp_path: Path) -> None:
     with pytest.raises(TorchFileError, match=r"torch.Size of \(\(\(\(") as refused:
         _read(_file(tmp_path, pickled + attacks.STOP))
     assert len(str(refused.value)) < 300
-    assert torch_pickle.brief(_dag(50)).count("(") < 40
+    assert unpickler.brief(_dag(50)).count("(") < 40
 
 
 # --- views ---------------------------------------------------------------------------------------
@@ -176,11 +177,11 @@ def test_a_broadcast_view_may_repeat_its_storage_up_to_the_bound(tmp_path: Path)
     path = tmp_path / "mask.pt"
     torch.save(expanded, path)
     assert np.array_equal(_read(path), expanded.numpy())
-    scalar = torch.tensor([2.0]).expand(torch_views.REPEAT_FLOOR)  # a scalar broadcast: the floor
+    scalar = torch.tensor([2.0]).expand(views.REPEAT_FLOOR)  # a scalar broadcast: the floor
     torch.save(scalar, path)
-    assert _read(path).shape == (torch_views.REPEAT_FLOOR,)
-    storage = torch_views.REPEAT_FLOOR // torch_views.MAX_REPEAT  # MAX_REPEAT times it: the floor
-    for rows, refused in ((torch_views.MAX_REPEAT, False), (2 * torch_views.MAX_REPEAT, True)):
+    assert _read(path).shape == (views.REPEAT_FLOOR,)
+    storage = views.REPEAT_FLOOR // views.MAX_REPEAT  # MAX_REPEAT times it: the floor
+    for rows, refused in ((views.MAX_REPEAT, False), (2 * views.MAX_REPEAT, True)):
         view = attacks.float_tensor(storage, 0, (rows, storage), (0, 1))  # each row the whole storage
         path = _file(tmp_path, attacks.pickle_of(view), {"0": bytes(4 * storage)})
         if refused:
@@ -293,7 +294,7 @@ def test_what_torch_is_handed_is_walked_first(tmp_path: Path) -> None:
     tar = tmp_path / "tar.pth"
     tar.write_bytes(bytes(257) + b"ustar" + bytes(250))
     with pytest.raises(TorchFileError, match="tar"):
-        torch_fallback.walk_pickles(tar)
+        fallback.walk_pickles(tar)
 
 
 # --- mapped files cut short ----------------------------------------------------------------------
@@ -303,7 +304,7 @@ _TRUNCATE = """
 import os, sys
 import numpy as np
 from tui_acc.dumps.mapped import map_bytes
-from tui_acc.dumps import _mapguard
+from tui_acc.dumps.mapped import _mapguard
 path = sys.argv[1]
 fd = os.open(path, os.O_RDONLY)
 first = map_bytes(fd, 0, 4096)  # the guard is installed either way

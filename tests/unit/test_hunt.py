@@ -16,7 +16,7 @@ import pytest
 
 from tui_acc.cli import main
 from tui_acc.demo import FAULT_MODULE, FAULT_TOKEN, make_demo
-from tui_acc.dumps.msit_torch import read as read_msit_torch
+from tui_acc.dumps.msit.torch_dump import read as read_msit_torch
 from tui_acc.hunt.blocks import find_blocks
 from tui_acc.redump.plan import Selection, build_plan, parse_tokens, spell_tokens
 from tui_acc.redump.settings import SideSettings

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tui_acc.dumps.torch_arrays import from_torch
+from tui_acc.dumps.torchfile.arrays import from_torch
 from tui_acc.metrics import kernels
 from tui_acc.metrics.kernels import ShapeMismatch
 

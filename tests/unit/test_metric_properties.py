@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from tui_acc.dumps.torch_arrays import from_torch
+from tui_acc.dumps.torchfile.arrays import from_torch
 from tui_acc.metrics import fastkernel
 from tui_acc.metrics.kernels import compare_tensors
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import MODEL_CASES
 from tui_acc import open_comparison
-from tui_acc.dumps.msprobe_passes import EMBEDDING, api_of
+from tui_acc.dumps.msprobe.passes import EMBEDDING, api_of
 
 CASES = sorted(p.name.removesuffix(".tar.xz") for p in MODEL_CASES.glob("*.tar.xz"))
 

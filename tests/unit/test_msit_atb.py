@@ -12,7 +12,7 @@ import torch
 from tui_acc import open_comparison
 from tui_acc.cli import main
 from tui_acc.dumps import DumpError, open_dump
-from tui_acc.dumps.atb_writer import write_bin
+from tui_acc.dumps.writers.atb_bin import write_bin
 
 FAULT_ATB = "3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation"
 

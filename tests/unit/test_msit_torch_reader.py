@@ -195,7 +195,7 @@ def test_api_mode_folders_hang_under_their_module(reference: Path, tmp_path: Pat
 
 def test_tree_helpers() -> None:
     raw = {"name": "root", "type": "M", "children": [{"name": "root.a", "type": "A", "children": []}]}
-    from tui_acc.dumps.msit_torch import _tree_from_json
+    from tui_acc.dumps.msit.torch_dump import _tree_from_json
 
     tree: NodeTree = _tree_from_json(raw)
     assert tree.leaf_chain_end() == "root.a"

@@ -10,7 +10,7 @@ import pytest
 
 from tui_acc import open_comparison
 from tui_acc.dumps import DumpError, open_dump
-from tui_acc.dumps.msprobe_atb import COLUMNS
+from tui_acc.dumps.msprobe.atb_csv import COLUMNS
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
 from tui_acc.metrics.stats import stats_of

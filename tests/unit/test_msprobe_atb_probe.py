@@ -19,9 +19,9 @@ from tui_acc import open_comparison
 from tui_acc.demo.atb_export import export_atb
 from tui_acc.demo.probe_export import ProbeOptions, export_probe
 from tui_acc.dumps import DumpError, TensorLoadError, load_tensor, open_dump
-from tui_acc.dumps.atb_writer import write_bin
 from tui_acc.dumps.gather import SUM, gather, merge_parts
 from tui_acc.dumps.policy import ANYWHERE, LoadPolicy
+from tui_acc.dumps.writers.atb_bin import write_bin
 
 FAULT_OP = "3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation"
 DEVICE = "0_4242"

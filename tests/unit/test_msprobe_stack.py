@@ -10,7 +10,7 @@ import pytest
 
 from tui_acc import open_comparison
 from tui_acc.dumps import open_dump
-from tui_acc.dumps.msprobe_stack import Frame, call_groups, grouped_tree
+from tui_acc.dumps.msprobe.stack import Frame, call_groups, grouped_tree
 
 
 def _frames(*lines: tuple[str, int, str, str]) -> tuple[Frame, ...]:

@@ -12,10 +12,10 @@ import torch
 from tui_acc import open_comparison
 from tui_acc.cli import main
 from tui_acc.dumps import DumpError, open_dump
-from tui_acc.dumps.atb_writer import write_bin
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
-from tui_acc.dumps.torch_arrays import to_torch
+from tui_acc.dumps.torchfile.arrays import to_torch
+from tui_acc.dumps.writers.atb_bin import write_bin
 
 WEIGHTS = (0.25, 0.75)  # how the two ranks split a row-parallel matmul's partial sums
 

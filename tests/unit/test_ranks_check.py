@@ -148,9 +148,9 @@ def test_atb_groups_of_rank_size_are_summed_alone(tmp_path: Path) -> None:
 
 
 def test_a_max_reduction_recorded_in_op_param_is_used(tmp_path: Path) -> None:
-    from tui_acc.dumps.atb_writer import write_bin
     from tui_acc.dumps.policy import ANYWHERE
     from tui_acc.dumps.tensors import load_tensor
+    from tui_acc.dumps.writers.atb_bin import write_bin
 
     tensors = write_atb_run(tmp_path, 2, tokens=1, layers=1)
     folders = [tensors / f"{rank}_{PID_BASE + rank}" / "0" / op_name(0) for rank in range(2)]
@@ -226,9 +226,9 @@ def test_ml_dtypes_rounds_as_the_fixture_assumes() -> None:
 
 
 def test_an_average_is_the_sum_divided_by_the_ranks(tmp_path: Path) -> None:
-    from tui_acc.dumps.atb_writer import write_bin
     from tui_acc.dumps.policy import ANYWHERE
     from tui_acc.dumps.tensors import load_tensor
+    from tui_acc.dumps.writers.atb_bin import write_bin
 
     tensors = write_atb_run(tmp_path, 4, tokens=1, layers=1)
     folders = [tensors / f"{rank}_{PID_BASE + rank}" / "0" / op_name(0) for rank in range(4)]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tui_acc.cli import main
-from tui_acc.dumps.msprobe_passes import api_of
+from tui_acc.dumps.msprobe.passes import api_of
 from tui_acc.replay import registry as registry_module
 from tui_acc.replay.registry import Registry, RegistryError
 from tui_acc.session import open_comparison

@@ -17,10 +17,10 @@ import torch.nn.functional as F
 
 from tests.conftest import device_dir
 from tui_acc.demo.model import BFLOAT16, FLOAT32, build_model
-from tui_acc.dumps.atb_writer import write_bin
-from tui_acc.dumps.msprobe_passes import api_of
-from tui_acc.dumps.torch_arrays import from_torch
-from tui_acc.dumps.torch_writer import write_torch_file
+from tui_acc.dumps.msprobe.passes import api_of
+from tui_acc.dumps.torchfile.arrays import from_torch
+from tui_acc.dumps.writers.atb_bin import write_bin
+from tui_acc.dumps.writers.torch_file import write_torch_file
 from tui_acc.replay import torch_ops
 from tui_acc.replay.call import Call, Replayed
 from tui_acc.replay.gather import Gathered

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import sensitivity_key
 from tui_acc import open_comparison
-from tui_acc.dumps.torch_zip import read_torch_file
+from tui_acc.dumps.torchfile.reader import read_torch_file
 
 KEY = sensitivity_key()
 LEVELS = ["L0", "mix"]

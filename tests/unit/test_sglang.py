@@ -21,7 +21,7 @@ from tui_acc import open_comparison
 from tui_acc.cli import main
 from tui_acc.dumps import DumpError, TensorLoadError, load_tensor, open_dump
 from tui_acc.dumps.policy import ANYWHERE
-from tui_acc.dumps.sglang import merge_of_dims, parse_name
+from tui_acc.dumps.sglang.dump import merge_of_dims, parse_name
 
 ARCHIVE = REPO / "tests" / "data" / "sglang" / "sglang-llama.tar.xz"
 
@@ -258,16 +258,16 @@ def test_a_redump_of_the_test_side_asks_for_the_servers_own_step(case_dir, case,
 
 
 def test_indexing_opens_files_only_to_read_dims_of_a_multi_rank_dump(case_dir, monkeypatch):
-    from tui_acc.dumps import torch_zip
+    from tui_acc.dumps.torchfile import reader
 
     opened: list[str] = []
-    real = torch_zip.read_torch_file
+    real = reader.read_torch_file
 
     def counting(path, *args, **kwargs):
         opened.append(str(path))
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(torch_zip, "read_torch_file", counting)
+    monkeypatch.setattr(reader, "read_torch_file", counting)
     open_dump(case_dir / "golden")
     open_dump(case_dir / "test_tp2", rank=1)
     assert opened == []  # one rank, or not the rank --gather takes the merges from: names only
@@ -282,7 +282,7 @@ def test_indexing_opens_files_only_to_read_dims_of_a_multi_rank_dump(case_dir, m
 
 
 def test_a_warm_up_step_that_shares_a_decode_token_does_not_pull_the_alignment_past_the_prefill():
-    from tui_acc.dumps.sglang_align import match_steps
+    from tui_acc.dumps.sglang.align import match_steps
 
     golden = {0: (1, 37, 200, 88), 1: (9,), 2: (42,), 3: (16,)}
     # the test ran a one-token warm-up first, and its token is the golden's second decode token

@@ -14,7 +14,7 @@ from tests.mappings import GUARDED, is_mapped
 from tui_acc.dumps.dtypes import dtype_name
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
-from tui_acc.dumps.torch_arrays import from_torch
+from tui_acc.dumps.torchfile.arrays import from_torch
 
 
 class _Exploit:
@@ -75,7 +75,7 @@ def test_zip_files_are_memory_mapped_and_legacy_files_still_load(tmp_path: Path)
 
 def test_a_file_changed_moments_ago_is_read_not_mapped(tmp_path: Path) -> None:
     """It may still be being written: a mapped page the writer truncates away is SIGBUS."""
-    from tui_acc.dumps.atb_bin import _map
+    from tui_acc.dumps.atb.bin import _map
 
     t = torch.arange(1 << 18, dtype=torch.float32)  # 1 MiB: it would be mapped once settled
     torch.save(t, tmp_path / "fresh.pth")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.unit.torch_samples import DTYPES, random_bits
-from tui_acc.dumps.torch_arrays import from_torch
+from tui_acc.dumps.torchfile.arrays import from_torch
 
 GEN = torch.Generator().manual_seed(17)
 
@@ -68,7 +68,7 @@ def test_what_numpy_cannot_hold_is_refused_by_name() -> None:
     "dtype", [torch.float32, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.int64, torch.bool]
 )
 def test_to_torch_is_from_torch_reversed(dtype: torch.dtype) -> None:
-    from tui_acc.dumps.torch_arrays import to_torch
+    from tui_acc.dumps.torchfile.arrays import to_torch
 
     tensor = (torch.randn(3, 4, generator=torch.Generator().manual_seed(2)) * 3).to(dtype)
     back = to_torch(from_torch(tensor))

@@ -129,12 +129,13 @@ def test_torch_is_imported_in_one_place_only() -> None:
         if (lines := _torch_imports(path))
     }
     assert (
-        list(sites) == ["tui_acc/dumps/torch_arrays.py"] and len(sites["tui_acc/dumps/torch_arrays.py"]) == 1
+        list(sites) == ["tui_acc/dumps/torchfile/arrays.py"]
+        and len(sites["tui_acc/dumps/torchfile/arrays.py"]) == 1
     )
-    source = (REPO / "tui_acc/dumps/torch_arrays.py").read_text(encoding="utf-8").splitlines()
+    source = (REPO / "tui_acc/dumps/torchfile/arrays.py").read_text(encoding="utf-8").splitlines()
     function = next(
         line
-        for line in reversed(source[: sites["tui_acc/dumps/torch_arrays.py"][0]])
+        for line in reversed(source[: sites["tui_acc/dumps/torchfile/arrays.py"][0]])
         if line.startswith("def ")
     )
     assert function.startswith("def require_torch(")
@@ -166,7 +167,7 @@ def test_torch_arithmetic_without_torch_names_the_extra() -> None:
     import numpy as np
 
     from tui_acc.compat_report import _native_stats
-    from tui_acc.dumps.torch_arrays import TorchMissing, to_torch
+    from tui_acc.dumps.torchfile.arrays import TorchMissing, to_torch
     from tui_acc.metrics.compat import msit_metrics
 
     values = np.ones(4, np.float32)

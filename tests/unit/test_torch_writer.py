@@ -1,4 +1,4 @@
-"""dumps/torch_writer.py: what it writes is what torch.save writes for the tensor, to both readers."""
+"""dumps/writers/torch_file.py: what it writes is what torch.save writes for the tensor, to both readers."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from tui_acc.dumps.torch_arrays import from_torch
-from tui_acc.dumps.torch_writer import write_torch_file
-from tui_acc.dumps.torch_zip import read_torch_file
+from tui_acc.dumps.torchfile.arrays import from_torch
+from tui_acc.dumps.torchfile.reader import read_torch_file
+from tui_acc.dumps.writers.torch_file import write_torch_file
 
 DTYPES = [
     np.float64, np.float32, np.float16, ml_dtypes.bfloat16, np.int64, np.int32, np.int16, np.int8,

@@ -20,9 +20,9 @@ import torch
 
 from tests.mappings import GUARDED, is_mapped
 from tests.unit.torch_samples import DTYPES, random_bits
-from tui_acc.dumps import torch_zip
-from tui_acc.dumps.torch_arrays import from_torch
-from tui_acc.dumps.torch_zip import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
+from tui_acc.dumps.torchfile import reader
+from tui_acc.dumps.torchfile.arrays import from_torch
+from tui_acc.dumps.torchfile.reader import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
 
 GEN = torch.Generator().manual_seed(16)
 REPO = Path(__file__).resolve().parents[2]
@@ -61,7 +61,7 @@ def _same(array: object, tensor: torch.Tensor) -> None:
 def test_every_dtype_reads_bit_for_bit(
     tmp_path: Path, dtype: torch.dtype, mapped: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(torch_zip, "_MAPPED_FROM", 0)  # mapped: even this small storage
+    monkeypatch.setattr(reader, "_MAPPED_FROM", 0)  # mapped: even this small storage
     tensor = _random_bits(dtype, 3, 5)
     path = _saved(tmp_path, tensor)
     array = read_torch_file(path, mapped=mapped)
@@ -205,7 +205,7 @@ def test_compressed_records_and_another_folder_read(tmp_path: Path) -> None:
 def test_reading_never_imports_torch(tmp_path: Path) -> None:
     path = _saved(tmp_path, {"value": _random_bits(torch.bfloat16, 4), "meta": {"dtype": torch.bfloat16}})
     script = (
-        "import sys; from pathlib import Path; from tui_acc.dumps.torch_zip import read_torch_file\n"
+        "import sys; from pathlib import Path; from tui_acc.dumps.torchfile.reader import read_torch_file\n"
         f"value = read_torch_file(Path({str(path)!r}), mapped=True)['value']; value.sum()\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )

@@ -15,9 +15,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tui_acc.dumps.atb_writer import write_bin
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
+from tui_acc.dumps.writers.atb_bin import write_bin
 
 PID = 4242
 

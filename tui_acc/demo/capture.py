@@ -4,7 +4,7 @@ It produces what ``msit_llm``'s ``DumpConfig`` + ``register_hook`` would (docs/f
 one deliberate improvement: ``model_tree.json`` lists children in execution order (msit meant
 to, but a bug leaves them in ``named_children()`` order). It hooks the demo's numpy modules
 (modules.py) and torch modules alike (the tests capture small torch models), and writes each
-tensor with dumps/torch_writer.py: torch is never imported for it.
+tensor with dumps/writers/torch_file.py: torch is never imported for it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tui_acc.dumps.torch_writer import write_torch_file
+from tui_acc.dumps.writers.torch_file import write_torch_file
 
 
 class Hookable(Protocol):
@@ -168,7 +168,7 @@ def _as_array(value: object) -> np.ndarray | None:
         return value
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
-        from tui_acc.dumps.torch_arrays import from_torch
+        from tui_acc.dumps.torchfile.arrays import from_torch
 
         return from_torch(value.detach())
     return None

@@ -3,7 +3,7 @@
 Attribute order follows Hugging Face's (``self_attn, mlp, input_layernorm, ...``), which is not
 the execution order: a dump of it exercises the same ordering problem real dumps have. The modules
 are modules.py's, which hook like torch's: the demo needs no torch (``pip install tui-acc`` does
-not bring it) and writes torch's file format all the same (dumps/torch_writer.py).
+not bring it) and writes torch's file format all the same (dumps/writers/torch_file.py).
 
 Every operator computes in float64 from its inputs as stored and rounds its result once to the
 model's dtype (float32 for the golden run, bfloat16 for the test run); attention is one fused

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tui_acc.dumps.atb_bin import ACL_DTYPES, END_LINE, read_header
+from tui_acc.dumps.atb.bin import ACL_DTYPES, END_LINE, read_header
 
 PID = 4242
 TASKS = ("tensor", "statistics", "all")  # cpp:587-593

@@ -33,7 +33,7 @@ from tui_acc.demo.model import (
     rounded,
     wide,
 )
-from tui_acc.dumps.atb_writer import write_bin
+from tui_acc.dumps.writers.atb_bin import write_bin
 
 TIMESTAMP = "20250101_000000"
 PID_BASE = 5100

@@ -9,18 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tui_acc.dumps import (
-    msit_atb,
-    msit_torch,
-    msprobe,
-    msprobe_atb,
-    msprobe_atb_probe,
-    msprobe_debug,
-    msprobe_graph,
-    single,
-)
+from tui_acc.dumps import single
 from tui_acc.dumps.fs import folder_problem
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, TensorRef
+from tui_acc.dumps.msit import atb_dump as msit_atb
+from tui_acc.dumps.msit import torch_dump as msit_torch
+from tui_acc.dumps.msprobe import atb_csv as msprobe_atb
+from tui_acc.dumps.msprobe import atb_probe as msprobe_atb_probe
+from tui_acc.dumps.msprobe import debug as msprobe_debug
+from tui_acc.dumps.msprobe import dump as msprobe
+from tui_acc.dumps.msprobe import graph as msprobe_graph
 
 if TYPE_CHECKING:
     from tui_acc.dumps.tensors import TensorLoadError, load_tensor
@@ -101,7 +99,9 @@ def open_dump(
         return msprobe.read(root, rank=rank, follow_links=follow_links)
     if msprobe_debug.claims(root):
         return msprobe_debug.read(root, rank=rank, follow_links=follow_links)
-    from tui_acc.dumps import sglang  # here: its gather rules import numpy, which no other layout needs
+    from tui_acc.dumps.sglang import (
+        dump as sglang,  # here: its gather rules import numpy, which no other layout needs
+    )
 
     if sglang.claims(root):  # last: it lists every folder right below the root, looking for an experiment
         return sglang.read(root, rank=rank, follow_links=follow_links)

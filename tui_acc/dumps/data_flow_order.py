@@ -7,7 +7,7 @@ called with keyword arguments (judged by the sibling before it), depend on that 
 left is what the files hold: a module's input that is, bit for bit, another module's output was
 made by it, so that module ran first. The cost is kept bounded: one token (the one the reader
 samples), only when the times are lost, and per file only its zip directory (a few hundred bytes:
-``storage_digest``); tensor data is read only for records saved without a CRC whose sizes match a
+``torchfile.storage_digest``); tensor data is read only for records saved without a CRC whose sizes match a
 file of the other role. ``scripts/bench_dataflow_order.py`` measures it.
 
 A value tells an order only when one module made it: the modules holding it as an output, less
@@ -27,7 +27,7 @@ from itertools import pairwise
 
 from tui_acc.dumps.model import NodeTree, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
-from tui_acc.dumps.storage_digest import StorageListing, list_storage
+from tui_acc.dumps.torchfile.storage_digest import StorageListing, list_storage
 
 Edge = tuple[str, str]  # (ran first, ran after)
 

@@ -1,12 +1,12 @@
 """Loading tensor files safely, as numpy arrays, without importing torch on the way.
 
-torch's zip format (every ``.pth``/``.pt`` torch has written since 1.6) is read by ``torch_zip``:
+torch's zip format (every ``.pth``/``.pt`` torch has written since 1.6) is read by ``torchfile.reader``:
 its pickle may only rebuild tensors (anything else is refused by name, never run, as
 ``weights_only=True`` refuses it) and its storages are memory-mapped. Files it cannot read (the
 legacy format, a record it does not know) go to ``torch.load(weights_only=True)``, mapped to the CPU
 so a dump taken on an NPU or GPU opens anywhere, where the torch installed runs that loader safely
-(``torch_fallback``). msprobe's MindSpore ``.npy`` files are read by numpy, pickles refused; ATB
-``.bin`` files by ``atb_bin``.
+(``torchfile.fallback``). msprobe's MindSpore ``.npy`` files are read by numpy, pickles refused; ATB
+``.bin`` files by ``atb.bin``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import numpy as np
 from tui_acc.dumps.fs import NotRegularFile, open_regular, settled
 from tui_acc.dumps.mapped import map_bytes
 from tui_acc.dumps.policy import LoadPolicy, OutsideDump
-from tui_acc.dumps.torch_fallback import FallbackRefused, load_through_torch
-from tui_acc.dumps.torch_zip import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
+from tui_acc.dumps.torchfile.fallback import FallbackRefused, load_through_torch
+from tui_acc.dumps.torchfile.reader import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
 
 
 class TensorLoadError(Exception):
@@ -47,7 +47,7 @@ def load_tensor(path: Path, policy: LoadPolicy) -> np.ndarray:
     except OutsideDump as exc:
         raise TensorLoadError(path, str(exc)) from exc
     if path.suffix == ".bin":
-        from tui_acc.dumps.atb_bin import BinFileError, load_bin
+        from tui_acc.dumps.atb.bin import BinFileError, load_bin
 
         try:
             return load_bin(path, policy)
@@ -136,7 +136,7 @@ def _mapped_npy(path: Path) -> np.ndarray:
 
 
 def _sglang_value(path: Path, record: dict[object, object]) -> object:
-    """SGLang's dumper saves ``{"value": tensor, "meta": {...}}`` (tui_acc/dumps/sglang.py)."""
+    """SGLang's dumper saves ``{"value": tensor, "meta": {...}}`` (tui_acc/dumps/sglang/dump.py)."""
     if "value" not in record:
         raise TensorLoadError(path, "SGLang dump without 'value' (only its meta was saved)")
     return record["value"]

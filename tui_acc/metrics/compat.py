@@ -91,7 +91,7 @@ def _chunks(*flat: np.ndarray, size: int) -> Iterator[tuple[np.ndarray, ...]]:
 def msit_metrics(golden: np.ndarray, test: np.ndarray, chunk: int = CHUNK) -> dict[str, Any]:
     """One msit CSV row's metric columns (and the golden/my statistics), msit's way: in torch, as
     msit computes them (its fp32 reductions and softmax decide the digits), chunk by chunk."""
-    from tui_acc.dumps.torch_arrays import require_torch, to_torch
+    from tui_acc.dumps.torchfile.arrays import require_torch, to_torch
 
     torch = require_torch("report --compat msit")  # deferred: only this export reproduces torch's arithmetic
 
@@ -164,7 +164,7 @@ class _Fp32Side:
         self.exp_sum = 0.0
 
     def add(self, part: Any) -> None:
-        from tui_acc.dumps.torch_arrays import require_torch
+        from tui_acc.dumps.torchfile.arrays import require_torch
 
         torch = require_torch("report --compat msit")
         high, low = part.max(), part.min()
@@ -190,7 +190,7 @@ def _whole_tensor_kl(
 ) -> float:
     """msit's KL: ``kl_div(log_softmax(m), softmax(g), reduction="sum")`` over the whole flattened
     tensor in fp32, each softmax's normaliser from the first pass; a second pass sums the terms."""
-    from tui_acc.dumps.torch_arrays import require_torch, to_torch
+    from tui_acc.dumps.torchfile.arrays import require_torch, to_torch
 
     torch = require_torch("report --compat msit")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from difflib import SequenceMatcher
 
 from tui_acc.dumps.model import DumpIndex, logical_name
-from tui_acc.dumps.msprobe_passes import api_of
+from tui_acc.dumps.msprobe.passes import api_of
 from tui_acc.pairing.model import NodePair, TensorPair, TokenPairs, Unmatched
 
 

@@ -22,15 +22,15 @@ import json
 import re
 from collections.abc import Sequence
 
-from tui_acc.dumps.msprobe_passes import is_module
+from tui_acc.dumps.msprobe.passes import is_module
 
-ROOT = "root"  # tui_acc.dumps.sglang's tree root: the whole model
+ROOT = "root"  # tui_acc.dumps.sglang.dump's tree root: the whole model
 NON_INTRUSIVE = "non_intrusive__"
-# Kept in every narrowed dump: what tui-acc aligns steps by (tui_acc.dumps.sglang_align)
+# Kept in every narrowed dump: what tui-acc aligns steps by (tui_acc.dumps.sglang.align)
 CORE = ("input_ids", "positions")
 # An msprobe API record: Functional.linear.43.forward
 _API_RECORD = re.compile(r"\.\d+\.(forward|backward)$")
-# An explicit dump inside a layer, as tui_acc.dumps.sglang names its node: {layer module}.{name}
+# An explicit dump inside a layer, as tui_acc.dumps.sglang.dump names its node: {layer module}.{name}
 _IN_LAYER = re.compile(r"^(?:.+\.)?layers\.(?P<layer>\d+)\.(?P<name>[^.]+)$")
 
 

@@ -73,7 +73,7 @@ class LocalChecks:
 
     def has_reference(self, node: NodePair) -> bool:
         """Whether a reference exists for the test node (no data is read)."""
-        from tui_acc.dumps.msprobe_passes import api_of
+        from tui_acc.dumps.msprobe.passes import api_of
 
         index = self.pairing.test
         found = index.tree.nodes.get(node.test)

@@ -17,7 +17,7 @@ import numpy as np
 
 from tui_acc.dumps.dtypes import dtype_name
 from tui_acc.dumps.model import DumpIndex
-from tui_acc.dumps.msprobe_passes import api_of
+from tui_acc.dumps.msprobe.passes import api_of
 from tui_acc.numbers import cosine, number
 from tui_acc.pairing import Pairing
 from tui_acc.replay.call import NotSampleable, Replayed, ReplayImpossible

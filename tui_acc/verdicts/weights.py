@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tui_acc.dumps.msprobe_passes import api_of
+from tui_acc.dumps.msprobe.passes import api_of
 from tui_acc.verdicts.rounding import coarser, one_rounding, unit_roundoff
 
 WEIGHT_MARGIN = 2.0

@@ -252,11 +252,11 @@ class OperatorScreen(ViewScreen):
 
     def _reading_tree(self) -> NodeTree:
         """The tree the token is read by: the golden's, or for msprobe L1's flat list of API calls,
-        the calls grouped by layer and module (msprobe_stack; for reading only: the verdicts are
+        the calls grouped by layer and module (msprobe.stack; for reading only: the verdicts are
         the golden tree's)."""
         golden = self.acc.comparison.golden
         if golden.format == "msprobe":
-            from tui_acc.dumps.msprobe_stack import grouped_tree
+            from tui_acc.dumps.msprobe.stack import grouped_tree
 
             return grouped_tree(golden, list(self._pairs)) or golden.tree
         return golden.tree

@@ -1,4 +1,4 @@
-"""What torch_zip leaves to torch (the legacy format, a global or record it does not know) loaded by
+"""What torchfile.reader leaves to torch (the legacy format, a global or record it does not know) loaded by
 ``torch.load(weights_only=True)``, where that is safe: on a torch whose weights-only loader has its
 known holes closed, and on pickles our bounded interpreter has walked first.
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tui_acc.dumps.torch_pickle import HASHING_CALLS, RestrictedUnpickler, SafeCall
-from tui_acc.dumps.torch_zip import pickles_for_torch
+from tui_acc.dumps.torchfile.reader import pickles_for_torch
+from tui_acc.dumps.torchfile.unpickler import HASHING_CALLS, RestrictedUnpickler, SafeCall
 
 SAFE_TORCH = (2, 10)  # the first torch with both CVE fixes
 _ADVISORIES = "CVE-2025-32434, CVE-2026-24747"
@@ -27,7 +27,7 @@ class FallbackRefused(ValueError):
 
 
 def load_through_torch(path: Path, why: str = "this file") -> object:
-    """torch's own loader (``weights_only``), for what ``torch_zip`` leaves to it (``why``: what it
+    """torch's own loader (``weights_only``), for what ``reader`` leaves to it (``why``: what it
     is); its tensors handed on as arrays. Read, never mapped: torch's mappings are not guarded
     against the file being cut short (mapped.py), and these files are few.
 
@@ -35,9 +35,9 @@ def load_through_torch(path: Path, why: str = "this file") -> object:
     names the extra or the version to install), TorchFileError (the pickles go past the bounds, or
     the archive is damaged or forged), and what torch.load raises."""
     walk_pickles(path)  # first: a file refused here never pays torch's import
-    from tui_acc.dumps.torch_arrays import TorchMissing, from_torch, require_torch
+    from tui_acc.dumps.torchfile.arrays import TorchMissing, from_torch, require_torch
 
-    try:  # deferred: only the files torch_zip cannot read pay torch's import
+    try:  # deferred: only the files the reader cannot read pay torch's import
         torch = require_torch(f"reading {why}")
     except TorchMissing as exc:
         raise FallbackRefused(str(exc)) from exc

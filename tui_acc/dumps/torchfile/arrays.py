@@ -1,5 +1,5 @@
 """torch tensors as numpy arrays and back, exactly: for files only torch can read (the fallback of
-torch_zip.py), and for the exports that reproduce msit's and msprobe's torch arithmetic.
+reader.py), and for the exports that reproduce msit's and msprobe's torch arithmetic.
 
 The one module of tui_acc that imports torch (``require_torch``): torch is optional (the extra
 ``tui-acc[torch]``), and only what truly needs it asks for it, when called; without it, a clear

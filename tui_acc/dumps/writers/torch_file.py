@@ -1,7 +1,7 @@
 """numpy arrays written as torch.save writes a tensor (``.pth``/``.pt``), without torch.
 
 The demo's dumps are msit torch dumps, and writing them must not need torch. The archive is what
-torch/serialization.py ``_save`` writes for one CPU tensor (torch_zip.py reads it, and so does
+torch/serialization.py ``_save`` writes for one CPU tensor (torchfile/reader.py reads it, and so does
 ``torch.load(weights_only=True)``): a zip of stored records in ``archive/``, each record's data
 64-byte aligned by padding in its local header's extra field (caffe2/serialize/inline_container.cc
 pads with an ``FB`` field), holding ``data.pkl``, ``.format_version``, ``.storage_alignment``,
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tui_acc.dumps.dtypes import dtype_name
-from tui_acc.dumps.torch_zip import TYPED_STORAGES
+from tui_acc.dumps.torchfile.reader import TYPED_STORAGES
 
 _STORAGE_OF = {dtype: storage for storage, dtype in TYPED_STORAGES.items()}
 _ALIGNMENT = 64

@@ -19,7 +19,7 @@ Several ranks (``rank=`` in the names, all in one folder) are picked with ``--ra
 with ``--gather``; gathering follows the ``dims`` annotation of ``dumper.dump(..., dims=...)``
 where the model's code gave one, as SGLang's comparator does: ``h[tp]`` is concatenated along that
 dimension, ``h[tp:partial]`` summed. Steps are aligned by the ``input_ids`` they process in
-``sglang_align.py``.
+``align.py``.
 
 See docs/formats.md §5.
 """
@@ -299,7 +299,7 @@ def _merges_from_dims(records: list[Record], problems: list[Problem], notes: lis
 def _meta(path: Path) -> dict[str, object] | None:
     """The ``meta`` SGLang's dumper saved beside a tensor; mapped, so the tensor's bytes are not read
     for it (read whole where the file may still be being written)."""
-    from tui_acc.dumps.torch_zip import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
+    from tui_acc.dumps.torchfile.reader import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
 
     try:
         obj = read_torch_file(path, mapped=settled(path))
@@ -313,10 +313,10 @@ def _meta(path: Path) -> dict[str, object] | None:
 
 
 def _meta_by_torch(path: Path) -> object:
-    """What torch_zip leaves to torch (a record it does not know), loaded as safely."""
+    """What torchfile.reader leaves to torch (a record it does not know), loaded as safely."""
     import pickle
 
-    from tui_acc.dumps.torch_fallback import load_through_torch
+    from tui_acc.dumps.torchfile.fallback import load_through_torch
 
     try:
         return load_through_torch(path)

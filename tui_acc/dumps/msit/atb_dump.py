@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from tui_acc.dumps.atb.executions import Topology, folder_tokens, tokens_of_folder, tokens_walked_lazily
 from tui_acc.dumps.fs import folder_problem, subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
@@ -37,27 +36,11 @@ from tui_acc.dumps.model import (
     rank_sort_key,
 )
 from tui_acc.dumps.policy import LoadPolicy
-from tui_acc.lazy import LazyMapping
 
 FORMAT = "msit-atb"
 _NODE_DIR = re.compile(r"^(\d+)_(.+)$")
 _TENSOR_FILE = re.compile(r"^(intensor|outtensor)(\d+)\.bin$")
 _DUMP_PREFIXES = ("msit_dump", "ait_dump")
-
-
-@dataclass(frozen=True)
-class Topology:
-    """What the model/{pid}/*.json files say about top-level node ids."""
-
-    models: list[tuple[str, int, int]]  # (model name, first top-level id, node count), in id order
-
-    @property
-    def mindie(self) -> bool:
-        return len(self.models) > 1
-
-    @property
-    def decode_start(self) -> int | None:
-        return self.models[1][1] if self.mindie else None
 
 
 def claims(path: Path) -> bool:
@@ -134,33 +117,6 @@ def read(
     )
 
 
-FolderTokens = dict[int, dict[str, list[TensorRef]]]  # token -> node -> tensors, of one folder
-
-
-def tokens_walked_lazily(
-    folder_of: dict[int, int], tree: NodeTree, walk: Callable[[int, NodeTree], FolderTokens]
-) -> tuple[LazyMapping[int, dict[str, list[TensorRef]]], FolderTokens]:
-    """Tokens whose folders are walked when first asked for, and the first token's folder's.
-
-    The first token's folder is walked now, into ``tree`` (it gives the tree); every other one when
-    its token is first compared or opened, into a copy whose new nodes ``tree`` then adopts, so the
-    first screen of 100,000 files needs only folder names. ``walk(folder, into)`` reads a folder.
-    """
-    walked: dict[int, FolderTokens] = {}
-    first = folder_of[min(folder_of)]
-    walked[first] = walk(first, tree)
-
-    def load(token: int) -> dict[str, list[TensorRef]]:
-        folder_id = folder_of[token]
-        if folder_id not in walked:
-            scratch = tree.copy()
-            walked[folder_id] = walk(folder_id, scratch)
-            tree.adopt(scratch)
-        return walked[folder_id].get(token, {})
-
-    return LazyMapping(sorted(folder_of), load), walked[first]
-
-
 # --- finding the data ---------------------------------------------------------------------------
 
 
@@ -218,45 +174,6 @@ def _read_topology(model_dir: Path, problems: list[Problem], policy: LoadPolicy)
             problems.append(Problem(str(file), f"unreadable model topology ({exc})"))
     models.sort(key=lambda m: m[1])
     return Topology(models)
-
-
-def folder_tokens(
-    folder_id: int, topology: Topology, token_offset: int | None, notes: list[str]
-) -> list[int]:
-    """The tokens folder ``folder_id`` holds (see ``tokens_of_folder``), from its number alone."""
-    if token_offset is not None:
-        return [folder_id - token_offset] if folder_id >= token_offset else []
-    if not topology.mindie:
-        return [folder_id]
-    if folder_id == 0:
-        notes.append("folder 0 (MindIE warm-up) is not compared")
-        return []
-    return [0, 1] if folder_id == 1 else [folder_id]
-
-
-def tokens_of_folder(
-    folder_id: int,
-    nodes: dict[str, list[TensorRef]],
-    topology: Topology,
-    token_offset: int | None,
-) -> list[tuple[int, dict[str, list[TensorRef]]]]:
-    if token_offset is not None:
-        token = folder_id - token_offset
-        return [(token, nodes)] if token >= 0 else []
-    if not topology.mindie:
-        return [(folder_id, nodes)]
-    if folder_id == 0:
-        return []
-    if folder_id > 1:
-        return [(folder_id, nodes)]
-    decode_start = topology.decode_start or 0
-
-    def top_id(name: str) -> int:
-        return int(name.split("/", 1)[0].split("_", 1)[0])
-
-    encode = {n: refs for n, refs in nodes.items() if top_id(n) < decode_start}
-    decode = {n: refs for n, refs in nodes.items() if top_id(n) >= decode_start}
-    return [(0, encode), (1, decode)]
 
 
 # --- node folders -------------------------------------------------------------------------------

@@ -1,11 +1,11 @@
 /* Memory-mapped tensor files that cannot kill the process when they are cut short under it.
  *
- * tui-acc maps settled tensor files (tui_acc/dumps/mapped.py map_bytes: torch_zip's storages, .bin
- * payloads, .npy arrays) so that a large tensor is paged in, not copied. When another process
- * truncates such a file in place (torch.save rewriting it, a dumper run again into the same folder)
- * while it is being read, the kernel raises SIGBUS on the next access past the new end, and SIGBUS
- * cannot be caught from Python: its handler would run only after the faulting instruction, which
- * faults again, forever.
+ * tui-acc maps settled tensor files (tui_acc/dumps/mapped/__init__.py map_bytes: the storages of
+ * torchfile/reader.py, .bin payloads, .npy arrays) so that a large tensor is paged in, not copied.
+ * When another process truncates such a file in place (torch.save rewriting it, a dumper run again
+ * into the same folder) while it is being read, the kernel raises SIGBUS on the next access past
+ * the new end, and SIGBUS cannot be caught from Python: its handler would run only after the
+ * faulting instruction, which faults again, forever.
  *
  * `Mapping(fd, offset, length)` maps the range copy-on-write (as numpy's memmap mode "c") and
  * exports it as a buffer (np.frombuffer); while it lives its pages are registered here. On SIGBUS
@@ -197,7 +197,7 @@ static PyBufferProcs Mapping_as_buffer = {
 
 static PyTypeObject MappingType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tui_acc.dumps._mapguard.Mapping",
+    .tp_name = "tui_acc.dumps.mapped._mapguard.Mapping",
     .tp_doc = PyDoc_STR("A file range mapped copy-on-write, guarded against the file shrinking."),
     .tp_basicsize = sizeof(Mapping),
     .tp_flags = Py_TPFLAGS_DEFAULT,

@@ -12,7 +12,7 @@ Layout (msprobe ccsrc/atb_probe/atb_probe.cpp, read at file:line)::
         info/model/{dev}_{pid}/{Model}_{Stage}.json                         (:2116-2133)
 
 A token is an execution (``{exec}``, the folder ATB numbers per model run, as msit's ``{TID}``;
-two model topologies, MindIE's prefill and decode, map folders to tokens as msit_atb.py says).
+two model topologies, MindIE's prefill and decode, map folders to tokens as atb/executions.py says).
 A node is named as msprobe's compare names it, ``{id}_{name}`` per scope joined by ``/``
 (python/msprobe/core/compare/atb_data_compare.py:172-179): the folder names below ``{exec}``,
 the same names the ``statistic.csv`` reader gives, so the two kinds of dump pair. Types come
@@ -29,7 +29,7 @@ import os
 import re
 from pathlib import Path
 
-from tui_acc.dumps import msit_atb, msprobe_atb
+from tui_acc.dumps.atb import executions
 from tui_acc.dumps.fs import subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
@@ -42,10 +42,11 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
-from tui_acc.dumps.msprobe_atb_topology import ProbeTopology, read_topology
+from tui_acc.dumps.msprobe import atb_csv
+from tui_acc.dumps.msprobe.atb_topology import ProbeTopology, read_topology
 from tui_acc.dumps.policy import LoadPolicy
 
-FORMAT = msprobe_atb.FORMAT  # the same kind of dump: pairing and re-dump treat both alike
+FORMAT = atb_csv.FORMAT  # the same kind of dump: pairing and re-dump treat both alike
 ROOT_DIR = "atb_dump_data"
 # {device}_{pid}, or {pid} alone when the device is unknown (atb_probe.cpp:1893-1901)
 _DEVICE = re.compile(r"^([0-9]+_)?[0-9]+$")
@@ -90,7 +91,7 @@ def read(
     for name, folder in subdir_names(str(device_dir)):
         if not _NUMBER.match(name) or (only_exec is not None and int(name) != only_exec):
             continue
-        if not subdirs(Path(folder)) and not (Path(folder) / msprobe_atb.FILE).is_file():
+        if not subdirs(Path(folder)) and not (Path(folder) / atb_csv.FILE).is_file():
             problems.append(Problem(folder, "an execution folder without any operation or statistic.csv"))
             continue
         folders[int(name)] = Path(folder)
@@ -98,7 +99,7 @@ def read(
         raise DumpError(f"{device_dir}: no execution folder (0, 1, 2, ...) holds any data")
     folder_of: dict[int, int] = {}
     for folder_id in sorted(folders):
-        for token in msit_atb.folder_tokens(folder_id, topology.models, token_offset, notes):
+        for token in executions.folder_tokens(folder_id, topology.models, token_offset, notes):
             folder_of[token] = folder_id
     if not folder_of:
         raise DumpError(f"{device_dir}: its execution folders hold no token (all below --token-offset)")
@@ -108,12 +109,12 @@ def read(
             "warm-up, execution 1 holds tokens 0 and 1, execution k is token k"
         )
 
-    def walk(folder_id: int, into: NodeTree) -> msit_atb.FolderTokens:
+    def walk(folder_id: int, into: NodeTree) -> executions.FolderTokens:
         nodes = _execution(folders[folder_id], root_name, into, topology, problems, policy)
-        return dict(msit_atb.tokens_of_folder(folder_id, nodes, topology.models, token_offset))
+        return dict(executions.tokens_of_folder(folder_id, nodes, topology.models, token_offset))
 
     # walked as msit's ATB folders are: the first token's execution now, the others when asked
-    tokens, first = msit_atb.tokens_walked_lazily(folder_of, tree, walk)
+    tokens, first = executions.tokens_walked_lazily(folder_of, tree, walk)
     first_refs = [r for nodes in first.values() for refs in nodes.values() for r in refs]
     statistics_only = bool(first_refs) and not any(r.has_data for r in first_refs)
     if statistics_only:
@@ -169,10 +170,10 @@ def _execution(
     _walk(folder, "", (), root, tree, nodes, types, topology, problems, policy)
     if any(refs for refs in nodes.values()):
         return nodes
-    csv_path = folder / msprobe_atb.FILE
+    csv_path = folder / atb_csv.FILE
     if csv_path.is_file():
         try:
-            rows = msprobe_atb.read_rows(csv_path, problems, policy)
+            rows = atb_csv.read_rows(csv_path, problems, policy)
         except DumpError as exc:
             problems.append(Problem(str(csv_path), str(exc).removeprefix(f"{csv_path}: ")))
             rows = []
@@ -195,7 +196,7 @@ def _under(
         ids = (*ids, int(head)) if _NUMBER.match(head) else ids
         if name not in types and ids in topology.types:
             types[name] = topology.types[ids]
-    msprobe_atb.add_chain(tree, chain, op_type, types, root)
+    atb_csv.add_chain(tree, chain, op_type, types, root)
 
 
 def _walk(

@@ -23,7 +23,7 @@ from stat import S_ISREG
 
 import numpy as np
 
-from tui_acc.dumps import atb_probe_alias
+from tui_acc.dumps.atb import probe_alias
 from tui_acc.dumps.dtypes import numpy_dtype
 from tui_acc.dumps.fs import NotRegularFile, file_kind, open_regular, read_ahead, settled
 from tui_acc.dumps.mapped import map_bytes
@@ -245,17 +245,17 @@ def load_bin(path: Path, policy: LoadPolicy, _hops: int = 0) -> np.ndarray:
 
 
 def _probe_alias(header: BinHeader, policy: LoadPolicy, hops: int) -> Path | None:
-    """The file a probe alias names (atb_probe_alias.py), checked to lie inside the dump."""
+    """The file a probe alias names (probe_alias.py), checked to lie inside the dump."""
     if header.external is None:
         return None
-    if atb_probe_alias.is_self_reference(header.path, header.external):
+    if probe_alias.is_self_reference(header.path, header.external):
         raise BinFileError(
             header.path,
             "its data= names the file itself: a kernel tensor the probe did not save (filter_level 2)",
         )
     if (header.path.parent / header.external).is_file():
         return None  # a payload file beside it (msit's data=)
-    target = atb_probe_alias.resolve(header.path, header.external)
+    target = probe_alias.resolve(header.path, header.external)
     if target is None:
         return None  # not a probe alias: read as a data= payload file (which says what is missing)
     if hops >= _MAX_ALIAS_HOPS:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tui_acc.dumps.atb_bin import ACL_DTYPES, END_LINE
+from tui_acc.dumps.atb.bin import ACL_DTYPES, END_LINE
 from tui_acc.dumps.dtypes import dtype_name
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def write_bin(
     to that file (relative to ``path``) and points a ``data=`` attribute at it.
     """
     if not isinstance(tensor, np.ndarray):
-        from tui_acc.dumps.torch_arrays import from_torch
+        from tui_acc.dumps.torchfile.arrays import from_torch
 
         tensor = from_torch(tensor)
     code = dtype_code if dtype_code is not None else _CODE_OF[dtype_name(tensor)]

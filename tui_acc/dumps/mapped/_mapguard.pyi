@@ -1,4 +1,4 @@
-# The C extension tui_acc/dumps/_mapguard.c (built at install time, optional; POSIX only).
+# The C extension tui_acc/dumps/mapped/_mapguard.c (built at install time, optional; POSIX only).
 
 class Mapping:
     def __init__(self, fd: int, offset: int, length: int) -> None: ...

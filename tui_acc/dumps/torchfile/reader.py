@@ -14,9 +14,9 @@ stride, requires_grad, hooks[, metadata])`` with a typed storage (``torch.FloatS
 see ``_Archive.find_class`` and ``_GLOBALS`` for the whole list. Nothing in torch is imported or run.
 
 What a file may make the reader do is bounded by what it honestly holds: the pickle's depth and work
-(torch_pickle), data.pkl's size (``MAX_PICKLE_BYTES``), a compressed storage decompressed only as far
+(unpickler.py), data.pkl's size (``MAX_PICKLE_BYTES``), a compressed storage decompressed only as far
 as its views reach (never past the sizes the zip declares), a view's elements by its storage's
-(torch_views), and an archive naming a record twice is refused (torch.load reads the first copy,
+(views.py), and an archive naming a record twice is refused (torch.load reads the first copy,
 zipfile the last).
 
 See docs/formats.md §6.2.
@@ -38,7 +38,7 @@ import numpy as np
 from tui_acc.dumps.dtypes import TENSOR_DTYPES
 from tui_acc.dumps.fs import read_ahead
 from tui_acc.dumps.mapped import map_bytes
-from tui_acc.dumps.torch_pickle import (
+from tui_acc.dumps.torchfile.unpickler import (
     HASHING_CALLS,
     MAX_PICKLE_BYTES,
     NeedsTorch,
@@ -48,7 +48,7 @@ from tui_acc.dumps.torch_pickle import (
     TorchFileError,
     brief,
 )
-from tui_acc.dumps.torch_views import checked_view, count, element_size, view_values, with_metadata
+from tui_acc.dumps.torchfile.views import checked_view, count, element_size, view_values, with_metadata
 
 __all__ = ["NeedsTorch", "RefusedGlobal", "TorchFileError", "pickles_for_torch", "read_torch_file"]
 

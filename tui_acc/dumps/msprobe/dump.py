@@ -30,9 +30,9 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
-from tui_acc.dumps.msprobe_passes import api_of, is_module, module_call_index, split_passes, tops
-from tui_acc.dumps.msprobe_refs import RefBuilder, content_notes
-from tui_acc.dumps.msprobe_steps import merge_steps
+from tui_acc.dumps.msprobe.passes import api_of, is_module, module_call_index, split_passes, tops
+from tui_acc.dumps.msprobe.refs import RefBuilder, content_notes
+from tui_acc.dumps.msprobe.steps import merge_steps
 from tui_acc.dumps.policy import LoadPolicy
 
 FORMAT = "msprobe"

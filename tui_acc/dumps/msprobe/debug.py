@@ -29,8 +29,8 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
-from tui_acc.dumps.msprobe import RANK_FOLDER, STEP_FOLDER
-from tui_acc.dumps.msprobe_refs import RefBuilder
+from tui_acc.dumps.msprobe.dump import RANK_FOLDER, STEP_FOLDER
+from tui_acc.dumps.msprobe.refs import RefBuilder
 from tui_acc.dumps.policy import LoadPolicy
 
 FORMAT = "msprobe-debug"

@@ -38,8 +38,8 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
-from tui_acc.dumps.msprobe import RANK_FOLDER, STEP_FOLDER
-from tui_acc.dumps.msprobe_graph_order import (
+from tui_acc.dumps.msprobe.dump import RANK_FOLDER, STEP_FOLDER
+from tui_acc.dumps.msprobe.graph_order import (
     ROOT,
     Record,
     logits_record,
@@ -49,8 +49,8 @@ from tui_acc.dumps.msprobe_graph_order import (
     place,
     stable_names,
 )
-from tui_acc.dumps.msprobe_passes import output_last_dims
-from tui_acc.dumps.msprobe_refs import RefBuilder
+from tui_acc.dumps.msprobe.passes import output_last_dims
+from tui_acc.dumps.msprobe.refs import RefBuilder
 from tui_acc.dumps.policy import LoadPolicy
 
 FORMAT = "msprobe"  # the same records as eager msprobe dumps: pairs, verdicts and re-dumps as for them

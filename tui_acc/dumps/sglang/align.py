@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tui_acc.dumps.model import DumpIndex
-from tui_acc.dumps.sglang import INPUT_IDS
+from tui_acc.dumps.sglang.dump import INPUT_IDS
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 
 

@@ -33,7 +33,7 @@ def map_bytes(fd: int, offset: int, length: int) -> np.ndarray | None:
 @functools.cache
 def _guard() -> ModuleType | None:
     try:
-        from tui_acc.dumps import _mapguard
+        from tui_acc.dumps.mapped import _mapguard
     except ImportError:  # not built: no C compiler at install, or not POSIX
         return None
     return _mapguard

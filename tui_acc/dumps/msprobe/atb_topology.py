@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tui_acc.dumps.atb.executions import Topology
 from tui_acc.dumps.model import Problem
-from tui_acc.dumps.msit_atb import Topology
 from tui_acc.dumps.policy import LoadPolicy
 
 IdChain = tuple[int, ...]
