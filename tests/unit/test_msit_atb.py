@@ -154,7 +154,10 @@ def test_a_root_holding_torch_and_atb_dumps_asks_which(atb_pair, demo_pair, tmp_
     shutil.copytree(plain, tmp_path / plain.name)
     torch_dump = next(demo_pair.golden.glob("msit_dump_*"))
     shutil.copytree(torch_dump, tmp_path / torch_dump.name)
-    with pytest.raises(DumpError, match="holds both an msit torch dump and an msit ATB dump"):
+    with pytest.raises(
+        DumpError,
+        match="holds both an msit ATB dump and an msit torch dump; pass the tensors/ or the torch_tensors/",
+    ):
         open_dump(tmp_path)
 
 

@@ -130,10 +130,9 @@ def test_several_device_folders_are_ranks(reference: Path, tmp_path: Path) -> No
 
 def test_not_a_dump_says_what_was_expected(tmp_path: Path) -> None:
     (tmp_path / "something").mkdir()
-    with pytest.raises(
-        DumpError, match=r"not a dump tui-acc can read; expected an msit torch dump \(model_tree.json"
-    ):
+    with pytest.raises(DumpError, match="not a dump tui-acc can read; expected ") as refused:
         open_dump(tmp_path)
+    assert "an msit torch dump (model_tree.json, torch_tensors/" in str(refused.value)
     with pytest.raises(DumpError, match="no such file"):
         open_dump(tmp_path / "missing")
     (tmp_path / "file.txt").write_text("x")

@@ -19,7 +19,8 @@ from tui_acc import open_comparison
 from tui_acc.demo.atb_export import export_atb
 from tui_acc.demo.probe_export import ProbeOptions, export_probe
 from tui_acc.dumps import DumpError, TensorLoadError, load_tensor, open_dump
-from tui_acc.dumps.gather import SUM, gather, merge_parts
+from tui_acc.dumps.gather import gather, merge_parts
+from tui_acc.dumps.model import SUM
 from tui_acc.dumps.policy import ANYWHERE, LoadPolicy
 from tui_acc.dumps.writers.atb_bin import write_bin
 

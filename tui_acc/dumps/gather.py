@@ -22,10 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tui_acc.dumps.dtypes import is_float
-from tui_acc.dumps.model import DumpError, DumpIndex, Problem, TensorRef
-
-SUM, AUTO = "sum", "auto"
-CONCAT = "cat:"  # + the dimension: concatenated along it, as the dump annotated it
+from tui_acc.dumps.model import AUTO, CONCAT, SUM, DumpError, DumpIndex, Problem, TensorRef
 
 
 def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:

@@ -64,6 +64,13 @@ class Stats:
         return any(v is not None for v in numbers) or self.checksum is not None or self.is_nan is not None
 
 
+# How a gathered tensor's ranks are merged (TensorRef.merge; gather.py merges them): summed, concatenated
+# along the dimension where the ranks together have the golden's size, or along the dimension the dump
+# names (CONCAT + the dimension).
+SUM, AUTO = "sum", "auto"
+CONCAT = "cat:"
+
+
 @dataclass(frozen=True, order=True)
 class TensorRef:
     """One tensor of one node at one token.
@@ -78,7 +85,7 @@ class TensorRef:
     role: Role
     location: str = field(compare=False)
     stats: Stats | None = field(default=None, compare=False)
-    # gathered from several ranks: every rank's file, and how to merge them ("sum" or "auto")
+    # gathered from several ranks: every rank's file, and how to merge them (SUM, AUTO, CONCAT + a dim)
     parts: tuple[Path, ...] = field(default=(), compare=False)
     merge: str = field(default="", compare=False)
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.registry import DumpReader, register
 
 FORMAT = "tensor"
 SUFFIXES = (".pth", ".pt", ".bin")
@@ -31,3 +32,15 @@ def read(path: Path, follow_links: bool = False) -> DumpIndex:
         tokens={0: {NODE: [ref]}},
         order_source="single file",
     )
+
+
+register(
+    DumpReader(
+        name="a single tensor file",
+        marks=", ".join(SUFFIXES),
+        claims=claims,
+        read=lambda root, options: read(root, follow_links=options.follow_links),
+        precedence=30,  # by its suffix, before layouts told by folder names (a file below tensors/)
+        fallback=True,  # a file no reader claims: its read says which files it reads
+    )
+)

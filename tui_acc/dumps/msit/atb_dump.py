@@ -36,6 +36,7 @@ from tui_acc.dumps.model import (
     rank_sort_key,
 )
 from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.registry import DumpReader, register
 
 FORMAT = "msit-atb"
 _NODE_DIR = re.compile(r"^(\d+)_(.+)$")
@@ -249,3 +250,17 @@ def _tensors(node_dir: Path, problems: list[Problem]) -> list[TensorRef]:
             refs.append(TensorRef(slot=slot, role=role, location=entry.path))
     refs.sort(key=lambda r: (r.role != "input", int(re.sub(r"\D", "", r.slot.split(".")[0]) or 0), r.slot))
     return refs
+
+
+register(
+    DumpReader(
+        name="an msit ATB dump",
+        marks="tensors/{device}_{pid}/ or msit_dump_*/tensors/",
+        claims=claims,
+        read=lambda root, options: read(
+            root, token_offset=options.token_offset, rank=options.rank, follow_links=options.follow_links
+        ),
+        precedence=40,  # msit's two dumps exclude each other: a folder holding both is refused
+        pick="tensors/",
+    )
+)

@@ -32,6 +32,7 @@ from tui_acc.dumps.model import (
     rank_sort_key,
 )
 from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.registry import DumpReader, register
 from tui_acc.lazy import LazyMapping
 
 FORMAT = "msit-torch"
@@ -340,3 +341,15 @@ def _mtime(path: str) -> int:
         return os.stat(path).st_mtime_ns  # noqa: PTH116 - a str path: no Path object per file
     except OSError:
         return _NEVER
+
+
+register(
+    DumpReader(
+        name="an msit torch dump",
+        marks="model_tree.json, torch_tensors/ or msit_dump_*/torch_tensors/",
+        claims=claims,
+        read=lambda root, options: read(root, rank=options.rank, follow_links=options.follow_links),
+        precedence=40,  # msit's two dumps exclude each other: a folder holding both is refused
+        pick="torch_tensors/",
+    )
+)

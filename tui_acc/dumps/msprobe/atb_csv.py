@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Stats, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.registry import DumpReader, register
 
 FORMAT = "msprobe-atb"
 FILE = "statistic.csv"
@@ -197,3 +198,14 @@ def _number(value: str) -> float | None:
     if value in ("True", "False"):
         return float(value == "True")
     return float(value)
+
+
+register(
+    DumpReader(
+        name="an msprobe ATB dump",
+        marks=FILE,
+        claims=claims,
+        read=lambda root, options: read(root, follow_links=options.follow_links),
+        precedence=10,  # first: statistic.csv names it, and the probe's execution folders hold one
+    )
+)

@@ -45,6 +45,7 @@ from tui_acc.dumps.model import (
 from tui_acc.dumps.msprobe import atb_csv
 from tui_acc.dumps.msprobe.atb_topology import ProbeTopology, read_topology
 from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.registry import DumpReader, register
 
 FORMAT = atb_csv.FORMAT  # the same kind of dump: pairing and re-dump treat both alike
 ROOT_DIR = "atb_dump_data"
@@ -274,3 +275,16 @@ def _check_params(file: Path, problems: list[Problem], policy: LoadPolicy) -> No
 def _id_of(name: str) -> tuple[int, str]:
     head = name.rsplit("/", 1)[-1].split("_", 1)[0]
     return (int(head), name) if _NUMBER.match(head) else (1 << 30, name)
+
+
+register(
+    DumpReader(
+        name="msprobe's ATB probe dump",
+        marks="atb_dump_data/data/{device}_{pid}/",
+        claims=claims,
+        read=lambda root, options: read(
+            root, token_offset=options.token_offset, rank=options.rank, follow_links=options.follow_links
+        ),
+        precedence=20,  # before msit's: below atb_dump_data/, its folders have msit ATB's shape
+    )
+)

@@ -32,6 +32,7 @@ from tui_acc.dumps.model import (
 from tui_acc.dumps.msprobe.dump import RANK_FOLDER, STEP_FOLDER
 from tui_acc.dumps.msprobe.refs import RefBuilder
 from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.registry import DumpReader, register
 
 FORMAT = "msprobe-debug"
 FILE = "debug.json"
@@ -145,3 +146,14 @@ def _choose_rank(
         elif position < len(ordered):  # proc{pid} names differ from step to step only if the process did
             steps[step] = ordered[position]
     return steps, names, picked
+
+
+register(
+    DumpReader(
+        name="an msprobe debug dump",
+        marks="step*/rank*|proc*/debug.json",
+        claims=claims,
+        read=lambda root, options: read(root, rank=options.rank, follow_links=options.follow_links),
+        precedence=70,
+    )
+)

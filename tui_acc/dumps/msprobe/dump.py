@@ -34,6 +34,7 @@ from tui_acc.dumps.msprobe.passes import api_of, is_module, module_call_index, s
 from tui_acc.dumps.msprobe.refs import RefBuilder, content_notes
 from tui_acc.dumps.msprobe.steps import merge_steps
 from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.registry import DumpReader, register
 
 FORMAT = "msprobe"
 ROOT = "model"
@@ -361,3 +362,14 @@ def _check_construct(
             chain[current] = None
             current = parents.get(current)
         done.update(chain)
+
+
+register(
+    DumpReader(
+        name="an msprobe dump",
+        marks="step*/rank*|proc*/dump.json",
+        claims=claims,
+        read=lambda root, options: read(root, rank=options.rank, follow_links=options.follow_links),
+        precedence=60,
+    )
+)

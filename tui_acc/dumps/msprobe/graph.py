@@ -52,6 +52,7 @@ from tui_acc.dumps.msprobe.graph_order import (
 from tui_acc.dumps.msprobe.passes import output_last_dims
 from tui_acc.dumps.msprobe.refs import RefBuilder
 from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.registry import DumpReader, register
 
 FORMAT = "msprobe"  # the same records as eager msprobe dumps: pairs, verdicts and re-dumps as for them
 TENSOR_DIR = "dump_tensor_data"  # msprobe's Const.DUMP_TENSOR_DATA (its docs say tensor_data/)
@@ -343,3 +344,14 @@ def _times_hold_order(calls: dict[tuple[str, int], list[tuple[str, str, Role, in
         if any(b <= a for a, b in pairwise(times)):
             return False
     return bool(calls)
+
+
+register(
+    DumpReader(
+        name="an msprobe graph-mode dump",
+        marks="step*/rank*|pid*/dump_tensor_data/ or a dump.json alone",
+        claims=claims,
+        read=lambda root, options: read(root, rank=options.rank, follow_links=options.follow_links),
+        precedence=50,  # before msprobe's dump.json reader: its dump.json has no construct.json beside it
+    )
+)

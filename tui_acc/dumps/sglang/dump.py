@@ -32,9 +32,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tui_acc.dumps.fs import settled
-from tui_acc.dumps.gather import CONCAT, SUM
-from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Role, TensorRef, pick_rank
+from tui_acc.dumps.model import (
+    CONCAT,
+    SUM,
+    DumpError,
+    DumpIndex,
+    Node,
+    NodeTree,
+    Problem,
+    Role,
+    TensorRef,
+    pick_rank,
+)
 from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.registry import DumpReader, register
 
 FORMAT = "sglang"
 ROOT = "root"
@@ -348,3 +359,14 @@ def merge_of_dims(dims: str) -> tuple[str, str]:
         return "", "more than one tensor-parallel modifier"
     position, partial = found[0]
     return (SUM, "") if partial else (f"{CONCAT}{position}", "")
+
+
+register(
+    DumpReader(
+        name="an SGLang dumper folder",
+        marks="step=*___rank=*___dump_index=*___name=*...pt",
+        claims=claims,
+        read=lambda root, options: read(root, rank=options.rank, follow_links=options.follow_links),
+        precedence=90,  # last: it lists every folder right below the root, looking for an experiment
+    )
+)
