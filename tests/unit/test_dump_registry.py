@@ -8,10 +8,12 @@ import pkgutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from tui_acc.dumps import DumpError, DumpIndex, Node, NodeTree, open_dump, registry
+from tui_acc.dumps.model import ATB_FORMATS, Format
 from tui_acc.dumps.registry import DumpReader, ReadOptions, readers
 
 TOOLS = ("msit", "msprobe", "sglang")
@@ -61,7 +63,9 @@ def _marked(mark: str, precedence: int = 5) -> DumpReader:
 
     def read(root: Path, options: ReadOptions) -> DumpIndex:
         tree = NodeTree(root="model", nodes={"model": Node("model", "model", None, 0)})
-        return DumpIndex(root, root, "tensor", tree, {}, order_source=f"{mark}, rank {options.rank}")
+        return DumpIndex(
+            root, root, "tensor", tree, {}, f"{mark}, rank {options.rank}", order_is_execution=True
+        )
 
     return DumpReader(
         name=f"a {mark} dump",
@@ -113,3 +117,14 @@ def test_importing_the_dumps_package_registers_every_reader_without_numpy() -> N
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert done.stdout.split() == ["9", "False"]
+
+
+def test_the_format_literal_is_what_the_readers_produce() -> None:
+    """DumpIndex.format is a Literal (mypy's strict equality checks every comparison with it): no
+    reader writes a format outside it, and it names none that no reader writes."""
+    written = set()
+    for name in _reader_modules():
+        module = importlib.import_module(name)
+        written |= {getattr(module, attr) for attr in ("FORMAT", "STATS_FORMAT") if hasattr(module, attr)}
+    assert written == set(get_args(Format))
+    assert written >= ATB_FORMATS

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tui_acc.dumps import DumpError, DumpIndex, Problem, TensorRef, open_dump
+from tui_acc.dumps.model import Format
 
 Kind = Literal["all_reduce", "reduce_scatter", "all_gather"]
 
@@ -51,7 +52,7 @@ class RankSet:
     """Every rank of one run: index r is rank r, in device order (``None``: unreadable, see problems)."""
 
     path: str
-    format: str
+    format: Format
     names: list[str]
     indexes: list[DumpIndex | None]
     unreadable: list[Problem] = field(default_factory=list)  # ranks that could not be opened

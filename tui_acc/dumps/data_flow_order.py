@@ -25,7 +25,7 @@ import heapq
 from collections.abc import Callable, Iterable, Mapping
 from itertools import pairwise
 
-from tui_acc.dumps.model import NodeTree, TensorRef
+from tui_acc.dumps.model import NodeTree, Order, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.torchfile.storage_digest import StorageListing, list_storage
 
@@ -34,14 +34,14 @@ Edge = tuple[str, str]  # (ran first, ran after)
 
 def order_by_data_flow(
     tree: NodeTree, nodes: Mapping[str, list[TensorRef]], policy: LoadPolicy, noun: str = "modules"
-) -> str | None:
+) -> Order | None:
     """Sort ``tree``'s siblings by the data flow between ``nodes``' files (one token's).
 
-    Returns the order's source for ``DumpIndex.order_source``, or None (tree untouched) when the
-    files show no producer of any input, or no parent has two dumped children to order.
+    Returns the order (``DumpIndex.order_source`` and ``order_is_execution``), or None (tree
+    untouched) when the files show no producer of any input, or no parent has two dumped children
+    to order.
 
-    The order is called execution order (no "model_tree.json" in the source, so
-    ``DumpIndex.order_is_execution``) only when the data flow fixed every pair of neighbouring
+    The order is execution order only when the data flow fixed every pair of neighbouring
     dumped siblings: the known producer-before-consumer pairs are a subset of the real ones, so
     the run's order is one of their topological orders; when only one exists, it is the run's. Any
     pair left to ``model_tree.json`` (``q_proj`` and ``v_proj`` read the same input and feed no
@@ -65,10 +65,11 @@ def order_by_data_flow(
     if ambiguous == 0:
         return None
     if placed == ambiguous:
-        return f"data flow ({placed} of {ambiguous} {noun} with siblings placed by it)"
-    return (
+        return Order(f"data flow ({placed} of {ambiguous} {noun} with siblings placed by it)", execution=True)
+    return Order(
         f"data flow and model_tree.json ({placed} of {ambiguous} {noun} with siblings placed by data flow, "
-        "the rest in model_tree.json's order)"
+        "the rest in model_tree.json's order)",
+        execution=False,
     )
 
 

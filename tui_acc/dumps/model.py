@@ -16,6 +16,15 @@ from tui_acc.dumps.policy import LoadPolicy
 # "param" is a module parameter (a weight) recorded with the call, as msprobe does.
 Role = Literal["input", "output", "param"]
 
+# What kind of dump an index holds (DumpIndex.format): pairing, re-dump, replay and the reports choose
+# by it. msprobe's graph mode is "msprobe" (the same records), its ATB probe "msprobe-atb" (the same
+# operations as its statistic.csv); an msit torch dump of statistics only is "msit-stats".
+Format = Literal[
+    "tensor", "msit-torch", "msit-stats", "msit-atb", "msprobe", "msprobe-debug", "msprobe-atb", "sglang"
+]
+# ATB operation graphs: paired structurally against a torch dump, re-dumped by execution count
+ATB_FORMATS: frozenset[Format] = frozenset({"msit-atb", "msprobe-atb"})
+
 
 _CALL_SUFFIX = re.compile(r"\.(forward|backward)\.\d+$")
 
@@ -98,6 +107,21 @@ class TensorRef:
         return self.stats is None
 
 
+@dataclass(frozen=True)
+class Order:
+    """Where a dump's node order comes from, and whether it is the order the nodes ran in.
+
+    Attributes:
+        source: what the user is told ("file times", "model_tree.json", "data flow (...)").
+        execution: whether it is execution order rather than a fallback: msit's model_tree.json
+            (declaration order, where the file times were lost) and graph mode's file names (name
+            order) are not, nor data flow that left some siblings in either.
+    """
+
+    source: str
+    execution: bool
+
+
 @dataclass
 class Node:
     """A module (or operation) in the model tree."""
@@ -173,10 +197,11 @@ class DumpIndex:
 
     root: Path
     data_dir: Path
-    format: str
+    format: Format
     tree: NodeTree
     tokens: Mapping[int, dict[str, list[TensorRef]]]
-    order_source: str
+    order_source: str  # what the user is told of the order (Order.source)
+    order_is_execution: bool  # whether it is the order the nodes ran in (Order.execution)
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     statistics_only: bool = False
@@ -194,13 +219,6 @@ class DumpIndex:
     logits_hint: str | None = None
     # where its files may lead (None: inside ``root``); every read of its data goes through it
     policy: LoadPolicy | None = None
-
-    @property
-    def order_is_execution(self) -> bool:
-        """Whether its nodes are in the order they ran, not in a fallback order: msit's
-        model_tree.json (declaration order, where file times were lost), graph mode's file names, or
-        data flow that left some in either ("data flow and model_tree.json", "data flow and file names")."""
-        return not self.order_source.split(" (")[0].endswith(("model_tree.json", "file names"))
 
     @property
     def load_policy(self) -> LoadPolicy:

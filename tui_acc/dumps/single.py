@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, TensorRef
+from tui_acc.dumps.model import DumpError, DumpIndex, Format, Node, NodeTree, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
 
-FORMAT = "tensor"
+FORMAT: Format = "tensor"
 SUFFIXES = (".pth", ".pt", ".bin")
 NODE = "tensor"
 
@@ -31,6 +31,7 @@ def read(path: Path, follow_links: bool = False) -> DumpIndex:
         tree=tree,
         tokens={0: {NODE: [ref]}},
         order_source="single file",
+        order_is_execution=True,
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tui_acc.dumps import DumpError, DumpIndex
+from tui_acc.dumps.model import ATB_FORMATS
 from tui_acc.hunt.blocks import find_blocks
 from tui_acc.redump.plan import RedumpError, RedumpPlan, Selection, build_plan, unused_name
 from tui_acc.redump.runner import EXIT_GRACE, RedumpRun
@@ -268,7 +269,7 @@ class Hunt:
         outputs_only: bool,
     ) -> Selection:
         """The token as the side's dumper counts it (ATB's execution count, MindIE's warm-up shifts it)."""
-        atb = index.format in ("msit-atb", "msprobe-atb")
+        atb = index.format in ATB_FORMATS
         step = index.exec_counts.get(token, token)
         return Selection(side, token, step, nodes, atb, subtree=subtree, outputs_only=outputs_only)
 

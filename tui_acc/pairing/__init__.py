@@ -172,7 +172,9 @@ def _borrowed_execution_order(
         node.children = [child for _, child in sorted(keyed, key=lambda k: k[0])]
     order = {n.name: i for i, n in enumerate(tree.preorder())}
     in_order = {token: sorted(pairs, key=lambda p: order[p.golden]) for token, pairs in nodes.items()}
-    return replace(golden, tree=tree, order_source="borrowed from the ATB dump"), in_order
+    return replace(
+        golden, tree=tree, order_source="borrowed from the ATB dump", order_is_execution=True
+    ), in_order
 
 
 def _pair_single_files(token: int, golden: DumpIndex, test: DumpIndex) -> list[NodePair]:

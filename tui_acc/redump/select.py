@@ -6,11 +6,10 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
+from tui_acc.dumps.model import ATB_FORMATS
 from tui_acc.redump.plan import RedumpPlan, Selection, build_plan, new_folder
 from tui_acc.redump.settings import RedumpSettings, runs_dir
 from tui_acc.session import Comparison
-
-ATB_FORMATS = ("msit-atb", "msprobe-atb")
 
 
 def selection_for(comparison: Comparison, side: str, token: int, golden_node: str | None) -> Selection:

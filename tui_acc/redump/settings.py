@@ -23,10 +23,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tui_acc.atomic import temp_beside
 from tui_acc.config import FILE_NAME, tomllib
+
+if TYPE_CHECKING:
+    from tui_acc.dumps.model import Format
 
 # The dumpers tui-acc builds re-dump commands for (plan.py), in the order errors list them
 DUMPERS = (
@@ -41,7 +44,7 @@ DUMPERS = (
 )
 DEFAULT_DUMPER = {"test": "msit-atb", "golden": "torch"}
 # Where tui-acc.toml names no dumper: the one that writes the side's format
-DUMPER_OF_FORMAT = {
+DUMPER_OF_FORMAT: dict[Format, str] = {
     "msit-atb": "msit-atb",
     "msprobe-atb": "msprobe-atb",
     "msit-torch": "torch",
@@ -65,7 +68,7 @@ class SideSettings:
     request_id: str | None = None  # vllm-ascend: msprobe's per-request dump (eager runs)
     chosen: bool = False  # the dumper was named in tui-acc.toml (else it follows the dump's format)
 
-    def for_format(self, dump_format: str) -> SideSettings:
+    def for_format(self, dump_format: Format) -> SideSettings:
         """These settings, with the dumper that writes ``dump_format`` unless one was named."""
         if self.chosen or dump_format not in DUMPER_OF_FORMAT:
             return self

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tui_acc.dumps.dtypes import is_float, widened
 from tui_acc.replay.sampling import Sample
+
+if TYPE_CHECKING:
+    from tui_acc.dumps.model import Format
 
 Precision = type[np.floating[Any]]  # the arithmetic's float type
 
@@ -72,7 +75,7 @@ class Call:
 
     name: str
     type: str
-    format: str
+    format: Format
     positional: Mapping[int, Any] = field(default_factory=dict)
     keyword: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, np.ndarray] = field(default_factory=dict)

@@ -251,7 +251,7 @@ def _add_atb_params(refs: list[TensorRef], policy: LoadPolicy, keyword: dict[str
 def _add_msit_weights(index: DumpIndex, node: str, policy: LoadPolicy, params: dict[str, np.ndarray]) -> None:
     """msit torch with ``dump_weight=True``: ``weights/{module}.{parameter}.pth`` in the device folder
     (docs/formats.md §1.1)."""
-    if not index.format.startswith("msit-torch"):
+    if index.format != "msit-torch":
         return
     folder = index.data_dir / "weights"
     for name in ("weight", "bias"):

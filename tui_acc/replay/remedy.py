@@ -18,7 +18,12 @@ dumper that wrote the dump (its format). Each switch is the tool's own, as its s
 
 from __future__ import annotations
 
-_WEIGHTS = {
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tui_acc.dumps.model import Format
+
+_WEIGHTS: dict[Format, str] = {
     "msit-torch": "msit: DumpConfig(..., dump_weight=True) also writes weights/{module}.{parameter}.pth",
     "msprobe": "msprobe: task tensor at level L0 or mix records each module's parameters "
     "(parameters.weight); at L1 a call such as Functional.linear gets its weight as an argument",
@@ -26,20 +31,20 @@ _WEIGHTS = {
     "intensors",
     "msprobe-atb": "msprobe's ATB probe, task tensor or all: it dumps every intensor, weights included",
 }
-_INPUTS = {
+_INPUTS: dict[Format, str] = {
     "msit-torch": "msit: DumpConfig(tensor_part=2) dumps inputs and outputs (1 is outputs only); msit never "
     "dumps keyword arguments: msprobe at level L0 records them",
     "msprobe": 'msprobe: data_mode ["all"] in the config\'s tensor section (["output"] drops the inputs)',
     "msit-atb": "msit llm dump -stp 2 -time 3 (intensors before the run, outtensors after: the defaults)",
     "msprobe-atb": "msprobe's ATB probe, task tensor or all: it dumps every intensor",
 }
-_OUTPUTS = {
+_OUTPUTS: dict[Format, str] = {
     "msit-torch": "msit: DumpConfig(tensor_part=2) (or 1: outputs only)",
     "msprobe": 'msprobe: data_mode ["all"] (or ["output"]) in the config\'s tensor section',
     "msit-atb": "msit llm dump -stp 2 (or 1: outtensors only)",
     "msprobe-atb": "msprobe's ATB probe, task tensor or all",
 }
-_TENSORS = {
+_TENSORS: dict[Format, str] = {
     "msit-stats": "msit: DumpConfig(dump_statistics_mode=0 or 2) writes the tensors (1 writes statistics "
     "only)",
     "msprobe": 'msprobe: task "tensor" (task "statistics" records statistics only)',
@@ -52,7 +57,7 @@ _PARAMETERS = (
 )
 
 
-def remedy(dump_format: str, reason: str) -> str | None:
+def remedy(dump_format: Format, reason: str) -> str | None:
     """How to dump what ``reason`` (a ReplayImpossible's, or run.py's) says is missing, for a dump
     of ``dump_format`` (``DumpIndex.format``); None where no dump switch helps (a type without a
     reference says its own remedy; a shape mismatch or a random operator has none)."""

@@ -27,6 +27,7 @@ from tui_acc.dumps.fs import folder_problem, subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
+    Format,
     Node,
     NodeTree,
     Problem,
@@ -38,7 +39,7 @@ from tui_acc.dumps.model import (
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
 
-FORMAT = "msit-atb"
+FORMAT: Format = "msit-atb"
 _NODE_DIR = re.compile(r"^(\d+)_(.+)$")
 _TENSOR_FILE = re.compile(r"^(intensor|outtensor)(\d+)\.bin$")
 _DUMP_PREFIXES = ("msit_dump", "ait_dump")
@@ -110,6 +111,7 @@ def read(
         tree=tree,
         tokens=tokens,
         order_source="folder ids",
+        order_is_execution=True,
         problems=problems,
         notes=notes,
         ranks=ranks,

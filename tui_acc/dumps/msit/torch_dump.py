@@ -22,8 +22,10 @@ from tui_acc.dumps.fs import folder_problem, names_a_file, subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
+    Format,
     Node,
     NodeTree,
+    Order,
     Problem,
     Role,
     Stats,
@@ -35,8 +37,8 @@ from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
 from tui_acc.lazy import LazyMapping
 
-FORMAT = "msit-torch"
-STATS_FORMAT = "msit-stats"
+FORMAT: Format = "msit-torch"
+STATS_FORMAT: Format = "msit-stats"
 MODEL_TREE = "model_tree.json"
 _TENSOR_FILE = re.compile(r"^(input_\d+|output(?:_\d+)*)\.pth$")
 _DUMP_DIR = re.compile(r"^msit_dump_\d{8}_\d{6}$")
@@ -84,12 +86,12 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         )
     tree = _read_tree(data_dir / MODEL_TREE, problems, policy)
     _add_unlisted_nodes(tree, sample)
-    order_source = _order_by_file_times(tree, sample)
+    order = _order_by_file_times(tree, sample)
     statistics_only = all(
         not ref.has_data for nodes in sample.values() for refs in nodes.values() for ref in refs
     )
-    if order_source == "model_tree.json" and not statistics_only:  # the times are lost: the data tells
-        order_source = order_by_data_flow(tree, max(sample.values(), key=len), policy) or order_source
+    if not order.execution and not statistics_only:  # the times are lost: the data tells
+        order = order_by_data_flow(tree, max(sample.values(), key=len), policy) or order
 
     def load(token: int) -> dict[str, list[TensorRef]]:
         if token in sample:
@@ -116,7 +118,8 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         rank=rank,
         tree=tree,
         tokens=tokens,
-        order_source=order_source,
+        order_source=order.source,
+        order_is_execution=order.execution,
         problems=problems,
         notes=notes,
     )
@@ -297,7 +300,7 @@ def _longest_known_prefix(tree: NodeTree, name: str) -> str:
 # --- execution order ----------------------------------------------------------------------------
 
 
-def _order_by_file_times(tree: NodeTree, tokens: dict[int, dict[str, list[TensorRef]]]) -> str:
+def _order_by_file_times(tree: NodeTree, tokens: dict[int, dict[str, list[TensorRef]]]) -> Order:
     """Sort siblings by when they finished, if the file times are trustworthy.
 
     msit writes ``model_tree.json`` in ``named_children()`` order, which is not execution order
@@ -315,24 +318,25 @@ def _order_by_file_times(tree: NodeTree, tokens: dict[int, dict[str, list[Tensor
         own = max(times) if times else None
         child_times = [finished[c] for c in node.children if c in finished]
         if own is not None and child_times and own < max(child_times):
-            return "model_tree.json"
+            return _DECLARED
         candidates = ([own] if own is not None else []) + child_times
         if candidates:
             finished[node.name] = max(candidates)
     last = tree.leaf_chain_end()
     others = [t for name, t in finished.items() if name != last and not tree.is_ancestor(name, last)]
     if last not in finished or (others and finished[last] < max(others)):
-        return "model_tree.json"
+        return _DECLARED
     for node in tree.nodes.values():
         times = [finished[c] for c in node.children if c in finished]
         if len(set(times)) < len(times):
-            return "model_tree.json"
+            return _DECLARED
     for node in tree.nodes.values():
         index = {name: i for i, name in enumerate(node.children)}
         node.children.sort(key=lambda c: (finished.get(c, _NEVER), index[c]))
-    return "file times"
+    return Order("file times", execution=True)
 
 
+_DECLARED = Order(MODEL_TREE, execution=False)  # named_children() order: not the order they ran
 _NEVER = 2**63
 
 

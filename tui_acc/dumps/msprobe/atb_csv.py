@@ -20,11 +20,11 @@ import csv
 import re
 from pathlib import Path
 
-from tui_acc.dumps.model import DumpError, DumpIndex, Node, NodeTree, Problem, Stats, TensorRef
+from tui_acc.dumps.model import DumpError, DumpIndex, Format, Node, NodeTree, Problem, Stats, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
 
-FORMAT = "msprobe-atb"
+FORMAT: Format = "msprobe-atb"
 FILE = "statistic.csv"
 COLUMNS = [
     "Device and PID",
@@ -80,6 +80,7 @@ def read(path: Path, follow_links: bool = False) -> DumpIndex:
         tree=tree,
         tokens=dict(sorted(tokens.items())),
         order_source="op ids",
+        order_is_execution=True,
         problems=problems,
         notes=notes,
         statistics_only=statistics_only,

@@ -129,6 +129,7 @@ def read(
         tree=tree,
         tokens=tokens,
         order_source="op ids",
+        order_is_execution=True,
         problems=problems,
         notes=notes,
         statistics_only=statistics_only,

@@ -22,6 +22,7 @@ from tui_acc.dumps.fs import names_a_file
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
+    Format,
     Node,
     NodeTree,
     Problem,
@@ -34,7 +35,7 @@ from tui_acc.dumps.msprobe.refs import RefBuilder
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
 
-FORMAT = "msprobe-debug"
+FORMAT: Format = "msprobe-debug"
 FILE = "debug.json"
 ROOT = "saves"
 
@@ -99,6 +100,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         tree=tree,
         tokens=dict(sorted(tokens.items())),
         order_source="debug.json order",
+        order_is_execution=True,
         problems=problems,
         notes=notes,
         statistics_only=statistics_only,

@@ -22,6 +22,7 @@ from tui_acc.dumps.fs import folder_problem, names_a_file, subdirs, unreadable
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
+    Format,
     Node,
     NodeTree,
     Problem,
@@ -36,7 +37,7 @@ from tui_acc.dumps.msprobe.steps import merge_steps
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
 
-FORMAT = "msprobe"
+FORMAT: Format = "msprobe"
 ROOT = "model"
 # step{N}/ and {rank{R} | proc{pid} | pid{pid}}/ (pid: graph mode, and any run without torch.distributed)
 STEP_FOLDER = re.compile(r"^step(\d+)$")
@@ -190,6 +191,7 @@ def _read_rank_dir(
         tree=tree,
         tokens=dict(sorted(tokens.items())),
         order_source="dump.json order",
+        order_is_execution=True,
         problems=problems,
         notes=notes,
         statistics_only=statistics_only,

@@ -29,8 +29,10 @@ from tui_acc.dumps.fs import names_a_file, open_regular, subdirs, unreadable
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
+    Format,
     Node,
     NodeTree,
+    Order,
     Problem,
     Role,
     TensorRef,
@@ -54,8 +56,18 @@ from tui_acc.dumps.msprobe.refs import RefBuilder
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
 
-FORMAT = "msprobe"  # the same records as eager msprobe dumps: pairs, verdicts and re-dumps as for them
+# the same records as eager msprobe dumps: pairs, verdicts and re-dumps as for them
+FORMAT: Format = "msprobe"
 TENSOR_DIR = "dump_tensor_data"  # msprobe's Const.DUMP_TENSOR_DATA (its docs say tensor_data/)
+# the orders a step's calls can be in: all execution orders but the file names'
+_STARTED = Order("dump.json order (when each call started)", execution=True)
+_TIMED = Order("file times", execution=True)
+_UNTIMED = Order(
+    "file names (the file times do not hold the call order: a copy made without keeping them, "
+    "cp -r or scp without -p? copy dumps with cp -a or rsync -a): calls of different APIs are in "
+    "name order, not in the order they ran, and the logits may need --logits-node",
+    execution=False,
+)
 # {scope}.{call}.{io}[.{suffix}].pt (aclgraph_dump.cpp:170-189); the scope is the longest that fits,
 # as module paths hold numbers of their own (Module.model.layers.0.mlp.LlamaMLP.3.input.0.pt)
 _FILE = re.compile(
@@ -88,7 +100,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     stable: dict[str, str] = {}
     logits: str | None = None
     statistics = False
-    orders: set[str] = set()
+    orders: set[Order] = set()
     flow: tuple[dict[str, int], int, int] | None = None  # stable name -> place, calls placed, calls
     float_dtypes: set[str] = set()
     for number, step in steps:
@@ -99,10 +111,10 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         if names_a_file(folder / "dump.json"):
             statistics = True
             records = _statistics_records(folder / "dump.json", problems, policy)
-            orders.add("dump.json order (when each call started)")
+            orders.add(_STARTED)
         else:
             records, order = _tensor_records(folder / TENSOR_DIR, problems)
-            if order != "file times" and records:  # times lost: the first such step's data flow
+            if not order.execution and records:  # times lost: the first such step's data flow
                 if flow is None:
                     flow = order_by_data_flow(records, policy) or ({}, 0, 0)
                 elif flow[0]:
@@ -127,13 +139,13 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         notes.append(f"{leftover}: files of a replay that step() never archived; not compared")
     nesting = (
         "calls sit in the module calls whose file times span them"
-        if "file times" in orders
+        if _TIMED in orders
         else "modules nest by their names, API calls under the model's call"
     )
     notes.append(
         "msprobe graph mode (AclGraphDumper): one step per replay, so a token is a step; "
         f"no construct.json or stack.json is written in this mode (expected): {nesting}; "
-        f"order from {' and '.join(sorted(orders))}"
+        f"order from {' and '.join(sorted(order.source for order in orders))}"
     )
     if logits is None:
         notes.append(
@@ -147,7 +159,8 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         format=FORMAT,
         tree=tree,
         tokens=dict(sorted(tokens.items())),
-        order_source=", ".join(sorted(orders)),
+        order_source=", ".join(sorted(order.source for order in orders)),
+        order_is_execution=all(order.execution for order in orders),
         problems=problems,
         notes=notes,
         statistics_only=statistics,
@@ -264,13 +277,13 @@ def _table_rows(scope: str, entry: Any) -> int | None:
 # --- the tensor task ----------------------------------------------------------------------------
 
 
-def _tensor_records(folder: Path, problems: list[Problem]) -> tuple[list[Record], str]:
+def _tensor_records(folder: Path, problems: list[Problem]) -> tuple[list[Record], Order]:
     """The step's calls from its file names; ordered by the files' times where they hold the order."""
     try:
         with os.scandir(folder) as entries:
             listing = [(e.name, e.path, e.stat().st_mtime_ns) for e in entries if e.is_file()]
     except OSError:
-        return [], "file names"
+        return [], _UNTIMED
     calls: dict[tuple[str, int], list[tuple[str, str, Role, int]]] = {}
     for name, location, mtime in listing:
         match = _FILE.match(name)
@@ -306,21 +319,19 @@ def _tensor_records(folder: Path, problems: list[Problem]) -> tuple[list[Record]
         ordered = sorted(records, key=lambda r: (r.path is None, natural_key(r.scope), int(_call_of(r.name))))
         for position, record in enumerate(ordered):
             record.first = float(position)
-    untimed = (
-        "file names (the file times do not hold the call order: a copy made without keeping them, "
-        "cp -r or scp without -p? copy dumps with cp -a or rsync -a): calls of different APIs are in "
-        "name order, not in the order they ran, and the logits may need --logits-node"
-    )
-    return records, "file times" if timed else untimed
+    return records, _TIMED if timed else _UNTIMED
 
 
-def _data_flow_source(placed: int, calls: int) -> str:
+def _data_flow_source(placed: int, calls: int) -> Order:
     """Graph mode's order where the times are lost and the data flow told something."""
     if placed == calls:
-        return f"data flow ({placed} of {calls} calls placed by it and the API counters)"
-    return (
+        return Order(
+            f"data flow ({placed} of {calls} calls placed by it and the API counters)", execution=True
+        )
+    return Order(
         f"data flow and file names ({placed} of {calls} calls placed by data flow and the API counters, "
-        "the rest estimated from their counters: copy dumps with cp -a or rsync -a to keep the file times)"
+        "the rest estimated from their counters: copy dumps with cp -a or rsync -a to keep the file times)",
+        execution=False,
     )
 
 

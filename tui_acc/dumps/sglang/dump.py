@@ -37,6 +37,7 @@ from tui_acc.dumps.model import (
     SUM,
     DumpError,
     DumpIndex,
+    Format,
     Node,
     NodeTree,
     Problem,
@@ -47,7 +48,7 @@ from tui_acc.dumps.model import (
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
 
-FORMAT = "sglang"
+FORMAT: Format = "sglang"
 ROOT = "root"
 NON_INTRUSIVE = "non_intrusive__"
 INPUT_IDS = "input_ids"
@@ -175,6 +176,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         tree=tree,
         tokens=dict(sorted(tokens.items())),
         order_source="dump_index order",
+        order_is_execution=True,
         problems=problems,
         notes=notes,
         ranks=[p.name for p in rank_dirs] if len(all_ranks) > 1 else [],
