@@ -247,17 +247,22 @@ def rank_sort_key(name: str) -> tuple[int, ...]:
     return tuple(int(n) for n in re.findall(r"\d+", name)) or (0,)
 
 
-def pick_rank(where: Path, found: list[Path], rank: int | None, notes: list[str]) -> tuple[Path, int | None]:
-    """The rank folder to read: the one asked for, or the first (with a note saying so)."""
+def pick_rank(where: Path, found: list[Path], rank: int | None) -> tuple[Path, int | None, list[str]]:
+    """The rank folder to read: the one asked for, or the first.
+
+    Returns:
+        The folder, its rank (None where ``where`` holds one), and the notes for the user (which rank
+        was taken when none was asked for).
+    """
     found = sorted(found, key=lambda p: rank_sort_key(p.name))
     if len(found) == 1:  # --rank is for the side that has ranks; a single-device golden stays whole
-        return found[0], None
+        return found[0], None, []
     names = ", ".join(p.name for p in found)
     if rank is None:
-        notes.append(
+        said = (
             f"{where} holds {len(found)} ranks ({names}); comparing rank 0 (--rank R picks, --gather merges)"
         )
-        return found[0], 0
+        return found[0], 0, [said]
     if not 0 <= rank < len(found):
         raise DumpError(f"{where}: --rank {rank} is out of range; it holds {len(found)} ranks ({names})")
-    return found[rank], rank
+    return found[rank], rank, []

@@ -10,7 +10,7 @@ is token k. ``token_offset`` overrides: token = folder - offset.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tui_acc.dumps.model import NodeTree, TensorRef
@@ -59,16 +59,28 @@ def tokens_walked_lazily(
     return LazyMapping(sorted(folder_of), load), walked[first]
 
 
-def folder_tokens(
-    folder_id: int, topology: Topology, token_offset: int | None, notes: list[str]
-) -> list[int]:
+def token_folders(
+    folder_ids: Iterable[int], topology: Topology, token_offset: int | None
+) -> tuple[dict[int, int], list[str]]:
+    """Which folder holds each token, from the folders' numbers alone, and the notes for the user
+    (MindIE's warm-up folder is not compared)."""
+    folder_of: dict[int, int] = {}
+    notes: list[str] = []
+    for folder_id in sorted(folder_ids):
+        for token in folder_tokens(folder_id, topology, token_offset):
+            folder_of[token] = folder_id
+        if folder_id == 0 and topology.mindie and token_offset is None:
+            notes.append("folder 0 (MindIE warm-up) is not compared")
+    return folder_of, notes
+
+
+def folder_tokens(folder_id: int, topology: Topology, token_offset: int | None) -> list[int]:
     """The tokens folder ``folder_id`` holds (see ``tokens_of_folder``), from its number alone."""
     if token_offset is not None:
         return [folder_id - token_offset] if folder_id >= token_offset else []
     if not topology.mindie:
         return [folder_id]
-    if folder_id == 0:
-        notes.append("folder 0 (MindIE warm-up) is not compared")
+    if folder_id == 0:  # the warm-up
         return []
     return [0, 1] if folder_id == 1 else [folder_id]
 

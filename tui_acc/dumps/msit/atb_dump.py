@@ -22,7 +22,7 @@ import os
 import re
 from pathlib import Path
 
-from tui_acc.dumps.atb.executions import Topology, folder_tokens, tokens_of_folder, tokens_walked_lazily
+from tui_acc.dumps.atb.executions import Topology, token_folders, tokens_of_folder, tokens_walked_lazily
 from tui_acc.dumps.fs import folder_problem, subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
@@ -61,8 +61,7 @@ def read(
     # the whole dump (its model/ topology lies beside tensors/ when a device folder was passed)
     policy = LoadPolicy.for_dump(dump_root if path.is_relative_to(dump_root) else path, follow_links)
     pid = device_dir.name.rsplit("_", 1)[-1]
-    problems: list[Problem] = []
-    topology = _read_topology(dump_root / "model" / pid, problems, policy)
+    topology, problems = _read_topology(dump_root / "model" / pid, policy)
     root_name = topology.models[0][0] if topology.models else "model"
     tree = NodeTree(root=root_name, nodes={root_name: Node(root_name, "model", None, 0)})
     folders = {}
@@ -83,10 +82,8 @@ def read(
             )
         raise DumpError(f"{device_dir}: no token folders (0, 1, 2, ...) were found")
     # Which folder holds which token is known from folder names and the topology alone.
-    folder_of: dict[int, int] = {}
-    for folder_id in sorted(folders):
-        for token in folder_tokens(folder_id, topology, token_offset, notes):
-            folder_of[token] = folder_id
+    folder_of, said = token_folders(folders, topology, token_offset)
+    notes += said
     if not folder_of:
         raise DumpError(
             f"{device_dir}: its token folders hold no token (only a warm-up, or all below --token-offset)"
@@ -99,7 +96,7 @@ def read(
 
     def walk(folder_id: int, into: NodeTree) -> dict[int, dict[str, list[TensorRef]]]:
         nodes: dict[str, list[TensorRef]] = {}
-        _walk(Path(folders[folder_id]), "", root_name, into, nodes, problems)
+        problems.extend(_walk(Path(folders[folder_id]), "", root_name, into, nodes))
         return dict(tokens_of_folder(folder_id, nodes, topology, token_offset))
 
     tokens, _ = tokens_walked_lazily(folder_of, tree, walk)
@@ -154,7 +151,8 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, Path, int | None, list[
         devices = [p for p in subdirs(candidate / "tensors") if re.match(r"^\d+_\d+$", p.name)]
         if not devices:
             raise DumpError(f"{candidate / 'tensors'}: no {{device}}_{{pid}} folder")
-        device_dir, picked = pick_rank(candidate / "tensors", devices, rank, notes)
+        device_dir, picked, said = pick_rank(candidate / "tensors", devices, rank)
+        notes += said
         ranks = sorted((p.name for p in devices), key=rank_sort_key)
     return candidate, device_dir, only_dir, notes, ranks, picked
 
@@ -162,8 +160,10 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, Path, int | None, list[
 # --- topology -----------------------------------------------------------------------------------
 
 
-def _read_topology(model_dir: Path, problems: list[Problem], policy: LoadPolicy) -> Topology:
+def _read_topology(model_dir: Path, policy: LoadPolicy) -> tuple[Topology, list[Problem]]:
+    """The model topologies of model/{pid}/, and the files that could not be read."""
     models = []
+    problems: list[Problem] = []
     for file in sorted(model_dir.glob("*.json")) if model_dir.is_dir() else []:
         try:
             # msit parses NaN/Infinity constants as null; so do we
@@ -176,7 +176,7 @@ def _read_topology(model_dir: Path, problems: list[Problem], policy: LoadPolicy)
         except (OSError, ValueError, AttributeError) as exc:
             problems.append(Problem(str(file), f"unreadable model topology ({exc})"))
     models.sort(key=lambda m: m[1])
-    return Topology(models)
+    return Topology(models), problems
 
 
 # --- node folders -------------------------------------------------------------------------------
@@ -188,8 +188,10 @@ def _walk(
     parent: str,
     tree: NodeTree,
     nodes: dict[str, list[TensorRef]],
-    problems: list[Problem],
-) -> None:
+) -> list[Problem]:
+    """The operations below ``folder`` added to ``tree`` and their tensors to ``nodes``; returns the
+    folders and files that could not be read."""
+    problems: list[Problem] = []
     children = []
     for sub in subdirs(folder):
         match = _NODE_DIR.match(sub.name)
@@ -206,8 +208,10 @@ def _walk(
             depth = tree.nodes[parent].depth + 1
             tree.nodes[name] = Node(name, op_type, parent, depth)
             _insert_child(tree, parent, name)
-        nodes[name] = _tensors(sub, problems)
-        _walk(sub, f"{name}/", name, tree, nodes, problems)
+        nodes[name], unread = _tensors(sub)
+        problems += unread
+        problems += _walk(sub, f"{name}/", name, tree, nodes)
+    return problems
 
 
 def _insert_child(tree: NodeTree, parent: str, name: str) -> None:
@@ -217,8 +221,10 @@ def _insert_child(tree: NodeTree, parent: str, name: str) -> None:
     siblings.sort(key=lambda n: int(n.rsplit("/", 1)[-1].split("_", 1)[0]))
 
 
-def _tensors(node_dir: Path, problems: list[Problem]) -> list[TensorRef]:
+def _tensors(node_dir: Path) -> tuple[list[TensorRef], list[Problem]]:
+    """An operation's tensor files (before/ and after/), and those that could not be used."""
     refs: list[TensorRef] = []
+    problems: list[Problem] = []
     before = {}
     for when in ("before", "after"):
         part = node_dir / when
@@ -251,7 +257,7 @@ def _tensors(node_dir: Path, problems: list[Problem]) -> list[TensorRef]:
                 before[slot] = True
             refs.append(TensorRef(slot=slot, role=role, location=entry.path))
     refs.sort(key=lambda r: (r.role != "input", int(re.sub(r"\D", "", r.slot.split(".")[0]) or 0), r.slot))
-    return refs
+    return refs, problems
 
 
 register(

@@ -71,7 +71,8 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     # dump; every other token is listed when it is first compared or opened (LazyMapping).
     sample: dict[int, dict[str, list[TensorRef]]] = {}
     for token in sorted(folders):
-        nodes = {name: _index_node(folder, problems, policy) for name, folder in subdir_names(folders[token])}
+        nodes, unread = _index_token(folders[token], policy)
+        problems += unread
         sample[token] = nodes
         if any(nodes.values()):
             break
@@ -84,7 +85,8 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         raise DumpError(
             f"{data_dir}: no token folders (0, 1, 2, ...) with .pth tensor files or statistics.csv were found"
         )
-    tree = _read_tree(data_dir / MODEL_TREE, problems, policy)
+    tree, unread = _read_tree(data_dir / MODEL_TREE, policy)
+    problems += unread
     _add_unlisted_nodes(tree, sample)
     order = _order_by_file_times(tree, sample)
     statistics_only = all(
@@ -96,7 +98,8 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     def load(token: int) -> dict[str, list[TensorRef]]:
         if token in sample:
             return sample[token]
-        nodes = {name: _index_node(folder, problems, policy) for name, folder in subdir_names(folders[token])}
+        nodes, unread = _index_token(folders[token], policy)
+        problems.extend(unread)  # the index's own list: a token listed late adds what it could not read
         if any(name not in tree.nodes for name in nodes):  # unlisted folders this token alone has
             grown = tree.copy()
             _add_unlisted_nodes(grown, {token: nodes})
@@ -161,23 +164,34 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], 
         if blocked:  # a rank folder that cannot be read looks like one without a model_tree.json
             raise DumpError(f"{blocked[0]}: {blocked[1]}")
         raise DumpError(f"{search}: no {{device}}_{{pid}} folder with a {MODEL_TREE} was found")
-    chosen, picked = pick_rank(search, devices, rank, notes)
-    return chosen, None, notes, sorted((p.name for p in devices), key=rank_sort_key), picked
+    chosen, picked, said = pick_rank(search, devices, rank)
+    return chosen, None, notes + said, sorted((p.name for p in devices), key=rank_sort_key), picked
 
 
 # --- token folders ------------------------------------------------------------------------------
 
 
-def _index_node(node_dir: str, problems: list[Problem], policy: LoadPolicy) -> list[TensorRef]:
-    """Tensor files of a module; its statistics.csv rows when it has no tensor files (mode 1)."""
+def _index_token(folder: str, policy: LoadPolicy) -> tuple[dict[str, list[TensorRef]], list[Problem]]:
+    """A token folder's modules and their tensors, and what could not be read."""
+    nodes: dict[str, list[TensorRef]] = {}
+    problems: list[Problem] = []
+    for name, node_dir in subdir_names(folder):
+        nodes[name], unread = _index_node(node_dir, policy)
+        problems += unread
+    return nodes, problems
+
+
+def _index_node(node_dir: str, policy: LoadPolicy) -> tuple[list[TensorRef], list[Problem]]:
+    """Tensor files of a module (its statistics.csv rows when it has no tensor files: mode 1), and
+    what could not be read."""
     refs: list[TensorRef] = []
     has_stats = False
     try:
         with os.scandir(node_dir) as scanned:
             entries = list(scanned)
     except OSError as exc:  # a folder without read permission: named, not taken for an empty one
-        problems.append(Problem(node_dir, f"cannot list the folder ({exc.strerror or exc}); not compared"))
-        return refs
+        return refs, [Problem(node_dir, f"cannot list the folder ({exc.strerror or exc}); not compared")]
+    problems: list[Problem] = []
     for entry in entries:
         match = _TENSOR_FILE.match(entry.name)
         if match:
@@ -189,21 +203,23 @@ def _index_node(node_dir: str, problems: list[Problem], policy: LoadPolicy) -> l
         elif entry.name.endswith(".pth"):
             problems.append(Problem(entry.path, "unexpected tensor file name; not compared"))
     if not refs and has_stats:
-        refs = _statistics_refs(Path(node_dir) / _STATS_FILE, problems, policy)
+        refs, unread = _statistics_refs(Path(node_dir) / _STATS_FILE, policy)
+        problems += unread
     refs.sort(key=lambda r: _slot_key(r.slot))
-    return refs
+    return refs, problems
 
 
-def _statistics_refs(path: Path, problems: list[Problem], policy: LoadPolicy) -> list[TensorRef]:
-    """The rows of msit's statistics.csv (InputOutput, Index, DataType, Shape, Max, Min, Mean, L2Norm)."""
+def _statistics_refs(path: Path, policy: LoadPolicy) -> tuple[list[TensorRef], list[Problem]]:
+    """The rows of msit's statistics.csv (InputOutput, Index, DataType, Shape, Max, Min, Mean, L2Norm),
+    and the rows (or the file) that could not be read."""
     try:
         with policy.open(path, "r", newline="", encoding="utf-8") as handle:
             rows = list(csv.DictReader(handle))
     except (OSError, csv.Error, UnicodeDecodeError) as exc:
-        problems.append(Problem(str(path), f"unreadable statistics ({exc})"))
-        return []
+        return [], [Problem(str(path), f"unreadable statistics ({exc})")]
     outputs = sum(1 for r in rows if r.get("InputOutput") == "Output")
     refs = []
+    problems: list[Problem] = []
     for number, row in enumerate(rows, start=2):
         try:
             index = int(row["Index"])
@@ -228,7 +244,7 @@ def _statistics_refs(path: Path, problems: list[Problem], policy: LoadPolicy) ->
                 slot=slot, role="input" if kind == "Input" else "output", location=str(path), stats=stats
             )
         )
-    return refs
+    return refs, problems
 
 
 def _float(value: str | None) -> float | None:
@@ -248,16 +264,17 @@ def _slot_key(slot: str) -> tuple[int, tuple[int, ...]]:
 # --- the module tree ----------------------------------------------------------------------------
 
 
-def _read_tree(path: Path, problems: list[Problem], policy: LoadPolicy) -> NodeTree:
+def _read_tree(path: Path, policy: LoadPolicy) -> tuple[NodeTree, list[Problem]]:
+    """model_tree.json's module tree; where it cannot be read, a bare root and the problem."""
     try:
         raw = policy.read_json(path)
-        return _tree_from_json(raw)
+        return _tree_from_json(raw), []
     except (OSError, ValueError, KeyError, TypeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        problems.append(
+        bare = NodeTree(root="root", nodes={"root": Node("root", "?", None, 0)})
+        return bare, [
             Problem(str(path), f"unreadable module tree ({reason}); tree rebuilt from folder names")
-        )
-        return NodeTree(root="root", nodes={"root": Node("root", "?", None, 0)})
+        ]
 
 
 def _tree_from_json(raw: object) -> NodeTree:

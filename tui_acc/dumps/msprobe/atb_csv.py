@@ -54,9 +54,8 @@ def claims(path: Path) -> bool:
 
 def read(path: Path, follow_links: bool = False) -> DumpIndex:
     csv_path = path if path.name == FILE else path / FILE
-    problems: list[Problem] = []
     policy = LoadPolicy.for_dump(path, follow_links)
-    rows = read_rows(csv_path, problems, policy)
+    rows, problems = read_rows(csv_path, policy)
     devices = sorted({device for device, *_ in rows})
     if len(devices) > 1:
         raise DumpError(
@@ -90,8 +89,9 @@ def read(path: Path, follow_links: bool = False) -> DumpIndex:
 Row = tuple[str, int, list[str], str, TensorRef]  # device, execution count, node chain, op type, tensor
 
 
-def read_rows(csv_path: Path, problems: list[Problem], policy: LoadPolicy) -> list[Row]:
-    """Every usable row of one ``statistic.csv``; a bad row is a Problem, a bad file a DumpError."""
+def read_rows(csv_path: Path, policy: LoadPolicy) -> tuple[list[Row], list[Problem]]:
+    """Every usable row of one ``statistic.csv``, and a Problem for each bad row; a bad file is a
+    DumpError."""
     try:
         with policy.open(csv_path, "r", newline="", encoding="utf-8") as handle:
             reader = csv.reader(handle)
@@ -104,6 +104,7 @@ def read_rows(csv_path: Path, problems: list[Problem], policy: LoadPolicy) -> li
             f"{csv_path}: not msprobe's ATB statistic.csv (expected the columns {', '.join(COLUMNS)})"
         )
     rows: list[Row] = []
+    problems: list[Problem] = []
     for number, row in enumerate(raw_rows, start=2):
         if len(row) != len(COLUMNS):
             problems.append(
@@ -111,15 +112,20 @@ def read_rows(csv_path: Path, problems: list[Problem], policy: LoadPolicy) -> li
             )
             continue
         try:
-            ref, token, chain, op_type = _row(row, csv_path, problems)
+            ref, token, chain, op_type = _row(row, csv_path)
         except ValueError as exc:
             problems.append(Problem(str(csv_path), f"line {number}: {exc}"))
             continue
+        tensor_path = row[-1]
+        if tensor_path not in ("N/A", "") and not ref.has_data:
+            problems.append(Problem(tensor_path, "tensor file not found; compared by its statistics"))
         rows.append((row[0], token, chain, op_type, ref))
-    return rows
+    return rows, problems
 
 
-def _row(row: list[str], csv_path: Path, problems: list[Problem]) -> tuple[TensorRef, int, list[str], str]:
+def _row(row: list[str], csv_path: Path) -> tuple[TensorRef, int, list[str], str]:
+    """A row's tensor (its file where it is found, else its statistics), execution count, node chain
+    and operation type; ValueError where the row cannot be read."""
     _, count, op_name, op_type, op_id, io, index, dtype, _fmt, shape, mx, mn, mean, norm, tensor_path = row
     names = op_name.split("/")
     ids = op_id.split("/") if len(op_id.split("/")) == len(names) else op_id.split("_")
@@ -146,8 +152,6 @@ def _row(row: list[str], csv_path: Path, problems: list[Problem]) -> tuple[Tenso
         tuple(int(d) for d in re.findall(r"\d+", shape)),
     )
     data = _tensor_file(tensor_path, csv_path)
-    if tensor_path not in ("N/A", "") and data is None:
-        problems.append(Problem(tensor_path, "tensor file not found; compared by its statistics"))
     if data is not None:
         return TensorRef(slot, role, str(data)), int(count), chain, op_type  # type: ignore[arg-type]
     return TensorRef(slot, role, str(csv_path), stats=stats), int(count), chain, op_type  # type: ignore[arg-type]

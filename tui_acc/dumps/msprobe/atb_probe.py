@@ -84,8 +84,7 @@ def read(
     atb_root, device_dir, only_exec, notes, ranks, picked = _locate(path, rank)
     # the whole atb_dump_data (its info/ topology lies above the device folder a user may pass)
     policy = LoadPolicy.for_dump(atb_root if path.is_relative_to(atb_root) else path, follow_links)
-    problems: list[Problem] = []
-    topology = read_topology(atb_root / "info", device_dir.name, problems, policy)
+    topology, problems = read_topology(atb_root / "info", device_dir.name, policy)
     root_name = topology.models.models[0][0] if topology.models.models else "model"
     tree = NodeTree(root=root_name, nodes={root_name: Node(root_name, "model", None, 0)})
     folders: dict[int, Path] = {}
@@ -98,10 +97,8 @@ def read(
         folders[int(name)] = Path(folder)
     if not folders:
         raise DumpError(f"{device_dir}: no execution folder (0, 1, 2, ...) holds any data")
-    folder_of: dict[int, int] = {}
-    for folder_id in sorted(folders):
-        for token in executions.folder_tokens(folder_id, topology.models, token_offset, notes):
-            folder_of[token] = folder_id
+    folder_of, said = executions.token_folders(folders, topology.models, token_offset)
+    notes += said
     if not folder_of:
         raise DumpError(f"{device_dir}: its execution folders hold no token (all below --token-offset)")
     if topology.models.mindie and token_offset is None:
@@ -111,7 +108,8 @@ def read(
         )
 
     def walk(folder_id: int, into: NodeTree) -> executions.FolderTokens:
-        nodes = _execution(folders[folder_id], root_name, into, topology, problems, policy)
+        nodes, unread = _execution(folders[folder_id], root_name, into, topology, policy)
+        problems.extend(unread)
         return dict(executions.tokens_of_folder(folder_id, nodes, topology.models, token_offset))
 
     # walked as msit's ATB folders are: the first token's execution now, the others when asked
@@ -154,8 +152,15 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, Path, int | None, list[
     devices = [p for p in subdirs(data) if _DEVICE.match(p.name)]
     if not devices:
         raise DumpError(f"{data}: no {{device}}_{{pid}} folder; not an msprobe ATB probe dump")
-    device_dir, picked = pick_rank(data, devices, rank, notes)
-    return atb_root, device_dir, None, notes, sorted((p.name for p in devices), key=rank_sort_key), picked
+    device_dir, picked, said = pick_rank(data, devices, rank)
+    return (
+        atb_root,
+        device_dir,
+        None,
+        notes + said,
+        sorted((p.name for p in devices), key=rank_sort_key),
+        picked,
+    )
 
 
 def _execution(
@@ -163,19 +168,20 @@ def _execution(
     root: str,
     tree: NodeTree,
     topology: ProbeTopology,
-    problems: list[Problem],
     policy: LoadPolicy,
-) -> dict[str, list[TensorRef]]:
-    """One execution's nodes: tensor files where there are any, else its statistic.csv rows."""
+) -> tuple[dict[str, list[TensorRef]], list[Problem]]:
+    """One execution's nodes: tensor files where there are any, else its statistic.csv rows; and
+    what could not be read."""
     nodes: dict[str, list[TensorRef]] = {}
     types: dict[str, str] = {}
-    _walk(folder, "", (), root, tree, nodes, types, topology, problems, policy)
+    problems = _walk(folder, "", (), root, tree, nodes, types, topology, policy)
     if any(refs for refs in nodes.values()):
-        return nodes
+        return nodes, problems
     csv_path = folder / atb_csv.FILE
     if csv_path.is_file():
         try:
-            rows = atb_csv.read_rows(csv_path, problems, policy)
+            rows, unread = atb_csv.read_rows(csv_path, policy)
+            problems += unread
         except DumpError as exc:
             problems.append(Problem(str(csv_path), str(exc).removeprefix(f"{csv_path}: ")))
             rows = []
@@ -185,7 +191,7 @@ def _execution(
             nodes.setdefault(chain[-1], []).append(ref)
     if not any(refs for refs in nodes.values()):
         problems.append(Problem(str(folder), "no tensor files and no statistic.csv rows; token not compared"))
-    return nodes
+    return nodes, problems
 
 
 def _under(
@@ -210,12 +216,13 @@ def _walk(
     nodes: dict[str, list[TensorRef]],
     types: dict[str, str],
     topology: ProbeTopology,
-    problems: list[Problem],
     policy: LoadPolicy,
-) -> None:
+) -> list[Problem]:
+    """The operations below ``folder`` added to ``tree``, their tensors to ``nodes`` and types to
+    ``types``; returns what could not be read."""
     if len(ids) >= _MAX_DEPTH:
-        problems.append(Problem(str(folder), f"nested over {_MAX_DEPTH} deep (a link loop?); not read"))
-        return
+        return [Problem(str(folder), f"nested over {_MAX_DEPTH} deep (a link loop?); not read")]
+    problems: list[Problem] = []
     children = []
     for sub in subdirs(folder):
         match = _NODE_DIR.match(sub.name)
@@ -231,13 +238,17 @@ def _walk(
             siblings.append(name)
             siblings.sort(key=_id_of)
         types[name] = tree.nodes[name].type
-        nodes[name] = _tensors(sub, problems)
-        _check_params(sub / PARAM_FILE, problems, policy)
-        _walk(sub, f"{name}/", chain, name, tree, nodes, types, topology, problems, policy)
+        nodes[name], unread = _tensors(sub)
+        problems += unread
+        problems += _check_params(sub / PARAM_FILE, policy)
+        problems += _walk(sub, f"{name}/", chain, name, tree, nodes, types, topology, policy)
+    return problems
 
 
-def _tensors(node_dir: Path, problems: list[Problem]) -> list[TensorRef]:
+def _tensors(node_dir: Path) -> tuple[list[TensorRef], list[Problem]]:
+    """An operation's tensor files (before/ and after/), and those that could not be used."""
     refs: dict[str, TensorRef] = {}
+    problems: list[Problem] = []
     for side, (pattern, kind, role) in _TENSOR_FILE.items():
         part = node_dir / side
         if not part.is_dir():
@@ -260,17 +271,18 @@ def _tensors(node_dir: Path, problems: list[Problem]) -> list[TensorRef]:
                 problems.append(Problem(entry.path, f"a second file for {slot}; not compared"))
                 continue
             refs[slot] = TensorRef(slot=slot, role=role, location=entry.path)
-    return sorted(refs.values(), key=lambda r: (r.role != "input", int(re.sub(r"\D", "", r.slot))))
+    return sorted(refs.values(), key=lambda r: (r.role != "input", int(re.sub(r"\D", "", r.slot)))), problems
 
 
-def _check_params(file: Path, problems: list[Problem], policy: LoadPolicy) -> None:
+def _check_params(file: Path, policy: LoadPolicy) -> list[Problem]:
     """op_param.json holds only the operation's parameters (no name, no type): checked, not used."""
     if not file.is_file():
-        return
+        return []
     try:
         policy.read_json(file, parse_constant=lambda _c: None)
     except (OSError, ValueError) as exc:
-        problems.append(Problem(str(file), f"unreadable operation parameters ({exc})"))
+        return [Problem(str(file), f"unreadable operation parameters ({exc})")]
+    return []
 
 
 def _id_of(name: str) -> tuple[int, str]:

@@ -31,12 +31,15 @@ class ProbeTopology:
     types: dict[IdChain, str] = field(default_factory=dict)  # (layer id, op index, ...) -> opType
 
 
-def read_topology(info: Path, device: str, problems: list[Problem], policy: LoadPolicy) -> ProbeTopology:
-    """What ``info/model/{device}`` and ``info/layer/{device}`` say; empty where they are absent."""
+def read_topology(info: Path, device: str, policy: LoadPolicy) -> tuple[ProbeTopology, list[Problem]]:
+    """What ``info/model/{device}`` and ``info/layer/{device}`` say (empty where they are absent), and
+    the files that could not be used."""
     topology = ProbeTopology()
+    problems: list[Problem] = []
     models = []
     for file in _json_files(info / "model" / device):
-        raw = _load(file, problems, policy)
+        raw, unread = _load(file, policy)
+        problems += unread
         nodes = raw.get("nodes") if isinstance(raw, dict) else None
         if not isinstance(nodes, list) or not nodes:
             if raw is not None:
@@ -53,7 +56,8 @@ def read_topology(info: Path, device: str, problems: list[Problem], policy: Load
     models.sort(key=lambda m: m[1])
     topology.models = Topology(models)
     for file in _json_files(info / "layer" / device):
-        raw = _load(file, problems, policy)
+        raw, unread = _load(file, policy)
+        problems += unread
         if raw is None:
             continue
         layer_id = _suffix_id(raw) if isinstance(raw, dict) else None
@@ -64,20 +68,20 @@ def read_topology(info: Path, device: str, problems: list[Problem], policy: Load
         _collect(raw, (layer_id,), layer_types)
         for chain, kind in layer_types.items():
             topology.types.setdefault(chain, kind)  # the model file, merged by the probe, comes first
-    return topology
+    return topology, problems
 
 
 def _json_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
 
-def _load(file: Path, problems: list[Problem], policy: LoadPolicy) -> Any:
+def _load(file: Path, policy: LoadPolicy) -> tuple[Any, list[Problem]]:
+    """A topology file's JSON (None where it cannot be read), and the problem that made it None."""
     try:
         # the probe's JSON library writes NaN as null, but a hand-edited file may hold NaN
-        return policy.read_json(file, parse_constant=lambda _c: None)
+        return policy.read_json(file, parse_constant=lambda _c: None), []
     except (OSError, ValueError) as exc:
-        problems.append(Problem(str(file), f"unreadable topology ({exc}); node types from folder names"))
-        return None
+        return None, [Problem(str(file), f"unreadable topology ({exc}); node types from folder names")]
 
 
 def _suffix_id(node: Any) -> int | None:

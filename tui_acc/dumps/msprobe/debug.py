@@ -52,7 +52,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         steps = {0: path.parent}
         ranks: list[str] = []
     else:
-        steps, ranks, rank = _choose_rank(path, rank, notes)
+        steps, ranks, rank, notes = _choose_rank(path, rank)
     tree = NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "saves", None, 0)})
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
     builders = []
@@ -66,7 +66,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         if not isinstance(raw, dict) or not isinstance(raw.get("data"), dict):
             problems.append(Problem(str(debug_json), f"no 'data' object; step {step} is not compared"))
             continue
-        builder = RefBuilder(folder / "dump_tensor_data", debug_json, problems)
+        builder = RefBuilder(folder / "dump_tensor_data", debug_json)
         builders.append(builder)
         nodes = tokens.setdefault(step, {})
         for name, value in raw["data"].items():
@@ -76,6 +76,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
             if name not in tree.nodes:
                 tree.nodes[name] = Node(name, name.split(".", 1)[0], ROOT, 1)
                 tree.nodes[ROOT].children.append(name)
+        problems += builder.problems
     if not tokens:
         raise DumpError(f"{path}: no readable {FILE} (msprobe level debug)")
     statistics_only = all(
@@ -130,14 +131,13 @@ def _step_folders(path: Path) -> dict[int, list[Path]]:
     return found
 
 
-def _choose_rank(
-    path: Path, rank: int | None, notes: list[str]
-) -> tuple[dict[int, Path], list[str], int | None]:
-    """Every step's folder of one rank (matched by folder name; proc folders by their order)."""
+def _choose_rank(path: Path, rank: int | None) -> tuple[dict[int, Path], list[str], int | None, list[str]]:
+    """Every step's folder of one rank (matched by folder name; proc folders by their order), every
+    rank's name, the rank read, and the notes for the user."""
     by_step = _step_folders(path)
     names = sorted({p.name for folders in by_step.values() for p in folders}, key=rank_sort_key)
     first_step = min(by_step)
-    chosen, picked = pick_rank(path, by_step[first_step], rank, notes)
+    chosen, picked, notes = pick_rank(path, by_step[first_step], rank)
     position = sorted(by_step[first_step], key=lambda p: rank_sort_key(p.name)).index(chosen)
     steps: dict[int, Path] = {}
     for step, folders in by_step.items():
@@ -147,7 +147,7 @@ def _choose_rank(
             steps[step] = same[0]
         elif position < len(ordered):  # proc{pid} names differ from step to step only if the process did
             steps[step] = ordered[position]
-    return steps, names, picked
+    return steps, names, picked, notes
 
 
 register(

@@ -15,6 +15,7 @@ The statistics task records Max/Min/Mean/Norm instead of files; those become sta
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +122,10 @@ def _steps_of(path: Path, rank_dir: Path) -> list[tuple[int, Path]]:
 
 
 def _read_rank_dir(
-    path: Path, rank_dir: Path, notes: list[str], ranks: list[str], rank: int | None, policy: LoadPolicy
+    path: Path, rank_dir: Path, located: Sequence[str], ranks: list[str], rank: int | None, policy: LoadPolicy
 ) -> DumpIndex:
+    """One rank folder's dump.json indexed; ``located``: the notes finding it gave."""
+    notes = list(located)
     problems: list[Problem] = []
     dump_json = rank_dir / "dump.json"
     try:
@@ -144,8 +147,9 @@ def _read_rank_dir(
             )
         )
     construct = rank_dir / "construct.json"
-    parents = _read_construct(construct, problems, policy)
-    _check_construct(construct, parents, data, problems)
+    parents, unread = _read_construct(construct, policy)
+    problems += unread
+    problems += _check_construct(construct, parents, data)
     task = str(dump.get("task", "tensor"))
     tensor_dir = rank_dir / "dump_tensor_data"
     # construct.json also names API calls that recorded nothing (Tensor.__bool__): no nodes for them
@@ -155,13 +159,14 @@ def _read_rank_dir(
     notes += [f"{rank_dir}: {note}" for note in passes.notes]
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
     statistics_only = True
-    builder = RefBuilder(tensor_dir, dump_json, problems)
+    builder = RefBuilder(tensor_dir, dump_json)
     for name, entry in data.items():
         refs = builder.refs(name, entry)
         statistics_only &= all(not r.has_data for r in refs)
         token = passes.token_of.get(name)
         if token is not None:
             tokens.setdefault(token, {})[name] = refs
+    problems += builder.problems
     holder_tops = tops(list(holders), parents)
     for name in holders:  # modules recorded only in construct.json (no tensors) still hold their children
         token = module_call_index(holder_tops[name])
@@ -252,27 +257,25 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, list[str], list[str], i
         if blocked:  # a rank folder that cannot be listed looks like one without a dump.json
             raise DumpError(f"{blocked[0]}: {blocked[1]}")
         raise DumpError(f"{path}: not an msprobe dump (expected step*/rank*|proc*/dump.json)")
-    chosen, picked = pick_rank(path, ranks, rank, notes)
-    return chosen, notes, sorted((p.name for p in ranks), key=rank_sort_key), picked
+    chosen, picked, said = pick_rank(path, ranks, rank)
+    return chosen, notes + said, sorted((p.name for p in ranks), key=rank_sort_key), picked
 
 
 # --- the call tree ------------------------------------------------------------------------------
 
 
-def _read_construct(path: Path, problems: list[Problem], policy: LoadPolicy) -> dict[str, str | None]:
+def _read_construct(path: Path, policy: LoadPolicy) -> tuple[dict[str, str | None], list[Problem]]:
+    """construct.json's call -> parent, and the problem that left it empty, if one did."""
     try:
         raw = policy.read_json(path)
     except FileNotFoundError:
-        problems.append(Problem(str(path), "missing; calls are shown flat, without their modules"))
-        return {}
+        return {}, [Problem(str(path), "missing; calls are shown flat, without their modules")]
     except (OSError, ValueError) as exc:
-        problems.append(Problem(str(path), f"unreadable call tree ({exc}); calls are shown flat"))
-        return {}
+        return {}, [Problem(str(path), f"unreadable call tree ({exc}); calls are shown flat")]
     if not isinstance(raw, dict):
         message = f"holds a JSON {_json_kind(raw)}, not an object of call -> parent; calls are shown flat"
-        problems.append(Problem(str(path), message))
-        return {}
-    return {str(k): (str(v) if v else None) for k, v in raw.items()}
+        return {}, [Problem(str(path), message)]
+    return {str(k): (str(v) if v else None) for k, v in raw.items()}, []
 
 
 def _json_kind(value: object) -> str:
@@ -324,13 +327,13 @@ def _type_of(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
-def _check_construct(
-    path: Path, parents: dict[str, str | None], data: dict[str, Any], problems: list[Problem]
-) -> None:
+def _check_construct(path: Path, parents: dict[str, str | None], data: dict[str, Any]) -> list[Problem]:
     """construct.json must agree with dump.json: every record placed, parents that are modules, no
-    cycles. Where it does not, the record is shown at the top level and the file is named."""
+    cycles. Where it does not, the record is shown at the top level (its parent in ``parents`` cut)
+    and the problem returned names the file."""
+    problems: list[Problem] = []
     if not parents:
-        return  # L1 writes {}; a missing file is reported where it is read
+        return problems  # L1 writes {}; a missing file is reported where it is read
     unplaced = [name for name in data if name not in parents]
     if unplaced:
         problems.append(
@@ -364,6 +367,7 @@ def _check_construct(
             chain[current] = None
             current = parents.get(current)
         done.update(chain)
+    return problems
 
 
 register(

@@ -82,7 +82,6 @@ def claims(path: Path) -> bool:
 
 def read(path: Path, rank: int | None = None, follow_links: bool = False) -> DumpIndex:
     policy = LoadPolicy.for_dump(path, follow_links)
-    notes: list[str] = []
     problems: list[Problem] = []
     steps = _steps(path)
     if not steps:
@@ -94,7 +93,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     else:
         names = sorted({d.name for _, step in steps for d in _rank_dirs_in(step)}, key=rank_sort_key)
     where = path if len(steps) > 1 or not STEP_FOLDER.match(path.name) else path.parent
-    chosen, picked = pick_rank(where, [where / n for n in names], rank, notes)
+    chosen, picked, notes = pick_rank(where, [where / n for n in names], rank)
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
     tree = NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "model", None, 0)})
     stable: dict[str, str] = {}
@@ -110,10 +109,12 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
             continue
         if names_a_file(folder / "dump.json"):
             statistics = True
-            records = _statistics_records(folder / "dump.json", problems, policy)
+            records, unread = _statistics_records(folder / "dump.json", policy)
+            problems += unread
             orders.add(_STARTED)
         else:
-            records, order = _tensor_records(folder / TENSOR_DIR, problems)
+            records, order, unread = _tensor_records(folder / TENSOR_DIR)
+            problems += unread
             if not order.execution and records:  # times lost: the first such step's data flow
                 if flow is None:
                     flow = order_by_data_flow(records, policy) or ({}, 0, 0)
@@ -224,18 +225,17 @@ def _rank_dirs(path: Path) -> list[Path]:
 # --- the statistics task ------------------------------------------------------------------------
 
 
-def _statistics_records(dump_json: Path, problems: list[Problem], policy: LoadPolicy) -> list[Record]:
+def _statistics_records(dump_json: Path, policy: LoadPolicy) -> tuple[list[Record], list[Problem]]:
+    """The step's calls from its dump.json (task statistics), and what could not be read."""
     try:
         dump = policy.read_json(dump_json)
     except (OSError, ValueError) as exc:
-        problems.append(Problem(str(dump_json), f"unreadable dump.json ({exc}); this step is not compared"))
-        return []
+        return [], [Problem(str(dump_json), f"unreadable dump.json ({exc}); this step is not compared")]
     data = dump.get("data") if isinstance(dump, dict) else None
     if not isinstance(data, dict):
-        problems.append(Problem(str(dump_json), "no 'data' object; this step is not compared"))
-        return []
+        return [], [Problem(str(dump_json), "no 'data' object; this step is not compared")]
     records = []
-    builder = RefBuilder(dump_json.parent / "dump_tensor_data", dump_json, problems, null_is_non_finite=True)
+    builder = RefBuilder(dump_json.parent / "dump_tensor_data", dump_json, null_is_non_finite=True)
     for position, (name, entry) in enumerate(data.items()):
         refs = builder.refs(name, entry)
         if not refs:
@@ -251,7 +251,7 @@ def _statistics_records(dump_json: Path, problems: list[Problem], policy: LoadPo
                 table_rows=_table_rows(scope, entry),
             )
         )
-    return records
+    return records, builder.problems
 
 
 def _scope_of(name: str) -> str:
@@ -277,13 +277,15 @@ def _table_rows(scope: str, entry: Any) -> int | None:
 # --- the tensor task ----------------------------------------------------------------------------
 
 
-def _tensor_records(folder: Path, problems: list[Problem]) -> tuple[list[Record], Order]:
-    """The step's calls from its file names; ordered by the files' times where they hold the order."""
+def _tensor_records(folder: Path) -> tuple[list[Record], Order, list[Problem]]:
+    """The step's calls from its file names, ordered by the files' times where they hold the order;
+    the order, and the files skipped."""
     try:
         with os.scandir(folder) as entries:
             listing = [(e.name, e.path, e.stat().st_mtime_ns) for e in entries if e.is_file()]
     except OSError:
-        return [], _UNTIMED
+        return [], _UNTIMED, []
+    problems: list[Problem] = []
     calls: dict[tuple[str, int], list[tuple[str, str, Role, int]]] = {}
     for name, location, mtime in listing:
         match = _FILE.match(name)
@@ -319,7 +321,7 @@ def _tensor_records(folder: Path, problems: list[Problem]) -> tuple[list[Record]
         ordered = sorted(records, key=lambda r: (r.path is None, natural_key(r.scope), int(_call_of(r.name))))
         for position, record in enumerate(ordered):
             record.first = float(position)
-    return records, _TIMED if timed else _UNTIMED
+    return records, _TIMED if timed else _UNTIMED, problems
 
 
 def _data_flow_source(placed: int, calls: int) -> Order:

@@ -64,15 +64,14 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 
 
 class RefBuilder:
-    """Tensor references of dump.json records, and what they could not hold."""
+    """Tensor references of dump.json records, and what they could not hold (``problems``, for the
+    index's problems once the records are built)."""
 
-    def __init__(
-        self, tensor_dir: Path, dump_json: Path, problems: list[Problem], null_is_non_finite: bool = False
-    ) -> None:
+    def __init__(self, tensor_dir: Path, dump_json: Path, null_is_non_finite: bool = False) -> None:
         self.null_is_non_finite = null_is_non_finite
         self.tensor_dir = tensor_dir
         self.dump_json = dump_json
-        self.problems = problems
+        self.problems: list[Problem] = []
         self.blank = 0  # tensors recorded with nothing to compare (NZ format, nan_check's entries)
         self.checksums = 0  # tensors with a checksum (summary_mode md5 or xor)
         self.numbered = 0  # tensors with a statistic (xor writes none)

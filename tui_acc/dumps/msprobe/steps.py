@@ -21,8 +21,8 @@ from tui_acc.dumps.model import DumpIndex, Node, NodeTree, Problem, TensorRef
 def merge_steps(
     path: Path,
     steps: Sequence[tuple[int, DumpIndex]],
-    notes: list[str],
-    problems: list[Problem],
+    notes: Sequence[str],
+    problems: Sequence[Problem],
     found: list[int],
 ) -> DumpIndex:
     """One index whose token k is the k-th of ``steps`` (each holding a single forward pass).

@@ -139,13 +139,13 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     if located is None:
         raise DumpError(f"{path}: not an SGLang dumper folder (expected step=*___rank=*___...pt files)")
     folder, notes = located
-    problems: list[Problem] = []
-    records = _records(folder, problems)
+    records, problems = _records(folder)
     if not records:
         raise DumpError(f"{folder}: none of its step=... files has a name SGLang's dumper writes")
     all_ranks = sorted({r.rank for r in records})
     rank_dirs = [folder / f"rank{r}" for r in all_ranks]  # named like rank folders for pick_rank's notes
-    chosen, picked = pick_rank(folder, rank_dirs, rank, notes)
+    chosen, picked, said = pick_rank(folder, rank_dirs, rank)
+    notes += said
     world_rank = all_ranks[rank_dirs.index(chosen)]
     mine = sorted((r for r in records if r.rank == world_rank), key=lambda r: r.index)
     tree = NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "model", None, 0)})
@@ -164,7 +164,9 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         names.setdefault(node, record.name)
         tokens.setdefault(record.step, {}).setdefault(node, []).append(TensorRef(slot, role, record.path))
     if len(all_ranks) > 1 and picked == 0:
-        merges = _merges_from_dims(mine, problems, notes)
+        merges, unmerged, said = _merges_from_dims(mine)
+        problems += unmerged
+        notes += said
         for nodes in tokens.values():
             for node, refs in nodes.items():
                 nodes[node] = [_with_merge(ref, merges.get(names[node], "")) for ref in refs]
@@ -185,8 +187,10 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     )
 
 
-def _records(folder: Path, problems: list[Problem]) -> list[Record]:
+def _records(folder: Path) -> tuple[list[Record], list[Problem]]:
+    """The dumper's files in ``folder`` by their names, and those whose names do not parse."""
     records = []
+    problems: list[Problem] = []
     try:
         with os.scandir(folder) as entries:
             files = sorted((e.name, e.path) for e in entries if e.is_file())
@@ -206,7 +210,7 @@ def _records(folder: Path, problems: list[Problem]) -> list[Record]:
             )
             continue
         records.append(record)
-    return records
+    return records, problems
 
 
 def _node_and_slot(record: Record, layer_modules: dict[int, str]) -> tuple[str, str, Role]:
@@ -261,8 +265,9 @@ def _with_merge(ref: TensorRef, merge: str) -> TensorRef:
     return replace(ref, merge=merge) if merge else ref
 
 
-def _merges_from_dims(records: list[Record], problems: list[Problem], notes: list[str]) -> dict[str, str]:
-    """How to gather each name's ranks, from the ``dims`` its first file's meta holds.
+def _merges_from_dims(records: list[Record]) -> tuple[dict[str, str], list[Problem], list[str]]:
+    """How to gather each name's ranks, from the ``dims`` its first file's meta holds; the annotations
+    that cannot be used, and the notes for the user (what the merges and the parallel sizes are).
 
     The one place this reader opens files at index time: the annotation is only in the meta. It is
     a static string of the ``dumper.dump(..., dims=...)`` call in the model's code, so the first file
@@ -275,6 +280,8 @@ def _merges_from_dims(records: list[Record], problems: list[Problem], notes: lis
         first.setdefault(record.name, record.path)
     merges: dict[str, str] = {}
     sizes: dict[str, int] = {}
+    problems: list[Problem] = []
+    notes: list[str] = []
     for name, file_path in first.items():
         meta = _meta(Path(file_path))
         if meta is None:
@@ -306,7 +313,7 @@ def _merges_from_dims(records: list[Record], problems: list[Problem], notes: lis
                 f"only tensor parallelism is unsharded: with {', '.join(others)} above 1 as well, "
                 "--gather merges the files as if every process were a tensor-parallel one"
             )
-    return merges
+    return merges, problems, notes
 
 
 def _meta(path: Path) -> dict[str, object] | None:
