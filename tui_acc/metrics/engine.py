@@ -113,7 +113,7 @@ class MetricsEngine:
             LocalChecks(self.pairing),
             baseline=self.baseline is not None,
             first_token=self.pairing.tokens[0] if self.pairing.tokens else 0,
-            whole_inputs=not self.pairing.test.format.startswith("msit-torch"),
+            whole_inputs=self.pairing.test.format != "msit-torch",
         )
 
     @property
