@@ -12,8 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tui_acc.dumps import DumpError, DumpIndex, Problem, TensorRef, open_dump
-from tui_acc.dumps.model import Format
+from tui_acc.dumps import DumpError, DumpIndex, Format, Problem, TensorRef, open_dump
 
 Kind = Literal["all_reduce", "reduce_scatter", "all_gather"]
 

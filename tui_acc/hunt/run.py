@@ -14,8 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tui_acc.dumps import DumpError, DumpIndex
-from tui_acc.dumps.model import ATB_FORMATS
+from tui_acc.dumps import ATB_FORMATS, DumpError, DumpIndex
 from tui_acc.hunt.blocks import find_blocks
 from tui_acc.redump.plan import RedumpError, RedumpPlan, Selection, build_plan, unused_name
 from tui_acc.redump.runner import EXIT_GRACE, RedumpRun
