@@ -58,6 +58,26 @@ def test_mindie_layout_aligns_tokens_automatically(atb_pair) -> None:
     assert [r["cosine"] for r in a] == [r["cosine"] for r in b]
 
 
+def test_mindie_with_a_transdata_operation_splits_one_later(atb_pair, tmp_path: Path) -> None:
+    # msit numbers the top-level operations from the topology's first opName + 1 when the model ran
+    # a TransdataOperation first (layer/{pid}/TransdataOperation_0.json): every folder id moves by 1
+    golden, _, mindie = atb_pair
+    shifted = tmp_path / mindie.name
+    shutil.copytree(mindie, shifted)
+    for folder in _device(shifted).iterdir():
+        for node in sorted(folder.iterdir(), key=lambda p: -int(p.name.split("_", 1)[0])):
+            number, kind = node.name.split("_", 1)
+            node.rename(folder / f"{int(number) + 1}_{kind}")
+    (shifted / "layer" / "4242").mkdir(parents=True, exist_ok=True)
+    (shifted / "layer" / "4242" / "TransdataOperation_0.json").write_text("{}", encoding="utf-8")
+    index = open_dump(shifted)
+    assert {int(name.split("/")[0].split("_")[0]) for name in index.tokens[0]} == set(range(1, 8))
+    assert all(int(name.split("/")[0].split("_")[0]) >= 8 for name in index.tokens[1])
+    a = open_comparison(golden, mindie).engine.token_rows()
+    b = open_comparison(golden, shifted).engine.token_rows()
+    assert [r["cosine"] for r in a] == [r["cosine"] for r in b]
+
+
 def test_token_offset_overrides_the_alignment(atb_pair) -> None:
     _, _, mindie = atb_pair
     index = open_dump(mindie, token_offset=1)

@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING
 # each tool's package imports its readers, and each reader registers itself (registry.py)
 from tui_acc.dumps import msit, msprobe, sglang, single  # noqa: F401
 from tui_acc.dumps.fs import folder_problem
-from tui_acc.dumps.model import ATB_FORMATS, DumpError, DumpIndex, Format, Node, NodeTree, Problem, TensorRef
+from tui_acc.dumps.model import (
+    ATB_FORMATS,
+    MSPROBE_FORMATS,
+    DumpError,
+    DumpIndex,
+    Format,
+    Node,
+    NodeTree,
+    Problem,
+    TensorRef,
+)
 from tui_acc.dumps.registry import ReadOptions, expected, fallback_for, reader_for
 
 if TYPE_CHECKING:
@@ -21,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATB_FORMATS",
+    "MSPROBE_FORMATS",
     "DumpError",
     "DumpIndex",
     "Format",

@@ -24,6 +24,9 @@ Format = Literal[
 ]
 # ATB operation graphs: paired structurally against a torch dump, re-dumped by execution count
 ATB_FORMATS: frozenset[Format] = frozenset({"msit-atb", "msprobe-atb"})
+# msprobe's dumps: their records are named by API call (Functional.linear.3.forward), their
+# scalars kept in dump.json
+MSPROBE_FORMATS: frozenset[Format] = frozenset({"msprobe", "msprobe-debug", "msprobe-atb"})
 
 
 _CALL_SUFFIX = re.compile(r"\.(forward|backward)\.\d+$")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
-from tui_acc.dumps.model import DumpIndex
+from tui_acc.dumps.model import ATB_FORMATS, DumpIndex
 from tui_acc.lazy import LazyMapping
 from tui_acc.pairing.by_name import differing_names, pair_token_by_name
 from tui_acc.pairing.mapping import MappingError, OpMapping, load_mapping
@@ -30,8 +30,6 @@ __all__ = [
     "load_msprobe_mapping",
     "pair_dumps",
 ]
-
-_GRAPH_FORMATS = {"msit-atb", "msprobe-atb"}
 
 
 def pair_dumps(
@@ -54,7 +52,7 @@ def pair_dumps(
     unmatched += [Unmatched("token", "golden", t, str(t)) for t in sorted(golden_tokens - test_tokens)]
     unmatched += [Unmatched("token", "test", t, str(t)) for t in sorted(test_tokens - golden_tokens)]
     tokens = sorted(golden_tokens & test_tokens)
-    structural = (golden.format in _GRAPH_FORMATS) != (test.format in _GRAPH_FORMATS)
+    structural = (golden.format in ATB_FORMATS) != (test.format in ATB_FORMATS)
     logits = logits_node or golden.logits_hint or _last_module_with_output(golden)
     if not structural and golden.format != "tensor":
         # by name, token by token when asked: the first screen never waits for every token
@@ -94,7 +92,7 @@ def pair_dumps(
         if golden.format == test.format == "tensor":
             nodes[token] = _pair_single_files(token, golden, test)
         elif structural:
-            torch_is_golden = golden.format not in _GRAPH_FORMATS
+            torch_is_golden = golden.format not in ATB_FORMATS
             torch_side, atb_side = (golden, test) if torch_is_golden else (test, golden)
             torch_logits = (
                 logits if torch_is_golden else (logits_node or _last_module_with_output(torch_side))
@@ -108,11 +106,7 @@ def pair_dumps(
     notes = []
     # ATB folder ids are the whole execution order: better than msit's model_tree.json order, alone or
     # filling what data flow left open ("data flow and model_tree.json")
-    untrusted_order = (
-        golden.format not in _GRAPH_FORMATS
-        and not golden.order_is_execution
-        and "model_tree.json" in golden.order_source
-    )
+    untrusted_order = golden.format == "msit-torch" and not golden.order_is_execution
     borrowed = _borrowed_execution_order(golden, test, nodes) if structural and untrusted_order else None
     if borrowed is not None:
         golden, nodes = borrowed
@@ -125,7 +119,7 @@ def pair_dumps(
             "were dumped without inputs; only their outputs are compared"
         )
     if structural:  # what it could not pair, and why
-        notes += structural_notes(golden, test, golden.format not in _GRAPH_FORMATS, unmatched)
+        notes += structural_notes(golden, test, golden.format not in ATB_FORMATS, unmatched)
     if mapping.source:
         notes.append(f"operator mapping: built-in types plus {mapping.source}")
     return Pairing(

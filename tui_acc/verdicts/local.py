@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from tui_acc.dumps.loading import load_side
-from tui_acc.dumps.model import DumpError, DumpIndex
+from tui_acc.dumps.model import MSPROBE_FORMATS, DumpError, DumpIndex
 from tui_acc.dumps.tensors import TensorLoadError
 from tui_acc.pairing import NodePair, Pairing, TensorPair
 from tui_acc.replay.distance import distance
@@ -77,7 +77,7 @@ class LocalChecks:
 
         index = self.pairing.test
         found = index.tree.nodes.get(node.test)
-        api = api_of(node.test) if index.format.startswith("msprobe") else None
+        api = api_of(node.test) if index.format in MSPROBE_FORMATS else None
         return self.registry.find(api, found.type if found is not None else None) is not None
 
     def known_replay(self, node: NodePair) -> tuple[bool, NodeReplay | None]:

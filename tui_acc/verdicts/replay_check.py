@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from tui_acc.dumps.dtypes import dtype_name
-from tui_acc.dumps.model import DumpIndex
+from tui_acc.dumps.model import MSPROBE_FORMATS, DumpIndex
 from tui_acc.dumps.msprobe.passes import api_of
 from tui_acc.numbers import cosine, number
 from tui_acc.pairing import Pairing
@@ -204,7 +204,7 @@ def replay_side(
             side, node, node_type, "impossible", reason, reference, remedy=remedy(index.format, reason)
         )
 
-    api = api_of(node) if index.format.startswith("msprobe") else None
+    api = api_of(node) if index.format in MSPROBE_FORMATS else None
     entry = registry.find(api, node_type)
     if entry is None:
         return impossible(

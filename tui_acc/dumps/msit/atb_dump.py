@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from tui_acc.dumps.atb.executions import Topology, token_folders, tokens_of_folder, tokens_walked_lazily
-from tui_acc.dumps.fs import folder_problem, subdir_names, subdirs
+from tui_acc.dumps.fs import folder_problem, names_a_file, subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -157,13 +157,21 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, Path, int | None, list[
     return candidate, device_dir, only_dir, notes, ranks, picked
 
 
+_TRANSDATA = "TransdataOperation_0.json"
+
+
 # --- topology -----------------------------------------------------------------------------------
 
 
 def _read_topology(model_dir: Path, policy: LoadPolicy) -> tuple[Topology, list[Problem]]:
-    """The model topologies of model/{pid}/, and the files that could not be read."""
+    """The model topologies of model/{pid}/, and the files that could not be read.
+
+    A model's top-level operations are numbered from its first opName's suffix, plus one where the
+    model ran a TransdataOperation before them (``layer/{pid}/TransdataOperation_0.json``), as msit
+    numbers them (docs/formats.md §2.2)."""
     models = []
     problems: list[Problem] = []
+    shift = 1 if names_a_file(model_dir.parent.parent / "layer" / model_dir.name / _TRANSDATA) else 0
     for file in sorted(model_dir.glob("*.json")) if model_dir.is_dir() else []:
         try:
             # msit parses NaN/Infinity constants as null; so do we
@@ -171,7 +179,11 @@ def _read_topology(model_dir: Path, policy: LoadPolicy) -> tuple[Topology, list[
             nodes = raw.get("nodes") or []
             suffix = str(nodes[0].get("opName", "0")).rsplit("_", 1)[-1] if nodes else "0"
             models.append(
-                (str(raw.get("modelName", file.stem)), int(suffix) if suffix.isdigit() else 0, len(nodes))
+                (
+                    str(raw.get("modelName", file.stem)),
+                    (int(suffix) if suffix.isdigit() else 0) + shift,
+                    len(nodes),
+                )
             )
         except (OSError, ValueError, AttributeError) as exc:
             problems.append(Problem(str(file), f"unreadable model topology ({exc})"))
