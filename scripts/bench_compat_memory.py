@@ -32,7 +32,7 @@ _CHILD = """
 import json, sys
 from pathlib import Path
 from tui_acc import open_comparison
-from tui_acc.compat_report import compat_frame
+from tui_acc.reports.compat import compat_frame
 
 golden, test, tool = sys.argv[1:4]
 frame = compat_frame(open_comparison(Path(golden), Path(test), cache=False), tool)
@@ -43,7 +43,7 @@ print(json.dumps({"peak_mib": peak / 1024, "rows": frame.to_dicts()}))
 
 _IMPORTS = """
 from pathlib import Path
-import tui_acc.compat_report, tui_acc.session, torch, polars
+import tui_acc.reports.compat, tui_acc.session, torch, polars
 status = Path("/proc/self/status").read_text().splitlines()
 print(next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024)
 """

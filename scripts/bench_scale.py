@@ -118,7 +118,7 @@ def report(golden: Path, test: Path, tree: Path = REPO, every_token: bool = Fals
     code = (
         "import json, sys, resource\n"
         "from tui_acc import open_comparison\n"
-        "from tui_acc.report import build_report\n"
+        "from tui_acc.reports.pair import build_report\n"
         f"cmp = open_comparison({str(golden)!r}, {str(test)!r}, cache=False)\n"
         f"{work}"
         "total = sum(len(n.tensors) for t in cmp.pairing.tokens for n in cmp.pairing.node_pairs(t))\n"

@@ -517,9 +517,9 @@ def _run_single(args: argparse.Namespace, thresholds: Thresholds, settings: Redu
 
 
 def _report_single(cmp: Comparison, args: argparse.Namespace) -> int:
-    from tui_acc import anomaly_report as single
-    from tui_acc.export import ExportError, write_export
-    from tui_acc.report import EXIT_USAGE, UnknownToken
+    from tui_acc.reports import single
+    from tui_acc.reports.export import ExportError, write_export
+    from tui_acc.reports.pair import EXIT_USAGE, UnknownToken
 
     try:
         result = single.build_report(cmp, args.token)
@@ -591,8 +591,8 @@ def _print_redump(cmp: Comparison, settings: RedumpSettings, args: argparse.Name
 
 
 def _report(cmp: object, args: argparse.Namespace) -> int:
-    from tui_acc import report as rpt
-    from tui_acc.export import ExportError, with_provenance, write_export
+    from tui_acc.reports import pair as rpt
+    from tui_acc.reports.export import ExportError, with_provenance, write_export
 
     if args.compat and args.csv is None:  # said before the comparison, which may take minutes
         print("tui-acc: error: --compat writes a CSV: give --csv FILE", file=sys.stderr)
@@ -618,7 +618,7 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
     if args.csv is not None:
         try:
             if args.compat:  # exactly the tool's columns, for the tool's readers
-                from tui_acc.compat_report import compat_frame
+                from tui_acc.reports.compat import compat_frame
 
                 frame = compat_frame(cmp, args.compat)  # type: ignore[arg-type]
             else:  # as the TUI exports it: which dumps and thresholds it came from; .xlsx/.parquet by name
@@ -717,7 +717,7 @@ def _run_hunt(args: argparse.Namespace) -> int:
         print(f"tui-acc: error: {result.error}", file=sys.stderr)
     if args.no_tui or result.error is not None or result.comparison is None:
         if args.json:
-            from tui_acc.report import strict_json
+            from tui_acc.reports.pair import strict_json
 
             print(json.dumps(strict_json(summary), indent=2))
         else:
@@ -779,9 +779,9 @@ def _run_ranks(args: argparse.Namespace) -> int:
 
 
 def _report_ranks(check: object, args: argparse.Namespace) -> int:
-    from tui_acc import ranks_report
-    from tui_acc.export import ExportError, write_export
-    from tui_acc.report import strict_json
+    from tui_acc.reports import ranks as ranks_report
+    from tui_acc.reports.export import ExportError, write_export
+    from tui_acc.reports.pair import strict_json
 
     result = ranks_report.build_report(check)  # type: ignore[arg-type]
     if not result["collectives"]:

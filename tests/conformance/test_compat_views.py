@@ -27,10 +27,10 @@ from tests.conformance.rounding import (
 )
 from tui_acc import open_comparison
 from tui_acc.cli import main
-from tui_acc.compat_report import compat_frame
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
 from tui_acc.metrics.compat import MSIT_COLUMNS, MSPROBE_COLUMNS
+from tui_acc.reports.compat import compat_frame
 
 
 def _fp32(path: str) -> np.ndarray:

@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from tests.tui.conftest import settle
 from tui_acc import __version__
-from tui_acc.export import XLSX_HINT, ExportError, write_export
+from tui_acc.reports.export import XLSX_HINT, ExportError, write_export
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.export_dialog import ExportDialog
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tui_acc import anomaly_report as single
 from tui_acc.anomalies.rules import AnomalySettings, Inputs, anomaly
 from tui_acc.anomalies.session import open_single
 from tui_acc.cli import main
 from tui_acc.dumps.atb.bin import load_bin
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.writers.atb_bin import write_bin
+from tui_acc.reports import single
 
 
 def _device(dump: Path) -> Path:

@@ -278,7 +278,7 @@ def test_a_full_disk_while_exporting_leaves_no_partial_file(
 
     import polars as pl
 
-    from tui_acc import export
+    from tui_acc.reports import export
 
     target = tmp_path / "view.csv"
     target.write_text("the user's old file\n")
@@ -298,8 +298,8 @@ def test_a_full_disk_while_exporting_leaves_no_partial_file(
 def test_exports_caches_and_config_edits_get_the_users_umask(demo_pair, tmp_path: Path) -> None:
     import polars as pl
 
-    from tui_acc.export import write_csv
     from tui_acc.redump import remember_exec
+    from tui_acc.reports.export import write_csv
 
     old = os.umask(0o027)
     try:
@@ -366,7 +366,7 @@ def test_a_kill_during_an_export_leaves_neither_a_partial_file_nor_a_temporary(t
 import os, signal
 import polars as pl
 from tui_acc.cli import exit_on_signals
-from tui_acc.export import write_csv
+from tui_acc.reports.export import write_csv
 
 exit_on_signals()
 real = pl.DataFrame.write_csv
@@ -481,7 +481,7 @@ def test_an_unreadable_file_is_never_taken_for_the_culprit(demo_pair, tmp_path: 
 
 def test_the_compat_export_keeps_to_the_dump_as_the_comparison_does(demo_pair, tmp_path: Path) -> None:
     """One path policy: --compat reads tensor files only as the comparison would (no link out)."""
-    from tui_acc.compat_report import compat_frame
+    from tui_acc.reports.compat import compat_frame
 
     golden, test, device = _copy(demo_pair, tmp_path)
     outside = tmp_path / "elsewhere.pth"

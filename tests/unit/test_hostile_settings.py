@@ -17,7 +17,7 @@ import pytest
 
 from tui_acc.cli import main
 from tui_acc.config import ConfigError, load_config
-from tui_acc.export import ExportError, write_export
+from tui_acc.reports.export import ExportError, write_export
 
 # --- tui-acc.toml -------------------------------------------------------------------------------
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc import report as rpt
 from tui_acc.cli import main
 from tui_acc.config import ConfigError, load_config
 from tui_acc.demo import FAULT_MODULE, FAULT_TOKEN
 from tui_acc.dumps import DumpError
+from tui_acc.reports import pair as rpt
 from tui_acc.session import check_comparable, open_comparison
 from tui_acc.verdicts.noise import judged, noise_fields
 from tui_acc.verdicts.thresholds import Thresholds

@@ -15,7 +15,7 @@ from tui_acc.collectives.bound import beyond_bound, element_bound, gamma
 from tui_acc.collectives.check import RanksCheck
 from tui_acc.collectives.ranks import kind_of, open_ranks
 from tui_acc.dumps import DumpError
-from tui_acc.ranks_report import build_report
+from tui_acc.reports.ranks import build_report
 
 
 def _first_bad(check: RanksCheck) -> dict[str, object] | None:

@@ -166,9 +166,9 @@ def test_a_legacy_torch_file_without_torch_names_the_file_and_the_extra(tmp_path
 def test_torch_arithmetic_without_torch_names_the_extra() -> None:
     import numpy as np
 
-    from tui_acc.compat_report import _native_stats
     from tui_acc.dumps.torchfile.arrays import TorchMissing, to_torch
     from tui_acc.metrics.compat import msit_metrics
+    from tui_acc.reports.compat import _native_stats
 
     values = np.ones(4, np.float32)
     for call in (

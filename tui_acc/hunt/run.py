@@ -19,7 +19,7 @@ from tui_acc.hunt.blocks import find_blocks
 from tui_acc.redump.plan import RedumpError, RedumpPlan, Selection, build_plan, unused_name
 from tui_acc.redump.runner import EXIT_GRACE, RedumpRun
 from tui_acc.redump.settings import RedumpSettings
-from tui_acc.report import op_summary
+from tui_acc.reports.pair import op_summary
 from tui_acc.session import Comparison
 
 SIDES = ("golden", "test")

@@ -17,11 +17,11 @@ from typing import IO, Any
 from tui_acc import __version__, numbers
 from tui_acc.dumps.model import DumpError
 from tui_acc.dumps.tensors import TensorLoadError
-from tui_acc.export import ExportError, write_atomically
 from tui_acc.metrics.error_map import ErrorMap, error_map
 from tui_acc.metrics.kernels import ShapeMismatch
 from tui_acc.pairing import TensorPair
 from tui_acc.plots.svg import error_map_svg
+from tui_acc.reports.export import ExportError, write_atomically
 from tui_acc.session import Comparison
 
 MOST = 12  # pictures at most: an operator with many inputs (weights, caches) does not flood the folder

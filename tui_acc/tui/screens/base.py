@@ -79,7 +79,7 @@ class ViewScreen(TableScreen):
         """The view plus the comparison's provenance columns (both dumps' paths, the thresholds, the
         tui-acc version)."""
         # here, not at the top: export imports polars, which the first frame does without
-        from tui_acc.export import with_provenance
+        from tui_acc.reports.export import with_provenance
 
         return with_provenance(self.view_frame(), self.acc.comparison)
 

@@ -16,7 +16,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from tui_acc.export import ExportError, existing_target, expanded
+from tui_acc.reports.export import ExportError, existing_target, expanded
 from tui_acc.tui.title import shown_path
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def offer_export(
 ) -> None:
     """``e`` on any view: propose a fresh name in ``folder``, write ``frame`` where the user accepts
     (a failed write keeps the dialog open with the path as typed), and say where it went."""
-    from tui_acc.export import fresh_path, write_export  # polars: never before the first frame
+    from tui_acc.reports.export import fresh_path, write_export  # polars: never before the first frame
 
     def write(choice: ExportChoice) -> Path:
         return write_export(frame, choice.path, overwrite=choice.overwrite)
