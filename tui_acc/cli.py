@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tui_acc import __version__
-from tui_acc.config import Config, ConfigError, bound_argument, load_config
-from tui_acc.redump.settings import RUNS_DIR, RedumpSettings, SettingsError, load_settings, runs_dir
+from tui_acc.config import Config, bound_argument, load_config
+from tui_acc.errors import TuiAccError, UsageError
+from tui_acc.redump.settings import RUNS_DIR, RedumpSettings, load_settings, runs_dir
 from tui_acc.verdicts.thresholds import Thresholds
 
 if TYPE_CHECKING:
@@ -293,13 +294,9 @@ def _thresholds(args: argparse.Namespace) -> Thresholds:
     return thresholds
 
 
-def _configured(args: argparse.Namespace) -> tuple[Thresholds, RedumpSettings] | None:
-    """The thresholds and re-dump settings in force, or None once a bad config has been said."""
-    try:
-        return _thresholds(args), _redump_settings(args)
-    except (ConfigError, SettingsError) as exc:
-        print(f"tui-acc: error: {exc}", file=sys.stderr)
-        return None
+def _configured(args: argparse.Namespace) -> tuple[Thresholds, RedumpSettings]:
+    """The thresholds and re-dump settings in force (ConfigError, SettingsError: a bad config)."""
+    return _thresholds(args), _redump_settings(args)
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -340,6 +337,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["ranks", "--report", *(a for a in argv[1:] if a != "--ranks")]
     args = _parse(parser, argv)
     args.command_line = args_list  # as typed: what a warning tells the user to run instead
+    try:
+        return _run_command(args)
+    except TuiAccError as exc:  # bad input, said as it is: its message names the file or option
+        print(f"tui-acc: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run_command(args: argparse.Namespace) -> int:
     if args.command == "ranks":
         return _run_ranks(args)
     if args.command == "demo":
@@ -403,16 +408,10 @@ def _options_with_values(parser: argparse.ArgumentParser) -> dict[str, int]:
 
 
 def _run_compare(args: argparse.Namespace) -> int:
-    from tui_acc.dumps import DumpError
     from tui_acc.session import check_comparable, open_comparison
 
-    configured = _configured(args)
-    if configured is None:
-        return 2
-    thresholds, settings = configured
-    if problem := _forced_kernel_problem():
-        print(f"tui-acc: error: {problem}", file=sys.stderr)
-        return 2
+    thresholds, settings = _configured(args)
+    _check_forced_kernel()
     if args.test is None:
         return _run_single(args, thresholds, settings)
     if args.command == "report" and not args.redump_command:
@@ -434,12 +433,8 @@ def _run_compare(args: argparse.Namespace) -> int:
         follow_links=args.follow_links,
         baseline=args.baseline,
     )
-    try:
-        cmp = opener(args.golden, args.test)
-        check_comparable(cmp)  # the same dump twice, or nothing pairs: said, not shown as a result
-    except DumpError as exc:
-        print(f"tui-acc: error: {exc}", file=sys.stderr)
-        return 2
+    cmp = opener(args.golden, args.test)
+    check_comparable(cmp)  # the same dump twice, or nothing pairs: said, not shown as a result
     if args.command == "report":
         if args.redump_command:
             return _print_redump(cmp, settings, args)
@@ -474,33 +469,24 @@ _PAIR_ONLY = {
 def _run_single(args: argparse.Namespace, thresholds: Thresholds, settings: RedumpSettings) -> int:
     """``tui-acc DUMP`` and ``report DUMP``: one dump checked on its own (anomalies/)."""
     from tui_acc.anomalies.rules import AnomalySettings
-    from tui_acc.anomalies.rules import SettingsError as RulesError
     from tui_acc.anomalies.session import open_single
-    from tui_acc.dumps import DumpError
 
     given = [flag for name, flag in _PAIR_ONLY.items() if getattr(args, name, None) not in (None, False)]
     if given:
-        print(
-            f"tui-acc: error: {', '.join(given)} compare(s) two dumps: give GOLDEN and TEST", file=sys.stderr
-        )
-        return 2
+        raise UsageError(f"{', '.join(given)} compare(s) two dumps: give GOLDEN and TEST")
     config = _config(args)
-    try:
-        rules = AnomalySettings.from_table(
-            config.sections.get("anomalies"), " or ".join(config.sources) or "tui-acc.toml"
-        )
-        cmp = open_single(
-            args.golden,
-            rules,
-            thresholds,
-            logits_node=args.logits_node,
-            token_offset=args.token_offset,
-            rank=args.rank,
-            follow_links=args.follow_links,
-        )
-    except (RulesError, DumpError) as exc:
-        print(f"tui-acc: error: {exc}", file=sys.stderr)
-        return 2
+    rules = AnomalySettings.from_table(
+        config.sections.get("anomalies"), " or ".join(config.sources) or "tui-acc.toml"
+    )
+    cmp = open_single(
+        args.golden,
+        rules,
+        thresholds,
+        logits_node=args.logits_node,
+        token_offset=args.token_offset,
+        rank=args.rank,
+        follow_links=args.follow_links,
+    )
     if args.command == "report":
         return _report_single(cmp, args)
     from tui_acc.redump.runner import EXIT_GRACE
@@ -518,20 +504,11 @@ def _run_single(args: argparse.Namespace, thresholds: Thresholds, settings: Redu
 
 def _report_single(cmp: Comparison, args: argparse.Namespace) -> int:
     from tui_acc.reports import single
-    from tui_acc.reports.export import ExportError, write_export
-    from tui_acc.reports.pair import EXIT_USAGE, UnknownToken
+    from tui_acc.reports.export import write_export
 
-    try:
-        result = single.build_report(cmp, args.token)
-    except UnknownToken as exc:
-        print(f"tui-acc: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    result = single.build_report(cmp, args.token)
     if args.csv is not None:
-        try:
-            result["csv"] = str(write_export(single.csv_frame(result), args.csv, overwrite=args.force))
-        except ExportError as exc:
-            print(f"tui-acc: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+        result["csv"] = str(write_export(single.csv_frame(result), args.csv, overwrite=args.force))
     if args.json:
         print(json.dumps(single.strict_json(single.public(result)), indent=2, allow_nan=False))
     else:
@@ -541,35 +518,28 @@ def _report_single(cmp: Comparison, args: argparse.Namespace) -> int:
     return single.exit_code(result)
 
 
-def _forced_kernel_problem() -> str | None:
-    """Why a TUI_ACC_KERNEL that is set cannot be honoured (said once here, not as every pair's
-    error). Looked at only when set (fastkernel.ENV): fastkernel imports numpy, which the TUI's first
-    frame does without."""
+def _check_forced_kernel() -> None:
+    """KernelUnavailable where a TUI_ACC_KERNEL that is set cannot be honoured (said once here, not
+    as every pair's error). Looked at only when set (fastkernel.ENV): fastkernel imports numpy, which
+    the TUI's first frame does without."""
     if not os.environ.get("TUI_ACC_KERNEL", "").strip():
-        return None
-    from tui_acc.metrics.fastkernel import KernelUnavailable, check_forced
+        return
+    from tui_acc.metrics.fastkernel import check_forced
 
-    try:
-        check_forced()
-    except KernelUnavailable as exc:
-        return str(exc)
-    return None
+    check_forced()
 
 
 def _print_redump(cmp: Comparison, settings: RedumpSettings, args: argparse.Namespace) -> int:
     """``report --redump-command``: what ``r`` in the TUI would run, for scripts."""
     from datetime import datetime
 
-    from tui_acc.redump import RedumpError
     from tui_acc.redump.select import plan_for
 
     token = args.token if args.token is not None else cmp.engine.first_failing_token()
     if token is None:
-        print("tui-acc: error: no failing token; give --token N", file=sys.stderr)
-        return 2
+        raise UsageError("no failing token; give --token N")
     if token not in cmp.pairing.tokens:
-        print(f"tui-acc: error: token {token} is not in both dumps", file=sys.stderr)
-        return 2
+        raise UsageError(f"token {token} is not in both dumps")
     node = args.redump_node
     if node is None:
         found = cmp.engine.first_failing_op(token)
@@ -577,57 +547,35 @@ def _print_redump(cmp: Comparison, settings: RedumpSettings, args: argparse.Name
     elif node == "all":
         node = None
     elif node not in {n.golden for n in cmp.pairing.node_pairs(token)}:
-        print(
-            f"tui-acc: error: --redump-node {node!r} is not a paired node at token {token}", file=sys.stderr
-        )
-        return 2
-    try:
-        plan = plan_for(cmp, settings, args.redump_side, token, node, datetime.now())
-    except RedumpError as exc:
-        print(f"tui-acc: error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--redump-node {node!r} is not a paired node at token {token}")
+    plan = plan_for(cmp, settings, args.redump_side, token, node, datetime.now())
     print(plan.describe())
     return 0
 
 
 def _report(cmp: object, args: argparse.Namespace) -> int:
     from tui_acc.reports import pair as rpt
-    from tui_acc.reports.export import ExportError, with_provenance, write_export
+    from tui_acc.reports.export import with_provenance, write_export
 
     if args.compat and args.csv is None:  # said before the comparison, which may take minutes
-        print("tui-acc: error: --compat writes a CSV: give --csv FILE", file=sys.stderr)
-        return rpt.EXIT_USAGE
+        raise UsageError("--compat writes a CSV: give --csv FILE")
     if args.compat:  # the tools' own arithmetic is torch's: said before the comparison too
-        from tui_acc.dumps.torchfile.arrays import TorchMissing, require_torch
+        from tui_acc.dumps.torchfile.arrays import require_torch
 
-        try:
-            require_torch(f"report --compat {args.compat}")
-        except TorchMissing as exc:
-            print(f"tui-acc: error: {exc}", file=sys.stderr)
-            return rpt.EXIT_USAGE
-    try:
-        result = rpt.build_report(cmp, args.token, all_tokens=args.all_tokens)  # type: ignore[arg-type]
-    except rpt.UnknownToken as exc:
-        print(f"tui-acc: error: {exc}", file=sys.stderr)
-        return rpt.EXIT_USAGE
+        require_torch(f"report --compat {args.compat}")
+    result = rpt.build_report(cmp, args.token, all_tokens=args.all_tokens)  # type: ignore[arg-type]
     if result["swapped"]:
         result["swapped"]["command"] = _swapped_command(args)
-    if args.replay is not None and (problem := _replay_into(cmp, args, result)):  # type: ignore[arg-type]
-        print(f"tui-acc: error: {problem}", file=sys.stderr)
-        return rpt.EXIT_USAGE
+    if args.replay is not None:
+        _replay_into(cmp, args, result)  # type: ignore[arg-type]
     if args.csv is not None:
-        try:
-            if args.compat:  # exactly the tool's columns, for the tool's readers
-                from tui_acc.reports.compat import compat_frame
+        if args.compat:  # exactly the tool's columns, for the tool's readers
+            from tui_acc.reports.compat import compat_frame
 
-                frame = compat_frame(cmp, args.compat)  # type: ignore[arg-type]
-            else:  # as the TUI exports it: which dumps and thresholds it came from; .xlsx/.parquet by name
-                frame = with_provenance(rpt.csv_frame(result), cmp)  # type: ignore[arg-type]
-            written = write_export(frame, args.csv, overwrite=args.force)
-        except ExportError as exc:
-            print(f"tui-acc: error: {exc}", file=sys.stderr)
-            return rpt.EXIT_USAGE
-        result["csv"] = str(written)
+            frame = compat_frame(cmp, args.compat)  # type: ignore[arg-type]
+        else:  # as the TUI exports it: which dumps and thresholds it came from; .xlsx/.parquet by name
+            frame = with_provenance(rpt.csv_frame(result), cmp)  # type: ignore[arg-type]
+        result["csv"] = str(write_export(frame, args.csv, overwrite=args.force))
     plots = None
     if args.plot is not None:  # after the CSV: a folder of pictures is the slow part, and the optional one
         from tui_acc.plots.ticket import write_plots
@@ -658,15 +606,15 @@ def _swapped_command(args: argparse.Namespace) -> str | None:
     return swapped_command(args.command_line, args.golden, args.test)
 
 
-def _replay_into(cmp: Comparison, args: argparse.Namespace, result: dict[str, object]) -> str | None:
+def _replay_into(cmp: Comparison, args: argparse.Namespace, result: dict[str, object]) -> None:
     """``report --replay NODE``: the node's replay on both sides into ``result`` (``replay`` in the JSON);
-    what stops it (no token, an unknown node, a malformed [replay] table) is returned to be said."""
+    what stops it (no token, an unknown node, a malformed [replay] table) is a UsageError."""
     from tui_acc.replay.registry import Registry, RegistryError
     from tui_acc.verdicts.replay_check import UnknownNode, replay_node
 
     token = args.token if args.token is not None else result["analysed_token"]
     if not isinstance(token, int):
-        return "--replay needs a token: no token fails; give --token N"
+        raise UsageError("--replay needs a token: no token fails; give --token N")
     config = _config(args)
     try:
         registry = Registry.from_config(
@@ -674,20 +622,16 @@ def _replay_into(cmp: Comparison, args: argparse.Namespace, result: dict[str, ob
         )
         replay = replay_node(cmp, token, args.replay, registry)
     except (RegistryError, UnknownNode) as exc:
-        return f"--replay: {exc}"
+        raise UsageError(f"--replay: {exc}") from exc
     result["replay"] = replay.as_dict()
     result["_replay"] = replay
-    return None
 
 
 def _run_hunt(args: argparse.Namespace) -> int:
     from tui_acc.hunt.run import DEFAULT_LOGITS_NODE, Hunt
     from tui_acc.session import open_comparison
 
-    configured = _configured(args)
-    if configured is None:
-        return 2
-    thresholds, settings = configured
+    thresholds, settings = _configured(args)
     quiet = args.json and args.no_tui
     log = sys.stderr if quiet else sys.stdout  # --json: stdout holds the one object
 
@@ -758,18 +702,13 @@ def _run_ranks(args: argparse.Namespace) -> int:
     """``tui-acc ranks DUMP`` (the TUI) and ``report --ranks DUMP`` (text, --json, --csv)."""
     from tui_acc.collectives.check import RanksCheck
     from tui_acc.collectives.ranks import open_ranks
-    from tui_acc.collectives.settings import SettingError, checked_margin, margin_of
-    from tui_acc.dumps import DumpError
+    from tui_acc.collectives.settings import checked_margin, margin_of
 
-    try:
-        config = _config(args)
-        margin = margin_of(config.sections.get("collectives"), " or ".join(config.sources) or "tui-acc.toml")
-        if args.margin is not None:
-            margin = checked_margin(args.margin, "--margin")
-        check = RanksCheck(open_ranks(str(args.dump), follow_links=args.follow_links), margin)
-    except (ConfigError, SettingError, DumpError) as exc:
-        print(f"tui-acc: error: {exc}", file=sys.stderr)
-        return 2
+    config = _config(args)
+    margin = margin_of(config.sections.get("collectives"), " or ".join(config.sources) or "tui-acc.toml")
+    if args.margin is not None:
+        margin = checked_margin(args.margin, "--margin")
+    check = RanksCheck(open_ranks(str(args.dump), follow_links=args.follow_links), margin)
     if args.report or args.json or args.csv is not None:
         return _report_ranks(check, args)
     from tui_acc.tui.ranks_app import RanksApp
@@ -779,26 +718,21 @@ def _run_ranks(args: argparse.Namespace) -> int:
 
 
 def _report_ranks(check: object, args: argparse.Namespace) -> int:
+    from tui_acc.dumps import DumpError
     from tui_acc.reports import ranks as ranks_report
-    from tui_acc.reports.export import ExportError, write_export
+    from tui_acc.reports.export import write_export
     from tui_acc.reports.pair import strict_json
 
     result = ranks_report.build_report(check)  # type: ignore[arg-type]
     if not result["collectives"]:
-        print(
-            f"tui-acc: error: {args.dump}: no collective operator found in any rank (ATB AllReduceOperation, "
+        raise DumpError(
+            f"{args.dump}: no collective operator found in any rank (ATB AllReduceOperation, "
             "ReduceScatterOperation, AllGatherOperation; msprobe Distributed.all_reduce/reduce_scatter/"
-            "all_gather records)",
-            file=sys.stderr,
+            "all_gather records)"
         )
-        return 2
     if args.csv is not None:
-        try:
-            frame = ranks_report.with_provenance(ranks_report.csv_frame(result), check)  # type: ignore[arg-type]
-            result["csv"] = str(write_export(frame, args.csv, overwrite=args.force))
-        except ExportError as exc:
-            print(f"tui-acc: error: {exc}", file=sys.stderr)
-            return 2
+        frame = ranks_report.with_provenance(ranks_report.csv_frame(result), check)  # type: ignore[arg-type]
+        result["csv"] = str(write_export(frame, args.csv, overwrite=args.force))
     if args.json:
         print(json.dumps(strict_json(result), indent=2, allow_nan=False))
     else:
@@ -809,15 +743,10 @@ def _report_ranks(check: object, args: argparse.Namespace) -> int:
 
 
 def _run_ranks_demo(args: argparse.Namespace) -> int:
-    from tui_acc.demo import DemoError
     from tui_acc.demo.tensor_parallel import make_ranks_demo
 
     out = args.out if args.out is not None else Path(RUNS_DIR) / "demo-ranks"
-    try:
-        demo = make_ranks_demo(out, world=args.ranks, seed=args.seed, progress=print)
-    except DemoError as exc:
-        print(f"tui-acc: error: {exc}", file=sys.stderr)
-        return 2
+    demo = make_ranks_demo(out, world=args.ranks, seed=args.seed, progress=print)
     print(demo.describe())
     if args.no_tui:
         return 0
@@ -831,19 +760,15 @@ def _run_ranks_demo(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from tui_acc.demo import DemoError, make_baseline, make_demo
+    from tui_acc.demo import make_baseline, make_demo
 
     if args.ranks is not None:
         return _run_ranks_demo(args)
     if args.out is None:
         args.out = Path(RUNS_DIR) / "demo"
-    try:
-        layout = "mindie" if args.mindie else "atb" if args.atb else "torch"
-        demo = make_demo(args.out, seed=args.seed, progress=print, layout=layout, layers=args.layers)
-        baseline = make_baseline(demo, progress=print) if args.baseline else None
-    except DemoError as exc:
-        print(f"tui-acc: error: {exc}", file=sys.stderr)
-        return 2
+    layout = "mindie" if args.mindie else "atb" if args.atb else "torch"
+    demo = make_demo(args.out, seed=args.seed, progress=print, layout=layout, layers=args.layers)
+    baseline = make_baseline(demo, progress=print) if args.baseline else None
     print(demo.describe())
     if baseline is not None:
         print(f"baseline dump (bfloat16, rounding toward zero): {baseline}")
@@ -858,12 +783,8 @@ def _run_demo(args: argparse.Namespace) -> int:
         "operator; r re-dumps just that operator."
     )
     # the demo's tui-acc.toml tells r how to re-dump it (with the demo's own inference script)
-    try:
-        config = load_config(demo.out / "tui-acc.toml" if (demo.out / "tui-acc.toml").is_file() else None)
-        settings = load_settings(config.sections.get("redump"), " or ".join(config.sources))
-    except (ConfigError, SettingsError) as exc:
-        print(f"tui-acc: error: {exc}", file=sys.stderr)
-        return 2
+    config = load_config(demo.out / "tui-acc.toml" if (demo.out / "tui-acc.toml").is_file() else None)
+    settings = load_settings(config.sections.get("redump"), " or ".join(config.sources))
     opener = functools.partial(open_comparison, thresholds=config.thresholds, baseline=baseline)
     AccApp(opener(demo.golden, demo.test), greeting=hint, redump=settings, opener=opener).run()
     return 0

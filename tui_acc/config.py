@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tui_acc.errors import TuiAccError
 from tui_acc.verdicts.thresholds import DTYPES, Rule, Thresholds
 
 if sys.version_info >= (3, 11):
@@ -74,7 +75,7 @@ _RANGES: dict[str, tuple[float, float]] = {
 }
 
 
-class ConfigError(ValueError):
+class ConfigError(TuiAccError, ValueError):
     """A config file that cannot be used; the message names the file and the problem."""
 
 

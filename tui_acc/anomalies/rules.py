@@ -21,11 +21,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tui_acc.errors import TuiAccError
+
 FLOAT16_MAX = 65504.0
 KINDS = ("nan", "inf", "overflow", "zeros", "jump")
 
 
-class SettingsError(ValueError):
+class AnomalySettingsError(TuiAccError, ValueError):
     """An ``[anomalies]`` table that cannot be used; the message names the file and the key."""
 
 
@@ -40,16 +42,18 @@ class AnomalySettings:
         if table is None:
             return cls()
         if not isinstance(table, dict):
-            raise SettingsError(f"{where}: [anomalies] must be a table")
+            raise AnomalySettingsError(f"{where}: [anomalies] must be a table")
         unknown = set(table) - {"jump_factor", "jump_floor"}
         if unknown:
-            raise SettingsError(
+            raise AnomalySettingsError(
                 f"{where}: [anomalies]: unknown keys {sorted(unknown)}; known: jump_factor, jump_floor"
             )
         values = {}
         for key, value in table.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise SettingsError(f"{where}: anomalies.{key} must be a positive number, not {value!r}")
+                raise AnomalySettingsError(
+                    f"{where}: anomalies.{key} must be a positive number, not {value!r}"
+                )
             values[key] = float(value)
         return cls(**values)
 

@@ -10,9 +10,10 @@ import math
 from typing import Any
 
 from tui_acc.collectives.bound import DEFAULT_MARGIN
+from tui_acc.errors import TuiAccError
 
 
-class SettingError(ValueError):
+class SettingError(TuiAccError, ValueError):
     """A ``[collectives]`` table that cannot be used; the message names the file."""
 
 

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 from tui_acc.collectives.bound import Reduction
 from tui_acc.collectives.ranks import Collective, RankSet
 from tui_acc.dumps import TensorRef
+from tui_acc.errors import TuiAccError
 
 if TYPE_CHECKING:
     import numpy as np
 
 
-class CheckFailed(Exception):
+class CheckFailed(TuiAccError):
     """What stops one collective (or one rank of it) from being judged; the message names the file."""
 
 

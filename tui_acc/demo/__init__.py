@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tui_acc import __version__
+from tui_acc.errors import TuiAccError
 
 
-class DemoError(Exception):
+class DemoError(TuiAccError):
     """The demo cannot be written where asked."""
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.errors import TuiAccError
 
 # "param" is a module parameter (a weight) recorded with the call, as msprobe does.
 Role = Literal["input", "output", "param"]
@@ -40,7 +41,7 @@ def logical_name(name: str) -> str:
     return _CALL_SUFFIX.sub(".forward", name) if name.endswith(tuple("0123456789")) else name
 
 
-class DumpError(Exception):
+class DumpError(TuiAccError):
     """A dump root that cannot be used at all (the message names the path and the problem)."""
 
 

@@ -23,9 +23,10 @@ from tui_acc.dumps.mapped import map_bytes
 from tui_acc.dumps.policy import LoadPolicy, OutsideDump
 from tui_acc.dumps.torchfile.fallback import FallbackRefused, load_through_torch
 from tui_acc.dumps.torchfile.reader import NeedsTorch, RefusedGlobal, TorchFileError, read_torch_file
+from tui_acc.errors import TuiAccError
 
 
-class TensorLoadError(Exception):
+class TensorLoadError(TuiAccError):
     """A tensor file that cannot be used; the message names the file and the problem."""
 
     def __init__(self, path: Path, problem: str) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tui_acc.dumps import ATB_FORMATS, DumpError, DumpIndex
+from tui_acc.errors import TuiAccError
 from tui_acc.hunt.blocks import find_blocks
 from tui_acc.redump.plan import RedumpError, RedumpPlan, Selection, build_plan, unused_name
 from tui_acc.redump.runner import EXIT_GRACE, RedumpRun
@@ -31,7 +32,7 @@ EXIT_CLEAN, EXIT_FOUND, EXIT_CANNOT, EXIT_INTERRUPTED = 0, 1, 2, 130
 LOG_TAIL = 12
 
 
-class HuntError(Exception):
+class HuntError(TuiAccError):
     """A step cannot run or its dumps cannot be compared; the message says which, and where its log is."""
 
 

@@ -26,6 +26,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from tui_acc.errors import TuiAccError
+
 ENV = "TUI_ACC_KERNEL"
 # in the order they are tried
 KERNELS = ("c", "numba", "numpy")
@@ -33,7 +35,7 @@ KERNELS = ("c", "numba", "numpy")
 Sweep = Callable[[Any, Any, int, bool, Any, Any], None]
 
 
-class KernelUnavailable(RuntimeError):
+class KernelUnavailable(TuiAccError, RuntimeError):
     """``TUI_ACC_KERNEL`` names a kernel that is unknown or not available on this machine."""
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tui_acc.dumps.dtypes import dtype_name, is_complex, is_float, widened
+from tui_acc.errors import TuiAccError
 from tui_acc.metrics import fastkernel
 from tui_acc.metrics import kernel_layout as layout
 
@@ -38,7 +39,7 @@ REL_ERR_FLOOR = 1.1920928955078125e-07
 CHUNK_ELEMENTS = 1 << 18
 
 
-class ShapeMismatch(ValueError):
+class ShapeMismatch(TuiAccError, ValueError):
     """The two tensors hold a different number of elements."""
 
 

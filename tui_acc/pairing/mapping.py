@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tui_acc.errors import TuiAccError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
@@ -47,7 +49,7 @@ BUILTIN_TYPES: dict[str, tuple[str, ...]] = {
 _NAME = re.compile(r"^[A-Za-z0-9_]*$")
 
 
-class MappingError(ValueError):
+class MappingError(TuiAccError, ValueError):
     """A mapping file that cannot be used; the message names the file and the problem."""
 
 

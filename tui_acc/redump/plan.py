@@ -29,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tui_acc.dumps.msprobe.passes import is_module
+from tui_acc.errors import TuiAccError
 from tui_acc.redump.settings import SideSettings
 from tui_acc.redump.sglang import sglang_dumper_env, sglang_msprobe_config
 
@@ -40,7 +41,7 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9_./][A-Za-z0-9_.\-/]*$")
 _ATB_PART = re.compile(r"^(\d+)_[A-Za-z0-9]")
 
 
-class RedumpError(ValueError):
+class RedumpError(TuiAccError, ValueError):
     """A re-dump that cannot be built: the message says what to change."""
 
 

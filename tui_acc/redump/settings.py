@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from tui_acc.atomic import temp_beside
 from tui_acc.config import FILE_NAME, tomllib
+from tui_acc.errors import TuiAccError
 
 if TYPE_CHECKING:
     from tui_acc.dumps.model import Format
@@ -55,7 +56,7 @@ DUMPER_OF_FORMAT: dict[Format, str] = {
 }
 
 
-class SettingsError(ValueError):
+class SettingsError(TuiAccError, ValueError):
     """A [redump] table that cannot be used; the message names the file and the key."""
 
 

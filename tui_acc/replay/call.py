@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tui_acc.dumps.dtypes import is_float, widened
+from tui_acc.errors import TuiAccError
 from tui_acc.replay.sampling import Sample
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 Precision = type[np.floating[Any]]  # the arithmetic's float type
 
 
-class ReplayImpossible(Exception):
+class ReplayImpossible(TuiAccError):
     """The node cannot be replayed; the message says why ("weights not dumped", "inputs missing: x")."""
 
 

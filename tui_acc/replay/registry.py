@@ -25,17 +25,18 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tui_acc.errors import TuiAccError
 from tui_acc.replay import atb_ops, torch_ops
 
 ENTRY_POINT_GROUP = "tui_acc.replay"
 Reference = Callable[..., Any]
 
 
-class RegistryError(ValueError):
+class RegistryError(TuiAccError, ValueError):
     """A ``[replay]`` table that cannot be used (the message names the file and the key)."""
 
 
-class PluginError(Exception):
+class PluginError(TuiAccError):
     """A user's reference that cannot be loaded or that failed (the message names it)."""
 
 

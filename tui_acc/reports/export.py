@@ -23,6 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 from tui_acc import __version__
 from tui_acc.atomic import temp_beside
 from tui_acc.dumps.fs import file_kind
+from tui_acc.errors import TuiAccError
 from tui_acc.session import Comparison
 
 if TYPE_CHECKING:  # polars is imported where a frame is made: the TUI's first frame comes before it
@@ -39,7 +40,7 @@ _RED = {"bg_color": "#FFC7CE", "font_color": "#9C0006", "bold": True}
 _GREEN = {"bg_color": "#C6EFCE", "font_color": "#006100"}
 
 
-class ExportError(Exception):
+class ExportError(TuiAccError):
     """The file could not be written; the message names the file and the reason."""
 
 

@@ -9,6 +9,7 @@ import polars as pl
 
 from tui_acc import __version__, numbers
 from tui_acc.dumps import DumpIndex
+from tui_acc.errors import TuiAccError
 from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, NOISE_COLUMNS
 from tui_acc.rows import Row
 from tui_acc.session import Comparison
@@ -53,7 +54,7 @@ _NOISE_OP_FIELDS = (
 _LABELS = {"local": "local", "inherited": "inherited", "contains": "containing it"}
 
 
-class UnknownToken(ValueError):
+class UnknownToken(TuiAccError, ValueError):
     """``--token`` names a token that is not in both dumps."""
 
 

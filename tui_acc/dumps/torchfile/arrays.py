@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tui_acc.dumps.dtypes import NUMPY_NATIVE, REINTERPRETED, numpy_dtype
+from tui_acc.errors import TuiAccError
 
 if TYPE_CHECKING:
     import torch
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 EXTRA = "tui-acc[torch]"
 
 
-class TorchMissing(ImportError):
+class TorchMissing(TuiAccError, ImportError):
     """What was asked needs torch, and torch is not installed; str() says what, and how to get it."""
 
 
