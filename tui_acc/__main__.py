@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 
 raise SystemExit(main())

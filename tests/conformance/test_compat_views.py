@@ -26,7 +26,7 @@ from tests.conformance.rounding import (
     rounded_apart,
 )
 from tui_acc import open_comparison
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
 from tui_acc.metrics.compat import MSIT_COLUMNS, MSPROBE_COLUMNS

@@ -60,7 +60,7 @@ _PEAK = (
 def run_report(golden: Path, test: Path, prelude: str = "") -> Outcome:
     """``tui-acc report golden test --json --no-cache`` in a subprocess (``prelude``: Python run first
     in it), waited for on its pidfd up to WALL_SECONDS."""
-    code = f"{_PEAK}{prelude}\nfrom tui_acc.cli import main\nraise SystemExit(main(sys.argv[2:]))\n"
+    code = f"{_PEAK}{prelude}\nfrom tui_acc.cli.main import main\nraise SystemExit(main(sys.argv[2:]))\n"
     args = ["report", str(golden), str(test), "--json", "--no-cache"]
     with tempfile.TemporaryDirectory() as scratch:
         out, err, peak = (Path(scratch) / name for name in ("out", "err", "peak"))

@@ -53,7 +53,7 @@ def run_headless(app):
 
 TokenScreen._after_first_frame = observed
 app_module.AccApp.run = run_headless  # the rest is what `tui-acc GOLDEN TEST` does
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 
 assert main([sys.argv[1], sys.argv[2], "--no-cache"]) == 0
 print(json.dumps(seen))

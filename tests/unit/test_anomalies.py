@@ -16,7 +16,7 @@ import pytest
 
 from tui_acc.anomalies.rules import AnomalySettings, Inputs, anomaly
 from tui_acc.anomalies.session import open_single
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 from tui_acc.dumps.atb.bin import load_bin
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.writers.atb_bin import write_bin

@@ -17,7 +17,7 @@ import torch
 
 from tests.conftest import device_dir
 from tui_acc import open_comparison
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 
 FAULT_OP = "root.model.layers.2.mlp.down_proj"
 
@@ -365,7 +365,7 @@ def test_a_kill_during_an_export_leaves_neither_a_partial_file_nor_a_temporary(t
     script = f"""
 import os, signal
 import polars as pl
-from tui_acc.cli import exit_on_signals
+from tui_acc.cli.main import exit_on_signals
 from tui_acc.reports.export import write_csv
 
 exit_on_signals()

@@ -207,7 +207,7 @@ def test_rows_of_dumps_not_looked_at_for_a_month_are_pruned(tmp_path: Path) -> N
 def test_a_cache_that_cannot_be_written_says_so(demo_pair, tmp_path: Path, monkeypatch, capsys) -> None:
     import json
 
-    from tui_acc.cli import main
+    from tui_acc.cli.main import main
 
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("a file where the cache folder should be")

@@ -273,10 +273,10 @@ def test_forcing_an_unknown_or_missing_kernel_is_an_error(monkeypatch: pytest.Mo
 def test_the_cli_says_once_that_a_forced_kernel_is_not_here(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tui_acc import cli
+    from tui_acc.cli.main import main
 
     monkeypatch.setenv(fastkernel.ENV, "cuda")
-    assert cli.main(["report", str(tmp_path), str(tmp_path)]) == 2
+    assert main(["report", str(tmp_path), str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == (
         "tui-acc: error: TUI_ACC_KERNEL='cuda': expected one of c, numba, numpy"
     )

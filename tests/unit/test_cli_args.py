@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc.cli import _parse, build_parser, command_first, main
+from tui_acc.cli.main import main
+from tui_acc.cli.parser import build_parser, command_first, parse
 
 
 def _parsed(*argv: str):
     parser = build_parser()
-    return _parse(parser, command_first(parser, list(argv)))
+    return parse(parser, command_first(parser, list(argv)))
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tui_acc import open_comparison
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 from tui_acc.dumps import DumpError, open_dump
 from tui_acc.redump import RedumpSettings, SideSettings
 from tui_acc.redump.select import plan_for

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 from tui_acc.redump.select import plan_for
 from tui_acc.tui.app import AccApp
 

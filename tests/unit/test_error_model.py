@@ -246,7 +246,7 @@ def test_two_files_of_scalars_or_constants_fail_by_their_values(tmp_path, capsys
     """report on two single tensor files: a cosine of 1 no longer passes what differs."""
     import json
 
-    from tui_acc.cli import main
+    from tui_acc.cli.main import main
     from tui_acc.dumps.writers.torch_file import write_torch_file
 
     write_torch_file(tmp_path / "golden.pt", golden)

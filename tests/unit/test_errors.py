@@ -75,7 +75,7 @@ def test_the_command_line_says_any_of_them_and_exits_2(
 ) -> None:
     """An error no command catches itself (a tensor file, while the ranks are opened) is said, not a
     traceback: the one handler around every command."""
-    from tui_acc.cli import main
+    from tui_acc.cli.main import main
     from tui_acc.collectives import ranks
     from tui_acc.dumps.tensors import TensorLoadError
 

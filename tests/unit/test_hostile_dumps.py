@@ -132,7 +132,7 @@ def test_a_deep_construct_json_is_named_and_the_calls_compared(model_case, tmp_p
 
 
 def test_a_deep_dump_json_is_named(model_case, tmp_path: Path, capsys) -> None:
-    from tui_acc.cli import main
+    from tui_acc.cli.main import main
 
     golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
     (rank / "dump.json").write_text(DEEP)

@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 from tui_acc.config import ConfigError, load_config
 from tui_acc.reports.export import ExportError, write_export
 

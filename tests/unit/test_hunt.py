@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 from tui_acc.demo import FAULT_MODULE, FAULT_TOKEN, make_demo
 from tui_acc.dumps.msit.torch_dump import read as read_msit_torch
 from tui_acc.hunt.blocks import find_blocks

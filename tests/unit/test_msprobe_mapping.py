@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 from tui_acc.dumps import DumpError
 from tui_acc.pairing.msprobe_layers import compile_rules, map_records
 from tui_acc.session import open_comparison

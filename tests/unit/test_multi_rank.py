@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tui_acc import open_comparison
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 from tui_acc.dumps import DumpError, open_dump
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor

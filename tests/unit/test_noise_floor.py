@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 from tui_acc.config import ConfigError, load_config
 from tui_acc.demo import FAULT_MODULE, FAULT_TOKEN
 from tui_acc.dumps import DumpError

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import device_dir
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 
 
 @pytest.fixture

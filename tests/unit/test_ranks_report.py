@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.ranks_dumps import op_name, write_atb_run
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 
 ROW_KEYS = {
     "token",

@@ -286,7 +286,7 @@ def _live_members(group: int) -> list[int]:
 def test_report_prints_the_redump_command_for_the_first_failing_op(
     demo_pair, tmp_path: Path, capsys, monkeypatch
 ) -> None:
-    from tui_acc.cli import main
+    from tui_acc.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "tui-acc.toml"

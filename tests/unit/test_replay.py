@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 from tui_acc.dumps.msprobe.passes import api_of
 from tui_acc.replay import registry as registry_module
 from tui_acc.replay.registry import Registry, RegistryError
@@ -281,7 +281,7 @@ def test_report_replay_never_imports_torch(l1) -> None:
     folder, case, _ = l1
     script = (
         "import sys, io, contextlib\n"
-        "from tui_acc.cli import main\n"
+        "from tui_acc.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    code = main(sys.argv[1:])\n"
         "print(code, 'torch' in sys.modules)\n"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 from tui_acc.replay.remedy import remedy
 from tui_acc.session import open_comparison
 from tui_acc.verdicts.replay_check import replay_node

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.conftest import device_dir
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 
 BROKEN_OP = "root.model.layers.1.mlp.down_proj"  # not the logits: the token's verdict stays a pass
 DAMAGED = "root.model.layers.0.mlp.up_proj"

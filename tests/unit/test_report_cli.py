@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 
 
 def _json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:

@@ -6,7 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 
 SVG = "{http://www.w3.org/2000/svg}"
 

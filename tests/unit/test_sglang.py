@@ -18,7 +18,7 @@ import torch
 
 from tests.conftest import REPO
 from tui_acc import open_comparison
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 from tui_acc.dumps import DumpError, TensorLoadError, load_tensor, open_dump
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.sglang.dump import merge_of_dims, parse_name

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 from tui_acc.sides import less_precise, swapped_command, swapped_sides
 
 

@@ -17,7 +17,7 @@ from tests.conftest import REPO
 # the report's JSON on stdout stays whole).
 _REPORT_AND_TELL = """
 import sys
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 code = main(["report", "--json", "--no-cache", *sys.argv[1:]])
 print(sorted(m for m in ("torch", "pandas") if m in sys.modules), code, file=sys.stderr)
 """
@@ -184,7 +184,7 @@ def test_torch_arithmetic_without_torch_names_the_extra() -> None:
 
 @pytest.mark.usefixtures("without_torch")
 def test_report_compat_without_torch_says_so_and_writes_nothing(demo_pair, tmp_path: Path, capsys) -> None:
-    from tui_acc.cli import main
+    from tui_acc.cli.main import main
 
     csv = tmp_path / "msit.csv"
     argv = [

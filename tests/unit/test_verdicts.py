@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tui_acc import open_comparison
-from tui_acc.cli import main
+from tui_acc.cli.main import main
 from tui_acc.config import ConfigError, load_config
 from tui_acc.verdicts.local import LocalChecks
 from tui_acc.verdicts.thresholds import (

@@ -1,0 +1,6 @@
+"""Command line: ``tui-acc GOLDEN TEST``, ``tui-acc report``, ``tui-acc demo``, ``tui-acc hunt``,
+``tui-acc ranks``.
+
+main.py parses (parser.py) and runs one command's module: compare.py (``open``, the default: the
+TUI), report.py, ranks.py, hunt.py, demo.py; settings.py reads tui-acc.toml once for them all.
+"""

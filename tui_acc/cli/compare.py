@@ -1,0 +1,138 @@
+"""``tui-acc [open] GOLDEN [TEST]``: the interactive view; and how a command opens the dumps it is
+given (``report`` too): a pair, or one dump checked on its own."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tui_acc.cli.settings import config_of, configured
+from tui_acc.errors import UsageError
+from tui_acc.redump.settings import RedumpSettings
+from tui_acc.verdicts.thresholds import Thresholds
+
+if TYPE_CHECKING:
+    from tui_acc.session import Comparison
+    from tui_acc.tui.app import AccApp
+
+
+def run(args: argparse.Namespace) -> int:
+    """The view of a pair, or of one dump (it plays the test's part for r: the run under suspicion)."""
+    thresholds, settings = prepared(args)
+    if args.test is None:
+        cmp = open_single_dump(args, thresholds)
+        from tui_acc.tui.app import AccApp  # once the dumps open: textual is not imported to say an error
+
+        _run_app(AccApp(cmp, redump=settings, config_file=args.config))
+        return 0
+    opener = pair_opener(args, thresholds)
+    cmp = open_pair(opener, args)
+    from tui_acc.tui.app import AccApp
+
+    # a command typed for `r` is remembered in --config when given: read last, it would override ./'s
+    _run_app(AccApp(cmp, redump=settings, opener=opener, config_file=args.config, swap=swapped_command(args)))
+    return 0
+
+
+def _run_app(app: AccApp) -> None:
+    from tui_acc.redump.runner import EXIT_GRACE
+
+    try:
+        app.run()
+    finally:  # however the app ended: a re-dump the user did not choose to leave running stops
+        if app.redump_run is not None:
+            app.redump_run.stop(EXIT_GRACE)
+
+
+def prepared(args: argparse.Namespace) -> tuple[Thresholds, RedumpSettings]:
+    """The thresholds and re-dump settings in force, once a forced kernel is known to be there."""
+    thresholds, settings = configured(args)
+    _check_forced_kernel()
+    return thresholds, settings
+
+
+def pair_opener(args: argparse.Namespace, thresholds: Thresholds) -> Callable[..., Comparison]:
+    """``opener(golden, test)`` with the command line's options. The same options open a re-dump in
+    place of one side later (the TUI's "open the new dump")."""
+    from tui_acc.session import open_comparison
+
+    return functools.partial(
+        open_comparison,
+        logits_node=args.logits_node,
+        thresholds=thresholds,
+        mapping=args.mapping,
+        data_mapping=args.data_mapping,
+        layer_mapping=args.layer_mapping,
+        token_offset=args.token_offset,
+        rank=args.rank,
+        gather=args.gather,
+        cache=not args.no_cache,
+        follow_links=args.follow_links,
+        baseline=args.baseline,
+    )
+
+
+def open_pair(opener: Callable[..., Comparison], args: argparse.Namespace) -> Comparison:
+    from tui_acc.session import check_comparable
+
+    cmp = opener(args.golden, args.test)
+    check_comparable(cmp)  # the same dump twice, or nothing pairs: said, not shown as a result
+    return cmp
+
+
+# what only a pair has: refused with one dump rather than ignored
+_PAIR_ONLY = {
+    "mapping": "--mapping",
+    "data_mapping": "-dm",
+    "layer_mapping": "-lm",
+    "gather": "--gather",
+    "baseline": "--baseline",
+    "compat": "--compat",
+    "redump_command": "--redump-command",
+    "replay": "--replay",
+    "plot": "--plot",
+}
+
+
+def open_single_dump(args: argparse.Namespace, thresholds: Thresholds) -> Comparison:
+    """``tui-acc DUMP`` and ``report DUMP``: one dump checked on its own (anomalies/)."""
+    from tui_acc.anomalies.rules import AnomalySettings
+    from tui_acc.anomalies.session import open_single
+
+    given = [flag for name, flag in _PAIR_ONLY.items() if getattr(args, name, None) not in (None, False)]
+    if given:
+        raise UsageError(f"{', '.join(given)} compare(s) two dumps: give GOLDEN and TEST")
+    config = config_of(args)
+    rules = AnomalySettings.from_table(
+        config.sections.get("anomalies"), " or ".join(config.sources) or "tui-acc.toml"
+    )
+    return open_single(
+        args.golden,
+        rules,
+        thresholds,
+        logits_node=args.logits_node,
+        token_offset=args.token_offset,
+        rank=args.rank,
+        follow_links=args.follow_links,
+    )
+
+
+def _check_forced_kernel() -> None:
+    """KernelUnavailable where a TUI_ACC_KERNEL that is set cannot be honoured (said once here, not
+    as every pair's error). Looked at only when set (fastkernel.ENV): fastkernel imports numpy, which
+    the TUI's first frame does without."""
+    if not os.environ.get("TUI_ACC_KERNEL", "").strip():
+        return
+    from tui_acc.metrics.fastkernel import check_forced
+
+    check_forced()
+
+
+def swapped_command(args: argparse.Namespace) -> str | None:
+    """The user's command line with GOLDEN and TEST swapped."""
+    from tui_acc.sides import swapped_command
+
+    return swapped_command(args.command_line, args.golden, args.test)
