@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tui_acc.cli.settings import config_of, configured
+from tui_acc.cli.settings import Settings
 from tui_acc.errors import UsageError
 from tui_acc.redump.settings import RedumpSettings
 from tui_acc.verdicts.thresholds import Thresholds
@@ -21,19 +21,19 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace) -> int:
     """The view of a pair, or of one dump (it plays the test's part for r: the run under suspicion)."""
-    thresholds, settings = prepared(args)
+    settings, thresholds, redump = prepared(args)
     if args.test is None:
-        cmp = open_single_dump(args, thresholds)
+        cmp = open_single_dump(args, settings, thresholds)
         from tui_acc.tui.app import AccApp  # once the dumps open: textual is not imported to say an error
 
-        _run_app(AccApp(cmp, redump=settings, config_file=args.config))
+        _run_app(AccApp(cmp, redump=redump, config_file=args.config))
         return 0
     opener = pair_opener(args, thresholds)
     cmp = open_pair(opener, args)
     from tui_acc.tui.app import AccApp
 
     # a command typed for `r` is remembered in --config when given: read last, it would override ./'s
-    _run_app(AccApp(cmp, redump=settings, opener=opener, config_file=args.config, swap=swapped_command(args)))
+    _run_app(AccApp(cmp, redump=redump, opener=opener, config_file=args.config, swap=swapped_command(args)))
     return 0
 
 
@@ -47,11 +47,13 @@ def _run_app(app: AccApp) -> None:
             app.redump_run.stop(EXIT_GRACE)
 
 
-def prepared(args: argparse.Namespace) -> tuple[Thresholds, RedumpSettings]:
-    """The thresholds and re-dump settings in force, once a forced kernel is known to be there."""
-    thresholds, settings = configured(args)
+def prepared(args: argparse.Namespace) -> tuple[Settings, Thresholds, RedumpSettings]:
+    """The config files, the thresholds and the re-dump settings in force, once a forced kernel is
+    known to be there (ConfigError, SettingsError: a bad config)."""
+    settings = Settings.load(args.config)
+    thresholds, redump = settings.thresholds(args), settings.redump()
     _check_forced_kernel()
-    return thresholds, settings
+    return settings, thresholds, redump
 
 
 def pair_opener(args: argparse.Namespace, thresholds: Thresholds) -> Callable[..., Comparison]:
@@ -97,21 +99,16 @@ _PAIR_ONLY = {
 }
 
 
-def open_single_dump(args: argparse.Namespace, thresholds: Thresholds) -> Comparison:
+def open_single_dump(args: argparse.Namespace, settings: Settings, thresholds: Thresholds) -> Comparison:
     """``tui-acc DUMP`` and ``report DUMP``: one dump checked on its own (anomalies/)."""
-    from tui_acc.anomalies.rules import AnomalySettings
     from tui_acc.anomalies.session import open_single
 
     given = [flag for name, flag in _PAIR_ONLY.items() if getattr(args, name, None) not in (None, False)]
     if given:
         raise UsageError(f"{', '.join(given)} compare(s) two dumps: give GOLDEN and TEST")
-    config = config_of(args)
-    rules = AnomalySettings.from_table(
-        config.sections.get("anomalies"), " or ".join(config.sources) or "tui-acc.toml"
-    )
     return open_single(
         args.golden,
-        rules,
+        settings.anomaly_rules(),
         thresholds,
         logits_node=args.logits_node,
         token_offset=args.token_offset,

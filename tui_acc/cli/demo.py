@@ -8,8 +8,8 @@ import functools
 import shlex
 from pathlib import Path
 
-from tui_acc.config import load_config
-from tui_acc.redump.settings import RUNS_DIR, load_settings
+from tui_acc.cli.settings import Settings
+from tui_acc.redump.settings import RUNS_DIR
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,10 +37,10 @@ def run(args: argparse.Namespace) -> int:
         "operator; r re-dumps just that operator."
     )
     # the demo's tui-acc.toml tells r how to re-dump it (with the demo's own inference script)
-    config = load_config(demo.out / "tui-acc.toml" if (demo.out / "tui-acc.toml").is_file() else None)
-    settings = load_settings(config.sections.get("redump"), " or ".join(config.sources))
-    opener = functools.partial(open_comparison, thresholds=config.thresholds, baseline=baseline)
-    AccApp(opener(demo.golden, demo.test), greeting=hint, redump=settings, opener=opener).run()
+    settings = Settings.load(demo.out / "tui-acc.toml" if (demo.out / "tui-acc.toml").is_file() else None)
+    redump = settings.redump()
+    opener = functools.partial(open_comparison, thresholds=settings.config.thresholds, baseline=baseline)
+    AccApp(opener(demo.golden, demo.test), greeting=hint, redump=redump, opener=opener).run()
     return 0
 
 

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tui_acc.cli.settings import configured
+from tui_acc.cli.settings import Settings
 from tui_acc.redump.settings import runs_dir
 
 
@@ -20,7 +20,8 @@ def run(args: argparse.Namespace) -> int:
     from tui_acc.hunt.run import DEFAULT_LOGITS_NODE, Hunt
     from tui_acc.session import open_comparison
 
-    thresholds, settings = configured(args)
+    settings = Settings.load(args.config)
+    thresholds, redump = settings.thresholds(args), settings.redump()
     quiet = args.json and args.no_tui
     log = sys.stderr if quiet else sys.stdout  # --json: stdout holds the one object
 
@@ -37,9 +38,9 @@ def run(args: argparse.Namespace) -> int:
 
     opener = functools.partial(open_comparison, thresholds=thresholds, cache=not args.no_cache)
     hunt = Hunt(
-        settings,
+        redump,
         opener,
-        runs_dir(settings.out_dir),
+        runs_dir(redump.out_dir),
         say,
         confirm,
         logits_node=args.logits_node or DEFAULT_LOGITS_NODE,
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     AccApp(
         result.comparison,
-        redump=settings,
+        redump=redump,
         opener=opener,
         config_file=args.config,
         start_at=result.first_failing_token if result.culprit is not None else None,

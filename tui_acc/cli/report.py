@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from tui_acc.cli.compare import open_pair, open_single_dump, pair_opener, prepared, swapped_command
-from tui_acc.cli.settings import config_of
+from tui_acc.cli.settings import Settings
 from tui_acc.errors import UsageError
 from tui_acc.redump.settings import RedumpSettings
 
@@ -19,17 +19,17 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace) -> int:
     """A pair's report (or its re-dump command), or one dump's anomalies; the exit code to leave with."""
-    thresholds, settings = prepared(args)
+    settings, thresholds, redump = prepared(args)
     if args.test is None:
-        return _report_single(open_single_dump(args, thresholds), args)
+        return _report_single(open_single_dump(args, settings, thresholds), args)
     if not args.redump_command:
         from tui_acc.metrics.kernel_loading import start_loading
 
         start_loading()  # while the dumps are indexed and paired
     cmp = open_pair(pair_opener(args, thresholds), args)
     if args.redump_command:
-        return _print_redump(cmp, settings, args)
-    return _report(cmp, args)
+        return _print_redump(cmp, redump, args)
+    return _report(cmp, args, settings)
 
 
 def _report_single(cmp: Comparison, args: argparse.Namespace) -> int:
@@ -48,7 +48,7 @@ def _report_single(cmp: Comparison, args: argparse.Namespace) -> int:
     return single.exit_code(result)
 
 
-def _print_redump(cmp: Comparison, settings: RedumpSettings, args: argparse.Namespace) -> int:
+def _print_redump(cmp: Comparison, redump: RedumpSettings, args: argparse.Namespace) -> int:
     """``report --redump-command``: what ``r`` in the TUI would run, for scripts."""
     from datetime import datetime
 
@@ -67,12 +67,12 @@ def _print_redump(cmp: Comparison, settings: RedumpSettings, args: argparse.Name
         node = None
     elif node not in {n.golden for n in cmp.pairing.node_pairs(token)}:
         raise UsageError(f"--redump-node {node!r} is not a paired node at token {token}")
-    plan = plan_for(cmp, settings, args.redump_side, token, node, datetime.now())
+    plan = plan_for(cmp, redump, args.redump_side, token, node, datetime.now())
     print(plan.describe())
     return 0
 
 
-def _report(cmp: object, args: argparse.Namespace) -> int:
+def _report(cmp: Comparison, args: argparse.Namespace, settings: Settings) -> int:
     from tui_acc.reports import pair as rpt
     from tui_acc.reports.export import with_provenance, write_export
 
@@ -82,24 +82,24 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
         from tui_acc.dumps.torchfile.arrays import require_torch
 
         require_torch(f"report --compat {args.compat}")
-    result = rpt.build_report(cmp, args.token, all_tokens=args.all_tokens)  # type: ignore[arg-type]
+    result = rpt.build_report(cmp, args.token, all_tokens=args.all_tokens)
     if result["swapped"]:
         result["swapped"]["command"] = swapped_command(args)
     if args.replay is not None:
-        _replay_into(cmp, args, result)  # type: ignore[arg-type]
+        _replay_into(cmp, args, settings, result)
     if args.csv is not None:
         if args.compat:  # exactly the tool's columns, for the tool's readers
             from tui_acc.reports.compat import compat_frame
 
-            frame = compat_frame(cmp, args.compat)  # type: ignore[arg-type]
+            frame = compat_frame(cmp, args.compat)
         else:  # as the TUI exports it: which dumps and thresholds it came from; .xlsx/.parquet by name
-            frame = with_provenance(rpt.csv_frame(result), cmp)  # type: ignore[arg-type]
+            frame = with_provenance(rpt.csv_frame(result), cmp)
         result["csv"] = str(write_export(frame, args.csv, overwrite=args.force))
     plots = None
     if args.plot is not None:  # after the CSV: a folder of pictures is the slow part, and the optional one
         from tui_acc.plots.ticket import write_plots
 
-        plots = write_plots(cmp, result, args.plot, overwrite=args.force)  # type: ignore[arg-type]
+        plots = write_plots(cmp, result, args.plot, overwrite=args.force)
         result["plots"] = plots.as_dict()
     if args.json:
         print(json.dumps(rpt.strict_json(rpt.public(result)), indent=2, allow_nan=False))
@@ -118,21 +118,19 @@ def _report(cmp: object, args: argparse.Namespace) -> int:
     return rpt.exit_code(result)
 
 
-def _replay_into(cmp: Comparison, args: argparse.Namespace, result: dict[str, object]) -> None:
+def _replay_into(
+    cmp: Comparison, args: argparse.Namespace, settings: Settings, result: dict[str, object]
+) -> None:
     """``report --replay NODE``: the node's replay on both sides into ``result`` (``replay`` in the JSON);
     what stops it (no token, an unknown node, a malformed [replay] table) is a UsageError."""
-    from tui_acc.replay.registry import Registry, RegistryError
+    from tui_acc.replay.registry import RegistryError
     from tui_acc.verdicts.replay_check import UnknownNode, replay_node
 
     token = args.token if args.token is not None else result["analysed_token"]
     if not isinstance(token, int):
         raise UsageError("--replay needs a token: no token fails; give --token N")
-    config = config_of(args)
     try:
-        registry = Registry.from_config(
-            config.sections.get("replay"), " or ".join(config.sources) or "tui-acc.toml"
-        )
-        replay = replay_node(cmp, token, args.replay, registry)
+        replay = replay_node(cmp, token, args.replay, settings.replay_registry())
     except (RegistryError, UnknownNode) as exc:
         raise UsageError(f"--replay: {exc}") from exc
     result["replay"] = replay.as_dict()
