@@ -242,7 +242,7 @@ async def test_numbers_line_up_in_one_notation(demo_app: AccApp) -> None:
 
 
 def test_one_rule_for_numbers_in_the_tui_and_the_report() -> None:
-    from tui_acc.reports import pair as report
+    from tui_acc.reports import pair_text as report
 
     for value in (0.29, 0.307, 1.5e-6, 12345.0, -0.0172, 3.0):
         assert fmt.num(value) == report.numbers.number(value)  # what report formats with

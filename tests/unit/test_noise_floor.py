@@ -19,7 +19,7 @@ from tui_acc.cli.main import main
 from tui_acc.config import ConfigError, load_config
 from tui_acc.demo import FAULT_MODULE, FAULT_TOKEN
 from tui_acc.dumps import DumpError
-from tui_acc.reports import pair as rpt
+from tui_acc.reports.output import EXIT_FAIL
 from tui_acc.session import check_comparable, open_comparison
 from tui_acc.verdicts.noise import judged, noise_fields
 from tui_acc.verdicts.thresholds import Thresholds
@@ -74,7 +74,7 @@ def test_report_json_carries_the_noise_floor(
     demo_pair, demo_baseline, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["report", str(demo_pair.golden), str(demo_pair.test), "--baseline", str(demo_baseline)]
-    assert main([*argv, "--json", "--op-cos", "0.99999", "--no-cache"]) == rpt.EXIT_FAIL
+    assert main([*argv, "--json", "--op-cos", "0.99999", "--no-cache"]) == EXIT_FAIL
     result = json.loads(capsys.readouterr().out)
     assert result["first_failing_token"] == FAULT_TOKEN
     op = result["first_failing_op"]

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tui-acc: error: {result.error}", file=sys.stderr)
     if args.no_tui or result.error is not None or result.comparison is None:
         if args.json:
-            from tui_acc.reports.pair import strict_json
+            from tui_acc.reports.output import strict_json
 
             print(json.dumps(strict_json(summary), indent=2))
         else:

@@ -32,7 +32,7 @@ def _report_ranks(check: RanksCheck, args: argparse.Namespace) -> int:
     from tui_acc.dumps import DumpError
     from tui_acc.reports import ranks as ranks_report
     from tui_acc.reports.export import write_export
-    from tui_acc.reports.pair import strict_json
+    from tui_acc.reports.output import strict_json
 
     result = ranks_report.build_report(check)
     if not result["collectives"]:

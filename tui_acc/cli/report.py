@@ -75,6 +75,8 @@ def _print_redump(cmp: Comparison, redump: RedumpSettings, args: argparse.Namesp
 def _report(cmp: Comparison, args: argparse.Namespace, settings: Settings) -> int:
     from tui_acc.reports import pair as rpt
     from tui_acc.reports.export import with_provenance, write_export
+    from tui_acc.reports.output import EXIT_USAGE, strict_json
+    from tui_acc.reports.pair_text import format_text
 
     if args.compat and args.csv is None:  # said before the comparison, which may take minutes
         raise UsageError("--compat writes a CSV: give --csv FILE")
@@ -102,9 +104,9 @@ def _report(cmp: Comparison, args: argparse.Namespace, settings: Settings) -> in
         plots = write_plots(cmp, result, args.plot, overwrite=args.force)
         result["plots"] = plots.as_dict()
     if args.json:
-        print(json.dumps(rpt.strict_json(rpt.public(result)), indent=2, allow_nan=False))
+        print(json.dumps(strict_json(rpt.public(result)), indent=2, allow_nan=False))
     else:
-        print(rpt.format_text(result), end="")
+        print(format_text(result), end="")
         if "_replay" in result:
             print("\n" + "\n".join(result["_replay"].describe()))
         if args.csv is not None:
@@ -114,7 +116,7 @@ def _report(cmp: Comparison, args: argparse.Namespace, settings: Settings) -> in
     if plots is not None and plots.problems:  # a picture asked for and not drawn: said, and not a pass
         for problem in plots.problems:
             print(f"tui-acc: error: --plot: {problem}", file=sys.stderr)
-        return rpt.EXIT_USAGE
+        return EXIT_USAGE
     return rpt.exit_code(result)
 
 

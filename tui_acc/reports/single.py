@@ -8,7 +8,8 @@ import polars as pl
 
 from tui_acc import __version__
 from tui_acc.anomalies.rules import anomaly_text
-from tui_acc.reports.pair import EXIT_FAIL, EXIT_PASS, UnknownToken, public, strict_json
+from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS, strict_json
+from tui_acc.reports.pair import UnknownToken, public
 from tui_acc.session import Comparison
 from tui_acc.verdicts.labels import first_suspect
 
