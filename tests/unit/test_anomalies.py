@@ -44,7 +44,7 @@ def copy_of_test(demo_pair, tmp_path: Path) -> Path:
 
 def _first(dump: Path, **options) -> dict | None:
     report = single.build_report(open_single(dump), **options)
-    return report["first_anomaly"]
+    return report.first_anomaly
 
 
 def test_clean_dumps_raise_nothing(demo_pair, atb_pair, model_case) -> None:
@@ -55,8 +55,8 @@ def test_clean_dumps_raise_nothing(demo_pair, atb_pair, model_case) -> None:
         dumps += [model_case(case) / "golden", model_case(case) / "test"]
     for dump in dumps:
         report = single.build_report(open_single(dump))
-        assert report["anomalies"] == [] and report["errors"] == [], dump
-        assert single.exit_code(report) == 0
+        assert report.anomalies == [] and report.errors == [], dump
+        assert report.exit_code == 0
 
 
 @pytest.mark.parametrize(
@@ -92,12 +92,12 @@ def test_float16_overflow_is_named_and_a_carried_nan_is_inherited(copy_of_test: 
     _rewrite_pth(device / "1" / "root.model.layers.3.mlp.down_proj" / "input_0.pth", nan)
     _rewrite_pth(device / "1" / "root.model.layers.3.mlp.down_proj" / "output.pth", nan)
     report = single.build_report(open_single(copy_of_test))
-    assert report["first_anomaly"]["op"] == "root.model.layers.3.mlp.up_proj"
-    labels = {(a["token"], a["op"], a["tensor"]): (a["kind"], a["label"]) for a in report["anomalies"]}
+    assert report.first_anomaly["op"] == "root.model.layers.3.mlp.up_proj"
+    labels = {(a["token"], a["op"], a["tensor"]): (a["kind"], a["label"]) for a in report.anomalies}
     assert labels[(1, "root.model.layers.3.mlp.up_proj", "output")] == ("nan", "local")
     assert labels[(1, "root.model.layers.3.mlp.down_proj", "output")] == ("nan", "inherited")
     assert labels[(4, "root.model.layers.0.self_attn.q_proj", "output")] == ("overflow", "local")
-    by_token = {t["token"]: t for t in report["tokens"]}
+    by_token = {t["token"]: t for t in report.tokens}
     assert by_token[4]["first_anomaly"] == "root.model.layers.0.self_attn.q_proj"
     assert _first(copy_of_test, token=4)["kind"] == "overflow"
 
@@ -132,9 +132,9 @@ def test_a_damaged_file_is_named_and_the_rest_is_checked(copy_of_test: Path) -> 
     damaged.write_bytes(damaged.read_bytes()[:40])
     _rewrite_pth(device / "5" / "root.model.norm" / "output.pth", lambda t: t * 0)
     report = single.build_report(open_single(copy_of_test))
-    assert any(e["file"] == str(damaged) for e in report["errors"])
-    assert report["first_anomaly"]["op"] == "root.model.norm"  # the damaged file is no culprit
-    assert single.exit_code(report) == 1
+    assert any(e["file"] == str(damaged) for e in report.errors)
+    assert report.first_anomaly["op"] == "root.model.norm"  # the damaged file is no culprit
+    assert report.exit_code == 1
 
 
 def test_the_rules_spare_what_models_do_on_purpose() -> None:
@@ -216,7 +216,7 @@ def test_msprobe_atb_statistics_are_checked_from_statistic_csv(atb_pair, tmp_pat
     assert first is not None and (first["token"], first["kind"]) == (3, "nan")
     assert first["op"].endswith("3_LinearOperation")
     clean = export_probe([atb_pair[1]], tmp_path / "clean", ProbeOptions(task="statistics"))
-    assert single.build_report(open_single(clean))["anomalies"] == []
+    assert single.build_report(open_single(clean)).anomalies == []
 
 
 @pytest.mark.parametrize(
@@ -231,7 +231,7 @@ def test_every_real_tool_dump_raises_nothing(model_case, case: str) -> None:
     L1, mix, statistics, checksums, debug saves, serving steps; float16 masks and MoE routing."""
     for side in ("golden", "test"):
         report = single.build_report(open_single(model_case(case) / side))
-        assert report["anomalies"] == [] and report["errors"] == [], (case, side)
+        assert report.anomalies == [] and report.errors == [], (case, side)
 
 
 def test_a_token_of_a_single_dump_judges_that_token_alone(demo_pair, monkeypatch) -> None:

@@ -20,7 +20,7 @@ from tui_acc.reports.ranks import build_report
 
 def _first_bad(check: RanksCheck) -> dict[str, object] | None:
     """The first disagreeing (token, op, rank) as report --ranks names it."""
-    first: dict[str, object] | None = build_report(check)["first_bad"]
+    first: dict[str, object] | None = build_report(check).first_bad
     return first
 
 

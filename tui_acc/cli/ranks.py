@@ -4,7 +4,6 @@ collectives checked across its ranks."""
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING
 
 from tui_acc.cli.settings import Settings
@@ -31,23 +30,13 @@ def run(args: argparse.Namespace) -> int:
 def _report_ranks(check: RanksCheck, args: argparse.Namespace) -> int:
     from tui_acc.dumps import DumpError
     from tui_acc.reports import ranks as ranks_report
-    from tui_acc.reports.export import write_export
-    from tui_acc.reports.output import strict_json
+    from tui_acc.reports.output import emit, exported
 
-    result = ranks_report.build_report(check)
-    if not result["collectives"]:
+    report = ranks_report.build_report(check)
+    if not report.collectives:
         raise DumpError(
             f"{args.dump}: no collective operator found in any rank (ATB AllReduceOperation, "
             "ReduceScatterOperation, AllGatherOperation; msprobe Distributed.all_reduce/reduce_scatter/"
             "all_gather records)"
         )
-    if args.csv is not None:
-        frame = ranks_report.with_provenance(ranks_report.csv_frame(result), check)
-        result["csv"] = str(write_export(frame, args.csv, overwrite=args.force))
-    if args.json:
-        print(json.dumps(strict_json(result), indent=2, allow_nan=False))
-    else:
-        print(ranks_report.format_text(result))
-        if args.csv is not None:
-            print(f"csv: {result['csv']}")
-    return ranks_report.exit_code(result)
+    return emit(exported(report, args.csv, overwrite=args.force), args.json)

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import TYPE_CHECKING
 
 from tui_acc.cli.compare import open_pair, open_single_dump, pair_opener, prepared, swapped_command
@@ -14,7 +12,9 @@ from tui_acc.errors import UsageError
 from tui_acc.redump.settings import RedumpSettings
 
 if TYPE_CHECKING:
+    from tui_acc.reports.pair import PairReport
     from tui_acc.session import Comparison
+    from tui_acc.verdicts.replay_check import Replay
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,18 +34,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _report_single(cmp: Comparison, args: argparse.Namespace) -> int:
     from tui_acc.reports import single
-    from tui_acc.reports.export import write_export
+    from tui_acc.reports.output import emit, exported
 
-    result = single.build_report(cmp, args.token)
-    if args.csv is not None:
-        result["csv"] = str(write_export(single.csv_frame(result), args.csv, overwrite=args.force))
-    if args.json:
-        print(json.dumps(single.strict_json(single.public(result)), indent=2, allow_nan=False))
-    else:
-        print(single.format_text(result))
-        if args.csv is not None:
-            print(f"csv: {result['csv']}")
-    return single.exit_code(result)
+    return emit(exported(single.build_report(cmp, args.token), args.csv, overwrite=args.force), args.json)
 
 
 def _print_redump(cmp: Comparison, redump: RedumpSettings, args: argparse.Namespace) -> int:
@@ -73,10 +64,10 @@ def _print_redump(cmp: Comparison, redump: RedumpSettings, args: argparse.Namesp
 
 
 def _report(cmp: Comparison, args: argparse.Namespace, settings: Settings) -> int:
+    from dataclasses import replace
+
     from tui_acc.reports import pair as rpt
-    from tui_acc.reports.export import with_provenance, write_export
-    from tui_acc.reports.output import EXIT_USAGE, strict_json
-    from tui_acc.reports.pair_text import format_text
+    from tui_acc.reports.output import emit, exported
 
     if args.compat and args.csv is None:  # said before the comparison, which may take minutes
         raise UsageError("--compat writes a CSV: give --csv FILE")
@@ -84,56 +75,33 @@ def _report(cmp: Comparison, args: argparse.Namespace, settings: Settings) -> in
         from tui_acc.dumps.torchfile.arrays import require_torch
 
         require_torch(f"report --compat {args.compat}")
-    result = rpt.build_report(cmp, args.token, all_tokens=args.all_tokens)
-    if result["swapped"]:
-        result["swapped"]["command"] = swapped_command(args)
+    report = rpt.build_report(cmp, args.token, all_tokens=args.all_tokens, swap_command=swapped_command(args))
     if args.replay is not None:
-        _replay_into(cmp, args, settings, result)
-    if args.csv is not None:
-        if args.compat:  # exactly the tool's columns, for the tool's readers
-            from tui_acc.reports.compat import compat_frame
+        report = replace(report, replay=_replayed(cmp, args, settings, report))
+    frame = None
+    if args.compat:  # exactly the tool's columns, for the tool's readers (else as the TUI exports it:
+        # which dumps and thresholds it came from; .xlsx/.parquet by name)
+        from tui_acc.reports.compat import compat_frame
 
-            frame = compat_frame(cmp, args.compat)
-        else:  # as the TUI exports it: which dumps and thresholds it came from; .xlsx/.parquet by name
-            frame = with_provenance(rpt.csv_frame(result), cmp)
-        result["csv"] = str(write_export(frame, args.csv, overwrite=args.force))
-    plots = None
+        frame = compat_frame(cmp, args.compat)
+    report = exported(report, args.csv, overwrite=args.force, frame=frame)
     if args.plot is not None:  # after the CSV: a folder of pictures is the slow part, and the optional one
         from tui_acc.plots.ticket import write_plots
 
-        plots = write_plots(cmp, result, args.plot, overwrite=args.force)
-        result["plots"] = plots.as_dict()
-    if args.json:
-        print(json.dumps(strict_json(rpt.public(result)), indent=2, allow_nan=False))
-    else:
-        print(format_text(result), end="")
-        if "_replay" in result:
-            print("\n" + "\n".join(result["_replay"].describe()))
-        if args.csv is not None:
-            print(f"csv: {result['csv']}")
-        if plots is not None:
-            print("\n".join(plots.lines()))
-    if plots is not None and plots.problems:  # a picture asked for and not drawn: said, and not a pass
-        for problem in plots.problems:
-            print(f"tui-acc: error: --plot: {problem}", file=sys.stderr)
-        return EXIT_USAGE
-    return rpt.exit_code(result)
+        report = replace(report, plots=write_plots(cmp, report, args.plot, overwrite=args.force))
+    return emit(report, args.json)
 
 
-def _replay_into(
-    cmp: Comparison, args: argparse.Namespace, settings: Settings, result: dict[str, object]
-) -> None:
-    """``report --replay NODE``: the node's replay on both sides into ``result`` (``replay`` in the JSON);
-    what stops it (no token, an unknown node, a malformed [replay] table) is a UsageError."""
+def _replayed(cmp: Comparison, args: argparse.Namespace, settings: Settings, report: PairReport) -> Replay:
+    """``report --replay NODE``: the node's replay on both sides (``replay`` in the JSON); what stops
+    it (no token, an unknown node, a malformed [replay] table) is a UsageError."""
     from tui_acc.replay.registry import RegistryError
     from tui_acc.verdicts.replay_check import UnknownNode, replay_node
 
-    token = args.token if args.token is not None else result["analysed_token"]
+    token = args.token if args.token is not None else report.analysed_token
     if not isinstance(token, int):
         raise UsageError("--replay needs a token: no token fails; give --token N")
     try:
-        replay = replay_node(cmp, token, args.replay, settings.replay_registry())
+        return replay_node(cmp, token, args.replay, settings.replay_registry())
     except (RegistryError, UnknownNode) as exc:
         raise UsageError(f"--replay: {exc}") from exc
-    result["replay"] = replay.as_dict()
-    result["_replay"] = replay

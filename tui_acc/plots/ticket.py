@@ -22,6 +22,7 @@ from tui_acc.metrics.kernels import ShapeMismatch
 from tui_acc.pairing import TensorPair
 from tui_acc.plots.svg import error_map_svg
 from tui_acc.reports.export import ExportError, write_atomically
+from tui_acc.reports.pair import PairReport
 from tui_acc.session import Comparison
 
 MOST = 12  # pictures at most: an operator with many inputs (weights, caches) does not flood the folder
@@ -57,10 +58,10 @@ class Plots:
         return lines
 
 
-def targets(cmp: Comparison, report: dict[str, Any]) -> list[tuple[str, TensorPair]]:
+def targets(cmp: Comparison, report: PairReport) -> list[tuple[str, TensorPair]]:
     """(what it is, pair) of every tensor to draw, in the order the files are written."""
     chosen: list[tuple[str, TensorPair]] = []
-    op = report.get("first_failing_op")
+    op = report.first_failing_op
     if op:
         node = next((n for n in cmp.pairing.node_pairs(op["token"]) if n.golden == op["golden"]), None)
         for pair in node.tensors if node is not None else ():
@@ -68,7 +69,7 @@ def targets(cmp: Comparison, report: dict[str, Any]) -> list[tuple[str, TensorPa
             failing = row is not None and row.get("passed") is False
             if pair.role != "output" or failing:
                 chosen.append((f"first failing op, {'failing output' if failing else pair.role}", pair))
-    token = report.get("analysed_token")
+    token = report.analysed_token
     logits = cmp.pairing.logits_pair(token) if isinstance(token, int) else None
     if logits is not None and all(logits != pair for _, pair in chosen):
         chosen.append(("logits", logits))
@@ -77,7 +78,7 @@ def targets(cmp: Comparison, report: dict[str, Any]) -> list[tuple[str, TensorPa
     return chosen
 
 
-def write_plots(cmp: Comparison, report: dict[str, Any], directory: Path, overwrite: bool = False) -> Plots:
+def write_plots(cmp: Comparison, report: PairReport, directory: Path, overwrite: bool = False) -> Plots:
     """One SVG per target in ``directory`` (made if missing); problems are collected, not raised."""
     directory = directory.expanduser()
     plots = Plots(directory.resolve())

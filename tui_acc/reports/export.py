@@ -56,11 +56,14 @@ def provenance(cmp: Comparison) -> dict[str, str]:
 
 
 def with_provenance(frame: pl.DataFrame, cmp: Comparison) -> pl.DataFrame:
+    return stamped(frame, provenance(cmp))
+
+
+def stamped(frame: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
+    """``frame`` with a constant string column per entry of ``columns`` (the source_* columns)."""
     import polars as pl
 
-    return frame.with_columns(
-        pl.lit(value, dtype=pl.String).alias(key) for key, value in provenance(cmp).items()
-    )
+    return frame.with_columns(pl.lit(value, dtype=pl.String).alias(key) for key, value in columns.items())
 
 
 def write_export(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Path:

@@ -1,11 +1,72 @@
-"""What every headless report shares: its exit codes and strict JSON."""
+"""What every headless report shares: its exit codes, strict JSON, and how it is written out.
+
+A report (pair.py's PairReport, single.py's SingleReport, ranks.py's RanksReport) is a frozen dataclass
+that says itself as ``json()`` and ``text()``, gives its table as ``frame()`` and knows its
+``exit_code``: :func:`exported` writes its table where ``--csv`` says, and :func:`emit` prints it.
+"""
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Any
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    import polars as pl
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class Report(Protocol):
+    """A headless report: a dataclass, ``csv`` the file its table went to (None before)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def csv(self) -> str | None: ...
+
+    @property
+    def exit_code(self) -> int: ...
+
+    @property
+    def problems(self) -> list[str]:
+        """What was asked for and not done, said on stderr after the report."""
+        ...
+
+    def json(self) -> dict[str, Any]: ...
+
+    def text(self) -> str: ...
+
+    def frame(self) -> pl.DataFrame: ...
+
+
+R = TypeVar("R", bound=Report)
+
+
+def exported(report: R, path: Path | None, overwrite: bool = False, frame: pl.DataFrame | None = None) -> R:
+    """``--csv PATH``: the report's table (or ``frame``) written as the name's extension says, and the
+    report that says where (ExportError: not written). Without ``path``, the report as it was."""
+    if path is None:
+        return report
+    from tui_acc.reports.export import write_export
+
+    written = write_export(report.frame() if frame is None else frame, path, overwrite=overwrite)
+    return replace(report, csv=str(written))
+
+
+def emit(report: Report, as_json: bool) -> int:
+    """Print ``report`` (``--json``: one strict JSON object; else its text), then its problems on
+    stderr; the exit code to leave with."""
+    if as_json:
+        print(json.dumps(report.json(), indent=2, allow_nan=False))
+    else:
+        print(report.text(), end="")
+    for problem in report.problems:
+        print(f"tui-acc: error: {problem}", file=sys.stderr)
+    return report.exit_code
 
 
 def strict_json(value: Any) -> Any:

@@ -1,8 +1,10 @@
-"""The headless report: token verdicts, the first failing token and operator, and exit codes."""
+"""The headless report of a pair (``tui-acc report GOLDEN TEST``): token verdicts, the first failing
+token and operator, as JSON, text or a CSV table, and its exit code."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 import polars as pl
 
@@ -10,13 +12,15 @@ from tui_acc import __version__
 from tui_acc.dumps import DumpIndex
 from tui_acc.errors import TuiAccError
 from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, NOISE_COLUMNS
-from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS
-from tui_acc.reports.pair_text import span
+from tui_acc.reports.export import provenance, stamped
+from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, strict_json
+from tui_acc.reports.pair_text import format_text, span
 from tui_acc.rows import Row
 from tui_acc.session import Comparison
 from tui_acc.sides import swapped_sides
 from tui_acc.verdicts.explain import accumulated, token_failure
 from tui_acc.verdicts.labels import first_suspect
+from tui_acc.verdicts.replay_check import Replay
 
 _OP_FIELDS = (
     "golden_type",
@@ -53,9 +57,139 @@ class UnknownToken(TuiAccError, ValueError):
     """``--token`` names a token that is not in both dumps."""
 
 
-def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = False) -> dict[str, Any]:
+class Pictures(Protocol):
+    """What ``--plot`` drew (plots/ticket.py's Plots; the plots sit above the reports)."""
+
+    problems: list[str]
+
+    def as_dict(self) -> dict[str, Any]: ...
+
+    def lines(self) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class PairReport:
+    """What ``report GOLDEN TEST`` found, in the order ``--json`` gives it (``tool`` and ``version``
+    first); the tables behind the CSV, and what ``--replay``, ``--csv`` and ``--plot`` added."""
+
+    golden: dict[str, Any]
+    test: dict[str, Any]
+    logits_node: str
+    thresholds: dict[str, Any]
+    tokens: list[dict[str, Any]]
+    first_failing_token: int | None
+    # which bound the first failing token's logits break, with the numbers
+    first_failing_token_reason: str | None
+    analysed_token: int | None
+    # the golden's logits less precise than the test's: most likely given the wrong way round, with
+    # the command line that swaps them
+    swapped: dict[str, Any] | None
+    first_failing_op: dict[str, Any] | None
+    # where the logits fail and no operator adds error of its own, that is the finding
+    explanation: str | None
+    # the tokens whose operators were compared (the others' logits only): the analysed token, or
+    # every token with --all-tokens
+    operators_compared_at: list[int]
+    failing_ops: int
+    # every failing operator of those tokens: "local" where the error starts (its inputs pass),
+    # "inherited" where its inputs were already bad
+    failing: list[dict[str, Any]]
+    # each module of the analysed token as a whole: every output inside it as one flat tensor
+    modules: list[dict[str, Any]]
+    pairs: int
+    unmatched: list[dict[str, Any]]
+    errors: list[dict[str, Any]]
+    notes: list[str]
+    tensor: dict[str, Any] | None
+    # with --baseline: which baseline, and every operator of the analysed token against its noise
+    baseline: dict[str, Any] | None
+    operators: list[dict[str, Any]] | None
+    # not in the JSON: the token and operator tables (the CSV's), and the export's source_* columns
+    token_table: pl.DataFrame = field(repr=False)
+    node_table: pl.DataFrame = field(repr=False)
+    provenance: dict[str, str] = field(repr=False)
+    replay: Replay | None = None
+    csv: str | None = None
+    plots: Pictures | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The report as ``--json`` gives it, NaN and infinities as they are (the text shows them)."""
+        said: dict[str, Any] = {
+            "tool": "tui-acc",
+            "version": __version__,
+            "golden": self.golden,
+            "test": self.test,
+            "logits_node": self.logits_node,
+            "thresholds": self.thresholds,
+            "tokens": self.tokens,
+            "first_failing_token": self.first_failing_token,
+            "first_failing_token_reason": self.first_failing_token_reason,
+            "analysed_token": self.analysed_token,
+            "swapped": self.swapped,
+            "first_failing_op": self.first_failing_op,
+            "explanation": self.explanation,
+            "operators_compared_at": self.operators_compared_at,
+            "failing_ops": self.failing_ops,
+            "failing": self.failing,
+            "modules": self.modules,
+            "pairs": self.pairs,
+            "unmatched": self.unmatched,
+            "errors": self.errors,
+            "notes": self.notes,
+            "tensor": self.tensor,
+        }
+        if self.baseline is not None:
+            said.update(baseline=self.baseline, operators=self.operators)
+        if self.replay is not None:
+            said["replay"] = self.replay.as_dict()
+        if self.csv is not None:
+            said["csv"] = self.csv
+        if self.plots is not None:
+            said["plots"] = self.plots.as_dict()
+        return said
+
+    def json(self) -> dict[str, Any]:
+        """What ``--json`` prints: the body in strict JSON."""
+        return strict_json(self.body())
+
+    def text(self) -> str:
+        """What the terminal shows: the summary, then the replay, the CSV and the plots asked for."""
+        text = format_text(self.body())
+        if self.replay is not None:
+            text += "\n" + "\n".join(self.replay.describe()) + "\n"
+        if self.csv is not None:
+            text += f"csv: {self.csv}\n"
+        if self.plots is not None:
+            text += "\n".join(self.plots.lines()) + "\n"
+        return text
+
+    def frame(self) -> pl.DataFrame:
+        """The CSV: the operator table of the analysed token, or the token table when no token was
+        analysed, with the source_* columns every export carries."""
+        table = self.node_table if self.analysed_token is not None else self.token_table
+        return stamped(table, self.provenance)
+
+    @property
+    def problems(self) -> list[str]:
+        """A picture asked for and not drawn (said on stderr)."""
+        return [f"--plot: {problem}" for problem in self.plots.problems] if self.plots is not None else []
+
+    @property
+    def exit_code(self) -> int:
+        """0 when everything compared passes, 1 when a failure was found, 2 when a picture asked for
+        was not drawn (not a pass)."""
+        if self.problems:
+            return EXIT_USAGE
+        failed = any(t["passed"] is not True for t in self.tokens) or self.failing_ops > 0
+        return EXIT_FAIL if failed or self.errors else EXIT_PASS
+
+
+def build_report(
+    cmp: Comparison, token: int | None = None, all_tokens: bool = False, swap_command: str | None = None
+) -> PairReport:
     """Compute what the report needs: every token's logits, then one token's operators (with
-    ``all_tokens``, every token's: a failing operator or a damaged file where the logits pass counts)."""
+    ``all_tokens``, every token's: a failing operator or a damaged file where the logits pass counts).
+    ``swap_command``: the command line with the dumps swapped, said where they seem the wrong way round."""
     engine = cmp.engine
     if token is not None and token not in cmp.pairing.tokens:
         raise UnknownToken(f"token {token} is not in both dumps (paired tokens: {span(cmp.pairing.tokens)})")
@@ -89,14 +223,13 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
         for r in engine.cached_rows()
         if (error := r.get("error"))
     ]
-    return {
-        "tool": "tui-acc",
-        "version": __version__,
-        "golden": _side(cmp.golden),
-        "test": _side(cmp.test),
-        "logits_node": cmp.pairing.logits_node,
-        "thresholds": engine.thresholds.as_dict(),
-        "tokens": [
+    swapped = swapped_sides(tokens.iter_rows(named=True))
+    return PairReport(
+        golden=_side(cmp.golden),
+        test=_side(cmp.test),
+        logits_node=cmp.pairing.logits_node,
+        thresholds=engine.thresholds.as_dict(),
+        tokens=[
             {
                 "token": r["token"],
                 "cosine": r.get("cosine"),
@@ -112,25 +245,15 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
             }
             for r in tokens.iter_rows(named=True)
         ],
-        "first_failing_token": failing,
-        # which bound the first failing token's logits break, with the numbers
-        "first_failing_token_reason": why,
-        "analysed_token": analysed,
-        # the golden's logits less precise than the test's: most likely given the wrong way round
-        # (the command line that swaps them is added by the CLI, which has it)
-        "swapped": swapped.as_dict() if (swapped := swapped_sides(tokens.iter_rows(named=True))) else None,
-        "first_failing_op": op_summary(suspect),
-        # where the logits fail and no operator adds error of its own, that is the finding
-        "explanation": _explanation(
-            cmp, failing if analysed == failing else None, suspect, token_rows, nodes
-        ),
-        # the tokens whose operators were compared (the others' logits only): the analysed token,
-        # or every token with --all-tokens
-        "operators_compared_at": compared,
-        "failing_ops": failing_ops.height,
-        # every failing operator of those tokens: "local" where the error starts (its inputs
-        # pass), "inherited" where its inputs were already bad
-        "failing": failing_ops.select(
+        first_failing_token=failing,
+        first_failing_token_reason=why,
+        analysed_token=analysed,
+        swapped=replace(swapped, command=swap_command).as_dict() if swapped else None,
+        first_failing_op=op_summary(suspect),
+        explanation=_explanation(cmp, failing if analysed == failing else None, suspect, token_rows, nodes),
+        operators_compared_at=compared,
+        failing_ops=failing_ops.height,
+        failing=failing_ops.select(
             "token",
             golden="golden_node",
             test="test_node",
@@ -141,8 +264,7 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
             cosine="cosine",
             **({key: key for key in NOISE_COLUMNS} if cmp.baseline is not None else {}),
         ).to_dicts(),
-        # each module of the analysed token as a whole: every output inside it as one flat tensor
-        "modules": nodes.filter(pl.col("tensors_within") > 0)
+        modules=nodes.filter(pl.col("tensors_within") > 0)
         .select(
             golden="golden_node",
             depth="depth",
@@ -152,15 +274,17 @@ def build_report(cmp: Comparison, token: int | None = None, all_tokens: bool = F
             rmse="rmse_within",
         )
         .to_dicts(),
-        "pairs": cmp.pairing.tensor_pair_count(),
-        "unmatched": [u.as_dict() for u in cmp.pairing.unmatched],
-        "errors": errors,
-        "notes": cmp.golden.notes + cmp.test.notes + cmp.pairing.notes + cache_notes,
-        "tensor": _single_pair(cmp),
-        **_noise_floor(cmp, nodes),
-        "_tokens": tokens,
-        "_nodes": nodes,
-    }
+        pairs=cmp.pairing.tensor_pair_count(),
+        unmatched=[u.as_dict() for u in cmp.pairing.unmatched],
+        errors=errors,
+        notes=cmp.golden.notes + cmp.test.notes + cmp.pairing.notes + cache_notes,
+        tensor=_single_pair(cmp),
+        baseline=_side(cmp.baseline) if cmp.baseline is not None else None,
+        operators=_noise_operators(nodes) if cmp.baseline is not None else None,
+        token_table=tokens,
+        node_table=nodes,
+        provenance=provenance(cmp),
+    )
 
 
 def _explanation(
@@ -182,37 +306,17 @@ def _explanation(
     return f"{found} ({unmatched} operators on one side only not compared)" if unmatched else found
 
 
-def _noise_floor(cmp: Comparison, nodes: pl.DataFrame) -> dict[str, Any]:
-    """With --baseline: which baseline, and every operator of the analysed token against its noise."""
-    if cmp.baseline is None:
-        return {}
-    return {
-        "baseline": _side(cmp.baseline),
-        "operators": nodes.select(_NOISE_OP_FIELDS)
+def _noise_operators(nodes: pl.DataFrame) -> list[dict[str, Any]]:
+    """With --baseline: every operator of the analysed token against its noise."""
+    return (
+        nodes.select(_NOISE_OP_FIELDS)
         .rename({"golden_node": "golden", "test_node": "test", "outputs_passed": "passed"})
-        .to_dicts(),
-    }
+        .to_dicts()
+    )
 
 
 def _suspect(cmp: Comparison, nodes: pl.DataFrame) -> Row | None:
     return first_suspect(cmp.golden.tree, {row["golden_node"]: row for row in nodes.to_dicts()})
-
-
-def public(report: dict[str, Any]) -> dict[str, Any]:
-    """The report without the internal row lists (what ``--json`` prints)."""
-    return {k: v for k, v in report.items() if not k.startswith("_")}
-
-
-def exit_code(report: dict[str, Any]) -> int:
-    """0 when everything compared passes, 1 when a failure was found."""
-    failed = any(t["passed"] is not True for t in report["tokens"]) or report["failing_ops"] > 0
-    return EXIT_FAIL if failed or report["errors"] else EXIT_PASS
-
-
-def csv_frame(report: dict[str, Any]) -> pl.DataFrame:
-    """The operator table of the analysed token, or the token table when no token was analysed."""
-    frame: pl.DataFrame = report["_nodes"] if report["analysed_token"] is not None else report["_tokens"]
-    return frame
 
 
 def _side(index: DumpIndex) -> dict[str, Any]:

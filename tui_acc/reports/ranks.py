@@ -9,16 +9,17 @@ disagrees or cannot be judged (a rank lacking the operator, a damaged file).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tui_acc import numbers
 from tui_acc.collectives.check import METRICS, RankRow, RanksCheck
+from tui_acc.reports.export import stamped
+from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS, strict_json
 
 if TYPE_CHECKING:
     import polars as pl
-
-EXIT_PASS, EXIT_FAIL = 0, 1
 # a row's columns, in the order the JSON, the CSV and the screen's export give them
 COLUMNS = (
     "token",
@@ -37,33 +38,90 @@ COLUMNS = (
 )
 
 
-def build_report(check: RanksCheck, should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RanksReport:
+    """What ``report --ranks RUN`` found, in the order ``--json`` gives it."""
+
+    dump: str
+    format: str
+    ranks: list[str]
+    margin: float
+    collectives: list[dict[str, Any]]
+    first_bad: dict[str, Any] | None
+    failed: int
+    unjudged: int
+    errors: list[dict[str, Any]]
+    notes: list[str]
+    # not in the JSON: the export's source_* columns
+    provenance: dict[str, str] = field(repr=False)
+    csv: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The report as ``--json`` gives it, NaN and infinities as they are."""
+        said: dict[str, Any] = {
+            "dump": self.dump,
+            "format": self.format,
+            "ranks": self.ranks,
+            "margin": self.margin,
+            "collectives": self.collectives,
+            "first_bad": self.first_bad,
+            "failed": self.failed,
+            "unjudged": self.unjudged,
+            "errors": self.errors,
+            "notes": self.notes,
+        }
+        if self.csv is not None:
+            said["csv"] = self.csv
+        return said
+
+    def json(self) -> dict[str, Any]:
+        """What ``--json`` prints: the body in strict JSON."""
+        return strict_json(self.body())
+
+    def text(self) -> str:
+        """What the terminal shows: the summary, then where the CSV went."""
+        return _format_text(self.body()) + "\n" + (f"csv: {self.csv}\n" if self.csv is not None else "")
+
+    def frame(self) -> pl.DataFrame:
+        """The CSV: every row, with the source_* columns every export carries."""
+        return stamped(rows_frame(self.collectives), self.provenance)
+
+    @property
+    def problems(self) -> list[str]:
+        return []
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every rank's output agrees with its golden, 1 when one disagrees or cannot be judged
+        (or no collective was found)."""
+        judged_all = not self.failed and not self.unjudged and not self.errors
+        return EXIT_PASS if judged_all and self.collectives else EXIT_FAIL
+
+
+def build_report(check: RanksCheck, should_stop: Callable[[], bool] | None = None) -> RanksReport:
     rows = check.all_rows(should_stop)
     bad = next((row for row in rows if row["passed"] is False), None)
-    return {
-        "dump": check.ranks.path,
-        "format": check.ranks.format,
-        "ranks": list(check.ranks.names),
-        "margin": check.margin,
-        "collectives": [public_row(row) for row in rows],
-        "first_bad": None if bad is None else {"token": bad["token"], "op": bad["op"], "rank": bad["rank"]},
-        "failed": sum(1 for row in rows if row["passed"] is False),
-        "unjudged": sum(1 for row in rows if row["passed"] is None),
-        "errors": [p.as_dict() for p in check.ranks.problems],
-        "notes": list(check.ranks.notes),
-    }
+    return RanksReport(
+        dump=check.ranks.path,
+        format=check.ranks.format,
+        ranks=list(check.ranks.names),
+        margin=check.margin,
+        collectives=[public_row(row) for row in rows],
+        first_bad=None if bad is None else {"token": bad["token"], "op": bad["op"], "rank": bad["rank"]},
+        failed=sum(1 for row in rows if row["passed"] is False),
+        unjudged=sum(1 for row in rows if row["passed"] is None),
+        errors=[p.as_dict() for p in check.ranks.problems],
+        notes=list(check.ranks.notes),
+        provenance=provenance(check),
+    )
 
 
 def public_row(row: RankRow) -> dict[str, Any]:
     return {key: row[key] for key in COLUMNS}  # type: ignore[literal-required]
 
 
-def exit_code(report: dict[str, Any]) -> int:
-    judged_all = not report["failed"] and not report["unjudged"] and not report["errors"]
-    return EXIT_PASS if judged_all and report["collectives"] else EXIT_FAIL
-
-
-def csv_frame(report: dict[str, Any]) -> pl.DataFrame:
+def rows_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """Rows as the JSON gives them (``public_row``), as a frame in COLUMNS' order and types."""
     import polars as pl
 
     schema = {
@@ -81,28 +139,29 @@ def csv_frame(report: dict[str, Any]) -> pl.DataFrame:
         "worst_ratio": pl.Float64,
         "error": pl.String,
     }
-    return pl.DataFrame(report["collectives"], schema=schema, orient="row")
+    return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 def with_provenance(frame: pl.DataFrame, check: RanksCheck) -> pl.DataFrame:
+    return stamped(frame, provenance(check))
+
+
+def provenance(check: RanksCheck) -> dict[str, str]:
     """The constant ``source_*`` columns every export carries (export.py's rule): which run, which
     margin, which tui-acc."""
-    import polars as pl
-
     from tui_acc import __version__
 
-    values = {
+    return {
         "source_dump": str(Path(check.ranks.path).resolve()),
         "source_margin": f"{check.margin:g}",
         "source_tui_acc": __version__,
     }
-    return frame.with_columns(pl.lit(value, dtype=pl.String).alias(key) for key, value in values.items())
 
 
 LISTED = 50  # rows that disagree or cannot be judged, listed in the text report (--json has all)
 
 
-def format_text(report: dict[str, Any]) -> str:
+def _format_text(report: dict[str, Any]) -> str:
     """Per token, its collectives and how many rows disagree; then the rows that need a look."""
     ranks = report["ranks"]
     rows = report["collectives"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -9,11 +10,9 @@ import polars as pl
 from tui_acc import __version__
 from tui_acc.anomalies.rules import anomaly_text
 from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS, strict_json
-from tui_acc.reports.pair import UnknownToken, public
+from tui_acc.reports.pair import UnknownToken
 from tui_acc.session import Comparison
 from tui_acc.verdicts.labels import first_suspect
-
-__all__ = ["build_report", "csv_frame", "exit_code", "format_text", "public", "strict_json"]
 
 _ANOMALY_SCHEMA = {
     "token": pl.Int64,
@@ -29,7 +28,61 @@ _ANOMALY_SCHEMA = {
 }
 
 
-def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SingleReport:
+    """What ``report DUMP`` found, in the order ``--json`` gives it (``tool`` and ``version`` first)."""
+
+    dump: dict[str, Any]
+    rules: dict[str, Any]
+    tokens: list[dict[str, Any]]
+    anomalies: list[dict[str, Any]]
+    first_anomaly: dict[str, Any] | None
+    checked_tokens: list[int]
+    errors: list[dict[str, Any]]
+    notes: list[str]
+    csv: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The report as ``--json`` gives it, NaN and infinities as they are."""
+        said: dict[str, Any] = {
+            "tool": "tui-acc",
+            "version": __version__,
+            "dump": self.dump,
+            "rules": self.rules,
+            "tokens": self.tokens,
+            "anomalies": self.anomalies,
+            "first_anomaly": self.first_anomaly,
+            "checked_tokens": self.checked_tokens,
+            "errors": self.errors,
+            "notes": self.notes,
+        }
+        if self.csv is not None:
+            said["csv"] = self.csv
+        return said
+
+    def json(self) -> dict[str, Any]:
+        """What ``--json`` prints: the body in strict JSON."""
+        return strict_json(self.body())
+
+    def text(self) -> str:
+        """What the terminal shows: the summary, then where the CSV went."""
+        return _format_text(self.body()) + "\n" + (f"csv: {self.csv}\n" if self.csv is not None else "")
+
+    def frame(self) -> pl.DataFrame:
+        """The CSV: one row per anomalous tensor."""
+        return pl.DataFrame(self.anomalies, schema=_ANOMALY_SCHEMA)
+
+    @property
+    def problems(self) -> list[str]:
+        return []
+
+    @property
+    def exit_code(self) -> int:
+        """1 when an anomaly (or a damaged file) was found, 0 when the dump is clean."""
+        return EXIT_FAIL if self.anomalies or self.errors else EXIT_PASS
+
+
+def build_report(cmp: Comparison, token: int | None = None) -> SingleReport:
     """Every token's operators (or ``token``'s), each tensor's anomaly, and the first where one starts."""
     engine = cmp.engine
     if token is not None and token not in cmp.pairing.tokens:
@@ -82,42 +135,31 @@ def build_report(cmp: Comparison, token: int | None = None) -> dict[str, Any]:
         {"file": r["test_path"], "message": error} for r in engine.cached_rows() if (error := r.get("error"))
     ]
     index = cmp.golden
-    return {
-        "tool": "tui-acc",
-        "version": __version__,
-        "dump": {
+    return SingleReport(
+        dump={
             "path": str(index.root),
             "data_dir": str(index.data_dir),
             "format": index.format,
             "tokens": len(index.tokens),
             "order": index.order_source,
         },
-        "rules": {"jump_factor": engine.settings.jump_factor, "jump_floor": engine.settings.jump_floor},  # type: ignore[attr-defined]
-        "tokens": [
+        rules={"jump_factor": engine.settings.jump_factor, "jump_floor": engine.settings.jump_floor},  # type: ignore[attr-defined]
+        tokens=[
             {
                 key: row.get(key)
                 for key in ("token", "verdict", "anomalies", "first_anomaly", "anomaly", "error")
             }
             for row in token_rows
         ],
-        "anomalies": anomalies,
-        "first_anomaly": first,
-        "checked_tokens": tokens,
-        "errors": errors,
-        "notes": index.notes + cmp.pairing.notes,
-    }
+        anomalies=anomalies,
+        first_anomaly=first,
+        checked_tokens=tokens,
+        errors=errors,
+        notes=index.notes + cmp.pairing.notes,
+    )
 
 
-def exit_code(report: dict[str, Any]) -> int:
-    """1 when an anomaly (or a damaged file) was found, 0 when the dump is clean."""
-    return EXIT_FAIL if report["anomalies"] or report["errors"] else EXIT_PASS
-
-
-def csv_frame(report: dict[str, Any]) -> pl.DataFrame:
-    return pl.DataFrame(report["anomalies"], schema=_ANOMALY_SCHEMA)
-
-
-def format_text(report: dict[str, Any]) -> str:
+def _format_text(report: dict[str, Any]) -> str:
     dump = report["dump"]
     lines = [
         f"dump    {dump['path']}  ({dump['format']}, {dump['tokens']} tokens, order: {dump['order']})",

@@ -379,7 +379,7 @@ class RanksScreen(TableScreen):
         from tui_acc.reports import ranks as ranks_report
 
         keys = [str(k.value) for k in self.main_table().rows]
-        return ranks_report.csv_frame({"collectives": [ranks_report.public_row(self.rows[k]) for k in keys]})
+        return ranks_report.rows_frame([ranks_report.public_row(self.rows[k]) for k in keys])
 
     def export_frame(self) -> pl.DataFrame:
         """The view with the check's provenance (the dump's path, the margin, the tui-acc version)."""
