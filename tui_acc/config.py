@@ -85,6 +85,12 @@ class Config:
     sources: list[str] = field(default_factory=list)
     sections: dict[str, Any] = field(default_factory=dict)  # other tables, for other features
 
+    @property
+    def source(self) -> str:
+        """The files read, as every error about one of their tables names them ("a.toml or b.toml";
+        the file name alone where none was read)."""
+        return " or ".join(self.sources) or FILE_NAME
+
 
 def user_config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tui_acc.config import FILE_NAME, Config, load_config
+from tui_acc.config import Config, load_config
 from tui_acc.redump.settings import RedumpSettings, load_settings
 from tui_acc.verdicts.thresholds import Thresholds
 
@@ -19,10 +19,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Settings:
-    """The config files in force (the user's, ./tui-acc.toml, ``--config``), merged.
-
-    ``source`` names them in every error about one of their tables ("a.toml or b.toml"; the file
-    name alone where none was read)."""
+    """The config files in force (the user's, ./tui-acc.toml, ``--config``), merged; ``source``
+    names them in every error about one of their tables (Config.source)."""
 
     config: Config
     source: str
@@ -31,7 +29,7 @@ class Settings:
     def load(cls, explicit: Path | None) -> Settings:
         """The config files, ``explicit`` last (ConfigError: one cannot be read or is malformed)."""
         config = load_config(explicit)
-        return cls(config, " or ".join(config.sources) or FILE_NAME)
+        return cls(config, config.source)
 
     def table(self, name: str) -> Any:
         """The ``[name]`` table as read, unchecked (None without one)."""

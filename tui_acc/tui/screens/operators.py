@@ -739,8 +739,7 @@ class OperatorScreen(ViewScreen):
         config_file = self.acc.config_file
         try:
             config = load_config(config_file if config_file.is_file() else None)
-            source = " or ".join(config.sources) or "tui-acc.toml"
-            registry = Registry.from_config(config.sections.get("replay"), source)
+            registry = Registry.from_config(config.sections.get("replay"), config.source)
             replay = replay_node(self.acc.comparison, self.token, name, registry)
         except (ConfigError, RegistryError, UnknownNode) as exc:
             self.post_message(self.ReplayFinished(name, None, str(exc)))
