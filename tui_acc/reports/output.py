@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from abc import ABC, abstractmethod
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
@@ -44,6 +45,23 @@ class Report(Protocol):
 
 
 R = TypeVar("R", bound=Report)
+
+
+class Said(ABC):
+    """What every report shares: its JSON is its body made strict; nothing went unsaid by default."""
+
+    @abstractmethod
+    def body(self) -> dict[str, Any]:
+        """The report as ``--json`` gives it, NaN and infinities as they are (the text shows them)."""
+
+    def json(self) -> dict[str, Any]:
+        """What ``--json`` prints: the body in strict JSON."""
+        return strict_json(self.body())
+
+    @property
+    def problems(self) -> list[str]:
+        """What was asked for and not done, said on stderr after the report."""
+        return []
 
 
 def exported(report: R, path: Path | None, overwrite: bool = False, frame: pl.DataFrame | None = None) -> R:

@@ -13,7 +13,7 @@ from tui_acc.dumps import DumpIndex
 from tui_acc.errors import TuiAccError
 from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, NOISE_COLUMNS
 from tui_acc.reports.export import provenance, stamped
-from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, strict_json
+from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, Said
 from tui_acc.reports.pair_text import format_text, span
 from tui_acc.rows import Row
 from tui_acc.session import Comparison
@@ -68,7 +68,7 @@ class Pictures(Protocol):
 
 
 @dataclass(frozen=True)
-class PairReport:
+class PairReport(Said):
     """What ``report GOLDEN TEST`` found, in the order ``--json`` gives it (``tool`` and ``version``
     first); the tables behind the CSV, and what ``--replay``, ``--csv`` and ``--plot`` added."""
 
@@ -113,7 +113,6 @@ class PairReport:
     plots: Pictures | None = None
 
     def body(self) -> dict[str, Any]:
-        """The report as ``--json`` gives it, NaN and infinities as they are (the text shows them)."""
         said: dict[str, Any] = {
             "tool": "tui-acc",
             "version": __version__,
@@ -147,10 +146,6 @@ class PairReport:
         if self.plots is not None:
             said["plots"] = self.plots.as_dict()
         return said
-
-    def json(self) -> dict[str, Any]:
-        """What ``--json`` prints: the body in strict JSON."""
-        return strict_json(self.body())
 
     def text(self) -> str:
         """What the terminal shows: the summary, then the replay, the CSV and the plots asked for."""

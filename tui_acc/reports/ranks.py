@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tui_acc import numbers
 from tui_acc.collectives.check import METRICS, RankRow, RanksCheck
 from tui_acc.reports.export import stamped
-from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS, strict_json
+from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS, Said
 
 if TYPE_CHECKING:
     import polars as pl
@@ -39,7 +39,7 @@ COLUMNS = (
 
 
 @dataclass(frozen=True)
-class RanksReport:
+class RanksReport(Said):
     """What ``report --ranks RUN`` found, in the order ``--json`` gives it."""
 
     dump: str
@@ -57,7 +57,6 @@ class RanksReport:
     csv: str | None = None
 
     def body(self) -> dict[str, Any]:
-        """The report as ``--json`` gives it, NaN and infinities as they are."""
         said: dict[str, Any] = {
             "dump": self.dump,
             "format": self.format,
@@ -74,10 +73,6 @@ class RanksReport:
             said["csv"] = self.csv
         return said
 
-    def json(self) -> dict[str, Any]:
-        """What ``--json`` prints: the body in strict JSON."""
-        return strict_json(self.body())
-
     def text(self) -> str:
         """What the terminal shows: the summary, then where the CSV went."""
         return _format_text(self.body()) + "\n" + (f"csv: {self.csv}\n" if self.csv is not None else "")
@@ -85,10 +80,6 @@ class RanksReport:
     def frame(self) -> pl.DataFrame:
         """The CSV: every row, with the source_* columns every export carries."""
         return stamped(rows_frame(self.collectives), self.provenance)
-
-    @property
-    def problems(self) -> list[str]:
-        return []
 
     @property
     def exit_code(self) -> int:

@@ -9,7 +9,7 @@ import polars as pl
 
 from tui_acc import __version__
 from tui_acc.anomalies.rules import anomaly_text
-from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS, strict_json
+from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS, Said
 from tui_acc.reports.pair import UnknownToken
 from tui_acc.session import Comparison
 from tui_acc.verdicts.labels import first_suspect
@@ -29,7 +29,7 @@ _ANOMALY_SCHEMA = {
 
 
 @dataclass(frozen=True)
-class SingleReport:
+class SingleReport(Said):
     """What ``report DUMP`` found, in the order ``--json`` gives it (``tool`` and ``version`` first)."""
 
     dump: dict[str, Any]
@@ -43,7 +43,6 @@ class SingleReport:
     csv: str | None = None
 
     def body(self) -> dict[str, Any]:
-        """The report as ``--json`` gives it, NaN and infinities as they are."""
         said: dict[str, Any] = {
             "tool": "tui-acc",
             "version": __version__,
@@ -60,10 +59,6 @@ class SingleReport:
             said["csv"] = self.csv
         return said
 
-    def json(self) -> dict[str, Any]:
-        """What ``--json`` prints: the body in strict JSON."""
-        return strict_json(self.body())
-
     def text(self) -> str:
         """What the terminal shows: the summary, then where the CSV went."""
         return _format_text(self.body()) + "\n" + (f"csv: {self.csv}\n" if self.csv is not None else "")
@@ -71,10 +66,6 @@ class SingleReport:
     def frame(self) -> pl.DataFrame:
         """The CSV: one row per anomalous tensor."""
         return pl.DataFrame(self.anomalies, schema=_ANOMALY_SCHEMA)
-
-    @property
-    def problems(self) -> list[str]:
-        return []
 
     @property
     def exit_code(self) -> int:
