@@ -19,24 +19,25 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace) -> int:
     """A pair's report (or its re-dump command), or one dump's anomalies; the exit code to leave with."""
+    from tui_acc.reports.output import Report, emit, exported
+
     settings, thresholds, redump = prepared(args)
+    report: Report
     if args.test is None:
-        return _report_single(open_single_dump(args, settings, thresholds), args)
-    if not args.redump_command:
-        from tui_acc.metrics.kernel_loading import start_loading
+        from tui_acc.reports import single
 
-        start_loading()  # while the dumps are indexed and paired
-    cmp = open_pair(pair_opener(args, thresholds), args)
-    if args.redump_command:
-        return _print_redump(cmp, redump, args)
-    return _report(cmp, args, settings)
+        one = open_single_dump(args, settings, thresholds)
+        report = exported(single.build_report(one, args.token), args.csv, overwrite=args.force)
+    else:
+        if not args.redump_command:
+            from tui_acc.metrics.kernel_loading import start_loading
 
-
-def _report_single(cmp: Comparison, args: argparse.Namespace) -> int:
-    from tui_acc.reports import single
-    from tui_acc.reports.output import emit, exported
-
-    return emit(exported(single.build_report(cmp, args.token), args.csv, overwrite=args.force), args.json)
+            start_loading()  # while the dumps are indexed and paired
+        cmp = open_pair(pair_opener(args, thresholds), args)
+        if args.redump_command:
+            return _print_redump(cmp, redump, args)
+        report = _pair_report(cmp, args, settings)
+    return emit(report, args.json)
 
 
 def _print_redump(cmp: Comparison, redump: RedumpSettings, args: argparse.Namespace) -> int:
@@ -63,11 +64,12 @@ def _print_redump(cmp: Comparison, redump: RedumpSettings, args: argparse.Namesp
     return 0
 
 
-def _report(cmp: Comparison, args: argparse.Namespace, settings: Settings) -> int:
+def _pair_report(cmp: Comparison, args: argparse.Namespace, settings: Settings) -> PairReport:
+    """The pair's report with what the command line asked besides: the replay, the CSV, the plots."""
     from dataclasses import replace
 
     from tui_acc.reports import pair as rpt
-    from tui_acc.reports.output import emit, exported
+    from tui_acc.reports.output import exported
 
     if args.compat and args.csv is None:  # said before the comparison, which may take minutes
         raise UsageError("--compat writes a CSV: give --csv FILE")
@@ -89,7 +91,7 @@ def _report(cmp: Comparison, args: argparse.Namespace, settings: Settings) -> in
         from tui_acc.plots.ticket import write_plots
 
         report = replace(report, plots=write_plots(cmp, report, args.plot, overwrite=args.force))
-    return emit(report, args.json)
+    return report
 
 
 def _replayed(cmp: Comparison, args: argparse.Namespace, settings: Settings, report: PairReport) -> Replay:
