@@ -13,6 +13,7 @@ from tui_acc.verdicts.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from tui_acc.metrics.engine import MetricsEngine
+    from tui_acc.replay.registry import Registry
 
 
 class Comparison:
@@ -75,6 +76,7 @@ def open_comparison(
     data_mapping: str | Path | None = None,
     layer_mapping: str | Path | bool | None = None,
     baseline: str | Path | None = None,
+    replay_registry: Registry | None = None,
 ) -> Comparison:
     """Index both dumps and pair them; no tensor is loaded yet.
 
@@ -93,6 +95,8 @@ def open_comparison(
             golden child), or True for ``-lm`` without a file (records paired by layer position).
         baseline: a clean run at the test's dtype (``--baseline``): every tensor is then judged
             against the noise floor its error from the golden sets (``verdicts/noise.py``).
+        replay_registry: the replay references the verdicts use (``[replay]`` of tui-acc.toml);
+            default: the built-ins and installed plug-ins.
 
     Raises:
         DumpError: a root (or the mapping file) cannot be used; the message names it.
@@ -149,7 +153,9 @@ def open_comparison(
             base_cache = RowCache(golden_index.data_dir, baseline_index.data_dir) if cache else None
             noise_floor = MetricsEngine(baseline_pairing, thresholds, workers=1, cache=base_cache)
         row_cache = RowCache(golden_index.data_dir, test_index.data_dir) if cache else None
-        return MetricsEngine(pairing, thresholds, cache=row_cache, baseline=noise_floor)
+        return MetricsEngine(
+            pairing, thresholds, cache=row_cache, baseline=noise_floor, registry=replay_registry
+        )
 
     return Comparison(golden_index, test_index, pairing, thresholds, build_engine, baseline_index)
 

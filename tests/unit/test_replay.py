@@ -204,6 +204,21 @@ def test_a_broken_plugin_is_named_in_the_reason_not_a_crash(l1, plugin, spec, sa
         assert f"plug-in 'Functional.linear' = '{spec}' (my.toml)" in side.reason and said in side.reason
 
 
+def test_the_verdicts_replay_with_the_references_of_tui_acc_toml(l1, plugin, capsys) -> None:
+    folder, case, _ = l1
+    argv = ["report", str(folder / "golden"), str(folder / "test"), "--no-cache", "--json"]
+
+    def culprit_rule(*extra: str) -> str:
+        main([*argv, *extra])
+        failing = json.loads(capsys.readouterr().out)["failing"]
+        return next(f["rule"] for f in failing if f["golden"] == case["fault_record"])
+
+    assert culprit_rule() == "replay"  # the built-in linear finds it
+    # the user's own linear that cannot run: the verdicts use it too, so no replay judges the culprit
+    config = _config(plugin, '[replay]\n"Functional.linear" = "replay_plugin_for_tests:broken"\n')
+    assert culprit_rule("--config", str(config)) != "replay"
+
+
 def test_a_malformed_replay_table_is_a_usage_error_naming_the_file(l1, tmp_path, capsys) -> None:
     folder, case, _ = l1
     config = _config(tmp_path, '[replay]\n"Functional.linear" = "no_colon_here"\n')

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
         _run_app(AccApp(cmp, redump=redump, config_file=args.config))
         return 0
-    opener = pair_opener(args, thresholds)
+    opener = pair_opener(args, thresholds, settings)
     cmp = open_pair(opener, args)
     from tui_acc.tui.app import AccApp
 
@@ -56,9 +56,12 @@ def prepared(args: argparse.Namespace) -> tuple[Settings, Thresholds, RedumpSett
     return settings, thresholds, redump
 
 
-def pair_opener(args: argparse.Namespace, thresholds: Thresholds) -> Callable[..., Comparison]:
-    """``opener(golden, test)`` with the command line's options. The same options open a re-dump in
-    place of one side later (the TUI's "open the new dump")."""
+def pair_opener(
+    args: argparse.Namespace, thresholds: Thresholds, settings: Settings
+) -> Callable[..., Comparison]:
+    """``opener(golden, test)`` with the command line's options and the config's ``[replay]``
+    references (RegistryError: malformed, said at start). The same options open a re-dump in place
+    of one side later (the TUI's "open the new dump")."""
     from tui_acc.session import open_comparison
 
     return functools.partial(
@@ -74,6 +77,7 @@ def pair_opener(args: argparse.Namespace, thresholds: Thresholds) -> Callable[..
         cache=not args.no_cache,
         follow_links=args.follow_links,
         baseline=args.baseline,
+        replay_registry=settings.replay_registry(),
     )
 
 

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
             from tui_acc.metrics.kernel_loading import start_loading
 
             start_loading()  # while the dumps are indexed and paired
-        cmp = open_pair(pair_opener(args, thresholds), args)
+        cmp = open_pair(pair_opener(args, thresholds, settings), args)
         if args.redump_command:
             return _print_redump(cmp, redump, args)
         report = _pair_report(cmp, args, settings)

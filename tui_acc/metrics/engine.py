@@ -42,6 +42,7 @@ from tui_acc.metrics.schema import (
     to_frame,
 )
 from tui_acc.pairing import NodePair, Pairing, TensorPair
+from tui_acc.replay.registry import Registry
 from tui_acc.row_store import RowStore
 from tui_acc.verdicts.labels import Judging, TokenInput, diverged, finish, first_suspect, judge_one
 from tui_acc.verdicts.local import LocalChecks
@@ -79,10 +80,14 @@ class MetricsEngine:
         workers: int | None = None,
         cache: RowCache | None = None,
         baseline: MetricsEngine | None = None,
+        registry: Registry | None = None,
     ) -> None:
         """``baseline``: GOLDEN against a clean run at the test's dtype (``--baseline``); its rows set
-        the noise floor every verdict here is judged against (verdicts/noise.py)."""
+        the noise floor every verdict here is judged against (verdicts/noise.py). ``registry``: the
+        replay references the verdicts use (``[replay]`` of tui-acc.toml; default: the built-ins and
+        installed plug-ins), the same the replay dialog uses."""
         self.pairing = pairing
+        self._registry = registry
         self.baseline = baseline
         # the baseline's pair for each (golden node, slot), one token at a time, looked up once
         self._twins: dict[int, dict[tuple[str, str], TensorPair]] = {}
@@ -110,7 +115,7 @@ class MetricsEngine:
         """How node rows are labelled (verdicts/labels.py): with replay of the test side's operators."""
         return Judging(
             self.pairing.golden.tree,
-            LocalChecks(self.pairing),
+            LocalChecks(self.pairing, self._registry),
             baseline=self.baseline is not None,
             first_token=self.pairing.tokens[0] if self.pairing.tokens else 0,
             whole_inputs=self.pairing.test.format != "msit-torch",
