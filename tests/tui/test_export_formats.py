@@ -187,13 +187,13 @@ async def test_the_exported_tables_keep_their_columns_and_types(demo_app: AccApp
 
 
 def test_noise_and_anomaly_columns_come_last_typed_as_their_rows() -> None:
-    from tui_acc.tui.screens.operators import _op_export_schema
+    from tui_acc.tui.screens.operator_table import op_export_schema
     from tui_acc.tui.screens.tokens import _token_export_schema
 
     noise = dict.fromkeys(
         ("noise_ratio", "baseline_cosine", "baseline_rel_euclidean", "baseline_rmse"), pl.Float64
     )
-    assert _op_export_schema(with_noise=True, single=True) == {
+    assert op_export_schema(with_noise=True, single=True) == {
         **OPERATOR_COLUMNS,
         **noise,
         "anomaly": pl.String,

@@ -17,10 +17,21 @@ from textual.worker import get_current_worker
 from tui_acc.anomalies.rules import anomaly_text
 from tui_acc.dumps.model import NodeTree
 from tui_acc.pairing import NodePair
-from tui_acc.rows import ANOMALY_FIELDS, NOISE_FIELDS, Row
+from tui_acc.rows import Row
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.column_fit import Spec, fit
 from tui_acc.tui.screens.base import ViewScreen
+from tui_acc.tui.screens.operator_table import (
+    COLUMNS,
+    FIXED,
+    NAME_MIN,
+    NOISE_COLUMN,
+    PRIORITY,
+    SINGLE_COLUMNS,
+    STATS_COLUMNS,
+    operator_frame,
+    shown_passed,
+)
 from tui_acc.tui.screens.replay import ReplayScreen
 from tui_acc.tui.screens.view_state import OperatorView
 from tui_acc.tui.sorting import matching_keys, verdict_rank
@@ -34,91 +45,12 @@ from tui_acc.verdicts.shown import failing
 if TYPE_CHECKING:
     import polars as pl
 
-    from tui_acc.metrics.schema import PolarsType
     from tui_acc.verdicts.replay_check import Replay
 
 # The engine's modules (polars, numpy) are imported where they are used: the token list, which
 # imports this screen, is on screen before them.
 
-# Ordered so that at 80 columns the verdicts and the main metric are on screen: the first
-# PRIORITY columns stay in view at any width; the Operator column takes the room they leave.
-PRIORITY = 5
 SEPARATOR = "  │  "  # between the summary line's parts
-FIXED = 4  # #, Operator, In, Out: pinned on the left, the metrics scroll beside them
-NAME_MIN = 12  # the Operator column's narrowest: a layer index, an ellipsis and most of a leaf
-COLUMNS = (
-    ("order", "#", 3),
-    ("name", "Operator", 18),
-    ("inputs", "In", 2),
-    ("outputs", "Out", 3),
-    ("cosine", "Cosine", 8),
-    ("max_abs_err", "MaxAbsErr", 9),
-    ("rel_euclidean", "RelEucl", 9),
-    ("thousandth_ratio", "≤1e-3", 6),
-    ("type", "Type", 14),
-    ("shape", "Shape", 14),
-)
-
-
-# One dump checked on its own: what is wrong with the worst output, and its figure
-SINGLE_COLUMNS = (
-    ("order", "#", 3),
-    ("name", "Operator", 18),
-    ("inputs", "In", 2),
-    ("outputs", "Out", 3),
-    ("anomaly", "Kind", 8),
-    ("anomaly_figure", "Figure", 14),
-    ("type", "Type", 14),
-    ("shape", "Shape", 14),
-)
-# With --baseline: the output's error over the baseline's (the verdict is against 3x or 2x it)
-NOISE_COLUMN = ("noise_ratio", "×noise", 8)
-
-STATS_COLUMNS = (
-    ("order", "#", 3),
-    ("name", "Operator", 18),
-    ("inputs", "In", 2),
-    ("outputs", "Out", 3),
-    ("norm_rel_diff", "NormRel", 9),
-    ("max_diff", "MaxDiff", 10),
-    ("min_diff", "MinDiff", 10),
-    ("mean_diff", "MeanDiff", 10),
-    ("type", "Type", 14),
-    ("shape", "Shape", 14),
-)
-
-
-# The exported operator table (``view_frame``): the pair's names, from the screen's pairs (a row not
-# computed yet has them too), as column -> the NodeRow field that types it; then row fields as they are
-_EXPORTED_NAMES = {
-    "token": "token",
-    "order": "order",
-    "operator": "golden_node",
-    "test_operator": "test_node",
-    "type": "golden_type",
-    "test_type": "test_type",
-}
-# the In column: where the inputs were not dumped (or overwritten in place), the verdict of what fed
-# the operator, and which operator that was; label: local, contains or inherited (the Out column's L/c/i)
-_EXPORTED_VERDICTS = ("inputs_passed", "inputs_effective", "inputs_from", "outputs_passed", "label")
-# which rule judged it, what it measured and allowed (verdicts/rules.py), then the figures
-_EXPORTED_FIGURES = (
-    "rule",
-    "local_error",
-    "expected_error",
-    "reason",
-    "cosine",
-    "max_abs_err",
-    "rel_euclidean",
-    "thousandth_ratio",
-    "stats_only",
-    "norm_rel_diff",
-    "max_diff",
-    "min_diff",
-    "mean_diff",
-    "shape",
-    "error",
-)
 
 
 class OperatorScreen(ViewScreen):
@@ -336,7 +268,7 @@ class OperatorScreen(ViewScreen):
         whole = self._widths.get("test_name", 0) >= self._longest_test
         test = fmt.display_name(node.test) if whole else fmt.compact_path(node.test)
         return {
-            "name": fmt.styled(label, _passed(row)) if row is not None else Text(label),
+            "name": fmt.styled(label, shown_passed(row)) if row is not None else Text(label),
             "test_name": fmt.elide_middle(test, test_width),
             "type": fmt.elide_middle(self._type_label(node), self._width("type")),
         }
@@ -446,7 +378,7 @@ class OperatorScreen(ViewScreen):
         if column == "inputs":
             return verdict_rank(row.get("inputs_effective"))
         if column == "outputs":
-            return verdict_rank(_passed(row), row.get("label"))
+            return verdict_rank(shown_passed(row), row.get("label"))
         return row.get(column)
 
     def _filtered(self, names: list[str]) -> list[str]:
@@ -535,7 +467,7 @@ class OperatorScreen(ViewScreen):
             pending = Text("…", style=fmt.PENDING_STYLE)
             cells.update(inputs=pending, outputs=pending)
         else:
-            passed = _passed(row)
+            passed = shown_passed(row)
             cells.update(
                 inputs=fmt.input_mark(row.get("inputs_effective"), row.get("inputs_from")),
                 outputs=fmt.output_mark(passed, row.get("label"), bool(row.get("error"))),
@@ -757,29 +689,14 @@ class OperatorScreen(ViewScreen):
     def view_frame(self) -> pl.DataFrame:
         """The rows in scope and through the filter, in the table's order: names, types, verdicts, whether it
         is ◆, and every figure (noise figures with a baseline; anomalies for one dump on its own)."""
-        import polars as pl
-
-        with_noise = self.acc.comparison.baseline is not None
-        single = self.acc.comparison.single
-        rows = []
-        for name in self._in_scope():
-            node, row = self._pairs[name], self._rows.get(name, {})
-            rows.append(
-                {
-                    "token": self.token,
-                    "order": self._order[name],
-                    "operator": name,
-                    "test_operator": node.test,
-                    "type": node.golden_type,
-                    "test_type": node.test_type,
-                    **{key: row.get(key) for key in _EXPORTED_VERDICTS},
-                    "first_failing": name == self._suspect,
-                    **{key: row.get(key) for key in _EXPORTED_FIGURES},
-                    **{key: row.get(key) for key in NOISE_FIELDS if with_noise},
-                    **{key: row.get(key) for key in ANOMALY_FIELDS if single},
-                }
-            )
-        return pl.DataFrame(rows, schema=_op_export_schema(with_noise, single))
+        names = self._in_scope()
+        comparison = self.acc.comparison
+        return operator_frame(
+            self.token,
+            [(self._order[n], self._pairs[n], self._rows.get(n, {}), n == self._suspect) for n in names],
+            with_noise=comparison.baseline is not None,
+            single=comparison.single,
+        )
 
     def redump_target(self) -> tuple[int, str | None]:
         """This token, from the operator under the cursor down (None: the table is empty, every operator)."""
@@ -789,28 +706,3 @@ class OperatorScreen(ViewScreen):
         """``tui-acc-token{N}-ops``, with the layer in scope appended when there is one."""
         scope = "" if self._scope == self._tree.root else f"-{self._scope}"
         return f"tui-acc-token{self.token}-ops{scope}"
-
-
-def _passed(row: Row) -> bool | None:
-    """The Out column's ✓ or ✗ (verdicts/labels.failing: an operator that adds error shows ✗ even
-    where its output is within the thresholds)."""
-    found = failing(row)
-    return None if found is None else not found
-
-
-def _op_export_schema(with_noise: bool = False, single: bool = False) -> dict[str, PolarsType]:
-    """The exported operator table's columns, each typed as the row field it shows (``NodeRow``, by
-    ``schema.py``); with a baseline, its noise figures at the end; for one dump checked on its own,
-    each operator's anomaly."""
-    import polars as pl
-
-    from tui_acc.metrics.schema import ANOMALY_COLUMNS, NODE_SCHEMA, NOISE_COLUMNS
-
-    return {
-        **{column: NODE_SCHEMA[field] for column, field in _EXPORTED_NAMES.items()},
-        **{field: NODE_SCHEMA[field] for field in _EXPORTED_VERDICTS},
-        "first_failing": pl.Boolean,  # the screen's own: the ◆ row, no field of a row
-        **{field: NODE_SCHEMA[field] for field in _EXPORTED_FIGURES},
-        **(NOISE_COLUMNS if with_noise else {}),
-        **(ANOMALY_COLUMNS if single else {}),
-    }
