@@ -68,10 +68,13 @@ def dtype_name(values: np.ndarray) -> str:
 
 
 def is_float(values: np.ndarray) -> bool:
+    """Whether the array holds real floats, ml_dtypes' narrow ones included (numpy's kind check
+    misses those)."""
     return values.dtype in _FLOAT_TYPES
 
 
 def is_complex(values: np.ndarray) -> bool:
+    """Whether the array holds complex numbers (complex64 or complex128)."""
     return values.dtype.kind == "c"
 
 

@@ -25,6 +25,8 @@ def load_side(ref: TensorRef, like: Any, policy: LoadPolicy) -> np.ndarray:
 
 
 def file_state(path: Path) -> FileState:
+    """The file's size and modification time (ns), from one ``stat``; None where it cannot be
+    stat'ed (gone, or unreadable)."""
     try:
         stat = path.stat()
     except OSError:

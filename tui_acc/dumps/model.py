@@ -53,6 +53,7 @@ class Problem:
     message: str
 
     def as_dict(self) -> dict[str, str]:
+        """The problem as ``--json`` gives it: ``{"file": path, "message": message}``."""
         return {"file": self.path, "message": self.message}
 
 
@@ -104,10 +105,12 @@ class TensorRef:
 
     @property
     def path(self) -> Path:
+        """``location`` as a Path (built on each call; nothing is read or checked)."""
         return Path(self.location)
 
     @property
     def has_data(self) -> bool:
+        """Whether ``location`` holds the tensor itself (False for a statistics-only entry)."""
         return self.stats is None
 
 
@@ -145,6 +148,11 @@ class NodeTree:
     nodes: dict[str, Node]
 
     def children(self, name: str) -> list[str]:
+        """The names of ``name``'s children in execution order (the tree's own list: do not mutate it).
+
+        Raises:
+            KeyError: ``name`` is not in the tree.
+        """
         return self.nodes[name].children
 
     def preorder(self, start: str | None = None) -> Iterator[Node]:
@@ -156,6 +164,11 @@ class NodeTree:
             stack.extend(reversed(node.children))
 
     def is_ancestor(self, ancestor: str, name: str) -> bool:
+        """Whether ``ancestor`` is above ``name`` in the tree (a node is not its own ancestor).
+
+        Raises:
+            KeyError: ``name`` is not in the tree.
+        """
         parent = self.nodes[name].parent
         while parent is not None:
             if parent == ancestor:
@@ -226,6 +239,7 @@ class DumpIndex:
 
     @property
     def load_policy(self) -> LoadPolicy:
+        """Where this dump's files may lead: ``policy``, or inside ``root`` where the reader set none."""
         return self.policy or LoadPolicy.inside(self.root)
 
     def stable_name(self, name: str) -> str:
@@ -233,6 +247,11 @@ class DumpIndex:
         return self.stable.get(name) or logical_name(name)
 
     def tensors(self, token: int, node: str) -> list[TensorRef]:
+        """The tensors ``node`` recorded at ``token``; empty where the token or the node has none.
+
+        Where the reader lists tokens lazily (msit's torch and ATB dumps, msprobe's ATB probe), the
+        first ask for a token lists its folder's files, once: not on the UI thread.
+        """
         return self.tokens.get(token, {}).get(node, [])
 
 

@@ -51,10 +51,13 @@ class LoadPolicy:
 
     @classmethod
     def anywhere(cls) -> LoadPolicy:
+        """Not confined: any file a link or header names may be read (``--follow-links``)."""
         return cls(None)
 
     @classmethod
     def for_dump(cls, dump: Path, follow_links: bool) -> LoadPolicy:
+        """The policy the command line asks for: ``anywhere`` with ``follow_links``, else ``inside``
+        the dump."""
         return cls.anywhere() if follow_links else cls.inside(dump)
 
     def check(self, path: Path, what: str = "links to") -> Path:
@@ -75,6 +78,8 @@ class LoadPolicy:
         return open_regular(self.check(path), mode, **kwargs)
 
     def read_text(self, path: Path) -> str:
+        """The file's text (UTF-8). Raises OSError as ``open`` does, UnicodeDecodeError (a
+        ValueError) for bytes that are not UTF-8."""
         with self.open(path, "r", encoding="utf-8") as handle:
             return handle.read()
 

@@ -57,6 +57,7 @@ class DumpReader:
 
     @property
     def described(self) -> str:
+        """Its name and marks, as the message for a root no reader claims lists them."""
         return f"{self.name} ({self.marks})"
 
 

@@ -19,6 +19,12 @@ def claims(path: Path) -> bool:
 
 
 def read(path: Path, follow_links: bool = False) -> DumpIndex:
+    """The file as a dump of one token holding one node (``tensor``) with one output; nothing is
+    read from it until the comparison loads it.
+
+    Raises:
+        DumpError: its suffix is none of ``SUFFIXES``.
+    """
     if path.suffix not in SUFFIXES:
         raise DumpError(f"{path}: not a tensor file tui-acc can read (expected {', '.join(SUFFIXES)})")
     tree = NodeTree(root=NODE, nodes={NODE: Node(NODE, path.suffix.lstrip("."), None, 0)})

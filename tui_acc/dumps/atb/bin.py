@@ -125,6 +125,7 @@ class BinHeader:
 
     @property
     def numel(self) -> int:
+        """The element count the dims give (1 for a scalar's empty dims)."""
         n = 1
         for d in self.dims:
             n *= d
@@ -132,10 +133,16 @@ class BinHeader:
 
     @property
     def dtype_name(self) -> str:
+        """The dtype as torch names it; a refused code's name, or ``code N`` for one unknown."""
         known = ACL_DTYPES.get(self.dtype_code)
         return known[0] if known else REFUSED_DTYPES.get(self.dtype_code, f"code {self.dtype_code}")
 
     def payload_bytes(self) -> int:
+        """The payload's size in bytes, 4-bit types packed two to a byte (rounded up).
+
+        Raises:
+            KeyError: the dtype is not one ``ACL_DTYPES`` decodes (``load_bin`` refuses those first).
+        """
         size = ACL_DTYPES[self.dtype_code][1]
         return int(np.ceil(self.numel * size))
 

@@ -25,10 +25,12 @@ class Topology:
 
     @property
     def mindie(self) -> bool:
+        """Whether the dump has MindIE's two topologies (prefill "encode", then "decode")."""
         return len(self.models) > 1
 
     @property
     def decode_start(self) -> int | None:
+        """The decode model's first top-level node id (MindIE); None with one topology."""
         return self.models[1][1] if self.mindie else None
 
 
@@ -91,6 +93,9 @@ def tokens_of_folder(
     topology: Topology,
     token_offset: int | None,
 ) -> list[tuple[int, dict[str, list[TensorRef]]]]:
+    """The tokens a walked folder holds, each with its nodes: none for MindIE's warm-up (folder 0)
+    or a folder below ``token_offset``; folder 1 of MindIE split in two by node id (token 0 the
+    encode model's top-level nodes, token 1 the decode model's)."""
     if token_offset is not None:
         token = folder_id - token_offset
         return [(token, nodes)] if token >= 0 else []

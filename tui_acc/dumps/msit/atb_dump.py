@@ -57,6 +57,25 @@ def claims(path: Path) -> bool:
 def read(
     path: Path, token_offset: int | None = None, rank: int | None = None, follow_links: bool = False
 ) -> DumpIndex:
+    """Index the msit ATB dump at or below ``path``: each token folder a token (MindIE's warm-up
+    left out; ``token_offset``: token = folder - offset), each operation a node.
+
+    Reads the model/{pid} topology and walks the first token's folder now; every other folder is
+    walked when its token is first asked for (``tokens_walked_lazily``), and what it could not read
+    is then added to the index's ``problems``. A token folder that cannot be listed is a problem,
+    its tokens left to the other side.
+
+    Args:
+        path: an ``msit_dump*`` folder or the folder holding them (the newest is read, noted), its
+            ``tensors/``, a ``{device}_{pid}`` folder or one token folder (only that one is read).
+        token_offset: overrides MindIE's automatic alignment.
+        rank: which ``{device}_{pid}`` folder, when several (default: the first, noted).
+        follow_links: whether its files may lead out of it.
+
+    Raises:
+        DumpError: not a folder, no ``tensors/{device}_{pid}``, no token folder that can be listed,
+            or none holding a token.
+    """
     dump_root, device_dir, only_dir, notes, ranks, rank = _locate(path, rank)
     # the whole dump (its model/ topology lies beside tensors/ when a device folder was passed)
     policy = LoadPolicy.for_dump(dump_root if path.is_relative_to(dump_root) else path, follow_links)

@@ -49,10 +49,18 @@ _DTYPES = {"bf16": "bfloat16", "float": "float32", "double": "float64"}
 
 
 def claims(path: Path) -> bool:
+    """Whether ``path`` is or holds a statistic.csv (cheap: names only, the file is not opened)."""
     return (path / FILE).is_file() or (path.name == FILE and path.is_file())
 
 
 def read(path: Path, follow_links: bool = False) -> DumpIndex:
+    """Index the statistic.csv at ``path`` (or in its folder), read whole now: each execution
+    count a token, each operation a node; a bad row is a problem.
+
+    Raises:
+        DumpError: the file is unreadable or lacks msprobe's columns, holds several devices, or has
+            no usable row.
+    """
     csv_path = path if path.name == FILE else path / FILE
     policy = LoadPolicy.for_dump(path, follow_links)
     rows, problems = read_rows(csv_path, policy)

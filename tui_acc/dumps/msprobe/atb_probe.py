@@ -81,6 +81,25 @@ def claims(path: Path) -> bool:
 def read(
     path: Path, token_offset: int | None = None, rank: int | None = None, follow_links: bool = False
 ) -> DumpIndex:
+    """Index the ATB probe dump at or below ``path``: each execution folder a token (MindIE's
+    warm-up left out; ``token_offset``: token = folder - offset), each operation a node.
+
+    Reads the info/ topology and walks the first token's execution now; every other execution is
+    walked when its token is first asked for (``tokens_walked_lazily``), and what it could not read
+    is then added to the index's ``problems``. An execution with neither tensor files nor
+    statistic.csv rows is a problem, not an error.
+
+    Args:
+        path: the output folder, ``atb_dump_data/``, its ``data/``, a ``{device}_{pid}`` folder or
+            one execution folder (only that execution is read).
+        token_offset: overrides MindIE's automatic alignment.
+        rank: which ``{device}_{pid}`` folder, when several (default: the first, noted).
+        follow_links: whether its files may lead out of it.
+
+    Raises:
+        DumpError: no device folder, no execution folder holding data, or none left after
+            ``token_offset``.
+    """
     atb_root, device_dir, only_exec, notes, ranks, picked = _locate(path, rank)
     # the whole atb_dump_data (its info/ topology lies above the device folder a user may pass)
     policy = LoadPolicy.for_dump(atb_root if path.is_relative_to(atb_root) else path, follow_links)

@@ -41,10 +41,20 @@ ROOT = "saves"
 
 
 def claims(path: Path) -> bool:
+    """Whether ``path`` is a debug.json, or holds ``step*/rank*|proc*/debug.json`` at or below it
+    (cheap: names and folder listings, no file opened)."""
     return bool(_step_folders(path)) or (path.name == FILE and names_a_file(path))
 
 
 def read(path: Path, rank: int | None = None, follow_links: bool = False) -> DumpIndex:
+    """Index the saves at or below ``path``: each step a token, each save a node under ``saves``
+    (``rank``: which rank folder, when several; a debug.json passed itself is step 0).
+
+    A step whose debug.json cannot be read, or has no ``data`` object, is a problem and not compared.
+
+    Raises:
+        DumpError: no step's debug.json could be read, or ``rank`` is out of range.
+    """
     policy = LoadPolicy.for_dump(path, follow_links)
     notes: list[str] = []
     problems: list[Problem] = []

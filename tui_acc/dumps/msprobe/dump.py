@@ -53,6 +53,8 @@ _FOCUS_EVIDENCE = 50  # records: a tiny dump may simply not call any of them
 
 
 def claims(path: Path) -> bool:
+    """Whether ``path`` is or holds a dump.json, or holds ``step*/rank*|proc*`` folders (cheap: names
+    and folder listings, no file opened)."""
     if names_a_file(path / "dump.json") or (path.name == "dump.json" and names_a_file(path)):
         return True
     # a rank folder that cannot be listed is still msprobe's: read() names it

@@ -77,10 +77,22 @@ _MODULE_SCOPE = "Module."
 
 
 def claims(path: Path) -> bool:
+    """Whether ``path`` holds graph mode's rank folders at or below it: folder listings, and the
+    first 64 KiB of a dump.json to tell it from an eager one copied without its construct.json."""
     return bool(_rank_dirs(path))
 
 
 def read(path: Path, rank: int | None = None, follow_links: bool = False) -> DumpIndex:
+    """Index every step of the graph-mode dump at or below ``path`` now, a token each (``rank``:
+    which rank folder, when several).
+
+    Calls are ordered by when each started (statistics) or by file times (tensors); where the times
+    were lost, by data flow, which opens the first such step's tensor files. A step without the rank's
+    folder or without tensors is a problem.
+
+    Raises:
+        DumpError: no graph-mode step below ``path``, none holding a tensor, or ``rank`` out of range.
+    """
     policy = LoadPolicy.for_dump(path, follow_links)
     problems: list[Problem] = []
     steps = _steps(path)

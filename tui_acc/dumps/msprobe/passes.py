@@ -36,6 +36,8 @@ EMBEDDING = "Functional.embedding"
 
 
 def is_module(name: str) -> bool:
+    """Whether a record is a module's call (``Module.model.layers.0.mlp.MLP.forward.3``) rather
+    than an API call's."""
     return bool(_MODULE_CALL.match(name))
 
 
@@ -213,6 +215,9 @@ def _embedding_rows(entry: Any) -> int | None:
 
 
 def output_last_dims(entry: Any) -> set[int]:
+    """The last dimension of every tensor a dump.json record outputs, nested lists and dicts
+    walked (a record whose outputs end in the vocabulary's size holds logits); empty for anything
+    that is not a record."""
     dims: set[int] = set()
     if not isinstance(entry, dict):
         return dims

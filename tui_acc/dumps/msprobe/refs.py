@@ -88,6 +88,10 @@ class RefBuilder:
         return not self._tensor_dir_problem
 
     def refs(self, name: str, entry: Any) -> list[TensorRef]:
+        """The tensors of the record ``name`` of dump.json: its inputs (``input.0``, ``input.{kwarg}``),
+        outputs (``output.0``), parameters (``parameters.weight``) and nan_check's ``is_nan`` flag; a
+        Triton kernel's arguments before the run are left out. An entry that is not as msprobe writes
+        it adds a problem to ``problems`` and gives no tensor."""
         refs: list[TensorRef] = []
         if not isinstance(entry, dict):
             self.problems.append(Problem(str(self.dump_json), f"{name}: entry is not an object; skipped"))

@@ -37,6 +37,8 @@ _NAMED_CALL = re.compile(r"=\s*(?:self\.)?(\w+)\(")  # hidden_states = decoder_l
 
 @dataclass(frozen=True)
 class Frame:
+    """One frame of a call's Python stack, as stack.json writes it (``code``: the line's source)."""
+
     file: str
     line: int
     func: str
@@ -44,6 +46,7 @@ class Frame:
 
     @property
     def where(self) -> tuple[str, str]:
+        """The function it is in, as (file, function name): the same for every line of one call."""
         return self.file, self.func
 
 

@@ -106,6 +106,8 @@ def parse_name(file_name: str, path: str) -> Record | None:
 
 
 def claims(path: Path) -> bool:
+    """Whether ``path`` is, or holds right below it, a folder of the dumper's ``step=*.pt`` files
+    (cheap: folder listings, no file opened)."""
     return path.is_dir() and _experiment(path) is not None
 
 
@@ -135,6 +137,17 @@ def _experiment(path: Path) -> tuple[Path, list[str]] | None:
 
 
 def read(path: Path, rank: int | None = None, follow_links: bool = False) -> DumpIndex:
+    """Index the SGLang dumper experiment at or right below ``path`` (the last, noted, where it
+    holds several) from its file names: each step a token, each dumped name a node (``rank``: which
+    rank, when several). A file whose name does not parse is a problem.
+
+    Where it holds several ranks and the first is read, each name's first file's meta is opened
+    (memory-mapped) for its ``dims``, which say how ``--gather`` merges the ranks.
+
+    Raises:
+        DumpError: no dumper files, the folder cannot be listed, none of the names parses, or
+            ``rank`` is out of range.
+    """
     located = _experiment(path)
     if located is None:
         raise DumpError(f"{path}: not an SGLang dumper folder (expected step=*___rank=*___...pt files)")

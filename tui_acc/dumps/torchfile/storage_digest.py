@@ -45,6 +45,7 @@ class StorageListing:
 
     @property
     def sizes(self) -> tuple[int, ...]:
+        """Each storage record's size in bytes, in key order (nothing is read)."""
         return tuple(size for _, size, _ in self.records)
 
     def identity(self, policy: LoadPolicy) -> tuple[tuple[int, int | str], ...] | None:

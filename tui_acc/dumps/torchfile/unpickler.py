@@ -119,9 +119,13 @@ class RestrictedUnpickler:
         self._small_tree = False
 
     def find_class(self, module: str, name: str) -> object:
+        """GLOBAL: what ``module.name`` stands for. Here every global is refused (RefusedGlobal);
+        a subclass allows the ones tensors need."""
         raise RefusedGlobal(f"{module}.{name}")
 
     def persistent_load(self, pid: object) -> object:
+        """BINPERSID: what the persistent id ``pid`` stands for (a storage, in torch.save's files).
+        Here none is expected (TorchFileError); a subclass resolves them."""
         raise TorchFileError(f"persistent id {brief(pid)} not expected")
 
     def build(self, target: object, state: object) -> None:
@@ -146,6 +150,7 @@ class RestrictedUnpickler:
 
     @property
     def pickled(self) -> bytes:
+        """The bytes the unpickler was given, whole (the pickle starts at ``start`` within them)."""
         return self._data
 
     @property
