@@ -38,6 +38,8 @@ class Plots:
     left_out: int = 0  # tensors past MOST
 
     def as_dict(self) -> dict[str, Any]:
+        """The report's ``plots`` object in ``--json``: the folder, each file written with what it
+        shows (``where``), the problems, and how many tensors were left out."""
         return {
             "dir": str(self.directory),
             "written": [{"file": str(path), "where": where} for path, where in self.written],

@@ -56,6 +56,7 @@ def provenance(cmp: Comparison) -> dict[str, str]:
 
 
 def with_provenance(frame: pl.DataFrame, cmp: Comparison) -> pl.DataFrame:
+    """``frame`` with the comparison's ``provenance`` columns (resolves both dumps' roots)."""
     return stamped(frame, provenance(cmp))
 
 

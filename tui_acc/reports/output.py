@@ -27,21 +27,32 @@ class Report(Protocol):
     __dataclass_fields__: ClassVar[dict[str, Any]]
 
     @property
-    def csv(self) -> str | None: ...
+    def csv(self) -> str | None:
+        """The file ``--csv`` wrote its table to (None: not asked for, or not yet written)."""
+        ...
 
     @property
-    def exit_code(self) -> int: ...
+    def exit_code(self) -> int:
+        """What the command leaves with: EXIT_PASS, EXIT_FAIL (a fault found, or something not
+        judged) or EXIT_USAGE (something asked for not done)."""
+        ...
 
     @property
     def problems(self) -> list[str]:
         """What was asked for and not done, said on stderr after the report."""
         ...
 
-    def json(self) -> dict[str, Any]: ...
+    def json(self) -> dict[str, Any]:
+        """What ``--json`` prints: strict JSON (no NaN or infinity), one object."""
+        ...
 
-    def text(self) -> str: ...
+    def text(self) -> str:
+        """What the command prints without ``--json``, ending in a newline."""
+        ...
 
-    def frame(self) -> pl.DataFrame: ...
+    def frame(self) -> pl.DataFrame:
+        """Its table as ``--csv`` writes it (each report says what a row is)."""
+        ...
 
 
 R = TypeVar("R", bound=Report)

@@ -62,9 +62,13 @@ class Pictures(Protocol):
 
     problems: list[str]
 
-    def as_dict(self) -> dict[str, Any]: ...
+    def as_dict(self) -> dict[str, Any]:
+        """The report's ``plots`` object in ``--json``."""
+        ...
 
-    def lines(self) -> list[str]: ...
+    def lines(self) -> list[str]:
+        """The report's text about them: where the files went, one line each."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,9 @@ class PairReport(Said):
     plots: Pictures | None = None
 
     def body(self) -> dict[str, Any]:
+        """The report as ``--json`` gives it (before ``strict_json``): the fields above in their
+        order, then ``baseline`` and ``operators``, ``replay``, ``csv`` and ``plots`` where asked for;
+        the tables and provenance are left out."""
         said: dict[str, Any] = {
             "tool": "tui-acc",
             "version": __version__,

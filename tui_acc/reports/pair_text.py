@@ -158,6 +158,7 @@ def _side_line(side: dict[str, Any]) -> str:
 
 
 def span(tokens: list[int]) -> str:
+    """Tokens as the text says them: ``none``, ``3``, ``2..7`` for a run without gaps, else the list."""
     if not tokens:
         return "none"
     if len(tokens) == 1:

@@ -57,6 +57,8 @@ class RanksReport(Said):
     csv: str | None = None
 
     def body(self) -> dict[str, Any]:
+        """The report as ``--json`` gives it (before ``strict_json``): the run, its ranks and margin,
+        every row, the first that disagrees, the counts, errors and notes; ``csv`` once written."""
         said: dict[str, Any] = {
             "dump": self.dump,
             "format": self.format,
@@ -90,6 +92,9 @@ class RanksReport(Said):
 
 
 def build_report(check: RanksCheck, should_stop: Callable[[], bool] | None = None) -> RanksReport:
+    """The report of every token's collectives, each rank's row judged now (this loads every rank's
+    tensors of every collective not yet checked: call it off the UI thread). ``should_stop`` is asked
+    between collectives; once true, the report holds the rows judged so far."""
     rows = check.all_rows(should_stop)
     bad = next((row for row in rows if row["passed"] is False), None)
     return RanksReport(
@@ -108,6 +113,7 @@ def build_report(check: RanksCheck, should_stop: Callable[[], bool] | None = Non
 
 
 def public_row(row: RankRow) -> dict[str, Any]:
+    """A row as the JSON and the CSV give it: the COLUMNS, in their order."""
     return {key: row[key] for key in COLUMNS}  # type: ignore[literal-required]
 
 
@@ -134,6 +140,7 @@ def rows_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 
 
 def with_provenance(frame: pl.DataFrame, check: RanksCheck) -> pl.DataFrame:
+    """``frame`` (the ranks screen's table) with the run's ``provenance`` columns."""
     return stamped(frame, provenance(check))
 
 

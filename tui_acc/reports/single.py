@@ -43,6 +43,8 @@ class SingleReport(Said):
     csv: str | None = None
 
     def body(self) -> dict[str, Any]:
+        """The report as ``--json`` gives it (before ``strict_json``): the fields above in their
+        order, ``csv`` once written."""
         said: dict[str, Any] = {
             "tool": "tui-acc",
             "version": __version__,
