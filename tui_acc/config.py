@@ -93,6 +93,8 @@ class Config:
 
 
 def user_config_path() -> Path:
+    """The user's config file, ``$XDG_CONFIG_HOME/tui-acc/tui-acc.toml`` (``~/.config`` where the
+    variable is unset or empty); whether it exists is not checked."""
     base = os.environ.get("XDG_CONFIG_HOME")
     return (Path(base) if base else Path.home() / ".config") / "tui-acc" / FILE_NAME
 

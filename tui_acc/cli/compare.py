@@ -82,6 +82,13 @@ def pair_opener(
 
 
 def open_pair(opener: Callable[..., Comparison], args: argparse.Namespace) -> Comparison:
+    """``args.golden`` against ``args.test``, opened with ``opener`` (both dumps indexed now) and
+    checked to mean something.
+
+    Raises:
+        DumpError: a root or the mapping cannot be used, the same dump was given twice, or nothing
+            pairs (``check_comparable``); the message says which.
+    """
     from tui_acc.session import check_comparable
 
     cmp = opener(args.golden, args.test)

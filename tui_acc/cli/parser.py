@@ -13,6 +13,8 @@ COMMANDS = ("open", "report", "demo", "hunt", "ranks")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``tui-acc`` parser: one subparser per command of COMMANDS, each with its options and
+    help. It expects the command first: ``command_first`` puts it there."""
     parser = argparse.ArgumentParser(
         prog="tui-acc",
         description="Find where an LLM port loses accuracy: compare a golden tensor dump with a test dump.",
@@ -303,6 +305,8 @@ def command_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
 
 
 def command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The subparser of the command ``name`` (one of COMMANDS) in ``build_parser``'s parser, for
+    its help and its errors."""
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     command: argparse.ArgumentParser = subparsers.choices[name]
     return command
