@@ -113,6 +113,8 @@ class LocalChecks:
         )
 
     def known_distance(self, output: TensorPair, source: TensorPair) -> tuple[bool, float | None]:
+        """Whether ``pass_through`` has computed this distance yet, and the distance if so (None
+        also where it was unreadable); nothing is read or computed."""
         key = (output.token, output.test.location, source.test.location)
         return key in self._distances, self._distances.get(key)
 

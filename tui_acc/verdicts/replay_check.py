@@ -67,6 +67,8 @@ class SideReplay:
         return self.metrics.get("rel_euclidean")
 
     def as_dict(self) -> dict[str, Any]:
+        """The side as the report's ``replay`` JSON gives it: every field but ``side`` (the key it
+        sits under says it), ``notes`` as a list."""
         data = asdict(self)
         data.pop("side")
         data["notes"] = list(self.notes)
@@ -147,6 +149,8 @@ class Replay:
         return found
 
     def as_dict(self) -> dict[str, Any]:
+        """What ``report --replay`` puts in its JSON: the token, each side's ``as_dict``, the
+        finding and its reading."""
         return {
             "token": self.token,
             "golden": self.golden.as_dict(),

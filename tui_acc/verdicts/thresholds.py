@@ -74,6 +74,7 @@ class Rule:
     bounds: dict[str, float]
 
     def matches(self, names: tuple[str, ...]) -> bool:
+        """Whether any of ``names`` (the golden's and the test's) matches ``pattern`` (case-sensitive)."""
         return any(fnmatch.fnmatchcase(name, self.pattern) for name in names)
 
 
@@ -96,6 +97,8 @@ class Thresholds:
         return self.noise_factor[precision], self.noise_epsilon[precision]
 
     def for_logits(self, golden_dtype: object, test_dtype: object) -> dict[str, float]:
+        """The logits' bounds (metric -> bound) for the less precise of the two dtypes (the table
+        itself: do not mutate it)."""
         return self.logits[precision_class(golden_dtype, test_dtype)]
 
     def for_stats(self, golden_dtype: object, test_dtype: object, floor: str | None = None) -> float:
@@ -108,6 +111,8 @@ class Thresholds:
     def for_op(
         self, golden_dtype: object, test_dtype: object, names: tuple[str, ...] = ()
     ) -> dict[str, float]:
+        """An operator tensor's bounds (metric -> bound, a new dict): the less precise dtype's, then
+        each rule that matches one of ``names`` over them, in the rules' order."""
         bounds = dict(self.ops[precision_class(golden_dtype, test_dtype)])
         for rule in self.rules:
             if rule.matches(names):
@@ -123,6 +128,8 @@ class Thresholds:
         return replace(self, logits=new_logits, ops=new_ops)
 
     def as_dict(self) -> dict[str, Any]:
+        """Every bound, as the report's ``thresholds`` and the exports' ``source_thresholds`` give
+        them (``stats_norm_rel``: the table by dtype where no single tolerance is set)."""
         return {
             "logits": self.logits,
             "ops": self.ops,
@@ -150,6 +157,8 @@ def precision_class(*dtypes: object) -> str:
 
 
 def is_float(dtype: object) -> bool:
+    """Whether a dtype name (a string; anything else is not) names a float type: ``float*``,
+    ``half``, ``bfloat16``, ``double``."""
     return isinstance(dtype, str) and dtype.startswith(("float", "half", "bfloat16", "double"))
 
 
