@@ -123,6 +123,7 @@ class MetricsEngine:
 
     @property
     def workers(self) -> int:
+        """How many worker threads compute rows (``workers``, or the usable cores)."""
         return self.scheduler.workers
 
     def close(self) -> None:
@@ -336,6 +337,13 @@ class MetricsEngine:
         return NOT_KNOWN_YET if known is None else known
 
     def tensors_frame(self, token: int, should_stop: StopCheck = _never) -> pl.DataFrame:
+        """Every paired tensor of ``token`` as a TENSOR_SCHEMA frame, one row each in node order;
+        rows not known yet are computed now, on the workers and the calling thread (tensors loaded:
+        not the UI thread). A pair that cannot be read or compared is a row whose ``error`` says why.
+
+        Raises:
+            Cancelled: ``should_stop`` said so before every row was known.
+        """
         pairs = [pair for node in self.pairing.node_pairs(token) for pair in node.tensors]
         with self._ahead(pairs, should_stop) as row_of:
             rows = [row_of(pair) for pair in _checked(pairs, should_stop)]
@@ -357,6 +365,8 @@ class MetricsEngine:
         return self._token_row_from(token, self.tensor_row(pair))
 
     def cached_token_row(self, token: int) -> TokenRow | None:
+        """The token's row if its logits row is known (in memory or the disk cache); None where it
+        is not, or where the token is not paired yet (this never pairs a token or computes)."""
         if not self.pairing.is_paired(token):
             return None  # known not to be computed, and asking would list the token's files
         pair = self.pairing.logits_pair(token)
@@ -391,6 +401,13 @@ class MetricsEngine:
         should_stop: StopCheck = _never,
         on_row: Callable[[TokenRow], None] | None = None,
     ) -> list[TokenRow]:
+        """The rows of ``tokens`` (default: every paired token), in the order given, each computed
+        where not known (the logits of every token loaded ahead on the workers: not the UI thread).
+        ``on_row`` gets each row as it is known, in that order.
+
+        Raises:
+            Cancelled: ``should_stop`` said so; the rows ``on_row`` got stay valid.
+        """
         wanted = list(self.pairing.tokens if tokens is None else tokens)
         pairs = [p for t in wanted if (p := self.pairing.logits_pair(t)) is not None]
         rows = []
@@ -403,6 +420,7 @@ class MetricsEngine:
         return rows
 
     def tokens_frame(self, should_stop: StopCheck = _never) -> pl.DataFrame:
+        """Every token's row (``token_rows``) as a TOKEN_SCHEMA frame; Cancelled as there."""
         return to_frame(self.token_rows(should_stop=should_stop), TOKEN_SCHEMA)
 
     def first_failing_token(self, should_stop: StopCheck = _never) -> int | None:
@@ -607,6 +625,12 @@ class MetricsEngine:
             yield row_of
 
     def nodes_frame(self, token: int, should_stop: StopCheck = _never) -> pl.DataFrame:
+        """``token``'s node rows (``node_rows``: computed where not known) as a NODE_SCHEMA frame, in
+        execution order.
+
+        Raises:
+            Cancelled: ``should_stop`` said so before every row was known.
+        """
         return to_frame(self.node_rows(token, should_stop), NODE_SCHEMA)
 
     def first_failing_op(self, token: int, should_stop: StopCheck = _never) -> NodeRow | None:
