@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tui_acc.errors import TuiAccError
-from tui_acc.replay import atb_ops, torch_ops
 
 ENTRY_POINT_GROUP = "tui_acc.replay"
 Reference = Callable[..., Any]
@@ -80,11 +79,7 @@ class Registry:
     ) -> None:
         self._user = [Entry(key, source, spec) for key, spec in (plugins or {}).items()]
         self._entry_points: list[Entry] | None = None if entry_points else []
-        self._builtins = [
-            Entry(key, "built-in", function=function)
-            for table in (torch_ops.API_REFERENCES, atb_ops.REFERENCES, torch_ops.MODULE_REFERENCES)
-            for key, function in table.items()
-        ]
+        self._builtins: list[Entry] | None = None  # imported on first use: they import numpy
 
     @classmethod
     def from_config(cls, section: Any, source: str = "tui-acc.toml", entry_points: bool = True) -> Registry:
@@ -109,7 +104,20 @@ class Registry:
         if self._entry_points is None:
             self._entry_points = _entry_points()
         yield from self._entry_points
-        yield from self._builtins
+        yield from self._builtin_entries()
+
+    def _builtin_entries(self) -> list[Entry]:
+        """torch_ops.py's and atb_ops.py's references, imported on first use: a registry is made
+        at start, before the first frame, which imports no numpy."""
+        if self._builtins is None:
+            from tui_acc.replay import atb_ops, torch_ops
+
+            self._builtins = [
+                Entry(key, "built-in", function=function)
+                for table in (torch_ops.API_REFERENCES, atb_ops.REFERENCES, torch_ops.MODULE_REFERENCES)
+                for key, function in table.items()
+            ]
+        return self._builtins
 
     def find(self, *candidates: str | None) -> Entry | None:
         """The first entry matching the first candidate that any matches (record name, then type)."""
