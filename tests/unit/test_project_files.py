@@ -166,3 +166,72 @@ def test_no_code_or_test_names_an_issue_number() -> None:
         for m in _ISSUE.finditer(text)
     ]
     assert found == []
+
+
+DEVELOPERS = REPO / "DEVELOPERS.md"
+# an entry of the map: a line that starts at the left edge (``tui_acc/dumps/``, ``tui_acc/rows.py``), or
+# a subpackage of the entry above it, indented two spaces (``  torchfile/``)
+_ENTRY = re.compile(r"^(?:(\S+)|  ([\w]+/))(?=\s)")
+
+
+def _map_entries(text: str) -> dict[str, str]:
+    """The code block under "## Where things are": each entry's key (``tui_acc/dumps/torchfile/``) and
+    its text, continuation lines included."""
+    section = text.split("## Where things are", 1)[1]
+    block = section.split("```", 2)[1]
+    entries: dict[str, str] = {}
+    key = parent = ""
+    for line in block.splitlines():
+        found = _ENTRY.match(line)
+        if found and found.group(1):
+            key = parent = found.group(1)
+        elif found and found.group(2):
+            key = parent + found.group(2)
+        entries[key] = entries.get(key, "") + line + "\n"
+    return entries
+
+
+def _unnamed_modules(text: str, modules: list[Path]) -> list[str]:
+    """The modules (relative to tui_acc's parent) whose file name is not in their package's entry of the
+    map: the entry of the deepest package that holds them, or, for a top-level module, an entry of
+    top-level modules (``tui_acc/rows.py``). A name written with folders (``screens/help.py``) counts
+    where the folders are its own, so ``reports/ranks.py`` does not name ``collectives/ranks.py``."""
+    entries = _map_entries(text)
+    unnamed = []
+    for module in modules:
+        where = module.parent.as_posix() + "/"
+        if where == "tui_acc/":
+            texts = [t for k, t in entries.items() if re.fullmatch(r"tui_acc/\w+\.py", k)]
+        else:
+            owners = [k for k in entries if k.endswith("/") and where.startswith(k)]
+            texts = [entries[max(owners, key=len)]] if owners else []
+        pattern = re.compile(rf"(?<![\w./])((?:\w+/)*){re.escape(module.name)}(?!\w)")
+        if not any(where.endswith(m.group(1)) for t in texts for m in pattern.finditer(t)):
+            unnamed.append(module.as_posix())
+    return unnamed
+
+
+def test_the_map_of_the_code_names_every_module() -> None:
+    """DEVELOPERS.md's "Where things are" names every module of tui_acc by its file name, in its
+    package's entry: a new module is placed on the map when it is written."""
+    modules = sorted(p.relative_to(REPO) for p in (REPO / "tui_acc").rglob("*.py") if p.name != "__init__.py")
+    assert len(modules) > 150
+    assert _unnamed_modules(DEVELOPERS.read_text(encoding="utf-8"), modules) == []
+
+
+def test_the_map_check_sees_a_module_named_only_in_another_package() -> None:
+    text = (
+        "## Where things are\n\n```\n"
+        "tui_acc/rows.py     row dicts; lazy.py: a mapping\n"
+        "tui_acc/dumps/      readers: model.py\n"
+        "  msit/             torch_dump.py\n"
+        "tui_acc/tui/        the app: screens/help.py, ranks.py\n"
+        "tui_acc/reports/    reports/ranks.py, tui/screens/ranks.py\n```\n"
+    )
+    named = [
+        "tui_acc/rows.py", "tui_acc/lazy.py", "tui_acc/dumps/model.py",
+        "tui_acc/dumps/msit/torch_dump.py", "tui_acc/tui/screens/help.py",
+    ]  # fmt: skip
+    unnamed = ["tui_acc/dumps/msit/model.py", "tui_acc/reports/pair.py", "tui_acc/collectives/ranks.py"]
+    modules = [Path(m) for m in named + unnamed]
+    assert _unnamed_modules(text, modules) == unnamed
