@@ -196,13 +196,30 @@ def test_a_softmax_amplifies_by_its_input_magnitude_and_a_fused_attention_is_not
     assert by_error_model({**row, "output_error": 0.5}, [worse], [scores]).local
     # the same numbers through a linear map are a fault
     assert by_error_model({**row, "test_type": "Functional.linear"}, [probabilities], [scores]).local
+    # a mask's fill weighs nothing after exp: the largest score decides, not the most negative
+    masked_scores = {**scores, "golden_min": -1e9}
+    assert by_error_model(row, [probabilities], [masked_scores]).expected_error == softmax.expected_error
     fused_types = (
         "Functional.scaled_dot_product_attention",
         "PagedAttentionOperation",
         "NPU.npu_fusion_attention",
+        "NPU.npu_fused_infer_attention_score",
+        "Functional.multi_head_attention_forward",
+        "MultiLatentAttentionOperation",
     )
     for fused in fused_types:
         assert by_error_model({**row, "test_type": fused}, [probabilities], [scores]) is None
+    # a module named for attention is judged against what is inside it, not left out
+    assert by_error_model({**row, "test_type": "LlamaSdpaAttention"}, [probabilities], [scores]) is not None
+
+
+def test_partial_sums_of_ranks_count_their_roundings():
+    # a row-parallel output summed from 4 ranks' bf16 partials was rounded 5 times
+    output = _row(role="output", rel_euclidean=0.01)
+    row = {"input_error": 0.0, "output_error": 0.01, "test_dtype": "bfloat16"}
+    once, summed = by_error_model(row, [output]), by_error_model(row, [output], roundings=5)
+    assert once.local and not summed.local
+    assert summed.expected_error == pytest.approx(local_bound("bfloat16", 1, 5))
 
 
 def test_a_weight_is_judged_against_its_cast():

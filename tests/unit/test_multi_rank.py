@@ -126,3 +126,19 @@ def test_all_reduce_inputs_sum_to_its_output(two_ranks) -> None:
     )
     assert len(inputs) == 2
     assert torch.allclose(sum(inputs), output.double(), rtol=1e-2, atol=1e-3)
+
+
+def test_summed_bf16_partials_stay_bf16() -> None:
+    # each rank's partial sum is bf16; their all-reduce is bf16 too: judged at bf16's rounding, not
+    # as the float64 the sum is taken in (ml_dtypes' bf16 is no numpy float kind)
+    from pathlib import Path
+
+    import ml_dtypes
+    import numpy as np
+
+    from tui_acc.dumps.gather import SUM, merge_parts
+
+    parts = [np.array([1.0, 2.0], dtype=ml_dtypes.bfloat16), np.array([0.5, 0.25], dtype=ml_dtypes.bfloat16)]
+    merged = merge_parts(parts, SUM, [2], Path("outtensor0.bin"))
+    assert merged.dtype == np.dtype(ml_dtypes.bfloat16)
+    assert merged.astype(np.float32).tolist() == [1.5, 2.25]

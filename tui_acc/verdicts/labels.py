@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tui_acc.dumps.gather import SUM
 from tui_acc.dumps.model import NodeTree
 from tui_acc.pairing import NodePair
 from tui_acc.rows import NodeRow, TensorRow
@@ -153,11 +154,12 @@ def _reading(
         found = by_replay(replay) if replay is not None else None
         # a consistent replay of a sample can miss an error in the rows or columns it did not draw:
         # where the output fails while the inputs pass and the model says the error is its own, the
-        # model's reading stands
-        suspicious = (
-            failing and row.get("inputs_effective") is True and modelled is not None and modelled.local
-        )
-        if found is not None and not (not found.local and suspicious):
+        # model's reading stands (a replay of the whole output is not second-guessed)
+        sampled = replay is not None and bool(replay.test.sampled)
+        own = failing and row.get("inputs_effective") is True and modelled is not None and modelled.local
+        if found is not None and not found.local and sampled and own:
+            return modelled
+        if found is not None:
             return found
     if judging.baseline and row.get("noise_ratio") is not None:
         return by_threshold(row, failing, rule="baseline")
@@ -169,7 +171,7 @@ def _roundings(node: NodePair | None) -> int:
     ranks' outputs are summed (a row-parallel matmul before its all-reduce)."""
     if node is None:
         return 1
-    summed = [len(pair.test.parts) for pair in node.outputs if pair.test.merge == "sum"]
+    summed = [len(pair.test.parts) for pair in node.outputs if pair.test.merge == SUM]
     return 1 + max(summed, default=0)
 
 

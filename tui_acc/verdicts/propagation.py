@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tui_acc.verdicts.masks import masked
+from tui_acc.verdicts.masks import masked, saturates
 from tui_acc.verdicts.rounding import unit_roundoff
 
 GROWTH = 2.0
@@ -109,31 +109,37 @@ def amplification(node_type: str | None, inputs: Sequence[Mapping[str, Any]]) ->
     """How much more than ``GROWTH`` an operator may amplify the relative error its inputs carry.
 
     A softmax turns an absolute error ``d`` in its input into a relative error of about ``d`` in its
-    output (``exp(x + d) = exp(x)(1 + d)``), so an input with relative error ``r`` and entries up to
-    ``|x|`` reaches ``r |x|``: attention scores of 20 take 1 % in to 20 % out with nothing wrong.
-    The factor is the largest input magnitude the dump states (at least 1); None where no float
-    input states one. A fused attention (SDPA, flash and paged attention) holds such a softmax over
-    scores the dump does not hold: None, the model does not judge it (its replay does). 1 for every
-    other operator."""
+    output (``exp(x + d) = exp(x)(1 + d)``), so an input with relative error ``r`` and scores up to
+    ``x`` reaches ``r x``: scores of 20 take 1 % in to 20 % out with nothing wrong. The factor is
+    the largest score the dump states (``golden_max``, at least 1): very negative scores (a mask's
+    fill) weigh nothing after ``exp``, and a mask at the dtype's limit is no score. None where no
+    float input states one. A fused attention (SDPA, flash, paged, MLA) holds such a softmax over
+    scores the dump does not hold: None, the error model does not judge it (the thresholds do,
+    or a ``[replay]`` plug-in). 1 for every other operator."""
     if not node_type:
         return 1.0
     if _FUSED_ATTENTION.search(node_type):
         return None
     if not _SOFTMAX.search(node_type):
         return 1.0
-    magnitudes = [
+    scores = [
         abs(float(value))
         for t in inputs
-        if unit_roundoff(t.get("golden_dtype")) is not None
-        for key in ("golden_max", "golden_min")
-        if isinstance(value := t.get(key), (int, float)) and math.isfinite(value)
+        if unit_roundoff(t.get("golden_dtype")) is not None and not masked(t)
+        if isinstance(value := t.get("golden_max"), (int, float))
+        and math.isfinite(value)
+        and not saturates(value, t.get("golden_dtype"))
     ]
-    return max([1.0, *magnitudes]) if magnitudes else None
+    return max([1.0, *scores]) if scores else None
 
 
 _SOFTMAX = re.compile(r"softmax", re.IGNORECASE)
+# fused attention kernels by their API or ATB operation name (not a module that merely has
+# "Attention" in its class name: a module is judged against the operators inside it)
 _FUSED_ATTENTION = re.compile(
-    r"scaled_dot_product|flash|fusion_attention|SelfAttention|PagedAttention|FusedAttention|SdpaAttention",
+    r"scaled_dot_product|flash_?attention|fusion_?attention|fused_infer_attention|incre_flash"
+    r"|prompt_flash|multi_head_attention_forward|SelfAttentionOperation|PagedAttentionOperation"
+    r"|MultiLatentAttention|RingMLA",
     re.IGNORECASE,
 )
 

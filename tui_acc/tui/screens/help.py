@@ -62,7 +62,7 @@ VERDICTS = (
     "against itself recomputed from the test's own dumped inputs and weights (or, for a module, the "
     "output it passes through), beyond 3× the rounding its dtype explains; baseline: beyond the "
     "noise floor while its inputs are within it; error model: its error beyond 2× what its inputs "
-    "carry (a softmax: × its largest input) plus its own rounding; threshold: its output fails while "
+    "carry (a softmax: × its largest score) plus its own rounding; threshold: its output fails while "
     "its inputs pass (where nothing else can judge).",
     "◆ First failing op: the earliest in execution order, and the innermost, where the error starts. "
     "Out ✗L: the error starts here (local; ✗ even when its output is within the thresholds); ✗c: "
