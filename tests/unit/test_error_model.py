@@ -282,3 +282,44 @@ def test_a_scale_error_fails_where_a_rotation_as_large_would():
     assert tensor_passed({**scaled, "rel_euclidean": 0.05}, thresholds)
     # a bound the user set on rel_euclidean is kept, not replaced by the implied one
     assert effective_bounds(scaled, {"cosine": 0.99, "rel_euclidean": 0.5})["rel_euclidean"] == 0.5
+
+
+@pytest.mark.parametrize(("sampled", "rule"), [("16 of 256 rows", "error model"), (None, "replay")])
+def test_only_a_sampled_replay_that_agrees_yields_to_the_error_model(sampled, rule):
+    # the output fails, its inputs pass, and its error is 5x what came in: a replay of a sample may
+    # have missed the rows that carry it; a replay of the whole output has not
+    from tui_acc.dumps.model import Node, NodeTree
+    from tui_acc.pairing.model import NodePair
+    from tui_acc.verdicts.labels import Judging, judge_one
+    from tui_acc.verdicts.local import NodeReplay
+    from tui_acc.verdicts.replay_check import SideReplay
+
+    agrees = SideReplay("test", "linear", "Linear", "consistent", "within its rounding", sampled=sampled)
+
+    class Checks:
+        def has_reference(self, node):
+            return True
+
+        def replay(self, node):
+            return NodeReplay(agrees, None)
+
+    nodes = {
+        "root": Node("root", "Model", None, 0, ["linear"]),
+        "linear": Node("linear", "Linear", "root", 1),
+    }
+    node = NodePair(0, "linear", "linear", "Linear", "Linear", 1, ())
+    given = _row(role="input", slot="input_0", rel_euclidean=0.01, passed=True, golden_node="linear")
+    output = _row(role="output", slot="output", rel_euclidean=0.05, passed=False, golden_node="linear")
+    row = {
+        "token": 0,
+        "golden_node": "linear",
+        "golden_type": "Linear",
+        "test_type": "Linear",
+        "outputs_passed": False,
+        "inputs_passed": True,
+        "input_error": 0.01,
+        "inputs_effective": True,
+        "output_error": 0.05,
+    }
+    judge_one(row, [given, output], {}, Judging(NodeTree("root", nodes), Checks()), node)
+    assert row["rule"] == rule and (row["label"] == "local") == (rule == "error model")
