@@ -59,7 +59,18 @@ R = TypeVar("R", bound=Report)
 
 
 class Said(ABC):
-    """What every report shares: its JSON is its body made strict; nothing went unsaid by default."""
+    """What every report shares: its JSON is its body made strict; where ``--csv`` wrote its table;
+    nothing went unsaid by default."""
+
+    csv: str | None  # each report's field: the file ``--csv`` wrote, once written (``exported``)
+
+    def csv_said(self) -> dict[str, str]:
+        """The body's ``csv`` key once the table is written, else nothing."""
+        return {} if self.csv is None else {"csv": self.csv}
+
+    def csv_line(self) -> str:
+        """The text's line saying where the table went, once written, else nothing."""
+        return "" if self.csv is None else f"csv: {self.csv}\n"
 
     @abstractmethod
     def body(self) -> dict[str, Any]:

@@ -148,8 +148,7 @@ class PairReport(Said):
             said.update(baseline=self.baseline, operators=self.operators)
         if self.replay is not None:
             said["replay"] = self.replay.as_dict()
-        if self.csv is not None:
-            said["csv"] = self.csv
+        said.update(self.csv_said())
         if self.plots is not None:
             said["plots"] = self.plots.as_dict()
         return said
@@ -159,8 +158,7 @@ class PairReport(Said):
         text = format_text(self.body())
         if self.replay is not None:
             text += "\n" + "\n".join(self.replay.describe()) + "\n"
-        if self.csv is not None:
-            text += f"csv: {self.csv}\n"
+        text += self.csv_line()
         if self.plots is not None:
             text += "\n".join(self.plots.lines()) + "\n"
         return text

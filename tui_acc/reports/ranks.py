@@ -70,14 +70,13 @@ class RanksReport(Said):
             "unjudged": self.unjudged,
             "errors": self.errors,
             "notes": self.notes,
+            **self.csv_said(),
         }
-        if self.csv is not None:
-            said["csv"] = self.csv
         return said
 
     def text(self) -> str:
         """What the terminal shows: the summary, then where the CSV went."""
-        return _format_text(self.body()) + "\n" + (f"csv: {self.csv}\n" if self.csv is not None else "")
+        return _format_text(self.body()) + "\n" + self.csv_line()
 
     def frame(self) -> pl.DataFrame:
         """The CSV: every row, with the source_* columns every export carries."""
