@@ -171,7 +171,7 @@ async def shoot_hunt(out: Path, demo_out: Path) -> None:
 async def shoot_ranks(out: Path, dump: Path) -> None:
     """``tui-acc ranks`` on the demo's two-rank run, at its first disagreement (``f``)."""
     from tui_acc.collectives.check import RanksCheck
-    from tui_acc.collectives.ranks import open_ranks
+    from tui_acc.collectives.rank_set import open_ranks
     from tui_acc.tui.ranks_app import RanksApp
 
     app = RanksApp(RanksCheck(open_ranks(str(dump))), export_dir=Path.cwd(), clock=lambda: SHOT_TIME)

@@ -76,13 +76,13 @@ def test_the_command_line_says_any_of_them_and_exits_2(
     """An error no command catches itself (a tensor file, while the ranks are opened) is said, not a
     traceback: the one handler around every command."""
     from tui_acc.cli.main import main
-    from tui_acc.collectives import ranks
+    from tui_acc.collectives import rank_set
     from tui_acc.dumps.tensors import TensorLoadError
 
     def damaged(*_args: object, **_kwargs: object) -> None:
         raise TensorLoadError(tmp_path / "x.bin", "truncated")
 
-    monkeypatch.setattr(ranks, "open_ranks", damaged)
+    monkeypatch.setattr(rank_set, "open_ranks", damaged)
     assert main(["ranks", str(tmp_path), "--json"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""

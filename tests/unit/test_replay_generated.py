@@ -23,7 +23,7 @@ from tui_acc.dumps.writers.atb_bin import write_bin
 from tui_acc.dumps.writers.torch_file import write_torch_file
 from tui_acc.replay import torch_ops
 from tui_acc.replay.call import Call, Replayed
-from tui_acc.replay.gather import Gathered
+from tui_acc.replay.dumped_call import Gathered
 from tui_acc.replay.registry import Registry
 from tui_acc.session import open_comparison
 from tui_acc.verdicts.replay_check import _judged, replay_node

@@ -8,7 +8,7 @@ import functools
 import shlex
 from pathlib import Path
 
-from tui_acc.cli.settings import Settings
+from tui_acc.cli.toml_settings import Settings
 from tui_acc.redump.settings import RUNS_DIR
 
 
@@ -53,7 +53,7 @@ def _run_ranks_demo(args: argparse.Namespace) -> int:
     if args.no_tui:
         return 0
     from tui_acc.collectives.check import RanksCheck
-    from tui_acc.collectives.ranks import open_ranks
+    from tui_acc.collectives.rank_set import open_ranks
     from tui_acc.tui.ranks_app import RanksApp
 
     hint = f"Demo run on {demo.world} ranks: one all-reduce is faulty. f jumps to it."

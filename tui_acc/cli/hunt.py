@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tui_acc.cli.settings import Settings
+from tui_acc.cli.toml_settings import Settings
 from tui_acc.redump.settings import runs_dir
 
 
