@@ -18,7 +18,8 @@ from tui_acc.cli.main import main
 from tui_acc.demo import FAULT_MODULE, FAULT_TOKEN, make_demo
 from tui_acc.dumps.msit.torch_dump import read as read_msit_torch
 from tui_acc.hunt.blocks import find_blocks
-from tui_acc.redump.plan import Selection, build_plan, parse_tokens, spell_tokens
+from tui_acc.redump.plan import build_plan
+from tui_acc.redump.selection import Selection, parse_tokens, spell_tokens
 from tui_acc.redump.settings import SideSettings
 
 INFER = [sys.executable, "-m", "tui_acc.demo.infer"]

@@ -14,8 +14,9 @@ import pytest
 
 from tests.processes import all_end
 from tui_acc.redump import RedumpError, Selection, SideSettings, build_plan, load_settings, remember_exec
-from tui_acc.redump.plan import atb_id_chain, new_folder
+from tui_acc.redump.plan import new_folder
 from tui_acc.redump.runner import RedumpRun
+from tui_acc.redump.selection import atb_id_chain
 from tui_acc.redump.settings import SettingsError
 
 ATB_OP = "3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation"

@@ -17,8 +17,9 @@ from typing import Any
 from tui_acc.dumps import ATB_FORMATS, DumpError, DumpIndex
 from tui_acc.errors import TuiAccError
 from tui_acc.hunt.blocks import find_blocks
-from tui_acc.redump.plan import RedumpError, RedumpPlan, Selection, build_plan, unused_name
+from tui_acc.redump.plan import RedumpPlan, build_plan, unused_name
 from tui_acc.redump.runner import EXIT_GRACE, RedumpRun
+from tui_acc.redump.selection import RedumpError, Selection
 from tui_acc.redump.settings import RedumpSettings
 from tui_acc.reports.pair import op_summary
 from tui_acc.session import CompareOptions, Comparison, open_comparison
