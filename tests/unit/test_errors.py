@@ -17,9 +17,9 @@ from tui_acc.errors import TuiAccError
 INTERNAL = {
     "tui_acc.metrics.engine.Cancelled",  # the caller has gone: stop computing
     "tui_acc.replay.call.NotSampleable",  # replay the whole output instead of a sample
-    "tui_acc.dumps.torchfile.unpickler.NeedsTorch",  # fall back to torch.load
-    "tui_acc.dumps.torchfile.unpickler.RefusedGlobal",
-    "tui_acc.dumps.torchfile.unpickler.TorchFileError",
+    "tui_acc.dumps.torchfile.refusals.NeedsTorch",  # fall back to torch.load
+    "tui_acc.dumps.torchfile.refusals.RefusedGlobal",
+    "tui_acc.dumps.torchfile.refusals.TorchFileError",
     "tui_acc.dumps.torchfile.fallback.FallbackRefused",
     "tui_acc.dumps.atb.bin.BinFileError",
     "tui_acc.dumps.fs.NotRegularFile",  # OSErrors by design: every reader handles an unreadable file
