@@ -81,6 +81,11 @@ NEEDS_ARGUMENTS = frozenset(
 )
 
 
+def reads_parameters(op: str, api: bool) -> bool:
+    """Whether the bound of a call of ``op`` reads its module's parameters (a norm's weight)."""
+    return not api and "norm" in op
+
+
 def expected(call: Call, largest_input: float | None) -> Expected:
     """What ``call``'s output may be (see the module's docstring for each family's arithmetic).
 

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from tui_acc.anomalies.arithmetic import NEEDS_ARGUMENTS, expected
+from tui_acc.anomalies.arithmetic import NEEDS_ARGUMENTS, expected, reads_parameters
 from tui_acc.anomalies.calls import Call, Operand, is_api, number, operator_name, parse_shape, place
 from tui_acc.anomalies.rules import AnomalySettings, Inputs, anomaly, is_float, largest_magnitude
 from tui_acc.metrics.engine import MetricsEngine
@@ -45,7 +45,11 @@ class AnomalyEngine(MetricsEngine):
         its inputs' rows, which never wait for anything), and what its arithmetic expects of
         ``output`` from them."""
         node = next((n for n in self.pairing.node_pairs(pair.token) if n.golden == pair.golden_node), None)
-        tensors = [(t, self.tensor_row(t)) for t in (node.tensors if node else []) if t.role != "output"]
+        # a module's parameters only where its bound reads them (a norm's weight): L0 dumps every
+        # module's weights at every call, and reading them all would double what a scan reads
+        weights = node is not None and reads_parameters(operator_name(node.golden_type), is_api(node.golden))
+        kept = ("input", "param") if weights else ("input",)
+        tensors = [(t, self.tensor_row(t)) for t in (node.tensors if node else []) if t.role in kept]
         rows = [row for t, row in tensors if t.role == "input"]
         readable = [row for row in rows if not row.get("error")]
         found = [m for row in readable if is_float(row) and (m := largest_magnitude(row)) is not None]
