@@ -18,7 +18,7 @@ from tui_acc.anomalies.rules import AnomalySettings, Inputs, anomaly, is_float, 
 from tui_acc.metrics.engine import MetricsEngine
 from tui_acc.metrics.schema import TensorRow, TokenRow
 from tui_acc.pairing import NodePair, Pairing, TensorPair
-from tui_acc.replay.gather import recorded_arguments
+from tui_acc.replay.dumped_call import recorded_arguments
 from tui_acc.verdicts.labels import Judging, first_suspect
 from tui_acc.verdicts.thresholds import Thresholds
 
