@@ -25,7 +25,7 @@ KEYS = (
     ("g  G", "top / bottom"),
     ("← →", "the next / previous columns that do not fit, whole; #, Operator, In and Out stay"),
     ("/", "operators: filter by name or type as you type; every key is the filter's until Enter or Esc"),
-    ("s  S", "sort by any column, worst first, shown from the top (the same column again reverses) · reverse"),
+    ("s  S", "sort by any column, worst first, from the top (the same column again reverses) · reverse"),
     ("a", "operators: show every operator again"),
     ("t", "operators: hide or show the layer tree"),
     ("Tab", "operators: switch between tree, table and the detail panel (where it scrolls: ↑ ↓ PgUp PgDn)"),
