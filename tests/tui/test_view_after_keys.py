@@ -93,7 +93,6 @@ async def test_every_tensor_of_an_operator_can_be_seen_at_80x24(demo_app: AccApp
         screen = demo_app.screen
         slots = [pair.slot for pair in screen._pairs[name].tensors]
         assert len(slots) == 4
-        panel = screen.query_one(TensorPanel)
         assert _tensor_rows_shown(demo_app, slots) < set(slots)  # under the table: cut off
         await pilot.press("d")  # the panel takes the room
         await pilot.pause()
@@ -107,6 +106,7 @@ async def test_every_tensor_of_an_operator_can_be_seen_at_80x24(demo_app: AccApp
         await pilot.pause()
         assert isinstance(demo_app.screen, OperatorScreen)
         assert _tensor_rows_shown(demo_app, slots) < set(slots)
+        panel = screen.query_one(TensorPanel)
         for _ in range(3):  # Tab: tree, table, then the panel (it holds more than it shows)
             if demo_app.focused is panel:
                 break
