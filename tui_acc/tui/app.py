@@ -32,6 +32,9 @@ from tui_acc.tui.terminal_app import TerminalApp
 from tui_acc.tui.title import SEPARATOR, shown_path
 
 
+_HELP = "help"  # the installed help screen's name
+
+
 class AccApp(TerminalApp):
     """``tui-acc GOLDEN TEST``: tokens -> operators -> tensors."""
 
@@ -115,7 +118,9 @@ class AccApp(TerminalApp):
     def action_help(self) -> None:
         """``?``: the help screen (keys, columns, verdicts); nothing when it is already shown."""
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            if not self.is_screen_installed(_HELP):  # kept once made: the next ? shows it at once
+                self.install_screen(HelpScreen(), _HELP)
+            self.push_screen(_HELP)
 
     def action_problems(self) -> None:
         """``u``: the notes and the operators left unmatched (of the re-dumped selection when a re-dump is

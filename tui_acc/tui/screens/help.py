@@ -15,6 +15,7 @@ from textual.widgets import Static
 
 from tui_acc.session import Comparison
 from tui_acc.tui.bounds import help_lines
+from tui_acc.tui.drawn_once import DrawnOnce
 from tui_acc.tui.screens.host import Host
 
 KEYS = (
@@ -115,7 +116,12 @@ def help_renderable(
 
 
 class HelpScreen(ModalScreen[None]):
-    """``?``: the keys, the verdict rules and the thresholds in force."""
+    """``?``: the keys, the verdict rules and the thresholds in force.
+
+    The app installs one and shows it again at each ``?`` (``AccApp.action_help``): composing it,
+    styling it and drawing its text once, rather than at every ``?``. Its text is made again only
+    when what it says changes (the comparison, the logits' dtypes once known).
+    """
 
     BINDINGS = [
         Binding("escape", "dismiss", "Close", id="close_help"),
@@ -125,11 +131,29 @@ class HelpScreen(ModalScreen[None]):
         Binding("k", "scroll('up')", "Up", show=False, id="help_up"),
     ]
 
+    # what the text shown was made for: the comparison (by identity) and the logits' dtypes
+    _made_for: tuple[Comparison, tuple[str, str] | None] | None = None
+
     def compose(self) -> ComposeResult:
         """The help text (keys, verdict rules, this pair's thresholds), scrollable."""
-        comparison = cast(Host, self.app).comparison
         with VerticalScroll(id="help"):
-            yield Static(help_renderable(comparison, _logits_dtypes(comparison)))
+            yield Static(self._text())
+
+    def on_screen_resume(self) -> None:
+        """Shown again: from the top, its text made again if what it says has changed."""
+        scroller = self.query_one("#help", VerticalScroll)
+        scroller.scroll_home(animate=False)
+        made_for = self._made_for
+        comparison = cast(Host, self.app).comparison
+        if made_for is None or made_for[0] is not comparison or made_for[1] != _logits_dtypes(comparison):
+            scroller.query_one(Static).update(self._text())
+
+    def _text(self) -> DrawnOnce:
+        """The help for the comparison on screen, drawn once per width (``DrawnOnce``)."""
+        comparison = cast(Host, self.app).comparison
+        dtypes = _logits_dtypes(comparison)
+        self._made_for = (comparison, dtypes)
+        return DrawnOnce(help_renderable(comparison, dtypes))
 
     def action_scroll(self, direction: str) -> None:
         """``j`` / ``k``: scroll the help one line down / up."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual import events
 from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
@@ -41,6 +42,17 @@ class LayerTree(Tree[str]):
         self.root.expand()
         self.show_root = True
         self.guide_depth = 2
+
+    _drawn_width = -1  # the width its lines were drawn at
+
+    def on_resize(self, event: events.Resize) -> None:
+        """A change of height keeps the lines drawn (the tree's own handler rebuilds every line and
+        lays the screen out again on any resize: the operator screen's detail panel changes the
+        tree's height operator by operator)."""
+        if event.size.width == self._drawn_width:
+            event.prevent_default()
+            self._line_cache.grow(event.size.height)  # what the tree's handler does besides: room for the lines
+        self._drawn_width = event.size.width
 
     def _populate(self, tree: NodeTree, present: set[str]) -> None:
         keep = _with_ancestors(tree, present)

@@ -16,6 +16,7 @@ from tui_acc.pairing import NodePair
 from tui_acc.pairing.model import Unmatched
 from tui_acc.rows import Row
 from tui_acc.tui import formatting as fmt
+from tui_acc.tui.drawn_once import DrawnOnce
 
 if TYPE_CHECKING:
     from tui_acc.metrics.engine import MetricsEngine
@@ -52,9 +53,20 @@ class TensorDetail(Static):
 
     _shown: tuple[NodePair | None, MetricsEngine, Row | None] | None = None
 
+    # The room the operator shown was fitted to, the room from which none of its tensor names is
+    # elided, and how many lines it took there.
+    _shown_room = -1
+    _fits_from = 0
+    _lines = -1
+
     def on_resize(self) -> None:
-        """Show the same operator again, its tensor names elided to the new width."""
-        if self._shown is not None:  # tensor names are elided to the width: fit them again
+        """Show the same operator again, its tensor names elided to the new width, where that elides
+        them differently (the panel takes each operator's height, and its scrollbar a column, as the
+        cursor moves: showing the operator again each time laid the screen out a second time)."""
+        room = self._room()
+        if self._shown is None or room == self._shown_room:
+            return
+        if min(room, self._shown_room) < self._fits_from:
             self.show(*self._shown)
 
     def show(self, node: NodePair | None, engine: MetricsEngine, row: Row | None = None) -> None:
@@ -66,7 +78,9 @@ class TensorDetail(Static):
             row: the operator's own row, for its verdict, rule and "within" lines.
         """
         self._shown = (node, engine, row)
+        self._shown_room, self._fits_from = self._room(), 0
         if node is None:
+            self._lines = -1
             self.update("")
             return
         names = fmt.display_name(node.golden)
@@ -89,7 +103,7 @@ class TensorDetail(Static):
         if absent:
             head.append(_absent_line(absent))
         if not node.tensors:
-            self.update(Group(*head, Text("no tensor files paired for this node", style="dim")))
+            self._draw(Group(*head, Text("no tensor files paired for this node", style="dim")))
             return
         rows = [engine.known_row(pair) for pair in node.tensors]  # memory only: this is the UI thread
         stats = any(r is not None and r.get("stats_only") for r in rows)
@@ -107,10 +121,11 @@ class TensorDetail(Static):
             max([len(header)] + [_cell_width(c[i]) for c in cells if len(c) > i])
             for i, header in enumerate(headers)
         ]
-        room = self.content_size.width or self.app.size.width - 2
+        room = self._room()
         # one cell between columns (padding collapsed) and one at each edge
         others = sum(width for i, width in enumerate(widths) if i != 1) + len(widths) + 1
         name_room = max(room - others, _NAME_MIN)
+        self._fits_from = others + widths[1]
         grid = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim", collapse_padding=True)
         for index, header in enumerate(headers):
             keep = index == 0 or index >= 4  # the verdict and the metrics: never elided
@@ -118,7 +133,21 @@ class TensorDetail(Static):
         for cell in cells:
             cell[1] = fmt.elide_middle(str(cell[1]), name_room)
             grid.add_row(*cell)
-        self.update(Group(*head, grid))
+        self._draw(Group(*head, grid))
+
+    def _room(self) -> int:
+        """The panel's width for text (the app's, less the padding, before the first layout)."""
+        return self.content_size.width or self.app.size.width - 2
+
+    def _draw(self, renderable: Group) -> None:
+        """Show ``renderable``, drawn once per width (``DrawnOnce``); where it takes as many lines
+        as what it replaces, without laying the screen out again."""
+        drawn = DrawnOnce(renderable)
+        # drawn as textual measures a height (the same options: it finds these segments kept)
+        options = self.app.console_options.update_width(self._room()).update(highlight=False)
+        lines = sum(text.count("\n") for text, _, _ in self.app.console.render(drawn, options))
+        self.update(drawn, layout=lines != self._lines)
+        self._lines = lines
 
 
 _LABEL_TEXT = {

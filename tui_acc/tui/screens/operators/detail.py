@@ -18,9 +18,20 @@ class DetailPanel(OperatorScreenBase):
     # d: the panel takes the room of all but a few of the table's rows (app.tcss, -detail-zoomed)
     detail_zoomed: var[bool] = var(False, init=False, toggle_class="-detail-zoomed")
 
+    _following = False  # the detail is to follow the cursor once the cursor is drawn
+
     @on(DataTable.RowHighlighted, "#ops")
-    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self.show_detail(str(event.row_key.value))
+    def _row_highlighted(self) -> None:
+        """The cursor moved: the detail follows once the cursor's frame is drawn. Moves made before
+        then (a held key, keys typed ahead) are one update, of where the cursor is by then: the
+        cursor never waits for the panel, nor the panel for operators passed over."""
+        if not self._following:
+            self._following = True
+            self.call_after_refresh(self._follow_cursor)
+
+    def _follow_cursor(self) -> None:
+        self._following = False
+        self.show_detail(self.cursor_key())
 
     def show_detail(self, name: str | None) -> None:
         """Show operator ``name``'s tensors and, when it is shown, its error picture (None: nothing)."""
