@@ -41,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,6 +56,7 @@ TOKENS_SHOWN = re.compile(r"(\d+)/\1 tokens compared")  # the token list's summa
 OPERATORS_SHOWN = re.compile(r"token \d+  │  \d+ ops")  # the operator screen's summary line
 MAP_SHOWN = re.compile(r"tensor \d+/\d+")  # the error map's title
 QUIET = 0.15  # s without output: the app has done what the key asked
+HELD = 8  # moves of a held key
 
 
 class App:
@@ -171,6 +173,40 @@ class Round:
             self.latency[f"{name}, then the panel follows"] = self.app.then(follows, f"{operator} shown")
         self.cpu[name] = self.app.cost()
 
+    def held(self, name: str, key: str, targets: list[str], operator: str, interval: float = 1 / 30) -> None:
+        """``key`` held down: typed every ``interval`` s (a terminal's key repeat), the cursor moving
+        through ``targets``. Figures: the median and the worst latency of a move (a move passed over
+        in a frame that shows a later one counts from its own key to that frame), and from the last
+        key to the panel showing ``operator``, the last target's."""
+        terminal, sent = self.app.terminal, []
+        terminal.settle(quiet=QUIET)
+        self.app._loop_ns = self.app.loop_cpu_ns()
+        latencies: dict[int, float] = {}
+        next_key = time.perf_counter()
+        deadline = next_key + 30
+        while len(latencies) < len(targets) and time.perf_counter() < deadline:
+            if len(sent) < len(targets) and time.perf_counter() >= next_key:
+                sent.append(terminal.send(key))
+                next_key += interval
+            wait = (
+                next_key - time.perf_counter() if len(sent) < len(targets) else deadline - time.perf_counter()
+            )
+            for arrived in terminal.frames(wait):
+                here = self.app.cursor_key(terminal.cells, "#")
+                reached = targets.index(here) if here in targets[: len(sent)] else -1
+                for move in range(reached + 1):
+                    latencies.setdefault(move, (arrived - sent[move]) * 1000)
+        if len(latencies) < len(targets):
+            raise SystemExit(f"{key} held: the cursor did not reach {targets[-1]}:\n{terminal.cells.text()}")
+        self.app._sent = sent[-1]
+        moves = sorted(latencies.values())
+        self.latency[f"{name}: a move, median"] = statistics.median(moves)
+        self.latency[f"{name}: a move, the slowest"] = moves[-1]
+        self.latency[f"{name}: the panel, from the last key"] = self.app.then(
+            lambda c: panel_names(c, operator), f"{operator} shown"
+        )
+        self.cpu[f"{name}: a move, median"] = self.app.cost() / len(targets)
+
     def untimed(self, keys: str, test: Callable[[Cells], bool], what: str) -> None:
         """Keys that set the next figure up."""
         self.app.key(keys, test, what)
@@ -208,6 +244,11 @@ def one_round(app: App) -> Round:
             step.untimed(
                 "m", lambda c: MAP_SHOWN.search(text(c)) is None and "cosine" in text(c), "the numbers"
             )
+    culprit = app.cursor_key(cells, "#")
+    rows = [(words[0], words[1]) for _, _, words in table_rows(cells, "#")]
+    below = [key for key, _ in rows][[key for key, _ in rows].index(culprit) + 1 :][:HELD]
+    if len(below) == HELD:  # on screen under ◆ (the demo at 120x40: rows 43-50)
+        step.held(f"operators: j held ({HELD} keys, 30 a second)", "j", below, dict(rows)[below[-1]])
     step.untimed("g", lambda c: app.cursor_key(c, "#") == "0", "the top")
     step.time("operators: f (cursor back on ◆)", "f", at_culprit, "◆")
     step.time("operators: Esc (back to the tokens)", "\x1b", on_tokens, "the token list")

@@ -21,7 +21,7 @@ import struct
 import subprocess
 import termios
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from rich.cells import get_character_cell_size
@@ -151,15 +151,20 @@ class PtyTerminal:
         deadline = time.perf_counter() + timeout
         if test(self.cells):
             return self.drawn_at
-        while True:
-            left = deadline - time.perf_counter()
-            if left <= 0 or self.process.poll() is not None:
-                raise TimeoutError(f"waited {timeout} s for {what}; the screen:\n{self.cells.text()}")
-            self._read(left)
-            while self._frames:  # one at a time: the first frame that shows it is the one timed
-                self._draw(*self._frames.pop(0))
+        while time.perf_counter() < deadline and self.process.poll() is None:
+            for arrived in self.frames(deadline - time.perf_counter()):
                 if test(self.cells):
-                    return self.drawn_at  # the frames after it stay to be drawn
+                    return arrived  # the frames after it stay to be drawn
+        raise TimeoutError(f"waited {timeout} s for {what}; the screen:\n{self.cells.text()}")
+
+    def frames(self, timeout: float) -> Iterator[float]:
+        """Wait up to ``timeout`` for output, then draw what came a frame at a time, yielding when
+        each frame's last byte was read, the screen as that frame left it."""
+        if not self._frames:
+            self._read(max(timeout, 0.0))
+        while self._frames:  # one at a time: the first frame that shows a result is the one timed
+            self._draw(*self._frames.pop(0))
+            yield self.drawn_at
 
     def settle(self, quiet: float = 0.2, timeout: float = 10.0) -> None:
         """Read and draw until the program has written nothing for ``quiet`` seconds."""

@@ -18,6 +18,15 @@ async def settle(pilot: Pilot[None]) -> None:
     await pilot.pause()
 
 
+@pytest.fixture(autouse=True)
+def detail_follows_every_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator detail follows each cursor move once it is drawn, however quickly the keys come:
+    the same on a fast machine and a slow one (test_keys_flows holds what a held key does)."""
+    from tui_acc.tui.screens.operators.detail import DetailPanel
+
+    monkeypatch.setattr(DetailPanel, "FOLLOW_REST", 0.0)
+
+
 @pytest.fixture
 def demo_app(demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AccApp:
     # Relative paths keep the title line identical from run to run (snapshots compare it).

@@ -31,7 +31,6 @@ from tui_acc.tui.screens.view_state import OperatorView
 from tui_acc.tui.terminal_app import TerminalApp
 from tui_acc.tui.title import SEPARATOR, shown_path
 
-
 _HELP = "help"  # the installed help screen's name
 
 

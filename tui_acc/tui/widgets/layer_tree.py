@@ -51,7 +51,7 @@ class LayerTree(Tree[str]):
         tree's height operator by operator)."""
         if event.size.width == self._drawn_width:
             event.prevent_default()
-            self._line_cache.grow(event.size.height)  # what the tree's handler does besides: room for the lines
+            self._line_cache.grow(event.size.height)  # what the tree's own handler does besides
         self._drawn_width = event.size.width
 
     def _populate(self, tree: NodeTree, present: set[str]) -> None:

@@ -3,8 +3,11 @@ or where a tensor's error sits (``m``; ``[`` ``]`` the operator's other tensors)
 
 from __future__ import annotations
 
+from time import monotonic
+
 from textual import on
 from textual.reactive import var
+from textual.timer import Timer
 from textual.widgets import DataTable
 
 from tui_acc.tui.screens.operators.base import OperatorScreenBase
@@ -18,24 +21,49 @@ class DetailPanel(OperatorScreenBase):
     # d: the panel takes the room of all but a few of the table's rows (app.tcss, -detail-zoomed)
     detail_zoomed: var[bool] = var(False, init=False, toggle_class="-detail-zoomed")
 
+    # A move within this many seconds of the one before is a key held down or typed ahead: the
+    # detail waits until the cursor has rested this long (a class attribute: the tests set 0).
+    FOLLOW_REST = 0.1
     _following = False  # the detail is to follow the cursor once the cursor is drawn
+    _follow_timer: Timer | None = None  # ... or once the cursor rests
+    _moved_at = float("-inf")  # when the cursor last moved (monotonic)
+    _detail_of: str | None = None  # the operator the panel shows
 
     @on(DataTable.RowHighlighted, "#ops")
     def _row_highlighted(self) -> None:
-        """The cursor moved: the detail follows once the cursor's frame is drawn. Moves made before
-        then (a held key, keys typed ahead) are one update, of where the cursor is by then: the
-        cursor never waits for the panel, nor the panel for operators passed over."""
-        if not self._following:
+        """The cursor moved: the detail follows once the cursor's frame is drawn, and while a key is
+        held (moves closer than ``FOLLOW_REST``), once the cursor rests. Drawing the panel (its height
+        changes from operator to operator: the screen is laid out again) took most of a move; the
+        cursor now never waits for it, nor the panel for operators passed over."""
+        now = monotonic()
+        held, self._moved_at = now - self._moved_at < self.FOLLOW_REST, now
+        if self._follow_timer is not None:
+            self._follow_timer.stop()
+            self._follow_timer = None
+        if held:
+            self._follow_timer = self.set_timer(self.FOLLOW_REST, self._cursor_rested, name="detail follows")
+        elif not self._following:
             self._following = True
-            self.call_after_refresh(self._follow_cursor)
+            self.call_after_refresh(self._cursor_drawn)
+
+    def _cursor_drawn(self) -> None:
+        self._following = False
+        if self._follow_timer is None:  # else the cursor moved on: it is followed once it rests
+            self._follow_cursor()
+
+    def _cursor_rested(self) -> None:
+        self._follow_timer = None
+        self._follow_cursor()
 
     def _follow_cursor(self) -> None:
-        self._following = False
-        self.show_detail(self.cursor_key())
+        """The detail of the operator under the cursor, unless it shows it already."""
+        if (name := self.cursor_key()) != self._detail_of:
+            self.show_detail(name)
 
     def show_detail(self, name: str | None) -> None:
         """Show operator ``name``'s tensors and, when it is shown, its error picture (None: nothing)."""
         self.track_screen()
+        self._detail_of = name
         node = self._pairs.get(name) if name else None
         engine = self.acc.comparison.engine
         self.query_one(TensorDetail).show(node, engine, self._rows.get(name) if name else None)

@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 from textual.worker import get_current_worker
 
 from tui_acc.dumps.model import NodeTree
@@ -29,6 +29,7 @@ from tui_acc.tui.screens.operators.summary import SummaryLine
 from tui_acc.tui.screens.operators.verdict_view import VerdictView
 from tui_acc.tui.screens.view_state import OperatorView
 from tui_acc.tui.widgets.error_map import ErrorMapView
+from tui_acc.tui.widgets.key_footer import KeyFooter
 from tui_acc.tui.widgets.layer_tree import LayerTree
 from tui_acc.tui.widgets.metric_table import MetricTable
 from tui_acc.tui.widgets.tensor_detail import TensorPanel
@@ -109,7 +110,7 @@ class OperatorScreen(FilterSort, ReplayKey, DetailPanel, JumpToCulprit, SummaryL
         yield Input(placeholder="filter by name or type; Enter applies, Esc clears", id="filter")
         yield Static(id="redump-bar")
         yield Static(id="status")
-        yield Footer(compact=True)  # every key that matters fits in 80 columns
+        yield KeyFooter(compact=True)  # every key that matters fits in 80 columns
 
     def on_mount(self) -> None:
         """Show the rows already in memory and the view as the user left this token, then start the

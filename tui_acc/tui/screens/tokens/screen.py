@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 from textual.worker import get_current_worker
 
 from tui_acc.rows import Row
@@ -22,6 +22,7 @@ from tui_acc.tui.screens.tokens.columns import columns_for, token_cells, token_f
 from tui_acc.tui.screens.tokens.jump import FirstFailingToken
 from tui_acc.tui.title import shown_path
 from tui_acc.tui.token_tally import TokenTally
+from tui_acc.tui.widgets.key_footer import KeyFooter
 from tui_acc.tui.widgets.metric_table import MetricTable
 from tui_acc.tui.widgets.threshold_strip import ThresholdStrip
 
@@ -60,7 +61,7 @@ class TokenScreen(FirstFailingToken):
         yield MetricTable(id="tokens", cursor_type="row", zebra_stripes=True)
         yield Static(id="redump-bar")
         yield Static(id="status")
-        yield Footer(compact=True)  # every key that matters fits in 80 columns
+        yield KeyFooter(compact=True)  # every key that matters fits in 80 columns
 
     def on_mount(self) -> None:
         """List every token at once (pending until its row arrives) and start the token worker after the

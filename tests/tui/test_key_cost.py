@@ -1,0 +1,114 @@
+"""What a key draws again: a cursor move on the operator screen draws two rows of the table, not every
+cell on screen, nor the layer tree; ``?`` shows the help made once; neither ``?`` nor Esc rebuilds
+the footer under it. Counted, not timed (scripts/bench_keys.py times them on a real terminal)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from textual.widgets import DataTable, Tree
+from textual.widgets._footer import FooterKey
+
+from tests.tui.conftest import settle
+from tui_acc.tui.app import AccApp
+from tui_acc.tui.screens import help as help_module
+from tui_acc.tui.screens.help import HelpScreen
+from tui_acc.tui.screens.operators import OperatorScreen
+from tui_acc.tui.widgets.tensor_detail import TensorDetail
+
+
+@pytest.fixture
+def count(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Any, str], list[object]]]:
+    """``count(owner, name)``: the calls of ``owner.name`` from now on, one entry (its self) each."""
+
+    def counted(owner: Any, name: str) -> list[object]:
+        calls: list[object] = []
+        original = getattr(owner, name)
+
+        def wrapper(*args: object, **kwargs: object) -> object:
+            calls.append(args[0] if args else None)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
+        return calls
+
+    yield counted
+
+
+async def test_a_cursor_move_draws_two_rows_of_the_table_and_not_the_tree(demo_app: AccApp, count) -> None:
+    """The detail under the table is as high as the operator's tensors: each move changed the table's
+    and the tree's height, and both drew everything they show again (every cell through rich)."""
+    async with demo_app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("f")  # ◆, whose detail is shorter than the next row's (a layer)
+        await settle(pilot)
+        screen = demo_app.screen
+        assert isinstance(screen, OperatorScreen)
+        table = screen.ops_table()
+        heights = {table.size.height}
+        cells = count(DataTable, "_get_row_renderables")  # what a cell not drawn before asks for
+        tree_lines = count(Tree, "_build")
+        for key in "jkjk":
+            await pilot.press(key)
+            await settle(pilot)
+            heights.add(table.size.height)
+        assert len(heights) > 1  # the detail changed the table's height
+        drawn = [row for row in cells if row is table]
+        assert len(drawn) <= 4 * 2 * len(table.columns)  # the rows the cursor left and reached
+        assert tree_lines == []
+        assert screen.query_one(TensorDetail)._shown is not None
+
+
+async def test_the_help_is_made_once_and_again_when_what_it_says_changes(
+    demo_app: AccApp, count, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``?`` shows the same help screen again (composed, styled and drawn once); its text is made
+    again once the logits' dtypes are known, which it then states."""
+    engine = demo_app.comparison.engine
+    original, gate = engine.token_rows, threading.Event()
+
+    def gated(*args: Any, **kwargs: Any) -> object:
+        gate.wait()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "token_rows", gated)
+    made = count(help_module, "help_renderable")
+    async with demo_app.run_test(size=(120, 40)) as pilot:
+        try:
+            await pilot.pause()
+            await pilot.press("question_mark")
+            await pilot.pause()
+            first = demo_app.screen
+            assert isinstance(first, HelpScreen)
+            assert len(made) == 1 and first._made_for is not None and first._made_for[1] is None
+            await pilot.press("escape")
+        finally:
+            gate.set()
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert demo_app.screen is first
+        assert len(made) == 2 and first._made_for is not None and first._made_for[1] is not None
+        await pilot.press("escape", "question_mark")
+        await pilot.pause()
+        assert demo_app.screen is first and len(made) == 2  # nothing changed: shown as it was
+
+
+async def test_the_help_and_esc_leave_the_footer_under_it_as_it_is(demo_app: AccApp, count) -> None:
+    """textual's footer built its keys again when the help opened over its screen and when it closed:
+    the screen under the help was laid out again, and the help drawn over it again."""
+    async with demo_app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("f")
+        await settle(pilot)
+        keys = len(demo_app.screen.query(FooterKey))
+        built = count(FooterKey, "__init__")
+        await pilot.press("question_mark")
+        await settle(pilot)
+        await pilot.press("escape")
+        await settle(pilot)
+        assert isinstance(demo_app.screen, OperatorScreen)
+        assert built == [] and len(demo_app.screen.query(FooterKey)) == keys
