@@ -307,6 +307,7 @@ def main() -> None:
                 "median ms": summary([r.latency[name] for r in done])[0],
                 "p90 ms": summary([r.latency[name] for r in done])[1],
                 **({"loop CPU ms": summary([r.cpu[name] for r in done])[0]} if name in done[0].cpu else {}),
+                "each round ms": [round(r.latency[name], 1) for r in done],
             }
             for name in done[0].latency
         }

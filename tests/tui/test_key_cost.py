@@ -1,6 +1,8 @@
 """What a key draws again: a cursor move on the operator screen draws two rows of the table, not every
 cell on screen, nor the layer tree; ``?`` shows the help made once; neither ``?`` nor Esc rebuilds
-the footer under it. Counted, not timed (scripts/bench_keys.py times them on a real terminal)."""
+the footer under it; the heap is frozen once the token list is complete, so that Python's full
+collections do not walk it between frames. Counted, not timed (scripts/bench_keys.py times them on a
+real terminal)."""
 
 from __future__ import annotations
 
@@ -112,3 +114,26 @@ async def test_the_help_and_esc_leave_the_footer_under_it_as_it_is(demo_app: Acc
         await settle(pilot)
         assert isinstance(demo_app.screen, OperatorScreen)
         assert built == [] and len(demo_app.screen.query(FooterKey)) == keys
+
+
+async def test_the_heap_is_frozen_once_the_token_list_is_complete(
+    demo_app: AccApp, demo_pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a terminal the heap is frozen once every token is listed (Python's full collections then
+    walk only what came after), and thawed when a re-dump replaces the comparison; never under a
+    test's headless driver."""
+    import gc
+
+    from tui_acc import open_comparison
+
+    calls: list[str] = []
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(gc, "unfreeze", lambda: calls.append("unfreeze"))
+    async with demo_app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert calls == []  # headless
+        demo_app.freeze_heap = True  # as in a terminal
+        demo_app.switch_comparison(open_comparison(demo_pair.golden, demo_pair.test), None, None)
+        await settle(pilot)  # the new token list is drawn: its worker starts
+        await settle(pilot)
+        assert calls == ["unfreeze", "freeze"]
