@@ -137,3 +137,29 @@ async def test_the_heap_is_frozen_once_the_token_list_is_complete(
         await settle(pilot)  # the new token list is drawn: its worker starts
         await settle(pilot)
         assert calls == ["unfreeze", "freeze"]
+
+
+async def test_leaving_the_operators_leaves_nothing_of_them_alive(demo_app: AccApp) -> None:
+    """What a closed operator screen leaves alive, Python's full collections walk every few seconds:
+    textual's header stayed (watching the app's title) and so did its widgets' drawn lines (textual's
+    StylesCache.get_inner_outer cache), and those pauses grew with every token visited."""
+    import gc
+
+    from textual._styles_cache import StylesCache
+    from textual.widgets import Header
+
+    def alive(kind: type) -> int:
+        gc.collect()
+        return sum(1 for thing in gc.get_objects() if isinstance(thing, kind))
+
+    async with demo_app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("f", "escape")  # once, so that what is made once is made before counting
+        await settle(pilot)
+        before = {kind: alive(kind) for kind in (Header, OperatorScreen, StylesCache)}
+        for _ in range(3):
+            await pilot.press("f")
+            await settle(pilot)
+            await pilot.press("escape")
+            await settle(pilot)
+        assert {kind: alive(kind) for kind in before} == before
