@@ -10,12 +10,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
-from textual._styles_cache import StylesCache
 from textual.binding import Binding
 from textual.content import Content
 from textual.events import Resize
 from textual.message import Message
-from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from tui_acc.config import FILE_NAME
@@ -101,30 +99,6 @@ class AccApp(TerminalApp):
         self.set_interval(1.0, self.redumps.show_state)
         # ended as q ends it: a re-dump in progress is stopped and computed rows are saved
         self.end_on_signals(self._end_on_signal)
-        self.screen_change_signal.subscribe(self, self._screen_changed)
-
-    _left_screen = False  # an operator screen was shown: what it left behind is let go once it is closed
-
-    def _screen_changed(self, screen: Screen[object]) -> None:
-        """Back at the token list from an operator screen: let go what it left behind.
-
-        What a closed screen leaves alive, Python's full collections walk every few seconds: 20 ms
-        after a few visits to a token's operators, 240 ms after forty, and a key pressed then waits.
-        textual's header watches the app's title and forgets a header whose screen is gone only when
-        the title changes; textual's StylesCache.get_inner_outer is an lru_cache keyed by the
-        instance (textual/_styles_cache.py), so it keeps every widget's drawn lines, up to 1024."""
-        if isinstance(screen, OperatorScreen):
-            self._left_screen = True
-        elif self._left_screen and isinstance(screen, TokenScreen):
-            self._left_screen = False
-            self.call_after_refresh(self._let_closed_screens_go)  # once the screen is gone
-
-    def _let_closed_screens_go(self) -> None:
-        for title in (AccApp.title, AccApp.sub_title):  # the title set again as it is: each drops
-            self.mutate_reactive(title)  # its watchers whose widget is gone
-        clear = getattr(StylesCache.get_inner_outer, "cache_clear", None)
-        if clear is not None:  # colours, made again at once
-            clear()
 
     # The header's room beside textual's icon (8 cells) and clock space (10 cells).
     _HEADER_ROOM = 18

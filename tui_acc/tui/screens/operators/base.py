@@ -8,6 +8,8 @@ each feature's handlers run in the composed screen; the keys are bound once, on 
 
 from __future__ import annotations
 
+from textual._styles_cache import StylesCache
+from textual.app import App
 from textual.reactive import var
 from textual.widgets import Input
 
@@ -39,6 +41,20 @@ class OperatorScreenBase(ViewScreen):
     _on_screen: frozenset[str] = frozenset()
     verdicts: VerdictView
     cells: OperatorCells
+
+    def on_unmount(self) -> None:
+        """Closed (back to the tokens): let go what textual keeps of the screen.
+
+        What a closed screen leaves alive, Python's full collections walk every few seconds: 20 ms
+        after a few visits to a token's operators, 240 ms after forty, and a key pressed then waited.
+        textual's header watches the app's title and forgets a header whose screen is gone only when
+        the title changes; textual's StylesCache.get_inner_outer is an lru_cache keyed by the
+        instance (textual/_styles_cache.py), which kept every widget's drawn lines, up to 1024."""
+        for title in (App.title, App.sub_title):  # set again as they are: each drops the watchers
+            self.app.mutate_reactive(title)  # whose widget is gone (this screen's are by now)
+        clear = getattr(StylesCache.get_inner_outer, "cache_clear", None)
+        if clear is not None:  # colours, made again at once
+            clear()
 
     def watch_scope(self) -> None:
         """Another layer: its operators, from the top."""
