@@ -213,7 +213,7 @@ async def test_next_previous_failure_edges_and_filter(demo_app: AccApp, demo_pai
         await settle(pilot)
         await pilot.press("g", "n")
         first = _cursor_key(demo_app, "#ops")
-        rows = {r["golden_node"]: r for r in demo_app.comparison.engine.node_rows(demo_pair.fault_token)}
+        rows = {r["golden_node"]: r for r in demo_app.comparison.verdicts.token(demo_pair.fault_token).rows}
         assert rows[first]["outputs_passed"] is False
         await pilot.press("n")
         assert _cursor_key(demo_app, "#ops") != first
@@ -247,7 +247,7 @@ async def test_sort_by_any_column_keeps_the_cursor(demo_app: AccApp, demo_pair) 
         await settle(pilot)
         await pilot.press("f")
         table = demo_app.screen.query_one("#ops", DataTable)
-        rows = {r["golden_node"]: r for r in demo_app.comparison.engine.node_rows(demo_pair.fault_token)}
+        rows = {r["golden_node"]: r for r in demo_app.comparison.verdicts.token(demo_pair.fault_token).rows}
 
         def shown(metric: str) -> list:
             return [rows[str(k.value)][metric] for k in table.rows if rows[str(k.value)][metric] is not None]
@@ -353,10 +353,10 @@ async def test_detail_panel_warns_about_an_in_place_op(in_place_copy, demo_pair,
 async def test_kl_strip_makes_the_first_divergence_stand_out(demo_app: AccApp, demo_pair) -> None:
     """Scaled against the threshold in force, and labelled with it: the passing tokens stay below the
     over-threshold bars, the first failing token rises above them."""
+    from tui_acc.tolerances.thresholds import precision_class
     from tui_acc.tui.bounds import number
     from tui_acc.tui.token_tally import OVER
     from tui_acc.tui.widgets.threshold_strip import ThresholdStrip
-    from tui_acc.verdicts.thresholds import precision_class
 
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)

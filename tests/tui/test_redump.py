@@ -133,7 +133,7 @@ async def test_redump_confirm_stream_succeed_and_reopen_at_the_same_operator(
         key = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
         assert key == demo_pair.fault_module  # reopened at the same operator
         assert table.row_count < 20  # only the re-dumped subtree (and the logits) paired
-        found = app.comparison.engine.first_failing_op(3)
+        found = app.comparison.verdicts.culprit(3)
         assert found is not None and found["golden_node"] == demo_pair.fault_module  # the fault, re-found
 
 

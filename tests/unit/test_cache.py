@@ -22,14 +22,14 @@ def _copy(demo_pair, tmp_path: Path) -> tuple[Path, Path]:
 def test_second_launch_reads_rows_from_disk(demo_pair, tmp_path: Path) -> None:
     golden, test = _copy(demo_pair, tmp_path)
     first = open_comparison(golden, test)
-    rows = first.engine.node_rows(3)
+    rows = first.verdicts.token(3).rows
     first.engine.flush()
     assert first.engine.computed > 0 and first.engine.from_cache == 0
     assert (cache_dir() / "rows.sqlite3").is_file() and not list(
         golden.rglob("*.sqlite3*")
     )  # never in the dumps
     second = open_comparison(golden, test)
-    again = second.engine.node_rows(3)
+    again = second.verdicts.token(3).rows
     assert second.engine.computed == 0 and second.engine.from_cache > 0
     assert [r["cosine"] for r in again] == [r["cosine"] for r in rows]
     assert [r["label"] for r in again] == [r["label"] for r in rows]
@@ -52,7 +52,7 @@ def test_changed_file_is_recomputed_and_no_cache_bypasses(demo_pair, tmp_path: P
 
 
 def test_verdicts_follow_the_sessions_thresholds_not_the_cache(demo_pair, tmp_path: Path) -> None:
-    from tui_acc.verdicts.thresholds import Thresholds
+    from tui_acc.tolerances.thresholds import Thresholds
 
     golden, test = _copy(demo_pair, tmp_path)
     first = open_comparison(golden, test)

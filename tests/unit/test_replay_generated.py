@@ -175,7 +175,7 @@ def test_atb_what_cannot_be_replayed_says_why(atb) -> None:
 def test_atb_an_operator_called_with_another_argument_than_the_golden_is_local(atb) -> None:
     replay = replay_node(atb, 0, "12_RmsNormOperation")
     assert replay.test.verdict == "consistent"  # it computes what its op_param.json says
-    row = next(r for r in atb.engine.node_rows(0) if r["golden_node"] == "12_RmsNormOperation")
+    row = next(r for r in atb.verdicts.token(0).rows if r["golden_node"] == "12_RmsNormOperation")
     assert (row["label"], row["rule"]) == ("local", "replay")
     assert "arguments differ: normParam" in row["reason"] and "0.5" in row["reason"]
 

@@ -14,15 +14,15 @@ from tui_acc.anomalies.rules import AnomalySettings, Inputs, anomaly, is_float, 
 from tui_acc.metrics.engine import MetricsEngine
 from tui_acc.metrics.schema import TensorRow, TokenRow
 from tui_acc.pairing import Pairing, TensorPair
-from tui_acc.verdicts.labels import Judging, first_suspect
-from tui_acc.verdicts.thresholds import Thresholds
+from tui_acc.tolerances.thresholds import Thresholds
+from tui_acc.verdicts.judge import Judge
 
 
 class AnomalyEngine(MetricsEngine):
     def __init__(self, pairing: Pairing, thresholds: Thresholds, settings: AnomalySettings) -> None:
         # no disk cache: its rows would be keyed as a pair's, and a dump's own facts are cheap to read
         super().__init__(pairing, thresholds, cache=None)
-        self.judging = Judging(pairing.golden.tree, models=False)  # a tensor fails for an anomaly alone
+        self.judge = Judge(self, models=False)  # a tensor fails for an anomaly alone: no error model
         self.settings = settings
         self._token_rows: dict[int, TokenRow] = {}
         self._token_lock = threading.Lock()
@@ -54,10 +54,10 @@ class AnomalyEngine(MetricsEngine):
             known = self._token_rows.get(token)
         if known is not None:  # every operator of the token: judged once, not at each asking
             return known
-        rows = self.node_rows(token)
-        by_name = {row["golden_node"]: row for row in rows}
-        first = first_suspect(self.pairing.golden.tree, by_name)
-        local = [r for r in rows if r.get("suspect")]
+        judged = self.judge.token(token)
+        rows = judged.rows
+        first = judged.culprit_row
+        local = [r for r in rows if r.get("label") == "local"]
         failing = [r for r in rows if r.get("outputs_passed") is False]
         errors = [r for r in rows if r.get("error")]
         verdict = "fail" if failing else "error" if errors else "pass"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from tui_acc.cli.settings import Settings
 from tui_acc.errors import UsageError
 from tui_acc.redump.settings import RedumpSettings
-from tui_acc.verdicts.thresholds import Thresholds
+from tui_acc.tolerances.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from tui_acc.session import Comparison

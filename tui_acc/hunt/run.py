@@ -219,7 +219,7 @@ class Hunt:
             },
             known,
         )
-        block = self._engine_call(block_step, lambda cmp: cmp.engine.first_failing_op(token))
+        block = self._engine_call(block_step, lambda cmp: cmp.verdicts.culprit(token))
         result.comparison = block_step
         if block is None:
             # every block's output passes, the logits do not: the error starts after the blocks
@@ -246,7 +246,7 @@ class Hunt:
             },
             known,
         )
-        culprit = self._engine_call(operators, lambda cmp: cmp.engine.first_failing_op(token))
+        culprit = self._engine_call(operators, lambda cmp: cmp.verdicts.culprit(token))
         result.comparison = operators
         if culprit is None and block is not None:
             culprit = block  # its subtree shows no local failure: the block is as far as it goes

@@ -4,7 +4,8 @@ Nothing is computed before it is asked for, and nothing twice: each tensor pair'
 (``RowStore``, and the disk cache across launches), and a pair being computed by one thread is
 waited for, not recomputed, by another. Many rows are computed by the engine-wide ``Scheduler``,
 what is on screen first. Node rows are derived from the tensor rows (``node_frame.py``) and
-labelled by ``tui_acc.verdicts``; files are read under each dump's ``LoadPolicy``
+judged by ``tui_acc.verdicts`` above it (the engine computes, the judge judges); files are read
+under each dump's ``LoadPolicy``
 (``dumps/loading.py``). Long calls take ``should_stop`` (checked between tensors) so a UI can
 cancel them.
 """
@@ -12,7 +13,6 @@ cancel them.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -33,7 +33,6 @@ from tui_acc.metrics.node_frame import node_frame
 from tui_acc.metrics.scheduling import Preference, Scheduler, StopCheck
 from tui_acc.metrics.schema import (
     NODE_META_SCHEMA,
-    NODE_SCHEMA,
     TENSOR_SCHEMA,
     TOKEN_SCHEMA,
     NodeRow,
@@ -42,12 +41,9 @@ from tui_acc.metrics.schema import (
     to_frame,
 )
 from tui_acc.pairing import NodePair, Pairing, TensorPair
-from tui_acc.replay.registry import Registry
 from tui_acc.row_store import RowStore
-from tui_acc.verdicts.labels import Judging, TokenInput, diverged, finish, first_suspect, judge_one
-from tui_acc.verdicts.local import LocalChecks
-from tui_acc.verdicts.noise import judged, noise_fields
-from tui_acc.verdicts.thresholds import Thresholds, logits_passed, near_tie, precision_class, tensor_passed
+from tui_acc.tolerances.noise import judged, noise_fields
+from tui_acc.tolerances.thresholds import Thresholds, logits_passed, near_tie, precision_class, tensor_passed
 
 Item = TypeVar("Item")
 
@@ -80,14 +76,10 @@ class MetricsEngine:
         workers: int | None = None,
         cache: RowCache | None = None,
         baseline: MetricsEngine | None = None,
-        registry: Registry | None = None,
     ) -> None:
         """``baseline``: GOLDEN against a clean run at the test's dtype (``--baseline``); its rows set
-        the noise floor every verdict here is judged against (verdicts/noise.py). ``registry``: the
-        replay references the verdicts use (``[replay]`` of tui-acc.toml; default: the built-ins and
-        installed plug-ins), the same the replay dialog uses."""
+        the noise floor every tensor here is judged against (tolerances/noise.py)."""
         self.pairing = pairing
-        self._registry = registry
         self.baseline = baseline
         # the baseline's pair for each (golden node, slot), one token at a time, looked up once
         self._twins: dict[int, dict[tuple[str, str], TensorPair]] = {}
@@ -109,17 +101,6 @@ class MetricsEngine:
         run_dtypes = pairing.golden.float_dtypes | pairing.test.float_dtypes
         self.stats_floor = precision_class(*run_dtypes) if run_dtypes else None
         self._logits_holders = _logits_holders(pairing)
-        self.judging = self._judging()
-
-    def _judging(self) -> Judging:
-        """How node rows are labelled (verdicts/labels.py): with replay of the test side's operators."""
-        return Judging(
-            self.pairing.golden.tree,
-            LocalChecks(self.pairing, self._registry),
-            baseline=self.baseline is not None,
-            first_token=self.pairing.tokens[0] if self.pairing.tokens else 0,
-            whole_inputs=self.pairing.test.format != "msit-torch",
-        )
 
     @property
     def workers(self) -> int:
@@ -438,16 +419,23 @@ class MetricsEngine:
         should_stop: StopCheck = _never,
         on_row: Callable[[NodeRow], None] | None = None,
         prefer: Preference | None = None,
+        on_node: Callable[[NodePair, list[TensorRow]], None] | None = None,
     ) -> list[NodeRow]:
-        """One row per paired node of ``token``, in execution order, with input feeds and labels.
+        """One row per paired node of ``token``, in execution order: its metrics and its tensors'
+        verdicts against the thresholds (not yet judged: ``tui_acc.verdicts`` does that), and for a
+        module the sums of every output inside it.
 
-        With ``prefer`` (the nodes on screen), those are computed first and ``on_row`` gets each
-        of them early as a *provisional* row (``provisional`` True: metrics and output verdict,
-        no input verdict or label yet, as those need every node before it); the final rows follow
-        in execution order.
+        With ``on_row``, each row as soon as it and the rows before it are known (in execution
+        order), then the modules' rows again with their sums; with ``prefer`` (the nodes on screen),
+        those are computed first and ``on_row`` gets each of them early as a *provisional* row
+        (``provisional`` True), before the rows ahead of it. ``on_node`` runs on the worker that
+        completes a node's last tensor, with the node's tensor rows (the judge replays it there).
+
+        Raises:
+            Cancelled: ``should_stop`` said so; the rows ``on_row`` got stay valid.
         """
         nodes = self.pairing.node_pairs(token)
-        judged: dict[str, NodeRow] = {}
+        done: dict[str, NodeRow] = {}
         owner = {pair: (order, node) for order, node in enumerate(nodes) for pair in node.tensors}
 
         def early(pair: TensorPair) -> None:  # on a worker thread, once the pair's node is whole
@@ -456,21 +444,18 @@ class MetricsEngine:
             if not all(row is not None for row in rows):
                 return
             known = [r for r in rows if r is not None]
-            # its replay too, on this worker: the judge (one thread, in execution order) finds it made
-            self.judging.prefetch(node, known)
+            if on_node is not None:
+                on_node(node, known)
             if on_row is not None and prefer is not None and node.golden in prefer():
                 raw = self._raw_node_rows([(order, node)], known)[0]
                 on_row({**raw, "provisional": True})
 
         chunk: list[tuple[int, NodePair]] = []
-        by_name = {node.golden: node for node in nodes}
-        token_input = functools.partial(self._token_input, token)
 
-        def settle() -> None:  # judge the nodes whose tensors are all in, in execution order
+        def settle() -> None:  # the rows of the nodes whose tensors are all in, in execution order
             rows = [self.tensor_row(p) for _, node in chunk for p in node.tensors]  # known: no wait
-            for row, (_, node) in zip(self._raw_node_rows(chunk, rows), chunk, strict=True):
-                judge_one(row, self._tensor_rows(node), judged, self.judging, node, token_input=token_input)
-                judged[row["golden_node"]] = row
+            for row in self._raw_node_rows(chunk, rows):
+                done[row["golden_node"]] = row
                 if on_row:
                     on_row(row)
             chunk.clear()
@@ -479,7 +464,7 @@ class MetricsEngine:
         with self._ahead(pairs, should_stop, prefer, early) as row_of:
             for order, node in enumerate(nodes):
                 # the next node may make us wait: what is ready reaches the screen first (without a
-                # screen, one judgement of every node at the end: each costs polars a dozen ms)
+                # screen, one frame of every node at the end: each costs polars a dozen ms)
                 waiting = chunk and not all(p in self._rows for p in node.tensors)
                 if on_row is not None and (len(chunk) >= NODE_CHUNK or waiting):
                     settle()
@@ -487,12 +472,11 @@ class MetricsEngine:
                     row_of(pair)
                 chunk.append((order, node))
             settle()
-        relabelled = finish(judged, self._tensors_of(by_name), by_name.get, self.judging)
-        summed = self._add_within(judged, [self.tensor_row(p) for p in pairs])
-        if on_row:  # known now that their children are: a "contains" label, the sums of what is inside
-            for name in dict.fromkeys(row["golden_node"] for row in (*relabelled, *summed)):
-                on_row(judged[name])
-        return list(judged.values())
+        summed = self._add_within(done, [self.tensor_row(p) for p in pairs])
+        if on_row:  # the sums of what is inside each module, known now that their insides are
+            for row in summed:
+                on_row(row)
+        return list(done.values())
 
     def _add_within(self, judged: dict[str, NodeRow], tensor_rows: Sequence[TensorRow]) -> list[NodeRow]:
         """Each module's aggregate of every output inside it (``*_within``); returns those rows."""
@@ -527,8 +511,9 @@ class MetricsEngine:
         return cast(list[NodeRow], node_frame(to_frame(tensor_rows, TENSOR_SCHEMA), meta).to_dicts())
 
     def cached_node_rows(self, token: int, disk: bool = True) -> list[NodeRow]:
-        """The rows of ``token`` whose tensors are all computed already (nothing is computed); with
-        ``disk`` False, from the rows in memory only (what a UI thread may ask)."""
+        """The rows of ``token``'s nodes whose tensors are all computed already (nothing is computed),
+        in execution order, with the modules' sums once every node is known; with ``disk`` False,
+        from the rows in memory only (what a UI thread may ask)."""
         lookup = self.cached_row if disk else self.known_row
         complete: list[tuple[int, NodePair]] = []
         rows: list[TensorRow] = []
@@ -540,50 +525,10 @@ class MetricsEngine:
                 rows.extend(row for row in known if row is not None)
         if not complete:
             return []
-        judged: dict[str, NodeRow] = {}
-        token_input = functools.partial(self._token_input, token, compute=False)
-        for row, (_, node) in zip(self._raw_node_rows(complete, rows), complete, strict=True):
-            found = [r for p in node.tensors if (r := lookup(p)) is not None]
-            if judge_one(row, found, judged, self.judging, node, compute=False, token_input=token_input):
-                judged[row["golden_node"]] = row
-        if len(judged) == len(nodes):  # a module's verdict and sums once everything inside it is known
-            by_name = {node.golden: node for node in nodes}
-            finish(judged, self._tensors_of(by_name, lookup), by_name.get, self.judging, compute=False)
-            self._add_within(judged, rows)
-        return list(judged.values())
-
-    def _token_input(self, token: int, compute: bool = True) -> TokenInput | None:
-        """Where the step before ``token`` chose another token than the golden, ``token`` works on
-        another input: nothing in it starts an error (labels.diverged)."""
-        tokens = self.pairing.tokens
-        at = tokens.index(token) if token in tokens else 0
-        if at == 0 or not self.judging.models:  # one dump on its own: no golden to have chosen otherwise
-            return None
-        previous = tokens[at - 1]
-        if compute:
-            if self.pairing.logits_pair(previous) is None:
-                return None
-            row: TensorRow | TokenRow | None = self.token_row(previous)
-        else:  # what a UI thread asks: memory only, and no token paired for it
-            pair = self.pairing.logits_pair(previous) if self.pairing.is_paired(previous) else None
-            row = self.known_row(pair) if pair is not None else None
-        return diverged(previous, row.get("golden_top1"), row.get("test_top1")) if row is not None else None
-
-    def _tensor_rows(self, node: NodePair) -> list[TensorRow]:
-        """The rows of a node's tensors, known already (computed by the caller)."""
-        return [self.tensor_row(pair) for pair in node.tensors]
-
-    def _tensors_of(
-        self, nodes: dict[str, NodePair], lookup: Callable[[TensorPair], TensorRow | None] | None = None
-    ) -> Callable[[str], list[TensorRow]]:
-        """A golden node's tensor rows by name (the ones known, with ``lookup``)."""
-        find = lookup or self.tensor_row
-
-        def tensors_of(name: str) -> list[TensorRow]:
-            node = nodes.get(name)
-            return [r for p in node.tensors if (r := find(p)) is not None] if node is not None else []
-
-        return tensors_of
+        found = {row["golden_node"]: row for row in self._raw_node_rows(complete, rows)}
+        if len(found) == len(nodes):
+            self._add_within(found, rows)
+        return list(found.values())
 
     @contextmanager
     def _ahead(
@@ -623,20 +568,6 @@ class MetricsEngine:
                 return self.tensor_row(pair)  # done, in flight on a worker (waited for), or computed now
 
             yield row_of
-
-    def nodes_frame(self, token: int, should_stop: StopCheck = _never) -> pl.DataFrame:
-        """``token``'s node rows (``node_rows``: computed where not known) as a NODE_SCHEMA frame, in
-        execution order.
-
-        Raises:
-            Cancelled: ``should_stop`` said so before every row was known.
-        """
-        return to_frame(self.node_rows(token, should_stop), NODE_SCHEMA)
-
-    def first_failing_op(self, token: int, should_stop: StopCheck = _never) -> NodeRow | None:
-        """The innermost, earliest node whose output fails while its inputs pass."""
-        rows = {row["golden_node"]: row for row in self.node_rows(token, should_stop)}
-        return first_suspect(self.pairing.golden.tree, rows)
 
 
 def _logits_holders(pairing: Pairing) -> set[str]:

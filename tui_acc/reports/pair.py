@@ -11,16 +11,16 @@ import polars as pl
 from tui_acc import __version__
 from tui_acc.dumps import DumpIndex
 from tui_acc.errors import TuiAccError
-from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, NOISE_COLUMNS
+from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, NOISE_COLUMNS, to_frame
 from tui_acc.reports.export import provenance, stamped
 from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, Said
 from tui_acc.reports.pair_text import format_text, span
-from tui_acc.rows import Row
+from tui_acc.rows import NodeRow, Row
 from tui_acc.session import Comparison
 from tui_acc.sides import swapped_sides
 from tui_acc.verdicts.explain import accumulated, token_failure
-from tui_acc.verdicts.labels import first_suspect
 from tui_acc.verdicts.replay_check import Replay
+from tui_acc.verdicts.verdict import TokenVerdict
 
 _OP_FIELDS = (
     "golden_type",
@@ -94,10 +94,13 @@ class PairReport(Said):
     # the tokens whose operators were compared (the others' logits only): the analysed token, or
     # every token with --all-tokens
     operators_compared_at: list[int]
+    # the operators of those tokens where a failure shows: local and inherited ones
     failing_ops: int
-    # every failing operator of those tokens: "local" where the error starts (its inputs pass),
-    # "inherited" where its inputs were already bad
+    # every node of those tokens where a failure shows: "local" where the error starts, "inherited"
+    # where it fails with error that came in (the modules holding a local one are in ``counts``)
     failing: list[dict[str, Any]]
+    # the analysed token's nodes by label, as the TUI's header counts them
+    counts: dict[str, int] | None
     # each module of the analysed token as a whole: every output inside it as one flat tensor
     modules: list[dict[str, Any]]
     pairs: int
@@ -137,6 +140,7 @@ class PairReport(Said):
             "operators_compared_at": self.operators_compared_at,
             "failing_ops": self.failing_ops,
             "failing": self.failing,
+            "counts": self.counts,
             "modules": self.modules,
             "pairs": self.pairs,
             "unmatched": self.unmatched,
@@ -190,25 +194,29 @@ def build_report(
     """Compute what the report needs: every token's logits, then one token's operators (with
     ``all_tokens``, every token's: a failing operator or a damaged file where the logits pass counts).
     ``swap_command``: the command line with the dumps swapped, said where they seem the wrong way round."""
-    engine = cmp.engine
+    engine, judge = cmp.engine, cmp.verdicts
     if token is not None and token not in cmp.pairing.tokens:
         raise UnknownToken(f"token {token} is not in both dumps (paired tokens: {span(cmp.pairing.tokens)})")
     tokens = engine.tokens_frame()
     failing = next(iter(tokens.filter(pl.col("passed").not_())["token"].to_list()), None)
     analysed = token if token is not None else failing
     compared = list(cmp.pairing.tokens) if all_tokens else [analysed] if analysed is not None else []
-    failing_ops = pl.DataFrame(schema=NODE_SCHEMA)
-    for at in compared:  # one token's rows at a time: only the failing ones are kept
-        frame = engine.nodes_frame(at)
-        failed = frame.filter(pl.col("outputs_passed").not_() | (pl.col("label") == "local"))
-        failing_ops = pl.concat([failing_ops, failed])
+    shown: list[NodeRow] = []
+    failing_ops = 0  # local and inherited nodes, as every view counts them
+    for at in compared:  # one token's verdict at a time: only where a failure shows is kept
+        verdict = judge.token(at)
+        shown += verdict.failing()
+        failing_ops += verdict.counts.failing
         # every token's logits pass: the report shows the first token where an error starts
-        if analysed is None and failed.height and _suspect(cmp, frame) is not None:
+        if analysed is None and verdict.culprit is not None:
             analysed = at
-    if analysed is None and failing_ops.height:  # only unreadable files: the first token with one
-        analysed = failing_ops["token"][0]
-    nodes = engine.nodes_frame(analysed) if analysed is not None else pl.DataFrame(schema=NODE_SCHEMA)
-    suspect = _suspect(cmp, nodes)
+    if analysed is None and shown:  # only unreadable files: the first token with one
+        analysed = shown[0]["token"]
+    verdict_at: TokenVerdict | None = judge.token(analysed) if analysed is not None else None
+    nodes = (
+        to_frame(verdict_at.rows, NODE_SCHEMA) if verdict_at is not None else pl.DataFrame(schema=NODE_SCHEMA)
+    )
+    suspect = verdict_at.culprit_row if verdict_at is not None else None
     token_rows = {r["token"]: r for r in tokens.iter_rows(named=True)}
     why = (
         token_failure(token_rows[failing], engine.thresholds, engine.stats_floor)
@@ -252,18 +260,18 @@ def build_report(
         first_failing_op=op_summary(suspect),
         explanation=_explanation(cmp, failing if analysed == failing else None, suspect, token_rows, nodes),
         operators_compared_at=compared,
-        failing_ops=failing_ops.height,
-        failing=failing_ops.select(
-            "token",
-            golden="golden_node",
-            test="test_node",
-            label="label",
-            rule="rule",
-            local_error="local_error",
-            expected_error="expected_error",
-            cosine="cosine",
-            **({key: key for key in NOISE_COLUMNS} if cmp.baseline is not None else {}),
-        ).to_dicts(),
+        failing_ops=failing_ops,
+        failing=[
+            {
+                "token": row["token"],
+                "golden": row["golden_node"],
+                "test": row["test_node"],
+                **{key: row.get(key) for key in ("label", "rule", "local_error", "expected_error", "cosine")},
+                **({key: row.get(key) for key in NOISE_COLUMNS} if cmp.baseline is not None else {}),
+            }
+            for row in shown
+        ],
+        counts=_counts(verdict_at),
         modules=nodes.filter(pl.col("tensors_within") > 0)
         .select(
             golden="golden_node",
@@ -315,8 +323,18 @@ def _noise_operators(nodes: pl.DataFrame) -> list[dict[str, Any]]:
     )
 
 
-def _suspect(cmp: Comparison, nodes: pl.DataFrame) -> Row | None:
-    return first_suspect(cmp.golden.tree, {row["golden_node"]: row for row in nodes.to_dicts()})
+def _counts(verdict: TokenVerdict | None) -> dict[str, int] | None:
+    """The analysed token's nodes by label, and where a failure shows (local and inherited)."""
+    if verdict is None:
+        return None
+    counts = verdict.counts
+    return {
+        "failing": counts.failing,
+        "local": counts.local,
+        "inherited": counts.inherited,
+        "contains": counts.contains,
+        "nodes": counts.total,
+    }
 
 
 def _side(index: DumpIndex) -> dict[str, Any]:

@@ -36,8 +36,8 @@ from tui_acc.replay.gather import recorded_arguments
 from tui_acc.replay.registry import Registry
 from tui_acc.replay.sampling import plan
 from tui_acc.row_store import RowStore
+from tui_acc.tolerances.rounding import UNIT_ROUNDOFF
 from tui_acc.verdicts.replay_check import SideReplay, replay_side
-from tui_acc.verdicts.rounding import UNIT_ROUNDOFF
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tui_acc.dumps.msprobe.passes import api_of
-from tui_acc.verdicts.rounding import coarser, one_rounding, unit_roundoff
+from tui_acc.tolerances.rounding import coarser, one_rounding, unit_roundoff
 
 WEIGHT_MARGIN = 2.0
 

@@ -40,12 +40,13 @@ from tui_acc.tui.widgets.layer_tree import LayerTree
 from tui_acc.tui.widgets.metric_table import MetricTable
 from tui_acc.tui.widgets.tensor_detail import TensorDetail
 from tui_acc.verdicts.explain import no_culprit
-from tui_acc.verdicts.shown import failing
+from tui_acc.verdicts.verdict import row_failing as failing
 
 if TYPE_CHECKING:
     import polars as pl
 
     from tui_acc.verdicts.replay_check import Replay
+    from tui_acc.verdicts.verdict import TokenVerdict
 
 # The engine's modules (polars, numpy) are imported where they are used: the token list, which
 # imports this screen, is on screen before them.
@@ -81,7 +82,11 @@ class OperatorScreen(ViewScreen):
             self.row = row
 
     class TokenFinished(Message):
-        """Every operator of the token is computed."""
+        """Every operator of the token is computed and judged."""
+
+        def __init__(self, verdict: TokenVerdict) -> None:
+            super().__init__()
+            self.verdict = verdict
 
     class ReplayFinished(Message):
         """An operator's replay arrived from its worker (or why it could not start)."""
@@ -165,9 +170,9 @@ class OperatorScreen(ViewScreen):
         for key, label, width in self.table_columns:
             table.add_column(label, key=key, width=width)
         table.fixed_columns = FIXED  # which row and its verdicts stay in view while → scrolls
-        engine = self.acc.comparison.engine
         tree = self.query_one(LayerTree)
-        for cached in engine.cached_node_rows(self.token, disk=False):  # the worker reads the disk cache
+        known = self.acc.comparison.verdicts.known(self.token)  # the worker reads the disk cache
+        for cached in known.rows if known is not None else []:
             self._rows[cached["golden_node"]] = cached
             tree.set_row(cached)
         if (view := self.acc.operator_views.get(self.token)) is not None:
@@ -293,7 +298,7 @@ class OperatorScreen(ViewScreen):
             self.post_message(self.NodeComputed(row))
 
         try:
-            self.acc.comparison.engine.node_rows(
+            verdict = self.acc.comparison.verdicts.token(
                 self.token,
                 should_stop=lambda: worker.is_cancelled,
                 on_row=publish,
@@ -301,7 +306,7 @@ class OperatorScreen(ViewScreen):
             )
         except Cancelled:
             return
-        self.post_message(self.TokenFinished())
+        self.post_message(self.TokenFinished(verdict))
 
     @on(NodeComputed)
     def _show_node(self, message: NodeComputed) -> None:
@@ -320,16 +325,13 @@ class OperatorScreen(ViewScreen):
             self._show_detail(name)
 
     @on(TokenFinished)
-    def _finished_token(self) -> None:
-        from tui_acc.verdicts.labels import first_suspect
-
+    def _finished_token(self, message: TokenFinished) -> None:
         self._finished = True
         if self.sort.column is not None:  # rows sorted while computing took their place then: settle them
             self.apply_sort(self.sort)
-        tree = self.acc.comparison.golden.tree
         # judged on the golden tree, whatever tree the token is read by
-        found = first_suspect(tree, {name: self._rows[name] for name in self._pairs if name in self._rows})
-        self._suspect = found["golden_node"] if found else None
+        culprit = message.verdict.culprit
+        self._suspect = culprit.node if culprit is not None else None
         if self._suspect and self._suspect in self.query_one("#ops", DataTable).rows:
             self.query_one("#ops", DataTable).update_cell(
                 self._suspect, "order", self._order_cell(self._suspect)

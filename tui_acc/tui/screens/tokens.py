@@ -177,7 +177,7 @@ class TokenScreen(ViewScreen):
 
         worker = get_current_worker()
         try:
-            self.acc.comparison.engine.node_rows(token, should_stop=lambda: worker.is_cancelled)
+            self.acc.comparison.verdicts.token(token, should_stop=lambda: worker.is_cancelled)
         except Cancelled:
             return
 

@@ -10,7 +10,7 @@ from textual.widgets.tree import TreeNode
 from tui_acc.dumps.model import NodeTree
 from tui_acc.rows import Row
 from tui_acc.tui import formatting as fmt
-from tui_acc.verdicts.shown import failing
+from tui_acc.verdicts.verdict import row_failing as failing
 
 
 class LayerTree(Tree[str]):

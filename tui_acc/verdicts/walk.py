@@ -1,0 +1,410 @@
+"""A token's nodes judged one at a time, in execution order, then its modules once everything inside
+them is judged.
+
+Each node is judged by the first rule that can judge it (``rules.py`` says how each one reads):
+
+1. **threshold**, for what no model softens: a file that could not be read, a NaN or infinity the
+   golden lacks, an integer tensor (token ids) that differs. Local where its inputs pass.
+2. **weights**: a weight further from the golden's than its dtype's cast explains (``weights.py``).
+3. **own rounding**: an output within its own rounding of the golden is never local (no replay runs).
+4. **replay**: the test side's output against its own inputs, recomputed (``local.py``); for a module
+   that passes a descendant's output through, the distance between the two. A consistent replay
+   yields to the error model where the output fails, the inputs pass and the model calls it local
+   (a sample can miss the rows it did not draw).
+5. **baseline** (``--baseline``): its error beyond the noise floor while its inputs are within it.
+6. **error model**: its error beyond what its inputs' error explains (``propagation.py``).
+7. **threshold**: its output fails the thresholds while its inputs pass (the fallback).
+
+Where a node's inputs were not dumped (ATB child ops, modules called with keyword arguments), or
+were overwritten by the op itself (an in-place op), its input is what fed it: the outputs of the
+larger of the previous sibling's outputs and the parent's input. Modules are judged again once
+everything inside them is (``TokenWalk.finish``): "contains" where an operator inside them is
+local; "inherited" where something inside them fails with error that came in; never a ✓ over a
+failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import cast
+
+from tui_acc.dumps.gather import SUM
+from tui_acc.dumps.model import NodeTree
+from tui_acc.pairing import NodePair
+from tui_acc.rows import NodeRow, TensorRow
+from tui_acc.tolerances.errors import error_of
+from tui_acc.tolerances.thresholds import gains_non_finite, is_float
+from tui_acc.verdicts.local import LocalChecks
+from tui_acc.verdicts.rules import (
+    Facts,
+    Reading,
+    Tensors,
+    by_error_model,
+    by_glue,
+    by_own_rounding,
+    by_replay,
+    by_threshold,
+    by_weights,
+    data_inputs,
+    pass_through,
+)
+from tui_acc.verdicts.verdict import Label, NodeVerdict, TokenVerdict
+
+
+@dataclass(frozen=True)
+class Judging:
+    """What judging a comparison's nodes needs besides their rows."""
+
+    tree: NodeTree
+    checks: LocalChecks | None = None  # None: no replay
+    baseline: bool = False  # tensors were judged against a baseline's noise floor
+    # False: the thresholds alone (one dump checked on its own, whose "failing" is an anomaly: no
+    # error to model)
+    models: bool = True
+    first_token: int = 0  # a later token is a decode step: its attention reads a cache no dump holds
+    # whether a module's dumped inputs are all it takes in: msit leaves keyword arguments out (a
+    # Llama attention's position embeddings), so what came in cannot be told from its glue there
+    whole_inputs: bool = True
+
+    def prefetch(self, node: NodePair, tensors: Tensors) -> None:
+        """Replay ``node`` now (on a worker, while others compare tensors) where judging it will: the
+        judge then finds the replay made. Skipped where the cheaper rules decide without it."""
+        if self.checks is None or not self.models or any(pair.test.parts for pair in node.tensors):
+            return
+        if not self.checks.has_reference(node):
+            return
+        outputs = [t for t in tensors if t.get("role") == "output"]
+        if not outputs or any(t.get("error") or gains_non_finite(t) or integer_differs(t) for t in outputs):
+            return
+        errors = [e for t in outputs if (e := error_of(t)) is not None]
+        if errors and by_own_rounding(max(errors), outputs) is not None:
+            return
+        weights = by_weights(tensors, node.test_type or node.golden_type)
+        if weights is None or not weights.local:
+            self.checks.replay(node)
+
+
+@dataclass(frozen=True)
+class TokenInput:
+    """What came into a token before any of its nodes: whether it was the golden's, and why not."""
+
+    passed: bool
+    source: str
+
+
+def diverged(previous: int, golden_top1: object, test_top1: object) -> TokenInput | None:
+    """A decode step's input where the step before chose another token: every node of it works on
+    another token than the golden's, so nothing in it starts an error (where the token ids are not
+    dumped to say so themselves)."""
+    if golden_top1 is None or test_top1 is None or golden_top1 == test_top1:
+        return None
+    return TokenInput(False, f"token {previous} chose {test_top1}, the golden {golden_top1}")
+
+
+class TokenWalk:
+    """One token's nodes judged in execution order (``judge``), then its modules (``finish``).
+
+    ``compute`` False is what a UI thread asks: no replay runs, and a node whose verdict needs one
+    not made yet is left unjudged. ``token_input`` says what fed the token (asked only for a node
+    that nothing dumped before it fed).
+    """
+
+    def __init__(
+        self,
+        token: int,
+        judging: Judging,
+        token_input: Callable[[], TokenInput | None] | None = None,
+        compute: bool = True,
+        cached: Callable[[str], float | None] | None = None,
+    ) -> None:
+        """``cached``: for an attention module at a decode step, the largest error its key and value
+        projections showed at the earlier tokens (what its KV cache holds, which no dump holds as an
+        input); None where they are not known."""
+        self.token = token
+        self.judging = judging
+        self._token_input = token_input
+        self._compute = compute
+        self._cached = cached
+        self.facts: dict[str, Facts] = {}
+        self.verdicts: dict[str, NodeVerdict] = {}
+
+    def judge(self, row: NodeRow, tensors: Tensors, node: NodePair | None = None) -> NodeVerdict | None:
+        """Judge the next node in execution order from its row, its tensors' rows and what came
+        before it; None where a replay it needs is not known and ``compute`` is False."""
+        facts = self._facts(row, tensors)
+        reading = _reading(facts, self.judging, node, self._compute)
+        if reading is None:
+            return None
+        name = row["golden_node"]
+        self.facts[name] = facts
+        self.verdicts[name] = verdict = _verdict(facts, reading)
+        return verdict
+
+    def result(self, metrics: dict[str, NodeRow], total: int, complete: bool) -> TokenVerdict:
+        """The token's verdict as judged so far, beside ``metrics`` (the engine's rows by name)."""
+        return TokenVerdict(self.token, self.judging.tree, dict(self.verdicts), metrics, total, complete)
+
+    # --- what came in -------------------------------------------------------------------------
+
+    def _facts(self, row: NodeRow, tensors: Tensors) -> Facts:
+        """The inputs' verdict and error: the dumped ones, or where there are none (or they are the
+        op's own output, in place) what fed the node."""
+        data = data_inputs(row, tensors)
+        errors = [e for t in data if (e := error_of(t)) is not None]
+        if not errors and data and all(_exact_integers(t) for t in data):
+            errors = [0.0]  # token ids (an embedding's) equal to the golden's: nothing came in
+        outputs = [e for t in tensors if t.get("role") == "output" and (e := error_of(t)) is not None]
+        passed, source = row.get("inputs_passed"), cast(str | None, "files")
+        input_error = max(errors) if errors else None
+        if passed is None or row.get("in_place") or not errors:
+            fed = self._feed(row["golden_node"])
+            if fed is not None and (passed is None or row.get("in_place")):
+                passed, source = fed.passed, fed.source
+            elif passed is None:
+                came = self._token_input() if self._token_input is not None else None
+                passed = came.passed if came is not None else None
+                source = came.source if came is not None else None
+            if fed is not None and (row.get("in_place") or not errors):
+                input_error = fed.error
+        return Facts(row, tensors, passed, source, input_error, max(outputs) if outputs else None)
+
+    def _feed(self, name: str) -> _Fed | None:
+        """What fed ``name``: the previous sibling with outputs, else its parent's input, looking up.
+
+        Its verdict is that node's; its error the larger of that sibling's output and the parent's
+        input: glue code between operators (a residual add above all) mixes the two, and a sum's
+        relative error stays within its terms' largest.
+        """
+        tree = self.judging.tree
+        current = name
+        while True:
+            parent = tree.nodes[current].parent
+            if parent is None:
+                return None
+            siblings = tree.children(parent)
+            before = [
+                f for s in siblings[: siblings.index(current)] if (f := self._last_output(s)) is not None
+            ]
+            above = self.facts.get(parent)
+            came_in = above.input_error if above is not None else None
+            for facts in reversed(before):
+                if facts.row["outputs_passed"] is not None and not facts.row.get("outputs_unknown"):
+                    known = [e for e in (facts.output_error, came_in) if e is not None]
+                    return _Fed(bool(facts.row["outputs_passed"]), max(known) if known else None, facts.name)
+            if above is not None and above.inputs_passed is not None:
+                return _Fed(above.inputs_passed, came_in, parent)
+            current = parent  # a parent with no rows (a container): look one level up
+
+    def _last_output(self, name: str) -> Facts | None:
+        """What node ``name`` hands on: its own row, else (a container without rows, the layers'
+        list) the last of its children that has one, looking down: the previous layer feeds what
+        follows the layers, not whatever ran before them."""
+        facts = self.facts.get(name)
+        if facts is not None:
+            return facts
+        for child in reversed(self.judging.tree.children(name)):
+            found = self._last_output(child)
+            if found is not None:
+                return found
+        return None
+
+    # --- modules ------------------------------------------------------------------------------
+
+    def finish(
+        self, tensors_of: Callable[[str], Tensors], pairs_of: Callable[[str], NodePair | None]
+    ) -> list[NodeVerdict]:
+        """Judge each module again now that everything inside it is judged; returns the verdicts
+        changed.
+
+        A module that passes a descendant's output through is judged by the distance between the two
+        (test side); another by the error model over its inputs and every output inside it. Then the
+        modules above a local operator are labelled "contains", and those that pass while something
+        inside them fails "inherited".
+        """
+        before = dict(self.verdicts)
+        for name, verdict in list(self.verdicts.items()):
+            inside = [n for n in _descendants(self.judging.tree, name) if n in self.verdicts]
+            facts = self.facts[name]
+            if not self.judging.models or not inside or verdict.rule in ("weights", "replay"):
+                continue
+            if facts.row.get("error"):
+                continue
+            reading = self._module_reading(facts, inside, tensors_of, pairs_of)
+            if reading is not None:
+                self.verdicts[name] = _verdict(facts, reading)
+        self._label_containers()
+        return [v for name, v in self.verdicts.items() if v != before.get(name)]
+
+    def _module_reading(
+        self,
+        facts: Facts,
+        inside: Sequence[str],
+        tensors_of: Callable[[str], Tensors],
+        pairs_of: Callable[[str], NodePair | None],
+    ) -> Reading | None:
+        """A module's reading once everything inside it is judged: the output it passes through, else
+        the error model over its inputs and every output inside it; where neither calls it local, its
+        glue code (not at a decode step's attention, whose KV cache is an input no dump holds)."""
+        inner = [self.facts[n] for n in inside]
+        reading = pass_through(facts, inner, tensors_of, pairs_of, self.judging.checks, self._compute)
+        if reading is None:
+            own = tensors_of(facts.name)
+            outputs = [t for t in own if t.get("role") == "output" and not t.get("error")]
+            inputs = [t for t in own if t.get("role") == "input"]
+            reading = by_error_model(facts, outputs, inputs, inner)
+        if reading is None or not reading.local:
+            decode_attention = facts.row["token"] != self.judging.first_token and attention(facts.row)
+            # at a decode step an attention also reads its KV cache: what its key and value
+            # projections made at the earlier tokens, the error the cache carries
+            cache = self._cached(facts.name) if decode_attention and self._cached is not None else None
+            if self.judging.whole_inputs and (not decode_attention or cache is not None):
+                reading = by_glue(facts, self._judged_children(facts.name), cache) or reading
+        return reading
+
+    def _label_containers(self) -> None:
+        """ "contains" on every module above a local node; "inherited" on every module that passes
+        while something inside it fails with error that came in (never a ✓ over a failure)."""
+        tree = self.judging.tree
+        for name, verdict in list(self.verdicts.items()):
+            if verdict.label not in ("local", "inherited"):
+                continue
+            parent = tree.nodes[name].parent
+            while parent is not None:
+                above = self.verdicts.get(parent)
+                if above is not None and verdict.label == "local" and above.label != "contains":
+                    said = f"{name} inside it starts an error; itself: {above.reason}"
+                    shown = self.facts[parent].inputs_passed
+                    self.verdicts[parent] = replace(above, label="contains", reason=said, inputs_passed=shown)
+                elif above is not None and above.label is None:
+                    said = f"{name} inside it fails with error that came in; itself: {above.reason}"
+                    self.verdicts[parent] = replace(
+                        above, label="inherited", reason=said, inputs_passed=False
+                    )
+                parent = tree.nodes[parent].parent
+
+    def _judged_children(self, name: str) -> list[Facts]:
+        """The judged nodes right below ``name``, in execution order, looking through nodes without
+        rows (a ModuleList holding the layers)."""
+        found: list[Facts] = []
+        for child in self.judging.tree.children(name):
+            facts = self.facts.get(child)
+            found += [facts] if facts is not None else self._judged_children(child)
+        return found
+
+
+@dataclass(frozen=True)
+class _Fed:
+    """What fed a node whose inputs were not dumped: that node's verdict, its error, its name."""
+
+    passed: bool | None
+    error: float | None
+    source: str
+
+
+def _reading(facts: Facts, judging: Judging, node: NodePair | None, compute: bool) -> Reading | None:
+    """The first rule that can judge the node (the module docstring's order); None where the replay
+    it needs is not known and ``compute`` is False."""
+    row = facts.row
+    outputs = [t for t in facts.tensors if t.get("role") == "output" and not t.get("error")]
+    hard = row.get("error") or row.get("outputs_unknown") or row["outputs_passed"] is None
+    if hard or not judging.models or any(gains_non_finite(t) or integer_differs(t) for t in outputs):
+        return by_threshold(facts)
+    weights = by_weights(facts.tensors, facts.type)
+    if weights is not None and weights.local:
+        return weights
+    untouched = by_own_rounding(facts.output_error, outputs)
+    if untouched is not None:  # nothing for a replay to find: it is not run
+        return untouched
+    modelled = by_error_model(facts, outputs, data_inputs(row, facts.tensors), roundings=_roundings(node))
+    if _replayable(facts, judging, node):
+        assert judging.checks is not None and node is not None  # _replayable says so
+        known, replay = (True, judging.checks.replay(node)) if compute else judging.checks.known_replay(node)
+        if not known:
+            return None
+        found = by_replay(replay) if replay is not None else None
+        # a consistent replay of a sample can miss an error in the rows or columns it did not draw:
+        # where the output fails while the inputs pass and the model says the error is its own, the
+        # model's reading stands (a replay of the whole output is not second-guessed)
+        sampled = replay is not None and bool(replay.test.sampled)
+        own = facts.failing and facts.inputs_passed is True and modelled is not None and modelled.local
+        if found is not None and not found.local and sampled and own:
+            return modelled
+        if found is not None:
+            return found
+    if judging.baseline and row.get("noise_ratio") is not None:
+        return by_threshold(facts, rule="baseline")
+    return modelled if modelled is not None else by_threshold(facts)
+
+
+def _verdict(facts: Facts, reading: Reading) -> NodeVerdict:
+    """A reading as the node's verdict: local where the rule says so, inherited where its output fails
+    otherwise. In (``inputs_passed``) as the rule saw the inputs: they pass for a local node (they
+    do not explain its error), fail for an inherited one (they do), and are the thresholds' verdict
+    of them otherwise."""
+    label: Label | None = "local" if reading.local else "inherited" if facts.failing else None
+    if label == "inherited":
+        shown: bool | None = False
+    elif label == "local" and reading.rule in ("threshold", "baseline"):
+        shown = facts.inputs_passed  # local by a threshold: its inputs pass, or none was known
+    elif label == "local":
+        shown = True
+    else:
+        shown = facts.inputs_passed
+    return NodeVerdict(
+        node=facts.name,
+        label=label,
+        rule=reading.rule,
+        local_error=reading.local_error,
+        expected_error=reading.expected_error,
+        reason=reading.reason,
+        inputs_passed=shown,
+        inputs_from=facts.inputs_from,
+        input_error=facts.input_error,
+        output_error=facts.output_error,
+        outputs_passed=facts.row["outputs_passed"],
+    )
+
+
+def _roundings(node: NodePair | None) -> int:
+    """How often the test's output was rounded: once, plus once per rank's partial sum where the
+    ranks' outputs are summed (a row-parallel matmul before its all-reduce)."""
+    if node is None:
+        return 1
+    summed = [len(pair.test.parts) for pair in node.outputs if pair.test.merge == SUM]
+    return 1 + max(summed, default=0)
+
+
+def _replayable(facts: Facts, judging: Judging, node: NodePair | None) -> bool:
+    """Whether the node is replayed: a reference exists, its inputs are not its own output (an
+    in-place op's dumped input was saved after the op overwrote it), and each tensor is one file (a
+    rank's shard is no operator's whole input)."""
+    if judging.checks is None or node is None or facts.row.get("in_place"):
+        return False
+    return not any(pair.test.parts for pair in node.tensors) and judging.checks.has_reference(node)
+
+
+def attention(row: NodeRow) -> bool:
+    """Whether a node is an attention (by its types or name)."""
+    names = f"{row.get('golden_type')} {row.get('test_type')} {row.get('golden_node')}".lower()
+    return "attention" in names or "attn" in names
+
+
+def _descendants(tree: NodeTree, name: str) -> list[str]:
+    return [node.name for node in tree.preorder(name) if node.name != name]
+
+
+def _exact_integers(row: TensorRow) -> bool:
+    """An integer tensor with every value equal to the golden's (token ids, positions)."""
+    if row.get("stats_only") or row.get("error"):
+        return False
+    floats = is_float(row.get("golden_dtype")) or is_float(row.get("test_dtype"))
+    return not floats and row.get("max_abs_err") in (0, 0.0)
+
+
+def integer_differs(row: TensorRow) -> bool:
+    """An integer tensor (token ids, positions) whose values differ: no rounding explains it."""
+    if row.get("stats_only"):
+        return False
+    floats = is_float(row.get("golden_dtype")) and is_float(row.get("test_dtype"))
+    return not floats and row.get("max_abs_err") not in (0, 0.0, None)
