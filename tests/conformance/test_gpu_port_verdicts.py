@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import full_reference_dir
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 
 REFERENCE = full_reference_dir()
 ARCHIVE = REFERENCE / "gpu-msprobe-L0" / "gpu-msprobe-L0.tar.xz" if REFERENCE is not None else None
@@ -36,7 +36,7 @@ def port(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _local(port: Path, run: str) -> list[tuple[int, str, str]]:
-    comparison = open_comparison(port / "golden", port / run, cache=False)
+    comparison = open_comparison(port / "golden", port / run, CompareOptions(cache=False))
     return [
         (row["token"], row["golden_node"], row["rule"])
         for token in comparison.pairing.tokens

@@ -9,7 +9,7 @@ import pytest
 
 from tui_acc.cli.main import main
 from tui_acc.replay.remedy import remedy
-from tui_acc.session import open_comparison
+from tui_acc.session import CompareOptions, open_comparison
 from tui_acc.verdicts.replay_check import replay_node
 
 
@@ -56,7 +56,7 @@ def test_nothing_to_dump_is_said_where_no_switch_helps(dump_format: str, reason:
 
 
 def test_the_demo_without_weights_says_the_reason_and_the_remedy_once(demo_pair) -> None:
-    cmp = open_comparison(demo_pair.golden, demo_pair.test, cache=False)
+    cmp = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False))
     replay = replay_node(cmp, demo_pair.fault_token, demo_pair.fault_module)
     assert replay.shared_reason and replay.remedies() == [("both", replay.golden.remedy)]
     text = "\n".join(replay.describe())
@@ -67,7 +67,7 @@ def test_the_demo_without_weights_says_the_reason_and_the_remedy_once(demo_pair)
 
 def test_two_sides_missing_different_things_each_say_their_own_once(atb_pair) -> None:
     golden, atb, _ = atb_pair
-    cmp = open_comparison(golden, atb, cache=False)
+    cmp = open_comparison(golden, atb, CompareOptions(cache=False))
     replay = replay_node(cmp, 3, "root.model.layers.2.mlp.down_proj")
     assert (replay.golden.verdict, replay.test.verdict) == ("impossible", "impossible")
     text = "\n".join(replay.describe())
