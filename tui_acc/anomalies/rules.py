@@ -11,7 +11,7 @@
   1/sqrt(d)); integer inputs (token ids, positions) say nothing of scale and are not counted.
 
 Whether an anomaly started at its operator or came in with its inputs is the judge's question
-(verdicts/labels.py: an output that fails while the inputs pass is local), as for a pair.
+(verdicts/walk.py: an output that fails while the inputs pass is local), as for a pair.
 """
 
 from __future__ import annotations
