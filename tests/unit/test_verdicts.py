@@ -180,7 +180,7 @@ def test_the_ui_path_judges_from_memory_without_reading_or_replaying(demo_pair, 
     def forbidden(*args, **kwargs):
         raise AssertionError("a UI thread read a tensor or replayed an operator")
 
-    fresh = open_comparison(demo_pair.golden, demo_pair.test, cache=False)
+    fresh = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False))
     fresh.engine.node_rows(token)  # rows in memory, nothing judged or replayed yet
     monkeypatch.setattr(type(cmp.engine), "_compute", forbidden)
     monkeypatch.setattr(LocalChecks, "replay", forbidden)
