@@ -80,7 +80,8 @@ class LayerTree(Tree[str]):
 
     def _derive(self, name: str) -> bool | None:
         """Own verdict (verdicts/verdict.py's shown_failing), failing too where anything inside it
-        fails: a module never shows ✓ over a failure; for a module with no outputs, the verdicts of its children."""
+        fails: a module never shows ✓ over a failure; for a module with no outputs, the verdicts of
+        its children."""
         child_verdicts = [self._verdicts.get(c) for c in self.model_tree.children(name) if c in self._by_name]
         if any(v is False for v in child_verdicts):
             return False
