@@ -19,9 +19,11 @@ from tui_acc.pairing import NodePair, TensorPair
 from tui_acc.row_store import RowStore
 from tui_acc.rows import NodeRow, TensorRow, TokenRow
 from tui_acc.tolerances.errors import error_of
+from tui_acc.tolerances.rounding import coarsest
+from tui_acc.verdicts.judging import Judging, TokenInput, diverged
 from tui_acc.verdicts.local import LocalChecks
 from tui_acc.verdicts.verdict import TokenVerdict
-from tui_acc.verdicts.walk import Judging, TokenInput, TokenWalk, diverged
+from tui_acc.verdicts.walk import TokenWalk
 
 if TYPE_CHECKING:
     import polars as pl
@@ -69,6 +71,7 @@ class Judge:
             models=models,
             first_token=pairing.tokens[0] if pairing.tokens else 0,
             whole_inputs=pairing.test.format != "msit-torch",
+            model_dtype=coarsest(pairing.test.float_dtypes),
         )
         self._verdicts: RowStore[int, TokenVerdict] = RowStore()
 

@@ -73,6 +73,12 @@ def angle_condition(node_type: str | None, inputs: Sequence[Mapping[str, Any]]) 
     return max([1.0, *positions]) if positions else None
 
 
+def rotary(node_type: str | None) -> bool:
+    """Whether the operator is a rotary position embedding (its cos and sin from a buffer of
+    frequencies the port casts with the model)."""
+    return bool(node_type) and _ROTARY.search(str(node_type)) is not None
+
+
 def amplification(node_type: str | None, inputs: Sequence[Mapping[str, Any]]) -> float | None:
     """How much more than ``GROWTH`` an operator may amplify the relative error its inputs carry.
 

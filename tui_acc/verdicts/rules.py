@@ -213,13 +213,16 @@ def by_error_model(
     return Reading("error model", output_error > bound, output_error, bound, said)
 
 
-def by_glue(facts: Facts, children: Sequence[Facts], cache: float | None = None) -> Reading | None:
+def by_glue(
+    facts: Facts, children: Sequence[Facts], cache: float | None = None, buffers: object = None
+) -> Reading | None:
     """A module whose own code between its operators adds error: an operator inside it takes in more
     error (its dumped inputs') than everything before it there carries (the module's inputs, the
     earlier operators' outputs) explains. That is glue code (a residual add, a reshape) or a tensor
     no operator made (a buffer the port computes otherwise: a rotary embedding's frequencies).
     Local, or None. ``cache``: the error an attention's KV cache carries (at a decode step), read
-    by its operators beside the module's inputs."""
+    by its operators beside the module's inputs. ``buffers``: the dtype the module's buffers were
+    cast to (a rotary embedding's frequencies, cast with the model): their rounding is allowed too."""
     if facts.row.get("stats_only"):
         return None  # statistics are computed in each tensor's own dtype: too coarse for this
     carried = [facts.input_error, cache]
@@ -228,7 +231,7 @@ def by_glue(facts: Facts, children: Sequence[Facts], cache: float | None = None)
         known = [e for e in carried if e is not None and not math.isnan(e)]
         dumped = child.inputs_from == "files" and not child.row.get("stats_only")
         if dumped and known and error is not None and not math.isnan(error):
-            dtype = coarser(child.row.get("golden_dtype"), child.row.get("test_dtype"))
+            dtype = coarser(child.row.get("golden_dtype"), child.row.get("test_dtype"), buffers)
             bound = explained_bound(max(known), local_bound(dtype))
             if error > bound:
                 said = (
