@@ -34,6 +34,7 @@ from tui_acc.dumps.model import NodeTree
 from tui_acc.pairing import NodePair
 from tui_acc.rows import NodeRow, TensorRow
 from tui_acc.tolerances.errors import error_of
+from tui_acc.tolerances.rounding import coarsest
 from tui_acc.tolerances.thresholds import gains_non_finite, is_float
 from tui_acc.verdicts.judging import Judging, TokenInput, integer_differs
 from tui_acc.verdicts.propagation import rotary
@@ -211,10 +212,17 @@ class TokenWalk:
             cache = self._cached(facts.name) if decode_attention and self._cached is not None else None
             if self.judging.whole_inputs and (not decode_attention or cache is not None):
                 # a rotary embedding's frequencies are a buffer rounded to the model's dtype
-                buffers = self.judging.model_dtype if rotary(facts.type) else None
+                buffers = self._model_dtype() if rotary(facts.type) else None
                 children = self._judged_children(facts.name)
                 reading = by_glue(facts, children, cache, buffers) or reading
         return reading
+
+    def _model_dtype(self) -> str | None:
+        """The test model's dtype: as its dump names it, else the coarsest its operators' outputs
+        have at this token (a bf16 model's hidden states, beside the float32 its rope computes in)."""
+        if self.judging.model_dtype is not None:
+            return self.judging.model_dtype
+        return coarsest(f.row.get("test_dtype") for f in self.facts.values())
 
     def _label_containers(self) -> None:
         """ "contains" on every module above a local node; "inherited" on every module that passes
