@@ -33,7 +33,16 @@ def run(args: argparse.Namespace) -> int:
     from tui_acc.tui.app import AccApp
 
     # a command typed for `r` is remembered in --config when given: read last, it would override ./'s
-    _run_app(AccApp(cmp, redump=redump, opener=opener, config_file=args.config, swap=swapped_command(args)))
+    _run_app(
+        AccApp(
+            cmp,
+            redump=redump,
+            opener=opener,
+            config_file=args.config,
+            swap=swapped_command(args),
+            all_tokens=args.all_tokens,
+        )
+    )
     return 0
 
 
