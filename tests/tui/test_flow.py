@@ -407,7 +407,7 @@ async def test_the_rows_on_screen_are_computed_first_and_leaving_cancels_the_res
     nodes = demo_app.comparison.pairing.node_pairs(0)
     permits, finished = threading.Semaphore(0), threading.Semaphore(0)
     computed: list[str] = []
-    compute = engine._compute
+    compute = engine.tensors.compute  # a pair read, compared and judged
 
     logits = demo_app.comparison.pairing.logits_pair(0)  # the token list's: not held back
 
@@ -421,7 +421,7 @@ async def test_the_rows_on_screen_are_computed_first_and_leaving_cancels_the_res
             computed.append(pair.golden_node)
             finished.release()
 
-    engine._compute = gated  # type: ignore[method-assign]
+    engine.tensors.compute = gated  # type: ignore[method-assign]
     loop = asyncio.get_running_loop()
 
     async def let_one_through() -> None:

@@ -221,15 +221,15 @@ def test_a_cache_that_cannot_be_written_says_so(demo_pair, tmp_path: Path, monke
 def test_asking_again_for_rows_not_computed_touches_no_file(demo_pair, tmp_path: Path, monkeypatch) -> None:
     """The views ask for every token's logits row after each computed token: a row that is neither
     in memory nor on disk must not cost a stat of its files every time it is asked for."""
-    from tui_acc.metrics import engine as engine_module
+    from tui_acc.metrics import tensor_rows as tensor_rows_module
 
     golden, test = _copy(demo_pair, tmp_path)
     cmp = open_comparison(golden, test)
     for token in cmp.pairing.tokens:
         cmp.pairing.node_pairs(token)  # paired (the token list pairs them), not computed
     calls = []
-    real = engine_module.identity
-    monkeypatch.setattr(engine_module, "identity", lambda ref: calls.append(ref) or real(ref))
+    real = tensor_rows_module.identity
+    monkeypatch.setattr(tensor_rows_module, "identity", lambda ref: calls.append(ref) or real(ref))
     assert all(cmp.engine.cached_token_row(t) is None for t in cmp.pairing.tokens)
     first = len(calls)
     assert first > 0

@@ -156,14 +156,14 @@ def test_rows_on_screen_come_first_as_provisional_rows(demo_pair) -> None:
     nodes = cmp.pairing.node_pairs(0)
     first, last = nodes[1].golden, nodes[-2].golden  # nodes[0] is the root, holding the logits
     gate, early = threading.Event(), threading.Event()
-    compute = engine._compute
+    compute = engine.tensors.compute  # a pair read, compared and judged
 
     def gated(pair):  # type: ignore[no-untyped-def]
         if pair.golden_node == first:
             assert gate.wait(60), "never released"
         return compute(pair)
 
-    engine._compute = gated  # type: ignore[method-assign]
+    engine.tensors.compute = gated  # type: ignore[method-assign]
     seen: list[dict] = []
 
     def on_row(row: dict) -> None:

@@ -10,6 +10,7 @@ import pytest
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.cli.main import main
 from tui_acc.config import ConfigError, load_config
+from tui_acc.metrics.tensor_rows import TensorRows
 from tui_acc.tolerances.thresholds import (
     Rule,
     Thresholds,
@@ -182,7 +183,7 @@ def test_the_ui_path_judges_from_memory_without_reading_or_replaying(demo_pair, 
 
     fresh = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False))
     fresh.engine.node_rows(token)  # rows in memory, nothing judged or replayed yet
-    monkeypatch.setattr(type(cmp.engine), "_compute", forbidden)
+    monkeypatch.setattr(TensorRows, "compute", forbidden)  # where a pair is read and compared
     monkeypatch.setattr(LocalChecks, "replay", forbidden)
     remembered = cmp.verdicts.known(token)
     assert remembered is not None and remembered.complete

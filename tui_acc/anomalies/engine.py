@@ -25,14 +25,16 @@ from tui_acc.verdicts.judge import Judge
 
 class AnomalyEngine(MetricsEngine):
     def __init__(self, pairing: Pairing, thresholds: Thresholds, settings: AnomalySettings) -> None:
-        # no disk cache: its rows would be keyed as a pair's, and a dump's own facts are cheap to read
-        super().__init__(pairing, thresholds, cache=None)
+        # no disk cache: its rows would be keyed as a pair's, and a dump's own facts are cheap to read;
+        # each tensor passes or fails by what is wrong with it on its own, not by the thresholds
+        super().__init__(pairing, thresholds, cache=None, judge_tensor=self._judge_tensor)
         self.judge = Judge(self, models=False)  # a tensor fails for an anomaly alone: no error model
         self.settings = settings
         self._token_rows: dict[int, TokenRow] = {}
         self._token_lock = threading.Lock()
 
-    def _judge(self, pair: TensorPair, row: TensorRow, baseline_row: TensorRow | None) -> None:
+    def _judge_tensor(self, pair: TensorPair, row: TensorRow, baseline_row: TensorRow | None) -> None:
+        """A tensor row's verdict (the engine's ``judge_tensor``): failed for an error or an anomaly."""
         found = None
         if not row.get("error"):
             inputs = self._inputs(pair, row) if pair.role == "output" else None
