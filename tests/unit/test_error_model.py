@@ -309,9 +309,9 @@ def test_only_a_sampled_replay_that_agrees_yields_to_the_error_model(sampled, ru
     # have missed the rows that carry it; a replay of the whole output has not
     from tui_acc.dumps.model import Node, NodeTree
     from tui_acc.pairing.model import NodePair
+    from tui_acc.verdicts.judging import Judging
     from tui_acc.verdicts.local import NodeReplay
     from tui_acc.verdicts.replay_check import SideReplay
-    from tui_acc.verdicts.judging import Judging
     from tui_acc.verdicts.walk import TokenWalk
 
     agrees = SideReplay("test", "linear", "Linear", "consistent", "within its rounding", sampled=sampled)

@@ -205,16 +205,18 @@ class TokenWalk:
             outputs = [t for t in own if t.get("role") == "output" and not t.get("error")]
             inputs = [t for t in own if t.get("role") == "input"]
             reading = by_error_model(facts, outputs, inputs, inner)
-        if reading is None or not reading.local:
-            decode_attention = facts.row["token"] != self.judging.first_token and attention(facts.row)
-            # at a decode step an attention also reads its KV cache: what its key and value
-            # projections made at the earlier tokens, the error the cache carries
-            cache = self._cached(facts.name) if decode_attention and self._cached is not None else None
-            if self.judging.whole_inputs and (not decode_attention or cache is not None):
-                # a rotary embedding's frequencies are a buffer rounded to the model's dtype
-                buffers = self._model_dtype() if rotary(facts.type) else None
-                children = self._judged_children(facts.name)
-                reading = by_glue(facts, children, cache, buffers) or reading
+        if (reading is None or not reading.local) and self.judging.whole_inputs:
+            # a rotary embedding's frequencies are a buffer rounded to the model's dtype
+            buffers = self._model_dtype() if rotary(facts.type) else None
+            children = self._judged_children(facts.name)
+            glue = by_glue(facts, children, None, buffers)
+            if glue is not None and facts.row["token"] != self.judging.first_token and attention(facts.row):
+                # at a decode step an attention also reads its KV cache, which no dump holds as an
+                # input: what its key and value projections made at the earlier tokens (read only
+                # here, where the glue would otherwise be called local)
+                cache = self._cached(facts.name) if self._cached is not None else None
+                glue = by_glue(facts, children, cache, buffers) if cache is not None else None
+            reading = glue or reading
         return reading
 
     def _model_dtype(self) -> str | None:
