@@ -27,7 +27,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -421,7 +420,7 @@ def make_case(name: str, work: Path) -> Path:
 
 def _relativise(case_dir: Path) -> None:
     """No absolute path of this machine stays in the dumps: dump.json's data dir, stack.json's files."""
-    site = re.escape(str(Path(shutil.which("python") or sys.executable).parents[1]))
+    site = re.escape(sys.prefix)  # the venv running the tools, activated or not
     for dump_json in [*case_dir.rglob("dump.json"), *case_dir.rglob("debug.json")]:
         data = json.loads(dump_json.read_text(encoding="utf-8"))
         if data.get("dump_data_dir"):

@@ -78,14 +78,22 @@ class Dumper:
     dump_index: int = 0  # dumper.py:222, +1 before each file (586): the first file is 1, never reset
     ctx: dict[str, Any] = field(default_factory=dict)
     written: list[tuple[int, Written]] = field(default_factory=list)
+    filter: str | None = None  # DUMPER_FILTER (dumper.py:137-174): a Python expression over the tags
 
     def dump(self, name: str, value: torch.Tensor, dims: str | None = None, **kwargs: Any) -> None:
         # dumper.py:490-495: the tags are name, recompute_status, the call's kwargs, then the context
         tags = {"name": name, "recompute_status": "disabled", **kwargs, **self.ctx}
+        if self.filter is not None and not evaluate_filter(self.filter, tags):
+            return  # dumper.py:490-500: filtered out before dump_index counts a file (586)
         self.written.append((self.step, Written(tags, value.detach().clone(), dims)))
 
     def set_ctx(self, **kwargs: Any) -> None:  # dumper.py:352-364: None clears a key
         self.ctx = {k: v for k, v in (self.ctx | kwargs).items() if v is not None}
+
+
+def evaluate_filter(expression: str, tags: dict[str, Any]) -> bool:
+    """dumper.py:1312-1320: DUMPER_FILTER evaluated with the tags as its names, without builtins."""
+    return bool(eval(expression, {"__builtins__": {}}, dict(tags)))
 
 
 def write_rank(folder: Path, written: list[tuple[int, Written]], rank: int, world: int) -> None:
