@@ -15,6 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 COMPACT_REFERENCE = REPO / "tests" / "data" / "reference"
 MODEL_CASES = REPO / "tests" / "data" / "models"  # scripts/make_model_fixtures.py
+FAMILY_CASES = REPO / "tests" / "data" / "families"  # scripts/make_family_fixtures.py
 RANKS_CASES = REPO / "tests" / "data" / "ranks"  # scripts/make_ranks_fixtures.py
 SENSITIVITY = REPO / "tests" / "data" / "sensitivity"  # scripts/make_sensitivity_fixtures.py
 MSPROBE_CASES = REPO / "tests" / "data" / "msprobe"  # scripts/make_msprobe_pass_fixtures.py
@@ -103,6 +104,16 @@ def msprobe_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pa
     """``msprobe_case(name)``: a real msprobe dump pair of tests/data/msprobe, unpacked once per
     session (``golden/``, ``test/`` and ``case.json``: the model's config and where the fault is)."""
     return _unpacker(MSPROBE_CASES, tmp_path_factory.mktemp("msprobe"))
+
+
+@pytest.fixture(scope="session")
+def family_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``family_case(name)``: a real-tool dump triple of tests/data/families, unpacked once per session.
+
+    The folder holds ``golden/``, ``test/`` (with the one bug), ``clean/`` (the test's run without
+    it) and ``case.json`` (where the bug is, and what a correct tool labels local at each token).
+    """
+    return _unpacker(FAMILY_CASES, tmp_path_factory.mktemp("families"))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,73 @@
+"""Real-tool dumps of other families, dump kinds and fault places, each localised to its one culprit.
+
+tests/data/families holds dumps made by msprobe 26.2.0, msit 8.2.0 and SGLang's dumper (as
+scripts/make_sglang_fixtures.py writes it) of random-weight models built from transformers configs
+(scripts/make_family_fixtures.py): ``golden/`` in float32, ``test/`` in a lower precision with one
+bug inside the model's computation, ``clean/`` the same lower-precision run without it.
+``case.json`` names the operator a correct tool labels local at each token where the bug is;
+every test reads the expectation from there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FAMILY_CASES
+from tui_acc import open_comparison
+
+CASES = sorted(p.name.removesuffix(".tar.xz") for p in FAMILY_CASES.glob("*.tar.xz"))
+
+
+def _case(folder: Path) -> dict:
+    return json.loads((folder / "case.json").read_text(encoding="utf-8"))
+
+
+def _locals(folder: Path, side: str) -> set[tuple[int, str]]:
+    """Every (token, operator) labelled local, golden against ``side``, at every token."""
+    comparison = open_comparison(folder / "golden", folder / side, cache=False)
+    return {
+        (token, row["golden_node"])
+        for token in comparison.pairing.tokens
+        for row in comparison.engine.node_rows(token)
+        if row["label"] == "local"
+    }
+
+
+def test_every_case_is_tested():
+    assert len(CASES) == 12
+    assert {"qwen3-msprobe-L0-kvcache", "qwen3-sglang-outputs", "gemma3-msprobe-L0-gelu"} <= set(CASES)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_each_pair_loads_without_problems(family_case, name):
+    """Golden against test and against clean: every token paired, no damaged file, one format, and
+    the record case.json expects is in the test's dump (at its token, or set aside between tokens
+    where the reader does so: that is a verdict's business, tested below)."""
+    folder = family_case(name)
+    case = _case(folder)
+    for side in ("test", "clean"):
+        comparison = open_comparison(folder / "golden", folder / side, cache=False)
+        assert comparison.pairing.tokens == list(range(case["new_tokens"])), side
+        assert not comparison.golden.problems and not comparison.test.problems, side
+        assert comparison.golden.format == comparison.test.format
+        assert comparison.test.statistics_only is (case["task"] == "statistics")
+        recorded = {n for nodes in comparison.test.tokens.values() for n in nodes}
+        assert set(case["expected_local"].values()) <= recorded | set(comparison.test.between_tokens)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_culprit_alone_is_local(family_case, name):
+    """With every token compared, exactly the expected operator is local at each token where the bug
+    is, and nothing is local anywhere else."""
+    folder = family_case(name)
+    expected = {(int(token), node) for token, node in _case(folder)["expected_local"].items()}
+    assert _locals(folder, "test") == expected
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_clean_pair_labels_nothing_local(family_case, name):
+    """The same lower-precision run without the bug: rounding alone, no operator's own error."""
+    assert _locals(family_case(name), "clean") == set()
