@@ -115,8 +115,9 @@ async def test_layer_tree_scopes_the_table_and_the_export(demo_app: AccApp) -> N
         keys = [str(k.value) for k in demo_app.screen.query_one("#ops", DataTable).rows]
         assert keys[0] == "root.model.layers.1" and len(keys) == 13
         assert all(k.startswith("root.model.layers.1") for k in keys)
-        # the layer as a whole: the outputs of its 10 leaf operators as one tensor (its own is the last)
-        assert re.search(r"in \S*layers\.1 cos 0\.\d{6} \(a: all\)", _text(demo_app, "#summary"))
+        # the layer in scope says what fails inside it (before the fault: nothing), not a cosine of
+        # everything inside that reads as passing where one operator fails
+        assert re.search(r"in \S*layers\.1: ✓ nothing inside fails \(a: all\)", _text(demo_app, "#summary"))
         assert demo_app.screen.cursor_key() == "root.model.layers.1"
         assert "all 10 outputs inside: cosine" in _render(demo_app, "#detail")
         await pilot.press("e", "enter")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAMILY_CASES
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 
 CASES = sorted(p.name.removesuffix(".tar.xz") for p in FAMILY_CASES.glob("*.tar.xz"))
 
@@ -27,11 +27,11 @@ def _case(folder: Path) -> dict:
 
 def _locals(folder: Path, side: str) -> set[tuple[int, str]]:
     """Every (token, operator) labelled local, golden against ``side``, at every token."""
-    comparison = open_comparison(folder / "golden", folder / side, cache=False)
+    comparison = open_comparison(folder / "golden", folder / side, CompareOptions(cache=False))
     return {
         (token, row["golden_node"])
         for token in comparison.pairing.tokens
-        for row in comparison.engine.node_rows(token)
+        for row in comparison.verdicts.token(token).rows
         if row["label"] == "local"
     }
 
@@ -49,7 +49,7 @@ def test_each_pair_loads_without_problems(family_case, name):
     folder = family_case(name)
     case = _case(folder)
     for side in ("test", "clean"):
-        comparison = open_comparison(folder / "golden", folder / side, cache=False)
+        comparison = open_comparison(folder / "golden", folder / side, CompareOptions(cache=False))
         assert comparison.pairing.tokens == list(range(case["new_tokens"])), side
         assert not comparison.golden.problems and not comparison.test.problems, side
         assert comparison.golden.format == comparison.test.format
