@@ -112,3 +112,21 @@ async def test_all_tokens_marks_each_tokens_local_operators(hidden_fault: Path) 
         await settle(pilot)
         assert isinstance(app.screen, OperatorScreen) and app.screen.token == BROKEN_TOKEN
         assert app.screen.cursor_key() == BROKEN_OP
+
+
+async def test_f_goes_back_to_an_earlier_tokens_culprit(family_case, monkeypatch) -> None:
+    """The first failing token (3) has no operator of its own to blame: its error comes from the
+    prefill's embedding through the KV cache. ``f`` lands there, as the report names it."""
+    folder = family_case("llama-msprobe-L0-embedding")
+    monkeypatch.chdir(folder)
+    app = AccApp(open_comparison("golden", "test"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("f")
+        await settle(pilot)  # token 3's operators: no culprit there, so the tokens before it
+        await settle(pilot)  # the earlier token opened, judged, the cursor at its culprit
+        screen = app.screen
+        assert isinstance(screen, OperatorScreen) and screen.token == 0
+        assert screen.cursor_key() == "Module.model.embed_tokens.Embedding.forward.0"
+        said = [n.message for n in app._notifications]
+        assert any("No operator at token 3 adds error of its own" in m for m in said), said

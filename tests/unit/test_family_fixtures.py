@@ -71,3 +71,17 @@ def test_the_culprit_alone_is_local(family_case, name):
 def test_the_clean_pair_labels_nothing_local(family_case, name):
     """The same lower-precision run without the bug: rounding alone, no operator's own error."""
     assert _locals(family_case(name), "clean") == set()
+
+
+def test_the_report_follows_the_error_back_through_the_kv_cache(family_case, capsys):
+    """A fault at the prefill's embedding fails no logits until token 3, where no operator adds error
+    of its own: the report names the embedding at token 0, and says how the error got to token 3."""
+    from tui_acc.cli.main import main
+
+    folder = family_case("llama-msprobe-L0-embedding")
+    main(["report", str(folder / "golden"), str(folder / "test"), "--json", "--no-cache"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["first_failing_token"] == 3 and report["analysed_token"] == 0
+    assert report["first_failing_op"]["golden"] == "Module.model.embed_tokens.Embedding.forward.0"
+    assert "reaches token 3 through" in report["explanation"]
+    assert report["operators_compared_at"] == [0, 3]

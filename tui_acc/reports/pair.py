@@ -213,6 +213,21 @@ def build_report(
     if analysed is None and shown:  # only unreadable files: the first token with one
         analysed = shown[0]["token"]
     verdict_at: TokenVerdict | None = judge.token(analysed) if analysed is not None else None
+    carried_from = None
+    if (
+        token is None
+        and failing is not None
+        and analysed == failing
+        and verdict_at
+        and not verdict_at.culprit
+    ):
+        # no operator of the first failing token adds error of its own: it may have come from an
+        # earlier token, through what its decode steps read of them (the KV cache)
+        earlier = judge.earlier_culprit(failing)
+        if earlier is not None:
+            carried_from, analysed, verdict_at = analysed, earlier.token, earlier
+            paired = cmp.pairing.tokens  # judged: the tokens up to the earlier culprit, and the failing one
+            compared = sorted({*compared, *paired[: paired.index(earlier.token) + 1]})
     nodes = (
         to_frame(verdict_at.rows, NODE_SCHEMA) if verdict_at is not None else pl.DataFrame(schema=NODE_SCHEMA)
     )
@@ -258,7 +273,8 @@ def build_report(
         analysed_token=analysed,
         swapped=replace(swapped, command=swap_command).as_dict() if swapped else None,
         first_failing_op=op_summary(suspect),
-        explanation=_explanation(cmp, failing if analysed == failing else None, suspect, token_rows, nodes),
+        explanation=_carried(carried_from, verdict_at)
+        or _explanation(cmp, failing if analysed == failing else None, suspect, token_rows, nodes),
         operators_compared_at=compared,
         failing_ops=failing_ops,
         failing=[
@@ -312,6 +328,17 @@ def _explanation(
     found = accumulated(token_rows[failing].get("test_dtype"))
     unmatched = sum(1 for u in cmp.pairing.unmatched if u.kind == "node" and u.token == failing)
     return f"{found} ({unmatched} operators on one side only not compared)" if unmatched else found
+
+
+def _carried(failing: int | None, earlier: TokenVerdict | None) -> str | None:
+    """Where the first failing token's error started at an earlier token, said so."""
+    if failing is None or earlier is None or earlier.culprit is None:
+        return None
+    return (
+        f"no operator at token {failing} adds error of its own: the error starts at token "
+        f"{earlier.token} in {earlier.culprit.node} and reaches token {failing} through what its "
+        "decode steps read of the earlier tokens (the KV cache)"
+    )
 
 
 def _noise_operators(nodes: pl.DataFrame) -> list[dict[str, Any]]:

@@ -197,6 +197,18 @@ class Judge:
                 return verdict
         return None
 
+    def earlier_culprit(self, token: int, should_stop: StopCheck = _never) -> TokenVerdict | None:
+        """Where ``token`` fails with no operator of its own to blame: the first earlier token with a
+        local operator (its error reaches the later tokens through the KV cache their attention reads),
+        or None.
+
+        Raises:
+            Cancelled: ``should_stop`` said so.
+        """
+        tokens = self.engine.pairing.tokens
+        before = tokens[: tokens.index(token)] if token in tokens else []
+        return self.first_local(before, should_stop)
+
     def _token_input(self, token: int, compute: bool = True) -> TokenInput | None:
         """Where the step before ``token`` chose another token than the golden, ``token`` works on
         another input: nothing in it starts an error (walk.diverged)."""

@@ -232,6 +232,11 @@ class OperatorScreen(FilterSort, ReplayKey, DetailPanel, JumpToCulprit, SummaryL
         self.show_detail(self.cursor_key())
         self.jump_if_pending()
 
+    def open_at_culprit(self, token: int) -> None:
+        """Replace this screen with ``token``'s operators, at its culprit once judged (Esc goes back
+        to the token list, as from here)."""
+        self.app.switch_screen(OperatorScreen(token, at_first_failure=True))
+
     def _take_verdict(self, verdict: TokenVerdict) -> None:
         """Every row as the token's verdict has it (the rows posted on the way agree; this makes the
         screen read the one result the report reads)."""
