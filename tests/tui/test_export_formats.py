@@ -206,3 +206,29 @@ def test_noise_and_anomaly_columns_come_last_typed_as_their_rows() -> None:
         "first_anomaly": pl.String,
         "anomaly": pl.String,
     }
+
+
+async def test_the_xlsx_hint_keeps_its_brackets_in_the_dialog(
+    demo_app: AccApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the dialog shows is plain text: markup would eat ``[xlsx]`` from the install hint."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "xlsxwriter" else real(name, *a)
+    )
+    async with demo_app.run_test(size=(120, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("e", "ctrl+a", "ctrl+k", *str(tmp_path / "[x]" / "view.xlsx"), "enter")
+        assert isinstance(demo_app.screen, ExportDialog)
+        shown = str(demo_app.screen.query_one("#export-hint", Static).render())
+        assert XLSX_HINT in shown and "[x]" in shown
+
+
+async def test_the_status_line_shows_brackets_as_typed(demo_app: AccApp, tmp_path: Path) -> None:
+    (tmp_path / "[old]").mkdir()
+    async with demo_app.run_test(size=(120, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("e", "ctrl+a", "ctrl+k", *str(tmp_path / "[old]" / "view.csv"), "enter")
+        assert _status(demo_app) == f"exported {demo_app.screen.export_frame().height} rows to " + str(
+            tmp_path / "[old]" / "view.csv"
+        )
