@@ -15,8 +15,8 @@ import pytest
 from rich.console import Console
 from textual.widgets import DataTable, Static
 
-from tests.tui.conftest import settle
 from tests.conftest import copy_without_weights
+from tests.tui.conftest import settle
 from tui_acc import open_comparison
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen

@@ -73,7 +73,10 @@ def test_a_folder_holding_two_dumps_names_them_and_the_command(
     assert main(["report", str(demo_pair.out), str(demo_pair.test)]) == 2
     err = capsys.readouterr().err
     command = shlex.join(["tui-acc", str(demo_pair.golden), str(demo_pair.test)])
-    assert f"{demo_pair.out}: not a dump itself; it holds two, golden/ and test/: compare them with {command}" in err
+    assert (
+        f"{demo_pair.out}: not a dump itself; it holds two, golden/ and test/: compare them with {command}"
+        in err
+    )
     assert "expected" not in err  # not the list of every format it is not
 
 

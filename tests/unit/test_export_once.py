@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from pathlib import Path
 
 import polars as pl
@@ -71,13 +70,13 @@ def test_through_a_link_the_thresholds_stay_in_the_column(tmp_path: Path) -> Non
     (tmp_path / "link.csv").symlink_to(target)
     write_export(_frame(), tmp_path / "link.csv", overwrite=True)
     assert {r["source_thresholds"] for r in _rows(target)} == {THRESHOLDS}
-    assert sorted(os.listdir(tmp_path)) == ["link.csv", "real.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "real.csv"]
 
 
 def test_a_frame_without_thresholds_is_written_as_it_is(tmp_path: Path) -> None:
     frame = _frame().drop("source_thresholds")
     write_export(frame, tmp_path / "ranks.csv")
-    assert sorted(os.listdir(tmp_path)) == ["ranks.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ranks.csv"]
     empty = _frame(0)
     write_export(empty, tmp_path / "empty.csv")  # no row to take the value from: as it is
     assert not (tmp_path / "empty.thresholds.json").exists()

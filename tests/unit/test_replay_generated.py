@@ -7,7 +7,6 @@ float32 and bfloat16."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np

@@ -16,7 +16,8 @@ from tui_acc.dumps.registry import reader_for
 
 _SUBFOLDERS = 64  # the subfolders asked whether they are dumps: a dump's parent holds a few
 _NAMES = 2000  # the names a mistyped one is matched against
-_GOLDEN_FIRST = ("golden", "gold", "ref", "base", "fp32", "gpu")  # which of two dumps is the golden, said first
+# which of two dumps is the golden, said first
+_GOLDEN_FIRST = ("golden", "gold", "ref", "base", "fp32", "gpu")
 
 
 def dumps_inside(folder: Path) -> list[Path]:
@@ -51,7 +52,10 @@ def holds_dumps(root: Path) -> str | None:
     command = shlex.join(["tui-acc", str(found[0]), str(found[1])])
     if len(found) == 2:
         return f"{root}: not a dump itself; it holds two, {listed}: compare them with {command}"
-    return f"{root}: not a dump itself; it holds {len(found)}, {listed}: pass two of them, golden first ({command})"
+    return (
+        f"{root}: not a dump itself; it holds {len(found)}, {listed}: pass two of them, golden first "
+        f"({command})"
+    )
 
 
 def near_path(path: Path) -> Path | None:

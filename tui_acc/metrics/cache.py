@@ -2,10 +2,10 @@
 
 One SQLite database (``rows.sqlite3``) in the user's cache directory (``$TUI_ACC_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/tui-acc``, else ``~/.cache/tui-acc``), never in the dump folders; none at all with
-``--no-cache`` or where ``$TUI_ACC_NO_CACHE`` is set (``cache_enabled``: a shared host, once for all). A row is keyed
-by the pair of dump folders and by the identity of the files it was computed from (path, size,
-modification time), so a re-written file is recomputed. Verdicts are not stored: they are derived
-again from the metrics with the thresholds of the session.
+``--no-cache`` or where ``$TUI_ACC_NO_CACHE`` is set (``cache_enabled``: a shared host, once for all).
+A row is keyed by the pair of dump folders and by the identity of the files it was computed from
+(path, size, modification time), so a re-written file is recomputed. Verdicts are not stored: they
+are derived again from the metrics with the thresholds of the session.
 
 SQLite in WAL mode with upserts: two tui-acc processes on the same dumps each add their rows and
 neither loses the other's; a flush writes only the new rows; rows of a pair not looked at for

@@ -94,7 +94,9 @@ def write_export(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Pa
         if once is None:
             return write_atomically(path, overwrite, frame.write_parquet)
         frame = _pointing(frame, f"parquet metadata {PARQUET_KEY}")
-        return write_atomically(path, overwrite, lambda h: frame.write_parquet(h, metadata={PARQUET_KEY: once}))
+        return write_atomically(
+            path, overwrite, lambda h: frame.write_parquet(h, metadata={PARQUET_KEY: once})
+        )
     if suffix not in ("", ".csv"):
         raise ExportError(
             f"{path}: tui-acc does not write {suffix} files; name it .csv, .xlsx or .parquet"

@@ -38,8 +38,11 @@ KEYS = (
     ),
     ("r", "re-dump the token (and operator) under the cursor: shows the command, Enter runs it"),
     ("L", "the re-dump's log: x stops it while it runs"),
-    ("o", "once a re-dump has finished (its line says so): open it in place of its side, at the same "
-     "token and operator"),
+    (
+        "o",
+        "once a re-dump has finished (its line says so): open it in place of its side, at the same "
+        "token and operator",
+    ),
     ("O", "back to the original dumps after o opened a re-dump"),
     ("Esc", "clear the filter, else back to the tokens (a token reopens as it was left)"),
     ("Backspace", "back to the tokens, keeping the filter"),

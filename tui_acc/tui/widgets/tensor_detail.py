@@ -73,7 +73,9 @@ class TensorDetail(Static):
         metrics: tuple[str, ...] = (
             ("norm rel", "max Δ", "mean Δ", "") if stats else ("cosine", "max abs", "rel eucl", "KL")
         )
-        cells = [_cells(pair.slot, row, node.golden_type) for pair, row in zip(node.tensors, rows, strict=True)]
+        cells = [
+            _cells(pair.slot, row, node.golden_type) for pair, row in zip(node.tensors, rows, strict=True)
+        ]
         if engine.pairing.golden is engine.pairing.test:  # one dump on its own: its values, not a distance
             metrics = ("max", "min", "NaN", "Inf", "anomaly")
             cells = [_own_cells(pair.slot, row) for pair, row in zip(node.tensors, rows, strict=True)]
