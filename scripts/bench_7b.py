@@ -110,7 +110,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from tui_acc import open_comparison
+    from tui_acc import CompareOptions, open_comparison
     from tui_acc.demo.atb_export import export_atb
     from tui_acc.demo.model import TinyConfig
     from tui_acc.demo.run import run_pair
@@ -151,7 +151,7 @@ def main() -> None:
 
         figures["index 100k files s"] = round(synthetic_index(tmp / "index", args.index_files), 3)
         start = time.perf_counter()
-        cmp = open_comparison(tmp / "golden", tmp / "test", cache=False)
+        cmp = open_comparison(tmp / "golden", tmp / "test", CompareOptions(cache=False))
         figures["index this pair s"] = round(time.perf_counter() - start, 3)
 
         from tui_acc.metrics.engine import MetricsEngine
@@ -166,7 +166,9 @@ def main() -> None:
         mib = size / 2**20
 
         def engine_run() -> float:
-            engine = MetricsEngine(open_comparison(tmp / "golden", tmp / "test", cache=False).pairing)
+            engine = MetricsEngine(
+                open_comparison(tmp / "golden", tmp / "test", CompareOptions(cache=False)).pairing
+            )
             start = time.perf_counter()
             engine.node_rows(0)
             return time.perf_counter() - start
@@ -201,12 +203,13 @@ def main() -> None:
             figures[f"{state}: engine peak above resident MiB"] = round(peak / 1024, 1)
         for workers in (1, 2):
             engine_n = MetricsEngine(
-                open_comparison(tmp / "golden", tmp / "test", cache=False).pairing, workers=workers
+                open_comparison(tmp / "golden", tmp / "test", CompareOptions(cache=False)).pairing,
+                workers=workers,
             )
             start = time.perf_counter()
             engine_n.node_rows(0)
             figures[f"warm: engine with {workers} worker thread(s) s"] = round(time.perf_counter() - start, 2)
-        atb = open_comparison(tmp / "golden", tmp / "test_atb", cache=False)
+        atb = open_comparison(tmp / "golden", tmp / "test_atb", CompareOptions(cache=False))
         start = time.perf_counter()
         atb.engine.node_rows(0)
         figures["engine vs ATB layout s"] = round(time.perf_counter() - start, 2)

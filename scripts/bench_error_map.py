@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 from settle import settle  # noqa: E402  (scripts/settle.py, beside this one)
 
 from tui_acc.metrics.error_map import error_map  # noqa: E402
-from tui_acc.session import open_comparison  # noqa: E402
+from tui_acc.session import CompareOptions, open_comparison  # noqa: E402
 
 BAD_ROW_FRACTION = 0.37
 OUTLIER_CHANNELS = (7, 1234)
@@ -94,7 +94,7 @@ def main() -> None:
             f" in {time.perf_counter() - start:.1f} s"
         )
         settle(folder)  # mapped, as a dump opened minutes after its run is
-        cmp = open_comparison(golden_path, test_path, cache=False)
+        cmp = open_comparison(golden_path, test_path, CompareOptions(cache=False))
         numel = golden_path.stat().st_size // 4  # about: the header is a few hundred bytes
         (node,) = cmp.pairing.node_pairs(0)
         pair = node.tensors[0]

@@ -54,7 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     from bench_7b import synthetic_index
 
-    from tui_acc import open_comparison
+    from tui_acc import CompareOptions, open_comparison
     from tui_acc.dumps import open_dump
 
     figures: dict[str, object] = {"load average at start": os.getloadavg()[0]}
@@ -65,7 +65,7 @@ def main() -> None:
         # the same files under another root: the CLI refuses one dump given twice
         shutil.copytree(golden, test, copy_function=os.link)
         start = time.perf_counter()
-        cmp = open_comparison(golden, test, cache=False)
+        cmp = open_comparison(golden, test, CompareOptions(cache=False))
         figures["open the comparison (both sides) s"] = round(time.perf_counter() - start, 4)
         tokens = len(cmp.pairing.tokens)
         figures["tokens"] = tokens

@@ -117,9 +117,9 @@ def report(golden: Path, test: Path, tree: Path = REPO, every_token: bool = Fals
     )
     code = (
         "import json, sys, resource\n"
-        "from tui_acc import open_comparison\n"
+        "from tui_acc import CompareOptions, open_comparison\n"
         "from tui_acc.reports.pair import build_report\n"
-        f"cmp = open_comparison({str(golden)!r}, {str(test)!r}, cache=False)\n"
+        f"cmp = open_comparison({str(golden)!r}, {str(test)!r}, CompareOptions(cache=False))\n"
         f"{work}"
         "total = sum(len(n.tensors) for t in cmp.pairing.tokens for n in cmp.pairing.node_pairs(t))\n"
         "print(json.dumps({'read': cmp.engine.computed, 'pairs': total,"
@@ -187,7 +187,7 @@ def main() -> None:
     parser.add_argument("--baseline-tree", type=Path, help="another checkout to compare the engine with")
     parser.add_argument("--skip-large", action="store_true", help="only the many-files figures")
     args = parser.parse_args()
-    from tui_acc import open_comparison
+    from tui_acc import CompareOptions, open_comparison
 
     figures: dict[str, object] = {"python + torch + tui_acc imported, peak RSS MiB": baseline_rss()}
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -199,7 +199,7 @@ def main() -> None:
         figures["many: files per side"] = files
         figures["many: generate s"] = round(time.perf_counter() - start, 1)
         start = time.perf_counter()
-        cmp = open_comparison(tmp / "golden", tmp / "test", cache=False)
+        cmp = open_comparison(tmp / "golden", tmp / "test", CompareOptions(cache=False))
         figures["many: index both sides s"] = round(time.perf_counter() - start, 3)
         figures["many: tokens"] = len(cmp.pairing.tokens)
         result = report(tmp / "golden", tmp / "test")

@@ -22,14 +22,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tui_acc import open_comparison  # noqa: E402
+from tui_acc import CompareOptions, open_comparison  # noqa: E402
 from tui_acc.dumps.msprobe.passes import api_of  # noqa: E402
 from tui_acc.verdicts.rounding import MARGIN  # noqa: E402
 
 
 def ratios(golden: Path, test: Path, all_tokens: bool) -> dict[str, list[float]]:
     """Local error over expected, by operator kind, for every replayed operator of the pair."""
-    comparison = open_comparison(golden, test, cache=False)
+    comparison = open_comparison(golden, test, CompareOptions(cache=False))
     checks = comparison.engine.judging.checks
     found: dict[str, list[float]] = defaultdict(list)
     tokens = comparison.pairing.tokens if all_tokens else comparison.pairing.tokens[:1]

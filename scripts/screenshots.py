@@ -13,7 +13,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tui_acc import open_comparison  # noqa: E402
+from tui_acc import CompareOptions, open_comparison  # noqa: E402
 from tui_acc.demo import make_baseline, make_demo  # noqa: E402
 from tui_acc.redump import RedumpSettings, SideSettings  # noqa: E402
 from tui_acc.session import Comparison  # noqa: E402
@@ -86,7 +86,7 @@ async def shoot_atb(out: Path) -> None:
 
 async def shoot_noise(out: Path) -> None:
     """The fault token's operators judged against the demo's baseline (``--baseline``)."""
-    cmp = open_comparison("golden", "test", baseline="baseline")
+    cmp = open_comparison("golden", "test", CompareOptions(baseline="baseline"))
     await _shoot_after(out / "operators-noise.svg", cmp, ("f",), ("enter",), ("f",))
 
 
@@ -129,17 +129,15 @@ async def shoot_replay(out: Path) -> None:
 
 async def shoot_hunt(out: Path, demo_out: Path) -> None:
     """The view `tui-acc hunt` opens on the demo, at the culprit (the hunt's dumps in the working folder)."""
-    import functools
-
     from tui_acc.config import load_config
     from tui_acc.hunt.run import Hunt
     from tui_acc.redump import load_settings
 
     config = load_config(demo_out / "tui-acc.toml")
     settings = load_settings(config.sections.get("redump"))
-    opener = functools.partial(open_comparison, thresholds=config.thresholds)
+    options = CompareOptions(thresholds=config.thresholds)
     result = Hunt(
-        settings, opener, Path.cwd(), lambda _line: None, lambda _s, _p: True, clock=lambda: SHOT_TIME
+        settings, options, Path.cwd(), lambda _line: None, lambda _s, _p: True, clock=lambda: SHOT_TIME
     ).run()
     assert result.comparison is not None and result.culprit is not None, result.error
     app = AccApp(
@@ -158,7 +156,7 @@ async def shoot_hunt(out: Path, demo_out: Path) -> None:
 async def shoot_ranks(out: Path, dump: Path) -> None:
     """``tui-acc ranks`` on the demo's two-rank run, at its first disagreement (``f``)."""
     from tui_acc.collectives.check import RanksCheck
-    from tui_acc.collectives.ranks import open_ranks
+    from tui_acc.collectives.rank_set import open_ranks
     from tui_acc.tui.ranks_app import RanksApp
 
     app = RanksApp(RanksCheck(open_ranks(str(dump))), export_dir=Path.cwd(), clock=lambda: SHOT_TIME)

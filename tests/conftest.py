@@ -17,6 +17,7 @@ COMPACT_REFERENCE = REPO / "tests" / "data" / "reference"
 MODEL_CASES = REPO / "tests" / "data" / "models"  # scripts/make_model_fixtures.py
 RANKS_CASES = REPO / "tests" / "data" / "ranks"  # scripts/make_ranks_fixtures.py
 SENSITIVITY = REPO / "tests" / "data" / "sensitivity"  # scripts/make_sensitivity_fixtures.py
+MSPROBE_CASES = REPO / "tests" / "data" / "msprobe"  # scripts/make_msprobe_pass_fixtures.py
 
 
 def sensitivity_key() -> dict[str, dict[str, dict]]:
@@ -95,6 +96,13 @@ def model_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path
     The folder holds ``golden/``, ``test/`` and ``case.json`` (where the injected fault is).
     """
     return _unpacker(MODEL_CASES, tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def msprobe_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``msprobe_case(name)``: a real msprobe dump pair of tests/data/msprobe, unpacked once per
+    session (``golden/``, ``test/`` and ``case.json``: the model's config and where the fault is)."""
+    return _unpacker(MSPROBE_CASES, tmp_path_factory.mktemp("msprobe"))
 
 
 @pytest.fixture(scope="session")

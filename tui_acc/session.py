@@ -1,9 +1,11 @@
-"""A comparison session: two indexed dumps, their pairing, and the metrics engine over them."""
+"""A comparison session: two indexed dumps, their pairing, and the metrics engine over them; the
+options they are opened with (``CompareOptions``)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,26 +64,12 @@ class Comparison:
         return self._engine
 
 
-def open_comparison(
-    golden: str | Path,
-    test: str | Path,
-    logits_node: str | None = None,
-    thresholds: Thresholds | None = None,
-    mapping: str | Path | None = None,
-    token_offset: int | None = None,
-    rank: int | None = None,
-    gather: bool = False,
-    cache: bool = True,
-    follow_links: bool = False,
-    data_mapping: str | Path | None = None,
-    layer_mapping: str | Path | bool | None = None,
-    baseline: str | Path | None = None,
-    replay_registry: Registry | None = None,
-) -> Comparison:
-    """Index both dumps and pair them; no tensor is loaded yet.
+@dataclass(frozen=True)
+class CompareOptions:
+    """How two dumps are opened, paired and judged: the options of ``tui-acc GOLDEN TEST``, each with
+    the command line's default. ``replace(options, rank=1)`` changes one.
 
-    Args:
-        golden, test: dump roots (any folder level a user naturally passes) or tensor files.
+    Attributes:
         logits_node: the golden module whose output holds the logits (default: the model's last).
         thresholds: pass/fail thresholds (default: ``Thresholds()``).
         mapping: an operator mapping file (msit ``op_mapping_file.json`` or our TOML) for torch<->ATB.
@@ -98,51 +86,82 @@ def open_comparison(
             against the noise floor its error from the golden sets (``verdicts/noise.py``).
         replay_registry: the replay references the verdicts use (``[replay]`` of tui-acc.toml);
             default: the built-ins and installed plug-ins.
+    """
+
+    logits_node: str | None = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    mapping: str | Path | None = None
+    token_offset: int | None = None
+    rank: int | None = None
+    gather: bool = False
+    cache: bool = True
+    follow_links: bool = False
+    data_mapping: str | Path | None = None
+    layer_mapping: str | Path | bool | None = None
+    baseline: str | Path | None = None
+    replay_registry: Registry | None = None
+
+
+def open_comparison(
+    golden: str | Path, test: str | Path, options: CompareOptions | None = None
+) -> Comparison:
+    """Index both dumps and pair them; no tensor is loaded yet.
+
+    Args:
+        golden, test: dump roots (any folder level a user naturally passes) or tensor files.
+        options: how to open, pair and judge them (default: ``CompareOptions()``, the command line's
+            defaults), e.g. ``open_comparison(golden, test, CompareOptions(cache=False))``.
 
     Raises:
         DumpError: a root (or the mapping file) cannot be used; the message names it.
     """
-    golden_index = open_dump(golden, token_offset=token_offset, rank=rank, follow_links=follow_links)
-    if gather:
+    options = options or CompareOptions()
+
+    def read(path: str | Path) -> DumpIndex:
+        return open_dump(
+            path, token_offset=options.token_offset, rank=options.rank, follow_links=options.follow_links
+        )
+
+    golden_index = read(golden)
+    if options.gather:
         if len(golden_index.ranks) > 1:
             raise DumpError(
                 f"{golden}: --gather merges the test's ranks for a single-device golden, but the golden has "
                 f"{len(golden_index.ranks)} ranks; compare rank to rank with --rank instead"
             )
-        test_index = _gathered(test, token_offset, follow_links)
+        test_index = _gathered(test, options.token_offset, options.follow_links)
     else:
-        test_index = open_dump(test, token_offset=token_offset, rank=rank, follow_links=follow_links)
+        test_index = read(test)
     if golden_index.format == test_index.format == "sglang":
         from tui_acc.dumps.sglang.align import align_steps
 
         test_index = align_steps(golden_index, test_index)
+    logits_node = options.logits_node
     known = {golden_index.stable_name(n) for n in golden_index.tree.nodes}
     if logits_node is not None and logits_node not in golden_index.tree.nodes and logits_node not in known:
         raise DumpError(
             f"{golden_index.data_dir}: --logits-node {logits_node!r} is not a module of this dump"
         )
     try:
-        op_mapping = load_mapping(Path(mapping).expanduser() if mapping is not None else None)
+        op_mapping = load_mapping(Path(options.mapping).expanduser() if options.mapping is not None else None)
         names = load_msprobe_mapping(
-            Path(data_mapping).expanduser() if data_mapping is not None else None,
-            layer_mapping
-            if isinstance(layer_mapping, bool) or layer_mapping is None
-            else Path(layer_mapping).expanduser(),
+            Path(options.data_mapping).expanduser() if options.data_mapping is not None else None,
+            options.layer_mapping
+            if isinstance(options.layer_mapping, bool) or options.layer_mapping is None
+            else Path(options.layer_mapping).expanduser(),
         )
         pairing = pair_dumps(golden_index, test_index, logits_node, op_mapping, names)
         # the golden as paired (its order may be borrowed from an ATB test): what everything reads,
         # the baseline's pairing first
         golden_index = pairing.golden
         baseline_index = baseline_pairing = None
-        if baseline is not None:
+        if options.baseline is not None:
             # read as the test is (its rank, its token offset): it is the same run on another device
-            baseline_index = open_dump(
-                baseline, token_offset=token_offset, rank=rank, follow_links=follow_links
-            )
+            baseline_index = read(options.baseline)
             baseline_pairing = pair_dumps(golden_index, baseline_index, logits_node, op_mapping, names)
     except MappingError as exc:
         raise DumpError(str(exc)) from exc
-    thresholds = thresholds or Thresholds()
+    thresholds, cache = options.thresholds, options.cache
 
     def build_engine() -> MetricsEngine:
         from tui_acc.metrics.cache import RowCache, cache_enabled
@@ -156,7 +175,7 @@ def open_comparison(
             noise_floor = MetricsEngine(baseline_pairing, thresholds, workers=1, cache=base_cache)
         row_cache = RowCache(golden_index.data_dir, test_index.data_dir) if keep else None
         return MetricsEngine(
-            pairing, thresholds, cache=row_cache, baseline=noise_floor, registry=replay_registry
+            pairing, thresholds, cache=row_cache, baseline=noise_floor, registry=options.replay_registry
         )
 
     return Comparison(golden_index, test_index, pairing, thresholds, build_engine, baseline_index)

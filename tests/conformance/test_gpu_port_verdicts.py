@@ -1,6 +1,7 @@
 """The verdicts on a real accelerator port: ../shared/reference/gpu-msprobe-L0, an H100 bf16 SDPA run
 against its fp32 eager golden, dumped by msprobe at L0, with one injected fault per run and an answer
 key (its README). Present only where ../shared is beside the repository; skipped elsewhere.
+Checked on its own (``tui-acc DUMP``), the golden and the clean port raise no anomaly.
 
 Each fault (3 % noise on an up_proj, a pure 1.03 scale on a norm, 5 % noise on an attention, at token
 2) is the one local operator of its dump; the systematic per-tensor int8 weight is found by its
@@ -17,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import full_reference_dir
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
+from tui_acc.anomalies.session import open_single
+from tui_acc.reports import single
 
 REFERENCE = full_reference_dir()
 ARCHIVE = REFERENCE / "gpu-msprobe-L0" / "gpu-msprobe-L0.tar.xz" if REFERENCE is not None else None
@@ -36,7 +39,7 @@ def port(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _local(port: Path, run: str) -> list[tuple[int, str, str]]:
-    comparison = open_comparison(port / "golden", port / run, cache=False)
+    comparison = open_comparison(port / "golden", port / run, CompareOptions(cache=False))
     return [
         (row["token"], row["golden_node"], row["rule"])
         for token in comparison.pairing.tokens
@@ -65,3 +68,12 @@ def test_the_int8_weight_is_found_at_every_token(port: Path) -> None:
 
 def test_the_clean_port_is_blamed_for_nothing(port: Path) -> None:
     assert _local(port, "clean") == []
+
+
+@pytest.mark.parametrize("run", ["golden", "clean"])
+def test_checked_on_its_own_a_clean_run_raises_no_anomaly(port: Path, run: str) -> None:
+    """``tui-acc DUMP`` on the fp32 golden and on the clean bf16 port: every norm of the real
+    accelerator run normalises on purpose, nothing is a jump, an Inf or all zero."""
+    report = single.build_report(open_single(port / run))
+    assert report.anomalies == [] and report.errors == []
+    assert report.checked_tokens == [0, 1, 2, 3, 4]

@@ -476,8 +476,8 @@ _pickle_steps = st.one_of(
 def test_torch_zip_of_nested_and_shared_pickles(scratch: Path, steps: list[bytes]) -> None:
     """Depth and work bounds: whatever nests or shares, the pickle is read (its object measured
     within the bounds) or refused, in bounded memory and time; nothing recurses or hashes past them."""
+    from tui_acc.dumps.torchfile.pickle_bounds import measure
     from tui_acc.dumps.torchfile.reader import TorchFileError, read_torch_file
-    from tui_acc.dumps.torchfile.unpickler import measure
 
     path = scratch / "nested.pt"
     pickled = attacks.PROTO + b"".join(steps) + attacks.STOP

@@ -13,7 +13,7 @@ import pytest
 from textual.widgets import DataTable
 
 from tests.tui.conftest import settle
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.widgets.layer_tree import LayerTree
@@ -27,7 +27,9 @@ def _cursor(table: DataTable[object]) -> str:
 async def test_n_from_the_culprit_meets_no_second_error_start(model_case, tmp_path: Path, name: str) -> None:
     folder = model_case(name)
     case = json.loads((folder / "case.json").read_text())
-    app = AccApp(open_comparison(folder / "golden", folder / "test", cache=False), export_dir=tmp_path)
+    app = AccApp(
+        open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False)), export_dir=tmp_path
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("f")  # the first failing token

@@ -17,7 +17,7 @@ from textual.widgets import Static
 
 from tests.tui.conftest import settle
 from tests.tui.test_redump import _app, _gate, _infer, _start
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps import DumpError
 from tui_acc.metrics import engine as engine_module
 from tui_acc.metrics.cache import RowCache
@@ -45,7 +45,8 @@ async def test_token_rows_arriving_ask_nothing_of_the_row_cache_or_the_files(
     """Each computed token used to make the summary and the strip look every token up in the engine:
     a row cache read and, once per uncomputed token, a stat of its files, for every message."""
     monkeypatch.chdir(demo_pair.out)
-    rows = open_comparison("golden", "test", cache=False).engine.token_rows()  # the app's engine has none
+    uncached = open_comparison("golden", "test", CompareOptions(cache=False))
+    rows = uncached.engine.token_rows()  # the app's engine has none
     comparison = open_comparison("golden", "test")
     for token in comparison.pairing.tokens:
         comparison.pairing.node_pairs(token)  # paired, as the token worker pairs them before computing

@@ -14,7 +14,7 @@ import pytest
 from textual.widgets import DataTable
 
 from tests.tui.conftest import settle
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.tokens import TokenScreen
 
@@ -81,7 +81,7 @@ async def test_rows_below_the_screen_are_listed_after_the_first_frame(
     """A screen too short for every token lists those it shows first; the rest follow at once, in
     the token order, and every one of them is compared."""
     monkeypatch.chdir(demo_pair.out)
-    comparison = open_comparison("golden", "test", cache=False)
+    comparison = open_comparison("golden", "test", CompareOptions(cache=False))
     tokens = [str(t) for t in comparison.pairing.tokens]
     height = 6
     assert len(tokens) > height  # the demo has more tokens than this screen has lines
@@ -108,11 +108,11 @@ async def test_rows_below_the_screen_are_listed_after_the_first_frame(
 def test_what_the_ui_thread_asks_before_the_first_comparison_never_builds_the_engine(demo_pair) -> None:
     """Help's bounds, the problems list and saving rows at quit: building the engine there would import
     polars and numpy on the event loop, or wait for the worker that is building it."""
-    from tui_acc import open_comparison
+    from tui_acc import CompareOptions, open_comparison
     from tui_acc.tui.bounds import help_lines
     from tui_acc.tui.screens.help import _logits_dtypes
 
-    cmp = open_comparison(demo_pair.golden, demo_pair.test, cache=False)
+    cmp = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False))
     assert help_lines(cmp) and _logits_dtypes(cmp) is None
     assert cmp.built_engine is None
     assert cmp.engine is cmp.built_engine is not None  # built on first use, then the same one

@@ -464,13 +464,13 @@ async def test_a_fallback_order_is_said_where_first_failing_is_shown(demo_pair, 
     import os
     import shutil
 
-    from tui_acc import open_comparison
+    from tui_acc import CompareOptions, open_comparison
 
     golden = tmp_path / "golden"
     shutil.copytree(demo_pair.golden, golden)
     for i, path in enumerate(sorted(golden.rglob("*"))):  # stamped as a copy stamps them
         os.utime(path, ns=(1_700_000_000_000_000_000 + i * 1000,) * 2)
-    comparison = open_comparison(golden, demo_pair.test, cache=False)
+    comparison = open_comparison(golden, demo_pair.test, CompareOptions(cache=False))
     assert not comparison.golden.order_is_execution
     app = AccApp(comparison, export_dir=tmp_path)
     async with app.run_test(size=(160, 30)) as pilot:
@@ -483,7 +483,9 @@ async def test_a_fallback_order_is_said_where_first_failing_is_shown(demo_pair, 
         summary = _text(app, "#summary")
         assert summary.index("◆ model.layers.") < summary.index("⚠ order")
         assert summary.index(" (f)") + len(" (f)") <= 80 - 2
-    plain = AccApp(open_comparison(demo_pair.golden, demo_pair.test, cache=False), export_dir=tmp_path)
+    plain = AccApp(
+        open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False)), export_dir=tmp_path
+    )
     async with plain.run_test(size=(160, 30)) as pilot:
         await settle(pilot)
         await pilot.press("enter")

@@ -8,7 +8,7 @@ from textual.widgets import DataTable, Static
 
 from tests.tui.conftest import settle
 from tests.tui.test_snapshots import _at_first_failing_op
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.widgets.layer_tree import LayerTree
@@ -82,7 +82,7 @@ async def test_the_detail_panel_names_records_one_side_left_out(model_case, tmp_
     from tui_acc.tui.widgets.tensor_detail import TensorDetail
 
     folder = model_case("llama-msprobe-L1-focus")  # golden dumped with risk_level ALL, test with FOCUS
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     gap_before = next(iter(comparison.pairing.absent_before(2)))
     app = AccApp(comparison, export_dir=tmp_path)
     async with app.run_test(size=(120, 32)) as pilot:
@@ -108,7 +108,9 @@ async def test_the_notes_that_decide_how_to_read_verdicts_are_on_screen(model_ca
     from tui_acc.tui.screens.problems import ProblemsScreen
 
     folder = model_case("llama-msprobe-L1-xor")
-    app = AccApp(open_comparison(folder / "golden", folder / "test", cache=False), export_dir=tmp_path)
+    app = AccApp(
+        open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False)), export_dir=tmp_path
+    )
     async with app.run_test(size=(120, 32)) as pilot:
         await settle(pilot)
         await pilot.press("u")

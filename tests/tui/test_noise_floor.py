@@ -8,7 +8,7 @@ from pathlib import Path
 from textual.widgets import DataTable
 
 from tests.tui.conftest import settle
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.screens.tokens import TokenScreen
@@ -18,7 +18,9 @@ STRICT = Thresholds().with_bounds(ops={"cosine": 0.99999})
 
 
 async def test_f_finds_the_fault_against_the_noise_floor(demo_pair, demo_baseline, tmp_path: Path) -> None:
-    cmp = open_comparison(demo_pair.golden, demo_pair.test, thresholds=STRICT, baseline=demo_baseline)
+    cmp = open_comparison(
+        demo_pair.golden, demo_pair.test, CompareOptions(thresholds=STRICT, baseline=demo_baseline)
+    )
     app = AccApp(cmp, export_dir=tmp_path)
     async with app.run_test(size=(120, 30)) as pilot:
         await settle(pilot)
@@ -55,7 +57,7 @@ async def test_without_a_baseline_there_is_no_noise_column(demo_app: AccApp) -> 
 def test_help_states_the_noise_rule(demo_pair, demo_baseline) -> None:
     from tui_acc.tui.bounds import help_lines
 
-    cmp = open_comparison(demo_pair.golden, demo_pair.test, baseline=demo_baseline)
+    cmp = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(baseline=demo_baseline))
     rule = help_lines(cmp)[-1]
     assert rule.startswith(f"Against the baseline {demo_baseline}") and "bfloat16: factor 3" in rule
     assert not any(

@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Static
 from tests.tui.conftest import settle
 from tests.unit.ranks_dumps import op_name, write_atb_run
 from tui_acc.collectives.check import RanksCheck
-from tui_acc.collectives.ranks import open_ranks
+from tui_acc.collectives.rank_set import open_ranks
 from tui_acc.tui.palette import TITLES, declared_bindings
 from tui_acc.tui.ranks_app import RanksApp
 from tui_acc.tui.screens.ranks import RanksScreen

@@ -9,7 +9,7 @@ import pytest
 from textual.widgets import Static
 
 from tests.tui.conftest import settle
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.tui.app import AccApp
 
 
@@ -19,7 +19,9 @@ async def test_a_pair_opened_the_wrong_way_round_is_warned_in_the_header(
 ) -> None:
     monkeypatch.chdir(demo_pair.out)
     app = AccApp(
-        open_comparison("test", "golden", cache=False), export_dir=tmp_path, swap="tui-acc golden test"
+        open_comparison("test", "golden", CompareOptions(cache=False)),
+        export_dir=tmp_path,
+        swap="tui-acc golden test",
     )
     async with app.run_test(size=size) as pilot:
         await settle(pilot)

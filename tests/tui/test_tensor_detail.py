@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from tests.tui.conftest import settle
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.widgets.tensor_detail import TensorDetail
@@ -23,7 +23,9 @@ async def test_a_weight_within_its_casts_rounding_is_not_drawn_failing(model_cas
     # float16 cast's rounding fails q_proj's weight by the thresholds, though its cast explains it
     folder = model_case("qwen2-msprobe-L0")
     tight = Thresholds(ops={**Thresholds().ops, "float16": {"cosine": 0.99, "rel_euclidean": 1e-4}})
-    comparison = open_comparison(folder / "golden", folder / "test", thresholds=tight, cache=False)
+    comparison = open_comparison(
+        folder / "golden", folder / "test", CompareOptions(thresholds=tight, cache=False)
+    )
     (node,) = (n for n in comparison.pairing.node_pairs(0) if n.golden == Q_PROJ)
     (weight,) = (t for t in node.tensors if t.slot == "parameters.weight")
     row = comparison.engine.tensor_row(weight)

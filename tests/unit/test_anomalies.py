@@ -1,5 +1,7 @@
 """One dump checked on its own (``tui-acc DUMP``, ``report DUMP``): anomalies injected into copies of
-real and generated dumps are found at their token, operator and tensor; clean dumps raise nothing.
+real and generated dumps are found at their token, operator and tensor; clean dumps raise nothing,
+the repository's every real-tool dump and tests/data/anomalies' normal arithmetic (a norm's rsqrt, a
+softmax's exp, masks' fills, ...: scripts/make_anomaly_fixtures.py) included.
 
 Every injected value is exact (a NaN, float16's limit, zeros, a power-of-two scale): the verdicts
 rest on no CPU's arithmetic.
@@ -9,6 +11,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +25,24 @@ from tui_acc.dumps.atb.bin import load_bin
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.writers.atb_bin import write_bin
 from tui_acc.reports import single
+
+DATA = Path(__file__).parents[1] / "data"
+NORMAL_ARITHMETIC = "normal-arithmetic"
+
+
+@pytest.fixture(scope="session")
+def unpacked(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], Path]:
+    """``unpacked(folder, name)``: ``tests/data/{folder}/{name}.tar.xz`` unpacked once per session."""
+    root = tmp_path_factory.mktemp("anomaly-data")
+
+    def unpack(folder: str, name: str) -> Path:
+        target = root / folder / name
+        if not target.is_dir():
+            with tarfile.open(DATA / folder / f"{name}.tar.xz") as archive:
+                archive.extractall(root / folder, filter="data")
+        return target
+
+    return unpack
 
 
 def _device(dump: Path) -> Path:
@@ -251,3 +273,120 @@ def test_a_token_of_a_single_dump_judges_that_token_alone(demo_pair, monkeypatch
     engine.token_row(last)
     engine.token_row(last)  # asked again: remembered
     assert judged == [last]
+
+
+def _clean(dump: Path) -> None:
+    report = single.build_report(open_single(dump))
+    assert report.errors == [], dump
+    assert report.anomalies == [], (dump, report.anomalies[:3])
+
+
+def test_every_reference_dump_raises_nothing(reference: Path) -> None:
+    """The real msit and msprobe reference runs (fp32 goldens, bf16 tests, the synthetic ATB port,
+    statistics dumps): clean by construction (tests/data/reference/MANIFEST.md), on both sets."""
+    dumps = [
+        reference / case / side
+        for case, sides in (
+            ("msit-torch-2layer", ("golden", "test")),
+            ("msit-torch-logits", ("golden", "test")),
+            ("msit-torch-12layer-vs-atb", ("golden", "test_torch_bf16", "test_atb")),
+            ("msit-torch-stats", ("golden", "test")),
+            ("msprobe-L0/tensor", ("golden", "test")),
+            ("msprobe-L0/statistics", ("golden", "test")),
+        )
+        for side in sides
+    ]
+    for dump in dumps:
+        _clean(dump)
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_the_sensitivity_sweeps_clean_runs_raise_nothing(sensitivity_case, level: str) -> None:
+    """The fp32 eager golden and the clean bf16 SDPA port: at mix, every norm's rsqrt of its
+    variance (up to 1.2e4 times its input) and the mask's fill among them."""
+    case = sensitivity_case(level, "clean")
+    _clean(case.golden)
+    _clean(case.test)
+
+
+@pytest.mark.parametrize(
+    ("folder", "name", "sides"),
+    [
+        ("sglang", "sglang-llama", ("golden", "test", "test_tp2")),
+        ("aclgraph", "llama-aclgraph-L1-tensor", ("golden", "test")),
+        ("aclgraph", "llama-aclgraph-mix-tensor", ("golden", "test")),
+        ("aclgraph", "llama-aclgraph-mix-statistics", ("golden", "test")),
+        ("anomalies", NORMAL_ARITHMETIC, ("tensor", "statistics")),
+    ],
+)
+def test_sglang_graph_mode_and_normal_arithmetic_raise_nothing(
+    unpacked, folder: str, name: str, sides: tuple[str, ...]
+) -> None:
+    """SGLang's dumper, msprobe's graph mode (``aten.zeros`` and a ``where`` choosing its zero among
+    its records) and the normal-arithmetic dump; the test sides' faults (a few columns doubled) are
+    wrong, not anomalous."""
+    for side in sides:
+        _clean(unpacked(folder, name) / side)
+
+
+def test_the_normal_arithmetic_dump_holds_what_it_claims(unpacked) -> None:
+    """Each family of docs/single-dump.md's normal arithmetic is a record of the fixture, at both
+    tokens, so that "raises nothing" above covers it."""
+    index = open_single(unpacked("anomalies", NORMAL_ARITHMETIC) / "statistics").golden
+    expected = {
+        "Torch.rsqrt", "Tensor.pow", "Torch.reciprocal", "Tensor.reciprocal", "Tensor.__truediv__",
+        "Tensor.__rpow__", "Torch.pow", "Torch.exp", "Functional.softmax", "Functional.log_softmax",
+        "Torch.log", "Functional.layer_norm", "Tensor.cumsum", "Tensor.sum", "Torch.histc",
+        "Tensor.masked_fill", "Tensor.__rsub__", "Tensor.__mul__", "Torch.where", "Functional.embedding",
+        "Module.model.norm.RMSNorm", "Module.model.rotary_emb.RotaryEmbedding",
+    }  # fmt: skip
+    for token in (0, 1):
+        names = {name.rsplit(".", 2)[0] for name in index.tokens[token]}
+        names |= {name.split(".forward.")[0] for name in index.tokens[token]}
+        assert expected <= names, expected - names
+
+
+def _scaled(t):
+    """A power-of-two scale of every finite value below the dtype's limit (a mask's fill kept)."""
+    import torch
+
+    return torch.where(t.abs() < 1e30, t * 2.0**14, t)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        "Torch.rsqrt.0.forward",  # judged by 1/sqrt(min x)
+        "Tensor.pow.2.forward",  # x ** -0.5
+        "Tensor.__truediv__.2.forward",  # x / 1e-4: its recorded divisor
+        "Torch.exp.0.forward",  # exp(max x)
+        "Functional.softmax.0.forward",  # at most 1
+        "Tensor.cumsum.0.forward",  # n * max|x|
+        "Tensor.masked_fill.0.forward",  # its values beside the fill
+        "Module.model.norm.RMSNorm.forward.0",  # sqrt(n) * max|w|
+    ],
+)
+def test_a_scale_error_in_normal_arithmetic_is_still_a_jump(unpacked, tmp_path: Path, record: str) -> None:
+    """The normal arithmetic's own output at token 0 scaled by 2**14: beyond what its arithmetic allows
+    by far, it is the first anomaly, a local jump, in both tasks' dumps."""
+    source = unpacked("anomalies", NORMAL_ARITHMETIC)
+    tensors = tmp_path / "tensor"
+    shutil.copytree(source / "tensor", tensors)
+    (output,) = tensors.rglob(f"{record}.output.0.pt")
+    _rewrite_pth(output, _scaled)
+    statistics = tmp_path / "statistics"
+    shutil.copytree(source / "statistics", statistics)
+    (record_file,) = statistics.rglob("dump.json")
+    records = json.loads(record_file.read_text())
+    stats = records["data"][record]["output"][0]
+    for key in ("Max", "Min", "Mean"):
+        if abs(stats[key]) < 1e30:
+            stats[key] *= 2.0**14
+    record_file.write_text(json.dumps(records))
+    for dump in (tensors, statistics):
+        report = single.build_report(open_single(dump))
+        first = report.first_anomaly
+        assert first is not None, dump
+        assert (first["token"], first["op"], first["kind"]) == (0, record, "jump"), dump
+        assert first["figure"] >= AnomalySettings().jump_factor
+        assert [a["op"] for a in report.anomalies if a["label"] == "local"] == [record]

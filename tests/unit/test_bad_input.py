@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.conftest import device_dir
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.cli.main import main
 
 FAULT_OP = "root.model.layers.2.mlp.down_proj"
@@ -71,7 +71,7 @@ def test_a_dtype_mismatch_is_compared_and_flagged(demo_pair, tmp_path: Path) -> 
     golden, test, device = _copy(demo_pair, tmp_path)
     target = device / "3" / "root.model.layers.0.mlp.up_proj" / "output.pth"
     torch.save(torch.load(target, weights_only=True).to(torch.float16), target)
-    cmp = open_comparison(golden, test, cache=False)
+    cmp = open_comparison(golden, test, CompareOptions(cache=False))
     row = next(
         r
         for r in cmp.engine.tensors_frame(3).to_dicts()
@@ -147,7 +147,7 @@ def test_an_unreadable_file_is_named(demo_pair, tmp_path: Path, monkeypatch: pyt
         return real(path, mapped=mapped)
 
     monkeypatch.setattr(tensors, "read_torch_file", denied)
-    cmp = open_comparison(golden, test, cache=False)
+    cmp = open_comparison(golden, test, CompareOptions(cache=False))
     rows = {r["golden_node"]: r for r in cmp.engine.node_rows(3)}
     assert rows[FAULT_OP]["error"] == f"{target}: cannot read (Permission denied)"
     assert rows["root.model.layers.2.mlp.up_proj"]["outputs_passed"] is True
@@ -352,7 +352,7 @@ def test_nan_literals_in_dump_json_are_read(reference: Path, tmp_path: Path) -> 
     first_max = text.index('"Max":')
     end = text.index(",", first_max)
     dump_json.write_text(text[:first_max] + '"Max": NaN' + text[end:])
-    cmp = open_comparison(golden, test, cache=False)
+    cmp = open_comparison(golden, test, CompareOptions(cache=False))
     rows = cmp.engine.node_rows(cmp.pairing.tokens[0])
     assert rows  # the comparison goes on; the NaN statistic is a failing (not a crashing) row
 
@@ -454,7 +454,7 @@ def test_any_failure_of_one_pair_is_an_error_row_and_the_token_goes_on(demo_pair
     golden, test, device = _copy(demo_pair, tmp_path)
     target = device / "1" / "root.model.layers.0.mlp.act_fn" / "output.pth"
     torch.save(torch.load(target).reshape(-1, torch.load(target).shape[-1]).to_sparse(), target)
-    cmp = open_comparison(golden, test, cache=False)
+    cmp = open_comparison(golden, test, CompareOptions(cache=False))
     rows = {r["golden_node"]: r for r in cmp.engine.node_rows(1)}
     assert str(target) in str(rows["root.model.layers.0.mlp.act_fn"]["error"])
     assert rows["root.model.layers.0.mlp.up_proj"]["outputs_passed"] is True  # the rest is compared
@@ -468,7 +468,7 @@ def test_an_unreadable_file_is_never_taken_for_the_culprit(demo_pair, tmp_path: 
     before.write_bytes(before.read_bytes()[:100])
     own_input = next((device / "3" / FAULT_OP).glob("input*.pth"))  # the culprit's own input file
     own_input.write_bytes(b"")
-    cmp = open_comparison(golden, test, cache=False)
+    cmp = open_comparison(golden, test, CompareOptions(cache=False))
     rows = {r["golden_node"]: r for r in cmp.engine.node_rows(3)}
     assert (
         rows["root.model.layers.2.mlp.up_proj"]["error"]
@@ -488,8 +488,10 @@ def test_the_compat_export_keeps_to_the_dump_as_the_comparison_does(demo_pair, t
     target = device / "3" / FAULT_OP / "output.pth"
     shutil.move(target, outside)
     target.symlink_to(outside)
-    frame = compat_frame(open_comparison(golden, test, cache=False), "msit")
+    frame = compat_frame(open_comparison(golden, test, CompareOptions(cache=False)), "msit")
     refused = frame.filter(frame["my_data_path"] == str(target))
     assert "outside the dump" in refused["cmp_fail_reason"][0]
-    allowed = compat_frame(open_comparison(golden, test, cache=False, follow_links=True), "msit")
+    allowed = compat_frame(
+        open_comparison(golden, test, CompareOptions(cache=False, follow_links=True)), "msit"
+    )
     assert allowed.filter(allowed["my_data_path"] == str(target))["cmp_fail_reason"][0] == ""

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import device_dir
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps import open_dump
 from tui_acc.pairing import pair_dumps
 
@@ -66,7 +66,7 @@ def test_pairing_holds_the_borrowed_order_and_leaves_the_index(declared_golden: 
 def test_the_comparison_and_its_engine_read_the_paired_golden(
     declared_golden: Path, atb_pair, demo_pair
 ) -> None:
-    comparison = open_comparison(declared_golden, atb_pair[1], cache=False)
+    comparison = open_comparison(declared_golden, atb_pair[1], CompareOptions(cache=False))
     assert comparison.golden is comparison.pairing.golden
     assert comparison.golden.order_source == BORROWED
     rows = [r["golden_node"] for r in comparison.engine.node_rows(demo_pair.fault_token)]

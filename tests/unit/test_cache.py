@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.metrics.cache import cache_dir
 
 
@@ -46,7 +46,7 @@ def test_changed_file_is_recomputed_and_no_cache_bypasses(demo_pair, tmp_path: P
     second = open_comparison(golden, test)
     second.engine.token_rows()
     assert second.engine.computed == 1  # only the touched file
-    third = open_comparison(golden, test, cache=False)
+    third = open_comparison(golden, test, CompareOptions(cache=False))
     third.engine.token_rows()
     assert third.engine.from_cache == 0 and third.engine.computed == len(third.pairing.tokens)
 
@@ -79,7 +79,7 @@ def test_verdicts_follow_the_sessions_thresholds_not_the_cache(demo_pair, tmp_pa
     first.engine.token_rows()
     first.engine.flush()
     lenient = open_comparison(
-        golden, test, thresholds=Thresholds().with_bounds(logits={"cosine": -1.0, "kl": 10.0})
+        golden, test, CompareOptions(thresholds=Thresholds().with_bounds(logits={"cosine": -1.0, "kl": 10.0}))
     )
     assert all(r["passed"] for r in lenient.engine.token_rows())
     assert lenient.engine.computed == 0
@@ -101,7 +101,8 @@ def test_damaged_cache_is_ignored(demo_pair, tmp_path: Path) -> None:
 
 def test_statistics_entries_sharing_one_file_do_not_collide(reference: Path) -> None:
     case = reference / "msprobe-L0" / "statistics"
-    fresh = open_comparison(case / "golden", case / "test", cache=False).engine.tensors_frame(1)
+    uncached = open_comparison(case / "golden", case / "test", CompareOptions(cache=False))
+    fresh = uncached.engine.tensors_frame(1)
     first = open_comparison(case / "golden", case / "test")
     first.engine.tensors_frame(1)
     first.engine.flush()
@@ -119,10 +120,10 @@ def test_a_row_cached_without_kl_is_not_taken_for_one_that_needs_it(demo_pair, t
     first.engine.node_rows(0)  # rows cached, KL only for the last module's outputs
     first.engine.flush()
     inner = "root.model.layers.1"
-    moved = open_comparison(golden, test, logits_node=inner)
+    moved = open_comparison(golden, test, CompareOptions(logits_node=inner))
     row = moved.engine.token_row(0)
     assert row["kl"] is not None
-    fresh = open_comparison(golden, test, logits_node=inner, cache=False).engine.token_row(0)
+    fresh = open_comparison(golden, test, CompareOptions(logits_node=inner, cache=False)).engine.token_row(0)
     assert row["passed"] == fresh["passed"]
 
 
@@ -137,7 +138,7 @@ def test_rows_with_an_error_are_never_cached(demo_pair, tmp_path: Path) -> None:
     rows = refused.engine.node_rows(2)
     refused.engine.flush()
     assert any(r["error"] and "outside the dump" in r["error"] for r in rows)
-    allowed = open_comparison(golden, test, follow_links=True)
+    allowed = open_comparison(golden, test, CompareOptions(follow_links=True))
     again = {r["golden_node"]: r for r in allowed.engine.node_rows(2)}
     assert again["root.model.norm"]["error"] is None
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.cli.main import main
 from tui_acc.dumps import DumpError, open_dump
 from tui_acc.dumps.hints import near_path
@@ -56,7 +56,7 @@ def test_what_tui_acc_makes_goes_under_one_folder(
     monkeypatch.chdir(tmp_path)
     assert runs_dir() == tmp_path / RUNS_DIR
     assert runs_dir(tmp_path / "mine") == tmp_path / "mine"  # [redump] out_dir, where it is set
-    comparison = open_comparison(demo_pair.golden, demo_pair.test, cache=False)
+    comparison = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False))
     settings = RedumpSettings(test=SideSettings("torch", "python run.py"))
     plan = plan_for(comparison, settings, "test", 3, None, datetime(2026, 11, 22, 3, 0, 0))
     assert plan.folder == tmp_path / "tui-acc-runs" / "redump-test-token3-20261122-030000"

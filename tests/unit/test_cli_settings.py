@@ -9,8 +9,8 @@ import pytest
 
 from tui_acc.anomalies.rules import AnomalySettingsError
 from tui_acc.cli.parser import build_parser, parse
-from tui_acc.cli.settings import Settings
-from tui_acc.collectives.settings import DEFAULT_MARGIN, SettingError
+from tui_acc.cli.toml_settings import Settings
+from tui_acc.collectives.margin import DEFAULT_MARGIN, SettingError
 from tui_acc.redump.settings import SettingsError
 from tui_acc.replay.registry import RegistryError
 

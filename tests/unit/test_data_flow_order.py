@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from tests.conftest import device_dir
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.demo.capture import MsitTorchCapture
 from tui_acc.dumps import open_dump
 from tui_acc.dumps.data_flow_order import order_by_data_flow, producer_edges
@@ -118,7 +118,7 @@ def test_first_failing_op_is_found_in_execution_order(out_of_order_pair: tuple[P
     since nothing before it says its undumped input was already off: it would be named where the
     error starts, ahead of the faulty norm it runs after."""
     golden, test = out_of_order_pair
-    comparison = open_comparison(golden, test, cache=False)
+    comparison = open_comparison(golden, test, CompareOptions(cache=False))
     op = comparison.engine.first_failing_op(0)
     assert op is not None and op["golden_node"] == "root.norm" and op["label"] == "local"
     rows = {r["golden_node"]: r for r in comparison.engine.node_rows(0)}
@@ -236,7 +236,7 @@ def test_data_flow_agrees_with_the_file_times_of_real_dumps(model_case, tmp_path
     declared = open_dump(copy / "golden")  # reordered again the same way: the order is deterministic
     assert [n.name for n in declared.tree.preorder()] == [n.name for n in untimed.tree.preorder()]
     case = json.loads((folder / "case.json").read_text())
-    comparison = open_comparison(copy / "golden", copy / "test", cache=False)
+    comparison = open_comparison(copy / "golden", copy / "test", CompareOptions(cache=False))
     op = comparison.engine.first_failing_op(case["fault_token"])
     assert op is not None and op["golden_node"] == f"root.{case['fault_module']}", (op, moved)
 

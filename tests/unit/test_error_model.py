@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tui_acc.replay.call import Call, Replayed
-from tui_acc.replay.gather import Gathered
+from tui_acc.replay.dumped_call import Gathered
 from tui_acc.replay.sampling import ELEMENTS, plan
 from tui_acc.replay.torch_ops import linear, rms_norm_module, silu
 from tui_acc.verdicts.masks import masked

@@ -17,9 +17,9 @@ from tui_acc.errors import TuiAccError
 INTERNAL = {
     "tui_acc.metrics.engine.Cancelled",  # the caller has gone: stop computing
     "tui_acc.replay.call.NotSampleable",  # replay the whole output instead of a sample
-    "tui_acc.dumps.torchfile.unpickler.NeedsTorch",  # fall back to torch.load
-    "tui_acc.dumps.torchfile.unpickler.RefusedGlobal",
-    "tui_acc.dumps.torchfile.unpickler.TorchFileError",
+    "tui_acc.dumps.torchfile.refusals.NeedsTorch",  # fall back to torch.load
+    "tui_acc.dumps.torchfile.refusals.RefusedGlobal",
+    "tui_acc.dumps.torchfile.refusals.TorchFileError",
     "tui_acc.dumps.torchfile.fallback.FallbackRefused",
     "tui_acc.dumps.atb.bin.BinFileError",
     "tui_acc.dumps.fs.NotRegularFile",  # OSErrors by design: every reader handles an unreadable file
@@ -76,13 +76,13 @@ def test_the_command_line_says_any_of_them_and_exits_2(
     """An error no command catches itself (a tensor file, while the ranks are opened) is said, not a
     traceback: the one handler around every command."""
     from tui_acc.cli.main import main
-    from tui_acc.collectives import ranks
+    from tui_acc.collectives import rank_set
     from tui_acc.dumps.tensors import TensorLoadError
 
     def damaged(*_args: object, **_kwargs: object) -> None:
         raise TensorLoadError(tmp_path / "x.bin", "truncated")
 
-    monkeypatch.setattr(ranks, "open_ranks", damaged)
+    monkeypatch.setattr(rank_set, "open_ranks", damaged)
     assert main(["ranks", str(tmp_path), "--json"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""

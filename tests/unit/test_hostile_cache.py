@@ -13,14 +13,14 @@ import pytest
 
 from tests.conftest import device_dir
 from tests.unit.test_bad_input import FAULT_OP, _copy
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
 from tui_acc.dumps.writers.torch_file import write_torch_file
 
 
 def _first_failing_op(golden: Path, test: Path, **options: object) -> str | None:
-    cmp = open_comparison(golden, test, **options)  # type: ignore[arg-type]
+    cmp = open_comparison(golden, test, CompareOptions(**options))  # type: ignore[arg-type]
     op = cmp.engine.first_failing_op(3)
     cmp.engine.flush()
     return None if op is None else str(op["golden_node"])

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from tests.unit.test_bad_input import _atb_copy, _copy, _errors, _msprobe_copy, _report
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 
 FAULT_OP = "root.model.layers.2.mlp.down_proj"
 DEEP = "[" * 100_000  # far past what Python's JSON parser follows
@@ -385,7 +385,7 @@ def test_an_unlisted_module_of_a_later_token_is_compared_or_listed(
     unmatched = {(u["kind"], u["side"], u["token"], u["name"]) for u in report["unmatched"]}
     if len(sides) == 2:
         assert not any(EXTRA in name for *_, name in unmatched)
-        cmp = open_comparison(golden, test, cache=False)
+        cmp = open_comparison(golden, test, CompareOptions(cache=False))
         assert EXTRA in {row["golden_node"] for row in cmp.engine.node_rows(3)}  # compared
     else:
         assert ("node", sides[0], 3, EXTRA) in unmatched

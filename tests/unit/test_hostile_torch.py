@@ -27,8 +27,9 @@ from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 from tui_acc.dumps.torchfile import fallback, unpickler, views
 from tui_acc.dumps.torchfile.fallback import FallbackRefused, check_torch_version, walk_pickles
+from tui_acc.dumps.torchfile.pickle_bounds import MAX_DEPTH, MAX_KEYS, measure
 from tui_acc.dumps.torchfile.reader import read_torch_file
-from tui_acc.dumps.torchfile.unpickler import MAX_DEPTH, MAX_KEYS, TorchFileError, measure
+from tui_acc.dumps.torchfile.refusals import TorchFileError, brief
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -163,7 +164,7 @@ def test_messages_show_pickled_values_briefly(tmp_path: Path) -> None:
     with pytest.raises(TorchFileError, match=r"torch.Size of \(\(\(\(") as refused:
         _read(_file(tmp_path, pickled + attacks.STOP))
     assert len(str(refused.value)) < 300
-    assert unpickler.brief(_dag(50)).count("(") < 40
+    assert brief(_dag(50)).count("(") < 40
 
 
 # --- views ---------------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from tui_acc.cli.main import main
 from tui_acc.demo import FAULT_MODULE, FAULT_TOKEN, make_demo
 from tui_acc.dumps.msit.torch_dump import read as read_msit_torch
 from tui_acc.hunt.blocks import find_blocks
-from tui_acc.redump.plan import Selection, build_plan, parse_tokens, spell_tokens
+from tui_acc.redump.plan import build_plan
+from tui_acc.redump.selection import Selection, parse_tokens, spell_tokens
 from tui_acc.redump.settings import SideSettings
 
 INFER = [sys.executable, "-m", "tui_acc.demo.infer"]
@@ -195,12 +196,10 @@ def test_the_demo_refuses_too_few_layers_for_its_fault(tmp_path: Path) -> None:
 
 def test_ctrl_c_stops_the_hunt_and_keeps_what_was_dumped(demo_pair, tmp_path: Path) -> None:
     """Ctrl-C at the second step's question: exit 130, the first step's dumps kept, said where."""
-    import functools
-
     from tui_acc.config import load_config
     from tui_acc.hunt.run import Hunt
     from tui_acc.redump import load_settings
-    from tui_acc.session import open_comparison
+    from tui_acc.session import CompareOptions
 
     config = load_config(demo_pair.out / "tui-acc.toml", cwd=tmp_path)
     settings = load_settings(config.sections.get("redump"))
@@ -212,8 +211,7 @@ def test_ctrl_c_stops_the_hunt_and_keeps_what_was_dumped(demo_pair, tmp_path: Pa
             raise KeyboardInterrupt
         return True
 
-    opener = functools.partial(open_comparison, cache=False)
-    result = Hunt(settings, opener, tmp_path, lambda _line: None, confirm).run()
+    result = Hunt(settings, CompareOptions(cache=False), tmp_path, lambda _line: None, confirm).run()
     assert asked == ["logits", "blocks"] and result.interrupted and result.exit_code == 130
     assert result.error == f"interrupted; what was dumped stays in {result.folder}"
     assert sorted(p.name for p in result.folder.iterdir()) == ["1-logits"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MODEL_CASES
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps.msprobe.passes import EMBEDDING, api_of
 
 CASES = sorted(p.name.removesuffix(".tar.xz") for p in MODEL_CASES.glob("*.tar.xz"))
@@ -45,7 +45,7 @@ def test_every_case_is_tested():
 def test_the_fault_is_found(model_case, name):
     folder = model_case(name)
     case = _case(folder)
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     assert comparison.pairing.tokens == list(range(case["new_tokens"]))
     assert not comparison.golden.problems and not comparison.test.problems
     first = comparison.engine.first_failing_token()
@@ -72,7 +72,7 @@ def test_one_culprit_in_the_whole_dump(model_case, name):
     token) start no error of their own."""
     folder = model_case(name)
     case = _case(folder)
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     local = [
         (row["token"], row["golden_node"])
         for token in comparison.pairing.tokens
@@ -87,7 +87,7 @@ def test_one_culprit_in_the_whole_dump(model_case, name):
 def test_l1_tokens_are_forward_passes(model_case):
     """Each token opens with the embedding and closes with the logits; generate()'s records are apart."""
     folder = model_case("llama-msprobe-L1")
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     index = comparison.golden
     dump = json.loads(next((folder / "golden").rglob("dump.json")).read_text())["data"]
     for token, nodes in index.tokens.items():
@@ -109,7 +109,7 @@ def test_l1_tokens_are_forward_passes(model_case):
 def test_mix_shows_api_calls_inside_their_module(model_case):
     folder = model_case("llama-msprobe-mix")
     case = _case(folder)
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     tree = comparison.golden.tree
     op = comparison.engine.first_failing_op(case["fault_token"])
     assert op is not None and op["golden_node"] == case["fault_record"]
@@ -125,7 +125,7 @@ def test_mix_shows_api_calls_inside_their_module(model_case):
 def test_integer_tensors_are_compared_for_equality(model_case):
     """The MoE router's expert ids (int64) pass only when every id is equal."""
     folder = model_case("qwen2moe-msprobe-L0")
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     rows = [
         comparison.engine.tensor_row(pair)
         for node in comparison.pairing.node_pairs(0)
@@ -151,7 +151,7 @@ def test_renumbered_calls_pair_by_kind_and_order(model_case, tmp_path):
 
     dump["data"] = {shifted(k): v for k, v in dump["data"].items()}
     dump_json.write_text(json.dumps(dump))
-    comparison = open_comparison(folder / "golden", test, cache=False)
+    comparison = open_comparison(folder / "golden", test, CompareOptions(cache=False))
     assert comparison.engine.first_failing_token() == case["fault_token"]
     op = comparison.engine.first_failing_op(case["fault_token"])
     assert op is not None and op["golden_node"] == case["fault_record"]
@@ -166,7 +166,7 @@ def test_the_call_inside_the_logits_module_is_judged_as_logits(model_case):
     """mix: lm_head's F.linear outputs the logits too; judged as logits, as its module is."""
     folder = model_case("llama-msprobe-mix")
     case = _case(folder)
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     token = case["fault_token"]
     (inner,) = comparison.golden.tree.children(f"Module.lm_head.Linear.forward.{token}")
     (node,) = [n for n in comparison.pairing.node_pairs(token) if n.golden == inner]
@@ -189,7 +189,7 @@ def test_l1_passes_that_never_reach_the_vocabulary_still_split_at_the_embedding(
                 if isinstance(out, dict) and (out.get("shape") or [0])[-1] == 256:
                     out["shape"][-1] = 264  # the logits are padded; the table has 256 rows
         dump_json.write_text(json.dumps(dump))
-    comparison = open_comparison(copies["golden"], copies["test"], cache=False)
+    comparison = open_comparison(copies["golden"], copies["test"], CompareOptions(cache=False))
     assert comparison.pairing.tokens == [0, 1, 2, 3]
     assert all(api_of(next(iter(nodes))) == EMBEDDING for nodes in comparison.golden.tokens.values())
     assert any("never reached an output as wide as the embedding table" in n for n in comparison.golden.notes)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.cli.main import main
 from tui_acc.dumps import DumpError, open_dump
 from tui_acc.dumps.writers.atb_bin import write_bin
@@ -139,7 +139,10 @@ def test_mapping_files_pin_nodes_and_types(atb_pair, tmp_path: Path) -> None:
     toml.write_text(
         '[nodes]\n"6_LmHead" = "root.model.norm"\n"5_RmsNormOperation" = "root.lm_head"\n', encoding="utf-8"
     )
-    pairs = {n.golden: n.test for n in open_comparison(golden, plain, mapping=toml).pairing.node_pairs(1)}
+    pairs = {
+        n.golden: n.test
+        for n in open_comparison(golden, plain, CompareOptions(mapping=toml)).pairing.node_pairs(1)
+    }
     assert pairs["root.model.norm"] == "6_LmHead" and pairs["root.lm_head"] == "5_RmsNormOperation"
     # msit's JSON: an unknown ATB type made to stand for a torch type
     renamed = tmp_path / "renamed"
@@ -150,7 +153,8 @@ def test_mapping_files_pin_nodes_and_types(atb_pair, tmp_path: Path) -> None:
     assert "root.model.layers.0.input_layernorm" not in without
     (tmp_path / "op_mapping_file.json").write_text(json.dumps({"FancyNormOp": ["RMSNorm"]}), encoding="utf-8")
     mapped = {
-        n.golden: n.test for n in open_comparison(golden, renamed, mapping=tmp_path).pairing.node_pairs(1)
+        n.golden: n.test
+        for n in open_comparison(golden, renamed, CompareOptions(mapping=tmp_path)).pairing.node_pairs(1)
     }
     assert mapped["root.model.layers.0.input_layernorm"] == "1_LlamaLayer/0_FancyNormOp"
 
@@ -160,13 +164,13 @@ def test_bad_mapping_files_name_the_problem(atb_pair, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"Linear Operation": "Linear"}', encoding="utf-8")
     with pytest.raises(DumpError, match=r"bad\.json: 'Linear Operation' is not a plain name"):
-        open_comparison(golden, plain, mapping=bad)
+        open_comparison(golden, plain, CompareOptions(mapping=bad))
     toml = tmp_path / "bad.toml"
     toml.write_text("[typos]\nA = 'B'\n", encoding="utf-8")
     with pytest.raises(DumpError, match=r"bad\.toml: unknown section\(s\) \['typos'\]"):
-        open_comparison(golden, plain, mapping=toml)
+        open_comparison(golden, plain, CompareOptions(mapping=toml))
     with pytest.raises(DumpError, match="cannot read the mapping file"):
-        open_comparison(golden, plain, mapping=tmp_path / "missing.toml")
+        open_comparison(golden, plain, CompareOptions(mapping=tmp_path / "missing.toml"))
 
 
 def test_a_root_holding_torch_and_atb_dumps_asks_which(atb_pair, demo_pair, tmp_path: Path) -> None:

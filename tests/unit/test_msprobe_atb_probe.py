@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.demo.atb_export import export_atb
 from tui_acc.demo.probe_export import ProbeOptions, export_probe
 from tui_acc.dumps import DumpError, TensorLoadError, load_tensor, open_dump
@@ -38,7 +38,7 @@ def probe(atb_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _failing(golden: Path, test: Path, **kwargs: object) -> tuple[int | None, dict | None]:
-    cmp = open_comparison(golden, test, cache=False, **kwargs)  # type: ignore[arg-type]
+    cmp = open_comparison(golden, test, CompareOptions(cache=False, **kwargs))  # type: ignore[arg-type]
     token = cmp.engine.first_failing_token()
     return token, cmp.engine.first_failing_op(token) if token is not None else None
 
@@ -137,7 +137,7 @@ def test_statistics_only_pairs_by_the_same_names(atb_pair, probe: Path, tmp_path
     assert _named(index, 3) == _named(tensors, 3)
     # the execution folder msprobe compare takes (-gp .../data/0_4242/3) names them alike
     assert _named(open_dump(execution), 3) == _named(tensors, 3)
-    cmp = open_comparison(probe, stats, cache=False)
+    cmp = open_comparison(probe, stats, CompareOptions(cache=False))
     pairs = cmp.pairing.node_pairs(3)
     assert {p.golden for p in pairs} == {p.test for p in pairs} == set(_named(tensors, 3))
     token, op = _failing(golden, stats)

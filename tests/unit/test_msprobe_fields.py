@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps import open_dump
 from tui_acc.dumps.model import Stats
 from tui_acc.metrics.stats import compare_stats
@@ -35,7 +35,7 @@ def _dump_json(side: Path) -> Path:
 def test_checksums_only_compare_bit_for_bit(model_case):
     folder = model_case("llama-msprobe-L1-xor")
     fault = _case(folder)["fault_record"]
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     assert any("checksums only" in note for note in comparison.test.notes)
     engine = comparison.engine
     rows = {r["golden_node"]: r for r in engine.node_rows(2)}
@@ -113,7 +113,7 @@ def test_nan_check_finds_the_first_call_that_made_a_nan(model_case, tmp_path):
     for side in ("golden", "test"):
         shutil.copytree(source / side, tmp_path / side)
         _as_nan_check(_dump_json(tmp_path / side), fault if side == "test" else None)
-    comparison = open_comparison(tmp_path / "golden", tmp_path / "test", cache=False)
+    comparison = open_comparison(tmp_path / "golden", tmp_path / "test", CompareOptions(cache=False))
     assert any("nan_check" in note for note in comparison.test.notes)
     assert any("without statistics" in note for note in comparison.test.notes)
     engine = comparison.engine
@@ -201,7 +201,7 @@ def test_a_damaged_debug_json_loses_its_step_only(model_case, tmp_path):
     index = open_dump(tmp_path / "test")
     assert sorted(index.tokens) == [0, 2, 3]
     assert [p.path for p in index.problems] == [str(broken)]
-    comparison = open_comparison(source / "golden", tmp_path / "test", cache=False)
+    comparison = open_comparison(source / "golden", tmp_path / "test", CompareOptions(cache=False))
     assert comparison.engine.first_failing_token() == 2
 
 
@@ -210,7 +210,7 @@ def test_a_damaged_debug_json_loses_its_step_only(model_case, tmp_path):
 
 def test_focus_gaps_are_named_and_looked_past(model_case):
     folder = model_case("llama-msprobe-L1-focus")
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     assert any("risk_level FOCUS" in note for note in comparison.test.notes)
     assert not any("risk_level FOCUS" in note for note in comparison.golden.notes)  # dumped with ALL
     absent = comparison.pairing.absent_before(2)

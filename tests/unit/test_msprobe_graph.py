@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps import DumpError, open_dump
 from tui_acc.dumps.registry import expected
 
@@ -71,7 +71,7 @@ def _two_ranks(side: Path) -> None:
 
 
 def _assert_fault_found(golden: Path, test: Path, case: dict, **options: object) -> None:
-    comparison = open_comparison(golden, test, cache=False, **options)
+    comparison = open_comparison(golden, test, CompareOptions(cache=False, **options))
     first = comparison.engine.first_failing_token()
     assert first == case["fault_token"]
     for token in range(first):
@@ -89,7 +89,7 @@ def test_every_case_is_tested() -> None:
 def test_the_fault_is_found_at_its_step_and_operator(graph_case, name: str) -> None:
     folder = graph_case(name)
     case = _case(folder)
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     # a token is a step: one replay, one forward pass
     assert comparison.pairing.tokens == list(range(case["new_tokens"]))
     assert not comparison.golden.problems and not comparison.test.problems
@@ -111,7 +111,7 @@ def test_the_tensor_task_has_no_dump_json_and_its_counters_run_on(graph_case) ->
     assert "file times" in index.order_source
     assert any("graph mode" in note and "construct.json" in note for note in index.notes)
     # the logits: the last call with an output (lm_head's mm), found again at every token
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     for token in comparison.pairing.tokens:
         logits = comparison.pairing.logits_pair(token)
         assert logits is not None and index.stable_name(logits.golden_node) == "Aten.mm#14"
@@ -208,7 +208,7 @@ def test_gather_merges_the_ranks_of_a_graph_mode_dump(graph_case, tmp_path) -> N
     """Two ranks that each hold the whole tensors (replicated): --gather takes rank 0's."""
     folder = _copy(graph_case, L1_TENSOR, tmp_path)
     _two_ranks(folder / "test")
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False, gather=True)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False, gather=True))
     assert any("gathered 2 ranks" in note for note in comparison.test.notes)
     _assert_fault_found(folder / "golden", folder / "test", _case(folder), gather=True)
 
@@ -220,7 +220,7 @@ def test_an_unreadable_dump_json_is_named_once_and_the_other_steps_compared(grap
     index = open_dump(folder / "test")
     assert [p.path for p in index.problems] == [str(broken)]
     assert sorted(index.tokens) == [0, 2, 3]
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     assert comparison.engine.first_failing_token() == _case(folder)["fault_token"]
 
 
@@ -244,7 +244,7 @@ def test_a_step_without_tensors_is_named_and_the_other_steps_compared(graph_case
     assert sorted(index.tokens) == [0, 2, 3]
     (problem,) = index.problems
     assert problem.path == str(tensors.parent) and "no tensors" in problem.message
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     assert comparison.pairing.tokens == [0, 2, 3]
     assert comparison.engine.first_failing_token() == _case(folder)["fault_token"]
 

@@ -15,7 +15,7 @@ import torch
 from tui_acc.cli.main import main
 from tui_acc.dumps import DumpError
 from tui_acc.pairing.msprobe_layers import compile_rules, map_records
-from tui_acc.session import open_comparison
+from tui_acc.session import CompareOptions, open_comparison
 
 REFERENCE = Path(__file__).resolve().parents[1] / "data" / "reference"
 RENAMES = ((".self_attn.", ".attn."), (".o_proj.", ".dense."))
@@ -108,7 +108,7 @@ def test_data_mapping_keeps_unnamed_tensors_and_drops_na_partners(renamed_pair, 
         "Module.nowhere.Linear.forward.0.input.0: Module.nowhere.Linear.forward.0.input.0\n",
         encoding="utf-8",
     )
-    cmp = open_comparison(golden, test, data_mapping=mapping, cache=False)
+    cmp = open_comparison(golden, test, CompareOptions(data_mapping=mapping, cache=False))
     (pair,) = [p for p in cmp.pairing.node_pairs(0) if p.golden == record]
     assert pair.test == _renamed(record) and [t.slot for t in pair.tensors] == ["input.0"]
     assert pair.tensors[0].test.path.name == f"{_renamed(record)}.input.0.pt"
@@ -121,7 +121,7 @@ def test_data_mapping_keeps_unnamed_tensors_and_drops_na_partners(renamed_pair, 
 
 def test_layer_mapping_without_a_file_pairs_by_layer_position() -> None:
     case = REFERENCE / "msprobe-L0" / "statistics"
-    cmp = open_comparison(case / "golden", case / "test", layer_mapping=True, cache=False)
+    cmp = open_comparison(case / "golden", case / "test", CompareOptions(layer_mapping=True, cache=False))
     assert cmp.pairing.unmatched == [] and cmp.pairing.tensor_pair_count() > 0
     assert all(p.golden == p.test for t in cmp.pairing.tokens for p in cmp.pairing.node_pairs(t))
 
@@ -228,7 +228,7 @@ def test_a_bad_mapping_file_names_the_file_and_the_problem(tmp_path, option, tex
     path = tmp_path / "mapping.yaml"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(DumpError, match=problem) as error:
-        open_comparison(case / "golden", case / "test", cache=False, **{option: path})
+        open_comparison(case / "golden", case / "test", CompareOptions(cache=False, **{option: path}))
     assert str(path) in str(error.value)
 
 
@@ -239,4 +239,8 @@ def test_a_missing_mapping_file_or_other_formats_are_errors(tmp_path, capsys) ->
     msit = REFERENCE / "msit-torch-logits"
     (tmp_path / "layers.yaml").write_text(LAYER_RULES, encoding="utf-8")
     with pytest.raises(DumpError, match="pair two msprobe dumps; these are msit-torch"):
-        open_comparison(msit / "golden", msit / "test", layer_mapping=tmp_path / "layers.yaml", cache=False)
+        open_comparison(
+            msit / "golden",
+            msit / "test",
+            CompareOptions(layer_mapping=tmp_path / "layers.yaml", cache=False),
+        )

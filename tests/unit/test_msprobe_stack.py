@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps import open_dump
 from tui_acc.dumps.msprobe.stack import Frame, call_groups, grouped_tree
 
@@ -73,7 +73,7 @@ def test_the_l1_fixtures_culprit_is_in_its_layers_mlp(model_case) -> None:  # ty
     case = json.loads((folder / "case.json").read_text())
     golden = open_dump(folder / "golden")
     assert all(golden.tree.nodes[n].parent == golden.tree.root for n in golden.tree.nodes if n != "model")
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     token = case["fault_token"]
     order = [pair.golden for pair in comparison.pairing.node_pairs(token)]
     view = grouped_tree(golden, order)

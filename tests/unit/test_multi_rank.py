@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.cli.main import main
 from tui_acc.dumps import DumpError, open_dump
 from tui_acc.dumps.policy import ANYWHERE
@@ -67,7 +67,7 @@ def test_ranks_are_listed_and_chosen(two_ranks) -> None:
 
 def test_one_rank_against_the_golden_shows_the_split(two_ranks) -> None:
     golden, _, ranks = two_ranks
-    cmp = open_comparison(golden, ranks, rank=1)
+    cmp = open_comparison(golden, ranks, CompareOptions(rank=1))
     rows = {r["golden_node"]: r for r in cmp.engine.node_rows(1)}
     assert "element counts differ" in rows["root.model.layers.0.self_attn.q_proj"]["error"]
 
@@ -75,7 +75,7 @@ def test_one_rank_against_the_golden_shows_the_split(two_ranks) -> None:
 def test_gathering_rebuilds_the_single_device_tensors(two_ranks) -> None:
     golden, plain, ranks = two_ranks
     reference = _cosines(open_comparison(golden, plain), 2)
-    cmp = open_comparison(golden, ranks, gather=True)
+    cmp = open_comparison(golden, ranks, CompareOptions(gather=True))
     assert cmp.test.rank is None and any("gathered 2 ranks" in n for n in cmp.test.notes)
     gathered = _cosines(cmp, 2)
     q, o = "root.model.layers.1.self_attn.q_proj", "root.model.layers.1.self_attn.o_proj"
@@ -100,11 +100,11 @@ def test_gather_and_rank_are_reported(two_ranks, capsys) -> None:
 
 def test_rank_to_rank(two_ranks) -> None:
     _, _, ranks = two_ranks
-    cmp = open_comparison(ranks, ranks, rank=1)
+    cmp = open_comparison(ranks, ranks, CompareOptions(rank=1))
     assert cmp.golden.rank == cmp.test.rank == 1
     assert cmp.engine.first_failing_token() is None
     with pytest.raises(DumpError, match="--gather merges the test's ranks for a single-device golden"):
-        open_comparison(ranks, ranks, gather=True)
+        open_comparison(ranks, ranks, CompareOptions(gather=True))
 
 
 def test_all_reduce_inputs_sum_to_its_output(two_ranks) -> None:

@@ -20,7 +20,7 @@ from tui_acc.config import ConfigError, load_config
 from tui_acc.demo import FAULT_MODULE, FAULT_TOKEN
 from tui_acc.dumps import DumpError
 from tui_acc.reports.output import EXIT_FAIL
-from tui_acc.session import check_comparable, open_comparison
+from tui_acc.session import CompareOptions, check_comparable, open_comparison
 from tui_acc.verdicts.noise import judged, noise_fields
 from tui_acc.verdicts.thresholds import Thresholds
 
@@ -32,7 +32,7 @@ STRICT = Thresholds().with_bounds(ops={"cosine": 0.99999})
 def test_a_strict_bound_fails_rounding_noise_that_the_error_model_does_not_blame(demo_pair) -> None:
     """Under so strict a bound bf16's own noise fails operators before the fault: the thresholds
     alone would blame one of them (the premise of the next test); the error model names the fault."""
-    cmp = open_comparison(demo_pair.golden, demo_pair.test, thresholds=STRICT, cache=False)
+    cmp = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(thresholds=STRICT, cache=False))
     rows = cmp.engine.node_rows(FAULT_TOKEN)
     order = [row["golden_node"] for row in rows]
     before = [row for row in rows[: order.index(FAULT_MODULE)] if not _encloses(row)]
@@ -46,7 +46,9 @@ def test_the_noise_floor_passes_everything_before_the_fault_and_fails_the_fault(
     demo_pair, demo_baseline
 ) -> None:
     cmp = open_comparison(
-        demo_pair.golden, demo_pair.test, thresholds=STRICT, cache=False, baseline=demo_baseline
+        demo_pair.golden,
+        demo_pair.test,
+        CompareOptions(thresholds=STRICT, cache=False, baseline=demo_baseline),
     )
     check_comparable(cmp)
     engine = cmp.engine
@@ -110,7 +112,7 @@ def test_verdicts_from_the_cache_are_judged_against_this_baseline(demo_pair, dem
     )
     assert "noise_ratio" not in plain.engine.cached_row(pair)  # type: ignore[operator]
 
-    with_noise = open_comparison(demo_pair.golden, demo_pair.test, baseline=demo_baseline)
+    with_noise = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(baseline=demo_baseline))
     engine = with_noise.engine
     assert engine.cached_row(pair) is None  # the test row is on disk, its baseline row is not
     row = engine.tensor_row(pair)
@@ -160,7 +162,7 @@ def test_config_sets_factor_and_epsilon(tmp_path: Path) -> None:
 
 
 def test_a_baseline_that_is_one_of_the_runs_is_refused(demo_pair, capsys) -> None:
-    cmp = open_comparison(demo_pair.golden, demo_pair.test, baseline=demo_pair.test)
+    cmp = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(baseline=demo_pair.test))
     with pytest.raises(DumpError, match="is the test dump"):
         check_comparable(cmp)
     code = main(["report", str(demo_pair.golden), str(demo_pair.test), "--baseline", str(demo_pair.golden)])

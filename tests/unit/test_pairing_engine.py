@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps.model import Node, NodeTree
 from tui_acc.metrics.engine import Cancelled
 from tui_acc.verdicts.labels import first_suspect
@@ -195,7 +195,7 @@ def test_a_modules_aggregate_is_exactly_its_inside_outputs_as_one_tensor(demo_pa
     from tui_acc.dumps.tensors import load_tensor
     from tui_acc.metrics.kernels import compare_tensors
 
-    cmp = open_comparison(demo_pair.golden, demo_pair.test, cache=False)
+    cmp = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False))
     rows = {row["golden_node"]: row for row in cmp.engine.node_rows(3)}
     tree = cmp.golden.tree
     module = "root.model.layers.2.mlp"  # holds the demo's fault (down_proj)
@@ -224,7 +224,7 @@ def test_rows_hold_only_the_columns_their_shapes_declare(demo_pair) -> None:
     column the engine adds without declaring it would be lost from every export and the cache."""
     from tui_acc.metrics.schema import NodeRow, TensorRow, TokenRow
 
-    cmp = open_comparison(demo_pair.golden, demo_pair.test, cache=False)
+    cmp = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False))
     nodes = cmp.engine.node_rows(3)
     tensors = cmp.engine.cached_rows()
     tokens = cmp.engine.token_rows([3])

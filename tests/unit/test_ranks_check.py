@@ -13,9 +13,9 @@ import pytest
 from tests.unit.ranks_dumps import BF16, PID_BASE, bf16_sum, op_name, write_atb_run
 from tui_acc.collectives.bound import beyond_bound, element_bound, gamma
 from tui_acc.collectives.check import RanksCheck
-from tui_acc.collectives.ranks import kind_of, open_ranks
+from tui_acc.collectives.rank_set import kind_of, open_ranks
 from tui_acc.dumps import DumpError
-from tui_acc.reports.ranks import build_report
+from tui_acc.reports.collectives import build_report
 
 
 def _first_bad(check: RanksCheck) -> dict[str, object] | None:

@@ -14,8 +14,9 @@ import pytest
 
 from tests.processes import all_end
 from tui_acc.redump import RedumpError, Selection, SideSettings, build_plan, load_settings, remember_exec
-from tui_acc.redump.plan import atb_id_chain, new_folder
+from tui_acc.redump.plan import new_folder
 from tui_acc.redump.runner import RedumpRun
+from tui_acc.redump.selection import atb_id_chain
 from tui_acc.redump.settings import SettingsError
 
 ATB_OP = "3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation"
@@ -337,11 +338,11 @@ def test_mindie_tokens_map_to_the_folder_msit_numbers_them_by(atb_pair, tmp_path
 
 
 def test_without_a_named_dumper_each_side_gets_the_one_that_writes_its_format(model_case, tmp_path) -> None:
-    from tui_acc import open_comparison
+    from tui_acc import CompareOptions, open_comparison
     from tui_acc.redump.select import plan_for
 
     folder = model_case("llama-msprobe-L1-statistics")
-    cmp = open_comparison(folder / "golden", folder / "test", cache=False)
+    cmp = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     when = datetime(2026, 1, 1)
     default = load_settings({"exec": "python gen.py"})
     assert plan_for(cmp, default, "test", 2, None, when, tmp_path).dumper == "msprobe-torch"

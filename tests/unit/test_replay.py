@@ -16,7 +16,7 @@ from tui_acc.cli.main import main
 from tui_acc.dumps.msprobe.passes import api_of
 from tui_acc.replay import registry as registry_module
 from tui_acc.replay.registry import Registry, RegistryError
-from tui_acc.session import open_comparison
+from tui_acc.session import CompareOptions, open_comparison
 from tui_acc.verdicts.replay_check import UnknownNode, replay_node
 
 CASE = "llama-msprobe-L1"
@@ -26,7 +26,7 @@ CASE = "llama-msprobe-L1"
 def l1(model_case):
     folder = model_case(CASE)
     case = json.loads((folder / "case.json").read_text(encoding="utf-8"))
-    return folder, case, open_comparison(folder / "golden", folder / "test", cache=False)
+    return folder, case, open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
 
 
 def _records(cmp, token: int, api: str) -> list[str]:
@@ -94,7 +94,7 @@ def test_a_type_without_a_reference_is_impossible_and_says_so(l1) -> None:
 
 def test_a_statistics_dump_cannot_be_replayed(model_case) -> None:
     folder = model_case("llama-msprobe-L1-statistics")
-    cmp = open_comparison(folder / "golden", folder / "test", cache=False)
+    cmp = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     (name, *_) = _records(cmp, 2, "Functional.linear")
     replay = replay_node(cmp, 2, name)
     assert replay.test.verdict == "impossible" and "statistics-only" in replay.test.reason
@@ -261,7 +261,7 @@ def test_mix_level_module_records_replay_with_their_parameters(model_case) -> No
     LlamaRMSNorm (eps assumed, and said) and Embedding replay as modules."""
     folder = model_case("llama-msprobe-mix")
     case = json.loads((folder / "case.json").read_text(encoding="utf-8"))
-    cmp = open_comparison(folder / "golden", folder / "test", cache=False)
+    cmp = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     token = case["fault_token"]
     faulty = f"Module.{case['fault_module']}.Linear.forward.{token}"
     modules = [

@@ -23,9 +23,9 @@ from tui_acc.dumps.torchfile.arrays import from_torch
 from tui_acc.dumps.writers.atb_bin import write_bin
 from tui_acc.replay import torch_ops
 from tui_acc.replay.call import Call, Replayed
-from tui_acc.replay.gather import Gathered
+from tui_acc.replay.dumped_call import Gathered
 from tui_acc.replay.registry import Registry
-from tui_acc.session import open_comparison
+from tui_acc.session import CompareOptions, open_comparison
 from tui_acc.verdicts.replay_check import _judged, replay_node
 
 # --- the demo, with msit's weights/ -----------------------------------------------------------------
@@ -33,7 +33,7 @@ from tui_acc.verdicts.replay_check import _judged, replay_node
 
 @pytest.fixture(scope="module")
 def demo_with_weights(demo_pair):
-    return demo_pair, open_comparison(demo_pair.golden, demo_pair.test, cache=False)
+    return demo_pair, open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False))
 
 
 @pytest.mark.parametrize(("side", "dtype"), [("golden", FLOAT32), ("test", BFLOAT16)])
@@ -73,7 +73,7 @@ def test_the_demos_modules_after_the_fault_are_consistent_with_their_inputs(demo
 
 
 def test_without_weights_a_linear_module_cannot_be_replayed(demo_pair, tmp_path: Path) -> None:
-    cmp = open_comparison(*copy_without_weights(demo_pair, tmp_path), cache=False)
+    cmp = open_comparison(*copy_without_weights(demo_pair, tmp_path), CompareOptions(cache=False))
     replay = replay_node(cmp, demo_pair.fault_token, demo_pair.fault_module)
     assert replay.golden.verdict == replay.test.verdict == "impossible"
     assert replay.test.reason.startswith("weights not dumped")
@@ -143,7 +143,7 @@ def atb(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("atb-replay")
     golden = _atb_run(out / "golden", torch.float32, faulty=False)
     test = _atb_run(out / "test", torch.bfloat16, faulty=True)
-    return open_comparison(golden, test, cache=False)
+    return open_comparison(golden, test, CompareOptions(cache=False))
 
 
 def test_atb_the_faulty_linear_operation_disagrees_and_the_rest_is_consistent(atb) -> None:

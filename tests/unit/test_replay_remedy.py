@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import copy_without_weights
 from tui_acc.cli.main import main
 from tui_acc.replay.remedy import remedy
-from tui_acc.session import open_comparison
+from tui_acc.session import CompareOptions, open_comparison
 from tui_acc.verdicts.replay_check import replay_node
 
 
@@ -64,7 +64,7 @@ def without_weights(demo_pair, tmp_path_factory: pytest.TempPathFactory) -> tupl
 
 
 def test_the_demo_without_weights_says_the_reason_and_the_remedy_once(demo_pair, without_weights) -> None:
-    cmp = open_comparison(*without_weights, cache=False)
+    cmp = open_comparison(*without_weights, CompareOptions(cache=False))
     replay = replay_node(cmp, demo_pair.fault_token, demo_pair.fault_module)
     assert replay.shared_reason and replay.remedies() == [("both", replay.golden.remedy)]
     text = "\n".join(replay.describe())
@@ -75,7 +75,7 @@ def test_the_demo_without_weights_says_the_reason_and_the_remedy_once(demo_pair,
 
 def test_two_sides_missing_different_things_each_say_their_own_once(atb_pair, without_weights) -> None:
     _, atb, _ = atb_pair
-    cmp = open_comparison(without_weights[0], atb, cache=False)
+    cmp = open_comparison(without_weights[0], atb, CompareOptions(cache=False))
     replay = replay_node(cmp, 3, "root.model.layers.2.mlp.down_proj")
     assert (replay.golden.verdict, replay.test.verdict) == ("impossible", "impossible")
     text = "\n".join(replay.describe())

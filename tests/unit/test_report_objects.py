@@ -15,8 +15,8 @@ from tests.unit.ranks_dumps import write_atb_run
 from tui_acc.anomalies.session import open_single
 from tui_acc.cli.main import main
 from tui_acc.collectives.check import RanksCheck
-from tui_acc.collectives.ranks import open_ranks
-from tui_acc.reports import pair, ranks, single
+from tui_acc.collectives.rank_set import open_ranks
+from tui_acc.reports import collectives, pair, single
 from tui_acc.reports.output import EXIT_FAIL, EXIT_USAGE, emit, exported
 from tui_acc.session import open_comparison
 
@@ -101,11 +101,11 @@ def test_the_single_dump_report(demo_pair, tmp_path: Path, capsys: pytest.Captur
 
 def test_the_ranks_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = write_atb_run(tmp_path / "run", 2, tokens=1)
-    report = ranks.build_report(RanksCheck(open_ranks(str(run)), 3.0))
+    report = collectives.build_report(RanksCheck(open_ranks(str(run)), 3.0))
     assert report.exit_code == 0 and report.collectives and report.first_bad is None
     frame = report.frame()
     assert frame.height == len(report.collectives)
-    assert frame.columns == [*ranks.COLUMNS, "source_dump", "source_margin", "source_tui_acc"]
+    assert frame.columns == [*collectives.COLUMNS, "source_dump", "source_margin", "source_tui_acc"]
     assert main(["report", "--ranks", str(run), "--margin", "3"]) == 0
     assert capsys.readouterr().out == report.text()
     assert main(["report", "--ranks", str(run), "--margin", "3", "--json"]) == 0

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import sensitivity_key
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps.torchfile.reader import read_torch_file
 
 KEY = sensitivity_key()
@@ -180,7 +180,7 @@ def test_a_faulty_run_equals_the_clean_one_up_to_the_faulted_output(sensitivity_
 def test_tui_acc_pairs_the_run_with_the_golden(sensitivity_case, level, run):
     """Every tensor pairs, but what eager attention (golden) has and SDPA (test) has not."""
     case = sensitivity_case(level, run)
-    comparison = open_comparison(case.golden, case.test, cache=False)
+    comparison = open_comparison(case.golden, case.test, CompareOptions(cache=False))
     assert comparison.pairing.tokens == [0, 1, 2, 3]
     assert not comparison.golden.problems and not comparison.test.problems
     assert comparison.golden.format == comparison.test.format == "msprobe"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import sensitivity_key
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 
 KEY = sensitivity_key()
 # the faults the verdicts must localise: every site, 2 % and 5 % noise and both scales
@@ -26,7 +26,7 @@ STRONG = sorted(
 
 
 def _local(case) -> list[tuple[int, str, str]]:  # type: ignore[no-untyped-def]
-    comparison = open_comparison(case.golden, case.test, cache=False)
+    comparison = open_comparison(case.golden, case.test, CompareOptions(cache=False))
     return [
         (row["token"], row["golden_node"], row["rule"])
         for token in comparison.pairing.tokens
@@ -63,7 +63,7 @@ def test_correct_operators_sit_well_inside_the_rounding_bound(sensitivity_case, 
     first two tokens (prefill and a decode step) is under 0.6 of its bound, the margin's worth of
     room kept (scripts/calibrate_verdicts.py shows the ratios by kind)."""
     case = sensitivity_case(level, "clean")
-    comparison = open_comparison(case.golden, case.test, cache=False)
+    comparison = open_comparison(case.golden, case.test, CompareOptions(cache=False))
     checks = comparison.engine.judging.checks
     assert checks is not None
     seen = 0
@@ -90,7 +90,7 @@ def test_a_per_tensor_int8_weight_is_found_by_its_weight_at_every_token(sensitiv
             name.startswith("Module.model.layers.2.mlp.gate_proj.Linear.forward.") for _, name, _ in found
         )
     else:  # the F.linear call inside it, whose argument is the weight
-        comparison = open_comparison(case.golden, case.test, cache=False)
+        comparison = open_comparison(case.golden, case.test, CompareOptions(cache=False))
         tree = comparison.golden.tree
         parents = {tree.nodes[name].parent for _, name, _ in found}
         assert all(p is not None and p.startswith("Module.model.layers.2.mlp.gate_proj.") for p in parents)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.cli.main import main
 from tui_acc.dumps import DumpError, TensorLoadError, load_tensor, open_dump
 from tui_acc.dumps.policy import ANYWHERE
@@ -79,7 +79,7 @@ def test_single_rank_fault_is_found_at_its_step(case_dir, case, capsys):
 
 
 def test_steps_renumbered_keep_the_dumpers_own_step_for_redumps(case_dir, case):
-    comparison = open_comparison(case_dir / "golden", case_dir / "test", cache=False)
+    comparison = open_comparison(case_dir / "golden", case_dir / "test", CompareOptions(cache=False))
     assert comparison.pairing.tokens == list(range(case["steps"]))
     shift = case["test_step_shift"]
     assert all(comparison.test.exec_counts[t] == t + shift for t in range(case["steps"]))
@@ -96,7 +96,9 @@ def test_tp2_gathered_against_one_device_finds_the_fault(case_dir, case, capsys)
 
 
 def test_tp2_is_unsharded_by_its_dims_annotation(case_dir, case):
-    comparison = open_comparison(case_dir / "golden", case_dir / "test_tp2", cache=False, gather=True)
+    comparison = open_comparison(
+        case_dir / "golden", case_dir / "test_tp2", CompareOptions(cache=False, gather=True)
+    )
     nodes = comparison.test.tokens[0]
     (act,) = nodes["model.layers.0.mlp_act"]
     (down,) = nodes["model.layers.0.mlp_down"]
@@ -109,7 +111,7 @@ def test_tp2_is_unsharded_by_its_dims_annotation(case_dir, case):
 
 def test_one_rank_alone_holds_a_partial_sum(case_dir):
     """Without --gather, rank 0's mlp_down is only its share: proof the fixture's partials are real."""
-    comparison = open_comparison(case_dir / "golden", case_dir / "test_tp2", cache=False)
+    comparison = open_comparison(case_dir / "golden", case_dir / "test_tp2", CompareOptions(cache=False))
     assert comparison.test.rank == 0 and comparison.test.ranks == ["rank0", "rank1"]
     assert any("holds 2 ranks" in note and "--gather" in note for note in comparison.test.notes)
     rows = {r["golden_node"]: r for r in comparison.engine.node_rows(0)}
@@ -237,7 +239,7 @@ def test_without_input_ids_steps_pair_by_number(case_dir, tmp_path):
     shutil.copytree(case_dir / "test", test)
     for path in _paths(test, "input_ids"):
         path.unlink()
-    comparison = open_comparison(case_dir / "golden", test, cache=False)
+    comparison = open_comparison(case_dir / "golden", test, CompareOptions(cache=False))
     assert not any("aligned by the input_ids" in note for note in comparison.test.notes)
     assert comparison.test.exec_counts == {}
 
@@ -248,7 +250,7 @@ def test_a_redump_of_the_test_side_asks_for_the_servers_own_step(case_dir, case,
     from tui_acc.redump import load_settings
     from tui_acc.redump.select import plan_for
 
-    comparison = open_comparison(case_dir / "golden", case_dir / "test", cache=False)
+    comparison = open_comparison(case_dir / "golden", case_dir / "test", CompareOptions(cache=False))
     settings = load_settings({"test": {"dumper": "sglang-dumper", "exec": "python -m sglang.launch_server"}})
     token = case["fault_step"]
     plan = plan_for(comparison, settings, "test", token, case["fault_module"], datetime(2026, 1, 1), tmp_path)

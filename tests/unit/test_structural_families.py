@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.demo.atb_export import AtbOp, export_atb
 from tui_acc.pairing import Pairing
 
@@ -184,7 +184,7 @@ def test_a_mapping_file_names_conv1d_and_the_fault_is_found_in_it(gpt2: Path, tm
     atb = export_atb(gpt2 / "test", tmp_path / "atb", graph=graph)
     toml = tmp_path / "gpt2.toml"
     toml.write_text('[types]\nLinearOperation = ["Linear", "Conv1D"]\n', encoding="utf-8")
-    cmp = open_comparison(gpt2 / "golden", atb, mapping=toml)
+    cmp = open_comparison(gpt2 / "golden", atb, CompareOptions(mapping=toml))
     _assert_only_true_pairs(cmp.pairing, _truth(graph))
     paired = {p.golden for p in cmp.pairing.node_pairs(2)}
     assert {n.name for n in cmp.golden.tree.nodes.values() if n.type == "Conv1D"} <= paired
@@ -213,7 +213,8 @@ def test_layers_in_different_numbers_are_not_paired_by_position(gpt2: Path, tmp_
         encoding="utf-8",
     )
     pinned = {
-        p.golden: p.test for p in open_comparison(gpt2 / "golden", atb, mapping=toml).pairing.node_pairs(2)
+        p.golden: p.test
+        for p in open_comparison(gpt2 / "golden", atb, CompareOptions(mapping=toml)).pairing.node_pairs(2)
     }
     assert pinned["root.transformer.h.1"] == "5_DecoderLayer"
     assert pinned["root.transformer.h.1.ln_2"] == "5_DecoderLayer/2_LayerNormOperation"  # inside: by type
@@ -255,7 +256,7 @@ def test_a_mapping_file_names_the_router_and_the_experts(moe: Path, tmp_path: Pa
         'MoeMlp = "Experts"\nSparseMoe = "SparseMoeBlock"\n',
         encoding="utf-8",
     )
-    pairing = open_comparison(moe / "golden", atb, mapping=toml).pairing
+    pairing = open_comparison(moe / "golden", atb, CompareOptions(mapping=toml)).pairing
     _assert_only_true_pairs(pairing, _truth(graph))
     pairs = {p.golden: p for p in pairing.node_pairs(2)}
     router = pairs["root.model.layers.1.mlp.gate"]

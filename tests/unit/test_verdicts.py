@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.cli.main import main
 from tui_acc.config import ConfigError, load_config
 from tui_acc.verdicts.local import LocalChecks
@@ -169,7 +169,7 @@ def test_in_place_inputs_are_judged_by_what_fed_them(demo_pair, in_place_copy: t
 
 
 def test_the_ui_path_judges_from_memory_without_reading_or_replaying(demo_pair, monkeypatch) -> None:
-    cmp = open_comparison(demo_pair.golden, demo_pair.test, cache=False)
+    cmp = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False))
     token = demo_pair.fault_token
     computed = {r["golden_node"]: (r["label"], r["rule"]) for r in cmp.engine.node_rows(token)}
 

@@ -9,11 +9,16 @@ inputs) and the first anomalous operator then come from the judge as they do for
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
+from typing import Any
 
+from tui_acc.anomalies.arithmetic import NEEDS_ARGUMENTS, expected, reads_parameters
+from tui_acc.anomalies.calls import Call, Operand, is_api, number, operator_name, parse_shape, place
 from tui_acc.anomalies.rules import AnomalySettings, Inputs, anomaly, is_float, largest_magnitude
 from tui_acc.metrics.engine import MetricsEngine
 from tui_acc.metrics.schema import TensorRow, TokenRow
-from tui_acc.pairing import Pairing, TensorPair
+from tui_acc.pairing import NodePair, Pairing, TensorPair
+from tui_acc.replay.dumped_call import recorded_arguments
 from tui_acc.verdicts.labels import Judging, first_suspect
 from tui_acc.verdicts.thresholds import Thresholds
 
@@ -30,19 +35,67 @@ class AnomalyEngine(MetricsEngine):
     def _judge(self, pair: TensorPair, row: TensorRow, baseline_row: TensorRow | None) -> None:
         found = None
         if not row.get("error"):
-            inputs = self._inputs(pair) if pair.role == "output" else None
+            inputs = self._inputs(pair, row) if pair.role == "output" else None
             found = anomaly(row, inputs, self.settings)
         row["anomaly"], row["anomaly_figure"] = found if found is not None else (None, None)
         row["passed"] = not row.get("error") and found is None
 
-    def _inputs(self, pair: TensorPair) -> Inputs:
+    def _inputs(self, pair: TensorPair, output: TensorRow) -> Inputs:
         """The node's dumped inputs (their rows computed here when needed: an output's row waits for
-        its inputs' rows, which never wait for anything)."""
+        its inputs' rows, which never wait for anything), and what its arithmetic expects of
+        ``output`` from them."""
         node = next((n for n in self.pairing.node_pairs(pair.token) if n.golden == pair.golden_node), None)
-        rows = [self.tensor_row(other) for other in (node.tensors if node else []) if other.role == "input"]
+        # a module's parameters only where its bound reads them (a norm's weight): L0 dumps every
+        # module's weights at every call, and reading them all would double what a scan reads
+        weights = node is not None and reads_parameters(operator_name(node.golden_type), is_api(node.golden))
+        kept = ("input", "param") if weights else ("input",)
+        tensors = [(t, self.tensor_row(t)) for t in (node.tensors if node else []) if t.role in kept]
+        rows = [row for t, row in tensors if t.role == "input"]
         readable = [row for row in rows if not row.get("error")]
         found = [m for row in readable if is_float(row) and (m := largest_magnitude(row)) is not None]
-        return Inputs(dumped=bool(rows), largest=max(found) if found else None)
+        largest = max(found) if found else None
+        call = self._call(node, tensors, output) if node is not None else None
+        return Inputs(
+            dumped=bool(rows),
+            largest=largest,
+            expected=expected(call, largest) if call is not None else None,
+        )
+
+    def _call(self, node: NodePair, tensors: list[tuple[TensorPair, TensorRow]], output: TensorRow) -> Call:
+        """The node's call for arithmetic.py: its numeric tensors by argument, a module's parameters,
+        and the scalars msprobe records beside them where the operator's bound needs them."""
+        op = operator_name(node.golden_type)
+        args: dict[int, Operand] = {}
+        kwargs: dict[str, Operand] = {}
+        params: list[Operand] = []
+        for tensor, row in tensors:
+            operand = _operand(row)
+            if operand is None:
+                continue
+            if tensor.role == "param":
+                params.append(operand)
+            elif isinstance(at := place(tensor.slot), int):
+                args.setdefault(at, operand)
+            elif at is not None:
+                kwargs.setdefault(at, operand)
+        api = is_api(node.golden)
+        if api and op in NEEDS_ARGUMENTS:
+            for key, value in recorded_arguments(self.pairing.golden, node.token, node.golden).items():
+                if (scalar := number(value)) is None:
+                    continue
+                if isinstance(at := place(key), int):
+                    args.setdefault(at, scalar)
+                else:
+                    kwargs.setdefault(key, scalar)
+        return Call(
+            op=op,
+            api=api,
+            args=args,
+            kwargs=kwargs,
+            params=tuple(params),
+            output_shape=parse_shape(output.get("test_shape")),
+            output_dtype=output.get("test_dtype"),
+        )
 
     # --- tokens: every operator of a token, not only its logits -------------------------------
 
@@ -80,3 +133,14 @@ class AnomalyEngine(MetricsEngine):
         ask)."""
         with self._token_lock:
             return self._token_rows.get(token)
+
+
+def _operand(row: Mapping[str, Any]) -> Operand | None:
+    """A readable numeric tensor's range (a bool mask is not a number: it selects)."""
+    dtype = str(row.get("test_dtype") or "")
+    high, low = row.get("test_max"), row.get("test_min")
+    if row.get("error") or not isinstance(high, (int, float)) or not isinstance(low, (int, float)):
+        return None
+    if not (is_float(row) or dtype.startswith(("int", "uint"))):  # bool, complex: not magnitudes
+        return None
+    return Operand(float(high), float(low), row.get("numel"), parse_shape(row.get("test_shape")), dtype)

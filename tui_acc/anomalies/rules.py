@@ -6,9 +6,14 @@
   float16 overflowed (an accumulation kept in float16, a missing rescale); -65504 alone is
   ``torch.finfo(float16).min``, the value attention masks are filled with, and is not counted;
 - ``zeros``: a non-empty float output that is all zero (a kernel that wrote nothing, a lost buffer);
-- ``jump``: an output whose largest magnitude is ``jump_factor`` times its float inputs' largest,
-  and at least ``jump_floor``: a scale error (a dequantisation scale applied twice, a missing
-  1/sqrt(d)); integer inputs (token ids, positions) say nothing of scale and are not counted.
+- ``jump``: an output whose largest magnitude is ``jump_factor`` times what its inputs allow, and
+  at least ``jump_floor``: a scale error (a dequantisation scale applied twice, a missing
+  1/sqrt(d)). What the inputs allow is their largest float magnitude, except for the operators
+  whose arithmetic makes large values from small ones by design (arithmetic.py: a norm's rsqrt of
+  its variance, a softmax's exp, a reciprocal, a power, a sum, a mask's fill), judged against the
+  bound their inputs' statistics predict (rsqrt's 1/sqrt(min x)); an extreme at the dtype's limit
+  is a mask's fill (verdicts/masks.py), not a magnitude; integer inputs (token ids, positions) say
+  nothing of scale and are not counted.
 
 Whether an anomaly started at its operator or came in with its inputs is the judge's question
 (verdicts/labels.py: an output that fails while the inputs pass is local), as for a pair.
@@ -21,7 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tui_acc.anomalies.calls import Expected
 from tui_acc.errors import TuiAccError
+from tui_acc.verdicts.masks import saturates
 
 FLOAT16_MAX = 65504.0
 KINDS = ("nan", "inf", "overflow", "zeros", "jump")
@@ -73,11 +80,14 @@ def is_float(row: Mapping[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class Inputs:
-    """What an output's own dumped inputs say: whether any was dumped, and the largest magnitude of the
-    float ones (None: no float input, as a mask built from booleans or an embedding of token ids)."""
+    """What an output's own dumped inputs say: whether any was dumped, the largest magnitude of the
+    float ones (None: no float input, as a mask built from booleans or an embedding of token ids),
+    and what the operator's arithmetic expects of its output from them (arithmetic.py; None: the
+    largest input is the bound)."""
 
     dumped: bool
     largest: float | None
+    expected: Expected | None = None
 
 
 def anomaly(
@@ -102,30 +112,46 @@ def anomaly(
         return None
     inf = int(row.get("test_inf") or 0) + sum(1 for v in extremes if math.isinf(v))
     largest = largest_magnitude(row)
-    float16 = str(row.get("test_dtype")) in ("float16", "half")
+    dtype = str(row.get("test_dtype"))
+    float16 = dtype in ("float16", "half")
     limit = FLOAT16_MAX if float16 else math.inf
     produced = not inputs.dumped or (inputs.largest is not None and inputs.largest < limit)
+    expected = inputs.expected or Expected()
+    # what the operator writes by design: masked_fill(-inf), full(-inf), where(cond, 0, finfo.min)
+    filled_inf = any(math.isinf(f) for f in expected.fills)
+    filled_limit = any(f >= FLOAT16_MAX for f in expected.fills)
     # -65504 alone is torch.finfo(float16).min, what attention masks are filled with (a scalar argument,
     # never dumped as an input); saturation reaches +65504 too, and arithmetic beyond it gives Inf
     top = row.get("test_max")
-    at_limit = isinstance(top, (int, float)) and top >= FLOAT16_MAX
-    if float16 and (inf or at_limit) and produced:
+    at_limit = isinstance(top, (int, float)) and top >= FLOAT16_MAX and not filled_limit
+    inf_made = bool(inf) and not filled_inf
+    if float16 and (inf_made or at_limit) and produced:
         return "overflow", float(largest) if largest is not None else math.inf
-    if inf and produced:
+    if inf_made and produced:
         return "inf", float(inf)
     numel = row.get("numel")
     all_zero = extremes and all(v == 0 for v in extremes) and row.get("test_norm") in (None, 0, 0.0)
-    if all_zero and (numel is None or numel > 0) and inputs.largest != 0:  # zeros in, zeros out: not here
+    # zeros in, zeros out is not here, nor zeros(), a fill with 0 or a product with 0
+    if all_zero and (numel is None or numel > 0) and inputs.largest != 0 and not expected.zeros:
         return "zeros", float(numel or 0)
-    if largest is not None and inputs.largest and largest >= settings.jump_floor:
-        ratio = largest / inputs.largest
+    magnitude = _unfilled_magnitude(extremes, dtype, expected.fills)
+    bound = expected.magnitude if expected.magnitude is not None else inputs.largest
+    if magnitude is not None and bound and magnitude >= settings.jump_floor:
+        ratio = magnitude / bound
         if math.isfinite(ratio) and ratio >= settings.jump_factor:
             return "jump", ratio
     return None
 
 
+def _unfilled_magnitude(extremes: list[float], dtype: str, fills: tuple[float, ...]) -> float | None:
+    """The largest finite |extreme| that is not a fill: a value at the dtype's limit is a mask's
+    (verdicts/masks.py: float32's -3.4e38, float16's -65504), as is a value the operator fills with."""
+    values = [abs(v) for v in extremes if math.isfinite(v) and not saturates(v, dtype) and v not in fills]
+    return max(values) if values else None
+
+
 def anomaly_text(kind: str | None, figure: float | None) -> str:
-    """An anomaly's figure as words: ``3 elements``, ``|x| = 65504``, ``1.2e+03x its inputs' largest``."""
+    """An anomaly's figure as words: ``3 elements``, ``|x| = 65504``, ``1.2e+03x what its inputs allow``."""
     if figure is None or kind is None:
         return "-"
     if kind in ("nan", "inf"):
@@ -134,4 +160,4 @@ def anomaly_text(kind: str | None, figure: float | None) -> str:
         return f"all {int(figure)} elements"
     if kind == "overflow":
         return f"|x| = {figure:g}"
-    return f"{figure:.3g}x its inputs' largest"
+    return f"{figure:.3g}x what its inputs allow"

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tui_acc.cli.settings import Settings
+from tui_acc.cli.toml_settings import Settings
 from tui_acc.errors import UsageError
 from tui_acc.redump.settings import RedumpSettings
 from tui_acc.verdicts.thresholds import Thresholds
@@ -62,10 +62,9 @@ def pair_opener(
     """``opener(golden, test)`` with the command line's options and the config's ``[replay]``
     references (RegistryError: malformed, said at start). The same options open a re-dump in place
     of one side later (the TUI's "open the new dump")."""
-    from tui_acc.session import open_comparison
+    from tui_acc.session import CompareOptions, open_comparison
 
-    return functools.partial(
-        open_comparison,
+    options = CompareOptions(
         logits_node=args.logits_node,
         thresholds=thresholds,
         mapping=args.mapping,
@@ -79,6 +78,7 @@ def pair_opener(
         baseline=args.baseline,
         replay_registry=settings.replay_registry(),
     )
+    return functools.partial(open_comparison, options=options)
 
 
 def open_pair(opener: Callable[..., Comparison], args: argparse.Namespace) -> Comparison:

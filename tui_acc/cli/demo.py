@@ -8,7 +8,7 @@ import functools
 import shlex
 from pathlib import Path
 
-from tui_acc.cli.settings import Settings
+from tui_acc.cli.toml_settings import Settings
 from tui_acc.redump.settings import RUNS_DIR
 
 
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"judge against its noise:  {shlex.join([*demo.open_argv(), '--baseline', str(baseline)])}")
     if args.no_tui:
         return 0
-    from tui_acc.session import open_comparison
+    from tui_acc.session import CompareOptions, open_comparison
     from tui_acc.tui.app import AccApp
 
     hint = (
@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     # the demo's tui-acc.toml tells r how to re-dump it (with the demo's own inference script)
     settings = Settings.load(demo.out / "tui-acc.toml" if (demo.out / "tui-acc.toml").is_file() else None)
     redump = settings.redump()
-    opener = functools.partial(open_comparison, thresholds=settings.config.thresholds, baseline=baseline)
+    options = CompareOptions(thresholds=settings.config.thresholds, baseline=baseline)
+    opener = functools.partial(open_comparison, options=options)
     AccApp(opener(demo.golden, demo.test), greeting=hint, redump=redump, opener=opener).run()
     return 0
 
@@ -53,7 +54,7 @@ def _run_ranks_demo(args: argparse.Namespace) -> int:
     if args.no_tui:
         return 0
     from tui_acc.collectives.check import RanksCheck
-    from tui_acc.collectives.ranks import open_ranks
+    from tui_acc.collectives.rank_set import open_ranks
     from tui_acc.tui.ranks_app import RanksApp
 
     hint = f"Demo run on {demo.world} ranks: one all-reduce is faulty. f jumps to it."

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tui_acc.cli.settings import Settings
+from tui_acc.cli.toml_settings import Settings
 from tui_acc.redump.settings import runs_dir
 
 
@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     """Exit 1 when a culprit is found, 0 when the run is clean, 2 when a step could not run, 130
     when interrupted."""
     from tui_acc.hunt.run import DEFAULT_LOGITS_NODE, Hunt
-    from tui_acc.session import open_comparison
+    from tui_acc.session import CompareOptions, open_comparison
 
     settings = Settings.load(args.config)
     thresholds, redump = settings.thresholds(args), settings.redump()
@@ -36,10 +36,10 @@ def run(args: argparse.Namespace) -> int:
             return False
         return input(f"run step {step}? [y/N] ").strip().lower() in ("y", "yes")
 
-    opener = functools.partial(open_comparison, thresholds=thresholds, cache=not args.no_cache)
+    options = CompareOptions(thresholds=thresholds, cache=not args.no_cache)
     hunt = Hunt(
         redump,
-        opener,
+        options,
         runs_dir(redump.out_dir),
         say,
         confirm,
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     AccApp(
         result.comparison,
         redump=redump,
-        opener=opener,
+        opener=functools.partial(open_comparison, options=options),
         config_file=args.config,
         start_at=result.first_failing_token if result.culprit is not None else None,
         greeting=result.greeting(Path.cwd()),

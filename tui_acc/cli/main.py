@@ -9,7 +9,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
-from tui_acc.cli import compare, demo, hunt, ranks, report
+from tui_acc.cli import check_ranks, compare, demo, hunt, report
 from tui_acc.cli.parser import build_parser, command_first, command_parser, parse
 from tui_acc.errors import TuiAccError
 
@@ -19,7 +19,7 @@ _RUN: dict[str, Callable[[argparse.Namespace], int]] = {
     "report": report.run,
     "demo": demo.run,
     "hunt": hunt.run,
-    "ranks": ranks.run,
+    "ranks": check_ranks.run,
 }
 
 

@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from tui_acc.cli.compare import open_pair, open_single_dump, pair_opener, prepared, swapped_command
-from tui_acc.cli.settings import Settings
+from tui_acc.cli.toml_settings import Settings
 from tui_acc.errors import UsageError
 from tui_acc.redump.settings import RedumpSettings
 

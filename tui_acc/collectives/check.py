@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from tui_acc.collectives.bound import DEFAULT_MARGIN, Reduction, beyond_bound, element_bound
-from tui_acc.collectives.ranks import Collective, RankSet
+from tui_acc.collectives.rank_set import Collective, RankSet
 from tui_acc.collectives.tensors import CheckFailed, goldens_of, load_slot, slots_of
 from tui_acc.dumps import TensorRef
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tui_acc.collectives.bound import Reduction
-from tui_acc.collectives.ranks import Collective, RankSet
+from tui_acc.collectives.rank_set import Collective, RankSet
 from tui_acc.dumps import TensorRef
 from tui_acc.errors import TuiAccError
 

@@ -87,7 +87,7 @@ class MsitTorchCapture:
         Without them (a normal run) everything is dumped under ``dump_path``. ``dump_weight``: as the
         constructor's (the weights of the modules ``TUI_ACC_MODULES`` selects).
         """
-        from tui_acc.redump.plan import parse_tokens
+        from tui_acc.redump.selection import parse_tokens
 
         token = os.environ.get("TUI_ACC_TOKEN")
         tokens = parse_tokens(os.environ.get("TUI_ACC_TOKENS", ""))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,11 +17,12 @@ from typing import Any
 from tui_acc.dumps import ATB_FORMATS, DumpError, DumpIndex
 from tui_acc.errors import TuiAccError
 from tui_acc.hunt.blocks import find_blocks
-from tui_acc.redump.plan import RedumpError, RedumpPlan, Selection, build_plan, unused_name
+from tui_acc.redump.plan import RedumpPlan, build_plan, unused_name
 from tui_acc.redump.runner import EXIT_GRACE, RedumpRun
+from tui_acc.redump.selection import RedumpError, Selection
 from tui_acc.redump.settings import RedumpSettings
 from tui_acc.reports.pair import op_summary
-from tui_acc.session import Comparison
+from tui_acc.session import CompareOptions, Comparison, open_comparison
 
 SIDES = ("golden", "test")
 # The logits module as msit's torch hook names it (``root`` is the model): every Hugging Face causal
@@ -140,7 +141,8 @@ class Hunt:
 
     Args:
         settings: each side's dumper and inference command (tui-acc.toml ``[redump]``).
-        open_pair: opens two dumps as a comparison, with the command line's options.
+        options: how each step's two dumps are opened as a comparison (the command line's options;
+            each step sets its own ``logits_node``).
         base: where the hunt's folder is made (``[redump] out_dir``, else ``./tui-acc-runs``).
         confirm: asked before each step with its plans; False stops the hunt (nothing of it runs).
         logits_node: the module whose output holds the logits, as the dumpers name it.
@@ -149,7 +151,7 @@ class Hunt:
     def __init__(
         self,
         settings: RedumpSettings,
-        open_pair: Callable[..., Comparison],
+        options: CompareOptions,
         base: Path,
         say: Callable[[str], None],
         confirm: Confirm,
@@ -158,7 +160,7 @@ class Hunt:
         clock: Callable[[], datetime] = datetime.now,
     ) -> None:
         self.settings = settings
-        self.open_pair = open_pair
+        self.options = options
         self.say = say
         self.confirm = confirm
         self.logits_node = logits_node
@@ -334,7 +336,7 @@ class Hunt:
                 )
         golden, test = (run.plan.out for run in runs)
         try:
-            return self.open_pair(golden, test, logits_node=logits_node)
+            return open_comparison(golden, test, replace(self.options, logits_node=logits_node))
         except DumpError as exc:
             hint = (
                 f" (is {self.logits_node} the logits module? --logits-node names another)"

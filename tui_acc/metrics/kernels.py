@@ -21,7 +21,6 @@ Elements that are NaN or Inf on either side are counted and left out of the metr
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,6 +28,8 @@ from tui_acc.dumps.dtypes import dtype_name, is_complex, is_float, widened
 from tui_acc.errors import TuiAccError
 from tui_acc.metrics import fastkernel
 from tui_acc.metrics import kernel_layout as layout
+from tui_acc.metrics.kernel_sums import Sums, finish
+from tui_acc.metrics.top_k import NO_TOP, top1
 
 # Below this |golden| a relative error means nothing (fp32 machine epsilon, as msit uses).
 REL_ERR_FLOOR = 1.1920928955078125e-07
@@ -41,33 +42,6 @@ CHUNK_ELEMENTS = 1 << 18
 
 class ShapeMismatch(TuiAccError, ValueError):
     """The two tensors hold a different number of elements."""
-
-
-@dataclass
-class _Sums:
-    dot: float = 0.0
-    gg: float = 0.0
-    tt: float = 0.0
-    dd: float = 0.0
-    abs_sum: float = 0.0
-    abs_max: float = 0.0
-    rel_sum: float = 0.0
-    rel_max: float = 0.0
-    rel_count: int = 0
-    finite: int = 0
-    g_sum: float = 0.0
-    t_sum: float = 0.0
-    g_max: float = -math.inf
-    g_min: float = math.inf
-    t_max: float = -math.inf
-    t_min: float = math.inf
-    kl_sum: float = 0.0
-    kl_rows: int = 0
-    within_1e3: int = 0
-    within_5e3: int = 0
-    worst_index: int | None = None
-    worst_golden: float | None = None
-    worst_test: float | None = None
 
 
 def compare_tensors(golden: np.ndarray, test: np.ndarray, kl: bool = True) -> dict[str, object]:
@@ -98,7 +72,7 @@ def compare_tensors(golden: np.ndarray, test: np.ndarray, kl: bool = True) -> di
     if fastkernel.available():
         sums = _sweep_compiled(blocks, with_kl, nan)
     else:
-        sums = _Sums()
+        sums = Sums()
         for g2, t2, block_width, base in blocks:
             rows_per_chunk = max(1, CHUNK_ELEMENTS // block_width)
             for start in range(0, g2.shape[0], rows_per_chunk):
@@ -108,8 +82,8 @@ def compare_tensors(golden: np.ndarray, test: np.ndarray, kl: bool = True) -> di
                 with np.errstate(over="ignore", invalid="ignore"):
                     _accumulate(g, t, sums, nan, kl=with_kl, offset=base + start * block_width)
     row.update(nan)
-    row.update(_finish(sums, with_kl))
-    row.update(_top1(golden, test, width) if float_pair else _NO_TOP)
+    row.update(finish(sums, with_kl))
+    row.update(top1(golden, test, width, CHUNK_ELEMENTS) if float_pair else NO_TOP)
     return row
 
 
@@ -155,80 +129,7 @@ def _blocks(golden: np.ndarray, test: np.ndarray, width: int, with_kl: bool) -> 
     return blocks
 
 
-TOP_K = 5
-
-
-def _top1(golden: np.ndarray, test: np.ndarray, width: int) -> dict[str, int | float | bool | None]:
-    """The last row's argmax (for logits, the token each side would pick) and top-k overlap.
-
-    A chunk at a time, without a float64 copy of the row (a row can be a 1-D tensor of 50M
-    values); the log-prob gap needs only the two logits, as the softmax's normaliser cancels.
-    """
-    if not golden.size or not width:
-        return _NO_TOP
-    g_last = golden.reshape(-1, width)[-1]
-    t_last = test.reshape(-1, width)[-1]
-    g_top, t_top = _top_k(g_last), _top_k(t_last)
-    if g_top is None or t_top is None:
-        return _NO_TOP
-    k = len(g_top)
-    g1, t1 = g_top[0], t_top[0]
-    chosen = widened(g_last[[g1, t1]]).astype(np.float64)
-    return {
-        "golden_top1": g1,
-        "test_top1": t1,
-        "topk_overlap": len(set(g_top) & set(t_top)) / k,
-        # how much less likely the golden found the test's pick (0 when they agree):
-        # log p(g1) - log p(t1) = logit(g1) - logit(t1)
-        "top1_logprob_gap": float(chosen[0]) - float(chosen[1]),
-        "top1_mutual": g1 in t_top and t1 in g_top,
-    }
-
-
-def _top_k(row: np.ndarray) -> list[int] | None:
-    """Indices of the row's TOP_K largest values, best first, equal values by position; None when
-    the row holds NaN/Inf.
-
-    A chunk at a time (a row can be a 1-D tensor of 50M values): each chunk's top k are
-    candidates, and the top k of the candidates is the answer.
-    """
-    k = min(TOP_K, row.size)
-    values, indices = [], []
-    for start in range(0, row.size, CHUNK_ELEMENTS):
-        chunk = widened(row[start : start + CHUNK_ELEMENTS])
-        if not bool(np.isfinite(chunk).all()):
-            return None
-        best = _chunk_top_k(chunk, k)
-        values.append(chunk[best].astype(np.float64))
-        indices.append(best + start)
-    candidates, positions = np.concatenate(values), np.concatenate(indices)
-    order = np.lexsort((positions, -candidates))[:k]
-    return [int(i) for i in positions[order]]
-
-
-def _chunk_top_k(chunk: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the chunk's k largest values, best first (of equal ones, the first): k passes of
-    ``argmax``, each a vectorised scan, cheaper than any partition for the few k we keep."""
-    if chunk.size <= k:
-        return np.argsort(-chunk, kind="stable")
-    rest = chunk.copy()
-    best = np.empty(k, dtype=np.int64)
-    for rank in range(k):
-        best[rank] = position = int(rest.argmax())
-        rest[position] = -np.inf  # the row is finite (checked first): -inf is never a value in it
-    return best
-
-
-_NO_TOP: dict[str, int | float | bool | None] = {
-    "golden_top1": None,
-    "test_top1": None,
-    "topk_overlap": None,
-    "top1_logprob_gap": None,
-    "top1_mutual": None,
-}
-
-
-def _sweep_compiled(blocks: list[Block], kl: bool, nan: dict[str, int]) -> _Sums:
+def _sweep_compiled(blocks: list[Block], kl: bool, nan: dict[str, int]) -> Sums:
     """The same sums from ``fastkernel``, chunk by chunk, chunks widened to float32/64 first."""
     state, counts = layout.new_state()
     for g2, t2, width, base in blocks:
@@ -243,7 +144,7 @@ def _sweep_compiled(blocks: list[Block], kl: bool, nan: dict[str, int]) -> _Sums
         ("test_inf", layout.C_TINF),
     ):
         nan[key] = int(counts[index])
-    sums = _Sums(
+    sums = Sums(
         dot=float(state[layout.S_GT]),
         gg=float(state[layout.S_GG]),
         tt=float(state[layout.S_TT]),
@@ -296,7 +197,7 @@ def _row_width(golden: np.ndarray, test: np.ndarray) -> int:
 
 
 def _accumulate(
-    g: np.ndarray, t: np.ndarray, s: _Sums, nan: dict[str, int], kl: bool, offset: int = 0
+    g: np.ndarray, t: np.ndarray, s: Sums, nan: dict[str, int], kl: bool, offset: int = 0
 ) -> None:
     """The kernel without numba: one float64 chunk at a time, in numpy."""
     gg, tt = float(np.dot(g.ravel(), g.ravel())), float(np.dot(t.ravel(), t.ravel()))
@@ -320,7 +221,7 @@ def _accumulate(
 
 
 def _add(
-    g: np.ndarray, t: np.ndarray, s: _Sums, gg: float, tt: float, valid: np.ndarray | None, offset: int
+    g: np.ndarray, t: np.ndarray, s: Sums, gg: float, tt: float, valid: np.ndarray | None, offset: int
 ) -> None:
     """Accumulate one chunk whose non-finite elements (``~valid``) are already zeroed."""
     diff = np.abs(t - g)
@@ -365,7 +266,7 @@ def _add(
         s.t_min = min(s.t_min, float(t_ok.min()))
 
 
-def _add_kl(g: np.ndarray, t: np.ndarray, s: _Sums) -> None:
+def _add_kl(g: np.ndarray, t: np.ndarray, s: Sums) -> None:
     """KL(golden || test) of each row's softmax."""
     log_p, log_q = _log_softmax(g), _log_softmax(t)
     per_row = np.maximum((np.exp(log_p) * (log_p - log_q)).sum(axis=-1), 0.0)
@@ -376,60 +277,3 @@ def _add_kl(g: np.ndarray, t: np.ndarray, s: _Sums) -> None:
 def _log_softmax(x: np.ndarray) -> np.ndarray:
     shifted = x - x.max(axis=-1, keepdims=True)
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-
-
-def cosine_from_sums(gt: float, gg: float, tt: float) -> float:
-    """gt / sqrt(gg * tt): exactly 1 for identical tensors (sqrt(x*x) == |x| in IEEE arithmetic)."""
-    product = gg * tt
-    denominator = math.sqrt(product) if math.isfinite(product) else math.sqrt(gg) * math.sqrt(tt)
-    return max(-1.0, min(1.0, gt / denominator))
-
-
-def _finish(s: _Sums, is_float: bool) -> dict[str, object]:
-    norm_g, norm_t = math.sqrt(s.gg), math.sqrt(s.tt)
-    n = s.finite
-    cosine: float | None
-    rel_euclid: float | None
-    if n == 0:
-        # No element finite on both sides (all NaN or Inf, or none at all): nothing was compared,
-        # and the empty sums' "both all zero" would read as a perfect match.
-        cosine = rel_euclid = None
-    elif norm_g == 0.0 and norm_t == 0.0:
-        cosine = 1.0
-    elif norm_g == 0.0 or norm_t == 0.0:
-        cosine = 0.0
-    else:
-        cosine = cosine_from_sums(s.dot, s.gg, s.tt)
-    if n:
-        # With no golden scale to be relative to, equal is 0 and anything else infinitely far.
-        rel_euclid = math.sqrt(s.dd) / norm_g if norm_g > 0.0 else (0.0 if s.dd == 0.0 else math.inf)
-    return {
-        "golden_norm": norm_g,
-        "test_norm": norm_t,
-        "cosine": cosine,
-        "abs_euclidean": math.sqrt(s.dd) if n else None,
-        "rmse": math.sqrt(s.dd / n) if n else None,
-        "thousandth_ratio": s.within_1e3 / n if n else None,
-        "five_thousandths_ratio": s.within_5e3 / n if n else None,
-        "worst_index": s.worst_index,
-        "worst_golden": s.worst_golden,
-        "worst_test": s.worst_test,
-        # sufficient statistics: aggregates over many tensors are exact from these alone
-        "n": n,
-        "sum_gg": s.gg,
-        "sum_tt": s.tt,
-        "sum_gt": s.dot,
-        "sum_dd": s.dd,
-        "max_abs_err": s.abs_max if n else None,
-        "mean_abs_err": s.abs_sum / n if n else None,
-        "max_rel_err": s.rel_max if s.rel_count else None,
-        "mean_rel_err": s.rel_sum / s.rel_count if s.rel_count else None,
-        "rel_euclidean": rel_euclid,
-        "kl": s.kl_sum / s.kl_rows if is_float and s.kl_rows else None,
-        "golden_max": s.g_max if n else None,
-        "golden_min": s.g_min if n else None,
-        "golden_mean": s.g_sum / n if n else None,
-        "test_max": s.t_max if n else None,
-        "test_min": s.t_min if n else None,
-        "test_mean": s.t_sum / n if n else None,
-    }

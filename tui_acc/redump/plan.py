@@ -23,62 +23,20 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from tui_acc.dumps.msprobe.passes import is_module
-from tui_acc.errors import TuiAccError
+from tui_acc.redump.selection import RedumpError, Selection, atb_id_chain, msprobe_level, msprobe_module
 from tui_acc.redump.settings import SideSettings
 from tui_acc.redump.sglang import sglang_dumper_env, sglang_msprobe_config
+from tui_acc.redump.vllm_ascend import vllm_ascend_argv
 
 PLACEHOLDERS = ("token", "tokens", "step", "ids", "layers", "modules", "tensors", "out", "exec")
 
 # What a node name may contain to be handed to a dumper (anything else is refused, not escaped).
 # (never a leading "-": in an argv item it would read as an option of the dumper)
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_./][A-Za-z0-9_.\-/]*$")
-_ATB_PART = re.compile(r"^(\d+)_[A-Za-z0-9]")
-
-
-class RedumpError(TuiAccError, ValueError):
-    """A re-dump that cannot be built: the message says what to change."""
-
-
-@dataclass(frozen=True)
-class Selection:
-    """What to re-dump: one token of one side, and optionally a few nodes (their subtrees)."""
-
-    side: str  # "golden" or "test"
-    token: int
-    step: int  # the execution count the dumper numbers that token by
-    nodes: tuple[str, ...] = ()  # that side's node names; empty: every node
-    atb: bool = False  # the nodes are ATB operations ("3_LlamaLayer/1_Attention")
-    # tui-acc hunt's narrower and wider asks: several tokens (every one when ``every_token``), the
-    # nodes themselves without their subtrees, their outputs only
-    tokens: tuple[int, ...] = ()
-    every_token: bool = False
-    subtree: bool = True
-    outputs_only: bool = False
-
-    @property
-    def token_list(self) -> str:
-        """``{tokens}``: ``0-7``, ``1,4`` or ``3``; empty for every token."""
-        return "" if self.every_token else spell_tokens(self.tokens or (self.token,))
-
-    @property
-    def step_range(self) -> tuple[int, int] | None:
-        """The execution counts the tokens run at (first, last), None for every token."""
-        if self.every_token:
-            return None
-        tokens = self.tokens or (self.token,)
-        shift = self.step - self.token  # MindIE's warm-up: the same offset for every token
-        return min(tokens) + shift, max(tokens) + shift
-
-    @property
-    def one_token(self) -> bool:
-        """Whether exactly one token is selected."""
-        return not self.every_token and len(self.tokens or (self.token,)) == 1
 
 
 @dataclass(frozen=True)
@@ -199,9 +157,9 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
         argv = exec_argv
     elif dumper == "msprobe-torch":
         config = folder / "msprobe_config.json"
-        level = _msprobe_level(selection.nodes)
+        level = msprobe_level(selection.nodes)
         # level debug dumps what the script saves (debugger.save): there is no list to narrow
-        names = [] if level == "debug" else [_msprobe_module(name) for name in selection.nodes]
+        names = [] if level == "debug" else [msprobe_module(name) for name in selection.nodes]
         files[config] = json.dumps(
             {
                 "task": "tensor",
@@ -228,7 +186,7 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
             notes.append("msprobe's list matches by substring: each module's submodules are dumped too")
         argv = exec_argv
     elif dumper == "vllm-ascend":
-        argv = _vllm_ascend(selection, settings, values, exec_argv, env, notes)
+        argv = vllm_ascend_argv(selection, settings, values, exec_argv, env, notes)
     elif dumper == "sglang":
         config = folder / "msprobe_config.json"
         files[config] = sglang_msprobe_config(selection.step, selection.nodes, values["out"], notes)
@@ -283,167 +241,6 @@ def _exec_range(selection: Selection) -> str:
     """An ATB probe's ``exec_range``: ``first,last`` execution count ("" for every one)."""
     steps = selection.step_range
     return "" if steps is None else f"{steps[0]},{steps[1]}"
-
-
-def spell_tokens(tokens: Sequence[int]) -> str:
-    """``0-7`` for a run of tokens, ``1,4,6`` otherwise (``TUI_ACC_TOKENS``)."""
-    ordered = sorted(set(tokens))
-    if len(ordered) > 1 and ordered == list(range(ordered[0], ordered[-1] + 1)):
-        return f"{ordered[0]}-{ordered[-1]}"
-    return ",".join(str(t) for t in ordered)
-
-
-def parse_tokens(text: str) -> list[int] | None:
-    """``TUI_ACC_TOKENS`` read back: ``0-7``, ``1,4``, ``0-2,5`` -> the tokens; empty -> None (every
-    token). For a dumper script honouring the contract.
-
-    Raises:
-        ValueError: the text is not such a list.
-    """
-    if not text.strip():
-        return None
-    tokens: list[int] = []
-    for part in text.split(","):
-        first, dash, last = part.strip().partition("-")
-        if not first.isdigit() or (dash and not last.isdigit()):
-            raise ValueError(f"TUI_ACC_TOKENS={text!r}: expected tokens such as 3, 0-7 or 1,4")
-        tokens += range(int(first), int(last) + 1) if dash else [int(first)]
-    return tokens
-
-
-def atb_id_chain(name: str) -> str | None:
-    """``3_LlamaLayer/1_Attention/0_LinearOperation`` -> ``3_1_0`` (msit's ``-ids``, docs/formats.md §2.2)."""
-    parts = [_ATB_PART.match(part) for part in name.split("/")]
-    if not parts or any(p is None for p in parts):
-        return None
-    return "_".join(p.group(1) for p in parts if p is not None)
-
-
-def _msprobe_level(names: Sequence[str]) -> str:
-    """L0 for modules, L1 for API calls (``Functional.linear.43.forward``), mix for both; debug for
-    single-point saves (``mlp1.0.debug``).
-
-    msprobe's ``list`` matches by substring, so an API call's full name picks that one call.
-    """
-    if names and all(name.endswith(".debug") for name in names):
-        return "debug"
-    apis = [is_module(name) for name in names]
-    return "L0" if all(apis) else "L1" if not any(apis) else "mix"
-
-
-def _msprobe_module(name: str) -> str:
-    """``Module.model.layers.2.mlp.MLP.forward.3`` -> ``Module.model.layers.2.mlp.MLP.forward``."""
-    return re.sub(r"\.\d+$", "", name)
-
-
-def _vllm_ascend(
-    selection: Selection,
-    settings: SideSettings,
-    values: dict[str, str],
-    exec_argv: list[str],
-    env: dict[str, str],
-    notes: list[str],
-) -> list[str]:
-    """``vllm serve ... --additional-config '{"dump_config": {...}}'``: one argv item of JSON.
-
-    vllm-ascend hands ``dump_config`` to msprobe's PrecisionDebugger when the run is eager
-    (``--enforce-eager``: cudagraph mode NONE) and to its AclGraphDumper otherwise
-    (vllm_ascend/worker/model_runner_v1.py:347-365; ascend_config.py:462-478 writes the dict to a file).
-    """
-    eager = _runs_eagerly(settings.exec or "")
-    level = _msprobe_level(selection.nodes)
-    if eager:
-        section: dict[str, object] = {
-            "scope": [],
-            "list": [_msprobe_module(name) for name in selection.nodes],
-            "data_mode": ["all"],
-        }
-        if settings.request_id:  # msprobe >= 26.2.0: that request's rows of every tensor (dim 0)
-            section["request_id"] = settings.request_id
-        config: dict[str, object] = {
-            "task": "tensor",
-            "dump_path": values["out"],
-            "rank": [],
-            "step": [] if (steps := selection.step_range) is None else list(range(steps[0], steps[1] + 1)),
-            "level": level,
-            "async_dump": False,
-            "tensor": section,
-        }
-    else:
-        # AclGraphDumper: task, dump_path, rank, level, list only; no step, no request_id
-        # (msprobe aclgraph_dumper.py:212-234); its list matches names by substring
-        config = {
-            "task": "tensor",
-            "dump_path": values["out"],
-            "rank": [],
-            "level": level,
-            "tensor": {"list": list(dict.fromkeys(_graph_keyword(name) for name in selection.nodes))},
-        }
-        notes.append(
-            "graph mode (vllm-ascend's default): msprobe's AclGraphDumper dumps every replay (it has no "
-            f"step option), one step folder each; token {selection.token} is step{selection.step} "
-            "when the runs match"
-        )
-        if settings.request_id:
-            notes.append("request_id applies to eager runs only (add --enforce-eager): graph mode dumps all")
-    additional = json.dumps({"dump_config": config}, separators=(",", ":"))
-    env["TUI_ACC_ADDITIONAL_CONFIG"] = additional
-    if settings.shell:
-        notes.append('your command passes --additional-config "$TUI_ACC_ADDITIONAL_CONFIG" to vllm')
-        return exec_argv
-    return _with_additional_config(exec_argv, config)
-
-
-def _runs_eagerly(command: str) -> bool:
-    """Whether a vllm command runs without graphs: ``--enforce-eager`` (``=true`` too), or a
-    compilation config whose cudagraph mode is NONE. Looked for in the words of the command, also
-    when it is a shell string."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = command.split()
-    for position, word in enumerate(words):
-        flag, _, value = word.partition("=")
-        if flag in ("--enforce-eager", "-enforce-eager") and value.lower() not in ("false", "0"):
-            return True
-        config = value if flag in ("--compilation-config", "-O") else ""
-        if not config and word in ("--compilation-config", "-O") and position + 1 < len(words):
-            config = words[position + 1]
-        if re.search(r'"?cudagraph_mode"?\s*:\s*"?NONE"?', config):
-            return True
-    return False
-
-
-def _graph_keyword(name: str) -> str:
-    """What AclGraphDumper's ``list`` matches a node by: a module's dotted path (its submodules too),
-    an API without its call counter (``Aten.mm.43.forward`` -> ``Aten.mm``: every call of it)."""
-    module = re.match(r"^Module\.(.+)\.[^.]+\.forward(\.\d+)?$", name)
-    if module:
-        return module.group(1)
-    return re.sub(r"\.\d+\.(forward|backward)$", "", name)
-
-
-def _with_additional_config(argv: list[str], dump_config: dict[str, object]) -> list[str]:
-    """``argv`` with ``dump_config`` in its ``--additional-config`` JSON (added when absent)."""
-    flag = "--additional-config"
-    for at, item in enumerate(argv):
-        inline = item.startswith(flag + "=")
-        if item != flag and not inline:
-            continue
-        if not inline and at + 1 >= len(argv):
-            raise RedumpError(f"redump exec: {flag} has no value")
-        text = item[len(flag) + 1 :] if inline else argv[at + 1]
-        try:
-            existing = json.loads(text)
-        except ValueError as exc:
-            raise RedumpError(f"redump exec: {flag} {text!r} is not JSON ({exc})") from exc
-        if not isinstance(existing, dict):
-            raise RedumpError(f"redump exec: {flag} must be a JSON object")
-        existing.pop("dump_config_path", None)  # vllm-ascend refuses both (ascend_config.py:465-468)
-        merged = json.dumps({**existing, "dump_config": dump_config}, separators=(",", ":"))
-        rest = argv[at + 1 :] if inline else argv[at + 2 :]
-        return [*argv[:at], flag, merged, *rest]
-    return [*argv, flag, json.dumps({"dump_config": dump_config}, separators=(",", ":"))]
 
 
 def _exec_argv(settings: SideSettings) -> list[str]:

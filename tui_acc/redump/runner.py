@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tui_acc.redump.plan import RedumpError, RedumpPlan
+from tui_acc.redump.plan import RedumpPlan
+from tui_acc.redump.selection import RedumpError
 
 MAX_LINES = 5000  # kept for the log panel; the file has everything
 # Seconds a stopped dumper has to end after SIGTERM before SIGKILL: the user's stop key gives it

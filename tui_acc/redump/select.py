@@ -7,7 +7,8 @@ from datetime import datetime
 from pathlib import Path
 
 from tui_acc.dumps.model import ATB_FORMATS
-from tui_acc.redump.plan import RedumpPlan, Selection, build_plan, new_folder
+from tui_acc.redump.plan import RedumpPlan, build_plan, new_folder
+from tui_acc.redump.selection import Selection
 from tui_acc.redump.settings import RedumpSettings, runs_dir
 from tui_acc.session import Comparison
 

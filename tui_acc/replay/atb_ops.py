@@ -1,6 +1,6 @@
 """References for ATB operations (msit ATB dumps, msprobe's ATB probe): the intensors are the
 operation's inputs, weights included where the graph feeds them as intensors; the parameters are
-those of ``op_param.json`` beside ``before/`` (``Probe::SaveParam``), read by ``gather.py``.
+those of ``op_param.json`` beside ``before/`` (``Probe::SaveParam``), read by ``dumped_call.py``.
 
 Enumerations are ATB's ``include/atb/infer_op_params.h``: ActivationType (0 undefined, 1 relu,
 2 gelu, 3 fast gelu, 4 swish, 5 log, 6 swiglu forward, 7 swiglu backward, 8 sigmoid) and

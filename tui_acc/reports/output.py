@@ -1,6 +1,6 @@
 """What every headless report shares: its exit codes, strict JSON, and how it is written out.
 
-A report (pair.py's PairReport, single.py's SingleReport, ranks.py's RanksReport) is a frozen dataclass
+A report (pair.py's PairReport, single.py's SingleReport, collectives.py's RanksReport) is a frozen dataclass
 that says itself as ``json()`` and ``text()``, gives its table as ``frame()`` and knows its
 ``exit_code``: :func:`exported` writes its table where ``--csv`` says, and :func:`emit` prints it.
 """

@@ -63,8 +63,9 @@ def help_lines(cmp: Comparison, logits_dtypes: tuple[object, object] | None = No
         return [
             "One dump checked on its own (no golden): a float tensor is anomalous when it holds NaN or Inf, "
             "a float16 one when it reaches ±65504; an output when it is all zero while its inputs are not, "
-            "or when its largest magnitude is jump_factor times its float inputs' largest (and at least "
-            "jump_floor; [anomalies] in tui-acc.toml). Out ✗L: the anomaly starts at this operator; "
+            "or when its largest magnitude is jump_factor times what its inputs allow (their largest, or "
+            "what a norm's rsqrt, an exp or a sum makes of them; and at least jump_floor; [anomalies] in "
+            "tui-acc.toml). Out ✗L: the anomaly starts at this operator; "
             "✗i: it came in with the inputs."
         ]
     lines = ["Each pair of tensors is judged by the less precise of its two dtypes."]

@@ -32,7 +32,7 @@ from tui_acc.dumps.model import MSPROBE_FORMATS, DumpError, DumpIndex
 from tui_acc.dumps.tensors import TensorLoadError
 from tui_acc.pairing import NodePair, Pairing, TensorPair
 from tui_acc.replay.distance import distance
-from tui_acc.replay.gather import recorded_arguments
+from tui_acc.replay.dumped_call import recorded_arguments
 from tui_acc.replay.registry import Registry
 from tui_acc.replay.sampling import plan
 from tui_acc.row_store import RowStore

@@ -22,7 +22,7 @@ from tui_acc.numbers import cosine, number
 from tui_acc.pairing import Pairing
 from tui_acc.replay.call import NotSampleable, Replayed, ReplayImpossible
 from tui_acc.replay.distance import Distance, distance
-from tui_acc.replay.gather import Gathered, gather
+from tui_acc.replay.dumped_call import Gathered, gather
 from tui_acc.replay.registry import Entry, PluginError, Registry
 from tui_acc.replay.remedy import remedy
 from tui_acc.verdicts.rounding import expected_local, local_bound

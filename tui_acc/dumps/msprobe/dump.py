@@ -32,7 +32,14 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
-from tui_acc.dumps.msprobe.passes import api_of, is_module, module_call_index, split_passes, tops
+from tui_acc.dumps.msprobe.passes import (
+    api_of,
+    is_module,
+    module_call_index,
+    set_aside,
+    split_passes,
+    tops,
+)
 from tui_acc.dumps.msprobe.refs import RefBuilder, content_notes
 from tui_acc.dumps.msprobe.steps import merge_steps
 from tui_acc.dumps.policy import LoadPolicy
@@ -174,12 +181,11 @@ def _read_rank_dir(
         token = module_call_index(holder_tops[name])
         if token is not None:
             tokens.setdefault(token, {}).setdefault(name, [])
-    if passes.between:
-        examples = ", ".join(passes.between[:3])
-        notes.append(
-            f"{rank_dir}: {len(passes.between)} records were made between forward passes "
-            f"(generate()'s own calls, e.g. {examples}): they belong to no token and are not compared"
-        )
+    between_note, misplaced = set_aside(passes, data)
+    if between_note:
+        notes.append(f"{rank_dir}: {between_note}")
+    if misplaced:  # the model's own arithmetic left uncompared: said as loudly as a damaged file
+        problems.append(Problem(str(dump_json), misplaced))
     notes += content_notes(rank_dir, task, statistics_only, builder, data)
     if (
         level in ("L1", "mix")

@@ -7,11 +7,13 @@ msprobe numbers calls across the whole run, so a token has to be found from the 
   every record below such a call belongs to it. API records with no parent are the model's own
   top-level code when they completed inside a token's span of the stream, and ``generate()``'s
   otherwise.
-* **L1** (API records only, ``construct.json`` is ``{}``): a pass opens with the first
-  ``Functional.embedding`` call and closes with the first record whose output carries the
-  vocabulary dimension (the embedding table's row count): the logits. What ``generate()`` itself
-  calls before, between and after the passes (``Torch.isin``, ``Tensor.any``, ``Torch.argmax``)
-  belongs to no token.
+* **L1** (API records only, ``construct.json`` is ``{}``): each call of the token embedding
+  (``Functional.embedding`` over a table of the first one's row count, not GPT-2's position
+  table) opens a pass, which runs up to the next such call. The pass ends, and its logits are, at
+  its last projection (``Functional.linear``, a matmul) whose output carries the vocabulary
+  dimension: the lm_head's, not an MLP projection that happens to be as wide. What ``generate()``
+  itself calls before the first pass and after each pass's logits (``Torch.isin``, ``Tensor.any``,
+  ``Torch.argmax``) belongs to no token.
 
 Records of a token also get a *stable name*, the same at every token (``Functional.linear#14``
 for the 15th ``F.linear`` call of the pass), so that "the same operator" can be found at another
@@ -33,6 +35,13 @@ from tui_acc.dumps.model import logical_name
 _MODULE_CALL = re.compile(r"^Module\..*\.(forward|backward)\.(\d+)$")
 _API_CALL = re.compile(r"^(.*)\.(\d+)\.(forward|backward)$")
 EMBEDDING = "Functional.embedding"
+# projections named by their function alone (linear and matmul variants are found by name)
+_PRODUCTS = frozenset({"mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum", "npu_bmmV2"})
+# generate()'s own records per gap between passes, at most: greedy search makes 7 to 10 under
+# risk_level FOCUS and 22 to 29 under ALL (a tiny Llama and Qwen3, transformers 5); sampling's logits
+# processors add a few more
+_GENERATE_CALLS = 48
+_EXAMPLES = 5
 
 
 def is_module(name: str) -> bool:
@@ -65,9 +74,9 @@ def split_passes(order: list[str], data: Mapping[str, Any], parents: Mapping[str
     top = tops(order, parents)
     if any(is_module(t) for t in top.values()):
         passes = _by_module_calls(order, top)
+        passes.logits = _logits_record(order, data, parents, passes)
     else:
         passes = _by_embedding(order, data)
-    passes.logits = _logits_record(order, data, parents, passes)
     passes.stable = _stable_names(order, parents, passes.token_of)
     return passes
 
@@ -119,43 +128,140 @@ def _by_module_calls(order: list[str], top: dict[str, str]) -> Passes:
 
 def _by_embedding(order: list[str], data: Mapping[str, Any]) -> Passes:
     passes = Passes()
-    if not any(api_of(name) == EMBEDDING for name in order):
+    opens = _pass_openings(order, data)
+    if not opens:
         passes.notes.append(
             f"no {EMBEDDING} call in the dump, so its forward passes cannot be told apart: "
             "every record is shown as token 0"
         )
         passes.token_of = dict.fromkeys(order, 0)
         return passes
-    token, vocab, open_pass, unclosed = -1, None, False, 0
-    for name in order:
-        if api_of(name) == EMBEDDING:
-            rows = _embedding_rows(data.get(name))
-            # the token table again (not GPT-2's position table) while a pass is open: that pass
-            # never reached a vocabulary-wide output, and a new one starts here
-            if not open_pass or (rows is not None and rows == vocab):
-                unclosed += open_pass
-                token, open_pass, vocab = token + 1, True, rows
-        if not open_pass:
-            passes.between.append(name)
-            continue
-        passes.token_of[name] = token
-        if vocab is not None and vocab in output_last_dims(data.get(name)):
-            open_pass = False
-    unclosed += open_pass
-    if unclosed:
+    vocab = _embedding_rows(data.get(order[opens[0]]))
+    passes.between += order[: opens[0]]  # generate()'s preparation: position ids, masks
+    guessed = 0
+    for token, start in enumerate(opens):
+        stop = opens[token + 1] if token + 1 < len(opens) else len(order)
+        end, found = _pass_end(order, data, start, stop, vocab)
+        guessed += not found
+        passes.token_of.update(dict.fromkeys(order[start : end + 1], token))
+        passes.between += order[end + 1 : stop]
+        if token == 0 and _is_projection(order[end]):
+            passes.logits = order[end]
+    if guessed:
         passes.notes.append(
-            f"{unclosed} forward passes never reached an output as wide as the embedding table "
-            f"({vocab if vocab is not None else 'shape not recorded'}): their ends, and so their logits, "
-            "are guessed; --logits-node names the logits"
+            f"{guessed} forward passes never reached an output as wide as the embedding table "
+            f"({vocab if vocab is not None else 'shape not recorded'}) in a projection: their ends, and "
+            "so their logits, are guessed (each pass's last projection before the next embedding); "
+            "--logits-node names the logits"
         )
     return passes
+
+
+def _pass_openings(order: list[str], data: Mapping[str, Any]) -> list[int]:
+    """Where each pass opens: the first embedding call, then every one over a table of its row count
+    (GPT-2's position table, of another, opens none)."""
+    opens: list[int] = []
+    vocab: int | None = None
+    for position, name in enumerate(order):
+        if api_of(name) != EMBEDDING:
+            continue
+        rows = _embedding_rows(data.get(name))
+        if not opens:
+            opens.append(position)
+            vocab = rows
+        elif rows is not None and rows == vocab:
+            opens.append(position)
+    return opens
+
+
+def _pass_end(
+    order: list[str], data: Mapping[str, Any], start: int, stop: int, vocab: int | None
+) -> tuple[int, bool]:
+    """The position of a pass's logits in ``order[start:stop]``, and whether it was found by width.
+
+    The logits are the lm_head's projection, the pass's last one as wide as the vocabulary (an MLP
+    may be as wide, but comes before it); where none is, the pass's last projection (a padded
+    vocabulary); where the pass has no projection at all, everything up to the next pass is kept.
+    """
+    last_projection = None
+    for position in range(stop - 1, start - 1, -1):
+        name = order[position]
+        if not _is_projection(name):
+            continue
+        if vocab is not None and vocab in output_last_dims(data.get(name)):
+            return position, True
+        if last_projection is None:
+            last_projection = position
+    return (last_projection, False) if last_projection is not None else (stop - 1, False)
+
+
+def _is_projection(name: str) -> bool:
+    """A linear map's API call (``Functional.linear``, ``Torch.matmul``, ``Tensor.__matmul__``,
+    ``NPU.npu_quant_matmul``...): the only kind of call that makes logits from hidden states."""
+    api = api_of(name)
+    if api is None:
+        return False
+    function = api.rsplit(".", 1)[-1]
+    return "linear" in function or "matmul" in function or function in _PRODUCTS
+
+
+def set_aside(passes: Passes, data: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """What to tell the user of the records outside every pass: a note naming how many and the
+    first few, and a warning where they look like the model's own arithmetic (projections, a
+    softmax narrower than the vocabulary: sampling's is as wide) or are more than ``generate()``
+    makes. (None, None) where every record is in a pass."""
+    between = passes.between
+    if not between:
+        return None, None
+    examples = ", ".join(between[:_EXAMPLES]) + (", ..." if len(between) > _EXAMPLES else "")
+    note = (
+        f"{len(between)} records were made between forward passes (generate()'s own calls: "
+        f"{examples}): they belong to no token and are not compared"
+    )
+    vocab = _vocabulary(passes, data)
+    arithmetic = [
+        name
+        for name in between
+        if _is_projection(name)
+        or (
+            (api_of(name) or "").lower().endswith("softmax")
+            and (vocab is None or vocab not in output_last_dims(data.get(name)))
+        )
+    ]
+    gaps = len(set(passes.token_of.values())) + 1  # before, between and after the passes
+    if not arithmetic and len(between) <= _GENERATE_CALLS * gaps:
+        return note, None
+    said = (
+        f"{len(arithmetic)} of them are model arithmetic ({', '.join(arithmetic[:_EXAMPLES])})"
+        if arithmetic
+        else f"more than generate() makes ({_GENERATE_CALLS} per pass)"
+    )
+    warning = (
+        f"{len(between)} records lie outside every forward pass and are not compared; {said}: the "
+        "passes may be split wrong (each runs from its embedding call to its last projection as wide "
+        "as the vocabulary, docs/formats.md §3.4)"
+    )
+    return note, warning
+
+
+def _vocabulary(passes: Passes, data: Mapping[str, Any]) -> int | None:
+    """The token embedding's row count, from the first embedding call in a pass."""
+    return next(
+        (
+            _embedding_rows(data.get(name))
+            for name in passes.token_of
+            if api_of(name) == EMBEDDING and _embedding_rows(data.get(name)) is not None
+        ),
+        None,
+    )
 
 
 def _logits_record(
     order: list[str], data: Mapping[str, Any], parents: Mapping[str, str | None], passes: Passes
 ) -> str | None:
-    """The first token's logits: its first record with the vocabulary as last output dimension,
-    or the outermost module around it that outputs the same (``Module.lm_head.Linear.forward.0``)."""
+    """The first token's logits at mix: its last record with the vocabulary as last output dimension
+    (the lm_head's, not an MLP's as wide), or the outermost module around it that outputs the same
+    (``Module.lm_head.Linear.forward.0``)."""
     first_token = min(passes.token_of.values(), default=None)
     vocab = next(
         (
@@ -170,7 +276,7 @@ def _logits_record(
     found = next(
         (
             n
-            for n in order
+            for n in reversed(order)
             if passes.token_of.get(n) == first_token and vocab in output_last_dims(data.get(n))
         ),
         None,

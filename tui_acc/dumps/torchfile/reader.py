@@ -11,10 +11,10 @@ stride, requires_grad, hooks[, metadata])`` with a typed storage (``torch.FloatS
 ``_rebuild_tensor_v3(..., dtype[, metadata])`` with an untyped one, for the dtypes added since
 (float8, uint16-64, complex32; torch/_tensor.py ``_reduce_ex_internal``, torch/storage.py
 ``_new_dtypes``). Both are replaced by our functions, as are the other globals a tensor file holds;
-see ``_Archive.find_class`` and ``_GLOBALS`` for the whole list. Nothing in torch is imported or run.
+see ``_Archive.find_class`` and pickle_globals.py for the whole list. Nothing in torch is imported or run.
 
 What a file may make the reader do is bounded by what it honestly holds: the pickle's depth and work
-(unpickler.py), data.pkl's size (``MAX_PICKLE_BYTES``), a compressed storage decompressed only as far
+(pickle_bounds.py), data.pkl's size (``MAX_PICKLE_BYTES``), a compressed storage decompressed only as far
 as its views reach (never past the sizes the zip declares), a view's elements by its storage's
 (views.py), and an archive naming a record twice is refused (torch.load reads the first copy,
 zipfile the last).
@@ -35,47 +35,16 @@ from typing import IO
 
 import numpy as np
 
-from tui_acc.dumps.dtypes import TENSOR_DTYPES
 from tui_acc.dumps.fs import read_ahead
 from tui_acc.dumps.mapped import map_bytes
-from tui_acc.dumps.torchfile.unpickler import (
-    HASHING_CALLS,
-    MAX_PICKLE_BYTES,
-    NeedsTorch,
-    RefusedGlobal,
-    RestrictedUnpickler,
-    SafeCall,
-    TorchFileError,
-    brief,
-)
+from tui_acc.dumps.torchfile.pickle_bounds import MAX_PICKLE_BYTES
+from tui_acc.dumps.torchfile.pickle_globals import StorageType, find_global
+from tui_acc.dumps.torchfile.refusals import NeedsTorch, RefusedGlobal, TorchFileError, brief
+from tui_acc.dumps.torchfile.unpickler import RestrictedUnpickler, SafeCall
 from tui_acc.dumps.torchfile.views import checked_view, count, element_size, view_values, with_metadata
 
 __all__ = ["NeedsTorch", "RefusedGlobal", "TorchFileError", "pickles_for_torch", "read_torch_file"]
 
-# torch/storage.py _dtype_to_storage_type_map: the legacy typed storages, by the dtype they hold
-TYPED_STORAGES = {
-    "DoubleStorage": "float64",
-    "FloatStorage": "float32",
-    "HalfStorage": "float16",
-    "LongStorage": "int64",
-    "IntStorage": "int32",
-    "ShortStorage": "int16",
-    "CharStorage": "int8",
-    "ByteStorage": "uint8",
-    "BoolStorage": "bool",
-    "BFloat16Storage": "bfloat16",
-    "ComplexDoubleStorage": "complex128",
-    "ComplexFloatStorage": "complex64",
-}
-# every dtype torch's weights_only loader lets a pickle name (torch/_weights_only_unpickler.py
-# _get_allowed_globals): as a value (SGLang's meta holds dtypes) each is its name
-_DTYPE_NAMES = (
-    TENSOR_DTYPES
-    | {"complex32", "qint8", "quint8", "qint32", "quint4x2", "quint2x4", "float4_e2m1fn_x2"}
-    | {"bits8", "bits16", "bits1x8", "bits2x4", "bits4x2"}
-    | {f"uint{bits}" for bits in range(1, 8)}
-    | {f"int{bits}" for bits in range(1, 8)}
-)
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # zipfile's structFileHeader: ... name and extra lengths last
 # a smaller storage is read even when mapped is asked for: one read costs less than mapping it and
 # faulting its pages in, and each mapping takes one of the guard's slots for as long as it lives
@@ -163,13 +132,6 @@ def _open_archive(handle: IO[bytes]) -> zipfile.ZipFile:
 
 def _reason(exc: BaseException) -> str:
     return (str(exc) or type(exc).__name__).splitlines()[0][:200]
-
-
-@dataclass(frozen=True)
-class _StorageType:
-    """A storage class the pickle names: the dtype of its elements (untyped: bytes)."""
-
-    dtype: str
 
 
 @dataclass(eq=False, slots=True)
@@ -296,22 +258,13 @@ class _Archive(RestrictedUnpickler):
             return SafeCall("_rebuild_tensor_v2", self._rebuild_v2)
         if qualified == "torch._utils._rebuild_tensor_v3":
             return SafeCall("_rebuild_tensor_v3", self._rebuild_v3)
-        found = _GLOBALS.get(qualified)
-        if found is not None:
-            return found
-        if module == "torch" and name in _DTYPE_NAMES:
-            return name  # a dtype as a value: its name
-        if module == "torch" and name in TYPED_STORAGES:
-            return _StorageType(TYPED_STORAGES[name])
-        if module == "torch" or module.startswith("torch."):
-            raise NeedsTorch(f"the pickle names {qualified}")  # torch's weights_only decides
-        raise RefusedGlobal(qualified)
+        return find_global(module, name)
 
     def persistent_load(self, pid: object) -> object:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
             raise TorchFileError(f"persistent id {brief(pid)} is not a storage")
         _, storage_type, key, _location, numel = pid  # the location (cuda:0, npu:0...) is not needed here
-        if not isinstance(storage_type, _StorageType) or not isinstance(key, str) or not count(numel):
+        if not isinstance(storage_type, StorageType) or not isinstance(key, str) or not count(numel):
             raise TorchFileError(f"storage id {brief(pid)} malformed")
         info = self._storages.get(key) or self._info(f"data/{key}")
         if info is None:
@@ -393,69 +346,3 @@ def _pread(handle: IO[bytes], offset: int, count: int) -> bytes:
     if not 0 <= offset < 1 << 62:  # a forged zip64 offset would overflow os.pread's off_t
         return b""
     return os.pread(handle.fileno(), count, offset)
-
-
-def _parameter(data: object, _requires_grad: object = False, _hooks: object = None) -> object:
-    if not isinstance(data, np.ndarray):
-        raise TorchFileError("a parameter without a tensor")
-    return data
-
-
-def _parameter_with_state(data: object, requires_grad: object, hooks: object, _state: object) -> object:
-    return _parameter(data, requires_grad, hooks)
-
-
-def _size(dims: object = ()) -> tuple[int, ...]:
-    items = tuple(dims) if isinstance(dims, (tuple, list)) else None
-    if items is None or not all(type(item) is int for item in items):
-        raise TorchFileError(f"torch.Size of {brief(dims)}")
-    return items
-
-
-def _device(kind: object, index: object = None) -> str:
-    if not isinstance(kind, str) or not (index is None or type(index) is int):
-        raise TorchFileError(f"torch.device of {brief(kind)}, {brief(index)}")
-    return kind if index is None else f"{kind}:{index}"
-
-
-def _complex(real: object = 0, imag: object = 0) -> complex:
-    if not all(type(part) in (int, float) for part in (real, imag)):
-        raise TorchFileError("complex of something other than numbers")
-    assert isinstance(real, (int, float)) and isinstance(imag, (int, float))
-    return complex(real, imag)
-
-
-def _encode(text: object, encoding: object = "utf-8") -> bytes:
-    """How protocol 2 pickles bytes: ``_codecs.encode(text, "latin1")``."""
-    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
-        raise TorchFileError("_codecs.encode other than bytes as latin-1")
-    return text.encode("latin-1")
-
-
-def _bytearray(*args: object) -> bytearray:
-    """How protocol 2 pickles a bytearray: from latin-1 text (never from a count: no forged allocation)."""
-    if not args:
-        return bytearray()
-    if isinstance(args[0], bytes) and len(args) == 1:
-        return bytearray(args[0])
-    if len(args) == 2 and isinstance(args[0], str) and args[1] in ("latin1", "latin-1"):
-        return bytearray(args[0].encode("latin-1"))
-    raise TorchFileError("bytearray other than from bytes")
-
-
-# the other globals a tensor file's pickle may name, as torch's weights_only loader allows them
-_GLOBALS: dict[str, object] = {
-    "torch._utils._rebuild_parameter": SafeCall("_rebuild_parameter", _parameter),
-    "torch._utils._rebuild_parameter_with_state": SafeCall(
-        "_rebuild_parameter_with_state", _parameter_with_state
-    ),
-    "torch.storage.UntypedStorage": _StorageType("uint8"),
-    "torch.UntypedStorage": _StorageType("uint8"),
-    "torch.Size": SafeCall("Size", _size),
-    "torch.device": SafeCall("device", _device),
-    # what else torch's weights_only loader allows outside torch (a meta dict may hold them)
-    **HASHING_CALLS,
-    "builtins.complex": SafeCall("complex", _complex),
-    "builtins.bytearray": SafeCall("bytearray", _bytearray),
-    "_codecs.encode": SafeCall("encode", _encode),
-}

@@ -15,57 +15,27 @@ hostile file:
 A global names what to call: ``find_class`` (a subclass's) turns the name into a ``SafeCall`` or a
 plain value, or refuses it. Only a ``SafeCall`` can be called, by REDUCE or NEWOBJ.
 
-A few hundred bytes can also describe an object too deep or too large to touch: 200,000 tuples
-inside each other (hashing one as a dict key overflows the C stack), or 60 levels of memo
-references, each tuple holding the one before twice (hashing that walks 2^60 tuples, in C, deaf to
-signals). So the work is bounded, not only the bytes: a pickle is at most ``MAX_PICKLE_BYTES`` long
-(so it runs at most as many opcodes), containers nest at most ``MAX_DEPTH`` deep, hashing gets
-``MAX_WORK`` steps, one for every element of every key hashed (a tuple's elements counted with memo
-references written out), a dict or set holds at most ``MAX_KEYS`` keys (ints a multiple of 2^61 - 1
-apart share a hash, and each one inserted probes every one before it), and the object returned,
-written out in full, is at most ``MAX_WORK`` items. Messages show pickled values through ``brief``
-(reprlib: a few levels, a few items), never through repr.
+Its bounds on the work a pickle may ask for, and ``measure``: pickle_bounds.py. Messages show pickled
+values through ``brief`` (reprlib: a few levels, a few items), never through repr.
 """
 
 from __future__ import annotations
 
 import _compat_pickle
-import reprlib
 import struct
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-MAX_DEPTH = 100  # containers inside containers: torch's files nest a few deep, a dict of lists at most
-MAX_WORK = 1 << 22  # elements hashed per pickle, and items in the object written out
-# keys of one dict or set: a tensor file's hold a few (SGLang's meta); 16,384 keys sharing a hash take
-# about a second to insert, the 250,000 a 4 MiB pickle can hold most of an hour
-MAX_KEYS = 1 << 14
-# A tensor file's pickle is a few hundred bytes a tensor (SGLang's dict, a state dict's thousands of
-# tensors: well under a MiB); as each opcode is a byte at least, this bounds the opcodes run too
-MAX_PICKLE_BYTES = 1 << 22
-
-
-class NeedsTorch(Exception):
-    """The file is valid for torch.load(weights_only=True) but not for this reader (legacy non-zip
-    format, big-endian, a storage or record type this reader does not know): fall back. str() says why."""
-
-
-class RefusedGlobal(Exception):
-    """The pickle names a global outside what tensors need (e.g. os.system): refused by name, never run.
-    .name holds "module.qualname"."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f"refused global {name}: the file holds pickled code or objects, not just tensors")
-        self.name = name
-
-
-class TorchFileError(ValueError):
-    """A torch file that is damaged or forged; ``problem`` (also str()) says what is wrong."""
-
-    def __init__(self, problem: str) -> None:
-        super().__init__(problem)
-        self.problem = problem
+from tui_acc.dumps.torchfile.pickle_bounds import (
+    CONTAINERS,
+    MAX_DEPTH,
+    MAX_PICKLE_BYTES,
+    MAX_WORK,
+    check_keys,
+    measure,
+)
+from tui_acc.dumps.torchfile.refusals import NeedsTorch, RefusedGlobal, TorchFileError, brief
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,18 +47,6 @@ class SafeCall:
     name: str
     function: Callable[..., object]
     hashes: bool = False
-
-
-_BRIEF = reprlib.Repr()
-_BRIEF.maxlevel = 3
-_BRIEF.maxtuple = _BRIEF.maxlist = _BRIEF.maxdict = _BRIEF.maxset = _BRIEF.maxfrozenset = 4
-_BRIEF.maxstring = _BRIEF.maxother = _BRIEF.maxlong = 40
-
-
-def brief(value: object) -> str:
-    """A pickled value in a message: a few levels and items of it, however deep or large it is
-    (repr would write out a tuple DAG's 2^60 tuples)."""
-    return _BRIEF.repr(value)
 
 
 _DICT_TYPES = (dict, OrderedDict, Counter)  # torch's _check_set_item_target
@@ -205,7 +163,7 @@ class RestrictedUnpickler:
         members = args[0]
         if not isinstance(members, (list, tuple, dict)):
             raise TorchFileError(f"data.pkl calls {call.name} of a {type(members).__name__}")
-        _check_keys(len(members))
+        check_keys(len(members))
         cost = 0
         for member in members:
             cost += self._key_cost(member)
@@ -256,7 +214,7 @@ class RestrictedUnpickler:
 
         containers = 0
         shared = False  # a container recalled from the memo: the object may be a DAG, or cyclic
-        container_types = _CONTAINERS
+        container_types = CONTAINERS
         while True:
             opcode = self._read(1)[0]
             if opcode == 0x80:  # PROTO
@@ -303,7 +261,7 @@ class RestrictedUnpickler:
                 value = stack.pop()
                 key = stack.pop()
                 target = _as_dict(stack[-1])
-                _check_keys(len(target) + 1)
+                check_keys(len(target) + 1)
                 self._charge(self._key_cost(key))
                 target[key] = value
             elif opcode == 0x75:  # SETITEMS
@@ -311,7 +269,7 @@ class RestrictedUnpickler:
                 target = _as_dict(stack[-1])
                 if len(items) % 2:
                     raise TorchFileError("data.pkl sets an item without a value")
-                _check_keys(len(target) + len(items) // 2)
+                check_keys(len(target) + len(items) // 2)
                 self._charge(self._keys_cost(items[::2]))
                 for index in range(0, len(items), 2):
                     target[items[index]] = items[index + 1]
@@ -374,14 +332,6 @@ class RestrictedUnpickler:
                 )
 
 
-def _check_keys(count: int) -> None:
-    if count > MAX_KEYS:
-        raise TorchFileError(
-            f"data.pkl puts more than {MAX_KEYS:,} keys in one dict or set: refused (keys may share a "
-            "hash, and inserting each would probe all the others)"
-        )
-
-
 def _as_list(target: object) -> list[object]:
     if type(target) is not list:
         raise TorchFileError(f"data.pkl appends to a {type(target).__name__}")
@@ -406,55 +356,3 @@ def _message(exc: BaseException) -> str:
     if all(isinstance(arg, str) for arg in exc.args):
         return str(exc)
     return ", ".join(brief(arg) for arg in exc.args)
-
-
-def measure(obj: object) -> None:
-    """Check an unpickled object: containers at most MAX_DEPTH deep, at most MAX_WORK items when
-    written out in full (every memo reference expanded), no container inside itself. Each container
-    is visited once (a DAG's written-out size is added up, not walked), without recursion."""
-    if type(obj) not in _CONTAINERS:  # a tensor file's usual object: one array
-        return
-    sizes: dict[int, int] = {}  # a container's items written out, itself included, once finished
-    # (a container, None) to measure; (a container, its containers, its item count) once they are
-    pending: list[tuple[object, list[object] | None, int]] = [(obj, None, 0)]
-    path: set[int] = set()  # the containers being measured: meeting one again is a cycle
-    while pending:
-        item, inner, count = pending.pop()
-        key = id(item)
-        if inner is not None:  # its inner containers are measured: now itself
-            path.discard(key)
-            size = 1 + count + sum(sizes[id(child)] - 1 for child in inner)
-            if size > MAX_WORK:
-                raise TorchFileError(
-                    f"data.pkl's object holds more than {MAX_WORK:,} items when its memo references "
-                    "are written out: refused as forged"
-                )
-            sizes[key] = size
-            continue
-        if key in sizes:
-            continue
-        if key in path:
-            raise TorchFileError("data.pkl's object contains itself: refused (torch's files never do)")
-        if len(path) >= MAX_DEPTH:
-            raise TorchFileError(f"data.pkl nests containers more than {MAX_DEPTH} deep: refused as forged")
-        children = _children(item)
-        # map(type) and set() run in C: a container of leaves only (a list of names, a state dict's
-        # values) costs no Python step a child
-        has_nested = not _CONTAINERS.isdisjoint(map(type, children))
-        nested = [child for child in children if type(child) in _CONTAINERS] if has_nested else []
-        path.add(key)
-        pending.append((item, nested, len(children)))
-        pending.extend((child, None, 0) for child in nested)
-
-
-# what the interpreter builds that holds other objects (a dict's subclasses are its SafeCalls')
-_CONTAINERS = frozenset({list, tuple, dict, set, OrderedDict, Counter})
-
-
-def _children(item: object) -> list[object] | tuple[object, ...]:
-    if isinstance(item, dict):
-        return [*item.keys(), *item.values()]
-    if isinstance(item, set):
-        return list(item)
-    assert isinstance(item, (list, tuple))
-    return item

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from tui_acc.dumps.dtypes import TENSOR_DTYPES, numpy_dtype
-from tui_acc.dumps.torchfile.unpickler import NeedsTorch, TorchFileError, brief
+from tui_acc.dumps.torchfile.refusals import NeedsTorch, TorchFileError, brief
 
 # a negative view (metadata "neg") is applied exactly, by its sign bit, to these
 _SIGNED_FLOATS = frozenset(

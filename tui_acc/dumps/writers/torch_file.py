@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tui_acc.dumps.dtypes import dtype_name
-from tui_acc.dumps.torchfile.reader import TYPED_STORAGES
+from tui_acc.dumps.torchfile.pickle_globals import TYPED_STORAGES
 
 _STORAGE_OF = {dtype: storage for storage, dtype in TYPED_STORAGES.items()}
 _ALIGNMENT = 64

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tui_acc.pairing import Unmatched
-from tui_acc.redump.plan import Selection
+from tui_acc.redump.selection import Selection
 from tui_acc.session import Comparison
 
 

@@ -376,14 +376,14 @@ class RanksScreen(TableScreen):
 
     def view_frame(self) -> pl.DataFrame:
         """The rows in the table's order, the columns ``tui-acc ranks --csv`` writes."""
-        from tui_acc.reports import ranks as ranks_report
+        from tui_acc.reports import collectives as ranks_report
 
         keys = [str(k.value) for k in self.main_table().rows]
         return ranks_report.rows_frame([ranks_report.public_row(self.rows[k]) for k in keys])
 
     def export_frame(self) -> pl.DataFrame:
         """The view with the check's provenance (the dump's path, the margin, the tui-acc version)."""
-        from tui_acc.reports import ranks as ranks_report
+        from tui_acc.reports import collectives as ranks_report
 
         return ranks_report.with_provenance(self.view_frame(), self.check)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from tui_acc.cli.settings import Settings
+from tui_acc.cli.toml_settings import Settings
 
 if TYPE_CHECKING:
     from tui_acc.collectives.check import RanksCheck
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 def run(args: argparse.Namespace) -> int:
     """``tui-acc ranks DUMP`` (the TUI) and ``report --ranks DUMP`` (text, --json, --csv)."""
     from tui_acc.collectives.check import RanksCheck
-    from tui_acc.collectives.ranks import open_ranks
+    from tui_acc.collectives.rank_set import open_ranks
 
     margin = Settings.load(args.config).margin(args.margin)
     check = RanksCheck(open_ranks(str(args.dump), follow_links=args.follow_links), margin)
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _report_ranks(check: RanksCheck, args: argparse.Namespace) -> int:
     from tui_acc.dumps import DumpError
-    from tui_acc.reports import ranks as ranks_report
+    from tui_acc.reports import collectives as ranks_report
     from tui_acc.reports.output import emit, exported
 
     report = ranks_report.build_report(check)

@@ -64,7 +64,7 @@ class Settings:
 
     def margin(self, given: float | None) -> float:
         """``--margin`` when given, else ``[collectives]`` margin (SettingError: either malformed)."""
-        from tui_acc.collectives.settings import checked_margin, margin_of
+        from tui_acc.collectives.margin import checked_margin, margin_of
 
         margin = margin_of(self.table("collectives"), self.source)  # checked even where --margin wins
         return margin if given is None else checked_margin(given, "--margin")
