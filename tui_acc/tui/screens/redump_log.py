@@ -93,8 +93,11 @@ class RedumpLogScreen(Screen[None]):
         """Refresh the status line: running, finished, stopped, left running or failed, with the time
         taken."""
         run = self.acc.redump_run
-        if run is not None:
-            self.query_one("#redump-status", Static).update(run_status(run))
+        if run is None:
+            return
+        # query, not query_one: the app's one-second tick may come while the screen is taken down
+        for status in self.query("#redump-status").results(Static):
+            status.update(run_status(run))
             self.refresh_bindings()  # x and o come and go with the run's state
 
     @property
