@@ -60,6 +60,10 @@ TITLES: dict[str, tuple[str, str]] = {
     ),
     "error_map_next": ("picture: next tensor", "The error picture of the operator's next tensor"),
     "error_map_prev": ("picture: previous tensor", "The error picture of the operator's previous tensor"),
+    "detail": (
+        "detail: every tensor of the operator",
+        "The detail panel takes the table's room (again, or Esc: gives it back)",
+    ),
     # the replay dialog
     "close_replay": ("replay: close", "Back to the operators"),
     "close_replay_q": ("replay: close", "Back to the operators"),

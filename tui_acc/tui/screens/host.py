@@ -1,6 +1,6 @@
 """What the screens use of the app that shows them, stated here so that no screen imports the app
 (the app imports every screen: importing it back would be a cycle). ``AccApp`` provides all of it;
-mypy checks that where app.py assigns the class to ``Host``."""
+mypy checks that in app.py (``_provides_host``)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ golden of every rank's input (``tui_acc.collectives``), rows arriving as a worke
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,45 +20,23 @@ from textual.worker import get_current_worker
 from tui_acc.collectives.check import RankRow, RanksCheck
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.column_fit import Spec, fit
+from tui_acc.tui.screens.ranks_table import (
+    COLUMNS,
+    FIXED,
+    KEEP,
+    RankSortColumn,
+    detail_text,
+    is_bad,
+    op_cell,
+    rank_cells,
+    row_key,
+)
 from tui_acc.tui.screens.table_screen import TableScreen
-from tui_acc.tui.sorting import Sort, SortColumn, Worst
+from tui_acc.tui.sorting import Sort, SortColumn
 from tui_acc.tui.widgets.metric_table import MetricTable
 
 if TYPE_CHECKING:
     import polars as pl
-
-# (key, header, width, worst end): the main table's columns
-# The key columns first, pinned while the metrics scroll beside them (→: the next ones, whole)
-COLUMNS: tuple[tuple[str, str, int, Worst], ...] = (
-    ("token", "Token", 5, "low"),
-    ("rank", "Rank", 4, "low"),
-    ("passed", "Verdict", 7, "low"),
-    ("op", "Operator", 16, "low"),  # the narrowest; as wide as the longest name where there is room
-    ("cosine_similarity", "Cosine", 9, "low"),
-    ("max_relative_error", "MaxRelErr", 10, "high"),
-    ("mean_relative_error", "MeanRelErr", 10, "high"),
-    ("relative_euclidean_distance", "RelEucl", 10, "high"),
-    ("beyond_bound", "Beyond", 6, "high"),
-    ("worst_ratio", "xBound", 9, "high"),
-)
-FIXED = 4  # token, rank, verdict, operator
-KEEP = 5  # and the cosine, in view without scrolling
-_NOTES = {"token": "first to last", "op": "A to Z", "rank": "first to last", "passed": "failures first"}
-
-
-@dataclass(frozen=True)
-class RankSortColumn(SortColumn):
-    """A column of this screen: its own worst end (its metrics are msit's names, not the pair's)."""
-
-    @property
-    def note(self) -> str:
-        """What picking it does, in the sort dialog (this screen's words for its own columns)."""
-        return _NOTES.get(self.key) or ("highest first" if self.worst == "high" else "lowest first")
-
-
-def row_key(row: RankRow) -> str:
-    """``token|rank|operator``: the table key of ``row``, unique in a run."""
-    return f"{row['token']}|{row['rank']}|{row['op']}"
 
 
 class RanksScreen(TableScreen):
@@ -188,7 +165,7 @@ class RanksScreen(TableScreen):
             table.add_row(*self._cells(row), key=key)
             counts = self.counts.setdefault(row["token"], [0, 0, 0])
             counts[1] += 1
-            counts[2] += _is_bad(row)
+            counts[2] += is_bad(row)
             self.disagreeing += row["passed"] is False
             self.unjudged += bool(row["error"])
         if message.rows:
@@ -221,37 +198,10 @@ class RanksScreen(TableScreen):
         return self.query_one("#collectives", DataTable)
 
     def _cells(self, row: RankRow) -> list[Text | str]:
-        passed = row["passed"]
-        if row["error"]:
-            verdict = Text("ERR", style=fmt.palette().error)
-        elif passed is None:
-            verdict = Text("…", style=fmt.PENDING_STYLE)
-        else:
-            verdict = (
-                Text("pass", style=fmt.palette().passed)
-                if passed
-                else Text("FAIL", style=fmt.palette().failed)
-            )
-        ok = passed is not False
-        beyond = "-" if row["beyond_bound"] is None else str(row["beyond_bound"])
-        return [
-            str(row["token"]),
-            str(row["rank"]),
-            verdict,
-            self._op_cell(row),
-            fmt.figure(fmt.cosine(row["cosine_similarity"]), ok),
-            fmt.figure(fmt.num(row["max_relative_error"]), ok),
-            fmt.figure(fmt.num(row["mean_relative_error"]), ok),
-            fmt.figure(fmt.num(row["relative_euclidean_distance"]), ok),
-            fmt.figure(beyond, ok),
-            fmt.figure(_ratio(row["worst_ratio"]), ok),
-        ]
+        return rank_cells(row, self._op_cell(row))
 
     def _op_cell(self, row: RankRow) -> Text:
-        """The operator's name; an ATB path by its layers' index where the column cannot hold every
-        name whole (``3/8_AllReduceOperation``), elided in the middle where it must."""
-        op = row["op"] if self.op_width >= self.longest_op else fmt.compact_path(row["op"])
-        return fmt.failing(fmt.elide_middle(op, self.op_width), row["passed"] is False)
+        return op_cell(row, self.op_width, self.longest_op)
 
     def _update_token(self, token: int) -> None:
         ops, _rows, bad = self.counts[token]
@@ -291,16 +241,7 @@ class RanksScreen(TableScreen):
         if row is None:
             detail.update("")
             return
-        head = f"token {row['token']} · {row['op']} · rank {row['rank']} ({row['rank_folder']})"
-        if row["error"]:
-            detail.update(Text(f"{head}\n{row['error']}", style=fmt.palette().error))
-            return
-        judged = (
-            f"{row['kind']} ({row['reduction']}) · {row['dtype']} · {row['numel']} elements · "
-            f"{row['beyond_bound']} beyond {self.check.margin:g} x the rounding bound "
-            f"(worst {_ratio(row['worst_ratio'])} x)"
-        )
-        detail.update(f"{head}\n{judged}")
+        detail.update(detail_text(row, self.check.margin))
 
     @on(DataTable.RowSelected, "#rank-tokens")
     def _go_to_token(self, event: DataTable.RowSelected) -> None:
@@ -311,7 +252,7 @@ class RanksScreen(TableScreen):
         if not mine:
             self.set_status(f"token {token}: no collective checked yet")
             return
-        target = next((i for i in mine if _is_bad(self.rows[keys[i]])), mine[0])
+        target = next((i for i in mine if is_bad(self.rows[keys[i]])), mine[0])
         self.move_to(target)
 
     # --- keys -------------------------------------------------------------------------------------
@@ -343,7 +284,7 @@ class RanksScreen(TableScreen):
 
     def is_failing(self, key: str) -> bool:
         """Whether the row disagrees or could not be checked (ERR)."""
-        return _is_bad(self.rows[key])
+        return is_bad(self.rows[key])
 
     def move_to(self, index: int) -> None:
         """The cursor on row ``index``, the focus on the table, the row's detail below it."""
@@ -398,11 +339,3 @@ class RanksScreen(TableScreen):
     def export_time(self) -> datetime:
         """The app's clock now (pinned by tests and screenshots)."""
         return self._clock()
-
-
-def _is_bad(row: RankRow) -> bool:
-    return row["passed"] is False or bool(row["error"])
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else fmt.num(value)

@@ -107,12 +107,12 @@ class TableScreen(Screen[None]):
         """``s``: choose a column to sort by (the current one again reverses it)."""
         self.app.push_screen(
             SortDialog(self.sort_columns(), self.sort, self.natural_order),
-            lambda picked: None if picked is None else self.apply_sort(picked),
+            lambda picked: None if picked is None else self.sort_by(picked),
         )
 
     def action_reverse_sort(self) -> None:
         """``S``: the same column the other way round (nothing when the view is unsorted)."""
-        self.apply_sort(self.sort.reversed())
+        self.sort_by(self.sort.reversed())
 
     @on(DataTable.HeaderSelected)
     def _sort_by_header(self, event: DataTable.HeaderSelected) -> None:
@@ -121,10 +121,22 @@ class TableScreen(Screen[None]):
             return
         column = next((c for c in self.sort_columns() if c.key == str(event.column_key.value)), None)
         if column is not None:
-            self.apply_sort(self.sort.picked(column))
+            self.sort_by(self.sort.picked(column))
+
+    def sort_by(self, sort: Sort) -> None:
+        """The user's sort (``s``, ``S``, a header): the table reordered from its top, the worst rows,
+        the cursor on the first; back in the natural order, the cursor stays on its row."""
+        if sort.column is None:
+            self.apply_sort(sort)
+            return
+        self.sort = sort
+        self.fill_table()  # from the top: filling scrolls the table home
+        self.update_summary()
+        self.move_to(0)
 
     def apply_sort(self, sort: Sort) -> None:
-        """Reorder the table; the cursor stays on the row it was on."""
+        """Reorder the table; the cursor stays on the row it was on (rows sorted while they were
+        computed settle so, under the user's eyes)."""
         table = self.main_table()
         current = self.cursor_key()
         self.sort = sort

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from tui_acc.anomalies.rules import anomaly_text
@@ -20,11 +22,33 @@ if TYPE_CHECKING:
     from tui_acc.metrics.engine import MetricsEngine
 
 
+class TensorPanel(VerticalScroll):
+    """The tensor detail under a table, a few lines high: where the operator has more tensors than the
+    panel has lines (at 80x24 a culprit's often do), it scrolls, and Tab reaches it (the arrows,
+    PgUp, PgDn, Home and End scroll it); the operator screen's ``d`` gives it the room."""
+
+    DEFAULT_CSS = """
+    TensorPanel { height: auto; max-height: 9; scrollbar-size-vertical: 1; }
+    """
+
+    def __init__(self, id: str | None = None, detail_id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._detail_id = detail_id
+
+    def compose(self) -> ComposeResult:
+        """The detail itself, as tall as its lines."""
+        yield TensorDetail(id=self._detail_id)
+
+    def allow_focus(self) -> bool:
+        """Tab stops here only where there is something to scroll to."""
+        return super().allow_focus() and self.max_scroll_y > 0
+
+
 class TensorDetail(Static):
     """Tensor-level view of one node pair."""
 
     DEFAULT_CSS = """
-    TensorDetail { height: auto; max-height: 9; }
+    TensorDetail { height: auto; }
     """
 
     _shown: tuple[NodePair | None, MetricsEngine, Row | None] | None = None
