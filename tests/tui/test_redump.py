@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from textual.content import Content
 from textual.widgets import DataTable, Input, RichLog, Static
 
 from tests.tui.conftest import settle
@@ -218,6 +219,23 @@ async def test_redump_failure_is_shown_and_changes_nothing(
         assert app.comparison is before and isinstance(app.screen, RedumpLogScreen)
         await pilot.press("escape")
         assert isinstance(app.screen, TokenScreen)
+
+
+async def test_what_a_notification_quotes_keeps_its_brackets(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A path, a command or an error is shown as it is: markup would eat ``[bin]`` (and a dumper's
+    JSON config, ``"step": [3]``)."""
+    missing = tmp_path / "[bin]" / "infer"
+    app = _app(demo_pair, tmp_path, shlex.join([str(missing), "--side", "test"]), monkeypatch)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("r", "enter")
+        await pilot.pause()
+        (said,) = (n for n in app._notifications if n.title == "Re-dump not started")
+        # a toast renders its message as markup unless told it is plain text (textual's Toast.render)
+        shown = Content(said.message) if not said.markup else Content.from_markup(said.message)
+        assert str(missing) in shown.plain, shown.plain
 
 
 async def test_escape_runs_nothing_and_a_typed_command_is_remembered(
