@@ -19,14 +19,13 @@ from tui_acc.verdicts.propagation import (
     GROWTH,
     amplification,
     angle_condition,
-    error_of,
     explained_bound,
     modelled,
     narrow,
     width,
 )
 from tui_acc.verdicts.rounding import coarser, local_bound
-from tui_acc.verdicts.weights import cast_bound, is_weight
+from tui_acc.verdicts.weights import weight_error
 
 Rule = Literal["threshold", "weights", "replay", "baseline", "error model"]
 
@@ -63,12 +62,10 @@ def by_weights(tensors: Sequence[TensorRow], node_type: str | None) -> Reading |
     """The node's weights against what their cast explains; None where it has no float weight."""
     worst: tuple[float, float, TensorRow] | None = None
     for tensor in tensors:
-        if tensor.get("stats_only") or not is_weight(tensor, node_type):
+        judged = weight_error(tensor, node_type)
+        if judged is None:
             continue
-        bound = cast_bound(tensor.get("golden_dtype"), tensor.get("test_dtype"))
-        error = error_of(tensor)
-        if bound is None or error is None:
-            continue
+        error, bound = judged
         if worst is None or _ratio(error, bound) > _ratio(worst[0], worst[1]):
             worst = (error, bound, tensor)
     if worst is None:
