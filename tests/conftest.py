@@ -181,6 +181,16 @@ def device_dir(root: Path) -> Path:
     return found
 
 
+def copy_without_weights(demo_pair, out: Path) -> tuple[Path, Path]:
+    """The demo pair copied to ``out`` without its ``weights/``: what msit writes by default
+    (``dump_weight=False``, docs/formats.md §1.4)."""
+    for side in ("golden", "test"):
+        copy = out / side
+        shutil.copytree(getattr(demo_pair, side), copy)
+        shutil.rmtree(device_dir(copy) / "weights")
+    return out / "golden", out / "test"
+
+
 @pytest.fixture
 def damaged_copy(demo_pair, tmp_path: Path) -> tuple[Path, Path]:
     golden, test = tmp_path / "golden", tmp_path / "test"

@@ -98,7 +98,8 @@ class CompareOptions:
         token_offset: for ATB dumps, token = folder - offset (default: automatic, MindIE-aware).
         rank: for multi-rank dumps, which rank to compare (on both sides when both have ranks).
         gather: merge every rank of the test dump, for a single-device golden.
-        cache: keep computed rows on disk (``tui_acc.metrics.cache``) and reuse them next time.
+        cache: keep computed rows on disk (``tui_acc.metrics.cache``) and reuse them next time
+            (never where ``$TUI_ACC_NO_CACHE`` is set).
         follow_links: read through symlinks (and ATB ``data=`` files) that lead out of a dump.
         data_mapping: two msprobe dumps: msprobe compare's ``-dm`` YAML (test tensor -> golden tensor).
         layer_mapping: two msprobe dumps: msprobe compare's ``-lm`` YAML (per class: test child ->
@@ -185,15 +186,16 @@ def open_comparison(
     thresholds, cache = options.thresholds, options.cache
 
     def build_engine() -> MetricsEngine:
-        from tui_acc.metrics.cache import RowCache
+        from tui_acc.metrics.cache import RowCache, cache_enabled
         from tui_acc.metrics.engine import MetricsEngine
 
+        keep = cache and cache_enabled()  # $TUI_ACC_NO_CACHE: --no-cache for every command
         noise_floor = None
         if baseline_index is not None and baseline_pairing is not None:
             # one worker: its rows are computed by the test's workers, each with the test row it judges
-            base_cache = RowCache(golden_index.data_dir, baseline_index.data_dir) if cache else None
+            base_cache = RowCache(golden_index.data_dir, baseline_index.data_dir) if keep else None
             noise_floor = MetricsEngine(baseline_pairing, thresholds, workers=1, cache=base_cache)
-        row_cache = RowCache(golden_index.data_dir, test_index.data_dir) if cache else None
+        row_cache = RowCache(golden_index.data_dir, test_index.data_dir) if keep else None
         return MetricsEngine(pairing, thresholds, cache=row_cache, baseline=noise_floor)
 
     def build_judge(engine: MetricsEngine) -> Judge:

@@ -51,6 +51,26 @@ def test_changed_file_is_recomputed_and_no_cache_bypasses(demo_pair, tmp_path: P
     assert third.engine.from_cache == 0 and third.engine.computed == len(third.pairing.tokens)
 
 
+@pytest.mark.parametrize("value", ["1", "yes"])
+def test_tui_acc_no_cache_keeps_every_command_off_the_disk(
+    demo_pair, value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shared host: one variable, set once, is --no-cache for the view, report and hunt alike."""
+    from tui_acc.cli.main import main
+
+    monkeypatch.setenv("TUI_ACC_NO_CACHE", value)
+    assert main(["report", str(demo_pair.golden), str(demo_pair.test)]) == 1
+    capsys.readouterr()
+    assert not (cache_dir() / "rows.sqlite3").exists()
+    comparison = open_comparison(demo_pair.golden, demo_pair.test)
+    comparison.engine.token_rows()
+    comparison.engine.flush()
+    assert comparison.engine.computed > 0 and not (cache_dir() / "rows.sqlite3").exists()
+    monkeypatch.setenv("TUI_ACC_NO_CACHE", "0")  # 0 (or empty): the cache as usual
+    assert main(["report", str(demo_pair.golden), str(demo_pair.test)]) == 1
+    assert (cache_dir() / "rows.sqlite3").is_file()
+
+
 def test_verdicts_follow_the_sessions_thresholds_not_the_cache(demo_pair, tmp_path: Path) -> None:
     from tui_acc.tolerances.thresholds import Thresholds
 

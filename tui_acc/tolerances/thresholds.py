@@ -128,8 +128,9 @@ class Thresholds:
         return replace(self, logits=new_logits, ops=new_ops)
 
     def as_dict(self) -> dict[str, Any]:
-        """Every bound, as the report's ``thresholds`` and the exports' ``source_thresholds`` give
-        them (``stats_norm_rel``: the table by dtype where no single tolerance is set)."""
+        """Every bound, as the report's ``thresholds`` and the exports give them (written once per
+        file: reports/export.py) (``stats_norm_rel``: the table by dtype where no single tolerance
+        is set)."""
         return {
             "logits": self.logits,
             "ops": self.ops,

@@ -156,7 +156,7 @@ class AccApp(TerminalApp):
     def on_acc_app_rows_saved(self, message: RowsSaved) -> None:
         """A row-cache flush ended: its write error, if any, becomes a warning."""
         if message.error is not None:  # RowCache keeps the errors it expects in ``problem``
-            self.notify(f"{message.error}", title="Row cache not written", severity="warning")
+            self.notify(f"{message.error}", title="Row cache not written", severity="warning", markup=False)
         self.warn_about_cache()
 
     def warn_about_cache(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from tui_acc.numbers import number
 from tui_acc.pairing import NodePair, TensorPair
 from tui_acc.rows import SAME_DATA_FIELDS, NodeRow, TensorRow
-from tui_acc.tolerances.errors import error_of, modelled
+from tui_acc.tolerances.errors import modelled
 from tui_acc.tolerances.rounding import coarser, local_bound
 from tui_acc.verdicts.local import LocalChecks, NodeReplay
 from tui_acc.verdicts.propagation import (
@@ -30,7 +30,7 @@ from tui_acc.verdicts.propagation import (
     width,
 )
 from tui_acc.verdicts.verdict import Rule
-from tui_acc.verdicts.weights import cast_bound, is_weight
+from tui_acc.verdicts.weights import is_weight, weight_error
 
 Tensors = Sequence[TensorRow]
 
@@ -98,12 +98,10 @@ def by_weights(tensors: Tensors, node_type: str | None) -> Reading | None:
     """The node's weights against what their cast explains; None where it has no float weight."""
     worst: tuple[float, float, TensorRow] | None = None
     for tensor in tensors:
-        if tensor.get("stats_only") or not is_weight(tensor, node_type):
+        judged = weight_error(tensor, node_type)
+        if judged is None:
             continue
-        bound = cast_bound(tensor.get("golden_dtype"), tensor.get("test_dtype"))
-        error = error_of(tensor)
-        if bound is None or error is None:
-            continue
+        error, bound = judged
         if worst is None or _ratio(error, bound) > _ratio(worst[0], worst[1]):
             worst = (error, bound, tensor)
     if worst is None:

@@ -42,7 +42,12 @@ KEYS = (
         "dtype's rounding u) in place of the numbers; [ ] the operator's other tensors",
     ),
     ("r", "re-dump the token (and operator) under the cursor: shows the command, Enter runs it"),
-    ("L", "the re-dump's log: x stops it, o opens the new dump at the same token and operator"),
+    ("L", "the re-dump's log: x stops it while it runs"),
+    (
+        "o",
+        "once a re-dump has finished (its line says so): open it in place of its side, at the same "
+        "token and operator",
+    ),
     ("O", "back to the original dumps after o opened a re-dump"),
     ("Esc", "give the table its room back (d), clear the filter, else back to the tokens (reopens as left)"),
     ("Backspace", "back to the tokens, keeping the filter"),
