@@ -21,7 +21,7 @@ from tui_acc.redump.plan import RedumpPlan, build_plan, unused_name
 from tui_acc.redump.runner import EXIT_GRACE, RedumpRun
 from tui_acc.redump.selection import RedumpError, Selection
 from tui_acc.redump.settings import RedumpSettings
-from tui_acc.reports.pair import op_summary
+from tui_acc.reports.findings import op_summary
 from tui_acc.session import CompareOptions, Comparison, open_comparison
 
 SIDES = ("golden", "test")

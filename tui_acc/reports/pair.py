@@ -9,48 +9,26 @@ from typing import Any, Protocol
 import polars as pl
 
 from tui_acc import __version__
-from tui_acc.dumps import DumpIndex
 from tui_acc.errors import TuiAccError
-from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, NOISE_COLUMNS, to_frame
+from tui_acc.metrics.schema import NODE_SCHEMA, NOISE_COLUMNS, to_frame
 from tui_acc.reports.export import provenance, stamped
+from tui_acc.reports.findings import (
+    carried,
+    counts_of,
+    noise_operators,
+    op_summary,
+    side_of,
+    single_pair,
+    why_no_culprit,
+)
 from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, Said
 from tui_acc.reports.pair_text import format_text, span
-from tui_acc.rows import NodeRow, Row
+from tui_acc.rows import NodeRow
 from tui_acc.session import Comparison
 from tui_acc.sides import swapped_sides
-from tui_acc.verdicts.explain import accumulated, token_failure
+from tui_acc.verdicts.explain import token_failure
 from tui_acc.verdicts.replay_check import Replay
 from tui_acc.verdicts.verdict import TokenVerdict
-
-_OP_FIELDS = (
-    "golden_type",
-    "test_type",
-    *METRIC_COLUMNS,
-    "input_cosine",
-    # the verdict's rule, what it measured against what it allows, and why (verdicts/rules.py)
-    "rule",
-    "local_error",
-    "expected_error",
-    "reason",
-    "input_error",
-    "output_error",
-    "worst_output",
-    "shape",
-    "golden_dtype",
-    "test_dtype",
-    *NOISE_COLUMNS,
-)
-# With --baseline, each operator row of the analysed token: its verdict, error and noise floor
-_NOISE_OP_FIELDS = (
-    "token",
-    "golden_node",
-    "test_node",
-    "outputs_passed",
-    "label",
-    "cosine",
-    "rmse",
-    *NOISE_COLUMNS,
-)
 
 
 class UnknownToken(TuiAccError, ValueError):
@@ -248,8 +226,8 @@ def build_report(
     ]
     swapped = swapped_sides(tokens.iter_rows(named=True))
     return PairReport(
-        golden=_side(cmp.golden),
-        test=_side(cmp.test),
+        golden=side_of(cmp.golden),
+        test=side_of(cmp.test),
         logits_node=cmp.pairing.logits_node,
         thresholds=engine.thresholds.as_dict(),
         tokens=[
@@ -273,8 +251,8 @@ def build_report(
         analysed_token=analysed,
         swapped=replace(swapped, command=swap_command).as_dict() if swapped else None,
         first_failing_op=op_summary(suspect),
-        explanation=_carried(carried_from, verdict_at)
-        or _explanation(cmp, failing if analysed == failing else None, suspect, token_rows, nodes),
+        explanation=carried(carried_from, verdict_at)
+        or why_no_culprit(cmp, failing if analysed == failing else None, suspect, token_rows, nodes),
         operators_compared_at=compared,
         failing_ops=failing_ops,
         failing=[
@@ -287,7 +265,7 @@ def build_report(
             }
             for row in shown
         ],
-        counts=_counts(verdict_at),
+        counts=counts_of(verdict_at),
         modules=nodes.filter(pl.col("tensors_within") > 0)
         .select(
             golden="golden_node",
@@ -302,111 +280,10 @@ def build_report(
         unmatched=[u.as_dict() for u in cmp.pairing.unmatched],
         errors=errors,
         notes=cmp.golden.notes + cmp.test.notes + cmp.pairing.notes + cache_notes,
-        tensor=_single_pair(cmp),
-        baseline=_side(cmp.baseline) if cmp.baseline is not None else None,
-        operators=_noise_operators(nodes) if cmp.baseline is not None else None,
+        tensor=single_pair(cmp),
+        baseline=side_of(cmp.baseline) if cmp.baseline is not None else None,
+        operators=noise_operators(nodes) if cmp.baseline is not None else None,
         token_table=tokens,
         node_table=nodes,
         provenance=provenance(cmp),
     )
-
-
-def _explanation(
-    cmp: Comparison,
-    failing: int | None,
-    suspect: Row | None,
-    token_rows: dict[int, dict[str, Any]],
-    nodes: pl.DataFrame,
-) -> str | None:
-    """The first failing token, analysed, and no operator to blame: the drift its dtype explains,
-    said so. Not where an operator there could not be read (it may be the culprit); operators on one
-    side only are counted, since nothing about them was compared."""
-    if failing is None or suspect is not None or token_rows[failing].get("error"):
-        return None
-    if nodes.height and nodes["error"].drop_nulls().len():
-        return None
-    found = accumulated(token_rows[failing].get("test_dtype"))
-    unmatched = sum(1 for u in cmp.pairing.unmatched if u.kind == "node" and u.token == failing)
-    return f"{found} ({unmatched} operators on one side only not compared)" if unmatched else found
-
-
-def _carried(failing: int | None, earlier: TokenVerdict | None) -> str | None:
-    """Where the first failing token's error started at an earlier token, said so."""
-    if failing is None or earlier is None or earlier.culprit is None:
-        return None
-    return (
-        f"no operator at token {failing} adds error of its own: the error starts at token "
-        f"{earlier.token} in {earlier.culprit.node} and reaches token {failing} through what its "
-        "decode steps read of the earlier tokens (the KV cache)"
-    )
-
-
-def _noise_operators(nodes: pl.DataFrame) -> list[dict[str, Any]]:
-    """With --baseline: every operator of the analysed token against its noise."""
-    return (
-        nodes.select(_NOISE_OP_FIELDS)
-        .rename({"golden_node": "golden", "test_node": "test", "outputs_passed": "passed"})
-        .to_dicts()
-    )
-
-
-def _counts(verdict: TokenVerdict | None) -> dict[str, int] | None:
-    """The analysed token's nodes by label, and where a failure shows (local and inherited)."""
-    if verdict is None:
-        return None
-    counts = verdict.counts
-    return {
-        "failing": counts.failing,
-        "local": counts.local,
-        "inherited": counts.inherited,
-        "contains": counts.contains,
-        "nodes": counts.total,
-    }
-
-
-def _side(index: DumpIndex) -> dict[str, Any]:
-    return {
-        "path": str(index.root),
-        "data_dir": str(index.data_dir),
-        "format": index.format,
-        "tokens": len(index.tokens),
-        "order": index.order_source,
-    }
-
-
-def op_summary(row: Row | None) -> dict[str, Any] | None:
-    """A node row as ``first_failing_op`` gives it (``report --json``, ``hunt --json``)."""
-    if row is None:
-        return None
-    op = {"token": row["token"], "golden": row["golden_node"], "test": row["test_node"]}
-    op.update({key: row.get(key) for key in _OP_FIELDS})
-    op["inputs_passed"] = row["inputs_effective"]
-    op["inputs_from"] = row.get("inputs_from")
-    op["label"] = row.get("label")
-    op["in_place"] = row.get("in_place")
-    return op
-
-
-_TENSOR_FIELDS = (
-    *METRIC_COLUMNS,
-    "numel",
-    "golden_dtype",
-    "test_dtype",
-    "golden_shape",
-    "test_shape",
-    "golden_nan",
-    "golden_inf",
-    "test_nan",
-    "test_inf",
-    "passed",
-    "error",
-)
-
-
-def _single_pair(cmp: Comparison) -> dict[str, Any] | None:
-    """Every metric of the pair when two single tensor files are compared."""
-    if not (cmp.golden.format == cmp.test.format == "tensor"):
-        return None
-    (node,) = cmp.pairing.node_pairs(0)
-    row = cmp.engine.tensor_row(node.tensors[0])
-    return {key: row.get(key) for key in _TENSOR_FIELDS}
