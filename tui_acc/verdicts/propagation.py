@@ -175,7 +175,8 @@ def spread(elements: int | None) -> float:
 
 # linear maps whose weight is a dumped tensor of the node: torch's Linear and GPT-2's Conv1D modules,
 # F.linear and the matmul calls, ATB's LinearOperation, torch_npu's quantised and grouped matmuls
-_LINEAR = re.compile(r"linear|Conv1D|matmul|addmm|LinearOperation", re.IGNORECASE)
+# (an MoE router's scores are its input times its weight)
+_LINEAR = re.compile(r"linear|Conv1D|matmul|addmm|LinearOperation|Router", re.IGNORECASE)
 
 
 def explained_bound(input_error: float, rounding_bound: float, growth: float = GROWTH) -> float:

@@ -48,6 +48,9 @@ class Facts:
     inputs_from: str | None  # "files", or the node whose outputs stood for its inputs
     input_error: float | None
     output_error: float | None
+    # an integer input differs from the golden's (other token ids, other experts chosen): what it
+    # changes is no error to model
+    integers_differ: bool = False
 
     @property
     def name(self) -> str:
@@ -199,7 +202,11 @@ def by_error_model(
         return Reading("error model", False, output_error, None, said)
     # a sum's few values each carry their own projection of the incoming error (elementwise maps do not)
     elements = min([n for t in outputs if isinstance(n := t.get("numel"), int)], default=None)
-    few = spread(elements) if linear_map(facts.type) and not inside else 1.0
+    # (and a module's own matrices, which no node inside it stands for: an experts block's weights)
+    own_matrices = any(
+        t.get("role") == "param" and str(t.get("golden_shape")).count(",") >= 1 for t in facts.tensors
+    )
+    few = spread(elements) if (linear_map(facts.type) and not inside) or (inside and own_matrices) else 1.0
     growth = GROWTH * amplified * cancelling * few
     bound = explained_bound(came_in, rounding, growth)
     said = (
@@ -227,7 +234,10 @@ def by_glue(
     for child in children:
         error = child.input_error
         known = [e for e in carried if e is not None and not math.isnan(e)]
-        dumped = child.inputs_from == "files" and not child.row.get("stats_only")
+        # an operator fed other token ids or other experts takes in a change, not an error
+        dumped = (
+            child.inputs_from == "files" and not child.row.get("stats_only") and not child.integers_differ
+        )
         if dumped and known and error is not None and not math.isnan(error):
             dtype = coarser(child.row.get("golden_dtype"), child.row.get("test_dtype"), buffers)
             bound = explained_bound(max(known), local_bound(dtype))

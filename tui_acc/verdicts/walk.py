@@ -38,6 +38,7 @@ from tui_acc.tolerances.rounding import coarsest
 from tui_acc.tolerances.thresholds import gains_non_finite, is_float
 from tui_acc.verdicts.judging import Judging, TokenInput, integer_differs
 from tui_acc.verdicts.propagation import rotary
+from tui_acc.verdicts.routing import selection_of
 from tui_acc.verdicts.rules import (
     Facts,
     Reading,
@@ -85,13 +86,28 @@ class TokenWalk:
         """Judge the next node in execution order from its row, its tensors' rows and what came
         before it; None where a replay it needs is not known and ``compute`` is False."""
         facts = self._facts(row, tensors)
-        reading = _reading(facts, self.judging, node, self._compute)
+        came = self._diverged()
+        if came is not None:  # another token than the golden's: nothing here computes the same thing
+            said = f"{came.source}: this token works on another input than the golden's"
+            reading: Reading | None = Reading("threshold", False, facts.output_error, None, said)
+        else:
+            reading = _reading(facts, self.judging, node, self._compute)
         if reading is None:
             return None
         name = row["golden_node"]
         self.facts[name] = facts
         self.verdicts[name] = verdict = _verdict(facts, reading)
         return verdict
+
+    _came: TokenInput | None = None
+    _came_asked = False
+
+    def _diverged(self) -> TokenInput | None:
+        """Where the step before this token chose another token than the golden, what it chose: the
+        whole token then works on another input, and none of its operators starts an error."""
+        if not self._came_asked and self._token_input is not None:
+            self._came, self._came_asked = self._token_input(), True
+        return self._came if self._came is not None and not self._came.passed else None
 
     def result(self, metrics: dict[str, NodeRow], total: int, complete: bool) -> TokenVerdict:
         """The token's verdict as judged so far, beside ``metrics`` (the engine's rows by name)."""
@@ -119,7 +135,8 @@ class TokenWalk:
                 source = came.source if came is not None else None
             if fed is not None and (row.get("in_place") or not errors):
                 input_error = fed.error
-        return Facts(row, tensors, passed, source, input_error, max(outputs) if outputs else None)
+        differ = any(integer_differs(t) for t in data)
+        return Facts(row, tensors, passed, source, input_error, max(outputs) if outputs else None, differ)
 
     def _feed(self, name: str) -> _Fed | None:
         """What fed ``name``: the previous sibling with outputs, else its parent's input, looking up.
@@ -175,10 +192,12 @@ class TokenWalk:
         inside them fails "inherited".
         """
         before = dict(self.verdicts)
-        for name, verdict in list(self.verdicts.items()):
+        for name, verdict in [] if self._diverged() is not None else list(self.verdicts.items()):
             inside = [n for n in _descendants(self.judging.tree, name) if n in self.verdicts]
             facts = self.facts[name]
             if not self.judging.models or not inside or verdict.rule in ("weights", "replay"):
+                continue
+            if facts.integers_differ:  # fed other token ids or experts: nothing inside is its own error
                 continue
             if facts.row.get("error"):
                 continue
@@ -272,8 +291,54 @@ def _reading(facts: Facts, judging: Judging, node: NodePair | None, compute: boo
     row = facts.row
     outputs = [t for t in facts.tensors if t.get("role") == "output" and not t.get("error")]
     hard = row.get("error") or row.get("outputs_unknown") or row["outputs_passed"] is None
-    if hard or not judging.models or any(gains_non_finite(t) or integer_differs(t) for t in outputs):
+    if hard or not judging.models or any(gains_non_finite(t) for t in outputs):
         return by_threshold(facts)
+    if any(integer_differs(t) for t in outputs):
+        return _routed(facts, judging, node, compute, outputs)
+    # integer outputs equal to the golden's (a router's kept experts) carry no error to model
+    floats = [t for t in outputs if is_float(t.get("golden_dtype")) and is_float(t.get("test_dtype"))]
+    return _rules(facts, judging, node, compute, floats)
+
+
+def _routed(
+    facts: Facts, judging: Judging, node: NodePair | None, compute: bool, outputs: Tensors
+) -> Reading | None:
+    """Integer outputs that differ: no rounding explains them (the thresholds judge), unless they are
+    a router's kept experts (routing.py): the top k of its own scores, they flipped between near-equal
+    scores and the scores are judged; not the top k, the router chose wrongly."""
+    checks = judging.checks
+    selection = selection_of(node, facts.tensors) if node is not None and checks is not None else None
+    differing = {t.get("slot") for t in outputs if integer_differs(t)}
+    if checks is None or selection is None or differing != {selection.indices.slot}:
+        return by_threshold(facts)
+    known, routing = (True, checks.routing(selection)) if compute else checks.known_routing(selection)
+    if not known:
+        return None
+    if routing is None:  # a file could not be read: the thresholds alone
+        return by_threshold(facts)
+    slots = f"{selection.indices.slot} against {selection.scores.slot}"
+    if not routing.consistent:
+        said = (
+            f"its kept experts are not the top k of its own scores ({slots}) at {routing.wrong} of "
+            f"{routing.rows} tokens (the first: row {routing.first_wrong})"
+        )
+        return Reading("replay", True, None, None, said)
+    scores = [t for t in outputs if t.get("slot") == selection.scores.slot]
+    reading = _rules(replace(facts, output_error=error_of(scores[0])), judging, node, compute, scores)
+    if reading is None:
+        return None
+    flip = (
+        f"it keeps other experts than the golden at {routing.flipped} of {routing.rows} tokens, the top "
+        f"k of its own scores ({slots}): near-equal scores flipped by their error"
+    )
+    return replace(reading, reason=f"{reading.reason}; {flip}")
+
+
+def _rules(
+    facts: Facts, judging: Judging, node: NodePair | None, compute: bool, outputs: Tensors
+) -> Reading | None:
+    """The rules after the hard cases, on ``outputs`` (the node's float outputs that can be read)."""
+    row = facts.row
     weights = by_weights(facts.tensors, facts.type)
     if weights is not None and weights.local:
         return weights
@@ -296,6 +361,8 @@ def _reading(facts: Facts, judging: Judging, node: NodePair | None, compute: boo
             return modelled
         if found is not None:
             return found
+    if facts.integers_differ:  # other token ids, other experts: a change no error model describes
+        return by_threshold(facts)
     if judging.baseline and row.get("noise_ratio") is not None:
         return by_threshold(facts, rule="baseline")
     return modelled if modelled is not None else by_threshold(facts)
