@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
-from tui_acc.tolerances.thresholds import Thresholds
 
 from tests.tui.conftest import settle
 from tui_acc import CompareOptions, open_comparison
+from tui_acc.tolerances.thresholds import Thresholds
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.widgets.tensor_detail import TensorDetail
