@@ -51,6 +51,9 @@ class Facts:
     # an integer input differs from the golden's (other token ids, other experts chosen): what it
     # changes is no error to model
     integers_differ: bool = False
+    # the dtype its buffers were cast to, where it reads some (a rotary embedding's frequencies, cast
+    # with the model and used in float32): their rounding is allowed too
+    buffers: str | None = None
 
     @property
     def name(self) -> str:
@@ -179,7 +182,8 @@ def by_error_model(
     if output_error is None or math.isnan(output_error) or not known:
         return None
     came_in = max(known)
-    dtype = coarser(*(t.get(f"{side}_dtype") for t in outputs for side in ("golden", "test")))
+    sides = [t.get(f"{side}_dtype") for t in outputs for side in ("golden", "test")]
+    dtype = coarser(*sides, facts.buffers)
     reduction = max([w for t in inputs if (w := width(t)) is not None], default=1)
     condition = angle_condition(facts.type, inputs)
     if condition is None:
@@ -218,19 +222,47 @@ def by_error_model(
     return Reading("error model", output_error > bound, output_error, bound, said)
 
 
-def by_glue(
-    facts: Facts, children: Sequence[Facts], cache: float | None = None, buffers: object = None
+def by_statistics(
+    facts: Facts,
+    outputs: Tensors,
+    inputs: Tensors,
+    excess: Callable[[TensorRow], float | None] | None,
 ) -> Reading | None:
+    """A statistics-only node that fails its thresholds while its inputs pass: how far its statistics
+    are off (in units of their tolerance, ``stats_excess``) against how far its inputs' are. Inputs
+    just within their tolerance can take an output just past it (a norm moves a minimum by more than
+    the norm of its input moves: 3 % against 1 %): not local unless the output is off by more than
+    ``GROWTH`` times its inputs plus one tolerance. None where it is no such node (the thresholds
+    judge it)."""
+    if excess is None or not facts.failing or facts.inputs_passed is not True:
+        return None
+    if not outputs or not all(t.get("stats_only") for t in outputs):
+        return None
+    out = [e for t in outputs if (e := excess(t)) is not None]
+    came = [e for t in inputs if t.get("stats_only") and (e := excess(t)) is not None]
+    if not out or not came or any(math.isnan(e) for e in [*out, *came]):
+        return None
+    worst, carried = max(out), max(came)
+    bound = GROWTH * carried + 1.0
+    said = (
+        f"its statistics are {worst:.3g}x their tolerance off, its inputs' {carried:.3g}x: "
+        f"{GROWTH:g}x that plus one tolerance allows {bound:.3g}x"
+    )
+    # (in units of a tolerance, not of relative error: said in the reason, not in the error columns)
+    return Reading("threshold", worst > bound, None, None, said)
+
+
+def by_glue(facts: Facts, children: Sequence[Facts], also: float | None = None) -> Reading | None:
     """A module whose own code between its operators adds error: an operator inside it takes in more
     error (its dumped inputs') than everything before it there carries (the module's inputs, the
     earlier operators' outputs) explains. That is glue code (a residual add, a reshape) or a tensor
     no operator made (a buffer the port computes otherwise: a rotary embedding's frequencies).
-    Local, or None. ``cache``: the error an attention's KV cache carries (at a decode step), read
-    by its operators beside the module's inputs. ``buffers``: the dtype the module's buffers were
-    cast to (a rotary embedding's frequencies, cast with the model): their rounding is allowed too."""
+    Local, or None. ``also``: the error of what else its operators read beside the module's inputs
+    (an attention's KV cache at a decode step; inputs not dumped). A module's buffers (``Facts``)
+    are allowed their rounding."""
     if facts.row.get("stats_only"):
         return None  # statistics are computed in each tensor's own dtype: too coarse for this
-    carried = [facts.input_error, cache]
+    carried = [facts.input_error, also]
     for child in children:
         error = child.input_error
         known = [e for e in carried if e is not None and not math.isnan(e)]
@@ -239,7 +271,7 @@ def by_glue(
             child.inputs_from == "files" and not child.row.get("stats_only") and not child.integers_differ
         )
         if dumped and known and error is not None and not math.isnan(error):
-            dtype = coarser(child.row.get("golden_dtype"), child.row.get("test_dtype"), buffers)
+            dtype = coarser(child.row.get("golden_dtype"), child.row.get("test_dtype"), facts.buffers)
             bound = explained_bound(max(known), local_bound(dtype))
             if error > bound:
                 said = (
