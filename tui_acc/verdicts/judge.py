@@ -20,7 +20,6 @@ from tui_acc.row_store import RowStore
 from tui_acc.rows import NodeRow, TensorRow, TokenRow
 from tui_acc.tolerances.errors import error_of
 from tui_acc.tolerances.rounding import coarsest
-from tui_acc.tolerances.thresholds import stats_excess
 from tui_acc.verdicts.judging import Judging, TokenInput, diverged
 from tui_acc.verdicts.local import LocalChecks
 from tui_acc.verdicts.verdict import TokenVerdict
@@ -73,7 +72,6 @@ class Judge:
             first_token=pairing.tokens[0] if pairing.tokens else 0,
             whole_inputs=pairing.test.format != "msit-torch",
             model_dtype=coarsest(pairing.test.float_dtypes),
-            excess=functools.partial(stats_excess, thresholds=engine.thresholds, floor=engine.stats_floor),
         )
         self._verdicts: RowStore[int, TokenVerdict] = RowStore()
 

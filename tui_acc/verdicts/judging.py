@@ -3,7 +3,6 @@ token before any of its nodes (``TokenInput``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from tui_acc.dumps.model import NodeTree
@@ -32,9 +31,6 @@ class Judging:
     # the test model's own dtype, the coarsest its tensors have: what its buffers were cast to (a
     # rotary embedding's frequencies), whatever dtype the operators that read them compute in
     model_dtype: str | None = None
-    # a statistics row's distance from its golden in units of its tolerance (stats_excess, with the
-    # thresholds in force): how a statistics dump's inputs and outputs are weighed against each other
-    excess: Callable[[TensorRow], float | None] | None = None
 
     def prefetch(self, node: NodePair, tensors: Tensors) -> None:
         """Replay ``node`` now (on a worker, while others compare tensors) where judging it will: the

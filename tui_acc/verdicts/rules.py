@@ -15,7 +15,7 @@ from typing import Any
 from tui_acc.numbers import number
 from tui_acc.pairing import NodePair, TensorPair
 from tui_acc.rows import SAME_DATA_FIELDS, NodeRow, TensorRow
-from tui_acc.tolerances.errors import modelled
+from tui_acc.tolerances.errors import modelled, relative_error
 from tui_acc.tolerances.rounding import coarser, local_bound
 from tui_acc.verdicts.local import LocalChecks, NodeReplay
 from tui_acc.verdicts.propagation import (
@@ -222,34 +222,32 @@ def by_error_model(
     return Reading("error model", output_error > bound, output_error, bound, said)
 
 
-def by_statistics(
-    facts: Facts,
-    outputs: Tensors,
-    inputs: Tensors,
-    excess: Callable[[TensorRow], float | None] | None,
-) -> Reading | None:
-    """A statistics-only node that fails its thresholds while its inputs pass: how far its statistics
-    are off (in units of their tolerance, ``stats_excess``) against how far its inputs' are. Inputs
-    just within their tolerance can take an output just past it (a norm moves a minimum by more than
-    the norm of its input moves: 3 % against 1 %): not local unless the output is off by more than
-    ``GROWTH`` times its inputs plus one tolerance. None where it is no such node (the thresholds
-    judge it)."""
-    if excess is None or not facts.failing or facts.inputs_passed is not True:
+def by_statistics(facts: Facts, outputs: Tensors, inputs: Tensors) -> Reading | None:
+    """A statistics-only node that fails its thresholds while its inputs pass, weighed by the one
+    statistic that measures an error (the L2 norm's relative difference, a lower bound of the
+    relative error): where its norm is no further off than ``GROWTH`` times its inputs' plus its
+    own rounding, what fails is where its values moved (a maximum, a minimum), and they moved with
+    its inputs: a norm moves a minimum by 3 % for a 1 % input. Not local, then; None otherwise (the
+    thresholds judge it)."""
+    if not facts.failing or facts.inputs_passed is not True:
         return None
     if not outputs or not all(t.get("stats_only") for t in outputs):
         return None
-    out = [e for t in outputs if (e := excess(t)) is not None]
-    came = [e for t in inputs if t.get("stats_only") and (e := excess(t)) is not None]
-    if not out or not came or any(math.isnan(e) for e in [*out, *came]):
+    out = [e for t in outputs if (e := relative_error(t)) is not None]
+    came = [e for t in inputs if t.get("stats_only") and (e := relative_error(t)) is not None]
+    if not out or not came:
         return None
     worst, carried = max(out), max(came)
-    bound = GROWTH * carried + 1.0
+    dtype = coarser(*(t.get(f"{side}_dtype") for t in outputs for side in ("golden", "test")))
+    bound = explained_bound(carried, local_bound(dtype))
+    if worst > bound:
+        return None
     said = (
-        f"its statistics are {worst:.3g}x their tolerance off, its inputs' {carried:.3g}x: "
-        f"{GROWTH:g}x that plus one tolerance allows {bound:.3g}x"
+        f"its statistics fail, but its norm is {number(worst)} off against {number(carried)} in its "
+        f"inputs' ({GROWTH:g}x that plus its rounding allows {number(bound)}): its extremes moved "
+        "with its inputs"
     )
-    # (in units of a tolerance, not of relative error: said in the reason, not in the error columns)
-    return Reading("threshold", worst > bound, None, None, said)
+    return Reading("threshold", False, worst, bound, said)
 
 
 def by_glue(facts: Facts, children: Sequence[Facts], also: float | None = None) -> Reading | None:

@@ -392,9 +392,7 @@ def _rules(
         return by_threshold(facts, rule="baseline")
     if modelled is not None:
         return modelled
-    return by_statistics(facts, outputs, data_inputs(row, facts.tensors), judging.excess) or by_threshold(
-        facts
-    )
+    return by_statistics(facts, outputs, data_inputs(row, facts.tensors)) or by_threshold(facts)
 
 
 def _verdict(facts: Facts, reading: Reading) -> NodeVerdict:
