@@ -37,7 +37,7 @@ def _locals(folder: Path, side: str) -> set[tuple[int, str]]:
 
 
 def test_every_case_is_tested():
-    assert len(CASES) == 12
+    assert len(CASES) == 17
     assert {"qwen3-msprobe-L0-kvcache", "qwen3-sglang-outputs", "gemma3-msprobe-L0-gelu"} <= set(CASES)
 
 
