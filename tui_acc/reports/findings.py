@@ -62,7 +62,27 @@ def why_no_culprit(
         return None
     found = accumulated(token_rows[failing].get("test_dtype"))
     unmatched = sum(1 for u in cmp.pairing.unmatched if u.kind == "node" and u.token == failing)
-    return f"{found} ({unmatched} operators on one side only not compared)" if unmatched else found
+    if unmatched:
+        found += f" ({unmatched} operators on one side only not compared)"
+    flipped = [r["golden_node"] for r in nodes.iter_rows(named=True) if FLIP in (r.get("reason") or "")]
+    if flipped:  # a discrete choice moved by rounding: what most often takes the logits past their bounds
+        found += (
+            f"; an MoE router kept other experts than the golden between near-equal scores ({flipped[0]})"
+        )
+    return found
+
+
+# what a router's reading says of a flip between near-equal scores (verdicts/walk.py's _routed)
+FLIP = "near-equal scores flipped"
+
+
+def later(failing: int, found: TokenVerdict) -> str | None:
+    """Where the first failing token has no culprit and a later token has one (``--all-tokens``)."""
+    if found.culprit is None:
+        return None
+    return (
+        f"no operator at token {failing} adds error of its own; the first that does is at token {found.token}"
+    )
 
 
 def carried(failing: int | None, earlier: TokenVerdict | None) -> str | None:

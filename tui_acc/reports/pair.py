@@ -15,6 +15,7 @@ from tui_acc.reports.export import provenance, stamped
 from tui_acc.reports.findings import (
     carried,
     counts_of,
+    later,
     noise_operators,
     op_summary,
     side_of,
@@ -190,8 +191,9 @@ def build_report(
             analysed = at
     if analysed is None and shown:  # only unreadable files: the first token with one
         analysed = shown[0]["token"]
+    token_rows = {r["token"]: r for r in tokens.iter_rows(named=True)}
     verdict_at: TokenVerdict | None = judge.token(analysed) if analysed is not None else None
-    carried_from = None
+    carried_from, passed_over = None, None
     if (
         token is None
         and failing is not None
@@ -203,14 +205,19 @@ def build_report(
         # earlier token, through what its decode steps read of them (the KV cache)
         earlier = judge.earlier_culprit(failing)
         if earlier is not None:
-            carried_from, analysed, verdict_at = analysed, earlier.token, earlier
+            carried_from, analysed, verdict_at = failing, earlier.token, earlier
             paired = cmp.pairing.tokens  # judged: the tokens up to the earlier culprit, and the failing one
             compared = sorted({*compared, *paired[: paired.index(earlier.token) + 1]})
+        elif all_tokens:  # every token judged: the first later culprit is named, and why
+            found = next((v for at in compared if at > failing and (v := judge.token(at)).culprit), None)
+            if found is not None:
+                said = why_no_culprit(cmp, failing, None, token_rows, judge.frame(failing))
+                passed_over = "; ".join(filter(None, (said, later(failing, found))))
+                analysed, verdict_at = found.token, found
     nodes = (
         to_frame(verdict_at.rows, NODE_SCHEMA) if verdict_at is not None else pl.DataFrame(schema=NODE_SCHEMA)
     )
     suspect = verdict_at.culprit_row if verdict_at is not None else None
-    token_rows = {r["token"]: r for r in tokens.iter_rows(named=True)}
     why = (
         token_failure(token_rows[failing], engine.thresholds, engine.stats_floor)
         if failing is not None
@@ -252,6 +259,7 @@ def build_report(
         swapped=replace(swapped, command=swap_command).as_dict() if swapped else None,
         first_failing_op=op_summary(suspect),
         explanation=carried(carried_from, verdict_at)
+        or passed_over
         or why_no_culprit(cmp, failing if analysed == failing else None, suspect, token_rows, nodes),
         operators_compared_at=compared,
         failing_ops=failing_ops,

@@ -89,11 +89,22 @@ def amplification(node_type: str | None, inputs: Sequence[Mapping[str, Any]]) ->
     fill) weigh nothing after ``exp``, and a mask at the dtype's limit is no score. None where no
     float input states one. A fused attention (SDPA, flash, paged, MLA) holds such a softmax over
     scores the dump does not hold: None, the error model does not judge it (the thresholds do,
-    or a ``[replay]`` plug-in). 1 for every other operator."""
+    or a ``[replay]`` plug-in). sin and cos of angles up to ``x`` take a relative error ``r`` in to
+    about ``r x`` out the same way (a rotary embedding's, inside it at L1 or mix); a power (a
+    norm's square) doubles it. 1 for every other operator."""
     if not node_type:
         return 1.0
     if _FUSED_ATTENTION.search(node_type):
         return None
+    if _POWER.search(node_type):
+        return 2.0  # a square (a norm's) doubles a relative error, more where it sits on large values
+    if _ANGLE.search(node_type):
+        angles = [
+            max(abs(float(t.get("golden_max") or 0.0)), abs(float(t.get("golden_min") or 0.0)))
+            for t in inputs
+            if unit_roundoff(t.get("golden_dtype")) is not None
+        ]
+        return max([1.0, *angles]) if angles else None
     if not _SOFTMAX.search(node_type):
         return 1.0
     scores = [
@@ -108,6 +119,10 @@ def amplification(node_type: str | None, inputs: Sequence[Mapping[str, Any]]) ->
 
 
 _SOFTMAX = re.compile(r"softmax", re.IGNORECASE)
+# sin and cos of angles (a rotary embedding's, inside it at L1 or mix): a relative error r on angles
+# up to x moves them by r x, as a softmax's scores move its exponentials; the same factor
+_ANGLE = re.compile(r"(?:^|\.)(?:sin|cos)(?:\.|$)")
+_POWER = re.compile(r"(?:^|\.)(?:pow|square|__pow__)(?:\.|$)")
 # fused attention kernels by their API or ATB operation name (not a module that merely has
 # "Attention" in its class name: a module is judged against the operators inside it)
 _FUSED_ATTENTION = re.compile(
@@ -180,5 +195,9 @@ _LINEAR = re.compile(r"linear|Conv1D|matmul|addmm|LinearOperation|Router", re.IG
 
 
 def explained_bound(input_error: float, rounding_bound: float, growth: float = GROWTH) -> float:
-    """The largest output error ``input_error`` and the operator's own rounding explain."""
-    return growth * input_error + rounding_bound
+    """The largest output error ``input_error`` and the operator's own rounding explain.
+
+    ``growth`` is first order; where the incoming error is large its second order shows (a product of
+    two inputs each off by ``e`` is off by ``2e + e**2``, more where the errors sit on the same large
+    values): ``1 + 2e`` more."""
+    return growth * input_error * (1.0 + 2.0 * input_error) + rounding_bound

@@ -15,7 +15,7 @@ from typing import Any
 from tui_acc.numbers import number
 from tui_acc.pairing import NodePair, TensorPair
 from tui_acc.rows import SAME_DATA_FIELDS, NodeRow, TensorRow
-from tui_acc.tolerances.errors import modelled
+from tui_acc.tolerances.errors import modelled, relative_error
 from tui_acc.tolerances.rounding import coarser, local_bound
 from tui_acc.verdicts.local import LocalChecks, NodeReplay
 from tui_acc.verdicts.propagation import (
@@ -51,6 +51,9 @@ class Facts:
     # an integer input differs from the golden's (other token ids, other experts chosen): what it
     # changes is no error to model
     integers_differ: bool = False
+    # the dtype its buffers were cast to, where it reads some (a rotary embedding's frequencies, cast
+    # with the model and used in float32): their rounding is allowed too
+    buffers: str | None = None
 
     @property
     def name(self) -> str:
@@ -179,7 +182,8 @@ def by_error_model(
     if output_error is None or math.isnan(output_error) or not known:
         return None
     came_in = max(known)
-    dtype = coarser(*(t.get(f"{side}_dtype") for t in outputs for side in ("golden", "test")))
+    sides = [t.get(f"{side}_dtype") for t in outputs for side in ("golden", "test")]
+    dtype = coarser(*sides, facts.buffers)
     reduction = max([w for t in inputs if (w := width(t)) is not None], default=1)
     condition = angle_condition(facts.type, inputs)
     if condition is None:
@@ -218,19 +222,45 @@ def by_error_model(
     return Reading("error model", output_error > bound, output_error, bound, said)
 
 
-def by_glue(
-    facts: Facts, children: Sequence[Facts], cache: float | None = None, buffers: object = None
-) -> Reading | None:
+def by_statistics(facts: Facts, outputs: Tensors, inputs: Tensors) -> Reading | None:
+    """A statistics-only node that fails its thresholds while its inputs pass, weighed by the one
+    statistic that measures an error (the L2 norm's relative difference, a lower bound of the
+    relative error): where its norm is no further off than ``GROWTH`` times its inputs' plus its
+    own rounding, what fails is where its values moved (a maximum, a minimum), and they moved with
+    its inputs: a norm moves a minimum by 3 % for a 1 % input. Not local, then; None otherwise (the
+    thresholds judge it)."""
+    if not facts.failing or facts.inputs_passed is not True:
+        return None
+    if not outputs or not all(t.get("stats_only") for t in outputs):
+        return None
+    out = [e for t in outputs if (e := relative_error(t)) is not None]
+    came = [e for t in inputs if t.get("stats_only") and (e := relative_error(t)) is not None]
+    if not out or not came:
+        return None
+    worst, carried = max(out), max(came)
+    dtype = coarser(*(t.get(f"{side}_dtype") for t in outputs for side in ("golden", "test")))
+    bound = explained_bound(carried, local_bound(dtype))
+    if worst > bound:
+        return None
+    said = (
+        f"its statistics fail, but its norm is {number(worst)} off against {number(carried)} in its "
+        f"inputs' ({GROWTH:g}x that plus its rounding allows {number(bound)}): its extremes moved "
+        "with its inputs"
+    )
+    return Reading("threshold", False, worst, bound, said)
+
+
+def by_glue(facts: Facts, children: Sequence[Facts], also: float | None = None) -> Reading | None:
     """A module whose own code between its operators adds error: an operator inside it takes in more
     error (its dumped inputs') than everything before it there carries (the module's inputs, the
     earlier operators' outputs) explains. That is glue code (a residual add, a reshape) or a tensor
     no operator made (a buffer the port computes otherwise: a rotary embedding's frequencies).
-    Local, or None. ``cache``: the error an attention's KV cache carries (at a decode step), read
-    by its operators beside the module's inputs. ``buffers``: the dtype the module's buffers were
-    cast to (a rotary embedding's frequencies, cast with the model): their rounding is allowed too."""
+    Local, or None. ``also``: the error of what else its operators read beside the module's inputs
+    (an attention's KV cache at a decode step; inputs not dumped). A module's buffers (``Facts``)
+    are allowed their rounding."""
     if facts.row.get("stats_only"):
         return None  # statistics are computed in each tensor's own dtype: too coarse for this
-    carried = [facts.input_error, cache]
+    carried = [facts.input_error, also]
     for child in children:
         error = child.input_error
         known = [e for e in carried if e is not None and not math.isnan(e)]
@@ -239,7 +269,7 @@ def by_glue(
             child.inputs_from == "files" and not child.row.get("stats_only") and not child.integers_differ
         )
         if dumped and known and error is not None and not math.isnan(error):
-            dtype = coarser(child.row.get("golden_dtype"), child.row.get("test_dtype"), buffers)
+            dtype = coarser(child.row.get("golden_dtype"), child.row.get("test_dtype"), facts.buffers)
             bound = explained_bound(max(known), local_bound(dtype))
             if error > bound:
                 said = (

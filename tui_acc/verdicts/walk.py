@@ -47,10 +47,12 @@ from tui_acc.verdicts.rules import (
     by_glue,
     by_own_rounding,
     by_replay,
+    by_statistics,
     by_threshold,
     by_weights,
     data_inputs,
     pass_through,
+    type_of,
 )
 from tui_acc.verdicts.verdict import Label, NodeVerdict, TokenVerdict
 
@@ -136,7 +138,10 @@ class TokenWalk:
             if fed is not None and (row.get("in_place") or not errors):
                 input_error = fed.error
         differ = any(integer_differs(t) for t in data)
-        return Facts(row, tensors, passed, source, input_error, max(outputs) if outputs else None, differ)
+        # a rotary embedding's frequencies are a buffer rounded to the model's dtype
+        buffers = self._model_dtype() if rotary(type_of(row)) else None
+        worst = max(outputs) if outputs else None
+        return Facts(row, tensors, passed, source, input_error, worst, differ, buffers)
 
     def _feed(self, name: str) -> _Fed | None:
         """What fed ``name``: the previous sibling with outputs, else its parent's input, looking up.
@@ -224,19 +229,39 @@ class TokenWalk:
             outputs = [t for t in own if t.get("role") == "output" and not t.get("error")]
             inputs = [t for t in own if t.get("role") == "input"]
             reading = by_error_model(facts, outputs, inputs, inner)
-        if (reading is None or not reading.local) and self.judging.whole_inputs:
-            # a rotary embedding's frequencies are a buffer rounded to the model's dtype
-            buffers = self._model_dtype() if rotary(facts.type) else None
+        if reading is None or not reading.local:
             children = self._judged_children(facts.name)
-            glue = by_glue(facts, children, None, buffers)
+            # where a module's keyword arguments were not dumped (msit), what they carried is unknown:
+            # everything judged before it at this token stands for it (a looser bound, not none)
+            before = None if self.judging.whole_inputs else self._carried_before(facts.name)
+            glue = by_glue(facts, children, before)
             if glue is not None and facts.row["token"] != self.judging.first_token and attention(facts.row):
                 # at a decode step an attention also reads its KV cache, which no dump holds as an
                 # input: what its key and value projections made at the earlier tokens (read only
                 # here, where the glue would otherwise be called local)
                 cache = self._cached(facts.name) if self._cached is not None else None
-                glue = by_glue(facts, children, cache, buffers) if cache is not None else None
+                known = [e for e in (cache, before) if e is not None]
+                glue = by_glue(facts, children, max(known)) if cache is not None else None
             reading = glue or reading
         return reading
+
+    def _carried_before(self, name: str) -> float | None:
+        """The largest output error of every node judged before module ``name`` at this token (not
+        its ancestors, whose outputs come after it): what any input it was not dumped with can carry
+        at most."""
+        tree = self.judging.tree
+        above: set[str] = set()
+        parent = tree.nodes[name].parent
+        while parent is not None:
+            above.add(parent)
+            parent = tree.nodes[parent].parent
+        errors = []
+        for node, f in self.facts.items():  # in execution order: up to the module itself
+            if node == name:
+                break
+            if node not in above and f.output_error is not None and not f.integers_differ:
+                errors.append(f.output_error)
+        return max(errors, default=None)
 
     def _model_dtype(self) -> str | None:
         """The test model's dtype: as its dump names it, else the coarsest its operators' outputs
@@ -365,7 +390,9 @@ def _rules(
         return by_threshold(facts)
     if judging.baseline and row.get("noise_ratio") is not None:
         return by_threshold(facts, rule="baseline")
-    return modelled if modelled is not None else by_threshold(facts)
+    if modelled is not None:
+        return modelled
+    return by_statistics(facts, outputs, data_inputs(row, facts.tensors)) or by_threshold(facts)
 
 
 def _verdict(facts: Facts, reading: Reading) -> NodeVerdict:
