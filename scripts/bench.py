@@ -136,7 +136,7 @@ def main() -> None:
 
         t_first, _ = timed(lambda: cmp.engine.token_row(0))
         t_tokens, _ = timed(cmp.engine.token_rows)
-        t_everything, _ = timed(lambda: [cmp.engine.node_rows(t) for t in cmp.pairing.tokens])
+        t_everything, _ = timed(lambda: [cmp.verdicts.token(t) for t in cmp.pairing.tokens])
         full = t_first + t_tokens + t_everything
         figures["2 first token verdict s"] = round(t_first, 4)
         figures["2 every token, every op s"] = round(full, 3)
@@ -165,10 +165,8 @@ def main() -> None:
         figures["3 msit-style numpy s"] = round(t_msit, 3)
         figures["3 ratio msit-style / ours"] = round(t_msit / t_ours, 2)
 
-        t_again, _ = timed(lambda: cmp.engine.node_rows(0))
-        t_cold, _ = timed(
-            lambda: open_comparison(Path(tmp) / "golden", Path(tmp) / "test").engine.node_rows(0)
-        )
+        t_again, _ = timed(lambda: cmp.verdicts.token(0))
+        t_cold, _ = timed(lambda: open_comparison(Path(tmp) / "golden", Path(tmp) / "test").verdicts.token(0))
         figures["4 token 0 first look s"] = round(t_cold, 3)
         figures["4 token 0 second look s"] = round(t_again, 5)
         figures["4 ratio first / second"] = round(t_cold / max(t_again, 1e-9), 0)

@@ -211,7 +211,7 @@ def main() -> None:
             figures[f"warm: engine with {workers} worker thread(s) s"] = round(time.perf_counter() - start, 2)
         atb = open_comparison(tmp / "golden", tmp / "test_atb", CompareOptions(cache=False))
         start = time.perf_counter()
-        atb.engine.node_rows(0)
+        atb.verdicts.token(0)
         figures["engine vs ATB layout s"] = round(time.perf_counter() - start, 2)
         del load_tensor
     print(json.dumps(figures, indent=2))

@@ -111,7 +111,7 @@ def report(golden: Path, test: Path, tree: Path = REPO, every_token: bool = Fals
     """``tui-acc report --json`` in a child (the code of ``tree``): wall time, its peak RSS, the pairs
     it read; with ``every_token``, every token's operator rows instead."""
     work = (
-        "[cmp.engine.node_rows(t) for t in cmp.pairing.tokens]\n"
+        "[cmp.verdicts.token(t) for t in cmp.pairing.tokens]\n"
         if every_token
         else "build_report(cmp, None)\n"
     )

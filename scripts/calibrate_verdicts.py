@@ -4,7 +4,7 @@
 
 For every operator of the given pairs (clean ports: nothing injected) that the verdicts replay, the
 ratio of its measured local error (the test's output against its own replay) to the error
-``verdicts/rounding.py`` expects of a correct operator, grouped by operator kind: the median and the
+``tolerances/rounding.py`` expects of a correct operator, grouped by operator kind: the median and the
 largest. A largest ratio well under ``MARGIN`` (3) is what keeps correct operators from being
 blamed; a median near 1 (or somewhat under: values spread over binades round more finely than u/√3)
 says the model is neither loose nor tight. Prints a markdown table; not a test
@@ -24,13 +24,13 @@ sys.path.insert(0, str(REPO))
 
 from tui_acc import CompareOptions, open_comparison  # noqa: E402
 from tui_acc.dumps.msprobe.passes import api_of  # noqa: E402
-from tui_acc.verdicts.rounding import MARGIN  # noqa: E402
+from tui_acc.tolerances.rounding import MARGIN  # noqa: E402
 
 
 def ratios(golden: Path, test: Path, all_tokens: bool) -> dict[str, list[float]]:
     """Local error over expected, by operator kind, for every replayed operator of the pair."""
     comparison = open_comparison(golden, test, CompareOptions(cache=False))
-    checks = comparison.engine.judging.checks
+    checks = comparison.verdicts.judging.checks
     found: dict[str, list[float]] = defaultdict(list)
     tokens = comparison.pairing.tokens if all_tokens else comparison.pairing.tokens[:1]
     for token in tokens:

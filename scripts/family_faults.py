@@ -31,10 +31,24 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gemma3": {**LLAMA_LIKE, "head_dim": 8, "hidden_activation": "gelu_pytorch_tanh"},
     "phi3": {**LLAMA_LIKE, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
     "mixtral": {**LLAMA_LIKE, "num_local_experts": 4, "num_experts_per_tok": 2},
+    # a sliding window shorter than the 9 positions a run reaches (the defaults, 4096, never slide)
+    "mistral": {**LLAMA_LIKE, "sliding_window": 4},
+    "gemma2": {**LLAMA_LIKE, "head_dim": 8, "sliding_window": 4},  # soft-capping: the defaults
+    # Olmo2Config's defaults would have generate() mask the prompt's first token as padding (pad 1)
+    # and name an end-of-text token past the vocabulary (eos 50279)
+    "olmo2": {**LLAMA_LIKE, "eos_token_id": None, "pad_token_id": 0},
     "qwen2_moe": {
         **LLAMA_LIKE,
         "moe_intermediate_size": 32,
         "shared_expert_intermediate_size": 32,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "decoder_sparse_step": 1,
+    },
+    "qwen3_moe": {
+        **LLAMA_LIKE,
+        "head_dim": 8,
+        "moe_intermediate_size": 32,
         "num_experts": 4,
         "num_experts_per_tok": 2,
         "decoder_sparse_step": 1,
@@ -78,7 +92,11 @@ CLASSES = {
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
     "phi3": ("Phi3Config", "Phi3ForCausalLM"),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
     "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
     "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM"),
     "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM"),
 }
@@ -89,7 +107,7 @@ class Fault:
     """One bug: ``kind`` in ``module`` at ``tokens`` (None: every token), inside the module's
     ``torch.nn.functional.<api>`` call where ``api`` is set."""
 
-    kind: str  # scale | tile_scale | fp8 | kv_scale | quick_gelu
+    kind: str  # scale | tile_scale | fp8 | kv_scale | kv_stale | quick_gelu | router_swap
     module: str
     tokens: tuple[int, ...] | None
     api: str = ""
@@ -132,7 +150,11 @@ def describe(fault: Fault) -> str:
         "kv_scale": f"the value cache rows of positions 0-{fault.positions - 1} (the first cache block) "
         f"read multiplied by {fault.factor}, a dequantisation scale read from the wrong block "
         "(the stored cache stays right)",
+        "kv_stale": "the newest position's value row read as the previous position's (read before it "
+        "was written; the stored cache stays right)",
         "quick_gelu": "x*sigmoid(1.702x) computed instead of the tanh GELU",
+        "router_swap": "its last kept expert replaced by the lowest-numbered expert it did not keep "
+        "(its logits and scores right)",
     }[fault.kind]
     return f"{where} {when}: {what}"
 
@@ -163,7 +185,9 @@ def culprit_names(model: Any, fault: Fault, dumper: str) -> dict[str, Any]:
 
 def install(model: Any, fault: Fault, tokens: Any, record: dict[str, Any]) -> None:
     """Make the model's computation go wrong as ``fault`` says (``tokens``: make_model_fixtures'
-    TokenCounter). ``record["api_records"]``: token -> the faulty API call's msprobe name."""
+    TokenCounter). ``record["api_records"]``: token -> the faulty API call's msprobe name;
+    ``record["fault_detail"]``: token -> what the fault changed there, where that is not fixed in
+    advance (which expert a router swapped)."""
     import torch
 
     module = model.get_submodule(fault.module)
@@ -173,7 +197,11 @@ def install(model: Any, fault: Fault, tokens: Any, record: dict[str, Any]) -> No
     if fault.api:
         _install_api(module, fault, at, record, tokens)
     elif fault.kind == "kv_scale":
-        _install_kv_scale(module, fault, at)
+        _install_cache_read(module, at, lambda values: values[:, :, : fault.positions].mul_(fault.factor))
+    elif fault.kind == "kv_stale":
+        _install_cache_read(module, at, lambda values: values[:, :, -1].copy_(values[:, :, -2]))
+    elif fault.kind == "router_swap":
+        _install_router_swap(module, at, record, tokens)
     elif fault.kind == "quick_gelu":
         forward = module.forward
         sigmoid, mul = originals["sigmoid"], originals["mul"]
@@ -231,9 +259,10 @@ def _install_api(module: Any, fault: Fault, at: Any, record: dict[str, Any], tok
     setattr(F, fault.api, faulty)
 
 
-def _install_kv_scale(attention: Any, fault: Fault, at: Any) -> None:
-    """The attention reads the value rows of its first cache block with a wrong scale; what it writes
-    into the cache stays right, so later tokens read it right."""
+def _install_cache_read(attention: Any, at: Any, misread: Any) -> None:
+    """The attention reads its value cache wrong (``misread`` edits, in place, a copy of the values
+    the cache returns: ``[batch, kv heads, positions, head dim]``); what it writes into the cache
+    stays right, so later tokens read it right."""
     forward = attention.forward
 
     def faulty(*args: Any, **kwargs: Any) -> Any:
@@ -245,7 +274,7 @@ def _install_kv_scale(attention: Any, fault: Fault, at: Any) -> None:
         def read_wrong(key: Any, value: Any, *rest: Any, **options: Any) -> Any:
             keys, values = update(key, value, *rest, **options)
             values = values.clone()  # the cache's own tensor stays as written
-            values[:, :, : fault.positions] *= fault.factor
+            misread(values)
             return keys, values
 
         cache.update = read_wrong
@@ -255,3 +284,23 @@ def _install_kv_scale(attention: Any, fault: Fault, at: Any) -> None:
             del cache.update
 
     attention.forward = faulty
+
+
+def _install_router_swap(router: Any, at: Any, record: dict[str, Any], tokens: Any) -> None:
+    """A top-k router (``(logits, scores, indices)``, transformers' ``*TopKRouter``) keeps a wrong
+    expert for the step's last row: its last kept expert becomes the lowest-numbered one it did not
+    keep, weighted by the score of the one it replaced. Its logits and scores stay right."""
+    forward = router.forward
+    detail = record.setdefault("fault_detail", {})
+
+    def faulty(hidden_states: Any) -> Any:
+        logits, scores, indices = forward(hidden_states)
+        if not at():
+            return logits, scores, indices
+        kept = indices[-1].tolist()
+        indices = indices.clone()
+        indices[-1, -1] = min(set(range(router.num_experts)) - set(kept))
+        detail[str(tokens.token)] = {"kept": kept, "now": indices[-1].tolist()}
+        return logits, scores, indices
+
+    router.forward = faulty

@@ -9,9 +9,9 @@ without it. ``case.json`` says where the bug is, what a correct tool names at ea
 error the clean run already has there (measured here, from the dumps, with numpy).
 
 The faults (``family_faults.py``) are bugs a port could have: a KV cache block read with another
-block's scale, a softmax whose normaliser is short, a per-channel dequantisation scale wrong on one
-tile of output columns, quick_gelu where the tanh GELU belongs, an embedding gathered from an fp8
-copy.
+block's scale or its newest row read before it was written, a softmax whose normaliser is short, a
+per-channel dequantisation scale wrong on one tile of output columns, quick_gelu where the tanh GELU
+belongs, an embedding gathered from an fp8 copy, a router keeping an expert it did not choose.
 
 Run it in the tools' virtual environment (route in ``make_model_fixtures.py``'s docstring), from
 the repository::
@@ -191,6 +191,73 @@ CASES: dict[str, Case] = {
         "previous step's scale (a stale value); its input is right",
         level="L0",
     ),
+    "mistral-msit-kvstale": Case(
+        "mistral",
+        "msit",
+        "float16",
+        Fault("kv_stale", "model.layers.0.self_attn", (2,)),
+        "at decode token 2 layer 0's attention reads the newest position's value row before it was "
+        "written (the previous position's): its q/k/v projections are right and o_proj only carries "
+        "the error, so the attention's own code is where it starts; msit keeps no keyword inputs, "
+        "and transformers passes the attention all of its own (hidden states, position embeddings, "
+        "cache), so nothing in the dump feeds it but what came before it at the token",
+        note="sliding_window 4: the attention at token 2 (position 7) sees positions 4-7",
+    ),
+    "olmo2-msprobe-L0-tiny": Case(
+        "olmo2",
+        "msprobe",
+        "bfloat16",
+        Fault("scale", "model.layers.1.mlp.down_proj", (2,), factor=1.01),
+        "layer 1's down_proj output is 1 % too large at token 2, on a right input: a fault about the "
+        "size of the clean run's own error there. OLMo2's rotary embedding returns its cos and sin "
+        "in float32, computed from the inv_freq buffer the cast to bfloat16 rounded: rounding of the "
+        "model's dtype, which a correct tool does not label local at any token",
+        level="L0",
+    ),
+    "qwen3moe-msprobe-L0-router": Case(
+        "qwen3_moe",
+        "msprobe",
+        "bfloat16",
+        Fault("router_swap", "model.layers.1.mlp.gate", (2,)),
+        "layer 1's router keeps a wrong expert for decode token 2 (its second choice replaced by an "
+        "expert it did not choose, fault_detail): its logits and scores are right, its indices are "
+        "not, so the router is where the error starts; the experts after it compute right what "
+        "they are given, only fed other experts than the golden's, so they are not local",
+        level="L0",
+        note="fault_error and clean_error are of the router's first output, its logits, which the "
+        "fault leaves right: what it gets wrong is its third output, the kept experts' indices",
+    ),
+    "gemma2-msprobe-L1-big": Case(
+        "gemma2",
+        "msprobe",
+        "bfloat16",
+        Fault("scale", "model.layers.0.mlp.up_proj", (1,), api="linear", factor=1.5),
+        "the F.linear of layer 0's up_proj outputs 50 % too much at token 1, on a right input. "
+        "Gemma2's RMSNorms compute x * (1 + w) with w = 0 (their initial weights): Tensor.__mul__ "
+        "records whose output equals their input, which are not in-place operators (no __imul__) "
+        "and not local",
+        level="L1",
+        note="soft-capping at the Gemma2 defaults (attention 50, final logits 30); sliding_window 4",
+    ),
+    "qwen2moe-msprobe-L0-flip": Case(
+        "qwen2_moe",
+        "msprobe",
+        "bfloat16",
+        Fault("tile_scale", "model.layers.1.mlp.shared_expert.down_proj", (2,), factor=1.08),
+        "qwen2moe-msprobe-L0-gate's model and fault at another seed: layer 1's shared expert down "
+        "projection is wrong at token 2. A router whose bfloat16 scores of two experts are near-equal "
+        "keeps another expert than the golden's: the top k of its own scores, a flip of rounding, "
+        "not its fault, and the experts fed the other expert are not judged on it",
+        level="L0",
+        seed=1,
+        checkpoint="float32",
+        note="the routers flip at tokens 0 and 3, in the test and the clean run alike (their dumps' "
+        "indices against the golden's): layer 0's at token 0, the prompt's second row (experts 3, 0 "
+        "kept for the golden's 3, 2; golden probabilities 0.2150 and 0.2155), and layer 1's at "
+        "token 3 (1, 3 for 1, 2; 0.1826 and 0.1848). At token 2 layer 1's router fails by what "
+        "came in (the cache holds the flipped row) but keeps the golden's experts. The logits fail "
+        "at token 0 in both pairs, where nothing is local; every run generates the same tokens",
+    ),
 }
 
 
@@ -300,6 +367,7 @@ def make_case(name: str, work: Path, out_dir: Path, seed: int | None = None) -> 
         "fault_tokens": present,
         "fault_record": records,
         "expected_local": expected,
+        "fault_detail": runs["test"].get("fault_detail"),
         "why": case.why,
         "error_measure": errors["measure"],
         "fault_error": errors["test"],

@@ -110,7 +110,7 @@ async def shoot_error_map(out: Path) -> None:
 
 
 async def shoot_replay(out: Path) -> None:
-    """``p`` on the demo's faulty operator, the demo's weights written as msit's dump_weight=True does."""
+    """``p`` on the demo's faulty operator, replayed from the demo's own inputs and weights."""
     app = AccApp(open_comparison("golden", "test"), export_dir=Path(tempfile.mkdtemp()))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -125,19 +125,6 @@ async def shoot_replay(out: Path) -> None:
         await app.workers.wait_for_complete()
         await pilot.pause()
         app.save_screenshot(str(out / "replay.svg"))
-
-
-def write_weights(demo_out: Path) -> None:
-    """Each side's model parameters in weights/{module}.{parameter}.pth of its device folder (msit's
-    dump_weight=True layout, docs/formats.md §1.1): the demo's Linear and RMSNorm modules can be replayed."""
-    from tui_acc.demo.model import BFLOAT16, FLOAT32, build_model
-    from tui_acc.dumps.writers.torch_file import write_torch_file
-
-    for side, dtype in (("golden", FLOAT32), ("test", BFLOAT16)):
-        (device,) = (demo_out / side).glob("msit_dump_*/torch_tensors/*_*")
-        (device / "weights").mkdir()
-        for name, values in build_model(0).to(dtype).named_parameters():
-            write_torch_file(device / "weights" / f"root.{name}.pth", values)
 
 
 async def shoot_hunt(out: Path, demo_out: Path) -> None:
@@ -236,9 +223,7 @@ def main() -> None:
         atb = make_demo(Path(tmp) / "tui-acc-demo-atb", seed=0, layout="atb")
         os.chdir(atb.out)
         asyncio.run(shoot_atb(out))
-        weighted = make_demo(Path(tmp) / "tui-acc-demo-weights", seed=0)
-        write_weights(weighted.out)
-        os.chdir(weighted.out)
+        os.chdir(demo.out)
         asyncio.run(shoot_replay(out))
     print(f"wrote {', '.join(sorted(p.name for p in out.glob('*.svg')))} to {out}")
 

@@ -15,6 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 COMPACT_REFERENCE = REPO / "tests" / "data" / "reference"
 MODEL_CASES = REPO / "tests" / "data" / "models"  # scripts/make_model_fixtures.py
+FAMILY_CASES = REPO / "tests" / "data" / "families"  # scripts/make_family_fixtures.py
 RANKS_CASES = REPO / "tests" / "data" / "ranks"  # scripts/make_ranks_fixtures.py
 SENSITIVITY = REPO / "tests" / "data" / "sensitivity"  # scripts/make_sensitivity_fixtures.py
 MSPROBE_CASES = REPO / "tests" / "data" / "msprobe"  # scripts/make_msprobe_pass_fixtures.py
@@ -106,6 +107,16 @@ def msprobe_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pa
 
 
 @pytest.fixture(scope="session")
+def family_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``family_case(name)``: a real-tool dump triple of tests/data/families, unpacked once per session.
+
+    The folder holds ``golden/``, ``test/`` (with the one bug), ``clean/`` (the test's run without
+    it) and ``case.json`` (where the bug is, and what a correct tool labels local at each token).
+    """
+    return _unpacker(FAMILY_CASES, tmp_path_factory.mktemp("families"))
+
+
+@pytest.fixture(scope="session")
 def ranks_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``ranks_case(name)``: a real msprobe run across ranks of tests/data/ranks, unpacked once per
     session (``step0/rank*/`` and ``case.json``: where the injected fault is)."""
@@ -168,6 +179,16 @@ def demo_baseline(demo_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def device_dir(root: Path) -> Path:
     (found,) = root.glob("msit_dump_*/torch_tensors/*_*")
     return found
+
+
+def copy_without_weights(demo_pair, out: Path) -> tuple[Path, Path]:
+    """The demo pair copied to ``out`` without its ``weights/``: what msit writes by default
+    (``dump_weight=False``, docs/formats.md §1.4)."""
+    for side in ("golden", "test"):
+        copy = out / side
+        shutil.copytree(getattr(demo_pair, side), copy)
+        shutil.rmtree(device_dir(copy) / "weights")
+    return out / "golden", out / "test"
 
 
 @pytest.fixture

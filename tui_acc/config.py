@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tui_acc.errors import TuiAccError
-from tui_acc.verdicts.thresholds import DTYPES, Rule, Thresholds
+from tui_acc.tolerances.thresholds import DTYPES, Rule, Thresholds
 
 if sys.version_info >= (3, 11):
     import tomllib

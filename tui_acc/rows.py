@@ -168,6 +168,9 @@ class TokenRow(TypedDict, total=False):
     baseline_cosine: float | None
     baseline_rel_euclidean: float | None
     baseline_rmse: float | None
+    # every token's operators judged (--all-tokens): how many are local, and the first of them
+    local_ops: int | None
+    first_local: str | None
     # a single dump's check: how many operators an anomaly starts at, the first, and what it is
     anomalies: int | None
     first_anomaly: str | None

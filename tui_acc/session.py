@@ -1,5 +1,5 @@
-"""A comparison session: two indexed dumps, their pairing, and the metrics engine over them; the
-options they are opened with (``CompareOptions``)."""
+"""A comparison session: two indexed dumps, their pairing, the metrics engine over them and the
+judge of its verdicts; the options they are opened with (``CompareOptions``)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,20 @@ from typing import TYPE_CHECKING
 
 from tui_acc.dumps import DumpError, DumpIndex, open_dump
 from tui_acc.pairing import MappingError, Pairing, load_mapping, load_msprobe_mapping, pair_dumps
-from tui_acc.verdicts.thresholds import Thresholds
+from tui_acc.tolerances.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from tui_acc.metrics.engine import MetricsEngine
     from tui_acc.replay.registry import Registry
+    from tui_acc.verdicts.judge import Judge
 
 
 class Comparison:
     """What every front end works from.
 
     The engine is built when first used: importing it imports polars and numpy (about 0.3 s), which
-    the token list does not need, so the TUI shows it first and its worker builds the engine.
+    the token list does not need, so the TUI shows it first and its worker builds the engine. The
+    judge (``verdicts``) is built over it the same way.
     """
 
     def __init__(
@@ -33,7 +35,10 @@ class Comparison:
         thresholds: Thresholds,
         build_engine: Callable[[], MetricsEngine],
         baseline: DumpIndex | None = None,
+        build_judge: Callable[[MetricsEngine], Judge] | None = None,
     ) -> None:
+        """``build_judge``: the judge over the engine (default: the verdicts with every rule and the
+        built-in replay references)."""
         self.golden = golden
         self.test = test
         self.baseline = baseline  # --baseline: the clean run at the test's dtype setting the noise floor
@@ -41,6 +46,8 @@ class Comparison:
         self.thresholds = thresholds
         self._build_engine = build_engine
         self._engine: MetricsEngine | None = None
+        self._build_judge = build_judge
+        self._judge: Judge | None = None
         self._engine_lock = threading.Lock()  # the UI's workers may ask for it first at once
 
     @property
@@ -56,6 +63,21 @@ class Comparison:
             if self._engine is None:
                 self._engine = self._build_engine()
             return self._engine
+
+    @property
+    def verdicts(self) -> Judge:
+        """The judge: every view's one source of labels, counts and culprits (``verdicts/judge.py``),
+        built with the engine on first use."""
+        engine = self.engine
+        with self._engine_lock:
+            if self._judge is None:
+                if self._build_judge is not None:
+                    self._judge = self._build_judge(engine)
+                else:
+                    from tui_acc.verdicts.judge import Judge
+
+                    self._judge = Judge(engine)
+            return self._judge
 
     @property
     def built_engine(self) -> MetricsEngine | None:
@@ -76,13 +98,14 @@ class CompareOptions:
         token_offset: for ATB dumps, token = folder - offset (default: automatic, MindIE-aware).
         rank: for multi-rank dumps, which rank to compare (on both sides when both have ranks).
         gather: merge every rank of the test dump, for a single-device golden.
-        cache: keep computed rows on disk (``tui_acc.metrics.cache``) and reuse them next time.
+        cache: keep computed rows on disk (``tui_acc.metrics.cache``) and reuse them next time
+            (never where ``$TUI_ACC_NO_CACHE`` is set).
         follow_links: read through symlinks (and ATB ``data=`` files) that lead out of a dump.
         data_mapping: two msprobe dumps: msprobe compare's ``-dm`` YAML (test tensor -> golden tensor).
         layer_mapping: two msprobe dumps: msprobe compare's ``-lm`` YAML (per class: test child ->
             golden child), or True for ``-lm`` without a file (records paired by layer position).
         baseline: a clean run at the test's dtype (``--baseline``): every tensor is then judged
-            against the noise floor its error from the golden sets (``verdicts/noise.py``).
+            against the noise floor its error from the golden sets (``tolerances/noise.py``).
         replay_registry: the replay references the verdicts use (``[replay]`` of tui-acc.toml);
             default: the built-ins and installed plug-ins.
     """
@@ -163,20 +186,26 @@ def open_comparison(
     thresholds, cache = options.thresholds, options.cache
 
     def build_engine() -> MetricsEngine:
-        from tui_acc.metrics.cache import RowCache
+        from tui_acc.metrics.cache import RowCache, cache_enabled
         from tui_acc.metrics.engine import MetricsEngine
 
+        keep = cache and cache_enabled()  # $TUI_ACC_NO_CACHE: --no-cache for every command
         noise_floor = None
         if baseline_index is not None and baseline_pairing is not None:
             # one worker: its rows are computed by the test's workers, each with the test row it judges
-            base_cache = RowCache(golden_index.data_dir, baseline_index.data_dir) if cache else None
+            base_cache = RowCache(golden_index.data_dir, baseline_index.data_dir) if keep else None
             noise_floor = MetricsEngine(baseline_pairing, thresholds, workers=1, cache=base_cache)
-        row_cache = RowCache(golden_index.data_dir, test_index.data_dir) if cache else None
-        return MetricsEngine(
-            pairing, thresholds, cache=row_cache, baseline=noise_floor, registry=options.replay_registry
-        )
+        row_cache = RowCache(golden_index.data_dir, test_index.data_dir) if keep else None
+        return MetricsEngine(pairing, thresholds, cache=row_cache, baseline=noise_floor)
 
-    return Comparison(golden_index, test_index, pairing, thresholds, build_engine, baseline_index)
+    def build_judge(engine: MetricsEngine) -> Judge:
+        from tui_acc.verdicts.judge import Judge
+
+        return Judge(engine, options.replay_registry)
+
+    return Comparison(
+        golden_index, test_index, pairing, thresholds, build_engine, baseline_index, build_judge
+    )
 
 
 def _gathered(path: str | Path, token_offset: int | None, follow_links: bool) -> DumpIndex:

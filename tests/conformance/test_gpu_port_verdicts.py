@@ -43,7 +43,7 @@ def _local(port: Path, run: str) -> list[tuple[int, str, str]]:
     return [
         (row["token"], row["golden_node"], row["rule"])
         for token in comparison.pairing.tokens
-        for row in comparison.engine.node_rows(token)
+        for row in comparison.verdicts.token(token).rows
         if row["label"] == "local"
     ]
 

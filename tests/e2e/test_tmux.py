@@ -93,7 +93,7 @@ def terminal_factory():
 def test_ssh_user_finds_the_fault_and_exports_it(demo_pair, tmp_path: Path, terminal_factory) -> None:
     from tui_acc import open_comparison
 
-    fault = open_comparison(demo_pair.golden, demo_pair.test).engine.first_failing_op(demo_pair.fault_token)
+    fault = open_comparison(demo_pair.golden, demo_pair.test).verdicts.culprit(demo_pair.fault_token)
     assert fault is not None
     tui_acc = [sys.executable, "-m", "tui_acc", str(demo_pair.golden), str(demo_pair.test)]
     term = terminal_factory(tui_acc, tmp_path)

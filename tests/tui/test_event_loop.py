@@ -19,7 +19,7 @@ from tests.tui.conftest import settle
 from tests.tui.test_redump import _app, _gate, _infer, _start
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps import DumpError
-from tui_acc.metrics import engine as engine_module
+from tui_acc.metrics import tensor_rows as tensor_rows_module
 from tui_acc.metrics.cache import RowCache
 from tui_acc.redump import RedumpSettings, SideSettings
 from tui_acc.redump import runner as runner_module
@@ -52,9 +52,9 @@ async def test_token_rows_arriving_ask_nothing_of_the_row_cache_or_the_files(
         comparison.pairing.node_pairs(token)  # paired, as the token worker pairs them before computing
     monkeypatch.setattr(TokenScreen, "compute_tokens", lambda self: None)  # the test sends the rows
     lookups: list[object] = []
-    real_get, real_identity = RowCache.get, engine_module.identity
+    real_get, real_identity = RowCache.get, tensor_rows_module.identity
     monkeypatch.setattr(RowCache, "get", lambda cache, key: lookups.append(key) or real_get(cache, key))
-    monkeypatch.setattr(engine_module, "identity", lambda ref: lookups.append(ref) or real_identity(ref))
+    monkeypatch.setattr(tensor_rows_module, "identity", lambda ref: lookups.append(ref) or real_identity(ref))
     app = AccApp(comparison, export_dir=tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()

@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from tests.tui.conftest import settle
 from tui_acc import __version__
-from tui_acc.reports.export import XLSX_HINT, ExportError, write_export
+from tui_acc.reports.export import PARQUET_KEY, XLSX_HINT, ExportError, write_export
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.export_dialog import ExportDialog
 
@@ -61,9 +61,10 @@ async def test_csv_carries_labels_effective_inputs_and_provenance(
     assert {r["source_golden"] for r in rows} == {str(comparison.golden.root.resolve())}
     assert {r["source_test"] for r in rows} == {str(comparison.test.root.resolve())}
     assert {r["source_tui_acc"] for r in rows} == {__version__}
-    assert json.loads(rows[0]["source_thresholds"]) == json.loads(
-        json.dumps(comparison.engine.thresholds.as_dict())
-    )
+    # the thresholds once, beside the CSV, not a JSON object in every row: each row names the file
+    sidecar = tmp_path / "ops.thresholds.json"
+    assert {r["source_thresholds"] for r in rows} == {sidecar.name}
+    assert json.loads(sidecar.read_text()) == json.loads(json.dumps(comparison.engine.thresholds.as_dict()))
 
 
 async def test_parquet_by_extension(demo_app: AccApp, demo_pair) -> None:
@@ -72,6 +73,10 @@ async def test_parquet_by_extension(demo_app: AccApp, demo_pair) -> None:
     fault = frame.filter(pl.col("operator") == demo_pair.fault_module).row(0, named=True)
     assert fault["first_failing"] is True and fault["outputs_passed"] is False and fault["label"] == "local"
     assert frame["source_tui_acc"].unique().to_list() == [__version__]
+    # the thresholds once, in the file's metadata
+    assert frame["source_thresholds"].unique().to_list() == [f"parquet metadata {PARQUET_KEY}"]
+    thresholds = json.loads(pl.read_parquet_metadata(path)[PARQUET_KEY])
+    assert thresholds == json.loads(json.dumps(demo_app.comparison.engine.thresholds.as_dict()))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("xlsxwriter") is None, reason="needs tui-acc[xlsx]")
@@ -90,6 +95,11 @@ async def test_xlsx_by_extension_with_verdict_cells_coloured(demo_app: AccApp, d
     boolean_rules = re.findall(red_when_false, sheet)
     assert len(boolean_rules) == 3 and all(column == tested for column, tested in boolean_rules)
     assert "FFC7CE" in styles and "C6EFCE" in styles
+    # the thresholds once, in a sheet of their own, one bound a row
+    with zipfile.ZipFile(path) as book:
+        assert '<sheet name="thresholds"' in book.read("xl/workbook.xml").decode()
+        bounds = book.read("xl/worksheets/sheet2.xml").decode()
+    assert "ops.bfloat16.cosine" in strings and "<v>" in bounds and "sheet thresholds" in strings
 
 
 def test_xlsx_without_xlsxwriter_says_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -206,3 +216,29 @@ def test_noise_and_anomaly_columns_come_last_typed_as_their_rows() -> None:
         "first_anomaly": pl.String,
         "anomaly": pl.String,
     }
+
+
+async def test_the_xlsx_hint_keeps_its_brackets_in_the_dialog(
+    demo_app: AccApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the dialog shows is plain text: markup would eat ``[xlsx]`` from the install hint."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "xlsxwriter" else real(name, *a)
+    )
+    async with demo_app.run_test(size=(120, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("e", "ctrl+a", "ctrl+k", *str(tmp_path / "[x]" / "view.xlsx"), "enter")
+        assert isinstance(demo_app.screen, ExportDialog)
+        shown = str(demo_app.screen.query_one("#export-hint", Static).render())
+        assert XLSX_HINT in shown and "[x]" in shown
+
+
+async def test_the_status_line_shows_brackets_as_typed(demo_app: AccApp, tmp_path: Path) -> None:
+    (tmp_path / "[old]").mkdir()
+    async with demo_app.run_test(size=(120, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("e", "ctrl+a", "ctrl+k", *str(tmp_path / "[old]" / "view.csv"), "enter")
+        assert _status(demo_app) == f"exported {demo_app.screen.export_frame().height} rows to " + str(
+            tmp_path / "[old]" / "view.csv"
+        )

@@ -40,4 +40,5 @@ async def test_an_export_the_system_refuses_is_said_and_the_app_stays(
         assert isinstance(demo_app.screen, TokenScreen)
     assert (demo_app.export_dir / "fixed.csv").is_file()
     assert (demo_app.export_dir / "gone.csv").is_symlink()  # the link was not replaced
-    assert sorted(p.name for p in demo_app.export_dir.iterdir()) == ["fixed.csv", "gone.csv"]
+    written = sorted(p.name for p in demo_app.export_dir.iterdir())
+    assert written == ["fixed.csv", "fixed.thresholds.json", "gone.csv"]  # the thresholds beside the CSV

@@ -115,8 +115,9 @@ async def test_layer_tree_scopes_the_table_and_the_export(demo_app: AccApp) -> N
         keys = [str(k.value) for k in demo_app.screen.query_one("#ops", DataTable).rows]
         assert keys[0] == "root.model.layers.1" and len(keys) == 13
         assert all(k.startswith("root.model.layers.1") for k in keys)
-        # the layer as a whole: the outputs of its 10 leaf operators as one tensor (its own is the last)
-        assert re.search(r"in \S*layers\.1 cos 0\.\d{6} \(a: all\)", _text(demo_app, "#summary"))
+        # the layer in scope says what fails inside it (before the fault: nothing), not a cosine of
+        # everything inside that reads as passing where one operator fails
+        assert re.search(r"in \S*layers\.1: ✓ nothing inside fails \(a: all\)", _text(demo_app, "#summary"))
         assert demo_app.screen.cursor_key() == "root.model.layers.1"
         assert "all 10 outputs inside: cosine" in _render(demo_app, "#detail")
         await pilot.press("e", "enter")
@@ -213,7 +214,7 @@ async def test_next_previous_failure_edges_and_filter(demo_app: AccApp, demo_pai
         await settle(pilot)
         await pilot.press("g", "n")
         first = _cursor_key(demo_app, "#ops")
-        rows = {r["golden_node"]: r for r in demo_app.comparison.engine.node_rows(demo_pair.fault_token)}
+        rows = {r["golden_node"]: r for r in demo_app.comparison.verdicts.token(demo_pair.fault_token).rows}
         assert rows[first]["outputs_passed"] is False
         await pilot.press("n")
         assert _cursor_key(demo_app, "#ops") != first
@@ -247,7 +248,7 @@ async def test_sort_by_any_column_puts_the_worst_rows_first(demo_app: AccApp, de
         await settle(pilot)
         await pilot.press("f")
         table = demo_app.screen.query_one("#ops", DataTable)
-        rows = {r["golden_node"]: r for r in demo_app.comparison.engine.node_rows(demo_pair.fault_token)}
+        rows = {r["golden_node"]: r for r in demo_app.comparison.verdicts.token(demo_pair.fault_token).rows}
 
         def shown(metric: str) -> list:
             return [rows[str(k.value)][metric] for k in table.rows if rows[str(k.value)][metric] is not None]
@@ -353,10 +354,10 @@ async def test_detail_panel_warns_about_an_in_place_op(in_place_copy, demo_pair,
 async def test_kl_strip_makes_the_first_divergence_stand_out(demo_app: AccApp, demo_pair) -> None:
     """Scaled against the threshold in force, and labelled with it: the passing tokens stay below the
     over-threshold bars, the first failing token rises above them."""
+    from tui_acc.tolerances.thresholds import precision_class
     from tui_acc.tui.bounds import number
     from tui_acc.tui.token_tally import OVER
     from tui_acc.tui.widgets.threshold_strip import ThresholdStrip
-    from tui_acc.verdicts.thresholds import precision_class
 
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
@@ -407,7 +408,7 @@ async def test_the_rows_on_screen_are_computed_first_and_leaving_cancels_the_res
     nodes = demo_app.comparison.pairing.node_pairs(0)
     permits, finished = threading.Semaphore(0), threading.Semaphore(0)
     computed: list[str] = []
-    compute = engine._compute
+    compute = engine.tensors.compute  # a pair read, compared and judged
 
     logits = demo_app.comparison.pairing.logits_pair(0)  # the token list's: not held back
 
@@ -421,7 +422,7 @@ async def test_the_rows_on_screen_are_computed_first_and_leaving_cancels_the_res
             computed.append(pair.golden_node)
             finished.release()
 
-    engine._compute = gated  # type: ignore[method-assign]
+    engine.tensors.compute = gated  # type: ignore[method-assign]
     loop = asyncio.get_running_loop()
 
     async def let_one_through() -> None:

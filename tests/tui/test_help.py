@@ -12,10 +12,10 @@ from textual.widgets import Static
 
 from tests.tui.conftest import settle
 from tui_acc.session import Comparison
+from tui_acc.tolerances.thresholds import Rule, Thresholds, precision_class
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.bounds import help_lines
 from tui_acc.tui.screens.help import HelpScreen
-from tui_acc.verdicts.thresholds import Rule, Thresholds, precision_class
 
 
 def _pair(*dtypes: str, thresholds: Thresholds | None = None, statistics: bool = False) -> Comparison:

@@ -9,10 +9,10 @@ from textual.widgets import DataTable
 
 from tests.tui.conftest import settle
 from tui_acc import CompareOptions, open_comparison
+from tui_acc.tolerances.thresholds import Thresholds
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.screens.tokens import TokenScreen
-from tui_acc.verdicts.thresholds import Thresholds
 
 STRICT = Thresholds().with_bounds(ops={"cosine": 0.99999})
 

@@ -20,7 +20,7 @@ from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.widgets.layer_tree import LayerTree
 from tui_acc.tui.widgets.tensor_detail import TensorDetail
-from tui_acc.verdicts.shown import failing
+from tui_acc.verdicts.verdict import row_failing as failing
 
 SCIENTIFIC = re.compile(r"^-?\d\.\d{3}e[+-]\d\d$")
 

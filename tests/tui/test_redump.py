@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from textual.content import Content
 from textual.widgets import DataTable, Input, RichLog, Static
 
 from tests.tui.conftest import settle
@@ -52,6 +53,11 @@ def _app(demo_pair, tmp_path: Path, exec_: str | None, monkeypatch: pytest.Monke
 
 def _text(app: AccApp, selector: str) -> str:
     return str(app.screen.query_one(selector, Static).render())
+
+
+def _keys(app: AccApp) -> set[str]:
+    """The keys the current screen offers now (what its footer can show)."""
+    return set(app.screen.active_bindings)
 
 
 @contextlib.contextmanager
@@ -133,8 +139,34 @@ async def test_redump_confirm_stream_succeed_and_reopen_at_the_same_operator(
         key = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
         assert key == demo_pair.fault_module  # reopened at the same operator
         assert table.row_count < 20  # only the re-dumped subtree (and the logits) paired
-        found = app.comparison.engine.first_failing_op(3)
+        found = app.comparison.verdicts.culprit(3)
         assert found is not None and found["golden_node"] == demo_pair.fault_module  # the fault, re-found
+
+
+async def test_o_opens_the_finished_redump_where_the_status_line_offers_it(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The re-dump line under the operators says "o open the new dump": o there opens it, as in the
+    log, whose footer offers o once the run has succeeded."""
+    app = _app(demo_pair, tmp_path, _infer(demo_pair), monkeypatch)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("L")
+        assert isinstance(app.screen, RedumpLogScreen) and not {"x", "o"} & _keys(app)  # no re-dump yet
+        await pilot.press("escape")
+        await _to_fault(pilot)
+        await pilot.press("r", "enter")
+        await _wait_run(app, pilot)
+        run = app.redump_run
+        assert run is not None and run.status == "succeeded", run.lines
+        assert "o open the new dump" in _text(app, "#redump-bar")
+        await pilot.press("L")
+        assert "o" in _keys(app) and "x" not in _keys(app)
+        await pilot.press("escape")
+        assert isinstance(app.screen, OperatorScreen)
+        await pilot.press("o")
+        await settle(pilot)
+        assert app.comparison.test.root == run.plan.out
+        assert isinstance(app.screen, OperatorScreen) and app.screen.token == 3
 
 
 async def test_redump_cancel_stops_it_and_keeps_the_session(
@@ -147,6 +179,7 @@ async def test_redump_cancel_stops_it_and_keeps_the_session(
             run = await _start(app, pilot)
             assert "running" in _text(app, "#redump-bar")
             await pilot.press("L")  # the dumper waits at its gate: its token lines arrive while we watch
+            assert "x" in _keys(app) and "o" not in _keys(app)  # nothing finished to open yet
             log = app.screen.query_one(RichLog)
             mounted_with = len(run.lines)
             assert not any("token 0 done" in line for line in run.lines)
@@ -164,6 +197,7 @@ async def test_redump_cancel_stops_it_and_keeps_the_session(
             await _wait_run(app, pilot)
             assert run.status == "cancelled" and app.comparison is before
             assert "stopped after" in _text(app, "#redump-status")
+            assert not {"x", "o"} & _keys(app)  # nothing runs, nothing to open: neither key is offered
             await pilot.press("o")  # nothing to open
             assert app.comparison is before
 
@@ -185,6 +219,23 @@ async def test_redump_failure_is_shown_and_changes_nothing(
         assert app.comparison is before and isinstance(app.screen, RedumpLogScreen)
         await pilot.press("escape")
         assert isinstance(app.screen, TokenScreen)
+
+
+async def test_what_a_notification_quotes_keeps_its_brackets(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A path, a command or an error is shown as it is: markup would eat ``[bin]`` (and a dumper's
+    JSON config, ``"step": [3]``)."""
+    missing = tmp_path / "[bin]" / "infer"
+    app = _app(demo_pair, tmp_path, shlex.join([str(missing), "--side", "test"]), monkeypatch)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("r", "enter")
+        await pilot.pause()
+        (said,) = (n for n in app._notifications if n.title == "Re-dump not started")
+        # a toast renders its message as markup unless told it is plain text (textual's Toast.render)
+        shown = Content(said.message) if not said.markup else Content.from_markup(said.message)
+        assert str(missing) in shown.plain, shown.plain
 
 
 async def test_escape_runs_nothing_and_a_typed_command_is_remembered(

@@ -1,11 +1,13 @@
 """``p`` on the operator screen: the replay runs in a worker and its dialog says, per side, whether
-the operator agrees with its own inputs (the demo pair with msit's weights/, and without them)."""
+the operator agrees with its own inputs (the demo pair, with msit's weights/ as it dumps them, and a
+copy without them)."""
 
 from __future__ import annotations
 
 import html
 import io
 import re
+import shutil
 import threading
 from pathlib import Path
 
@@ -13,8 +15,8 @@ import pytest
 from rich.console import Console
 from textual.widgets import DataTable, Static
 
+from tests.conftest import copy_without_weights
 from tests.tui.conftest import settle
-from tests.unit.test_replay_generated import copy_with_weights
 from tui_acc import open_comparison
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
@@ -26,9 +28,15 @@ def weights_copy(demo_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One copy for the module: what the process keeps of a listing is keyed by the path as given,
     so a relative name must name one folder (and not "golden": other tests open the demo by it)."""
     root = tmp_path_factory.mktemp("replay-tui")
-    (root / "with-weights").mkdir()
-    copy_with_weights(demo_pair, root / "with-weights")
+    for side in ("golden", "test"):  # the demo dumps its weights (msit's dump_weight=True)
+        shutil.copytree(getattr(demo_pair, side), root / "with-weights" / side)
     return root
+
+
+@pytest.fixture
+def no_weights_app(demo_pair, tmp_path: Path) -> AccApp:
+    golden, test = copy_without_weights(demo_pair, tmp_path / "no-weights")
+    return AccApp(open_comparison(golden, test), export_dir=tmp_path)
 
 
 @pytest.fixture
@@ -80,16 +88,16 @@ async def test_p_replays_the_culprit_and_finds_the_operator_itself_wrong(
 
 @pytest.mark.parametrize("size", [(80, 24), (100, 30)])
 async def test_p_on_an_operator_without_weights_says_why_once_and_how_to_make_it_possible(
-    demo_app: AccApp, demo_pair, size: tuple[int, int]
+    no_weights_app: AccApp, demo_pair, size: tuple[int, int]
 ) -> None:
     """The reason both sides share is said once (not in the reading and again in each side's column),
     and so is what to dump to make the replay possible."""
-    async with demo_app.run_test(size=size) as pilot:
+    async with no_weights_app.run_test(size=size) as pilot:
         await _at_the_culprit(pilot, demo_pair.fault_module)
         await pilot.press("p")
         await settle(pilot)
-        assert isinstance(demo_app.screen, ReplayScreen)
-        dialog = demo_app.screen
+        assert isinstance(no_weights_app.screen, ReplayScreen)
+        dialog = no_weights_app.screen
         assert isinstance(dialog, ReplayScreen)
         body = dialog.query_one("#replay-body", Static)
         console = Console(width=body.content_region.width, file=io.StringIO(), record=True)

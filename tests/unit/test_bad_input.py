@@ -148,7 +148,7 @@ def test_an_unreadable_file_is_named(demo_pair, tmp_path: Path, monkeypatch: pyt
 
     monkeypatch.setattr(tensors, "read_torch_file", denied)
     cmp = open_comparison(golden, test, CompareOptions(cache=False))
-    rows = {r["golden_node"]: r for r in cmp.engine.node_rows(3)}
+    rows = {r["golden_node"]: r for r in cmp.verdicts.token(3).rows}
     assert rows[FAULT_OP]["error"] == f"{target}: cannot read (Permission denied)"
     assert rows["root.model.layers.2.mlp.up_proj"]["outputs_passed"] is True
 
@@ -353,7 +353,7 @@ def test_nan_literals_in_dump_json_are_read(reference: Path, tmp_path: Path) -> 
     end = text.index(",", first_max)
     dump_json.write_text(text[:first_max] + '"Max": NaN' + text[end:])
     cmp = open_comparison(golden, test, CompareOptions(cache=False))
-    rows = cmp.engine.node_rows(cmp.pairing.tokens[0])
+    rows = cmp.verdicts.token(cmp.pairing.tokens[0]).rows
     assert rows  # the comparison goes on; the NaN statistic is a failing (not a crashing) row
 
 
@@ -455,7 +455,7 @@ def test_any_failure_of_one_pair_is_an_error_row_and_the_token_goes_on(demo_pair
     target = device / "1" / "root.model.layers.0.mlp.act_fn" / "output.pth"
     torch.save(torch.load(target).reshape(-1, torch.load(target).shape[-1]).to_sparse(), target)
     cmp = open_comparison(golden, test, CompareOptions(cache=False))
-    rows = {r["golden_node"]: r for r in cmp.engine.node_rows(1)}
+    rows = {r["golden_node"]: r for r in cmp.verdicts.token(1).rows}
     assert str(target) in str(rows["root.model.layers.0.mlp.act_fn"]["error"])
     assert rows["root.model.layers.0.mlp.up_proj"]["outputs_passed"] is True  # the rest is compared
 
@@ -469,12 +469,12 @@ def test_an_unreadable_file_is_never_taken_for_the_culprit(demo_pair, tmp_path: 
     own_input = next((device / "3" / FAULT_OP).glob("input*.pth"))  # the culprit's own input file
     own_input.write_bytes(b"")
     cmp = open_comparison(golden, test, CompareOptions(cache=False))
-    rows = {r["golden_node"]: r for r in cmp.engine.node_rows(3)}
+    rows = {r["golden_node"]: r for r in cmp.verdicts.token(3).rows}
     assert (
         rows["root.model.layers.2.mlp.up_proj"]["error"]
         and rows["root.model.layers.2.mlp.up_proj"]["label"] is None
     )
-    op = cmp.engine.first_failing_op(3)
+    op = cmp.verdicts.culprit(3)
     assert op is not None and op["golden_node"] == FAULT_OP and op["label"] == "local"
     assert op["inputs_from"] != "files"  # its own input unreadable: judged by what fed it
 

@@ -69,7 +69,7 @@ def test_the_comparison_and_its_engine_read_the_paired_golden(
     comparison = open_comparison(declared_golden, atb_pair[1], CompareOptions(cache=False))
     assert comparison.golden is comparison.pairing.golden
     assert comparison.golden.order_source == BORROWED
-    rows = [r["golden_node"] for r in comparison.engine.node_rows(demo_pair.fault_token)]
+    rows = [r["golden_node"] for r in comparison.verdicts.token(demo_pair.fault_token).rows]
     assert [name for name in rows if name in EXECUTED] == EXECUTED
-    op = comparison.engine.first_failing_op(demo_pair.fault_token)
+    op = comparison.verdicts.culprit(demo_pair.fault_token)
     assert op is not None and op["golden_node"] == demo_pair.fault_module

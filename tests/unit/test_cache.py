@@ -22,14 +22,14 @@ def _copy(demo_pair, tmp_path: Path) -> tuple[Path, Path]:
 def test_second_launch_reads_rows_from_disk(demo_pair, tmp_path: Path) -> None:
     golden, test = _copy(demo_pair, tmp_path)
     first = open_comparison(golden, test)
-    rows = first.engine.node_rows(3)
+    rows = first.verdicts.token(3).rows
     first.engine.flush()
     assert first.engine.computed > 0 and first.engine.from_cache == 0
     assert (cache_dir() / "rows.sqlite3").is_file() and not list(
         golden.rglob("*.sqlite3*")
     )  # never in the dumps
     second = open_comparison(golden, test)
-    again = second.engine.node_rows(3)
+    again = second.verdicts.token(3).rows
     assert second.engine.computed == 0 and second.engine.from_cache > 0
     assert [r["cosine"] for r in again] == [r["cosine"] for r in rows]
     assert [r["label"] for r in again] == [r["label"] for r in rows]
@@ -51,8 +51,28 @@ def test_changed_file_is_recomputed_and_no_cache_bypasses(demo_pair, tmp_path: P
     assert third.engine.from_cache == 0 and third.engine.computed == len(third.pairing.tokens)
 
 
+@pytest.mark.parametrize("value", ["1", "yes"])
+def test_tui_acc_no_cache_keeps_every_command_off_the_disk(
+    demo_pair, value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shared host: one variable, set once, is --no-cache for the view, report and hunt alike."""
+    from tui_acc.cli.main import main
+
+    monkeypatch.setenv("TUI_ACC_NO_CACHE", value)
+    assert main(["report", str(demo_pair.golden), str(demo_pair.test)]) == 1
+    capsys.readouterr()
+    assert not (cache_dir() / "rows.sqlite3").exists()
+    comparison = open_comparison(demo_pair.golden, demo_pair.test)
+    comparison.engine.token_rows()
+    comparison.engine.flush()
+    assert comparison.engine.computed > 0 and not (cache_dir() / "rows.sqlite3").exists()
+    monkeypatch.setenv("TUI_ACC_NO_CACHE", "0")  # 0 (or empty): the cache as usual
+    assert main(["report", str(demo_pair.golden), str(demo_pair.test)]) == 1
+    assert (cache_dir() / "rows.sqlite3").is_file()
+
+
 def test_verdicts_follow_the_sessions_thresholds_not_the_cache(demo_pair, tmp_path: Path) -> None:
-    from tui_acc.verdicts.thresholds import Thresholds
+    from tui_acc.tolerances.thresholds import Thresholds
 
     golden, test = _copy(demo_pair, tmp_path)
     first = open_comparison(golden, test)
@@ -221,15 +241,15 @@ def test_a_cache_that_cannot_be_written_says_so(demo_pair, tmp_path: Path, monke
 def test_asking_again_for_rows_not_computed_touches_no_file(demo_pair, tmp_path: Path, monkeypatch) -> None:
     """The views ask for every token's logits row after each computed token: a row that is neither
     in memory nor on disk must not cost a stat of its files every time it is asked for."""
-    from tui_acc.metrics import engine as engine_module
+    from tui_acc.metrics import tensor_rows as tensor_rows_module
 
     golden, test = _copy(demo_pair, tmp_path)
     cmp = open_comparison(golden, test)
     for token in cmp.pairing.tokens:
         cmp.pairing.node_pairs(token)  # paired (the token list pairs them), not computed
     calls = []
-    real = engine_module.identity
-    monkeypatch.setattr(engine_module, "identity", lambda ref: calls.append(ref) or real(ref))
+    real = tensor_rows_module.identity
+    monkeypatch.setattr(tensor_rows_module, "identity", lambda ref: calls.append(ref) or real(ref))
     assert all(cmp.engine.cached_token_row(t) is None for t in cmp.pairing.tokens)
     first = len(calls)
     assert first > 0

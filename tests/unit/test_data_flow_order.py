@@ -119,9 +119,9 @@ def test_first_failing_op_is_found_in_execution_order(out_of_order_pair: tuple[P
     error starts, ahead of the faulty norm it runs after."""
     golden, test = out_of_order_pair
     comparison = open_comparison(golden, test, CompareOptions(cache=False))
-    op = comparison.engine.first_failing_op(0)
+    op = comparison.verdicts.culprit(0)
     assert op is not None and op["golden_node"] == "root.norm" and op["label"] == "local"
-    rows = {r["golden_node"]: r for r in comparison.engine.node_rows(0)}
+    rows = {r["golden_node"]: r for r in comparison.verdicts.token(0).rows}
     assert rows["root.attn"]["inputs_from"] == "root.norm" and rows["root.attn"]["label"] == "inherited"
 
 
@@ -237,7 +237,7 @@ def test_data_flow_agrees_with_the_file_times_of_real_dumps(model_case, tmp_path
     assert [n.name for n in declared.tree.preorder()] == [n.name for n in untimed.tree.preorder()]
     case = json.loads((folder / "case.json").read_text())
     comparison = open_comparison(copy / "golden", copy / "test", CompareOptions(cache=False))
-    op = comparison.engine.first_failing_op(case["fault_token"])
+    op = comparison.verdicts.culprit(case["fault_token"])
     assert op is not None and op["golden_node"] == f"root.{case['fault_module']}", (op, moved)
 
 

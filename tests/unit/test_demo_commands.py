@@ -40,7 +40,7 @@ def _test_plan(app: AccApp, tmp_path: Path):
     cmp = app.comparison
     token = cmp.engine.first_failing_token()
     assert token is not None
-    op = cmp.engine.first_failing_op(token)
+    op = cmp.verdicts.culprit(token)
     assert op is not None
     return plan_for(cmp, app.redump_settings, "test", token, op["golden_node"], datetime.now(), tmp_path)
 
@@ -79,5 +79,5 @@ def test_the_atb_demos_write_a_config_and_their_redump_reopens_at_the_fault(
     reopened = app.opener(app.comparison.golden.root, plan.out)
     token = plan.selection.token
     assert reopened.test.format == "msit-atb" and reopened.pairing.tokens == [token]
-    found = reopened.engine.first_failing_op(token)
+    found = reopened.verdicts.culprit(token)
     assert found is not None and found["golden_node"] == "root.model.layers.2.mlp.down_proj"

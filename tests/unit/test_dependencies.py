@@ -48,9 +48,11 @@ def _project() -> dict:
 
 
 def _declared() -> set[str]:
-    """The runtime dependencies and the torch extra (imported only where torch is asked for)."""
+    """The runtime dependencies, the torch extra (imported only where torch is asked for) and the
+    xlsx extra (imported only where an .xlsx is written: reports/export.py)."""
     project = _project()
-    return _names(project["dependencies"]) | _names(project["optional-dependencies"]["torch"])
+    extras = project["optional-dependencies"]
+    return _names(project["dependencies"]) | _names(extras["torch"]) | _names(extras["xlsx"])
 
 
 def test_torch_is_an_extra_not_a_dependency() -> None:

@@ -16,12 +16,12 @@ from tui_acc.replay.call import Call, Replayed
 from tui_acc.replay.dumped_call import Gathered
 from tui_acc.replay.sampling import ELEMENTS, plan
 from tui_acc.replay.torch_ops import linear, rms_norm_module, silu
-from tui_acc.verdicts.masks import masked
-from tui_acc.verdicts.propagation import modelled
+from tui_acc.tolerances.errors import modelled
+from tui_acc.tolerances.masks import masked
+from tui_acc.tolerances.rounding import MARGIN, expected_local, local_bound, one_rounding
+from tui_acc.tolerances.thresholds import Thresholds, effective_bounds, implied_rel_euclidean, tensor_passed
 from tui_acc.verdicts.replay_check import _judged
-from tui_acc.verdicts.rounding import MARGIN, expected_local, local_bound, one_rounding
-from tui_acc.verdicts.rules import by_error_model, by_weights
-from tui_acc.verdicts.thresholds import Thresholds, effective_bounds, implied_rel_euclidean, tensor_passed
+from tui_acc.verdicts.rules import Facts, by_error_model, by_weights
 
 BF16 = 2.0**-8
 
@@ -147,6 +147,18 @@ def test_the_reference_computes_the_sample_only():
     assert np.asarray(result.values).shape[0] == len(result.rows) < 4096
 
 
+def _facts(row: dict[str, object]) -> Facts:
+    """A node's facts as the rules read them, from a row naming its inputs' and outputs' errors."""
+    return Facts(
+        row,  # type: ignore[arg-type]
+        (),
+        row.get("inputs_effective"),  # type: ignore[arg-type]
+        "files",
+        row.get("input_error"),  # type: ignore[arg-type]
+        row.get("output_error"),  # type: ignore[arg-type]
+    )
+
+
 def _row(**fields: object) -> dict[str, object]:
     base = {"golden_dtype": "float32", "test_dtype": "bfloat16", "golden_shape": "[1, 6, 64]", "numel": 384}
     return {**base, **fields}
@@ -155,15 +167,16 @@ def _row(**fields: object) -> dict[str, object]:
 def test_the_error_model_allows_what_the_inputs_carry():
     output = _row(role="output", rel_euclidean=0.012)
     row = {"input_error": 0.01, "output_error": 0.012, "test_dtype": "bfloat16"}
-    found = by_error_model(row, [output])
+    found = by_error_model(_facts(row), [output])
     assert found is not None and not found.local and found.rule == "error model"
-    assert found.expected_error == pytest.approx(2 * 0.01 + local_bound("bfloat16"))
+    # first order 2 x 0.01, its second order (1 + 2 x 0.01), and the output's own rounding
+    assert found.expected_error == pytest.approx(2 * 0.01 * 1.02 + local_bound("bfloat16"))
     grown = {**row, "output_error": 0.05}
-    assert by_error_model(grown, [{**output, "rel_euclidean": 0.05}]).local
+    assert by_error_model(_facts(grown), [{**output, "rel_euclidean": 0.05}]).local
     # from exact inputs, one rounding's worth is explained; five roundings are not
     fresh = {"input_error": 0.0, "output_error": 0.4 * BF16, "test_dtype": "bfloat16"}
-    assert not by_error_model(fresh, [output]).local
-    assert by_error_model({**fresh, "output_error": 5 * BF16}, [output]).local
+    assert not by_error_model(_facts(fresh), [output]).local
+    assert by_error_model(_facts({**fresh, "output_error": 5 * BF16}), [output]).local
 
 
 def test_the_error_model_leaves_what_it_cannot_read():
@@ -173,14 +186,16 @@ def test_the_error_model_leaves_what_it_cannot_read():
         role="output", rel_euclidean=1.0, golden_min=-3.4028234663852886e38, test_min=-3.3895313892515355e38
     )
     row = {"input_error": 0.0, "output_error": 0.13, "test_dtype": "bfloat16"}
-    assert not modelled(stats) and by_error_model(row, [stats]) is None
+    assert not modelled(stats) and by_error_model(_facts(row), [stats]) is None
     assert masked({**mask, "golden_dtype": "float32", "test_dtype": "bfloat16"})
-    assert not modelled(mask) and by_error_model(row, [mask]) is None
-    assert by_error_model({"output_error": 0.1}, [_row(role="output", rel_euclidean=0.1)]) is None  # no input
+    assert not modelled(mask) and by_error_model(_facts(row), [mask]) is None
+    assert (
+        by_error_model(_facts({"output_error": 0.1}), [_row(role="output", rel_euclidean=0.1)]) is None
+    )  # no input
     # a single logit off 13 % from exact inputs is its own error; from inputs carrying 1 % it may be
     # cancellation amplifying them: not local
-    assert by_error_model(row, [narrow]).local
-    carried = by_error_model({**row, "input_error": 0.01}, [narrow])
+    assert by_error_model(_facts(row), [narrow]).local
+    carried = by_error_model(_facts({**row, "input_error": 0.01}), [narrow])
     assert carried is not None and not carried.local and "narrow" in carried.reason
 
 
@@ -189,16 +204,18 @@ def test_a_softmax_amplifies_by_its_input_magnitude_and_a_fused_attention_is_not
     probabilities = _row(role="output", rel_euclidean=0.15)
     row = {"input_error": 0.01, "output_error": 0.15, "test_type": "Functional.softmax"}
     # 1 % on scores up to 20 is up to 20 % on the probabilities: transmission, not a fault
-    softmax = by_error_model(row, [probabilities], [scores])
+    softmax = by_error_model(_facts(row), [probabilities], [scores])
     assert softmax is not None and not softmax.local
-    assert softmax.expected_error == pytest.approx(2 * 20 * 0.01 + local_bound("bfloat16"))
+    assert softmax.expected_error == pytest.approx(2 * 20 * 0.01 * 1.02 + local_bound("bfloat16"))
     worse = {**probabilities, "rel_euclidean": 0.5}
-    assert by_error_model({**row, "output_error": 0.5}, [worse], [scores]).local
+    assert by_error_model(_facts({**row, "output_error": 0.5}), [worse], [scores]).local
     # the same numbers through a linear map are a fault
-    assert by_error_model({**row, "test_type": "Functional.linear"}, [probabilities], [scores]).local
+    assert by_error_model(_facts({**row, "test_type": "Functional.linear"}), [probabilities], [scores]).local
     # a mask's fill weighs nothing after exp: the largest score decides, not the most negative
     masked_scores = {**scores, "golden_min": -1e9}
-    assert by_error_model(row, [probabilities], [masked_scores]).expected_error == softmax.expected_error
+    assert (
+        by_error_model(_facts(row), [probabilities], [masked_scores]).expected_error == softmax.expected_error
+    )
     fused_types = (
         "Functional.scaled_dot_product_attention",
         "PagedAttentionOperation",
@@ -208,16 +225,19 @@ def test_a_softmax_amplifies_by_its_input_magnitude_and_a_fused_attention_is_not
         "MultiLatentAttentionOperation",
     )
     for fused in fused_types:
-        assert by_error_model({**row, "test_type": fused}, [probabilities], [scores]) is None
+        assert by_error_model(_facts({**row, "test_type": fused}), [probabilities], [scores]) is None
     # a module named for attention is judged against what is inside it, not left out
-    assert by_error_model({**row, "test_type": "LlamaSdpaAttention"}, [probabilities], [scores]) is not None
+    assert (
+        by_error_model(_facts({**row, "test_type": "LlamaSdpaAttention"}), [probabilities], [scores])
+        is not None
+    )
 
 
 def test_partial_sums_of_ranks_count_their_roundings():
     # a row-parallel output summed from 4 ranks' bf16 partials was rounded 5 times
     output = _row(role="output", rel_euclidean=0.01)
     row = {"input_error": 0.0, "output_error": 0.01, "test_dtype": "bfloat16"}
-    once, summed = by_error_model(row, [output]), by_error_model(row, [output], roundings=5)
+    once, summed = by_error_model(_facts(row), [output]), by_error_model(_facts(row), [output], roundings=5)
     assert once.local and not summed.local
     assert summed.expected_error == pytest.approx(local_bound("bfloat16", 1, 5))
 
@@ -290,9 +310,10 @@ def test_only_a_sampled_replay_that_agrees_yields_to_the_error_model(sampled, ru
     # have missed the rows that carry it; a replay of the whole output has not
     from tui_acc.dumps.model import Node, NodeTree
     from tui_acc.pairing.model import NodePair
-    from tui_acc.verdicts.labels import Judging, judge_one
+    from tui_acc.verdicts.judging import Judging
     from tui_acc.verdicts.local import NodeReplay
     from tui_acc.verdicts.replay_check import SideReplay
+    from tui_acc.verdicts.walk import TokenWalk
 
     agrees = SideReplay("test", "linear", "Linear", "consistent", "within its rounding", sampled=sampled)
 
@@ -321,5 +342,6 @@ def test_only_a_sampled_replay_that_agrees_yields_to_the_error_model(sampled, ru
         "inputs_effective": True,
         "output_error": 0.05,
     }
-    judge_one(row, [given, output], {}, Judging(NodeTree("root", nodes), Checks()), node)
-    assert row["rule"] == rule and (row["label"] == "local") == (rule == "error model")
+    verdict = TokenWalk(0, Judging(NodeTree("root", nodes), Checks())).judge(row, [given, output], node)
+    assert verdict is not None
+    assert verdict.rule == rule and (verdict.label == "local") == (rule == "error model")

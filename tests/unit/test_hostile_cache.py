@@ -21,7 +21,7 @@ from tui_acc.dumps.writers.torch_file import write_torch_file
 
 def _first_failing_op(golden: Path, test: Path, **options: object) -> str | None:
     cmp = open_comparison(golden, test, CompareOptions(**options))  # type: ignore[arg-type]
-    op = cmp.engine.first_failing_op(3)
+    op = cmp.verdicts.culprit(3)
     cmp.engine.flush()
     return None if op is None else str(op["golden_node"])
 
@@ -82,7 +82,7 @@ def test_a_damaged_cached_row_is_dropped_and_recomputed(demo_pair, tmp_path: Pat
     assert again == expected
     assert second.engine.from_cache == 0 and second.engine.computed > 0
     assert f"{path}: {len(rows)} damaged cached rows ignored" in str(second.engine.cache.problem)  # type: ignore[union-attr]
-    assert second.engine.first_failing_op(3)["golden_node"] == FAULT_OP  # type: ignore[index]
+    assert second.verdicts.culprit(3)["golden_node"] == FAULT_OP  # type: ignore[index]
     second.engine.flush()  # the recomputed rows replace the damaged ones
     third = open_comparison(golden, test)
     third.engine.tensors_frame(3)

@@ -386,7 +386,7 @@ def test_an_unlisted_module_of_a_later_token_is_compared_or_listed(
     if len(sides) == 2:
         assert not any(EXTRA in name for *_, name in unmatched)
         cmp = open_comparison(golden, test, CompareOptions(cache=False))
-        assert EXTRA in {row["golden_node"] for row in cmp.engine.node_rows(3)}  # compared
+        assert EXTRA in {row["golden_node"] for row in cmp.verdicts.token(3).rows}  # compared
     else:
         assert ("node", sides[0], 3, EXTRA) in unmatched
     assert report["first_failing_op"]["golden"] == FAULT_OP

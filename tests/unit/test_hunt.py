@@ -67,15 +67,25 @@ def test_the_hunt_finds_the_demo_fault_dumping_a_fraction_of_a_full_dump(
     # each step dumped only what it asked for: the logits' outputs, then the blocks' outputs at the
     # failing token, then the failing block's subtree with inputs
     logits = _files(folder / "1-logits" / "golden" / "dump")
-    pth = [p for p in logits if p.suffix == ".pth"]
+    # the weights of the modules asked for, as msit's dump_weight writes them (p replays with them)
+    weights = {p.name for p in logits if p.parent.name == "weights"}
+    assert weights == {"root.lm_head.weight.pth"}
+    pth = [p for p in logits if p.suffix == ".pth" and p.parent.name != "weights"]
     assert {p.parent.name for p in pth} == {"root.lm_head"} and {p.name for p in pth} == {"output.pth"}
     assert {p.parent.parent.name for p in pth} == {str(t) for t in range(len(demo_pair.golden_ids))}
-    blocks = [p for p in _files(folder / "2-blocks" / "test" / "dump") if p.suffix == ".pth"]
+    blocks = [
+        p
+        for p in _files(folder / "2-blocks" / "test" / "dump")
+        if p.suffix == ".pth" and p.parent.name != "weights"
+    ]
     assert {p.parent.name for p in blocks} == {f"root.model.layers.{i}" for i in range(4)}
     assert {p.parent.parent.name for p in blocks} == {str(FAULT_TOKEN)}
-    operators = [p for p in _files(folder / "3-operators" / "test" / "dump") if p.suffix == ".pth"]
+    dumped = [p for p in _files(folder / "3-operators" / "test" / "dump") if p.suffix == ".pth"]
+    operators = [p for p in dumped if p.parent.name != "weights"]
     assert {p.parent.name for p in operators} >= {"root.model.layers.2", FAULT_MODULE}
     assert all(p.parent.name.startswith("root.model.layers.2") for p in operators)
+    # and the weights of that subtree only (what p replays its operators with)
+    assert all(p.name.startswith("root.model.layers.2.") for p in dumped if p.parent.name == "weights")
     assert any(p.name.startswith("input_") for p in operators)
     # the goal: every step together at most a quarter of one full dump of both sides
     full = _size(demo_pair.golden) + _size(demo_pair.test)

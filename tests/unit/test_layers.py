@@ -39,7 +39,7 @@ def test_the_layers_hold() -> None:
         # a reader reaching up into the TUI
         ("dumps/fs.py", "import tui_acc.tui.app", "Layers: front ends"),
         # the engine reaching up into a front end
-        ("verdicts/thresholds.py", "from tui_acc.reports import pair", "Layers: front ends"),
+        ("tolerances/thresholds.py", "from tui_acc.reports import pair", "Layers: front ends"),
         # two front ends of one layer importing each other
         ("reports/pair.py", "import tui_acc.redump.plan", "Layers: front ends"),
         # the headless report drawing with rich

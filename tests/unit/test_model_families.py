@@ -52,13 +52,13 @@ def test_the_fault_is_found(model_case, name):
     assert first == case["fault_token"]
     for token in range(first):
         assert comparison.engine.token_row(token)["passed"] is True
-    op = comparison.engine.first_failing_op(first)
+    op = comparison.verdicts.culprit(first)
     assert op is not None and _expected_op(case).match(op["golden_node"]), op and op["golden_node"]
     assert op["label"] == "local"
     # before the fault, no operator adds error of its own, and none fails but a single value (an MoE
     # gate's one logit, judged by its value: bf16 noise through a sum that cancels), inherited
     for token in range(first):
-        rows = comparison.engine.node_rows(token)
+        rows = comparison.verdicts.token(token).rows
         assert [r["golden_node"] for r in rows if r["label"] == "local"] == [], token
         failing = [r for r in rows if r["outputs_passed"] is False]
         assert all(r["shape"].endswith(", 1]") and r["label"] == "inherited" for r in failing), failing
@@ -76,7 +76,7 @@ def test_one_culprit_in_the_whole_dump(model_case, name):
     local = [
         (row["token"], row["golden_node"])
         for token in comparison.pairing.tokens
-        for row in comparison.engine.node_rows(token)
+        for row in comparison.verdicts.token(token).rows
         if row["label"] == "local"
     ]
     assert len(local) == 1, local
@@ -111,11 +111,11 @@ def test_mix_shows_api_calls_inside_their_module(model_case):
     case = _case(folder)
     comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     tree = comparison.golden.tree
-    op = comparison.engine.first_failing_op(case["fault_token"])
+    op = comparison.verdicts.culprit(case["fault_token"])
     assert op is not None and op["golden_node"] == case["fault_record"]
     module = tree.nodes[op["golden_node"]].parent
     assert module == f"Module.{case['fault_module']}.Linear.forward.{case['fault_token']}"
-    rows = {r["golden_node"]: r for r in comparison.engine.node_rows(case["fault_token"])}
+    rows = {r["golden_node"]: r for r in comparison.verdicts.token(case["fault_token"]).rows}
     assert rows[module]["label"] == "contains"  # the module fails because the API inside it does
     assert comparison.pairing.logits_node == "Module.lm_head.Linear.forward.0"
     top_level = [n for n in tree.children(tree.root) if n in comparison.golden.tokens[0]]
@@ -153,7 +153,7 @@ def test_renumbered_calls_pair_by_kind_and_order(model_case, tmp_path):
     dump_json.write_text(json.dumps(dump))
     comparison = open_comparison(folder / "golden", test, CompareOptions(cache=False))
     assert comparison.engine.first_failing_token() == case["fault_token"]
-    op = comparison.engine.first_failing_op(case["fault_token"])
+    op = comparison.verdicts.culprit(case["fault_token"])
     assert op is not None and op["golden_node"] == case["fault_record"]
     pairs = {n.golden: n.test for n in comparison.pairing.node_pairs(case["fault_token"])}
     renamed = {g: t for g, t in pairs.items() if g != t}

@@ -58,7 +58,7 @@ def test_torch_against_msprobe_atb(atb_pair, tmp_path: Path, with_tensors: bool)
     pairs = {n.golden: n.test for n in cmp.pairing.node_pairs(3)}
     assert pairs["root.model.layers.2.mlp.down_proj"] == "3_LlamaLayer/3_MlpGateLayerV2/3_LinearOperation"
     assert cmp.engine.first_failing_token() == 3
-    op = cmp.engine.first_failing_op(3)
+    op = cmp.verdicts.culprit(3)
     assert op is not None and op["golden_node"] == "root.model.layers.2.mlp.down_proj"
     row = cmp.engine.tensor_row(cmp.pairing.logits_pair(3))
     assert row["stats_only"] is (not with_tensors)

@@ -40,7 +40,7 @@ def probe(atb_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _failing(golden: Path, test: Path, **kwargs: object) -> tuple[int | None, dict | None]:
     cmp = open_comparison(golden, test, CompareOptions(cache=False, **kwargs))  # type: ignore[arg-type]
     token = cmp.engine.first_failing_token()
-    return token, cmp.engine.first_failing_op(token) if token is not None else None
+    return token, cmp.verdicts.culprit(token) if token is not None else None
 
 
 def _named(index, token: int) -> dict[str, list[str]]:

@@ -18,7 +18,7 @@ from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps import open_dump
 from tui_acc.dumps.model import Stats
 from tui_acc.metrics.stats import compare_stats
-from tui_acc.verdicts.thresholds import Thresholds, stats_passed
+from tui_acc.tolerances.thresholds import Thresholds, stats_passed
 
 
 def _case(folder: Path) -> dict[str, Any]:
@@ -38,7 +38,7 @@ def test_checksums_only_compare_bit_for_bit(model_case):
     comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     assert any("checksums only" in note for note in comparison.test.notes)
     engine = comparison.engine
-    rows = {r["golden_node"]: r for r in engine.node_rows(2)}
+    rows = {r["golden_node"]: r for r in comparison.verdicts.token(2).rows}
     # every record before the faulty one has the same bits: equal checksums pass, whatever the size
     order = [r["golden_node"] for r in sorted(rows.values(), key=lambda r: r["order"])]
     assert all(rows[name]["outputs_passed"] for name in order[: order.index(fault)])
@@ -118,9 +118,9 @@ def test_nan_check_finds_the_first_call_that_made_a_nan(model_case, tmp_path):
     assert any("without statistics" in note for note in comparison.test.notes)
     engine = comparison.engine
     assert engine.first_failing_token() == 2
-    op = engine.first_failing_op(2)
+    op = comparison.verdicts.culprit(2)
     assert op is not None and op["golden_node"] == fault and op["label"] == "local"
-    assert all(r["outputs_passed"] for r in engine.node_rows(1))
+    assert all(r["outputs_passed"] for r in comparison.verdicts.token(1).rows)
 
 
 # --- null statistics, Triton, NPU records -------------------------------------------------------
@@ -227,7 +227,7 @@ def test_focus_gaps_are_named_and_looked_past(model_case):
             assert at[record.name] < at[operator]
             assert not [i for i in paired if at[record.name] < i < at[operator]], (record.name, operator)
     # every operator of the token is judged on its inputs: no gap leaves one unjudged
-    rows = comparison.engine.node_rows(2)
+    rows = comparison.verdicts.token(2).rows
     with_inputs = [r for r in rows if r["inputs_passed"] is not None or r["inputs_from"] != "files"]
     assert with_inputs and all(r["inputs_effective"] is not None for r in with_inputs)
     # a record right after a gap: its inputs come from its own files, not from the absent record

@@ -76,7 +76,7 @@ def _assert_fault_found(golden: Path, test: Path, case: dict, **options: object)
     assert first == case["fault_token"]
     for token in range(first):
         assert comparison.engine.token_row(token)["passed"] is True
-    op = comparison.engine.first_failing_op(first)
+    op = comparison.verdicts.culprit(first)
     assert op is not None and op["golden_node"] == case["fault_record"], op and op["golden_node"]
     assert op["label"] == "local"
 

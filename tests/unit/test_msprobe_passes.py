@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_acc import open_comparison
+from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps import open_dump
 from tui_acc.dumps.msprobe.passes import EMBEDDING, api_of
 from tui_acc.verdicts.weights import is_weight
@@ -71,21 +71,21 @@ def test_a_fault_in_the_second_half_of_a_pass_is_found(msprobe_case):
     """Where the pass used to end at layer 0's gate_proj, layer 1's down_proj was never compared."""
     folder = msprobe_case(WIDE)
     case = json.loads((folder / "case.json").read_text(encoding="utf-8"))
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     assert comparison.pairing.logits_node == comparison.golden.logits_hint
     assert not comparison.pairing.unmatched
     assert comparison.engine.first_failing_token() == case["fault_token"]
-    op = comparison.engine.first_failing_op(case["fault_token"])
+    op = comparison.verdicts.culprit(case["fault_token"])
     assert op is not None and op["golden_node"] == case["fault_record"] and op["label"] == "local"
 
 
 def test_mix_takes_the_logits_from_the_lm_head_not_from_an_mlp_as_wide(msprobe_case):
     folder = msprobe_case(WIDE_MIX)
     case = json.loads((folder / "case.json").read_text(encoding="utf-8"))
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     assert comparison.pairing.logits_node == "Module.lm_head.Linear.forward.0"
     assert comparison.engine.first_failing_token() == case["fault_token"]
-    op = comparison.engine.first_failing_op(case["fault_token"])
+    op = comparison.verdicts.culprit(case["fault_token"])
     assert op is not None and op["golden_node"] == case["fault_record"] and op["label"] == "local"
 
 
@@ -114,7 +114,7 @@ def test_keyword_inputs_of_a_module_are_its_input_rows(model_case):
     input_kwargs, and they are the module's inputs, paired slot by slot; None and the cache are no
     tensors, and none is taken for a weight."""
     folder = model_case("qwen2-msprobe-L0")
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     data = _records(folder / "test")
     attention = "Module.model.layers.1.self_attn.Qwen2Attention.forward.2"
     assert data[attention]["input_args"] == []
@@ -136,7 +136,7 @@ def test_keyword_inputs_of_a_module_are_its_input_rows(model_case):
     rows = [comparison.engine.tensor_row(t) for t in inputs]
     assert all(row["error"] is None and row["numel"] > 0 for row in rows)
     assert not any(is_weight(row, "Qwen2Attention") for row in rows)
-    node = next(r for r in comparison.engine.node_rows(2) if r["golden_node"] == attention)
+    node = next(r for r in comparison.verdicts.token(2).rows if r["golden_node"] == attention)
     assert node["inputs_from"] == "files" and node["input_error"] is not None
     # at the prefill the mask is filled with each side's dtype minimum: equal by intent
     prefill = attention.removesuffix(".2") + ".0"
@@ -150,7 +150,7 @@ def test_keyword_inputs_of_a_module_are_its_input_rows(model_case):
 def test_keyword_inputs_at_mix_and_with_statistics_only(model_case, name):
     """The same at mix (API calls inside the modules) and where only statistics were dumped."""
     folder = model_case(name)
-    comparison = open_comparison(folder / "golden", folder / "test", cache=False)
+    comparison = open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False))
     slots = {"input.hidden_states", "input.position_embeddings.0", "input.position_embeddings.1"}
     attention = [p for p in comparison.pairing.node_pairs(1) if "LlamaAttention" in p.golden]
     assert attention

@@ -87,7 +87,7 @@ def test_the_l1_fixtures_culprit_is_in_its_layers_mlp(model_case) -> None:  # ty
     ]
     # for reading only: the calls keep their execution order, and every one of them is there
     assert [n.name for n in view.preorder() if n.name in set(order)] == order
-    assert comparison.engine.first_failing_op(token)["golden_node"] == fault  # type: ignore[index]
+    assert comparison.verdicts.culprit(token)["golden_node"] == fault  # type: ignore[index]
 
 
 def test_a_dump_without_stack_json_stays_flat(model_case, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -53,7 +53,7 @@ def two_ranks(atb_pair, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
 
 
 def _cosines(cmp, token: int) -> dict[str, float]:
-    return {r["golden_node"]: r["cosine"] for r in cmp.engine.node_rows(token)}
+    return {r["golden_node"]: r["cosine"] for r in cmp.verdicts.token(token).rows}
 
 
 def test_ranks_are_listed_and_chosen(two_ranks) -> None:
@@ -68,7 +68,7 @@ def test_ranks_are_listed_and_chosen(two_ranks) -> None:
 def test_one_rank_against_the_golden_shows_the_split(two_ranks) -> None:
     golden, _, ranks = two_ranks
     cmp = open_comparison(golden, ranks, CompareOptions(rank=1))
-    rows = {r["golden_node"]: r for r in cmp.engine.node_rows(1)}
+    rows = {r["golden_node"]: r for r in cmp.verdicts.token(1).rows}
     assert "element counts differ" in rows["root.model.layers.0.self_attn.q_proj"]["error"]
 
 
@@ -85,7 +85,7 @@ def test_gathering_rebuilds_the_single_device_tensors(two_ranks) -> None:
     assert merges["2_LlamaLayer/1_Attention/3_LinearOperation"] == "sum"  # feeds the all-reduce
     assert merges["2_LlamaLayer/1_Attention/0_LinearOperation"] == "auto"
     assert cmp.engine.first_failing_token() == 3
-    op = cmp.engine.first_failing_op(3)
+    op = cmp.verdicts.culprit(3)
     assert op is not None and op["golden_node"] == "root.model.layers.2.mlp.down_proj"
 
 

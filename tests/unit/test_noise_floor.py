@@ -21,8 +21,8 @@ from tui_acc.demo import FAULT_MODULE, FAULT_TOKEN
 from tui_acc.dumps import DumpError
 from tui_acc.reports.output import EXIT_FAIL
 from tui_acc.session import CompareOptions, check_comparable, open_comparison
-from tui_acc.verdicts.noise import judged, noise_fields
-from tui_acc.verdicts.thresholds import Thresholds
+from tui_acc.tolerances.noise import judged, noise_fields
+from tui_acc.tolerances.thresholds import Thresholds
 
 # bf16's rounding noise fails every operator under this bound: without a baseline the "first
 # failing operator" is wherever that noise happens to be largest, long before the fault
@@ -33,12 +33,12 @@ def test_a_strict_bound_fails_rounding_noise_that_the_error_model_does_not_blame
     """Under so strict a bound bf16's own noise fails operators before the fault: the thresholds
     alone would blame one of them (the premise of the next test); the error model names the fault."""
     cmp = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(thresholds=STRICT, cache=False))
-    rows = cmp.engine.node_rows(FAULT_TOKEN)
+    rows = cmp.verdicts.token(FAULT_TOKEN).rows
     order = [row["golden_node"] for row in rows]
     before = [row for row in rows[: order.index(FAULT_MODULE)] if not _encloses(row)]
     assert any(row["outputs_passed"] is False for row in before)
     assert all(row["label"] != "local" for row in before)
-    suspect = cmp.engine.first_failing_op(FAULT_TOKEN)
+    suspect = cmp.verdicts.culprit(FAULT_TOKEN)
     assert suspect is not None and suspect["golden_node"] == FAULT_MODULE
 
 
@@ -54,14 +54,14 @@ def test_the_noise_floor_passes_everything_before_the_fault_and_fails_the_fault(
     engine = cmp.engine
     assert engine.first_failing_token() == FAULT_TOKEN
     for token in range(FAULT_TOKEN):
-        rows = engine.node_rows(token)
+        rows = cmp.verdicts.token(token).rows
         assert rows and all(row["outputs_passed"] for row in rows), token
-    rows = engine.node_rows(FAULT_TOKEN)
+    rows = cmp.verdicts.token(FAULT_TOKEN).rows
     order = [row["golden_node"] for row in rows]
     # what runs before the fault (its enclosing modules end after it: not "before")
     before = [row for row in rows[: order.index(FAULT_MODULE)] if not _encloses(row)]
     assert before and all(row["outputs_passed"] for row in before)
-    suspect = engine.first_failing_op(FAULT_TOKEN)
+    suspect = cmp.verdicts.culprit(FAULT_TOKEN)
     assert suspect is not None and suspect["golden_node"] == FAULT_MODULE
     assert suspect["noise_ratio"] > 3 * 3  # far beyond the factor, not at its edge
     noisy = [row["noise_ratio"] for row in before if row["noise_ratio"] is not None]
@@ -101,7 +101,7 @@ def test_verdicts_from_the_cache_are_judged_against_this_baseline(demo_pair, dem
     """Rows on disk hold no noise figures (they depend on the baseline); read back, they are judged
     again, and a test row whose baseline row is not known yet is not known either."""
     plain = open_comparison(demo_pair.golden, demo_pair.test)
-    plain.engine.node_rows(FAULT_TOKEN)
+    plain.verdicts.token(FAULT_TOKEN)
     plain.engine.flush()
     pair = next(
         p

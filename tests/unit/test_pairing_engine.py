@@ -11,7 +11,7 @@ import pytest
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps.model import Node, NodeTree
 from tui_acc.metrics.engine import Cancelled
-from tui_acc.verdicts.labels import first_suspect
+from tui_acc.verdicts.verdict import NodeVerdict, TokenVerdict
 
 
 def test_unpaired_items_are_listed_not_dropped(damaged_copy: tuple[Path, Path]) -> None:
@@ -96,7 +96,7 @@ def test_should_stop_cancels_between_tensors(demo_pair, workers: int) -> None:
 def test_demo_fault_is_found(demo_pair) -> None:
     cmp = open_comparison(demo_pair.golden, demo_pair.test)
     assert cmp.engine.first_failing_token() == demo_pair.fault_token
-    op = cmp.engine.first_failing_op(demo_pair.fault_token)
+    op = cmp.verdicts.culprit(demo_pair.fault_token)
     assert op is not None and op["golden_node"] == demo_pair.fault_module
     assert op["inputs_passed"] is True and op["cosine"] < 0.99
     # tokens before the fault pass, bf16 noise and all
@@ -113,19 +113,21 @@ def _tree(spec: dict[str, list[str]]) -> NodeTree:
     return NodeTree("root", nodes)
 
 
-def _rows(suspects: set[str], names: list[str]) -> dict[str, dict[str, object]]:
-    return {n: {"golden_node": n, "label": "local" if n in suspects else None} for n in names}
+def _culprit(tree: NodeTree, suspects: set[str], names: list[str]) -> str | None:
+    nodes = {n: NodeVerdict(n, label="local" if n in suspects else None) for n in names}
+    found = TokenVerdict(0, tree, nodes, {}).culprit
+    return found.node if found is not None else None
 
 
 def test_innermost_and_earliest_suspect_wins() -> None:
     tree = _tree({"root": ["a", "b"], "a": ["a1", "a2"], "b": ["b1"]})
     names = ["root", "a", "a1", "a2", "b", "b1"]
     # the parent qualifies because its child does: the child is named
-    assert first_suspect(tree, _rows({"a", "a2", "b"}, names))["golden_node"] == "a2"
+    assert _culprit(tree, {"a", "a2", "b"}, names) == "a2"
     # a qualifying parent with no qualifying child is itself the answer, before later siblings
-    assert first_suspect(tree, _rows({"a", "b1"}, names))["golden_node"] == "a"
-    assert first_suspect(tree, _rows({"b1"}, names))["golden_node"] == "b1"
-    assert first_suspect(tree, _rows(set(), names)) is None
+    assert _culprit(tree, {"a", "b1"}, names) == "a"
+    assert _culprit(tree, {"b1"}, names) == "b1"
+    assert _culprit(tree, set(), names) is None
 
 
 def test_tokens_are_listed_and_paired_only_when_asked(demo_pair) -> None:
@@ -154,14 +156,14 @@ def test_rows_on_screen_come_first_as_provisional_rows(demo_pair) -> None:
     nodes = cmp.pairing.node_pairs(0)
     first, last = nodes[1].golden, nodes[-2].golden  # nodes[0] is the root, holding the logits
     gate, early = threading.Event(), threading.Event()
-    compute = engine._compute
+    compute = engine.tensors.compute  # a pair read, compared and judged
 
     def gated(pair):  # type: ignore[no-untyped-def]
         if pair.golden_node == first:
             assert gate.wait(60), "never released"
         return compute(pair)
 
-    engine._compute = gated  # type: ignore[method-assign]
+    engine.tensors.compute = gated  # type: ignore[method-assign]
     seen: list[dict] = []
 
     def on_row(row: dict) -> None:
@@ -184,7 +186,9 @@ def test_rows_on_screen_come_first_as_provisional_rows(demo_pair) -> None:
     final = seen[-1]["final"]
     plain = MetricsEngine(cmp.pairing, workers=1).node_rows(0)
     assert [r["golden_node"] for r in final] == [r["golden_node"] for r in plain]
-    assert [(r["cosine"], r["label"]) for r in final] == [(r["cosine"], r["label"]) for r in plain]
+    assert [(r["cosine"], r["outputs_passed"]) for r in final] == [
+        (r["cosine"], r["outputs_passed"]) for r in plain
+    ]
     assert not any(r.get("provisional") for r in final)
 
 

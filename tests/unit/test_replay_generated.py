@@ -1,13 +1,12 @@
-"""Replay on generated dumps: the demo's msit torch pair with its weights written as msit's
-``dump_weight=True`` does (``weights/{module}.{parameter}.pth``), an msit ATB pair whose operations
-take their weights as intensors (``LinearOperation``, ``RmsNormOperation``, ``GatherOperation``) with
+"""Replay on generated dumps: the demo's msit torch pair with its weights, as msit's ``dump_weight=True``
+writes them (``weights/{module}.{parameter}.pth``), an msit ATB pair whose operations take their
+weights as intensors (``LinearOperation``, ``RmsNormOperation``, ``GatherOperation``) with
 op_param.json beside them, and each reference the real dumps lack, against torch's own operator at
 float32 and bfloat16."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,12 +14,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import device_dir
+from tests.conftest import copy_without_weights, device_dir
 from tui_acc.demo.model import BFLOAT16, FLOAT32, build_model
 from tui_acc.dumps.msprobe.passes import api_of
+from tui_acc.dumps.policy import ANYWHERE
+from tui_acc.dumps.tensors import load_tensor
 from tui_acc.dumps.torchfile.arrays import from_torch
 from tui_acc.dumps.writers.atb_bin import write_bin
-from tui_acc.dumps.writers.torch_file import write_torch_file
 from tui_acc.replay import torch_ops
 from tui_acc.replay.call import Call, Replayed
 from tui_acc.replay.dumped_call import Gathered
@@ -31,26 +31,26 @@ from tui_acc.verdicts.replay_check import _judged, replay_node
 # --- the demo, with msit's weights/ -----------------------------------------------------------------
 
 
-def copy_with_weights(demo_pair, out: Path) -> tuple[Path, Path]:
-    """The demo pair copied to ``out``, each side with its model's parameters in ``weights/``, as msit
-    writes them with ``dump_weight=True`` (docs/formats.md §1.1): golden float32, test bfloat16."""
-    for side, dtype in (("golden", FLOAT32), ("test", BFLOAT16)):
-        copy = out / side
-        shutil.copytree(getattr(demo_pair, side), copy)
-        weights = device_dir(copy) / "weights"
-        weights.mkdir()
-        for name, values in build_model(0).to(dtype).named_parameters():
-            write_torch_file(weights / f"root.{name}.pth", values)
-    return out / "golden", out / "test"
-
-
 @pytest.fixture(scope="module")
-def demo_with_weights(demo_pair, tmp_path_factory: pytest.TempPathFactory):
-    golden, test = copy_with_weights(demo_pair, tmp_path_factory.mktemp("demo-weights"))
-    return demo_pair, open_comparison(golden, test, CompareOptions(cache=False))
+def demo_with_weights(demo_pair):
+    return demo_pair, open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False))
+
+
+@pytest.mark.parametrize(("side", "dtype"), [("golden", FLOAT32), ("test", BFLOAT16)])
+def test_the_demo_dumps_every_parameter_as_msit_does(demo_pair, side: str, dtype) -> None:
+    """``weights/root.{named_parameters() name}.pth`` in the device folder, each parameter once, as
+    the run's model holds it (msit's ``_dump_module_weight``)."""
+    weights = device_dir(getattr(demo_pair, side)) / "weights"
+    expected = dict(build_model(0).to(dtype).named_parameters())
+    assert sorted(p.name for p in weights.iterdir()) == sorted(f"root.{name}.pth" for name in expected)
+    for name, values in expected.items():
+        stored = load_tensor(weights / f"root.{name}.pth", ANYWHERE)
+        assert stored.dtype == values.dtype and stored.tobytes() == values.tobytes(), name
 
 
 def test_the_demos_faulty_linear_disagrees_on_the_test_side_only(demo_with_weights) -> None:
+    """The README's ``p`` on the demo's culprit: replayed (not impossible) from the demo's own dumps,
+    and found local: the operator itself is wrong."""
     demo, cmp = demo_with_weights
     replay = replay_node(cmp, demo.fault_token, demo.fault_module)
     assert (replay.golden.verdict, replay.test.verdict) == ("consistent", "disagrees")
@@ -72,8 +72,8 @@ def test_the_demos_modules_after_the_fault_are_consistent_with_their_inputs(demo
         assert replay.finding == "inputs", (replay.golden.node, replay.golden.reason, replay.test.reason)
 
 
-def test_without_weights_a_linear_module_cannot_be_replayed(demo_pair) -> None:
-    cmp = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False))
+def test_without_weights_a_linear_module_cannot_be_replayed(demo_pair, tmp_path: Path) -> None:
+    cmp = open_comparison(*copy_without_weights(demo_pair, tmp_path), CompareOptions(cache=False))
     replay = replay_node(cmp, demo_pair.fault_token, demo_pair.fault_module)
     assert replay.golden.verdict == replay.test.verdict == "impossible"
     assert replay.test.reason.startswith("weights not dumped")
@@ -175,7 +175,7 @@ def test_atb_what_cannot_be_replayed_says_why(atb) -> None:
 def test_atb_an_operator_called_with_another_argument_than_the_golden_is_local(atb) -> None:
     replay = replay_node(atb, 0, "12_RmsNormOperation")
     assert replay.test.verdict == "consistent"  # it computes what its op_param.json says
-    row = next(r for r in atb.engine.node_rows(0) if r["golden_node"] == "12_RmsNormOperation")
+    row = next(r for r in atb.verdicts.token(0).rows if r["golden_node"] == "12_RmsNormOperation")
     assert (row["label"], row["rule"]) == ("local", "replay")
     assert "arguments differ: normParam" in row["reason"] and "0.5" in row["reason"]
 

@@ -4,9 +4,11 @@ that wrote the dump must be asked for, by what is missing."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import copy_without_weights
 from tui_acc.cli.main import main
 from tui_acc.replay.remedy import remedy
 from tui_acc.session import CompareOptions, open_comparison
@@ -55,8 +57,14 @@ def test_nothing_to_dump_is_said_where_no_switch_helps(dump_format: str, reason:
     assert remedy(dump_format, reason) is None
 
 
-def test_the_demo_without_weights_says_the_reason_and_the_remedy_once(demo_pair) -> None:
-    cmp = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False))
+@pytest.fixture(scope="module")
+def without_weights(demo_pair, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The demo as msit dumps by default: no weights/."""
+    return copy_without_weights(demo_pair, tmp_path_factory.mktemp("no-weights"))
+
+
+def test_the_demo_without_weights_says_the_reason_and_the_remedy_once(demo_pair, without_weights) -> None:
+    cmp = open_comparison(*without_weights, CompareOptions(cache=False))
     replay = replay_node(cmp, demo_pair.fault_token, demo_pair.fault_module)
     assert replay.shared_reason and replay.remedies() == [("both", replay.golden.remedy)]
     text = "\n".join(replay.describe())
@@ -65,9 +73,9 @@ def test_the_demo_without_weights_says_the_reason_and_the_remedy_once(demo_pair)
     assert replay.as_dict()["test"]["remedy"] == replay.test.remedy is not None
 
 
-def test_two_sides_missing_different_things_each_say_their_own_once(atb_pair) -> None:
-    golden, atb, _ = atb_pair
-    cmp = open_comparison(golden, atb, CompareOptions(cache=False))
+def test_two_sides_missing_different_things_each_say_their_own_once(atb_pair, without_weights) -> None:
+    _, atb, _ = atb_pair
+    cmp = open_comparison(without_weights[0], atb, CompareOptions(cache=False))
     replay = replay_node(cmp, 3, "root.model.layers.2.mlp.down_proj")
     assert (replay.golden.verdict, replay.test.verdict) == ("impossible", "impossible")
     text = "\n".join(replay.describe())
@@ -78,8 +86,8 @@ def test_two_sides_missing_different_things_each_say_their_own_once(atb_pair) ->
     assert "weights not dumped" in replay.reading  # the status line's reading keeps both reasons
 
 
-def test_report_replay_carries_the_remedy_in_json(demo_pair, capsys) -> None:
-    argv = ["report", str(demo_pair.golden), str(demo_pair.test), "--no-cache", "--json"]
+def test_report_replay_carries_the_remedy_in_json(demo_pair, without_weights, capsys) -> None:
+    argv = ["report", *map(str, without_weights), "--no-cache", "--json"]
     assert main([*argv, "--token", "3", "--replay", demo_pair.fault_module]) == 1
     replay = json.loads(capsys.readouterr().out)["replay"]
     assert "dump_weight=True" in replay["golden"]["remedy"] and replay["finding"] == "impossible"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -133,6 +134,15 @@ def test_demo_reuses_an_existing_demo_and_refuses_foreign_folders(demo_pair, tmp
     assert main(["demo", "--out", str(foreign), "--no-tui"]) == 2
     assert "not an empty folder or an earlier demo" in capsys.readouterr().err
     assert (foreign / "notes.txt").read_text() == "keep me"
+    # an earlier demo without its weights (p could not replay it) is said, not reused or replaced
+    earlier = tmp_path / "earlier"
+    shutil.copytree(demo_pair.out, earlier)
+    manifest = json.loads((earlier / "demo.json").read_text())
+    del manifest["weights"]
+    (earlier / "demo.json").write_text(json.dumps(manifest))
+    assert main(["demo", "--out", str(earlier), "--no-tui"]) == 2
+    assert "an earlier one dumped no weights" in capsys.readouterr().err
+    assert (earlier / "golden").is_dir()
 
 
 def test_json_is_strict_and_says_which_numbers_were_not_finite(tmp_path: Path, capsys) -> None:

@@ -30,7 +30,7 @@ def _local(case) -> list[tuple[int, str, str]]:  # type: ignore[no-untyped-def]
     return [
         (row["token"], row["golden_node"], row["rule"])
         for token in comparison.pairing.tokens
-        for row in comparison.engine.node_rows(token)
+        for row in comparison.verdicts.token(token).rows
         if row["label"] == "local"
     ]
 
@@ -64,7 +64,7 @@ def test_correct_operators_sit_well_inside_the_rounding_bound(sensitivity_case, 
     room kept (scripts/calibrate_verdicts.py shows the ratios by kind)."""
     case = sensitivity_case(level, "clean")
     comparison = open_comparison(case.golden, case.test, CompareOptions(cache=False))
-    checks = comparison.engine.judging.checks
+    checks = comparison.verdicts.judging.checks
     assert checks is not None
     seen = 0
     for token in comparison.pairing.tokens[:2]:

@@ -85,7 +85,7 @@ def test_steps_renumbered_keep_the_dumpers_own_step_for_redumps(case_dir, case):
     assert all(comparison.test.exec_counts[t] == t + shift for t in range(case["steps"]))
     # every operator before the fault passes: the same float32 model on both sides
     for token in range(case["fault_step"]):
-        rows = comparison.engine.node_rows(token)
+        rows = comparison.verdicts.token(token).rows
         assert rows and [r["golden_node"] for r in rows if r["outputs_passed"] is False] == []
 
 
@@ -104,7 +104,7 @@ def test_tp2_is_unsharded_by_its_dims_annotation(case_dir, case):
     (down,) = nodes["model.layers.0.mlp_down"]
     assert (act.merge, down.merge) == ("cat:2", "sum")  # "b s i[tp]", "b s h[tp:partial]"
     assert len(act.parts) == len(down.parts) == case["tp"]
-    rows = {r["golden_node"]: r for r in comparison.engine.node_rows(0)}
+    rows = {r["golden_node"]: r for r in comparison.verdicts.token(0).rows}
     assert rows["model.layers.0.mlp_act"]["outputs_passed"] is True
     assert rows["model.layers.0.mlp_down"]["outputs_passed"] is True  # summed partials
 
@@ -114,7 +114,7 @@ def test_one_rank_alone_holds_a_partial_sum(case_dir):
     comparison = open_comparison(case_dir / "golden", case_dir / "test_tp2", CompareOptions(cache=False))
     assert comparison.test.rank == 0 and comparison.test.ranks == ["rank0", "rank1"]
     assert any("holds 2 ranks" in note and "--gather" in note for note in comparison.test.notes)
-    rows = {r["golden_node"]: r for r in comparison.engine.node_rows(0)}
+    rows = {r["golden_node"]: r for r in comparison.verdicts.token(0).rows}
     assert rows["model.layers.0.mlp_down"]["outputs_passed"] is False
 
 

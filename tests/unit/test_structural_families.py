@@ -172,7 +172,7 @@ def test_gpt2_conv1d_stays_unmatched_and_a_note_names_it(gpt2: Path, tmp_path: P
     assert paired["root.transformer.h.1.mlp.act"] == "4_DecoderLayer/3_Mlp/1_ActivationOperation"
     (note,) = [n for n in pairing.notes if NOTE in n]
     assert "8 Conv1D" in note and "8 LinearOperation" in note and "--mapping" in note
-    op = cmp.engine.first_failing_op(2)  # the fault is in h.1.mlp.c_proj: the closest pair holding it
+    op = cmp.verdicts.culprit(2)  # the fault is in h.1.mlp.c_proj: the closest pair holding it
     assert op is not None and (op["golden_node"], op["test_node"]) == (
         "root.transformer.h.1.mlp",
         "4_DecoderLayer/3_Mlp",
@@ -189,7 +189,7 @@ def test_a_mapping_file_names_conv1d_and_the_fault_is_found_in_it(gpt2: Path, tm
     paired = {p.golden for p in cmp.pairing.node_pairs(2)}
     assert {n.name for n in cmp.golden.tree.nodes.values() if n.type == "Conv1D"} <= paired
     assert not any("Conv1D" in note for note in cmp.pairing.notes)
-    op = cmp.engine.first_failing_op(2)
+    op = cmp.verdicts.culprit(2)
     assert op is not None
     assert (op["golden_node"], op["test_node"]) == (
         "root.transformer.h.1.mlp.c_proj",

@@ -10,8 +10,8 @@ import pytest
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.cli.main import main
 from tui_acc.config import ConfigError, load_config
-from tui_acc.verdicts.local import LocalChecks
-from tui_acc.verdicts.thresholds import (
+from tui_acc.metrics.tensor_rows import TensorRows
+from tui_acc.tolerances.thresholds import (
     Rule,
     Thresholds,
     logits_passed,
@@ -19,6 +19,7 @@ from tui_acc.verdicts.thresholds import (
     precision_class,
     tensor_passed,
 )
+from tui_acc.verdicts.local import LocalChecks
 
 
 def test_least_precise_dtype_decides() -> None:
@@ -101,7 +102,8 @@ def test_cli_config_and_flags(demo_pair, tmp_path: Path, capsys, monkeypatch: py
     assert report["thresholds"]["ops"]["bfloat16"]["cosine"] == 0.3
     # only the modules holding the logits still fail: they are judged by the logits thresholds
     # so loose a bound passes the faulty operator's output; its error is still its own, and named
-    assert {f["golden"] for f in report["failing"] if f["label"] != "local"} == {"root", "root.lm_head"}
+    assert {f["golden"] for f in report["failing"] if f["label"] != "local"} == {"root.lm_head"}
+    assert report["counts"]["contains"] == 4  # root, root.model, the layer and its MLP hold it
     assert report["first_failing_op"]["golden"] == "root.model.layers.2.mlp.down_proj"
     bad = tmp_path / "bad.toml"
     bad.write_text("[thresholds\n")
@@ -111,7 +113,7 @@ def test_cli_config_and_flags(demo_pair, tmp_path: Path, capsys, monkeypatch: py
 
 def test_local_then_inherited_and_containers(demo_pair) -> None:
     cmp = open_comparison(demo_pair.golden, demo_pair.test)
-    rows = {r["golden_node"]: r for r in cmp.engine.node_rows(demo_pair.fault_token)}
+    rows = {r["golden_node"]: r for r in cmp.verdicts.token(demo_pair.fault_token).rows}
     assert rows[demo_pair.fault_module]["label"] == "local"
     assert rows["root.model.layers.2.mlp"]["label"] == "contains"
     assert rows["root.model.layers.2"]["label"] == "contains"
@@ -129,13 +131,16 @@ def test_reference_pairs_raise_no_false_alarm(reference: Path) -> None:
         cmp = open_comparison(reference / case / "golden", reference / case / test)
         assert cmp.engine.first_failing_token() is None, case
         for token in cmp.pairing.tokens:
-            assert not [r for r in cmp.engine.node_rows(token) if r["outputs_passed"] is False], (case, token)
+            assert not [r for r in cmp.verdicts.token(token).rows if r["outputs_passed"] is False], (
+                case,
+                token,
+            )
 
 
 def test_inputs_not_dumped_are_judged_by_what_fed_them(atb_pair) -> None:
     golden, plain, _ = atb_pair
     cmp = open_comparison(golden, plain)
-    rows = {r["golden_node"]: r for r in cmp.engine.node_rows(3)}
+    rows = {r["golden_node"]: r for r in cmp.verdicts.token(3).rows}
     up = rows["root.model.layers.2.mlp.up_proj"]  # the ATB child op has no intensor files
     assert up["inputs_passed"] is None
     assert up["inputs_from"] == "root.model.layers.2.mlp.act_fn" and up["inputs_effective"] is True
@@ -157,13 +162,13 @@ def test_near_tie_flips_are_labelled_not_failed() -> None:
 
 def test_in_place_inputs_are_judged_by_what_fed_them(demo_pair, in_place_copy: tuple[Path, Path]) -> None:
     cmp = open_comparison(*in_place_copy)
-    rows = {r["golden_node"]: r for r in cmp.engine.node_rows(demo_pair.fault_token)}
+    rows = {r["golden_node"]: r for r in cmp.verdicts.token(demo_pair.fault_token).rows}
     fault = rows[demo_pair.fault_module]
     assert fault["inputs_passed"] is False  # the files alone would call the fault inherited
     assert fault["in_place"] == "input_0=output (golden)"
     assert fault["inputs_from"] == "root.model.layers.2.mlp.up_proj" and fault["inputs_effective"] is True
     assert fault["label"] == "local"
-    assert cmp.engine.first_failing_op(demo_pair.fault_token)["golden_node"] == demo_pair.fault_module
+    assert cmp.verdicts.culprit(demo_pair.fault_token)["golden_node"] == demo_pair.fault_module
     # an untouched op is not flagged
     assert rows["root.model.layers.2.mlp.act_fn"]["in_place"] is None
 
@@ -171,13 +176,22 @@ def test_in_place_inputs_are_judged_by_what_fed_them(demo_pair, in_place_copy: t
 def test_the_ui_path_judges_from_memory_without_reading_or_replaying(demo_pair, monkeypatch) -> None:
     cmp = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False))
     token = demo_pair.fault_token
-    computed = {r["golden_node"]: (r["label"], r["rule"]) for r in cmp.engine.node_rows(token)}
+    computed = {r["golden_node"]: (r["label"], r["rule"]) for r in cmp.verdicts.token(token).rows}
 
     def forbidden(*args, **kwargs):
         raise AssertionError("a UI thread read a tensor or replayed an operator")
 
-    monkeypatch.setattr(type(cmp.engine), "_compute", forbidden)
+    fresh = open_comparison(demo_pair.golden, demo_pair.test, CompareOptions(cache=False))
+    fresh.engine.node_rows(token)  # rows in memory, nothing judged or replayed yet
+    monkeypatch.setattr(TensorRows, "compute", forbidden)  # where a pair is read and compared
     monkeypatch.setattr(LocalChecks, "replay", forbidden)
-    remembered = cmp.engine.cached_node_rows(token, disk=False)
-    assert {r["golden_node"]: (r["label"], r["rule"]) for r in remembered} == computed
-    assert cmp.engine.cached_node_rows(token + 1, disk=False) == []  # nothing of it in memory
+    remembered = cmp.verdicts.known(token)
+    assert remembered is not None and remembered.complete
+    assert {r["golden_node"]: (r["label"], r["rule"]) for r in remembered.rows} == computed
+    partial = fresh.verdicts.known(token)  # judged from memory: a node needing a replay waits
+    assert partial is not None and not partial.complete and partial.rows
+    order = list(computed)
+    waiting = next(i for i, name in enumerate(order) if partial.get(name) is None)
+    leaves = [n for n in order[:waiting] if not cmp.golden.tree.children(n)]  # modules wait for finish
+    assert leaves and all((partial.get(n).label, partial.get(n).rule) == computed[n] for n in leaves)
+    assert cmp.verdicts.known(token + 1) is None  # nothing of it in memory

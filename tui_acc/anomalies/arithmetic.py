@@ -44,7 +44,7 @@ import math
 from collections.abc import Iterable
 
 from tui_acc.anomalies.calls import Call, Expected, Operand, argument
-from tui_acc.verdicts.masks import saturates
+from tui_acc.tolerances.masks import saturates
 
 _BOUNDED_BY_ONE = {"softmax", "sigmoid", "tanh", "cos", "sin", "normalize", "erf", "softsign"}
 # a tensor's p-norm (an API, not a norm layer): at most n^(1/p) * max|x| <= n * max|x|

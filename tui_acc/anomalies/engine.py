@@ -19,20 +19,22 @@ from tui_acc.metrics.engine import MetricsEngine
 from tui_acc.metrics.schema import TensorRow, TokenRow
 from tui_acc.pairing import NodePair, Pairing, TensorPair
 from tui_acc.replay.dumped_call import recorded_arguments
-from tui_acc.verdicts.labels import Judging, first_suspect
-from tui_acc.verdicts.thresholds import Thresholds
+from tui_acc.tolerances.thresholds import Thresholds
+from tui_acc.verdicts.judge import Judge
 
 
 class AnomalyEngine(MetricsEngine):
     def __init__(self, pairing: Pairing, thresholds: Thresholds, settings: AnomalySettings) -> None:
-        # no disk cache: its rows would be keyed as a pair's, and a dump's own facts are cheap to read
-        super().__init__(pairing, thresholds, cache=None)
-        self.judging = Judging(pairing.golden.tree, models=False)  # a tensor fails for an anomaly alone
+        # no disk cache: its rows would be keyed as a pair's, and a dump's own facts are cheap to read;
+        # each tensor passes or fails by what is wrong with it on its own, not by the thresholds
+        super().__init__(pairing, thresholds, cache=None, judge_tensor=self._judge_tensor)
+        self.judge = Judge(self, models=False)  # a tensor fails for an anomaly alone: no error model
         self.settings = settings
         self._token_rows: dict[int, TokenRow] = {}
         self._token_lock = threading.Lock()
 
-    def _judge(self, pair: TensorPair, row: TensorRow, baseline_row: TensorRow | None) -> None:
+    def _judge_tensor(self, pair: TensorPair, row: TensorRow, baseline_row: TensorRow | None) -> None:
+        """A tensor row's verdict (the engine's ``judge_tensor``): failed for an error or an anomaly."""
         found = None
         if not row.get("error"):
             inputs = self._inputs(pair, row) if pair.role == "output" else None
@@ -107,10 +109,10 @@ class AnomalyEngine(MetricsEngine):
             known = self._token_rows.get(token)
         if known is not None:  # every operator of the token: judged once, not at each asking
             return known
-        rows = self.node_rows(token)
-        by_name = {row["golden_node"]: row for row in rows}
-        first = first_suspect(self.pairing.golden.tree, by_name)
-        local = [r for r in rows if r.get("suspect")]
+        judged = self.judge.token(token)
+        rows = judged.rows
+        first = judged.culprit_row
+        local = [r for r in rows if r.get("label") == "local"]
         failing = [r for r in rows if r.get("outputs_passed") is False]
         errors = [r for r in rows if r.get("error")]
         verdict = "fail" if failing else "error" if errors else "pass"

@@ -12,11 +12,11 @@
   whose arithmetic makes large values from small ones by design (arithmetic.py: a norm's rsqrt of
   its variance, a softmax's exp, a reciprocal, a power, a sum, a mask's fill), judged against the
   bound their inputs' statistics predict (rsqrt's 1/sqrt(min x)); an extreme at the dtype's limit
-  is a mask's fill (verdicts/masks.py), not a magnitude; integer inputs (token ids, positions) say
+  is a mask's fill (tolerances/masks.py), not a magnitude; integer inputs (token ids, positions) say
   nothing of scale and are not counted.
 
 Whether an anomaly started at its operator or came in with its inputs is the judge's question
-(verdicts/labels.py: an output that fails while the inputs pass is local), as for a pair.
+(verdicts/walk.py: an output that fails while the inputs pass is local), as for a pair.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 from tui_acc.anomalies.calls import Expected
 from tui_acc.errors import TuiAccError
-from tui_acc.verdicts.masks import saturates
+from tui_acc.tolerances.masks import saturates
 
 FLOAT16_MAX = 65504.0
 KINDS = ("nan", "inf", "overflow", "zeros", "jump")
@@ -145,7 +145,7 @@ def anomaly(
 
 def _unfilled_magnitude(extremes: list[float], dtype: str, fills: tuple[float, ...]) -> float | None:
     """The largest finite |extreme| that is not a fill: a value at the dtype's limit is a mask's
-    (verdicts/masks.py: float32's -3.4e38, float16's -65504), as is a value the operator fills with."""
+    (tolerances/masks.py: float32's -3.4e38, float16's -65504), as is a value the operator fills with."""
     values = [abs(v) for v in extremes if math.isfinite(v) and not saturates(v, dtype) and v not in fills]
     return max(values) if values else None
 

@@ -9,10 +9,12 @@ from tui_acc.anomalies.rules import AnomalySettings
 from tui_acc.dumps import open_dump
 from tui_acc.pairing import pair_dumps
 from tui_acc.session import Comparison
-from tui_acc.verdicts.thresholds import Thresholds
+from tui_acc.tolerances.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from tui_acc.anomalies.engine import AnomalyEngine
+    from tui_acc.metrics.engine import MetricsEngine
+    from tui_acc.verdicts.judge import Judge
 
 
 def open_single(
@@ -39,4 +41,12 @@ def open_single(
 
         return AnomalyEngine(pairing, thresholds, rules)
 
-    return Comparison(index, index, pairing, thresholds, build_engine)
+    return Comparison(index, index, pairing, thresholds, build_engine, build_judge=_own_judge)
+
+
+def _own_judge(engine: MetricsEngine) -> Judge:
+    """The AnomalyEngine's own judge (its token rows are judged by it)."""
+    from tui_acc.anomalies.engine import AnomalyEngine
+
+    assert isinstance(engine, AnomalyEngine)  # build_engine's
+    return engine.judge

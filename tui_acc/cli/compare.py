@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from tui_acc.cli.toml_settings import Settings
 from tui_acc.errors import UsageError
 from tui_acc.redump.settings import RedumpSettings
-from tui_acc.verdicts.thresholds import Thresholds
+from tui_acc.tolerances.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from tui_acc.session import Comparison
@@ -33,7 +33,16 @@ def run(args: argparse.Namespace) -> int:
     from tui_acc.tui.app import AccApp
 
     # a command typed for `r` is remembered in --config when given: read last, it would override ./'s
-    _run_app(AccApp(cmp, redump=redump, opener=opener, config_file=args.config, swap=swapped_command(args)))
+    _run_app(
+        AccApp(
+            cmp,
+            redump=redump,
+            opener=opener,
+            config_file=args.config,
+            swap=swapped_command(args),
+            all_tokens=args.all_tokens,
+        )
+    )
     return 0
 
 

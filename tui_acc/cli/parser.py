@@ -39,6 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     open_cmd.add_argument("--version", action="version", version=f"tui-acc {__version__}")
     _add_dump_args(open_cmd)
+    open_cmd.add_argument(
+        "--all-tokens",
+        action="store_true",
+        help="judge every token's operators in the background, as report --all-tokens does: the token "
+        "list shows each token's local operators, and f finds one even where every token's logits pass",
+    )
 
     report = commands.add_parser(
         "report", help="print the comparison without a UI (exit 0 pass, 1 fail, 2 bad input)"

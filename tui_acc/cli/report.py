@@ -53,7 +53,7 @@ def _print_redump(cmp: Comparison, redump: RedumpSettings, args: argparse.Namesp
         raise UsageError(f"token {token} is not in both dumps")
     node = args.redump_node
     if node is None:
-        found = cmp.engine.first_failing_op(token)
+        found = cmp.verdicts.culprit(token)
         node = found["golden_node"] if found else None
     elif node == "all":
         node = None

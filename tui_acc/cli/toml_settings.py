@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from tui_acc.config import Config, load_config
 from tui_acc.redump.settings import RedumpSettings, load_settings
-from tui_acc.verdicts.thresholds import Thresholds
+from tui_acc.tolerances.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from tui_acc.anomalies.rules import AnomalySettings

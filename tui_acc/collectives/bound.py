@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from tui_acc.verdicts.rounding import unit_roundoff as dtype_unit_roundoff
+from tui_acc.tolerances.rounding import unit_roundoff as dtype_unit_roundoff
 
 if TYPE_CHECKING:
     import numpy as np

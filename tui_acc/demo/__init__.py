@@ -83,6 +83,12 @@ def make_demo(
         say(f"reusing the demo already in {out}")
         write_redump_config(out, layout)
         return existing
+    if (out / MANIFEST).is_file():
+        raise DemoError(
+            f"{out}: holds a demo made with other settings (seed, --layers, layout) or by another "
+            "tui-acc (an earlier one dumped no weights, so p could not replay it); remove it or "
+            "choose another --out"
+        )
     if out.exists() and any(out.iterdir()):
         raise DemoError(f"{out}: exists and is not an empty folder or an earlier demo; choose another --out")
     from tui_acc.demo.model import TinyConfig
@@ -131,6 +137,7 @@ def make_demo(
         "seed": seed,
         "layers": layers,
         "layout": layout,
+        "weights": True,  # msit's weights/: p replays the culprit (an earlier demo had none)
         "prompt": prompt,
         "fault": {"token": FAULT_TOKEN, "module": FAULT_MODULE, "description": result.fault_description},
         "golden_ids": result.golden_ids,
@@ -201,7 +208,7 @@ def _load_existing(out: Path, seed: int, layout: str, layers: int) -> Demo | Non
         return None
     if manifest.get("layers", LAYERS) != layers:
         return None
-    if manifest.get("layout", "torch") != layout:
+    if manifest.get("layout", "torch") != layout or not manifest.get("weights"):
         return None
     if not ((out / "golden").is_dir() and (out / "test").is_dir()):
         return None

@@ -32,6 +32,8 @@ class Hookable(Protocol):
 
     def parameters(self) -> Iterator[Any]: ...
 
+    def named_parameters(self) -> Iterator[tuple[str, Any]]: ...
+
     def register_forward_pre_hook(self, hook: Any) -> Any: ...
 
     def register_forward_hook(self, hook: Any) -> Any: ...
@@ -48,6 +50,9 @@ class MsitTorchCapture:
             several globs separated by commas.
         tensor_part: 0 inputs only, 1 outputs only, 2 both (msit's meaning).
         timestamp: the ``msit_dump_*`` suffix (default: now).
+        dump_weight: also write each parameter once, on entry, as msit's ``dump_weight=True`` does:
+            ``weights/root.{name}.pth`` in the device folder (what ``p`` replays a Linear with); only
+            the parameters of the modules ``module_glob`` selects.
     """
 
     def __init__(
@@ -58,11 +63,13 @@ class MsitTorchCapture:
         module_glob: str | None = None,
         tensor_part: int = 2,
         timestamp: datetime | None = None,
+        dump_weight: bool = False,
     ) -> None:
         self.model = model
         self.token_range = None if token_range is None else set(token_range)
         self.module_glob = module_glob
         self.tensor_part = tensor_part
+        self.dump_weight = dump_weight
         device = str(getattr(next(model.parameters()), "device", "cpu")).replace(":", "")
         stamp = (timestamp or datetime.now()).strftime("%Y%m%d_%H%M%S")
         self.data_dir = Path(dump_path) / f"msit_dump_{stamp}" / "torch_tensors" / f"{device}_{os.getpid()}"
@@ -72,12 +79,13 @@ class MsitTorchCapture:
         self._handles: list[Any] = []
 
     @classmethod
-    def from_env(cls, model: Hookable, dump_path: Path) -> MsitTorchCapture:
+    def from_env(cls, model: Hookable, dump_path: Path, dump_weight: bool = False) -> MsitTorchCapture:
         """What tui-acc's re-dumps and hunts ask for: ``TUI_ACC_DUMP_DIR``, ``TUI_ACC_TOKENS`` (else
         ``TUI_ACC_TOKEN``), ``TUI_ACC_MODULES``, ``TUI_ACC_TENSORS`` (``outputs``: msit's
         ``tensor_part=1``).
 
-        Without them (a normal run) everything is dumped under ``dump_path``.
+        Without them (a normal run) everything is dumped under ``dump_path``. ``dump_weight``: as the
+        constructor's (the weights of the modules ``TUI_ACC_MODULES`` selects).
         """
         from tui_acc.redump.selection import parse_tokens
 
@@ -89,10 +97,13 @@ class MsitTorchCapture:
             token_range=tokens if tokens is not None else [int(token)] if token else None,
             module_glob=os.environ.get("TUI_ACC_MODULES") or None,
             tensor_part=1 if os.environ.get("TUI_ACC_TENSORS") == "outputs" else 2,
+            dump_weight=dump_weight,
         )
 
     def __enter__(self) -> MsitTorchCapture:
         self.data_dir.mkdir(parents=True, exist_ok=False)
+        if self.dump_weight:
+            self._write_weights()
         self._handles.append(self.model.register_forward_pre_hook(self._next_token))
         for module in self._names:
             self._handles.append(module.register_forward_pre_hook(self._called))
@@ -117,9 +128,7 @@ class MsitTorchCapture:
         name = self._names[module]
         if self.token_range is not None and self.token not in self.token_range:
             return
-        if self.module_glob and not any(
-            fnmatch.fnmatchcase(name, glob) for glob in self.module_glob.split(",") if glob
-        ):
+        if not self._selected(name):
             return
         folder = self.data_dir / str(self.token) / name
         folder.mkdir(parents=True, exist_ok=True)
@@ -134,6 +143,22 @@ class MsitTorchCapture:
                 write_torch_file(folder / "output.pth", values)
             elif isinstance(output, (tuple, list)):
                 _save_sequence(output, folder, "output")
+
+    def _selected(self, name: str) -> bool:
+        return not self.module_glob or any(
+            fnmatch.fnmatchcase(name, glob) for glob in self.module_glob.split(",") if glob
+        )
+
+    def _write_weights(self) -> None:
+        """msit's ``_dump_module_weight``: every parameter once, before the first forward, named
+        ``root.`` + its ``named_parameters()`` name (docs/formats.md §1.1)."""
+        folder = self.data_dir / "weights"
+        folder.mkdir()
+        for name, parameter in self.model.named_parameters():
+            owner = _full_name(name.rpartition(".")[0])
+            values = _as_array(parameter)
+            if values is not None and self._selected(owner):
+                write_torch_file(folder / f"{_full_name(name)}.pth", values)
 
     # --- topology -----------------------------------------------------------------------------
 

@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"infer: {args.side} run, seed {seed}, prompt of {len(prompt)} tokens", flush=True)
     new_tokens = len(manifest["golden_ids"])
     gate = _Gate(args.gate)
-    capture_here = MsitTorchCapture.from_env(model, args.demo / f"{args.side}-rerun")
+    # weights as the demo's own dumps hold them, so that `p` replays in the re-dump too
+    capture_here = MsitTorchCapture.from_env(model, args.demo / f"{args.side}-rerun", dump_weight=True)
     atb_out = None
     if args.layout != "torch":
         # captured in msit's torch layout, then re-encoded (as the demo's own ATB run is); the selected

@@ -30,7 +30,7 @@ def run_pair(
     config: TinyConfig | None = None,
 ) -> PairResult:
     """The golden run (float32) and the test run (bfloat16, the fault injected), each captured in msit's torch
-    layout under ``out``.
+    layout under ``out``, weights included (msit's ``dump_weight=True``: ``p`` replays from them).
 
     Args:
         out: the folder; ``golden/`` and ``test/`` are written below it.
@@ -47,13 +47,13 @@ def run_pair(
     """
     say("golden run: float32 ...")
     golden_model = build_model(seed, config)
-    with MsitTorchCapture(golden_model, out / "golden"):
+    with MsitTorchCapture(golden_model, out / "golden", dump_weight=True):
         golden_ids = generate(golden_model, prompt, new_tokens)
 
     say(f"test run: bfloat16, fault injected at token {fault_token} ...")
     test_model = build_model(seed, config).to(BFLOAT16)
     fault = StaleTailTile(fault_module, fault_token)
-    with MsitTorchCapture(test_model, out / "test") as capture:
+    with MsitTorchCapture(test_model, out / "test", dump_weight=True) as capture:
         handle = fault.install(test_model, lambda: capture.token)
         try:
             test_ids = generate(test_model, prompt, new_tokens)
@@ -74,5 +74,5 @@ def run_baseline(
     """A clean bfloat16 run that rounds toward zero: the test's dtype, another device's rounding."""
     say("baseline run: bfloat16 rounding toward zero, no fault ...")
     model = build_model(seed, config).to(BFLOAT16)
-    with rounding_toward_zero(), MsitTorchCapture(model, out):
+    with rounding_toward_zero(), MsitTorchCapture(model, out, dump_weight=True):
         return generate(model, prompt, new_tokens)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 # each tool's package imports its readers, and each reader registers itself (registry.py)
 from tui_acc.dumps import msit, msprobe, sglang, single  # noqa: F401
 from tui_acc.dumps.fs import folder_problem
+from tui_acc.dumps.hints import did_you_mean, holds_dumps
 from tui_acc.dumps.model import (
     ATB_FORMATS,
     MSPROBE_FORMATS,
@@ -69,7 +70,7 @@ def open_dump(
     """
     root = Path(path).expanduser()
     if not root.exists():
-        raise DumpError(f"{root}: no such file or directory")
+        raise DumpError(f"{root}: no such file or directory{did_you_mean(root)}")
     blocked = folder_problem(root, "not read") if root.is_dir() else None
     if blocked:  # every reader's marks would be unseen in it: say why, not "not a dump"
         raise DumpError(f"{root}: {blocked}")
@@ -77,6 +78,6 @@ def open_dump(
         raise DumpError(f"{root}: this folder is empty: give the folder a dumper wrote its files into")
     options = ReadOptions(token_offset=token_offset, rank=rank, follow_links=follow_links)
     reader = reader_for(root) or fallback_for(root)
-    if reader is None:
-        raise DumpError(f"{root}: not a dump tui-acc can read; expected {expected()}")
+    if reader is None:  # the parent of golden/ and test/, say: name them rather than every format
+        raise DumpError(holds_dumps(root) or f"{root}: not a dump tui-acc can read; expected {expected()}")
     return reader.read(root, options)

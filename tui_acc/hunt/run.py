@@ -21,7 +21,7 @@ from tui_acc.redump.plan import RedumpPlan, build_plan, unused_name
 from tui_acc.redump.runner import EXIT_GRACE, RedumpRun
 from tui_acc.redump.selection import RedumpError, Selection
 from tui_acc.redump.settings import RedumpSettings
-from tui_acc.reports.pair import op_summary
+from tui_acc.reports.findings import op_summary
 from tui_acc.session import CompareOptions, Comparison, open_comparison
 
 SIDES = ("golden", "test")
@@ -221,7 +221,7 @@ class Hunt:
             },
             known,
         )
-        block = self._engine_call(block_step, lambda cmp: cmp.engine.first_failing_op(token))
+        block = self._engine_call(block_step, lambda cmp: cmp.verdicts.culprit(token))
         result.comparison = block_step
         if block is None:
             # every block's output passes, the logits do not: the error starts after the blocks
@@ -248,7 +248,7 @@ class Hunt:
             },
             known,
         )
-        culprit = self._engine_call(operators, lambda cmp: cmp.engine.first_failing_op(token))
+        culprit = self._engine_call(operators, lambda cmp: cmp.verdicts.culprit(token))
         result.comparison = operators
         if culprit is None and block is not None:
             culprit = block  # its subtree shows no local failure: the block is as far as it goes

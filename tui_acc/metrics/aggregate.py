@@ -73,13 +73,15 @@ def within_each_module(tensors: pl.DataFrame, tree: NodeTree) -> pl.DataFrame:
     ``golden_node`` and AGGREGATE_SCHEMA's, suffixed ``_within``."""
     leaves = {name for name in tree.nodes if not tree.children(name)}
     outputs = tensors.filter((pl.col("role") == "output") & pl.col("golden_node").is_in(leaves))
+    # in the rows' order throughout: a float sum depends on its order, and the same dumps must give
+    # the same digits at every run (unique() and join() would otherwise order by a seeded hash)
     owners = [
         (leaf, ancestor)
-        for leaf in outputs["golden_node"].unique().to_list()
+        for leaf in outputs["golden_node"].unique(maintain_order=True).to_list()
         for ancestor in _ancestors(tree, leaf)
     ]
     links = pl.DataFrame(owners, schema={"golden_node": pl.String, "module": pl.String}, orient="row")
-    grouped = aggregate(outputs.join(links, on="golden_node"), by=["module"])
+    grouped = aggregate(outputs.join(links, on="golden_node", maintain_order="left"), by=["module"])
     return grouped.rename({"module": "golden_node", **{c: f"{c}_within" for c in AGGREGATE_SCHEMA}})
 
 

@@ -1,10 +1,11 @@
 """Computed rows on disk, so a second launch on the same dumps shows its results at once.
 
 One SQLite database (``rows.sqlite3``) in the user's cache directory (``$TUI_ACC_CACHE_DIR``, else
-``$XDG_CACHE_HOME/tui-acc``, else ``~/.cache/tui-acc``), never in the dump folders. A row is keyed
-by the pair of dump folders and by the identity of the files it was computed from (path, size,
-modification time), so a re-written file is recomputed. Verdicts are not stored: they are derived
-again from the metrics with the thresholds of the session.
+``$XDG_CACHE_HOME/tui-acc``, else ``~/.cache/tui-acc``), never in the dump folders; none at all with
+``--no-cache`` or where ``$TUI_ACC_NO_CACHE`` is set (``cache_enabled``: a shared host, once for all).
+A row is keyed by the pair of dump folders and by the identity of the files it was computed from
+(path, size, modification time), so a re-written file is recomputed. Verdicts are not stored: they
+are derived again from the metrics with the thresholds of the session.
 
 SQLite in WAL mode with upserts: two tui-acc processes on the same dumps each add their rows and
 neither loses the other's; a flush writes only the new rows; rows of a pair not looked at for
@@ -79,6 +80,12 @@ def cache_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME")
     return (Path(base) if base else Path.home() / ".cache") / "tui-acc"
+
+
+def cache_enabled() -> bool:
+    """False where ``$TUI_ACC_NO_CACHE`` is set (to anything but ``0``): no row is read from disk or
+    written there, as with ``--no-cache`` on every command (a shared host, a home on a network disk)."""
+    return os.environ.get("TUI_ACC_NO_CACHE", "0") in ("", "0")
 
 
 def identity(ref: TensorRef) -> str:

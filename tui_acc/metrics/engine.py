@@ -1,65 +1,39 @@
-"""The metrics engine: lazy, cached, thread-safe answers about a Pairing.
+"""The metrics engine: lazy, cached, thread-safe answers about a Pairing (the facade every caller uses).
 
-Nothing is computed before it is asked for, and nothing twice: each tensor pair's row is kept
-(``RowStore``, and the disk cache across launches), and a pair being computed by one thread is
-waited for, not recomputed, by another. Many rows are computed by the engine-wide ``Scheduler``,
-what is on screen first. Node rows are derived from the tensor rows (``node_frame.py``) and
-labelled by ``tui_acc.verdicts``; files are read under each dump's ``LoadPolicy``
-(``dumps/loading.py``). Long calls take ``should_stop`` (checked between tensors) so a UI can
-cancel them.
+Nothing is computed before it is asked for, and nothing twice: each tensor pair's row is made once
+by ``TensorRows`` (``tensor_rows.py``: memory, the disk cache, the baseline's row; read and compared
+by ``pair_reading.py``, passed or failed by ``pass_fail.py``). The engine answers for tokens (their
+logits' rows) and nodes (``node_frame.py`` over a token's tensor rows), and schedules many pairs on
+the engine-wide ``Scheduler``'s workers, what is on screen first. Node rows are judged by
+``tui_acc.verdicts`` above it (the engine computes, the judge judges). Long calls take
+``should_stop`` (checked between tensors) so a UI can cancel them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import TypeVar, cast
 
 import numpy as np
 import polars as pl
 
-from tui_acc.dumps.loading import FileState, changed_since, file_states, load_side
-from tui_acc.dumps.model import DumpError, Stats, TensorRef
-from tui_acc.dumps.policy import LoadPolicy
-from tui_acc.dumps.tensors import TensorLoadError
-from tui_acc.metrics.aggregate import within_each_module
-from tui_acc.metrics.cache import RowCache, identity
-from tui_acc.metrics.node_frame import node_frame
+from tui_acc.metrics.cache import RowCache
+from tui_acc.metrics.node_frame import add_within, node_rows_of
+from tui_acc.metrics.pair_reading import PairReader
+from tui_acc.metrics.pass_fail import PassFail
 from tui_acc.metrics.scheduling import Preference, Scheduler, StopCheck
-from tui_acc.metrics.schema import (
-    NODE_META_SCHEMA,
-    NODE_SCHEMA,
-    TENSOR_SCHEMA,
-    TOKEN_SCHEMA,
-    NodeRow,
-    TensorRow,
-    TokenRow,
-    to_frame,
-)
+from tui_acc.metrics.schema import TENSOR_SCHEMA, TOKEN_SCHEMA, NodeRow, TensorRow, TokenRow, to_frame
+from tui_acc.metrics.tensor_rows import TensorJudge, TensorRows
 from tui_acc.pairing import NodePair, Pairing, TensorPair
-from tui_acc.replay.registry import Registry
-from tui_acc.row_store import RowStore
-from tui_acc.verdicts.labels import Judging, TokenInput, diverged, finish, first_suspect, judge_one
-from tui_acc.verdicts.local import LocalChecks
-from tui_acc.verdicts.noise import judged, noise_fields
-from tui_acc.verdicts.thresholds import Thresholds, logits_passed, near_tie, precision_class, tensor_passed
+from tui_acc.tolerances.thresholds import Thresholds
 
 Item = TypeVar("Item")
 
-# A pair whose files together exceed this is compared alone (see MetricsEngine._one_large_pair).
-LARGE_PAIR_BYTES = 64 << 20
 # Node rows are derived this many at a time as their tensors complete (one frame each): fewer
 # frames than nodes, and rows still reach the screen as soon as the next node would make it wait.
 NODE_CHUNK = 64
-
-
-# A baseline row that exists but is not computed yet (a row judged against it is not known either)
-NOT_KNOWN_YET = cast(TensorRow, {"error": "not known yet"})
 
 
 class Cancelled(Exception):
@@ -80,51 +54,52 @@ class MetricsEngine:
         workers: int | None = None,
         cache: RowCache | None = None,
         baseline: MetricsEngine | None = None,
-        registry: Registry | None = None,
+        judge_tensor: TensorJudge | None = None,
     ) -> None:
         """``baseline``: GOLDEN against a clean run at the test's dtype (``--baseline``); its rows set
-        the noise floor every verdict here is judged against (verdicts/noise.py). ``registry``: the
-        replay references the verdicts use (``[replay]`` of tui-acc.toml; default: the built-ins and
-        installed plug-ins), the same the replay dialog uses."""
+        the noise floor every tensor here is judged against (tolerances/noise.py). ``judge_tensor``:
+        what passes or fails each tensor row instead of the thresholds and the noise floor (a dump
+        checked on its own: anomalies/engine.py)."""
         self.pairing = pairing
-        self._registry = registry
         self.baseline = baseline
-        # the baseline's pair for each (golden node, slot), one token at a time, looked up once
-        self._twins: dict[int, dict[tuple[str, str], TensorPair]] = {}
-        self.cache = cache
-        self.from_cache = 0  # rows found on disk instead of computed
-        self.thresholds = thresholds or Thresholds()
+        self.pass_fail = PassFail(pairing, thresholds or Thresholds(), noise_floor=baseline is not None)
+        self.reader = PairReader(pairing)
+        self.tensors = TensorRows(
+            self.reader, judge_tensor or self.pass_fail.judge, self.pass_fail.wants_kl, cache, baseline
+        )
         # the compiled kernel releases the GIL, so worker threads scale with the cores
         # (scripts/bench_7b.py: 2 threads on 2 cores, 2.1x faster than 1)
         self.scheduler = Scheduler(workers if workers is not None else usable_cores())
-        self._rows: RowStore[TensorPair, TensorRow] = RowStore()
-        self._keys: dict[TensorPair, str] = {}  # disk-cache keys, computed once (each costs stats)
-        self._lock = threading.Lock()
-        # Large pairs are compared one at a time: memory stays a small multiple of the largest
-        # pair, not of the largest pair times the worker count.
-        self._one_large_pair = threading.Lock()
-        self.computed = 0  # how many pairs were actually loaded and compared (for tests/benchmarks)
-        # The logits module's outputs (and any enclosing module's, which end in them) are judged
-        # as logits, so the operator view never passes what the token view fails.
-        run_dtypes = pairing.golden.float_dtypes | pairing.test.float_dtypes
-        self.stats_floor = precision_class(*run_dtypes) if run_dtypes else None
-        self._logits_holders = _logits_holders(pairing)
-        self.judging = self._judging()
-
-    def _judging(self) -> Judging:
-        """How node rows are labelled (verdicts/labels.py): with replay of the test side's operators."""
-        return Judging(
-            self.pairing.golden.tree,
-            LocalChecks(self.pairing, self._registry),
-            baseline=self.baseline is not None,
-            first_token=self.pairing.tokens[0] if self.pairing.tokens else 0,
-            whole_inputs=self.pairing.test.format != "msit-torch",
-        )
 
     @property
     def workers(self) -> int:
         """How many worker threads compute rows (``workers``, or the usable cores)."""
         return self.scheduler.workers
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """The thresholds each tensor and token is judged by."""
+        return self.pass_fail.thresholds
+
+    @property
+    def stats_floor(self) -> str | None:
+        """The run's precision class (``precision_class`` of its float dtypes; None without any)."""
+        return self.pass_fail.stats_floor
+
+    @property
+    def cache(self) -> RowCache | None:
+        """The disk cache of rows, shared across launches (None with ``--no-cache``)."""
+        return self.tensors.cache
+
+    @property
+    def computed(self) -> int:
+        """How many pairs were actually loaded and compared (for tests and benchmarks)."""
+        return self.tensors.computed
+
+    @property
+    def from_cache(self) -> int:
+        """How many rows were found on disk instead of computed."""
+        return self.tensors.from_cache
 
     def close(self) -> None:
         """Let the worker threads end (they would otherwise wait for work for as long as the process
@@ -137,204 +112,34 @@ class MetricsEngine:
 
     def tensor_row(self, pair: TensorPair) -> TensorRow:
         """The metric row of one tensor pair, computed at most once."""
-        return self._rows.once(pair, lambda: self._produce(pair))
-
-    def _produce(self, pair: TensorPair) -> TensorRow:
-        cached = self._from_cache(pair, may_compute=True)
-        if cached is not None:
-            return cached
-        row, transient = self._compute(pair)
-        # an error is a fact about this launch (a link refused, a permission, a file being
-        # written): never kept, so --follow-links or a chmod is seen the next time
-        if self.cache is not None and not transient and not row.get("error"):
-            self.cache.put(self._cache_key(pair), row)
-        with self._lock:
-            self.computed += 1
-        return row
-
-    def _cache_key(self, pair: TensorPair) -> str:
-        """The pair's key in the disk cache, found once per session: the files' identities take a
-        stat each, and the views ask for every token's logits row after each computed token."""
-        with self._lock:
-            known = self._keys.get(pair)
-        if known is not None:
-            return known
-        # node names too: statistics-only entries of many nodes share one file (dump.json, a csv);
-        # and whether KL was computed (it is for the logits only, and --logits-node moves them)
-        files = f"{pair.golden_node}:{identity(pair.golden)}=>{pair.test_node}:{identity(pair.test)}"
-        key = f"{files}|kl={int(self._wants_kl(pair))}"
-        with self._lock:
-            self._keys[pair] = key
-        return key
-
-    def _from_cache(self, pair: TensorPair, may_compute: bool = False) -> TensorRow | None:
-        """The row kept on disk, judged. Judging it needs the baseline's row where there is a
-        baseline: unless ``may_compute``, a row whose baseline row is not known yet is not known."""
-        if self.cache is None:
-            return None
-        found = self.cache.get(self._cache_key(pair))
-        if found is None:
-            return None
-        baseline_row = self._baseline_row(pair, may_compute)
-        if baseline_row is NOT_KNOWN_YET:
-            return None
-        stored = cast(TensorRow, found)  # as it was put: a TensorRow's stored columns
-        # the tensors' names follow this session's pairing; the verdict its thresholds
-        stored["token"], stored["role"] = pair.token, pair.role
-        stored["golden_node"], stored["test_node"] = pair.golden_node, pair.test_node
-        self._judge(pair, stored, baseline_row)
-        with self._lock:
-            self.from_cache += 1
-        return stored
-
-    def flush(self) -> None:
-        """Save newly computed rows to the disk cache (if any), the baseline's too."""
-        if self.cache is not None:
-            self.cache.flush()
-        if self.baseline is not None:
-            self.baseline.flush()
+        return self.tensors.row(pair)
 
     def cached_row(self, pair: TensorPair) -> TensorRow | None:
         """The row if it is known (in memory, or in the disk cache); never computes."""
-        row = self._rows.get(pair)
-        if row is None and self.cache is not None:
-            row = self._from_cache(pair)
-            if row is not None:
-                row = self._rows.adopt(pair, row)
-        return row
+        return self.tensors.cached_row(pair)
 
     def known_row(self, pair: TensorPair) -> TensorRow | None:
         """The row if it is in memory: no disk cache, no stat (what a UI thread may ask)."""
-        return self._rows.get(pair)
+        return self.tensors.known_row(pair)
 
     def cached_rows(self) -> list[TensorRow]:
         """Every row computed so far."""
-        return self._rows.rows()
+        return self.tensors.rows()
 
-    def _compute(self, pair: TensorPair) -> tuple[TensorRow, bool]:
-        """The pair's row, and whether it is transient: the files changed while they were read (a
-        dump still being written or copied), so it is not kept in the disk cache and the next
-        launch reads them again."""
-        # Deferred so that opening a dump (and the UI) never waits for the kernel to load.
-        from tui_acc.metrics.kernels import ShapeMismatch, compare_tensors
-        from tui_acc.metrics.stats import compare_stats
-
-        transient = False
-        row: TensorRow = {
-            "token": pair.token,
-            "golden_node": pair.golden_node,
-            "test_node": pair.test_node,
-            "slot": pair.slot,
-            "role": pair.role,
-            "golden_path": str(pair.golden.path),
-            "test_path": str(pair.test.path),
-            "error": None,
-        }
-        try:
-            if pair.golden.has_data and pair.test.has_data:
-                before = file_states(pair.golden, pair.test)
-                with self._alone_if_large(before):
-                    golden, test = self.load_pair(pair)
-                    metrics = compare_tensors(golden, test, kl=self._wants_kl(pair))
-                    del golden, test  # the mapped files go before the next large pair comes in
-                changed = changed_since(before)
-                if changed:  # a dump still being written (or copied): these numbers mix two versions
-                    transient = True
-                    raise DumpError(
-                        f"{changed[0]}: changed while being read; compare again when it is complete"
-                    )
-            else:
-                metrics = compare_stats(
-                    _stats(pair.golden, self.pairing.golden.load_policy),
-                    _stats(pair.test, self.pairing.test.load_policy),
-                )
-        except (TensorLoadError, DumpError) as exc:
-            row["error"] = str(exc)
-        except ShapeMismatch as exc:
-            row["error"] = f"{pair.golden_node}/{pair.slot}: {exc}"
-        except Exception as exc:  # one odd pair (a sparse tensor, a record torch chokes on) is its own error
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            row["error"] = f"{pair.test.path} against {pair.golden.path}: {type(exc).__name__}: {first}"
-        else:
-            metrics["golden_shape"] = _shape(metrics["golden_shape"])
-            metrics["test_shape"] = _shape(metrics["test_shape"])
-            row.update(cast(TensorRow, metrics))
-            row.setdefault("stats_only", False)
-        self._judge(pair, row, self._baseline_row(pair, may_compute=True))
-        return row, transient
+    def flush(self) -> None:
+        """Save newly computed rows to the disk cache (if any), the baseline's too."""
+        self.tensors.flush()
+        if self.baseline is not None:
+            self.baseline.flush()
 
     def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
-        """Both tensors of ``pair``, each under its dump's load policy (links may not leave a dump
-        unless --follow-links): every reader of a comparison's tensor data goes through here."""
-        golden = load_side(pair.golden, None, self.pairing.golden.load_policy)
-        same_file = pair.test.location == pair.golden.location and not pair.golden.parts
-        if self.pairing.golden is self.pairing.test and same_file:
-            return golden, golden  # one dump checked on its own (anomalies/): each file read once
-        return golden, load_side(pair.test, golden.shape, self.pairing.test.load_policy)
+        """Both tensors of ``pair``, each under its dump's load policy (``PairReader.load_pair``)."""
+        return self.reader.load_pair(pair)
 
-    @contextmanager
-    def held_pair(self, pair: TensorPair) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """``load_pair``'s tensors for a reader besides the rows (the error map): a large pair is held
-        alone, as the rows' computation holds it, and a file that changed while it was read raises
-        DumpError when the block ends (what was computed from it mixes two versions)."""
-        before = file_states(pair.golden, pair.test)
-        with self._alone_if_large(before):
-            yield self.load_pair(pair)
-        if changed := changed_since(before):
-            raise DumpError(f"{changed[0]}: changed while being read; look again when it is complete")
-
-    def _alone_if_large(self, before: dict[Path, FileState]) -> contextlib.AbstractContextManager[object]:
-        """The lock large pairs are read under, one at a time (memory), or nothing for a small one."""
-        large = sum(state[0] for state in before.values() if state) > LARGE_PAIR_BYTES
-        return self._one_large_pair if large else contextlib.nullcontext()
-
-    def _wants_kl(self, pair: TensorPair) -> bool:
-        """KL is a logits metric: computed for the logits module's outputs and for single files."""
-        if self.pairing.golden.format == "tensor":
-            return True
-        return self._holds_logits(pair)
-
-    def _holds_logits(self, pair: TensorPair) -> bool:
-        stable = self.pairing.golden.stable_name(pair.golden_node)
-        return pair.role == "output" and stable in self._logits_holders
-
-    def _judge(self, pair: TensorPair, row: TensorRow, baseline_row: TensorRow | None) -> None:
-        """Set the row's verdict: against the noise floor where a baseline row judges it, else
-        against the thresholds (for the logits, the logits' own)."""
-        against_noise = None
-        if self.baseline is not None:
-            row.update(noise_fields(row, baseline_row))
-            against_noise = judged(row, baseline_row, self.thresholds)
-        if against_noise is not None:
-            row["passed"] = against_noise
-        elif self._holds_logits(pair):
-            row["passed"] = logits_passed(row, self.thresholds, self.stats_floor)
-        else:
-            row["passed"] = tensor_passed(row, self.thresholds, self.stats_floor)
-
-    def _baseline_row(self, pair: TensorPair, may_compute: bool) -> TensorRow | None:
-        """The baseline's row at the same golden tensor, or None without a baseline or where it
-        lacks the tensor. Computed here when not known yet if ``may_compute`` (a worker computing a
-        test row computes its baseline row too), else ``NOT_KNOWN_YET``."""
-        if self.baseline is None:
-            return None
-        with self._lock:
-            twins = self._twins.get(pair.token)
-        if twins is None:
-            twins = {
-                (twin.golden_node, twin.slot): twin
-                for node in self.baseline.pairing.node_pairs(pair.token)
-                for twin in node.tensors
-            }
-            with self._lock:
-                self._twins[pair.token] = twins
-        twin = twins.get((pair.golden_node, pair.slot))
-        if twin is None:
-            return None
-        if may_compute:
-            return self.baseline.tensor_row(twin)
-        known = self.baseline.cached_row(twin)
-        return NOT_KNOWN_YET if known is None else known
+    def held_pair(self, pair: TensorPair) -> AbstractContextManager[tuple[np.ndarray, np.ndarray]]:
+        """``load_pair``'s tensors for a reader besides the rows (the error map), a large pair held
+        alone; DumpError when the block ends if a file changed meanwhile (``PairReader.held_pair``)."""
+        return self.reader.held_pair(pair)
 
     def tensors_frame(self, token: int, should_stop: StopCheck = _never) -> pl.DataFrame:
         """Every paired tensor of ``token`` as a TENSOR_SCHEMA frame, one row each in node order;
@@ -376,23 +181,13 @@ class MetricsEngine:
         return None if row is None else self._token_row_from(token, row)
 
     def _token_row_from(self, token: int, tensor: TensorRow) -> TokenRow:
+        """The token's row from its logits' row: their metrics and the logits' verdict."""
         row = cast(TokenRow, {key: tensor.get(key) for key in TOKEN_SCHEMA})
         row["token"] = token
         row["node"] = tensor["golden_node"]
         row["test_node"] = tensor["test_node"]
         row["shape"] = tensor.get("golden_shape")
-        passed = (
-            bool(tensor.get("passed"))  # judged against the noise floor, or as logits: see _judge
-            if self.baseline is not None
-            else logits_passed(tensor, self.thresholds, self.stats_floor)
-        )
-        if tensor.get("error"):
-            row["verdict"] = "error"
-        elif passed and near_tie(tensor, self.thresholds):
-            row["verdict"] = "near-tie"  # the argmax flipped between near-equal candidates
-        else:
-            row["verdict"] = "pass" if passed else "fail"
-        row["passed"] = passed
+        row["passed"], row["verdict"] = self.pass_fail.token_verdict(tensor)
         return row
 
     def token_rows(
@@ -438,39 +233,43 @@ class MetricsEngine:
         should_stop: StopCheck = _never,
         on_row: Callable[[NodeRow], None] | None = None,
         prefer: Preference | None = None,
+        on_node: Callable[[NodePair, list[TensorRow]], None] | None = None,
     ) -> list[NodeRow]:
-        """One row per paired node of ``token``, in execution order, with input feeds and labels.
+        """One row per paired node of ``token``, in execution order: its metrics and its tensors'
+        verdicts against the thresholds (not yet judged: ``tui_acc.verdicts`` does that), and for a
+        module the sums of every output inside it.
 
-        With ``prefer`` (the nodes on screen), those are computed first and ``on_row`` gets each
-        of them early as a *provisional* row (``provisional`` True: metrics and output verdict,
-        no input verdict or label yet, as those need every node before it); the final rows follow
-        in execution order.
+        With ``on_row``, each row as soon as it and the rows before it are known (in execution
+        order), then the modules' rows again with their sums; with ``prefer`` (the nodes on screen),
+        those are computed first and ``on_row`` gets each of them early as a *provisional* row
+        (``provisional`` True), before the rows ahead of it. ``on_node`` runs on the worker that
+        completes a node's last tensor, with the node's tensor rows (the judge replays it there).
+
+        Raises:
+            Cancelled: ``should_stop`` said so; the rows ``on_row`` got stay valid.
         """
         nodes = self.pairing.node_pairs(token)
-        judged: dict[str, NodeRow] = {}
+        done: dict[str, NodeRow] = {}
         owner = {pair: (order, node) for order, node in enumerate(nodes) for pair in node.tensors}
 
         def early(pair: TensorPair) -> None:  # on a worker thread, once the pair's node is whole
             order, node = owner[pair]
-            rows = [self._rows.get(p) for p in node.tensors]
+            rows = [self.tensors.known_row(p) for p in node.tensors]
             if not all(row is not None for row in rows):
                 return
             known = [r for r in rows if r is not None]
-            # its replay too, on this worker: the judge (one thread, in execution order) finds it made
-            self.judging.prefetch(node, known)
+            if on_node is not None:
+                on_node(node, known)
             if on_row is not None and prefer is not None and node.golden in prefer():
-                raw = self._raw_node_rows([(order, node)], known)[0]
+                raw = node_rows_of([(order, node)], known)[0]
                 on_row({**raw, "provisional": True})
 
         chunk: list[tuple[int, NodePair]] = []
-        by_name = {node.golden: node for node in nodes}
-        token_input = functools.partial(self._token_input, token)
 
-        def settle() -> None:  # judge the nodes whose tensors are all in, in execution order
+        def settle() -> None:  # the rows of the nodes whose tensors are all in, in execution order
             rows = [self.tensor_row(p) for _, node in chunk for p in node.tensors]  # known: no wait
-            for row, (_, node) in zip(self._raw_node_rows(chunk, rows), chunk, strict=True):
-                judge_one(row, self._tensor_rows(node), judged, self.judging, node, token_input=token_input)
-                judged[row["golden_node"]] = row
+            for row in node_rows_of(chunk, rows):
+                done[row["golden_node"]] = row
                 if on_row:
                     on_row(row)
             chunk.clear()
@@ -479,56 +278,24 @@ class MetricsEngine:
         with self._ahead(pairs, should_stop, prefer, early) as row_of:
             for order, node in enumerate(nodes):
                 # the next node may make us wait: what is ready reaches the screen first (without a
-                # screen, one judgement of every node at the end: each costs polars a dozen ms)
-                waiting = chunk and not all(p in self._rows for p in node.tensors)
+                # screen, one frame of every node at the end: each costs polars a dozen ms)
+                waiting = chunk and not all(p in self.tensors for p in node.tensors)
                 if on_row is not None and (len(chunk) >= NODE_CHUNK or waiting):
                     settle()
                 for pair in _checked(node.tensors, should_stop):
                     row_of(pair)
                 chunk.append((order, node))
             settle()
-        relabelled = finish(judged, self._tensors_of(by_name), by_name.get, self.judging)
-        summed = self._add_within(judged, [self.tensor_row(p) for p in pairs])
-        if on_row:  # known now that their children are: a "contains" label, the sums of what is inside
-            for name in dict.fromkeys(row["golden_node"] for row in (*relabelled, *summed)):
-                on_row(judged[name])
-        return list(judged.values())
-
-    def _add_within(self, judged: dict[str, NodeRow], tensor_rows: Sequence[TensorRow]) -> list[NodeRow]:
-        """Each module's aggregate of every output inside it (``*_within``); returns those rows."""
-        within = within_each_module(to_frame(tensor_rows, TENSOR_SCHEMA), self.pairing.golden.tree)
-        changed = []
-        for sums in within.iter_rows(named=True):
-            row = judged.get(sums.pop("golden_node"))
-            if row is not None:
-                row.update(cast(NodeRow, sums))
-                changed.append(row)
-        return changed
-
-    def _raw_node_rows(
-        self, nodes: Sequence[tuple[int, NodePair]], tensor_rows: Sequence[TensorRow]
-    ) -> list[NodeRow]:
-        """Node rows (metrics, output verdict; not yet judged) of ``nodes`` from their tensors' rows."""
-        meta = to_frame(
-            [
-                {
-                    "token": node.token,
-                    "order": order,
-                    "depth": node.depth,
-                    "golden_node": node.golden,
-                    "test_node": node.test,
-                    "golden_type": node.golden_type,
-                    "test_type": node.test_type,
-                }
-                for order, node in nodes
-            ],
-            NODE_META_SCHEMA,
-        )
-        return cast(list[NodeRow], node_frame(to_frame(tensor_rows, TENSOR_SCHEMA), meta).to_dicts())
+        summed = add_within(done, [self.tensor_row(p) for p in pairs], self.pairing.golden.tree)
+        if on_row:  # the sums of what is inside each module, known now that their insides are
+            for row in summed:
+                on_row(row)
+        return list(done.values())
 
     def cached_node_rows(self, token: int, disk: bool = True) -> list[NodeRow]:
-        """The rows of ``token`` whose tensors are all computed already (nothing is computed); with
-        ``disk`` False, from the rows in memory only (what a UI thread may ask)."""
+        """The rows of ``token``'s nodes whose tensors are all computed already (nothing is computed),
+        in execution order, with the modules' sums once every node is known; with ``disk`` False,
+        from the rows in memory only (what a UI thread may ask)."""
         lookup = self.cached_row if disk else self.known_row
         complete: list[tuple[int, NodePair]] = []
         rows: list[TensorRow] = []
@@ -540,50 +307,10 @@ class MetricsEngine:
                 rows.extend(row for row in known if row is not None)
         if not complete:
             return []
-        judged: dict[str, NodeRow] = {}
-        token_input = functools.partial(self._token_input, token, compute=False)
-        for row, (_, node) in zip(self._raw_node_rows(complete, rows), complete, strict=True):
-            found = [r for p in node.tensors if (r := lookup(p)) is not None]
-            if judge_one(row, found, judged, self.judging, node, compute=False, token_input=token_input):
-                judged[row["golden_node"]] = row
-        if len(judged) == len(nodes):  # a module's verdict and sums once everything inside it is known
-            by_name = {node.golden: node for node in nodes}
-            finish(judged, self._tensors_of(by_name, lookup), by_name.get, self.judging, compute=False)
-            self._add_within(judged, rows)
-        return list(judged.values())
-
-    def _token_input(self, token: int, compute: bool = True) -> TokenInput | None:
-        """Where the step before ``token`` chose another token than the golden, ``token`` works on
-        another input: nothing in it starts an error (labels.diverged)."""
-        tokens = self.pairing.tokens
-        at = tokens.index(token) if token in tokens else 0
-        if at == 0 or not self.judging.models:  # one dump on its own: no golden to have chosen otherwise
-            return None
-        previous = tokens[at - 1]
-        if compute:
-            if self.pairing.logits_pair(previous) is None:
-                return None
-            row: TensorRow | TokenRow | None = self.token_row(previous)
-        else:  # what a UI thread asks: memory only, and no token paired for it
-            pair = self.pairing.logits_pair(previous) if self.pairing.is_paired(previous) else None
-            row = self.known_row(pair) if pair is not None else None
-        return diverged(previous, row.get("golden_top1"), row.get("test_top1")) if row is not None else None
-
-    def _tensor_rows(self, node: NodePair) -> list[TensorRow]:
-        """The rows of a node's tensors, known already (computed by the caller)."""
-        return [self.tensor_row(pair) for pair in node.tensors]
-
-    def _tensors_of(
-        self, nodes: dict[str, NodePair], lookup: Callable[[TensorPair], TensorRow | None] | None = None
-    ) -> Callable[[str], list[TensorRow]]:
-        """A golden node's tensor rows by name (the ones known, with ``lookup``)."""
-        find = lookup or self.tensor_row
-
-        def tensors_of(name: str) -> list[TensorRow]:
-            node = nodes.get(name)
-            return [r for p in node.tensors if (r := find(p)) is not None] if node is not None else []
-
-        return tensors_of
+        found = {row["golden_node"]: row for row in node_rows_of(complete, rows)}
+        if len(found) == len(nodes):
+            add_within(found, rows, self.pairing.golden.tree)
+        return list(found.values())
 
     @contextmanager
     def _ahead(
@@ -616,43 +343,13 @@ class MetricsEngine:
         with self.scheduler.batch(todo, compute, should_stop, node_of, prefer):
 
             def row_of(pair: TensorPair) -> TensorRow:
-                while pair not in self._rows and not should_stop() and self.scheduler.help():
+                while pair not in self.tensors and not should_stop() and self.scheduler.help():
                     pass
-                if should_stop() and pair not in self._rows:
+                if should_stop() and pair not in self.tensors:
                     raise Cancelled  # not one more pair for a caller that has gone
                 return self.tensor_row(pair)  # done, in flight on a worker (waited for), or computed now
 
             yield row_of
-
-    def nodes_frame(self, token: int, should_stop: StopCheck = _never) -> pl.DataFrame:
-        """``token``'s node rows (``node_rows``: computed where not known) as a NODE_SCHEMA frame, in
-        execution order.
-
-        Raises:
-            Cancelled: ``should_stop`` said so before every row was known.
-        """
-        return to_frame(self.node_rows(token, should_stop), NODE_SCHEMA)
-
-    def first_failing_op(self, token: int, should_stop: StopCheck = _never) -> NodeRow | None:
-        """The innermost, earliest node whose output fails while its inputs pass."""
-        rows = {row["golden_node"]: row for row in self.node_rows(token, should_stop)}
-        return first_suspect(self.pairing.golden.tree, rows)
-
-
-def _logits_holders(pairing: Pairing) -> set[str]:
-    """Stable names of the logits module, the call inside it that made the logits, and every module
-    enclosing it (their outputs end in the logits)."""
-    tree = pairing.golden.tree
-    holder: str | None = pairing.logits_node if pairing.logits_node in tree.nodes else None
-    holders: set[str] = set()
-    inner = holder
-    while inner is not None and tree.children(inner):  # the call inside that made the logits
-        inner = tree.children(inner)[-1]  # (msprobe mix: lm_head's F.linear, its last child)
-        holders.add(pairing.golden.stable_name(inner))
-    while holder is not None:
-        holders.add(pairing.golden.stable_name(holder))
-        holder = tree.nodes[holder].parent
-    return holders
 
 
 def usable_cores() -> int:
@@ -663,22 +360,9 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _stats(ref: TensorRef, policy: LoadPolicy) -> Stats:
-    """A side's statistics: as recorded, or computed from its tensor when the other side has only those."""
-    if ref.stats is not None:
-        return ref.stats
-    from tui_acc.metrics.stats import stats_of
-
-    return stats_of(load_side(ref, None, policy))
-
-
 def _checked(items: Iterable[Item], should_stop: StopCheck) -> Iterator[Item]:
     """``items``, raising Cancelled before each one once ``should_stop`` says so."""
     for item in items:
         if should_stop():
             raise Cancelled
         yield item
-
-
-def _shape(dims: object) -> str:
-    return "[" + ", ".join(str(d) for d in dims) + "]" if isinstance(dims, list) else str(dims)

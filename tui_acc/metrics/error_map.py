@@ -31,7 +31,7 @@ from tui_acc.dumps.dtypes import dtype_name
 from tui_acc.metrics.error_spots import HOT, named, standing_out
 from tui_acc.metrics.error_sweep import EXPONENT_LOW, Worst, edges, swept
 from tui_acc.metrics.kernels import ShapeMismatch
-from tui_acc.verdicts.rounding import unit_roundoff
+from tui_acc.tolerances.rounding import unit_roundoff
 
 GRID_ROWS, GRID_CHANNELS = 32, 64
 # Picture levels: 0 is blank (no error, or below the lowest level), LEVELS - 1 the largest cell;

@@ -3,14 +3,30 @@
 Per node: the input, output and weight verdicts of its tensors, its worst output (whose metrics the
 node shows), the first error, and whether a dumped input is its own output (an in-place op). The
 labels (local, inherited, contains) come after, from ``tui_acc.verdicts``: they depend on the rows
-before each node, so they are a walk over the tree, not a frame expression.
+before each node, so they are a walk over the tree, not a frame expression. A module's row also
+gets the aggregate of every output inside it (``add_within``) once its insides are known.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import cast
+
 import polars as pl
 
-from tui_acc.metrics.schema import ANOMALY_COLUMNS, METRIC_COLUMNS, NOISE_COLUMNS
+from tui_acc.dumps.model import NodeTree
+from tui_acc.metrics.aggregate import within_each_module
+from tui_acc.metrics.schema import (
+    ANOMALY_COLUMNS,
+    METRIC_COLUMNS,
+    NODE_META_SCHEMA,
+    NOISE_COLUMNS,
+    TENSOR_SCHEMA,
+    NodeRow,
+    TensorRow,
+    to_frame,
+)
+from tui_acc.pairing import NodePair
 from tui_acc.rows import SAME_DATA_FIELDS
 
 # A node row shows its worst output: these columns are copied from that output's row.
@@ -28,8 +44,46 @@ FROM_WORST_OUTPUT = (
 )
 
 _ROLE = pl.col("role")
+# an msprobe Tensor./Torch. record whose API name is not an in-place one (``add_``, ``__iadd__``)
+_OUT_OF_PLACE_API = (
+    r"^(?:Tensor|Torch)\.(?:__[a-hj-z][a-z0-9_]*__|[A-Za-z0-9_]*[A-Za-z0-9])\.\d+\.(?:forward|backward)$"
+)
 _ERROR = pl.col("error")
 _PASSED = pl.col("passed")
+
+
+def node_rows_of(nodes: Sequence[tuple[int, NodePair]], tensor_rows: Sequence[TensorRow]) -> list[NodeRow]:
+    """Node rows (metrics, output verdict; not yet judged) of ``nodes``, each with its place in the
+    token's execution order, from their tensors' rows (``node_frame``)."""
+    meta = to_frame(
+        [
+            {
+                "token": node.token,
+                "order": order,
+                "depth": node.depth,
+                "golden_node": node.golden,
+                "test_node": node.test,
+                "golden_type": node.golden_type,
+                "test_type": node.test_type,
+            }
+            for order, node in nodes
+        ],
+        NODE_META_SCHEMA,
+    )
+    return cast(list[NodeRow], node_frame(to_frame(tensor_rows, TENSOR_SCHEMA), meta).to_dicts())
+
+
+def add_within(rows: dict[str, NodeRow], tensor_rows: Sequence[TensorRow], tree: NodeTree) -> list[NodeRow]:
+    """Add to each module's row (``rows`` by golden name) the aggregate of every output inside it
+    (``*_within``, ``aggregate.py``); returns the rows changed."""
+    within = within_each_module(to_frame(tensor_rows, TENSOR_SCHEMA), tree)
+    changed = []
+    for sums in within.iter_rows(named=True):
+        row = rows.get(sums.pop("golden_node"))
+        if row is not None:
+            row.update(cast(NodeRow, sums))
+            changed.append(row)
+    return changed
 
 
 def node_frame(tensors: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
@@ -94,7 +148,11 @@ def _in_place(rows: pl.DataFrame) -> pl.DataFrame:
     input is saved after the op ran: comparing those "inputs" repeats the output comparison, so an
     error starting in the op would look inherited. Equal shape, dtype, min, max, mean and L2 norm
     (on a tensor that is not constant: equal by coincidence too often) identify the same data.
+    An msprobe record of a tensor method or torch function is in place only by its name (``add_``,
+    ``__iadd__``): ``x * (1 + w)`` with a zero ``w`` gives back its input bit for bit, and is no
+    in-place op.
     """
+    rows = rows.filter(~pl.col("golden_node").str.contains(_OUT_OF_PLACE_API))
     found = []
     for order, side in enumerate(("golden", "test")):
         print_ = [f"{side}_{key}" for key in SAME_DATA_FIELDS]

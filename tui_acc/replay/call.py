@@ -45,7 +45,7 @@ class Replayed:
 
     ``reduction``: the length of the longest sum behind each output element (a matmul's inner
     dimension, a norm's width; 1 for elementwise operators): it widens the tolerance
-    (``verdicts/rounding.py``).
+    (``tolerances/rounding.py``).
     ``notes``: what the reference had to assume (a default epsilon where none was dumped).
     """
 

@@ -196,6 +196,21 @@ def rms_norm_module(call: Call) -> Replayed:
     return _rowwise(call, out, reduction=width, notes=(note,), roundings=2)
 
 
+def gemma_rms_norm_module(call: Call) -> Replayed:
+    """Gemma's RMSNorm (``GemmaRMSNorm``, ``Gemma2RMSNorm``, ``Gemma3RMSNorm``): the weight is stored as
+    an offset from one, ``x / sqrt(mean(x**2) + eps) * (1 + weight)``, computed in float32 and rounded
+    once to the input's dtype (transformers' modeling_gemma*.py)."""
+    weight = call.param("weight")
+    raw = call.raw(0, "hidden_states")
+    if call.sample is not None and raw is not None and int(weight.size) != raw.shape[-1]:
+        raise NotSampleable("normalised over more than the last dimension")
+    x = call.data(0, "hidden_states", "hidden_states")
+    note = f"eps is a module attribute no dump records: {MODULE_RMS_EPS:g} assumed (rms_norm_eps of Gemma)"
+    width = int(weight.size)
+    out = maths.rms_norm(x, width, 1.0 + weight.reshape(-1), MODULE_RMS_EPS)
+    return _rowwise(call, out, reduction=width, notes=(note,))
+
+
 def layer_norm(call: Call) -> Replayed:
     """``F.layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5)``; a ``LayerNorm``
     module's weight and bias are its parameters."""
@@ -370,6 +385,7 @@ API_REFERENCES = {
 }
 MODULE_REFERENCES = {
     "Linear": linear,
+    "Gemma*RMSNorm": gemma_rms_norm_module,  # before *RMSNorm: the first match replays
     "*RMSNorm": rms_norm_module,
     "SiLUActivation": silu,
     "*RmsNorm": rms_norm_module,

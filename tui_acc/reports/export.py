@@ -3,9 +3,14 @@ never over a file the user already has (unless told to), never over what is not 
 a pipe is written in place, a link to nothing is neither followed nor replaced.
 
 Where the rows came from (both dumps, the thresholds, the tui-acc version) goes into the rows
-themselves as constant ``source_*`` columns, not into a header or a sidecar: a CSV reader that knows
-nothing of comment lines still parses the file, a spreadsheet keeps them through sorting and filtering,
-and a file handed on alone still says what it is. They come last, after what the screen shows.
+themselves as constant ``source_*`` columns, not into a header: a CSV reader that knows nothing of
+comment lines still parses the file, a spreadsheet keeps them through sorting and filtering, and a
+file handed on alone still says what it is. They come last, after what the screen shows.
+
+The thresholds are a JSON object of some 600 characters: repeated in every row they buried the table.
+They are written once, where each format keeps such things, and ``source_thresholds`` says where:
+beside a CSV in ``NAME.thresholds.json`` (a device, a pipe or a link, ``/dev/stdout``, keeps them in
+the column), in an Excel file's ``thresholds`` sheet, in a parquet file's metadata (``tui-acc:thresholds``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,12 @@ if TYPE_CHECKING:  # polars is imported where a frame is made: the TUI's first f
 
 # an installable extra, not a dependency: only the .xlsx export needs it (polars writes through it)
 XLSX_HINT = "pip install 'tui-acc[xlsx]'"
+
+# provenance too long to repeat in every row: written once, where the format keeps it (module docstring)
+ONCE = "source_thresholds"
+SIDECAR_SUFFIX = ".thresholds.json"
+PARQUET_KEY = "tui-acc:thresholds"
+XLSX_SHEET = "thresholds"
 
 # Verdict columns, and the values of them to colour in a spreadsheet (the same words as on screen).
 _FAILED = {"verdict": ("fail", "error"), "label": ("local", "contains", "inherited")}
@@ -70,20 +81,78 @@ def stamped(frame: pl.DataFrame, columns: dict[str, str]) -> pl.DataFrame:
 def write_export(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Path:
     """Write ``frame`` to ``path`` as its extension says: ``.csv`` (or none) CSV, ``.xlsx`` Excel
     (verdict cells coloured), ``.parquet`` parquet; any other extension is refused, not written as
-    CSV under a name that says otherwise."""
+    CSV under a name that says otherwise. The thresholds are written once (module docstring)."""
     suffix = path.suffix.lower()
+    once = _constant(frame, ONCE)
     if suffix == ".xlsx":
         if importlib.util.find_spec("xlsxwriter") is None:
             raise ExportError(f"{path}: writing .xlsx needs xlsxwriter: {XLSX_HINT}")
-        return write_atomically(path, overwrite, lambda handle: _write_xlsx(frame, handle))
+        if once is not None:
+            frame = _pointing(frame, f"sheet {XLSX_SHEET}")
+        return write_atomically(path, overwrite, lambda handle: _write_xlsx(frame, handle, once))
     if suffix == ".parquet":
-        return write_atomically(path, overwrite, frame.write_parquet)
+        if once is None:
+            return write_atomically(path, overwrite, frame.write_parquet)
+        frame = _pointing(frame, f"parquet metadata {PARQUET_KEY}")
+        return write_atomically(
+            path, overwrite, lambda h: frame.write_parquet(h, metadata={PARQUET_KEY: once})
+        )
     if suffix not in ("", ".csv"):
         raise ExportError(
             f"{path}: tui-acc does not write {suffix} files; name it .csv, .xlsx or .parquet"
             + (" (report --json prints JSON)" if suffix == ".json" else "")
         )
-    return write_csv(frame, path, overwrite)
+    if once is None or _written_in_place(expanded(path)):
+        return write_csv(frame, path, overwrite)
+    return _write_csv_and_sidecar(frame, expanded(path), overwrite, once)
+
+
+def sidecar_of(path: Path) -> Path:
+    """Where a CSV's thresholds go, beside it: ``ops.csv`` -> ``ops.thresholds.json``."""
+    return path.with_name(path.stem + SIDECAR_SUFFIX)
+
+
+def _constant(frame: pl.DataFrame, column: str) -> str | None:
+    """The one value of a constant string ``column`` (a source_* column); None where it is not one."""
+    if column not in frame.columns or frame.height == 0:
+        return None
+    values = frame[column].unique().to_list()
+    return values[0] if len(values) == 1 and isinstance(values[0], str) else None
+
+
+def _pointing(frame: pl.DataFrame, where: str) -> pl.DataFrame:
+    """``frame`` whose ``source_thresholds`` says where the thresholds are, in place of them."""
+    import polars as pl
+
+    return frame.with_columns(pl.lit(where, dtype=pl.String).alias(ONCE))
+
+
+def _written_in_place(path: Path) -> bool:
+    """Whether ``path`` is a device, a pipe or a link (``/dev/stdout`` is one, into /proc, even where
+    the shell sent it to a file): nothing is put beside it."""
+    try:
+        return not stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _write_csv_and_sidecar(frame: pl.DataFrame, path: Path, overwrite: bool, thresholds: str) -> Path:
+    """The CSV, its ``source_thresholds`` naming the sidecar that holds them: neither file is written
+    where either is there already, unless ``overwrite``; the sidecar goes again if the CSV fails."""
+    sidecar = sidecar_of(path)
+    if existing_target(path) and not overwrite:
+        raise ExportError(f"{path}: already exists; not overwritten")
+    had_sidecar = existing_target(sidecar)
+    if had_sidecar and not overwrite:
+        raise ExportError(f"{sidecar}: already exists (where {path.name}'s thresholds go); not overwritten")
+    pretty = json.dumps(json.loads(thresholds), indent=2, sort_keys=True) + "\n"
+    write_atomically(sidecar, overwrite, lambda handle: handle.write(pretty.encode()))
+    try:
+        return write_csv(_pointing(frame, sidecar.name), path, overwrite)
+    except ExportError:
+        if not had_sidecar:
+            sidecar.unlink(missing_ok=True)
+        raise
 
 
 def write_csv(frame: pl.DataFrame, path: Path, overwrite: bool = False) -> Path:
@@ -188,8 +257,10 @@ def _run(path: Path, write: Callable[[IO[bytes]], Any], handle: IO[bytes]) -> No
         raise ExportError(f"{path}: write failed ({exc})") from exc
 
 
-def _write_xlsx(frame: pl.DataFrame, handle: IO[bytes]) -> None:
+def _write_xlsx(frame: pl.DataFrame, handle: IO[bytes], thresholds: str | None = None) -> None:
+    """The view's sheet, verdict cells coloured; the thresholds, one bound a row, in a sheet of their own."""
     import polars as pl
+    import xlsxwriter
 
     formats: dict[str, list[dict[str, object]]] = {}
     for index, column in enumerate(frame.columns):
@@ -207,15 +278,29 @@ def _write_xlsx(frame: pl.DataFrame, handle: IO[bytes]) -> None:
             ]
         if rules:
             formats[column] = rules
-    frame.write_excel(
-        handle,
-        worksheet="tui-acc",
-        conditional_formats=formats,  # type: ignore[arg-type]
-        # every digit the CSV has: the cell holds the full double, "General" shows what fits
-        dtype_formats={pl.Float64: "General", pl.Float32: "General"},
-        autofit=True,
-        freeze_panes="A2",
-    )
+    with xlsxwriter.Workbook(handle) as book:  # polars writes into it and leaves it open
+        frame.write_excel(
+            book,
+            worksheet="tui-acc",
+            conditional_formats=formats,  # type: ignore[arg-type]
+            # every digit the CSV has: the cell holds the full double, "General" shows what fits
+            dtype_formats={pl.Float64: "General", pl.Float32: "General"},
+            autofit=True,
+            freeze_panes="A2",
+        )
+        if thresholds is not None:
+            bounds = dict(_flattened(json.loads(thresholds)))
+            table = pl.DataFrame({"threshold": list(bounds), "value": list(bounds.values())})
+            table.write_excel(book, worksheet=XLSX_SHEET, autofit=True)
+
+
+def _flattened(value: object, prefix: str = "") -> list[tuple[str, str]]:
+    """A JSON value as (dotted path, its leaf as JSON text): ``ops.bfloat16.cosine``, ``0.99``."""
+    if isinstance(value, dict):
+        return [pair for key, item in value.items() for pair in _flattened(item, f"{prefix}{key}.")]
+    if isinstance(value, list):
+        return [pair for i, item in enumerate(value) for pair in _flattened(item, f"{prefix}{i}.")]
+    return [(prefix.rstrip("."), json.dumps(value))]
 
 
 def _column_letters(index: int) -> str:
@@ -233,7 +318,7 @@ def fresh_path(directory: Path, stem: str, now: datetime | None = None) -> Path:
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
     candidate = directory / f"{stem}-{stamp}.csv"
     n = 1
-    while os.path.lexists(candidate):
+    while os.path.lexists(candidate) or os.path.lexists(sidecar_of(candidate)):
         candidate = directory / f"{stem}-{stamp}-{n}.csv"
         n += 1
     return candidate

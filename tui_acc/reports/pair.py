@@ -9,48 +9,27 @@ from typing import Any, Protocol
 import polars as pl
 
 from tui_acc import __version__
-from tui_acc.dumps import DumpIndex
 from tui_acc.errors import TuiAccError
-from tui_acc.metrics.schema import METRIC_COLUMNS, NODE_SCHEMA, NOISE_COLUMNS
+from tui_acc.metrics.schema import NODE_SCHEMA, NOISE_COLUMNS, to_frame
 from tui_acc.reports.export import provenance, stamped
+from tui_acc.reports.findings import (
+    carried,
+    counts_of,
+    later,
+    noise_operators,
+    op_summary,
+    side_of,
+    single_pair,
+    why_no_culprit,
+)
 from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, Said
 from tui_acc.reports.pair_text import format_text, span
-from tui_acc.rows import Row
+from tui_acc.rows import NodeRow
 from tui_acc.session import Comparison
 from tui_acc.sides import swapped_sides
-from tui_acc.verdicts.explain import accumulated, token_failure
-from tui_acc.verdicts.labels import first_suspect
+from tui_acc.verdicts.explain import token_failure
 from tui_acc.verdicts.replay_check import Replay
-
-_OP_FIELDS = (
-    "golden_type",
-    "test_type",
-    *METRIC_COLUMNS,
-    "input_cosine",
-    # the verdict's rule, what it measured against what it allows, and why (verdicts/rules.py)
-    "rule",
-    "local_error",
-    "expected_error",
-    "reason",
-    "input_error",
-    "output_error",
-    "worst_output",
-    "shape",
-    "golden_dtype",
-    "test_dtype",
-    *NOISE_COLUMNS,
-)
-# With --baseline, each operator row of the analysed token: its verdict, error and noise floor
-_NOISE_OP_FIELDS = (
-    "token",
-    "golden_node",
-    "test_node",
-    "outputs_passed",
-    "label",
-    "cosine",
-    "rmse",
-    *NOISE_COLUMNS,
-)
+from tui_acc.verdicts.verdict import TokenVerdict
 
 
 class UnknownToken(TuiAccError, ValueError):
@@ -94,10 +73,13 @@ class PairReport(Said):
     # the tokens whose operators were compared (the others' logits only): the analysed token, or
     # every token with --all-tokens
     operators_compared_at: list[int]
+    # the operators of those tokens where a failure shows: local and inherited ones
     failing_ops: int
-    # every failing operator of those tokens: "local" where the error starts (its inputs pass),
-    # "inherited" where its inputs were already bad
+    # every node of those tokens where a failure shows: "local" where the error starts, "inherited"
+    # where it fails with error that came in (the modules holding a local one are in ``counts``)
     failing: list[dict[str, Any]]
+    # the analysed token's nodes by label, as the TUI's header counts them
+    counts: dict[str, int] | None
     # each module of the analysed token as a whole: every output inside it as one flat tensor
     modules: list[dict[str, Any]]
     pairs: int
@@ -137,6 +119,7 @@ class PairReport(Said):
             "operators_compared_at": self.operators_compared_at,
             "failing_ops": self.failing_ops,
             "failing": self.failing,
+            "counts": self.counts,
             "modules": self.modules,
             "pairs": self.pairs,
             "unmatched": self.unmatched,
@@ -190,26 +173,51 @@ def build_report(
     """Compute what the report needs: every token's logits, then one token's operators (with
     ``all_tokens``, every token's: a failing operator or a damaged file where the logits pass counts).
     ``swap_command``: the command line with the dumps swapped, said where they seem the wrong way round."""
-    engine = cmp.engine
+    engine, judge = cmp.engine, cmp.verdicts
     if token is not None and token not in cmp.pairing.tokens:
         raise UnknownToken(f"token {token} is not in both dumps (paired tokens: {span(cmp.pairing.tokens)})")
     tokens = engine.tokens_frame()
     failing = next(iter(tokens.filter(pl.col("passed").not_())["token"].to_list()), None)
     analysed = token if token is not None else failing
     compared = list(cmp.pairing.tokens) if all_tokens else [analysed] if analysed is not None else []
-    failing_ops = pl.DataFrame(schema=NODE_SCHEMA)
-    for at in compared:  # one token's rows at a time: only the failing ones are kept
-        frame = engine.nodes_frame(at)
-        failed = frame.filter(pl.col("outputs_passed").not_() | (pl.col("label") == "local"))
-        failing_ops = pl.concat([failing_ops, failed])
+    shown: list[NodeRow] = []
+    failing_ops = 0  # local and inherited nodes, as every view counts them
+    for at in compared:  # one token's verdict at a time: only where a failure shows is kept
+        verdict = judge.token(at)
+        shown += verdict.failing()
+        failing_ops += verdict.counts.failing
         # every token's logits pass: the report shows the first token where an error starts
-        if analysed is None and failed.height and _suspect(cmp, frame) is not None:
+        if analysed is None and verdict.culprit is not None:
             analysed = at
-    if analysed is None and failing_ops.height:  # only unreadable files: the first token with one
-        analysed = failing_ops["token"][0]
-    nodes = engine.nodes_frame(analysed) if analysed is not None else pl.DataFrame(schema=NODE_SCHEMA)
-    suspect = _suspect(cmp, nodes)
+    if analysed is None and shown:  # only unreadable files: the first token with one
+        analysed = shown[0]["token"]
     token_rows = {r["token"]: r for r in tokens.iter_rows(named=True)}
+    verdict_at: TokenVerdict | None = judge.token(analysed) if analysed is not None else None
+    carried_from, passed_over = None, None
+    if (
+        token is None
+        and failing is not None
+        and analysed == failing
+        and verdict_at
+        and not verdict_at.culprit
+    ):
+        # no operator of the first failing token adds error of its own: it may have come from an
+        # earlier token, through what its decode steps read of them (the KV cache)
+        earlier = judge.earlier_culprit(failing)
+        if earlier is not None:
+            carried_from, analysed, verdict_at = failing, earlier.token, earlier
+            paired = cmp.pairing.tokens  # judged: the tokens up to the earlier culprit, and the failing one
+            compared = sorted({*compared, *paired[: paired.index(earlier.token) + 1]})
+        elif all_tokens:  # every token judged: the first later culprit is named, and why
+            found = next((v for at in compared if at > failing and (v := judge.token(at)).culprit), None)
+            if found is not None:
+                said = why_no_culprit(cmp, failing, None, token_rows, judge.frame(failing))
+                passed_over = "; ".join(filter(None, (said, later(failing, found))))
+                analysed, verdict_at = found.token, found
+    nodes = (
+        to_frame(verdict_at.rows, NODE_SCHEMA) if verdict_at is not None else pl.DataFrame(schema=NODE_SCHEMA)
+    )
+    suspect = verdict_at.culprit_row if verdict_at is not None else None
     why = (
         token_failure(token_rows[failing], engine.thresholds, engine.stats_floor)
         if failing is not None
@@ -225,8 +233,8 @@ def build_report(
     ]
     swapped = swapped_sides(tokens.iter_rows(named=True))
     return PairReport(
-        golden=_side(cmp.golden),
-        test=_side(cmp.test),
+        golden=side_of(cmp.golden),
+        test=side_of(cmp.test),
         logits_node=cmp.pairing.logits_node,
         thresholds=engine.thresholds.as_dict(),
         tokens=[
@@ -250,20 +258,22 @@ def build_report(
         analysed_token=analysed,
         swapped=replace(swapped, command=swap_command).as_dict() if swapped else None,
         first_failing_op=op_summary(suspect),
-        explanation=_explanation(cmp, failing if analysed == failing else None, suspect, token_rows, nodes),
+        explanation=carried(carried_from, verdict_at)
+        or passed_over
+        or why_no_culprit(cmp, failing if analysed == failing else None, suspect, token_rows, nodes),
         operators_compared_at=compared,
-        failing_ops=failing_ops.height,
-        failing=failing_ops.select(
-            "token",
-            golden="golden_node",
-            test="test_node",
-            label="label",
-            rule="rule",
-            local_error="local_error",
-            expected_error="expected_error",
-            cosine="cosine",
-            **({key: key for key in NOISE_COLUMNS} if cmp.baseline is not None else {}),
-        ).to_dicts(),
+        failing_ops=failing_ops,
+        failing=[
+            {
+                "token": row["token"],
+                "golden": row["golden_node"],
+                "test": row["test_node"],
+                **{key: row.get(key) for key in ("label", "rule", "local_error", "expected_error", "cosine")},
+                **({key: row.get(key) for key in NOISE_COLUMNS} if cmp.baseline is not None else {}),
+            }
+            for row in shown
+        ],
+        counts=counts_of(verdict_at),
         modules=nodes.filter(pl.col("tensors_within") > 0)
         .select(
             golden="golden_node",
@@ -278,90 +288,10 @@ def build_report(
         unmatched=[u.as_dict() for u in cmp.pairing.unmatched],
         errors=errors,
         notes=cmp.golden.notes + cmp.test.notes + cmp.pairing.notes + cache_notes,
-        tensor=_single_pair(cmp),
-        baseline=_side(cmp.baseline) if cmp.baseline is not None else None,
-        operators=_noise_operators(nodes) if cmp.baseline is not None else None,
+        tensor=single_pair(cmp),
+        baseline=side_of(cmp.baseline) if cmp.baseline is not None else None,
+        operators=noise_operators(nodes) if cmp.baseline is not None else None,
         token_table=tokens,
         node_table=nodes,
         provenance=provenance(cmp),
     )
-
-
-def _explanation(
-    cmp: Comparison,
-    failing: int | None,
-    suspect: Row | None,
-    token_rows: dict[int, dict[str, Any]],
-    nodes: pl.DataFrame,
-) -> str | None:
-    """The first failing token, analysed, and no operator to blame: the drift its dtype explains,
-    said so. Not where an operator there could not be read (it may be the culprit); operators on one
-    side only are counted, since nothing about them was compared."""
-    if failing is None or suspect is not None or token_rows[failing].get("error"):
-        return None
-    if nodes.height and nodes["error"].drop_nulls().len():
-        return None
-    found = accumulated(token_rows[failing].get("test_dtype"))
-    unmatched = sum(1 for u in cmp.pairing.unmatched if u.kind == "node" and u.token == failing)
-    return f"{found} ({unmatched} operators on one side only not compared)" if unmatched else found
-
-
-def _noise_operators(nodes: pl.DataFrame) -> list[dict[str, Any]]:
-    """With --baseline: every operator of the analysed token against its noise."""
-    return (
-        nodes.select(_NOISE_OP_FIELDS)
-        .rename({"golden_node": "golden", "test_node": "test", "outputs_passed": "passed"})
-        .to_dicts()
-    )
-
-
-def _suspect(cmp: Comparison, nodes: pl.DataFrame) -> Row | None:
-    return first_suspect(cmp.golden.tree, {row["golden_node"]: row for row in nodes.to_dicts()})
-
-
-def _side(index: DumpIndex) -> dict[str, Any]:
-    return {
-        "path": str(index.root),
-        "data_dir": str(index.data_dir),
-        "format": index.format,
-        "tokens": len(index.tokens),
-        "order": index.order_source,
-    }
-
-
-def op_summary(row: Row | None) -> dict[str, Any] | None:
-    """A node row as ``first_failing_op`` gives it (``report --json``, ``hunt --json``)."""
-    if row is None:
-        return None
-    op = {"token": row["token"], "golden": row["golden_node"], "test": row["test_node"]}
-    op.update({key: row.get(key) for key in _OP_FIELDS})
-    op["inputs_passed"] = row["inputs_effective"]
-    op["inputs_from"] = row.get("inputs_from")
-    op["label"] = row.get("label")
-    op["in_place"] = row.get("in_place")
-    return op
-
-
-_TENSOR_FIELDS = (
-    *METRIC_COLUMNS,
-    "numel",
-    "golden_dtype",
-    "test_dtype",
-    "golden_shape",
-    "test_shape",
-    "golden_nan",
-    "golden_inf",
-    "test_nan",
-    "test_inf",
-    "passed",
-    "error",
-)
-
-
-def _single_pair(cmp: Comparison) -> dict[str, Any] | None:
-    """Every metric of the pair when two single tensor files are compared."""
-    if not (cmp.golden.format == cmp.test.format == "tensor"):
-        return None
-    (node,) = cmp.pairing.node_pairs(0)
-    row = cmp.engine.tensor_row(node.tensors[0])
-    return {key: row.get(key) for key in _TENSOR_FIELDS}

@@ -63,10 +63,11 @@ def format_text(report: dict[str, Any]) -> str:
             )
             if op.get("rule"):
                 lines.append(f"  judged by {op['rule']}: {op.get('reason') or ''}")
-            at_token = [f for f in report["failing"] if f["token"] == op["token"]]
-            counts = {label: sum(1 for f in at_token if f["label"] == label) for label in _LABELS}
-            said = ", ".join(f"{n} {_LABELS[label]}" for label, n in counts.items() if n)
-            lines.append(f"  failing ops at that token: {len(at_token)} ({said})")
+            counts = report.get("counts") or {}
+            said = ", ".join(
+                f"{counts[label]} {name}" for label, name in _LABELS.items() if counts.get(label)
+            )
+            lines.append(f"  failing ops at that token: {counts.get('failing', 0)} ({said})")
             if report["modules"]:
                 whole = min(report["modules"], key=lambda m: m["depth"])  # the outermost module
                 lines.append(

@@ -12,7 +12,6 @@ from tui_acc.anomalies.rules import anomaly_text
 from tui_acc.reports.output import EXIT_FAIL, EXIT_PASS, Said
 from tui_acc.reports.pair import UnknownToken
 from tui_acc.session import Comparison
-from tui_acc.verdicts.labels import first_suspect
 
 _ANOMALY_SCHEMA = {
     "token": pl.Int64,
@@ -84,7 +83,8 @@ def build_report(cmp: Comparison, token: int | None = None) -> SingleReport:
     anomalies: list[dict[str, Any]] = []
     first: dict[str, Any] | None = None
     for at in tokens:
-        nodes = {row["golden_node"]: row for row in engine.node_rows(at)}
+        verdict = cmp.verdicts.token(at)
+        nodes = {row["golden_node"]: row for row in verdict.rows}
         for row in engine.tensors_frame(at).iter_rows(named=True):
             if row.get("anomaly") is None:
                 continue
@@ -104,7 +104,7 @@ def build_report(cmp: Comparison, token: int | None = None) -> SingleReport:
                     "file": row.get("test_path"),
                 }
             )
-        suspect = first_suspect(cmp.golden.tree, nodes)
+        suspect = verdict.culprit_row
         if first is None and suspect is not None:
             worst = next(
                 (

@@ -60,13 +60,17 @@ class AccApp(TerminalApp):
         config_file: Path | None = None,
         start_at: int | None = None,
         swap: str | None = None,
+        all_tokens: bool = False,
     ) -> None:
         """``start_at``: a token whose operators open at once, the cursor on its first failing one
         (``tui-acc hunt`` ends there); Esc goes back to the token list. ``swap``: the command line
-        with golden and test swapped, for the warning when the golden is the less precise side."""
+        with golden and test swapped, for the warning when the golden is the less precise side.
+        ``all_tokens``: every token's operators are judged in the background once the logits are
+        compared (``report --all-tokens``'s view); ``f`` then finds a culprit where no logits fail."""
         super().__init__(greeting)
         self.start_at = start_at
         self.swap_command = swap
+        self.all_tokens = all_tokens
         self.comparison = comparison
         self._cache_warned = False  # a row cache that cannot be used is said once, not per worker
         # Computed rows are written to the disk cache on a thread of their own, one flush at a time
@@ -173,7 +177,7 @@ class AccApp(TerminalApp):
     def on_acc_app_rows_saved(self, message: RowsSaved) -> None:
         """A row-cache flush ended: its write error, if any, becomes a warning."""
         if message.error is not None:  # RowCache keeps the errors it expects in ``problem``
-            self.notify(f"{message.error}", title="Row cache not written", severity="warning")
+            self.notify(f"{message.error}", title="Row cache not written", severity="warning", markup=False)
         self.warn_about_cache()
 
     def warn_about_cache(self) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tui_acc.rows import Row
 from tui_acc.session import Comparison
-from tui_acc.verdicts.thresholds import AT_LEAST, DTYPES, Thresholds, precision_class
+from tui_acc.tolerances.thresholds import AT_LEAST, DTYPES, Thresholds, precision_class
 
 _LABELS = {"cosine": "cosine", "kl": "KL", "max_abs_err": "MaxAbsErr", "rel_euclidean": "RelEucl"}
 

@@ -30,6 +30,7 @@ TITLES: dict[str, tuple[str, str]] = {
     "bottom": ("go: bottom", "The last row"),
     "sort": ("sort: by a column", "Choose the column to order the rows by (worst first)"),
     "reverse_sort": ("sort: reverse", "The current order, the other way round"),
+    "open_redump": ("re-dump: open the new dump", "Compare the finished re-dump in place of its side"),
     "redump": (
         "re-dump: what is under the cursor",
         "Dump this token (and operator) again, with the command shown first",

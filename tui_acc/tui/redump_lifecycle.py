@@ -69,7 +69,7 @@ class RedumpLifecycle:
             try:
                 remember_exec(self._session.config_file, choice.plan.selection.side, choice.remember)
             except (SettingsError, OSError) as exc:
-                app.notify(str(exc), title="Command not remembered", severity="warning")
+                app.notify(str(exc), title="Command not remembered", severity="warning", markup=False)
             self.settings = self.settings.with_exec(choice.plan.selection.side, choice.remember)
 
         def line(_text: str) -> None:  # on the log follower's thread
@@ -83,10 +83,10 @@ class RedumpLifecycle:
         try:
             run.start()
         except RedumpError as exc:
-            app.notify(str(exc), title="Re-dump not started", severity="error")
+            app.notify(str(exc), title="Re-dump not started", severity="error", markup=False)
             return
         self.run = run
-        app.notify(f"{choice.plan.command_line()}", title="Re-dump started (L: log)")
+        app.notify(f"{choice.plan.command_line()}", title="Re-dump started (L: log)", markup=False)
         self.show_state()
 
     def _new_lines(self) -> None:
@@ -103,10 +103,10 @@ class RedumpLifecycle:
         if run is None:
             return
         if run.status == "succeeded":
-            self._app.notify("o in the log (L) opens it in place of that side.", title="Re-dump finished")
+            self._app.notify("o opens it in place of that side (L: its log).", title="Re-dump finished")
         elif run.status == "failed":
             said = f"exit status {run.returncode}; the log (L) says why."
-            self._app.notify(said, title="Re-dump failed", severity="error")
+            self._app.notify(said, title="Re-dump failed", severity="error", markup=False)
 
     def show_state(self) -> None:
         """Refresh the re-dump line of the current screen (every second while one runs)."""
@@ -179,7 +179,7 @@ class RedumpLifecycle:
             unfinished = run is None or run.running
             self._app.notify("No finished re-dump to open." if unfinished else "The re-dump did not succeed.")
             return
-        self._app.notify(f"{run.plan.out}", title="Opening the re-dump…")
+        self._app.notify(f"{run.plan.out}", title="Opening the re-dump…", markup=False)
         self._open_off_the_loop(functools.partial(self._read_redump, run), "open re-dump")
 
     def _read_redump(self, run: RedumpRun) -> None:
@@ -191,7 +191,9 @@ class RedumpLifecycle:
         try:
             opened = self._session.opener(Path(golden), Path(test))
         except DumpError as exc:
-            self._app.notify(str(exc), title="Cannot open the re-dump", severity="error")  # thread-safe
+            self._app.notify(
+                str(exc), title="Cannot open the re-dump", severity="error", markup=False
+            )  # thread-safe
             return
         if not get_current_worker().is_cancelled:  # "o" again: the later open wins
             self._app.call_later(self._redump_read, run, opened)
@@ -201,7 +203,7 @@ class RedumpLifecycle:
         self._session.switch_comparison(comparison, run.plan.selection.token, self.operator)
         self.opened = run
         side = run.plan.selection.side
-        self._app.notify(f"{side} is now {run.plan.out}  (O: back)", title="Re-dump opened")
+        self._app.notify(f"{side} is now {run.plan.out}  (O: back)", title="Re-dump opened", markup=False)
 
     def back_to_original(self) -> None:
         """``O``: after ``o``, back to the dumps tui-acc started with, at the same token and operator."""
@@ -211,7 +213,9 @@ class RedumpLifecycle:
         screen = self._app.screen
         token = screen.token if isinstance(screen, OperatorScreen) else None
         operator = screen.cursor_key() if isinstance(screen, OperatorScreen) else None
-        self._app.notify(f"{self.original[0]}  vs  {self.original[1]}", title="Opening the original dumps…")
+        self._app.notify(
+            f"{self.original[0]}  vs  {self.original[1]}", title="Opening the original dumps…", markup=False
+        )
         self._open_off_the_loop(functools.partial(self._read_original, token, operator), "open the original")
 
     def _read_original(self, token: int | None, operator: str | None) -> None:
@@ -220,7 +224,7 @@ class RedumpLifecycle:
             comparison = self._session.opener(*self.original)
         except DumpError as exc:
             title = "Cannot open the original dumps"
-            self._app.notify(str(exc), title=title, severity="error")  # thread-safe
+            self._app.notify(str(exc), title=title, severity="error", markup=False)  # thread-safe
             return
         if not get_current_worker().is_cancelled:
             self._app.call_later(self._original_read, comparison, token, operator)

@@ -35,7 +35,7 @@ class TerminalApp(App[None]):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, end)
         if self.greeting:
-            self.notify(self.greeting, timeout=12)
+            self.notify(self.greeting, timeout=12, markup=False)
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's driver for this platform; on Linux one that survives a dropped SSH session."""

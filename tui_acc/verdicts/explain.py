@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tui_acc.numbers import cosine, number
-from tui_acc.verdicts.thresholds import (
+from tui_acc.tolerances.thresholds import (
     AT_LEAST,
     Thresholds,
     effective_bounds,

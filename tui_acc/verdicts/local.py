@@ -36,8 +36,9 @@ from tui_acc.replay.dumped_call import recorded_arguments
 from tui_acc.replay.registry import Registry
 from tui_acc.replay.sampling import plan
 from tui_acc.row_store import RowStore
+from tui_acc.tolerances.rounding import UNIT_ROUNDOFF
 from tui_acc.verdicts.replay_check import SideReplay, replay_side
-from tui_acc.verdicts.rounding import UNIT_ROUNDOFF
+from tui_acc.verdicts.routing import Routing, Selection, check
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class LocalChecks:
         # a node being replayed by one thread (a worker, ahead) is waited for by another (the judge)
         self._replays: RowStore[tuple[int, str], NodeReplay | None] = RowStore()
         self._distances: RowStore[tuple[int, str, str], float | None] = RowStore()
+        self._routings: RowStore[tuple[int, str], Routing | None] = RowStore()
         self._lock = threading.Lock()
         self.replayed = 0  # how many nodes were replayed (for the benchmark)
 
@@ -111,6 +113,29 @@ class LocalChecks:
             for key in sorted(golden.keys() & test.keys())
             if not _same_argument(golden[key], test[key])
         )
+
+    def routing(self, selection: Selection) -> Routing | None:
+        """The test side's kept experts against its own scores (routing.py); None where a tensor
+        could not be read. Read once."""
+        key = (selection.indices.token, selection.indices.golden_node)
+        return self._routings.once(key, lambda: self._routing(selection))
+
+    def known_routing(self, selection: Selection) -> tuple[bool, Routing | None]:
+        """``(known, routing)`` without reading anything (what a UI thread may ask)."""
+        key = (selection.indices.token, selection.indices.golden_node)
+        return key in self._routings, self._routings.get(key)
+
+    def _routing(self, selection: Selection) -> Routing | None:
+        test, golden = self.pairing.test, self.pairing.golden
+        try:
+            scores = load_side(selection.scores.test, None, test.load_policy)
+            kept = load_side(selection.indices.test, None, test.load_policy)
+            golden_kept = load_side(selection.indices.golden, None, golden.load_policy)
+        except (TensorLoadError, DumpError, OSError, ValueError):
+            return None
+        if scores.ndim < 1 or kept.ndim < 1 or scores.shape[:-1] != kept.shape[:-1]:
+            return None
+        return check(scores, kept, golden_kept)
 
     def known_distance(self, output: TensorPair, source: TensorPair) -> tuple[bool, float | None]:
         """Whether ``pass_through`` has computed this distance yet, and the distance if so (None

@@ -25,7 +25,7 @@ from tui_acc.replay.distance import Distance, distance
 from tui_acc.replay.dumped_call import Gathered, gather
 from tui_acc.replay.registry import Entry, PluginError, Registry
 from tui_acc.replay.remedy import remedy
-from tui_acc.verdicts.rounding import expected_local, local_bound
+from tui_acc.tolerances.rounding import expected_local, local_bound
 
 Verdict = Literal["consistent", "disagrees", "impossible"]
 METRICS = ("cosine", "max_abs_err", "rel_euclidean", "mean_abs_err", "max_rel_err")

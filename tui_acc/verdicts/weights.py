@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tui_acc.dumps.msprobe.passes import api_of
-from tui_acc.verdicts.rounding import coarser, one_rounding, unit_roundoff
+from tui_acc.tolerances.errors import error_of
+from tui_acc.tolerances.rounding import coarser, one_rounding, unit_roundoff
 
 WEIGHT_MARGIN = 2.0
 
@@ -60,3 +61,18 @@ def cast_bound(golden_dtype: object, test_dtype: object) -> float | None:
     if unit_roundoff(golden_dtype) is None or unit_roundoff(test_dtype) is None:
         return None
     return WEIGHT_MARGIN * one_rounding(coarser(golden_dtype, test_dtype))
+
+
+def weight_error(row: Mapping[str, Any], node_type: str | None = None) -> tuple[float, float] | None:
+    """(relative error, the bound its cast explains) of a weight the weights rule judges; None for any
+    other tensor: not a weight, statistics only, a quantised weight, no error measured.
+
+    A weight is off where the error exceeds the bound (``rules.by_weights``); the screens draw it so,
+    not by the thresholds, which know nothing of a cast's rounding."""
+    if row.get("stats_only") or not is_weight(row, node_type):
+        return None
+    bound = cast_bound(row.get("golden_dtype"), row.get("test_dtype"))
+    error = error_of(row)
+    if bound is None or error is None:
+        return None
+    return error, bound

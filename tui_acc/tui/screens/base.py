@@ -33,9 +33,15 @@ class ViewScreen(TableScreen):
         Binding("s", "sort", "Sort", show=False, id="sort"),
         Binding("r", "redump", "Re-dump", id="redump"),
         Binding("S", "reverse_sort", "Reverse sort", show=False, id="reverse_sort"),
+        # the re-dump line under the table says "o open the new dump" once one has finished
+        Binding("o", "open_redump", "Open re-dump", show=False, id="open_redump"),
     ]
 
     # --- re-dump ------------------------------------------------------------------------------
+
+    def action_open_redump(self) -> None:
+        """``o``: open the finished re-dump in place of its side, here as in the log (L)."""
+        self.acc.action_open_redump()
 
     def redump_target(self) -> tuple[int, str | None]:
         """(token, golden operator or None for the whole token) under the cursor."""

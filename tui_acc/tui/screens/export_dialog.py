@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -79,7 +80,7 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
     def show_hint(self, text: str, warning: bool) -> None:
         """Replace the line under the path box with ``text``, in the warning style where ``warning``."""
         hint = self.query_one("#export-hint", Static)
-        hint.update(text)
+        hint.update(Text(text))  # plain: a path's or a hint's brackets ("tui-acc[xlsx]") are not markup
         hint.set_class(warning, "warning")
 
     def warn(self, text: str) -> None:
@@ -146,7 +147,7 @@ def offer_export(
             say("export cancelled")
             return
         say(f"exported {frame.height} rows to {choice.written}")
-        screen.notify(str(choice.written), title=f"Exported {frame.height} rows")
+        screen.notify(str(choice.written), title=f"Exported {frame.height} rows", markup=False)
 
     proposed = fresh_path(folder, stem, now)
     view = stem.removeprefix("tui-acc-")

@@ -21,7 +21,11 @@ from tui_acc.tui.screens.host import Host
 KEYS = (
     ("↑ ↓  j k", "move"),
     ("Enter", "open a token's operators; in the tree, show only that layer"),
-    ("f", "the first failing op ◆ (from the tokens: of the first failing token; any key cancels the wait)"),
+    (
+        "f",
+        "the first failing op ◆ (from the tokens: of the first failing token, or where every token "
+        "passes, of the first token with a local op; any key cancels the wait)",
+    ),
     ("n  N", "next / previous failing token or operator"),
     ("g  G", "top / bottom"),
     ("← →", "the next / previous columns that do not fit, whole; #, Operator, In and Out stay"),
@@ -39,7 +43,12 @@ KEYS = (
         "dtype's rounding u) in place of the numbers; [ ] the operator's other tensors",
     ),
     ("r", "re-dump the token (and operator) under the cursor: shows the command, Enter runs it"),
-    ("L", "the re-dump's log: x stops it, o opens the new dump at the same token and operator"),
+    ("L", "the re-dump's log: x stops it while it runs"),
+    (
+        "o",
+        "once a re-dump has finished (its line says so): open it in place of its side, at the same "
+        "token and operator",
+    ),
     ("O", "back to the original dumps after o opened a re-dump"),
     ("Esc", "give the table its room back (d), clear the filter, else back to the tokens (reopens as left)"),
     ("Backspace", "back to the tokens, keeping the filter"),
@@ -57,7 +66,8 @@ VERDICTS = (
     "step: ▁▂▃▄ within it, ▅▆▇█ over it (█: over 1000x, or NaN).",
     "Operator: each tensor passes within the operator thresholds below (a cosine bound also bounds "
     "RelEucl at √(2(1−cos)), so a scale error fails too; a scalar or a constant tensor is judged by "
-    "its values). In and Out are the verdicts of its inputs and outputs; the table shows its worst output.",
+    "its values). Out is its outputs' verdict, In its inputs' as the rule that decided saw them; the "
+    "table shows its worst output.",
     "Where the error starts: the first rule that can judge the operator decides, and the detail "
     "panel names it with its numbers. weights: a weight further from the golden's than its cast "
     "explains; an output within its own rounding of the golden is never local; replay: its output "
@@ -68,8 +78,11 @@ VERDICTS = (
     "its inputs pass (where nothing else can judge).",
     "◆ First failing op: the earliest in execution order, and the innermost, where the error starts. "
     "Out ✗L: the error starts here (local; ✗ even when its output is within the thresholds); ✗c: "
-    "something inside it fails or starts the error; ✗i: inherited from inputs that were already off. "
-    "In ✓f: no inputs were dumped, so the outputs of the operator that fed it are used.",
+    "an operator inside it starts the error; ✗i: inherited, its inputs (or those of a failing "
+    "operator inside it) were already off. In ✗ beside ✗i: the inputs explain the error; ✓ beside "
+    "✗L: they do not. In ✓f: no inputs were dumped, so the outputs of the operator that fed it are "
+    "used. Where a token has no local op, f goes to the first earlier token's: its error reaches "
+    "later tokens through the KV cache.",
     "⚠ in place: a dumped input is identical to an output (saved after an in-place op ran), so "
     "the inputs are judged by what fed the operator instead.",
     "Token 'tie': logits within thresholds but the top-1 flipped between two near-equal candidates "

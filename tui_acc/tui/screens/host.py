@@ -29,3 +29,10 @@ class Host(Protocol):
 
     def start_redump(self, choice: RedumpChoice) -> None:
         """Run the re-dump ``choice`` in the background; its lines go to the re-dump log (L)."""
+
+    def action_stop_redump(self) -> None:
+        """Stop the running re-dump (its whole process group); a note when none runs."""
+
+    def action_open_redump(self) -> None:
+        """Open the finished re-dump in place of its side, at the same token and operator; a note when
+        none has finished."""

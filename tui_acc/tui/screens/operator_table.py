@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from tui_acc.pairing import NodePair
 from tui_acc.rows import ANOMALY_FIELDS, NOISE_FIELDS, Row
-from tui_acc.verdicts.shown import failing
+from tui_acc.verdicts.verdict import row_failing as failing
 
 if TYPE_CHECKING:
     import polars as pl

@@ -39,9 +39,27 @@ class RedumpLogScreen(Screen[None]):
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", id="log_back"),
-        Binding("x", "app.stop_redump", "Stop", id="log_stop"),
-        Binding("o", "app.open_redump", "Open new dump", id="log_open"),
+        Binding("x", "stop_redump", "Stop", id="log_stop"),
+        Binding("o", "open_redump", "Open new dump", id="log_open"),
     ]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """x only while the re-dump runs, o only once it has succeeded: the footer shows a key where it
+        does something (the status line says the same)."""
+        run = self.acc.redump_run
+        if action == "stop_redump":
+            return run is not None and run.running
+        if action == "open_redump":
+            return run is not None and run.status == "succeeded"
+        return True
+
+    def action_stop_redump(self) -> None:
+        """``x``: stop the running re-dump."""
+        self.acc.action_stop_redump()
+
+    def action_open_redump(self) -> None:
+        """``o``: open the finished re-dump in place of its side."""
+        self.acc.action_open_redump()
 
     def compose(self) -> ComposeResult:
         """The run's status line above its output (the last 5000 lines), and the keys."""
@@ -75,8 +93,12 @@ class RedumpLogScreen(Screen[None]):
         """Refresh the status line: running, finished, stopped, left running or failed, with the time
         taken."""
         run = self.acc.redump_run
-        if run is not None:
-            self.query_one("#redump-status", Static).update(run_status(run))
+        if run is None:
+            return
+        # query, not query_one: the app's one-second tick may come while the screen is taken down
+        for status in self.query("#redump-status").results(Static):
+            status.update(run_status(run))
+            self.refresh_bindings()  # x and o come and go with the run's state
 
     @property
     def acc(self) -> Host:

@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.text import Text
 from textual import on
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
@@ -181,5 +182,5 @@ class TableScreen(Screen[None]):
     def set_status(self, text: str, error: bool = False) -> None:
         """Show ``text`` on the status line under the table, in the error style where ``error``."""
         status = self.query_one("#status", Static)
-        status.update(text)
+        status.update(Text(text))  # plain: brackets in a path or a reason ("[replay]") are not markup
         status.set_class(error, "error")

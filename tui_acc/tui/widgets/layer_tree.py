@@ -11,7 +11,7 @@ from textual.widgets.tree import TreeNode
 from tui_acc.dumps.model import NodeTree
 from tui_acc.rows import Row
 from tui_acc.tui import formatting as fmt
-from tui_acc.verdicts.shown import failing
+from tui_acc.verdicts.verdict import row_failing as failing
 
 
 class LayerTree(Tree[str]):
@@ -37,6 +37,7 @@ class LayerTree(Tree[str]):
         self._partners = {g: t for g, t in (partners or {}).items() if g != t}
         self._by_name: dict[str, TreeNode[str]] = {tree.root: self.root}
         self._verdicts: dict[str, bool | None] = {}
+        self._local_inside: dict[str, bool] = {}  # where an error starts in the node or below it
         self._own_rows: dict[str, Row] = {}
         self._populate(tree, present)
         self.root.expand()
@@ -70,7 +71,10 @@ class LayerTree(Tree[str]):
         node = self.model_tree.nodes[name]
         passed = self._verdicts.get(name)
         own = self._own_rows.get(name)
-        letter = own.get("label") if own is not None else "contains" if passed is False else None
+        if own is not None:
+            letter = own.get("label")
+        else:  # a node without rows (the layers' list): "c" only where an error starts inside it
+            letter = "contains" if self._local_inside.get(name) else "inherited" if passed is False else None
         mark = fmt.output_mark(passed, letter)
         label = Text.assemble(mark, " ", fmt.styled(fmt.short_name(name), passed))
         if name in self._partners:
@@ -86,13 +90,17 @@ class LayerTree(Tree[str]):
         current: str | None = name
         while current is not None:
             self._verdicts[current] = self._derive(current)
+            below = (self._own_rows.get(current) or {}).get("label") == "local"
+            children = self.model_tree.children(current)
+            self._local_inside[current] = below or any(self._local_inside.get(c, False) for c in children)
             if current in self._by_name:
                 self._by_name[current].set_label(self._label(current))
             current = self.model_tree.nodes[current].parent
 
     def _derive(self, name: str) -> bool | None:
-        """Own verdict (verdicts/shown.py), failing too where anything inside it fails: a module never
-        shows ✓ over a failure; for a module with no outputs, the verdicts of its children."""
+        """Own verdict (verdicts/verdict.py's shown_failing), failing too where anything inside it
+        fails: a module never shows ✓ over a failure; for a module with no outputs, the verdicts of
+        its children."""
         child_verdicts = [self._verdicts.get(c) for c in self.model_tree.children(name) if c in self._by_name]
         if any(v is False for v in child_verdicts):
             return False

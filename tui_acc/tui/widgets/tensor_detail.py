@@ -17,6 +17,7 @@ from tui_acc.pairing.model import Unmatched
 from tui_acc.rows import Row
 from tui_acc.tui import formatting as fmt
 from tui_acc.tui.drawn_once import DrawnOnce
+from tui_acc.verdicts.weights import weight_error
 
 if TYPE_CHECKING:
     from tui_acc.metrics.engine import MetricsEngine
@@ -110,7 +111,9 @@ class TensorDetail(Static):
         metrics: tuple[str, ...] = (
             ("norm rel", "max Δ", "mean Δ", "") if stats else ("cosine", "max abs", "rel eucl", "KL")
         )
-        cells = [_cells(pair.slot, row) for pair, row in zip(node.tensors, rows, strict=True)]
+        cells = [
+            _cells(pair.slot, row, node.golden_type) for pair, row in zip(node.tensors, rows, strict=True)
+        ]
         if engine.pairing.golden is engine.pairing.test:  # one dump on its own: its values, not a distance
             metrics = ("max", "min", "NaN", "Inf", "anomaly")
             cells = [_own_cells(pair.slot, row) for pair, row in zip(node.tensors, rows, strict=True)]
@@ -212,7 +215,7 @@ _ABSENT_SHOWN = 4
 _NAME_MIN = 12  # a tensor's name in the detail panel, at its narrowest
 
 
-def _cells(slot: str, row: Row | None) -> list[Text | str]:
+def _cells(slot: str, row: Row | None, node_type: str | None = None) -> list[Text | str]:
     if row is None:
         return [fmt.mark(None), slot, Text("computing…", style=fmt.PENDING_STYLE)]
     if row.get("error"):
@@ -241,14 +244,18 @@ def _cells(slot: str, row: Row | None) -> list[Text | str]:
             fmt.num(row.get("mean_diff")),
             Text("statistics only", style="dim"),
         ]
+    passed = row["passed"]
+    if (judged := weight_error(row, node_type)) is not None:
+        error, bound = judged  # a weight: off only beyond its cast's rounding (the weights rule)
+        passed = error <= bound
     cells: list[Text | str] = [
-        fmt.mark(row["passed"]),
+        fmt.mark(passed),
         slot,
         row["golden_shape"]
         if row["golden_shape"] == row["test_shape"]
         else f"{row['golden_shape']}/{row['test_shape']}",
         fmt.dtypes(row["golden_dtype"], row["test_dtype"]),
-        fmt.styled(fmt.cosine(row["cosine"]), row["passed"]),
+        fmt.styled(fmt.cosine(row["cosine"]), passed),
         fmt.num(row["max_abs_err"]),
         fmt.num(row["rel_euclidean"]),
         fmt.num(row["kl"]),

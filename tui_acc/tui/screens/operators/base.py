@@ -99,6 +99,10 @@ class OperatorScreenBase(ViewScreen):
         """Close the filter box and filter by ``text`` (filter_sort)."""
         raise NotImplementedError
 
+    def open_at_culprit(self, token: int) -> None:
+        """Replace this screen with ``token``'s operators, opened at its culprit (the screen's)."""
+        raise NotImplementedError
+
     def show_detail(self, name: str | None) -> None:
         """Show operator ``name``'s tensors (or its error picture) under the table (detail)."""
         raise NotImplementedError

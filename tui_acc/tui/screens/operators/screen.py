@@ -37,6 +37,8 @@ from tui_acc.tui.widgets.tensor_detail import TensorPanel
 if TYPE_CHECKING:
     import polars as pl
 
+    from tui_acc.verdicts.verdict import TokenVerdict
+
 # The engine's modules (polars, numpy) are imported where they are used: the token list, which
 # imports this screen, is on screen before them.
 
@@ -71,7 +73,11 @@ class OperatorScreen(FilterSort, ReplayKey, DetailPanel, JumpToCulprit, SummaryL
             self.row = row
 
     class TokenFinished(Message):
-        """Every operator of the token is computed."""
+        """Every operator of the token is computed and judged: the token's verdict."""
+
+        def __init__(self, verdict: TokenVerdict) -> None:
+            super().__init__()
+            self.verdict = verdict
 
     def __init__(self, token: int, *, select: str | None = None, at_first_failure: bool = False) -> None:
         super().__init__()
@@ -119,9 +125,9 @@ class OperatorScreen(FilterSort, ReplayKey, DetailPanel, JumpToCulprit, SummaryL
         for key, label, width in self.table_columns:
             table.add_column(label, key=key, width=width)
         table.fixed_columns = FIXED  # which row and its verdicts stay in view while → scrolls
-        engine = self.acc.comparison.engine
         tree = self.query_one(LayerTree)
-        for cached in engine.cached_node_rows(self.token, disk=False):  # the worker reads the disk cache
+        known = self.acc.comparison.verdicts.known(self.token)  # memory only: the worker reads the disk
+        for cached in known.rows if known is not None else []:
             self._rows[cached["golden_node"]] = cached
             tree.set_row(cached)
         if (view := self.acc.operator_views.get(self.token)) is not None:
@@ -177,8 +183,9 @@ class OperatorScreen(FilterSort, ReplayKey, DetailPanel, JumpToCulprit, SummaryL
 
     @work(thread=True, exclusive=True, group="operators", exit_on_error=False, name="operator metrics")
     def compute_operators(self) -> None:
-        """Worker thread: the token's operator rows from the engine, those on screen first, posted one at a
-        time (``NodeComputed``, then ``TokenFinished``); a cancelled worker stops between operators."""
+        """Worker thread: the token's operator rows from the judge, those on screen first, posted one at a
+        time (``NodeComputed``), then its verdict (``TokenFinished``); a cancelled worker stops between
+        operators."""
         from tui_acc.metrics.engine import Cancelled
 
         worker = get_current_worker()
@@ -187,7 +194,7 @@ class OperatorScreen(FilterSort, ReplayKey, DetailPanel, JumpToCulprit, SummaryL
             self.post_message(self.NodeComputed(row))
 
         try:
-            self.acc.comparison.engine.node_rows(
+            verdict = self.acc.comparison.verdicts.token(
                 self.token,
                 should_stop=lambda: worker.is_cancelled,
                 on_row=publish,
@@ -195,7 +202,7 @@ class OperatorScreen(FilterSort, ReplayKey, DetailPanel, JumpToCulprit, SummaryL
             )
         except Cancelled:
             return
-        self.post_message(self.TokenFinished())
+        self.post_message(self.TokenFinished(verdict))
 
     @on(NodeComputed)
     def _show_node(self, message: NodeComputed) -> None:
@@ -214,16 +221,36 @@ class OperatorScreen(FilterSort, ReplayKey, DetailPanel, JumpToCulprit, SummaryL
             self.show_detail(name)
 
     @on(TokenFinished)
-    def _finished_token(self) -> None:
+    def _finished_token(self, message: TokenFinished) -> None:
         self._finished = True
+        self._take_verdict(message.verdict)
         if self.sort.column is not None:  # rows sorted while computing took their place then: settle them
             self.apply_sort(self.sort)
-        culprit = self.verdicts.settle()
+        culprit = self.verdicts.settle(message.verdict)
         if culprit and culprit in self.ops_table().rows:
             self.ops_table().update_cell(culprit, "order", self.cells.order_cell(culprit))
         self.update_summary()
         self.show_detail(self.cursor_key())
         self.jump_if_pending()
+
+    def open_at_culprit(self, token: int) -> None:
+        """Replace this screen with ``token``'s operators, at its culprit once judged (Esc goes back
+        to the token list, as from here)."""
+        self.app.switch_screen(OperatorScreen(token, at_first_failure=True))
+
+    def _take_verdict(self, verdict: TokenVerdict) -> None:
+        """Every row as the token's verdict has it (the rows posted on the way agree; this makes the
+        screen read the one result the report reads)."""
+        table, tree = self.ops_table(), self.query_one(LayerTree)
+        for row in verdict.rows:
+            name = row["golden_node"]
+            if self._rows.get(name) == row:
+                continue
+            self._rows[name] = row
+            tree.set_row(row)
+            if name in table.rows:
+                for (column, _, _), cell in zip(self.table_columns, self.cells.row(name), strict=True):
+                    table.update_cell(name, column, cell)
 
     # --- the tree and its scope -----------------------------------------------------------------
 

@@ -30,9 +30,8 @@ class SummaryLine(OperatorScreenBase):
             f"{self.verdicts.failing_count()} failing",
         ]
         if self.scope != self._tree.root:
-            scope = self._rows.get(self.scope, {})
-            inside = f" cos {fmt.cosine(scope['cosine_within'])}" if scope.get("tensors_within") else ""
-            parts.append(f"in {fmt.display_name(self.scope)}{inside} (a: all)")
+            said = self.verdicts.scope_part(self._tree, self.scope)
+            parts.append(f"in {fmt.display_name(self.scope)}: {said} (a: all)")
         if self.filter_text and not self.ops_table().row_count:
             parts.append(f"no operator matches {self.filter_text!r} (Esc clears)")
         elif self.filter_text:

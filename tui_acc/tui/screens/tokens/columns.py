@@ -28,6 +28,9 @@ COLUMNS: Columns = (
     ("shape", "Logits shape", 14),
 )
 SINGLE_FIELDS = ("anomalies", "first_anomaly", "anomaly")
+# --all-tokens: each token's local operators and the first of them (◆), as the sweep finds them
+LOCAL_COLUMN = ("local_ops", "Local", 6)
+LOCAL_FIELDS = ("local_ops", "first_local")
 # The exported token table (``view_frame``): column -> the TokenRow field it shows (and is typed as)
 _EXPORTED = {
     "token": "token",
@@ -65,9 +68,9 @@ STATS_COLUMNS: Columns = (
 _VERDICT_RANK = {"fail": 0, "error": 1, "near-tie": 2, "pass": 3}
 
 
-def columns_for(cmp: Comparison) -> Columns:
+def columns_for(cmp: Comparison, all_tokens: bool = False) -> Columns:
     """The token list's columns for the pair: statistics only, one dump, a baseline, logits named
-    differently on each side."""
+    differently on each side; with ``all_tokens``, each token's local operators after its verdict."""
     columns = STATS_COLUMNS if cmp.golden.statistics_only or cmp.test.statistics_only else COLUMNS
     if cmp.single:
         return SINGLE_COLUMNS
@@ -77,6 +80,8 @@ def columns_for(cmp: Comparison) -> Columns:
         columns = (*columns[: at + 1], ("noise_ratio", "×noise", 8), *columns[at + 1 :])
     if first is not None and first.golden_node != first.test_node:
         columns = (*columns, ("test_node", "Test logits", 22))  # e.g. 14_LmHead beside root.lm_head
+    if all_tokens:
+        columns = (*columns[:2], LOCAL_COLUMN, *columns[2:])
     return columns
 
 
@@ -100,11 +105,19 @@ def token_cells(row: Row, columns: Columns, pending: bool = False) -> list[Text 
         "anomalies": fmt.figure(str(row["anomalies"]) if row.get("anomalies") is not None else "-", passed),
         "anomaly": fmt.failing(row.get("anomaly") or "-", bool(row.get("anomaly"))),
         "first_anomaly": row.get("first_anomaly") or "-",
+        "local_ops": _local_cell(row.get("local_ops")),
         "top1": top1,
         "shape": row.get("shape") or "-",
         "test_node": row.get("test_node") or "",
     }
     return [cells[key] for key, _, _ in columns]
+
+
+def _local_cell(count: object) -> Text | str:
+    """How many operators of the token are local: ``…`` until the sweep judged it."""
+    if not isinstance(count, int):
+        return Text("…", style=fmt.PENDING_STYLE)
+    return fmt.failing(f"{count} L", True) if count else "-"
 
 
 def token_sort_value(token: int, row: Row, column: str) -> object:
@@ -118,9 +131,12 @@ def token_sort_value(token: int, row: Row, column: str) -> object:
     return row.get(column)
 
 
-def token_frame(rows: list[Row], *, with_noise: bool, single: bool) -> pl.DataFrame:
+def token_frame(
+    rows: list[Row], *, with_noise: bool, single: bool, with_locals: bool = False
+) -> pl.DataFrame:
     """The exported token table, a row per token in the order given: its metrics and verdict word
-    (noise figures with a baseline; for one dump on its own, the anomaly it starts with)."""
+    (noise figures with a baseline; for one dump on its own, the anomaly it starts with; with
+    ``with_locals``, each token's local operators and the first of them)."""
     import polars as pl
 
     frame = [
@@ -128,18 +144,25 @@ def token_frame(rows: list[Row], *, with_noise: bool, single: bool) -> pl.DataFr
         | {"token": row["token"], "verdict": _verdict_word(row)}
         | {key: row.get(key) for key in NOISE_FIELDS if with_noise}
         | {key: row.get(key) for key in SINGLE_FIELDS if single}
+        | {key: row.get(key) for key in LOCAL_FIELDS if with_locals}
         for row in rows
     ]
-    return pl.DataFrame(frame, schema=_token_export_schema(with_noise, single))
+    return pl.DataFrame(frame, schema=_token_export_schema(with_noise, single, with_locals))
 
 
-def _token_export_schema(with_noise: bool = False, single: bool = False) -> dict[str, PolarsType]:
+def _token_export_schema(
+    with_noise: bool = False, single: bool = False, with_locals: bool = False
+) -> dict[str, PolarsType]:
     """The exported token table's columns, each typed as the row field it shows (``TokenRow``, by
     ``schema.py``); with a baseline, its noise figures at the end; for one dump checked on its own,
     where each token's first anomaly starts."""
     from tui_acc.metrics.schema import TOKEN_SCHEMA
 
-    extra = (*(NOISE_FIELDS if with_noise else ()), *(SINGLE_FIELDS if single else ()))
+    extra = (
+        *(NOISE_FIELDS if with_noise else ()),
+        *(SINGLE_FIELDS if single else ()),
+        *(LOCAL_FIELDS if with_locals else ()),
+    )
     return {column: TOKEN_SCHEMA[field] for column, field in _EXPORTED.items()} | {
         field: TOKEN_SCHEMA[field] for field in extra
     }

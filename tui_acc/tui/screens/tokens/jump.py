@@ -65,15 +65,23 @@ class FirstFailingToken(ViewScreen):
         self._jump_pending = False
         if found is None:
             self.set_status("")
-            self.notify("Every token passes.")
+            self.no_failing_token()
             return
         self.set_status("")
         table = self.query_one("#tokens", DataTable)
         table.move_cursor(row=table.get_row_index(str(found)))
         self.open_token(found, at_first_failure=True)
 
+    def no_failing_token(self) -> None:
+        """``f`` found every token's logits passing."""
+        self.notify("Every token passes.")
+
     def on_key(self) -> None:
         """Any key while ``f`` waits for the tokens cancels the jump (and still does what it does)."""
+        self.cancel_jump()
+
+    def cancel_jump(self) -> None:
+        """The jump ``f`` started is off."""
         if self._jump_pending:
             self._jump_pending = False
             self.set_status("jump to the first failure cancelled")

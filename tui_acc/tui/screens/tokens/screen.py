@@ -19,7 +19,7 @@ from tui_acc.rows import Row
 from tui_acc.sides import Swapped, less_precise, swapped_sides
 from tui_acc.tui.bounds import number, run_floor, strip_bound
 from tui_acc.tui.screens.tokens.columns import columns_for, token_cells, token_frame, token_sort_value
-from tui_acc.tui.screens.tokens.jump import FirstFailingToken
+from tui_acc.tui.screens.tokens.sweep import OperatorSweep
 from tui_acc.tui.title import shown_path
 from tui_acc.tui.token_tally import TokenTally
 from tui_acc.tui.widgets.key_footer import KeyFooter
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 
-class TokenScreen(FirstFailingToken):
+class TokenScreen(OperatorSweep):
     """Token list: which generated token is the first whose logits diverge?"""
 
     BINDINGS = [
@@ -76,7 +76,8 @@ class TokenScreen(FirstFailingToken):
         self.tally.strip_metric, self.tally.strip_bound = strip_bound(guess, thresholds, floor)
         if floor is None and not stats_only:  # .pth dumps: the dtype is known once a token is read;
             self.tally.strip_bound = None  # until then no bound, rather than float32's (1e-5, then 5e-3)
-        self.table_columns = columns_for(cmp)
+        self.swept = {}
+        self.table_columns = columns_for(cmp, self.sweeps_every_token)
         table = self.query_one("#tokens", DataTable)
         for key, label, width in self.table_columns:
             table.add_column(label, key=key, width=width)
@@ -130,7 +131,7 @@ class TokenScreen(FirstFailingToken):
 
         worker = get_current_worker()
         try:
-            self.acc.comparison.engine.node_rows(token, should_stop=lambda: worker.is_cancelled)
+            self.acc.comparison.verdicts.token(token, should_stop=lambda: worker.is_cancelled)
         except Cancelled:
             return
 
@@ -139,7 +140,7 @@ class TokenScreen(FirstFailingToken):
         """One token's row: its cells, the summary and the strip; nothing asked of the engine."""
         table = self.query_one("#tokens", DataTable)
         key = str(message.row["token"])
-        cells = token_cells(message.row, self.table_columns)
+        cells = token_cells(self.shown_row(message.row["token"]) or message.row, self.table_columns)
         for (column, _, _), cell in zip(self.table_columns, cells, strict=True):
             table.update_cell(key, column, cell)
         if self.tally.add(message.row):
@@ -161,7 +162,9 @@ class TokenScreen(FirstFailingToken):
         elif self.query_one("#tokens", DataTable).cursor_row == 0:
             self.action_first_failure(quiet=True)
         failing = self.tally.first_failing()
-        if failing is not None and isinstance(self.app.screen, TokenScreen):
+        if self.sweeps_every_token:  # every token's operators, in the background (--all-tokens)
+            self.start_sweep()
+        elif failing is not None and isinstance(self.app.screen, TokenScreen):
             self.prefetch_operators(failing)
 
     _sides_known = False  # whether a row has told which side's logits are the more precise
@@ -201,7 +204,7 @@ class TokenScreen(FirstFailingToken):
     def _add_rows(self, keys: list[str]) -> None:
         table = self.query_one("#tokens", DataTable)
         for key in keys:
-            cached = self.tally.get(int(key))
+            cached = self.shown_row(int(key))
             row = cached or {"token": int(key)}
             table.add_row(*token_cells(row, self.table_columns, pending=cached is None), key=key)
 
@@ -231,6 +234,8 @@ class TokenScreen(FirstFailingToken):
             parts.append(f"first failing: {first_failing} (f jumps, Enter opens)")
         elif tally.compared == total:
             parts.append("every token passes")
+        if said := self.sweep_summary():
+            parts.append(said)
         if sorted_by := self.sort_summary():
             parts.append(sorted_by)
         cmp = self.acc.comparison
@@ -265,9 +270,12 @@ class TokenScreen(FirstFailingToken):
         rows = []
         for key in self.main_table().rows:  # as shown: in the table's order
             token = int(str(key.value))
-            rows.append(self.tally.get(token) or {"token": token})
+            rows.append(self.shown_row(token) or {"token": token})
         cmp = self.acc.comparison
-        return token_frame(rows, with_noise=cmp.baseline is not None, single=cmp.single)
+        with_locals = self.sweeps_every_token
+        return token_frame(
+            rows, with_noise=cmp.baseline is not None, single=cmp.single, with_locals=with_locals
+        )
 
     def redump_target(self) -> tuple[int, str | None]:
         """The token under the cursor, every operator of it.

@@ -26,6 +26,7 @@ reduction and the data, never of a CPU: tests assert verdicts, not digits.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 # unit roundoff (half an ulp of 1) of each float dtype tui-acc reads: one rounding's largest relative error
 UNIT_ROUNDOFF = {
@@ -53,6 +54,12 @@ def coarser(*dtypes: object) -> object:
     distance between them; a merged float64 of float32 ranks is as coarse as the float32)."""
     known = [d for d in dtypes if unit_roundoff(d) is not None]
     return max(known, key=lambda d: unit_roundoff(d) or 0.0) if known else (dtypes[0] if dtypes else None)
+
+
+def coarsest(dtypes: Iterable[object]) -> str | None:
+    """The float dtype of the largest unit roundoff among ``dtypes`` (None: no float dtype)."""
+    known = [d for d in dtypes if unit_roundoff(d) is not None]
+    return str(max(known, key=lambda d: unit_roundoff(d) or 0.0)) if known else None
 
 
 def one_rounding(dtype: object) -> float:

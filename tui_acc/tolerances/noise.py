@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tui_acc.rows import NoiseFloor
-from tui_acc.verdicts.propagation import relative_error
-from tui_acc.verdicts.thresholds import Thresholds, gains_non_finite, is_float
+from tui_acc.tolerances.errors import relative_error
+from tui_acc.tolerances.thresholds import Thresholds, gains_non_finite, is_float
 
 
 def noise_fields(test: Mapping[str, Any], baseline: Mapping[str, Any] | None) -> NoiseFloor:

@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tui_acc.verdicts.masks import masked, saturates
-from tui_acc.verdicts.rounding import coarser, local_bound
+from tui_acc.tolerances.masks import masked, saturates
+from tui_acc.tolerances.rounding import coarser, local_bound
 
 DTYPES = ("float32", "float16", "bfloat16", "int8")
 # metrics where bigger is better: a bound on them is a minimum
@@ -46,7 +46,7 @@ DEFAULT_LOGITS: dict[str, dict[str, float]] = {
     "int8": {"cosine": 0.99, "kl": 1e-2},
 }
 STATS_TOLERANCE: dict[str, float] = {"float32": 0.01, "float16": 0.01, "bfloat16": 0.03, "int8": 0.05}
-# The noise floor (``--baseline``, verdicts/noise.py): a tensor fails when its error exceeds
+# The noise floor (``--baseline``, tolerances/noise.py): a tensor fails when its error exceeds
 # ``factor * the baseline's error + epsilon``. The factors are torch's numerical gate's
 # (RMSE(result) <= k * RMSE(reference): k = 2, and 3 for float16 and bfloat16); epsilon is one
 # rounding of the test's dtype (its unit roundoff), in the relative error's units, so that a tensor
@@ -128,8 +128,9 @@ class Thresholds:
         return replace(self, logits=new_logits, ops=new_ops)
 
     def as_dict(self) -> dict[str, Any]:
-        """Every bound, as the report's ``thresholds`` and the exports' ``source_thresholds`` give
-        them (``stats_norm_rel``: the table by dtype where no single tolerance is set)."""
+        """Every bound, as the report's ``thresholds`` and the exports give them (written once per
+        file: reports/export.py) (``stats_norm_rel``: the table by dtype where no single tolerance
+        is set)."""
         return {
             "logits": self.logits,
             "ops": self.ops,

@@ -1,0 +1,129 @@
+"""One tensor pair read and compared: both files loaded, then the kernel (or the statistics).
+
+Every reader of a comparison's tensor data goes through ``PairReader``: the rows' computation and
+the error map alike, each file under its dump's ``LoadPolicy`` (``dumps/loading.py``), large pairs
+one at a time, and a file that changed while it was read never yields numbers that look settled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+
+from tui_acc.dumps.loading import FileState, changed_since, file_states, load_side
+from tui_acc.dumps.model import DumpError, Stats, TensorRef
+from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.tensors import TensorLoadError
+from tui_acc.metrics.schema import TensorRow
+from tui_acc.pairing import Pairing, TensorPair
+
+# A pair whose files together exceed this is compared alone (see PairReader._one_large_pair).
+LARGE_PAIR_BYTES = 64 << 20
+
+
+class PairReader:
+    """Loads and compares the tensor pairs of one Pairing (any thread)."""
+
+    def __init__(self, pairing: Pairing) -> None:
+        self.pairing = pairing
+        # Large pairs are compared one at a time: memory stays a small multiple of the largest
+        # pair, not of the largest pair times the worker count.
+        self._one_large_pair = threading.Lock()
+
+    def compare(self, pair: TensorPair, kl: bool) -> tuple[TensorRow, bool]:
+        """The pair's row, not yet passed or failed, and whether it is transient: the files changed
+        while they were read (a dump still being written or copied), so it is not kept in the disk
+        cache and the next launch reads them again. ``kl``: compute the KL divergence (logits).
+
+        A pair that cannot be read or compared is a row whose ``error`` says why; nothing raises.
+        """
+        # Deferred so that opening a dump (and the UI) never waits for the kernel to load.
+        from tui_acc.metrics.kernels import ShapeMismatch, compare_tensors
+        from tui_acc.metrics.stats import compare_stats
+
+        transient = False
+        row: TensorRow = {
+            "token": pair.token,
+            "golden_node": pair.golden_node,
+            "test_node": pair.test_node,
+            "slot": pair.slot,
+            "role": pair.role,
+            "golden_path": str(pair.golden.path),
+            "test_path": str(pair.test.path),
+            "error": None,
+        }
+        try:
+            if pair.golden.has_data and pair.test.has_data:
+                before = file_states(pair.golden, pair.test)
+                with self._alone_if_large(before):
+                    golden, test = self.load_pair(pair)
+                    metrics = compare_tensors(golden, test, kl=kl)
+                    del golden, test  # the mapped files go before the next large pair comes in
+                changed = changed_since(before)
+                if changed:  # a dump still being written (or copied): these numbers mix two versions
+                    transient = True
+                    raise DumpError(
+                        f"{changed[0]}: changed while being read; compare again when it is complete"
+                    )
+            else:
+                metrics = compare_stats(
+                    _stats(pair.golden, self.pairing.golden.load_policy),
+                    _stats(pair.test, self.pairing.test.load_policy),
+                )
+        except (TensorLoadError, DumpError) as exc:
+            row["error"] = str(exc)
+        except ShapeMismatch as exc:
+            row["error"] = f"{pair.golden_node}/{pair.slot}: {exc}"
+        except Exception as exc:  # one odd pair (a sparse tensor, a record torch chokes on) is its own error
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            row["error"] = f"{pair.test.path} against {pair.golden.path}: {type(exc).__name__}: {first}"
+        else:
+            metrics["golden_shape"] = _shape(metrics["golden_shape"])
+            metrics["test_shape"] = _shape(metrics["test_shape"])
+            row.update(cast(TensorRow, metrics))
+            row.setdefault("stats_only", False)
+        return row, transient
+
+    def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
+        """Both tensors of ``pair``, each under its dump's load policy (links may not leave a dump
+        unless --follow-links): every reader of a comparison's tensor data goes through here."""
+        golden = load_side(pair.golden, None, self.pairing.golden.load_policy)
+        same_file = pair.test.location == pair.golden.location and not pair.golden.parts
+        if self.pairing.golden is self.pairing.test and same_file:
+            return golden, golden  # one dump checked on its own (anomalies/): each file read once
+        return golden, load_side(pair.test, golden.shape, self.pairing.test.load_policy)
+
+    @contextmanager
+    def held_pair(self, pair: TensorPair) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``load_pair``'s tensors for a reader besides the rows (the error map): a large pair is held
+        alone, as the rows' computation holds it, and a file that changed while it was read raises
+        DumpError when the block ends (what was computed from it mixes two versions)."""
+        before = file_states(pair.golden, pair.test)
+        with self._alone_if_large(before):
+            yield self.load_pair(pair)
+        if changed := changed_since(before):
+            raise DumpError(f"{changed[0]}: changed while being read; look again when it is complete")
+
+    def _alone_if_large(self, before: dict[Path, FileState]) -> contextlib.AbstractContextManager[object]:
+        """The lock large pairs are read under, one at a time (memory), or nothing for a small one."""
+        large = sum(state[0] for state in before.values() if state) > LARGE_PAIR_BYTES
+        return self._one_large_pair if large else contextlib.nullcontext()
+
+
+def _stats(ref: TensorRef, policy: LoadPolicy) -> Stats:
+    """A side's statistics: as recorded, or computed from its tensor when the other side has only those."""
+    if ref.stats is not None:
+        return ref.stats
+    from tui_acc.metrics.stats import stats_of
+
+    return stats_of(load_side(ref, None, policy))
+
+
+def _shape(dims: object) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]" if isinstance(dims, list) else str(dims)
