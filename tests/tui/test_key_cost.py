@@ -150,7 +150,9 @@ async def test_leaving_the_operators_leaves_nothing_of_them_alive(demo_app: AccA
 
     def alive(kind: type) -> int:
         gc.collect()
-        return sum(1 for thing in gc.get_objects() if isinstance(thing, kind))
+        # by type(), not isinstance(): isinstance reads __class__, which some of torch's deprecated
+        # module attributes answer with a warning
+        return sum(1 for thing in gc.get_objects() if kind in type(thing).__mro__)
 
     async with demo_app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
