@@ -18,6 +18,17 @@ async def settle(pilot: Pilot[None]) -> None:
     await pilot.pause()
 
 
+async def export_to(pilot: Pilot[None], path: str) -> None:
+    """``e``, the path put in the dialog's field, Enter. The path is set rather than typed: a pilot
+    types a /tmp path in 5 s, a key at a time; the field's own typing is held by the tests that type
+    a short name."""
+    from textual.widgets import Input
+
+    await pilot.press("e")
+    pilot.app.screen.query_one("#export-path", Input).value = path
+    await pilot.press("enter")
+
+
 @pytest.fixture(autouse=True)
 def detail_follows_every_move(monkeypatch: pytest.MonkeyPatch) -> None:
     """The operator detail follows each cursor move once it is drawn, however quickly the keys come:

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 from textual.widgets import Static
 
-from tests.tui.conftest import settle
+from tests.tui.conftest import export_to, settle
 from tui_acc import __version__
 from tui_acc.reports.export import PARQUET_KEY, XLSX_HINT, ExportError, write_export
 from tui_acc.tui.app import AccApp
@@ -118,7 +118,7 @@ async def test_a_failed_write_keeps_the_dialog_and_the_typed_path(demo_app: AccA
     async with demo_app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         typed = str(tmp_path / "no" / "such" / "mine.parquet")
-        await pilot.press("e", "ctrl+a", "ctrl+k", *typed, "enter")
+        await export_to(pilot, typed)
         assert isinstance(demo_app.screen, ExportDialog)
         assert demo_app.screen.query_one("#export-path", Input).value == typed
         assert "cannot write here" in str(demo_app.screen.query_one("#export-hint", Static).render())
@@ -228,7 +228,7 @@ async def test_the_xlsx_hint_keeps_its_brackets_in_the_dialog(
     )
     async with demo_app.run_test(size=(120, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("e", "ctrl+a", "ctrl+k", *str(tmp_path / "[x]" / "view.xlsx"), "enter")
+        await export_to(pilot, str(tmp_path / "[x]" / "view.xlsx"))
         assert isinstance(demo_app.screen, ExportDialog)
         shown = str(demo_app.screen.query_one("#export-hint", Static).render())
         assert XLSX_HINT in shown and "[x]" in shown
@@ -238,7 +238,7 @@ async def test_the_status_line_shows_brackets_as_typed(demo_app: AccApp, tmp_pat
     (tmp_path / "[old]").mkdir()
     async with demo_app.run_test(size=(120, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("e", "ctrl+a", "ctrl+k", *str(tmp_path / "[old]" / "view.csv"), "enter")
+        await export_to(pilot, str(tmp_path / "[old]" / "view.csv"))
         assert _status(demo_app) == f"exported {demo_app.screen.export_frame().height} rows to " + str(
             tmp_path / "[old]" / "view.csv"
         )

@@ -156,11 +156,8 @@ async def test_leaving_the_operators_leaves_nothing_of_them_alive(demo_app: AccA
 
     async with demo_app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        await pilot.press("f", "escape")  # once, so that what is made once is made before counting
-        await settle(pilot)
-        await settle(pilot)
-        before = {kind: alive(kind) for kind in (Header, OperatorScreen, StylesCache)}
-        for _ in range(3):
+
+        async def visit_and_leave() -> None:
             await pilot.press("f")
             await settle(pilot)
             left = demo_app.screen
@@ -170,6 +167,12 @@ async def test_leaving_the_operators_leaves_nothing_of_them_alive(demo_app: AccA
                 if not left.is_attached:
                     break
                 await pilot.pause()
+            assert not left.is_attached
+
+        await visit_and_leave()  # once, so that what is made once is made before counting
+        before = {kind: alive(kind) for kind in (Header, OperatorScreen, StylesCache)}
+        for _ in range(3):
+            await visit_and_leave()
         after = {kind: alive(kind) for kind in before}
         # none more (fewer where an earlier test's leftovers went meanwhile)
         assert all(after[kind] <= before[kind] for kind in before), (before, after)
