@@ -107,12 +107,12 @@ class Fault:
     """One bug: ``kind`` in ``module`` at ``tokens`` (None: every token), inside the module's
     ``torch.nn.functional.<api>`` call where ``api`` is set."""
 
-    kind: str  # scale | tile_scale | fp8 | kv_scale | kv_stale | quick_gelu | router_swap
+    kind: str  # scale | tile_scale | fp8 | kv_scale | kv_stale | quick_gelu | router_swap | head_scale
     module: str
     tokens: tuple[int, ...] | None
     api: str = ""
     factor: float = 1.0
-    columns: int = 8  # tile_scale: how many of the last output columns
+    columns: int = 8  # tile_scale: how many of the last output columns; head_scale: the head
     positions: int = 4  # kv_scale: the cache block, from position 0
 
 
@@ -155,6 +155,8 @@ def describe(fault: Fault) -> str:
         "quick_gelu": "x*sigmoid(1.702x) computed instead of the tanh GELU",
         "router_swap": "its last kept expert replaced by the lowest-numbered expert it did not keep "
         "(its logits and scores right)",
+        "head_scale": f"the attention output of head {fault.columns} (before o_proj) multiplied by "
+        f"{fault.factor}",
     }[fault.kind]
     return f"{where} {when}: {what}"
 
@@ -202,6 +204,8 @@ def install(model: Any, fault: Fault, tokens: Any, record: dict[str, Any]) -> No
         _install_cache_read(module, at, lambda values: values[:, :, -1].copy_(values[:, :, -2]))
     elif fault.kind == "router_swap":
         _install_router_swap(module, at, record, tokens)
+    elif fault.kind == "head_scale":
+        _install_head_scale(module, fault, at)
     elif fault.kind == "quick_gelu":
         forward = module.forward
         sigmoid, mul = originals["sigmoid"], originals["mul"]
@@ -257,6 +261,28 @@ def _install_api(module: Any, fault: Fault, at: Any, record: dict[str, Any], tok
         return _wrong(fault, out)
 
     setattr(F, fault.api, faulty)
+
+
+def _install_head_scale(attention: Any, fault: Fault, at: Any) -> None:
+    """One head of ``attention``'s output scaled, between its score arithmetic and its o_proj: in the
+    module's own code (transformers' ``eager_attention_forward``, which the module calls by name from
+    its modeling file, replaced there while this module runs)."""
+    import sys
+
+    modeling = sys.modules[type(attention).__module__]
+    plain = modeling.eager_attention_forward
+    inside = {"on": False}
+    attention.register_forward_pre_hook(lambda *_: inside.update(on=True))
+    attention.register_forward_hook(lambda *_: inside.update(on=False))
+
+    def scaled(*args: Any, **kwargs: Any) -> Any:
+        out, weights = plain(*args, **kwargs)
+        if inside["on"] and at():
+            out = out.clone()
+            out[:, :, fault.columns] *= fault.factor  # [batch, seq, heads, head_dim]
+        return out, weights
+
+    modeling.eager_attention_forward = scaled
 
 
 def _install_cache_read(attention: Any, at: Any, misread: Any) -> None:

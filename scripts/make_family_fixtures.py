@@ -214,6 +214,18 @@ CASES: dict[str, Case] = {
         "model's dtype, which a correct tool does not label local at any token",
         level="L0",
     ),
+    "olmo2-msprobe-L0-statistics": Case(
+        "olmo2",
+        "msprobe",
+        "bfloat16",
+        Fault("head_scale", "model.layers.0.self_attn", (2,), factor=1.3, columns=1),
+        "layer 0's attention output of head 1 is 30 % too large at decode token 2, between its score "
+        "arithmetic and o_proj: in the attention's own code, which no record holds (its q/k/v "
+        "projections and norms are right, o_proj computes right from a wrong input). The dump holds "
+        "statistics only, so the attention is named by the threshold rule",
+        level="L0",
+        task="statistics",
+    ),
     "qwen3moe-msprobe-L0-router": Case(
         "qwen3_moe",
         "msprobe",

@@ -16,6 +16,7 @@ from tui_acc.metrics.node_frame import node_frame
 from tui_acc.metrics.schema import NODE_META_SCHEMA, TENSOR_SCHEMA, to_frame
 from tui_acc.replay.call import Call
 from tui_acc.replay.registry import Registry
+from tui_acc.verdicts.glue import by_glue_thresholds
 from tui_acc.verdicts.judging import Judging
 from tui_acc.verdicts.propagation import GROWTH, amplification, explained_bound
 from tui_acc.verdicts.rules import Facts, by_statistics
@@ -208,3 +209,37 @@ def test_an_attention_whose_inputs_were_not_dumped_is_judged_against_what_ran_be
 
     assert judged(0.0003) == "local"  # 0.186 against 0.0003 before it
     assert judged(0.1) != "local"  # 0.186 within 2 x 0.1 and its second order
+
+
+def _node(name: str, failing: bool, inputs_pass: bool | None, integers_differ: bool = False) -> Facts:
+    """A statistics dump's node: whether its outputs and its dumped inputs pass the thresholds."""
+    row = {"golden_node": name, "outputs_passed": not failing, "stats_only": True}
+    return Facts(row, (), inputs_pass, "files", None, None, integers_differ)  # type: ignore[arg-type]
+
+
+def test_a_statistics_dump_names_the_module_whose_own_code_starts_the_error() -> None:
+    """An attention's output is off while its inputs pass; its projections and norms pass, and its
+    o_proj computes from an input nothing dumped made (the score arithmetic between them): the
+    threshold rule's "inputs pass, output fails" holds for the attention and for no operator inside
+    it, so the attention is where the error starts, said as the threshold rule."""
+    attention = _node("attn", failing=True, inputs_pass=True)
+    projections = [_node(n, failing=False, inputs_pass=True) for n in ("q_proj", "k_proj", "v_proj")]
+    o_proj = _node("o_proj", failing=True, inputs_pass=False)
+    found = by_glue_thresholds(attention, [*projections, o_proj], before_passes=True, cache=False)
+    assert found is not None and found.local and found.rule == "threshold"
+    assert "o_proj" in found.reason and "statistics cannot weigh" in found.reason
+    at_decode = by_glue_thresholds(attention, [*projections, o_proj], before_passes=True, cache=True)
+    assert at_decode is not None and "KV cache" in at_decode.reason
+    # an operator inside fails first on passing inputs: that operator is local, not the module's code
+    v_wrong = _node("v_proj", failing=True, inputs_pass=True)
+    assert by_glue_thresholds(attention, [*projections[:2], v_wrong, o_proj], True, False) is None
+    # what came in fails (the module's inputs, or what stood for inputs not dumped): nothing is said
+    fed_wrong = _node("attn", failing=True, inputs_pass=False)
+    assert by_glue_thresholds(fed_wrong, [*projections, o_proj], True, False) is None
+    assert by_glue_thresholds(attention, [*projections, o_proj], before_passes=False, cache=False) is None
+    # other token ids or experts fed an operator inside: a change, not an error
+    routed = _node("k_proj", failing=False, inputs_pass=True, integers_differ=True)
+    assert by_glue_thresholds(attention, [projections[0], routed, o_proj], True, False) is None
+    # a module that passes is not where anything starts
+    passing = _node("attn", failing=False, inputs_pass=True)
+    assert by_glue_thresholds(passing, [*projections, o_proj], True, False) is None

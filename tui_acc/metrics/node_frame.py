@@ -113,7 +113,8 @@ def node_frame(tensors: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
         outputs_passed=_all_passed(outputs),
         # weights are reported, not counted as inputs: a wrong weight makes its op the suspect
         params_passed=_all_passed(_ROLE == "param"),
-        input_cosine=pl.col("cosine").fill_null(0.0).filter(_ROLE == "input").min(),
+        # the worst input cosine measured (none where no input has one: statistics, integers)
+        input_cosine=pl.col("cosine").filter(_ROLE == "input").min(),
         error=_ERROR.drop_nulls().first(),
         # its outputs fail only because a file could not be read or compared: no evidence either
         # way, so it is neither a suspect nor what judges the operator after it

@@ -250,39 +250,6 @@ def by_statistics(facts: Facts, outputs: Tensors, inputs: Tensors) -> Reading | 
     return Reading("threshold", False, worst, bound, said)
 
 
-def by_glue(facts: Facts, children: Sequence[Facts], also: float | None = None) -> Reading | None:
-    """A module whose own code between its operators adds error: an operator inside it takes in more
-    error (its dumped inputs') than everything before it there carries (the module's inputs, the
-    earlier operators' outputs) explains. That is glue code (a residual add, a reshape) or a tensor
-    no operator made (a buffer the port computes otherwise: a rotary embedding's frequencies).
-    Local, or None. ``also``: the error of what else its operators read beside the module's inputs
-    (an attention's KV cache at a decode step; inputs not dumped). A module's buffers (``Facts``)
-    are allowed their rounding."""
-    if facts.row.get("stats_only"):
-        return None  # statistics are computed in each tensor's own dtype: too coarse for this
-    carried = [facts.input_error, also]
-    for child in children:
-        error = child.input_error
-        known = [e for e in carried if e is not None and not math.isnan(e)]
-        # an operator fed other token ids or other experts takes in a change, not an error
-        dumped = (
-            child.inputs_from == "files" and not child.row.get("stats_only") and not child.integers_differ
-        )
-        if dumped and known and error is not None and not math.isnan(error):
-            dtype = coarser(child.row.get("golden_dtype"), child.row.get("test_dtype"), facts.buffers)
-            bound = explained_bound(max(known), local_bound(dtype))
-            if error > bound:
-                said = (
-                    f"the input of {child.name} carries {number(error)}, more than "
-                    f"{GROWTH:g}x the {number(max(known))} of everything before it here plus rounding "
-                    f"({number(bound)}): the error appears in this module's own code (glue, or a "
-                    "tensor no operator made: a buffer)"
-                )
-                return Reading("error model", True, error, bound, said)
-        carried.append(child.output_error)
-    return None
-
-
 def pass_through(
     facts: Facts,
     inside: Sequence[Facts],

@@ -37,6 +37,7 @@ from tui_acc.tolerances.errors import error_of
 from tui_acc.tolerances.rounding import coarsest
 from tui_acc.tolerances.thresholds import is_float
 from tui_acc.verdicts.first_rule import first_reading
+from tui_acc.verdicts.glue import by_glue, by_glue_thresholds
 from tui_acc.verdicts.judging import Judging, TokenInput, integer_differs
 from tui_acc.verdicts.propagation import rotary
 from tui_acc.verdicts.rules import (
@@ -44,7 +45,6 @@ from tui_acc.verdicts.rules import (
     Reading,
     Tensors,
     by_error_model,
-    by_glue,
     data_inputs,
     pass_through,
     type_of,
@@ -229,8 +229,12 @@ class TokenWalk:
             # where a module's keyword arguments were not dumped (msit), what they carried is unknown:
             # everything judged before it at this token stands for it (a looser bound, not none)
             before = None if self.judging.whole_inputs else self._carried_before(facts.name)
+            decoding = facts.row["token"] != self.judging.first_token and attention(facts.row)
+            if facts.row.get("stats_only"):
+                passes = self.judging.whole_inputs or self._all_pass_before(facts.name)
+                return by_glue_thresholds(facts, children, passes, decoding) or reading
             glue = by_glue(facts, children, before)
-            if glue is not None and facts.row["token"] != self.judging.first_token and attention(facts.row):
+            if glue is not None and decoding:
                 # at a decode step an attention also reads its KV cache, which no dump holds as an
                 # input: what its key and value projections made at the earlier tokens (read only
                 # here, where the glue would otherwise be called local)
@@ -240,22 +244,32 @@ class TokenWalk:
             reading = glue or reading
         return reading
 
-    def _carried_before(self, name: str) -> float | None:
-        """The largest output error of every node judged before module ``name`` at this token (not
-        its ancestors, whose outputs come after it): what any input it was not dumped with can carry
-        at most."""
+    def _before(self, name: str) -> list[Facts]:
+        """Every node judged before module ``name`` at this token, not its ancestors (whose outputs
+        come after it), nor nodes fed other token ids or experts."""
         tree = self.judging.tree
         above: set[str] = set()
         parent = tree.nodes[name].parent
         while parent is not None:
             above.add(parent)
             parent = tree.nodes[parent].parent
-        errors = []
+        found = []
         for node, f in self.facts.items():  # in execution order: up to the module itself
             if node == name:
                 break
-            if node not in above and f.output_error is not None and not f.integers_differ:
-                errors.append(f.output_error)
+            if node not in above and not f.integers_differ:
+                found.append(f)
+        return found
+
+    def _all_pass_before(self, name: str) -> bool:
+        """Everything judged before module ``name`` at this token passes the thresholds: what any
+        input it was not dumped with can carry, in a statistics dump."""
+        return not any(f.failing for f in self._before(name))
+
+    def _carried_before(self, name: str) -> float | None:
+        """The largest output error of every node judged before module ``name`` at this token: what any
+        input it was not dumped with can carry at most."""
+        errors = [f.output_error for f in self._before(name) if f.output_error is not None]
         return max(errors, default=None)
 
     def _model_dtype(self) -> str | None:
