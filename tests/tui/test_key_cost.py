@@ -99,6 +99,29 @@ async def test_the_help_is_made_once_and_again_when_what_it_says_changes(
         assert demo_app.screen is first and len(made) == 2  # nothing changed: shown as it was
 
 
+async def test_the_footer_shows_its_keys_on_a_screen_whose_bindings_never_change() -> None:
+    """textual's footer builds no key until its first bindings change says they are ready; where
+    the keys then are the ones it saw before (nothing focused changes them), they are built all the
+    same."""
+    from textual.app import App, ComposeResult
+    from textual.widgets import Static
+
+    from tui_acc.tui.widgets.key_footer import KeyFooter
+
+    class Plain(App[None]):
+        BINDINGS = [("q", "quit", "Quit"), ("x", "bell", "Ring")]
+
+        def compose(self) -> ComposeResult:
+            yield Static("nothing to focus")
+            yield KeyFooter()
+
+    app = Plain()
+    async with app.run_test(size=(80, 10)) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        assert {key.key for key in app.screen.query(FooterKey)} >= {"q", "x"}
+
+
 async def test_the_help_and_esc_leave_the_footer_under_it_as_it_is(demo_app: AccApp, count) -> None:
     """textual's footer built its keys again when the help opened over its screen and when it closed:
     the screen under the help was laid out again, and the help drawn over it again."""
@@ -107,6 +130,7 @@ async def test_the_help_and_esc_leave_the_footer_under_it_as_it_is(demo_app: Acc
         await pilot.press("f")
         await settle(pilot)
         keys = len(demo_app.screen.query(FooterKey))
+        assert keys > 0
         built = count(FooterKey, "__init__")
         await pilot.press("question_mark")
         await settle(pilot)
@@ -137,6 +161,34 @@ async def test_the_heap_is_frozen_once_the_token_list_is_complete(
         await settle(pilot)  # the new token list is drawn: its worker starts
         await settle(pilot)
         assert calls == ["unfreeze", "freeze"]
+
+
+async def test_an_operator_screen_open_when_the_list_completes_is_not_frozen(
+    demo_app: AccApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The token list completes while the user is on a token's operators (Enter or f while it was
+    being compared, common on a big dump): frozen then, that screen would never be collected once
+    closed. The heap is frozen once the list is shown again, after a collection."""
+    import gc
+
+    calls: list[str] = []
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(gc, "collect", lambda *_: calls.append("collect") or 0)
+    demo_app.freeze_heap = True  # as in a terminal
+    demo_app.freeze_delay = 0.001  # textual's timers take no 0
+    async with demo_app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        calls.clear()  # the list completed on screen and was frozen; now it completes again, under
+        await pilot.press("f")  # an operator screen
+        await settle(pilot)
+        demo_app.on_token_screen_tokens_finished()  # the list completing under it
+        assert calls == []
+        await pilot.press("escape")
+        for _ in range(100):  # the freeze waits for a timer: until it has run
+            if calls:
+                break
+            await pilot.pause()
+        assert calls == ["collect", "freeze"]
 
 
 async def test_leaving_the_operators_leaves_nothing_of_them_alive(demo_app: AccApp) -> None:
@@ -176,3 +228,53 @@ async def test_leaving_the_operators_leaves_nothing_of_them_alive(demo_app: AccA
         after = {kind: alive(kind) for kind in before}
         # none more (fewer where an earlier test's leftovers went meanwhile)
         assert all(after[kind] <= before[kind] for kind in before), (before, after)
+
+
+def _cursor_key(app: AccApp, selector: str) -> str:
+    table = app.screen.query_one(selector, DataTable)
+    return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+
+
+async def test_a_held_key_moves_the_cursor_and_the_detail_follows_where_it_rests(
+    demo_app: AccApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Moves closer together than FOLLOW_REST (a key held down, keys typed ahead) move the cursor
+    only; the detail under the table (whose height lays the screen out again) shows the operator the
+    cursor rests on. A move after a rest is followed at once."""
+    from tui_acc.tui.screens.operators import detail
+    from tui_acc.tui.widgets.tensor_detail import TensorDetail
+
+    clock = [0.0]  # the moves' times: the test says how far apart they are
+    monkeypatch.setattr(detail, "monotonic", lambda: clock[0])
+    async with demo_app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("f")
+        await settle(pilot)
+        screen = demo_app.screen
+        assert isinstance(screen, OperatorScreen)
+        # a rest as long as the test (its timer never fires by itself): the test's clock says which
+        # moves are close together
+        monkeypatch.setattr(detail.DetailPanel, "FOLLOW_REST", 600.0)
+        rows = [str(key.value) for key in screen.ops_table().rows]
+        start = rows.index(_cursor_key(demo_app, "#ops"))
+
+        def shown() -> str:
+            node = screen.query_one(TensorDetail)._shown
+            return node[0].golden if node and node[0] else ""
+
+        clock[0] = 1000.0  # the cursor has rested since the jump to ◆
+        await pilot.press("j")
+        await pilot.pause()
+        await pilot.pause()  # the detail follows once the cursor is drawn
+        assert shown() == rows[start + 1]
+        for _ in range(2):  # held: a key every 30 ms
+            clock[0] += 0.03
+            await pilot.press("j")
+        await settle(pilot)
+        assert _cursor_key(demo_app, "#ops") == rows[start + 3]
+        assert shown() == rows[start + 1]  # the operators passed over are not drawn
+        rested = screen._follow_timer
+        assert rested is not None  # ... the cursor's is, once it has rested FOLLOW_REST:
+        rested.stop()
+        screen._cursor_rested()  # what the timer calls then
+        assert shown() == rows[start + 3]

@@ -130,51 +130,6 @@ async def test_any_key_cancels_the_pending_jump(demo_app: AccApp, gated_tokens: 
 # --- 5: Tab -----------------------------------------------------------------------------------------
 
 
-async def test_a_held_key_moves_the_cursor_and_the_detail_follows_where_it_rests(
-    demo_app: AccApp, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Moves closer together than FOLLOW_REST (a key held down, keys typed ahead) move the cursor
-    only; the detail under the table (whose height lays the screen out again) shows the operator the
-    cursor rests on. A move after a rest is followed at once."""
-    from tui_acc.tui.screens.operators import detail
-    from tui_acc.tui.widgets.tensor_detail import TensorDetail
-
-    clock = [0.0]  # the moves' times: the test says how far apart they are
-    monkeypatch.setattr(detail, "monotonic", lambda: clock[0])
-    async with demo_app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("f")
-        await settle(pilot)
-        screen = demo_app.screen
-        assert isinstance(screen, OperatorScreen)
-        # a rest as long as the test (its timer never fires by itself): the test's clock says which
-        # moves are close together
-        monkeypatch.setattr(detail.DetailPanel, "FOLLOW_REST", 600.0)
-        rows = [str(key.value) for key in screen.ops_table().rows]
-        start = rows.index(_cursor_key(demo_app, "#ops"))
-
-        def shown() -> str:
-            node = screen.query_one(TensorDetail)._shown
-            return node[0].golden if node and node[0] else ""
-
-        clock[0] = 1000.0  # the cursor has rested since the jump to ◆
-        await pilot.press("j")
-        await pilot.pause()
-        await pilot.pause()  # the detail follows once the cursor is drawn
-        assert shown() == rows[start + 1]
-        for _ in range(2):  # held: a key every 30 ms
-            clock[0] += 0.03
-            await pilot.press("j")
-        await settle(pilot)
-        assert _cursor_key(demo_app, "#ops") == rows[start + 3]
-        assert shown() == rows[start + 1]  # the operators passed over are not drawn
-        rested = screen._follow_timer
-        assert rested is not None  # ... the cursor's is, once it has rested FOLLOW_REST:
-        rested.stop()
-        screen._cursor_rested()  # what the timer calls then
-        assert shown() == rows[start + 3]
-
-
 async def test_tab_moves_focus_on_the_operator_screen(demo_app: AccApp) -> None:
     async with demo_app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)

@@ -1,4 +1,4 @@
-"""How the main screens look at 80x24 and 160x48 (pytest-textual-snapshot; update with --snapshot-update)."""
+"""How the main screens look at 80x24 and 160x48 (pytest-textual-snapshot; -n 0 --snapshot-update)."""
 
 from __future__ import annotations
 

@@ -37,8 +37,9 @@ def _locals(folder: Path, side: str) -> set[tuple[int, str]]:
 
 
 def test_every_case_is_tested():
-    assert len(CASES) == 17
-    assert {"qwen3-msprobe-L0-kvcache", "qwen3-sglang-outputs", "gemma3-msprobe-L0-gelu"} <= set(CASES)
+    assert len(CASES) == 18
+    named = {"qwen3-msprobe-L0-kvcache", "qwen3-sglang-outputs", "gemma3-msprobe-L0-gelu"}
+    assert named | {"olmo2-msprobe-L0-statistics"} <= set(CASES)
 
 
 @pytest.mark.parametrize("name", CASES)

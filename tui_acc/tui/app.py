@@ -146,17 +146,35 @@ class AccApp(TerminalApp):
     # gc.freeze once the token list is complete; None: in a terminal, not under a test's headless
     # driver (a test process would keep the cycles of every test after it).
     freeze_heap: bool | None = None
+    # how long after the token list is shown again the heap is frozen: the closed screen's removal
+    # (a task of its own) has finished by then, so it is collected rather than frozen
+    freeze_delay = 1.0
+    _freeze_pending = False
 
     def on_token_screen_tokens_finished(self) -> None:
-        """The token list is complete (its screen's message, bubbled up): the heap is frozen."""
-        self._freeze_heap()
+        """The token list is complete (its screen's message, bubbled up): the heap is frozen, once
+        the list is what is shown."""
+        self._freeze_pending = True
+        self._freeze_if_listed()
 
-    def _freeze_heap(self) -> None:
+    def on_token_screen_shown_again(self) -> None:
+        """The token list is shown again (an operator screen opened while it was being compared has
+        closed): the freeze it was waiting for, once that screen is gone."""
+        if self._freeze_pending:
+            self.set_timer(self.freeze_delay, self._freeze_if_listed)
+
+    def _freeze_if_listed(self) -> None:
         """What is in memory once the token list is complete (the modules, the comparison's indexes and
         engine, the token screen) lives as long as the comparison. Python's full collections walked
         all of it every few seconds while frames were drawn, 70-240 ms each at 120x40 on two busy
-        cores: a key pressed then waited. Frozen, they walk only what came after."""
+        cores: a key pressed then waited. Frozen, they walk only what came after. Only while the
+        token list is the screen shown, after a collection: a screen open then, or garbage not yet
+        collected, would be frozen with it and never collected."""
+        if not self._freeze_pending or not isinstance(self.screen, TokenScreen):
+            return
+        self._freeze_pending = False
         if self.freeze_heap if self.freeze_heap is not None else not self.is_headless:
+            gc.collect()
             gc.freeze()
 
     class RowsSaved(Message):
@@ -194,6 +212,7 @@ class AccApp(TerminalApp):
         if self.comparison.built_engine is not None:
             self.comparison.built_engine.close()
         gc.unfreeze()  # the comparison replaced can be collected; the new one's is frozen when listed
+        self._freeze_pending = False
         self.comparison = comparison
         self.operator_views.clear()  # another dump: its names and verdicts are not the ones left
         self.show_title()

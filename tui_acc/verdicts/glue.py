@@ -52,23 +52,42 @@ def by_glue_thresholds(
 ) -> Reading | None:
     """A statistics dump's glue, by the threshold rule: the module fails while what came into it
     passes, and the first operator inside it that does not pass is one whose dumped inputs fail
-    (nothing inside made them). Its statistics cannot weigh an error against rounding (``by_glue``
-    leaves them alone), so this is the threshold rule, said as such. ``before_passes``: everything
-    judged before the module at this token passes (what stands for inputs not dumped); ``cache``:
-    the module is a decode step's attention, which also reads its KV cache."""
+    (nothing inside made them). ``by_glue`` leaves statistics alone (a norm's difference bounds an
+    error from below only: a rotation keeps it), so this is the threshold rule, said as such.
+
+    ``before_passes``: everything judged before the module at this token passes (what stands for
+    inputs not dumped). Where the norms' differences are known, the failing input's must also
+    exceed what the module's inputs and the operators before it carry, grown, plus a rounding
+    (``explained_bound``). ``cache``: the module is a decode step's attention, which also reads its
+    KV cache."""
     if not facts.failing or facts.inputs_passed is not True or not before_passes:
         return None
+    carried = [facts.input_error]
     for child in children:
         if child.integers_differ:
             return None  # fed other token ids or experts: what follows changes, and no error is said
         if child.inputs_from == "files" and child.inputs_passed is False:
+            known = [e for e in carried if e is not None and not math.isnan(e)]
+            error = child.input_error
+            if known and error is not None:
+                # statistics near their tolerance cross it by rounding alone: the norms' differences
+                # must be beyond what everything before it carries, grown, plus a rounding
+                dtype = coarser(child.row.get("golden_dtype"), child.row.get("test_dtype"))
+                if error <= explained_bound(max(known), local_bound(dtype)):
+                    return None
             own = "its own code or its KV cache" if cache else "its own code"
+            norms = (
+                f"; their norm is {number(error)} off against {number(max(known))} before it"
+                if known and error is not None
+                else ""
+            )
             said = (
                 f"its inputs pass the thresholds and nothing inside it fails before {child.name}, whose "
-                f"dumped inputs fail them: the error appears in {own} (the threshold rule: statistics "
-                "cannot weigh it against rounding)"
+                f"dumped inputs fail them{norms}: the error appears in {own} (the threshold rule: "
+                "a statistics dump holds no data to replay or model)"
             )
             return Reading("threshold", True, child.input_error, None, said)
         if child.failing:
             return None  # an operator inside fails first: its own verdict says where the error is
+        carried.append(child.output_error)
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import cast
 
 from rich.console import Group
@@ -144,8 +145,9 @@ class HelpScreen(ModalScreen[None]):
         Binding("k", "scroll('up')", "Up", show=False, id="help_up"),
     ]
 
-    # what the text shown was made for: the comparison (by identity) and the logits' dtypes
-    _made_for: tuple[Comparison, tuple[str, str] | None] | None = None
+    # what the text shown was made for: the comparison (a weak reference: a re-dump's replaced
+    # comparison must not stay in memory for the help) and the logits' dtypes
+    _made_for: tuple[weakref.ref[Comparison], tuple[str, str] | None] | None = None
 
     def compose(self) -> ComposeResult:
         """The help text (keys, verdict rules, this pair's thresholds), scrollable."""
@@ -158,14 +160,14 @@ class HelpScreen(ModalScreen[None]):
         scroller.scroll_home(animate=False)
         made_for = self._made_for
         comparison = cast(Host, self.app).comparison
-        if made_for is None or made_for[0] is not comparison or made_for[1] != _logits_dtypes(comparison):
+        if made_for is None or made_for[0]() is not comparison or made_for[1] != _logits_dtypes(comparison):
             scroller.query_one(Static).update(self._text())
 
     def _text(self) -> DrawnOnce:
         """The help for the comparison on screen, drawn once per width (``DrawnOnce``)."""
         comparison = cast(Host, self.app).comparison
         dtypes = _logits_dtypes(comparison)
-        self._made_for = (comparison, dtypes)
+        self._made_for = (weakref.ref(comparison), dtypes)
         return DrawnOnce(help_renderable(comparison, dtypes))
 
     def action_scroll(self, direction: str) -> None:

@@ -26,8 +26,10 @@ class KeyFooter(Footer):
         )
 
     def compose(self) -> ComposeResult:
-        """The keys, as textual's footer builds them (noted: the next change is compared with them)."""
-        self._shown = self._keys() if self.is_attached else None
+        """The keys, as textual's footer builds them (noted: the next change is compared with them).
+        textual's footer builds none until its first ``bindings_changed`` says the bindings are
+        ready: what it showed before that is nothing, and is not noted."""
+        self._shown = self._keys() if self.is_attached and self._bindings_ready else None
         yield from super().compose()
 
     def bindings_changed(self, screen: Screen) -> None:

@@ -55,10 +55,11 @@ class TensorDetail(Static):
     _shown: tuple[NodePair | None, MetricsEngine, Row | None] | None = None
 
     # The room the operator shown was fitted to, the room from which none of its tensor names is
-    # elided, and how many lines it took there.
+    # elided, and how many lines it took at which room (a resize that did not show it again leaves
+    # a count of another width: the next one is laid out).
     _shown_room = -1
     _fits_from = 0
-    _lines = -1
+    _lines: tuple[int, int] = (-1, -1)
 
     def on_resize(self) -> None:
         """Show the same operator again, its tensor names elided to the new width, where that elides
@@ -81,7 +82,7 @@ class TensorDetail(Static):
         self._shown = (node, engine, row)
         self._shown_room, self._fits_from = self._room(), 0
         if node is None:
-            self._lines = -1
+            self._lines = (-1, -1)
             self.update("")
             return
         names = fmt.display_name(node.golden)
@@ -147,8 +148,9 @@ class TensorDetail(Static):
         as what it replaces, without laying the screen out again."""
         drawn = DrawnOnce(renderable)
         # drawn as textual measures a height (the same options: it finds these segments kept)
-        options = self.app.console_options.update_width(self._room()).update(highlight=False)
-        lines = sum(text.count("\n") for text, _, _ in self.app.console.render(drawn, options))
+        room = self._room()
+        options = self.app.console_options.update_width(room).update(highlight=False)
+        lines = (sum(text.count("\n") for text, _, _ in self.app.console.render(drawn, options)), room)
         self.update(drawn, layout=lines != self._lines)
         self._lines = lines
 

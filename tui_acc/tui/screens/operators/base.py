@@ -8,7 +8,6 @@ each feature's handlers run in the composed screen; the keys are bound once, on 
 
 from __future__ import annotations
 
-from textual._styles_cache import StylesCache
 from textual.app import App
 from textual.reactive import var
 from textual.widgets import Input
@@ -20,6 +19,11 @@ from tui_acc.tui.screens.base import ViewScreen
 from tui_acc.tui.screens.operators.cells import OperatorCells
 from tui_acc.tui.screens.operators.verdict_view import VerdictView
 from tui_acc.tui.widgets.metric_table import MetricTable
+
+try:  # a private module of textual's (any textual 8 is allowed): where it moved, nothing to clear
+    from textual._styles_cache import StylesCache
+except ImportError:  # pragma: no cover
+    StylesCache = None  # type: ignore[assignment,misc]
 
 
 class OperatorScreenBase(ViewScreen):
@@ -52,7 +56,7 @@ class OperatorScreenBase(ViewScreen):
         instance (textual/_styles_cache.py), which kept every widget's drawn lines, up to 1024."""
         for title in (App.title, App.sub_title):  # set again as they are: each drops the watchers
             self.app.mutate_reactive(title)  # whose widget is gone (this screen's are by now)
-        clear = getattr(StylesCache.get_inner_outer, "cache_clear", None)
+        clear = getattr(getattr(StylesCache, "get_inner_outer", None), "cache_clear", None)
         if clear is not None:  # colours, made again at once
             clear()
 

@@ -49,6 +49,13 @@ class TokenScreen(OperatorSweep):
     class TokensFinished(Message):
         """Every token's logits are compared."""
 
+    class ShownAgain(Message):
+        """The token list is on screen again (the screen above it closed)."""
+
+    def on_screen_resume(self) -> None:
+        """Back on top: said to the app (which freezes the heap once the list is shown, complete)."""
+        self.post_message(self.ShownAgain())
+
     def compose(self) -> ComposeResult:
         """The header, the summary line, the KL strip (a bar a token), the token table, the re-dump and
         status lines, and the footer."""
