@@ -142,8 +142,10 @@ def test_an_msprobe_l1_pair_leads_to_the_faulty_api_call(
     term = terminal_factory(
         [sys.executable, "-m", "tui_acc", str(folder / "golden"), str(folder / "test")], tmp_path
     )
-    tokens = term.wait_for(lambda s: f"first failing: {case['fault_token']}" in s, "the token verdicts")
-    assert f"{case['new_tokens']}/{case['new_tokens']} tokens compared" in tokens  # no generate() record
+    # every token compared (the first failing one is said before the last is done), and no more than
+    # the forward passes: no generate() record made a token of its own
+    done = f"{case['new_tokens']}/{case['new_tokens']} tokens compared"
+    term.wait_for(lambda s: f"first failing: {case['fault_token']}" in s and done in s, "the token verdicts")
     term.keys("f", "Enter")
     term.wait_for(lambda s: f"◆ {case['fault_record']}" in s, "the operator verdicts")
     term.keys("f")
@@ -179,8 +181,13 @@ def test_demo_ranks_leads_to_the_faulty_all_reduce(tmp_path: Path, terminal_fact
     term = terminal_factory([sys.executable, "-m", "tui_acc", "ranks", dump.group(1)], tmp_path)
     term.wait_for(lambda s: "96 rows · 1 disagree" in s, "every rank's rows")
     term.keys("f")
-    screen = term.wait_for(lambda s: f"first disagreement: token {token}, {op}, rank {rank}" in s, "the jump")
-    assert f"token {token} · {op} · rank {rank}" in screen  # the detail of the row under the cursor
+    screen = term.wait_for(  # the jump said, and the detail of the row under the cursor drawn
+        lambda s: (
+            f"first disagreement: token {token}, {op}, rank {rank}" in s
+            and f"token {token} · {op} · rank {rank}" in s
+        ),
+        "the jump",
+    )
     assert "FAIL" in screen  # left open: closing its terminal must end it (terminal_factory checks)
 
 
