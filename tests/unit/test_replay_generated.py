@@ -21,8 +21,8 @@ from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
 from tui_acc.dumps.torchfile.arrays import from_torch
 from tui_acc.dumps.writers.atb_bin import write_bin
-from tui_acc.replay import torch_ops
-from tui_acc.replay.call import Call, Replayed
+from tui_acc.replay import npu_ops, torch_ops
+from tui_acc.replay.call import Call, Replayed, ReplayImpossible
 from tui_acc.replay.dumped_call import Gathered
 from tui_acc.replay.registry import Registry
 from tui_acc.session import CompareOptions, open_comparison
@@ -206,6 +206,33 @@ def _x(dtype: torch.dtype, *shape: int, seed: int = 0) -> torch.Tensor:
     return torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(dtype)
 
 
+def _angles(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Half a row's worth of angles from ``w``; their cosines and sines at the input's dtype (as a
+    model's tables are)."""
+    theta = 3 * w[: x.shape[-1] // 2].float()
+    return torch.cos(theta).to(x.dtype).float(), torch.sin(theta).to(x.dtype).float()
+
+
+def _rope_tables(x: torch.Tensor, w: torch.Tensor, interleaved: bool) -> dict[int, torch.Tensor]:
+    """r1 and r2 as a rope passes them: each angle's cosine (sine) for both members of its pair."""
+    cos, sin = _angles(x, w)
+    spread = (lambda t: t.repeat_interleave(2)) if interleaved else (lambda t: torch.cat((t, t)))
+    return {1: spread(cos).to(x.dtype), 2: spread(sin).to(x.dtype)}
+
+
+def _complex_rope(x: torch.Tensor, w: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """The rotation of each pair as a complex product (an implementation of its own, not rotate())."""
+    cos, sin = _angles(x, w)
+    wide = x.float()
+    first, second = (wide[..., 0::2], wide[..., 1::2]) if interleaved else wide.chunk(2, -1)
+    turned = torch.complex(first, second) * torch.complex(cos, sin)
+    if interleaved:
+        out = torch.stack((turned.real, turned.imag), dim=-1).flatten(-2)
+    else:
+        out = torch.cat((turned.real, turned.imag), dim=-1)
+    return out.to(x.dtype)
+
+
 CASES = {
     "Functional.rms_norm": (
         lambda x, w: F.rms_norm(x, (64,), w, 1e-6),
@@ -232,6 +259,23 @@ CASES = {
     "NPU.npu_swiglu": (
         lambda x, w: (F.silu(x.float().chunk(2, -1)[0]) * x.float().chunk(2, -1)[1]).to(x.dtype),
         lambda x, w: _call("NPU.npu_swiglu.0.forward", "npu_swiglu", {0: x}, {"dim": -1}),
+    ),
+    # torch_npu.npu_rotary_mul (op-plugin docs/context/torch_npu-npu_rotary_mul.md), against the
+    # rotation written as complex multiplication: each pair (x1, x2) as x1 + i x2, times cos + i sin
+    "NPU.npu_rotary_mul half": (
+        lambda x, w: _complex_rope(x, w, interleaved=False),
+        lambda x, w: _call(
+            "NPU.npu_rotary_mul.0.forward", "npu_rotary_mul", {0: x, **_rope_tables(x, w, False)}
+        ),
+    ),
+    "NPU.npu_rotary_mul interleave": (
+        lambda x, w: _complex_rope(x, w, interleaved=True),
+        lambda x, w: _call(
+            "NPU.npu_rotary_mul.0.forward",
+            "npu_rotary_mul",
+            {0: x, **_rope_tables(x, w, True)},
+            {"rotary_mode": "interleave"},
+        ),
     ),
     "LlamaRMSNorm module": (
         lambda x, w: (
@@ -268,3 +312,15 @@ def test_a_reference_that_assumes_a_default_says_so() -> None:
     x = _x(torch.float32, 2, 8)
     replayed = torch_ops.rms_norm(_call("Functional.rms_norm.0.forward", "rms_norm", {0: x, 1: [8]}))
     assert replayed.notes and "machine epsilon" in replayed.notes[0]
+
+
+def test_the_rotary_mode_left_to_its_default_is_said_and_an_undocumented_one_refused() -> None:
+    x, w = _x(torch.float32, 2, 8), _x(torch.float32, 8, seed=1)
+    tables = _rope_tables(x, w, False)
+    plain = npu_ops.npu_rotary_mul(_call("NPU.npu_rotary_mul.0.forward", "npu_rotary_mul", {0: x, **tables}))
+    assert plain.notes == ("rotary_mode not recorded: torch_npu's default 'half'",)
+    quarter = _call(
+        "NPU.npu_rotary_mul.0.forward", "npu_rotary_mul", {0: x, **tables}, {"rotary_mode": "quarter"}
+    )
+    with pytest.raises(ReplayImpossible, match="quarter"):
+        npu_ops.npu_rotary_mul(quarter)

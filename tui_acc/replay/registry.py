@@ -107,14 +107,20 @@ class Registry:
         yield from self._builtin_entries()
 
     def _builtin_entries(self) -> list[Entry]:
-        """torch_ops.py's and atb_ops.py's references, imported on first use: a registry is made
-        at start, before the first frame, which imports no numpy."""
+        """torch_ops.py's, npu_ops.py's and atb_ops.py's references, imported on first use: a registry
+        is made at start, before the first frame, which imports no numpy."""
         if self._builtins is None:
-            from tui_acc.replay import atb_ops, torch_ops
+            from tui_acc.replay import atb_ops, npu_ops, torch_ops
 
+            tables = (
+                torch_ops.API_REFERENCES,
+                npu_ops.REFERENCES,
+                atb_ops.REFERENCES,
+                torch_ops.MODULE_REFERENCES,
+            )
             self._builtins = [
                 Entry(key, "built-in", function=function)
-                for table in (torch_ops.API_REFERENCES, atb_ops.REFERENCES, torch_ops.MODULE_REFERENCES)
+                for table in tables
                 for key, function in table.items()
             ]
         return self._builtins

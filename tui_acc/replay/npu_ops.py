@@ -1,0 +1,56 @@
+"""References for torch_npu's fused operators as msprobe records them (``NPU.<api>``), float64, from
+each API's documented semantics (Ascend/op-plugin ``docs/context/torch_npu-<api>.md``; docs/replay.md
+names the source of each). An argument the caller left to its default is not in the dump (msprobe
+records only what was passed): the documented default is used, and said in the notes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tui_acc.replay.call import Call, NotSampleable, Replayed, ReplayImpossible
+
+ROTARY_MODES = ("half", "interleave")
+
+
+def rotated(x: np.ndarray, mode: str) -> np.ndarray:
+    """``rotate(x)`` of torch_npu's rope: ``half``: the last dimension's halves x1, x2 as
+    ``cat(-x2, x1)``; ``interleave``: each pair (x[2i], x[2i+1]) as (-x[2i+1], x[2i])."""
+    if mode == "half":
+        first, second = np.split(x, 2, axis=-1)
+        return np.concatenate((-second, first), axis=-1)
+    pairs = x.reshape(*x.shape[:-1], -1, 2)
+    return np.stack((-pairs[..., 1], pairs[..., 0]), axis=-1).reshape(x.shape)
+
+
+def npu_rotary_mul(call: Call) -> Replayed:
+    """``torch_npu.npu_rotary_mul(input, r1, r2, rotary_mode='half')``: ``input * r1 + rotate(input) * r2``
+    (r1 the cosines, r2 the sines, broadcast to the input; op-plugin
+    ``docs/context/torch_npu-npu_rotary_mul.md``). Computed whole: the cosines and sines broadcast
+    over the input's rows in their own pattern (one row a position, the heads between)."""
+    if call.sample is not None:
+        raise NotSampleable("its cosines and sines broadcast over the rows in a pattern of their own")
+    x = call.tensor(0, "input", "input")
+    cos = call.tensor(1, "r1", "r1")
+    sin = call.tensor(2, "r2", "r2")
+    mode = call.option("rotary_mode", 3)
+    notes: tuple[str, ...] = ()
+    if mode is None:
+        mode, notes = "half", ("rotary_mode not recorded: torch_npu's default 'half'",)
+    if mode not in ROTARY_MODES:
+        raise ReplayImpossible(f"rotary_mode {mode!r}: no documented formula for it here")
+    if x.shape[-1] % 2:
+        raise ReplayImpossible(f"its last dimension ({x.shape[-1]}) is odd: no rotation pairs it")
+    try:
+        out = x * cos + rotated(x, str(mode)) * sin
+    except ValueError as exc:  # numpy's broadcast error
+        raise ReplayImpossible(
+            f"shape mismatch: cosines {cos.shape} and sines {sin.shape} for {x.shape}"
+        ) from exc
+    # two products summed per element, rounded once to the output's dtype by the fused kernel
+    return Replayed(out, reduction=2, notes=notes)
+
+
+REFERENCES = {
+    "NPU.npu_rotary_mul": npu_rotary_mul,
+}
