@@ -260,6 +260,12 @@ CASES = {
         lambda x, w: (F.silu(x.float().chunk(2, -1)[0]) * x.float().chunk(2, -1)[1]).to(x.dtype),
         lambda x, w: _call("NPU.npu_swiglu.0.forward", "npu_swiglu", {0: x}, {"dim": -1}),
     ),
+    # torch_npu.npu_add_rms_norm (op-plugin docs/context/torch_npu-npu_add_rms_norm.md): the sum
+    # normalised, as torch's own rms_norm computes it
+    "NPU.npu_add_rms_norm": (
+        lambda x, w: F.rms_norm(x.float() + (0.5 * x).float(), (64,), w.float(), 1e-6).to(x.dtype),
+        lambda x, w: _call("NPU.npu_add_rms_norm.0.forward", "npu_add_rms_norm", {0: x, 1: 0.5 * x, 2: w}),
+    ),
     # torch_npu.npu_rotary_mul (op-plugin docs/context/torch_npu-npu_rotary_mul.md), against the
     # rotation written as complex multiplication: each pair (x1, x2) as x1 + i x2, times cos + i sin
     "NPU.npu_rotary_mul half": (

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tui_acc.replay import maths
 from tui_acc.replay.call import Call, NotSampleable, Replayed, ReplayImpossible
 
 ROTARY_MODES = ("half", "interleave")
@@ -51,6 +52,29 @@ def npu_rotary_mul(call: Call) -> Replayed:
     return Replayed(out, reduction=2, notes=notes)
 
 
+def npu_add_rms_norm(call: Call) -> Replayed:
+    """``torch_npu.npu_add_rms_norm(x1, x2, gamma, epsilon=1e-06) -> (y, rstd, x)``, its first output:
+    ``x = x1 + x2`` normalised by its root mean square over gamma's dimensions (the trailing ones),
+    times gamma (op-plugin ``docs/context/torch_npu-npu_add_rms_norm.md``). The sum is its third
+    output, rounded to the inputs' dtype; whether the kernel normalises that rounded sum or its
+    float32 one, the doc does not say: both roundings are allowed."""
+    gamma = call.tensor(2, "gamma", "gamma")
+    width = int(gamma.size)
+    raw = call.raw(0, "x1")
+    if call.sample is not None and raw is not None and width != raw.shape[-1]:
+        raise NotSampleable("normalised over more than the last dimension")
+    x = call.data(0, "x1", "x1") + call.data(1, "x2", "x2")
+    if x.size % width:
+        raise ReplayImpossible(f"shape mismatch: gamma of {width} elements for a sum of shape {x.shape}")
+    eps = call.option("epsilon", 3)
+    notes: tuple[str, ...] = ()
+    if eps is None:
+        eps, notes = 1e-6, ("epsilon not recorded: torch_npu's default 1e-6",)
+    normed = maths.rms_norm(x, width, None, float(eps)).reshape(-1, width) * gamma.reshape(-1)
+    return Replayed(normed.reshape(x.shape), rows=call.rows, reduction=width, notes=notes, roundings=2)
+
+
 REFERENCES = {
     "NPU.npu_rotary_mul": npu_rotary_mul,
+    "NPU.npu_add_rms_norm": npu_add_rms_norm,
 }
