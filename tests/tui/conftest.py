@@ -18,6 +18,14 @@ async def settle(pilot: Pilot[None]) -> None:
     await pilot.pause()
 
 
+def cursor_key(app: AccApp, selector: str) -> str:
+    """The key of the row under the cursor of table ``selector`` on the screen shown."""
+    from textual.widgets import DataTable
+
+    table = app.screen.query_one(selector, DataTable)
+    return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+
+
 async def export_to(pilot: Pilot[None], path: str) -> None:
     """``e``, the path put in the dialog's field, Enter. The path is set rather than typed: a pilot
     types a /tmp path in 5 s, a key at a time; the field's own typing is held by the tests that type

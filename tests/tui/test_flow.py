@@ -9,7 +9,7 @@ from pathlib import Path
 
 from textual.widgets import DataTable, Static
 
-from tests.tui.conftest import settle
+from tests.tui.conftest import cursor_key, settle
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.help import HelpScreen
 from tui_acc.tui.screens.operators import OperatorScreen
@@ -39,11 +39,6 @@ def _render(app: AccApp, selector: str) -> str:
     return console.export_text()
 
 
-def _cursor_key(app: AccApp, selector: str) -> str:
-    table = app.screen.query_one(selector, DataTable)
-    return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
-
-
 def _read_csv(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as handle:
         return list(csv.DictReader(handle))
@@ -57,7 +52,7 @@ async def test_token_list_shows_verdicts_and_first_failing_token(demo_app: AccAp
         verdicts = [str(table.get_cell(str(t), "passed")) for t in range(8)]
         assert verdicts == ["pass"] * 3 + ["FAIL"] * 5
         assert "first failing: 3" in _text(demo_app, "#summary")
-        assert _cursor_key(demo_app, "#tokens") == str(demo_pair.fault_token)  # where it starts
+        assert cursor_key(demo_app, "#tokens") == str(demo_pair.fault_token)  # where it starts
 
 
 async def test_drill_down_to_the_injected_fault_and_back(demo_app: AccApp, demo_pair) -> None:
@@ -70,7 +65,7 @@ async def test_drill_down_to_the_injected_fault_and_back(demo_app: AccApp, demo_
         assert "◆ model.layers.2.mlp.down_proj" in _text(demo_app, "#summary")
         await pilot.press("f")
         await pilot.pause()
-        assert _cursor_key(demo_app, "#ops") == demo_pair.fault_module
+        assert cursor_key(demo_app, "#ops") == demo_pair.fault_module
         detail = str(screen.query_one("#detail", Static).render())
         tree = screen.query_one(LayerTree)
         assert tree.cursor_node is not None and tree.cursor_node.data == demo_pair.fault_module
@@ -163,9 +158,9 @@ async def test_help_tree_toggle_and_vim_keys(demo_app: AccApp) -> None:
         assert isinstance(demo_app.screen, HelpScreen)
         await pilot.press("escape")
         await pilot.press("g", "j", "j")  # the cursor starts on the first failing token
-        assert _cursor_key(demo_app, "#tokens") == "2"
+        assert cursor_key(demo_app, "#tokens") == "2"
         await pilot.press("k")
-        assert _cursor_key(demo_app, "#tokens") == "1"
+        assert cursor_key(demo_app, "#tokens") == "1"
         await pilot.press("enter")
         await settle(pilot)
         tree = demo_app.screen.query_one(LayerTree)
@@ -201,23 +196,23 @@ async def test_next_previous_failure_edges_and_filter(demo_app: AccApp, demo_pai
     async with demo_app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         # the first failing token is selected at start
-        assert _cursor_key(demo_app, "#tokens") == str(demo_pair.fault_token)
+        assert cursor_key(demo_app, "#tokens") == str(demo_pair.fault_token)
         await pilot.press("n")
-        assert _cursor_key(demo_app, "#tokens") == str(demo_pair.fault_token + 1)
+        assert cursor_key(demo_app, "#tokens") == str(demo_pair.fault_token + 1)
         await pilot.press("N", "N")
-        assert _cursor_key(demo_app, "#tokens") == str(demo_pair.fault_token)  # nothing earlier fails
+        assert cursor_key(demo_app, "#tokens") == str(demo_pair.fault_token)  # nothing earlier fails
         await pilot.press("G")
-        assert _cursor_key(demo_app, "#tokens") == "7"
+        assert cursor_key(demo_app, "#tokens") == "7"
         await pilot.press("g")
-        assert _cursor_key(demo_app, "#tokens") == "0"
+        assert cursor_key(demo_app, "#tokens") == "0"
         await pilot.press("f")
         await settle(pilot)
         await pilot.press("g", "n")
-        first = _cursor_key(demo_app, "#ops")
+        first = cursor_key(demo_app, "#ops")
         rows = {r["golden_node"]: r for r in demo_app.comparison.verdicts.token(demo_pair.fault_token).rows}
         assert rows[first]["outputs_passed"] is False
         await pilot.press("n")
-        assert _cursor_key(demo_app, "#ops") != first
+        assert cursor_key(demo_app, "#ops") != first
         await pilot.press("slash")
         await pilot.press(*"down_proj", "enter")
         table = demo_app.screen.query_one("#ops", DataTable)
@@ -288,12 +283,12 @@ async def test_token_list_sorts_by_kl_and_exports_in_that_order(demo_app: AccApp
         assert kls == sorted(kls, reverse=True) and kls[0] > kls[-1]
         assert "sorted: KL ▼" in _text(demo_app, "#summary")
         await _sort_by(pilot, "passed")  # failing tokens first
-        first = _cursor_key(demo_app, "#tokens")
+        first = cursor_key(demo_app, "#tokens")
         await pilot.press("e", "enter")
         await settle(pilot)
         exported = _read_csv(next(demo_app.export_dir.glob("*.csv")))
         assert [r["verdict"] for r in exported][:5] == ["fail"] * 5
-        assert exported[-1]["verdict"] == "pass" and first == _cursor_key(demo_app, "#tokens")
+        assert exported[-1]["verdict"] == "pass" and first == cursor_key(demo_app, "#tokens")
 
 
 async def test_export_dialog_takes_a_typed_path_and_asks_before_replacing(demo_app: AccApp) -> None:
@@ -345,7 +340,7 @@ async def test_detail_panel_warns_about_an_in_place_op(in_place_copy, demo_pair,
         await pilot.press("f")
         await settle(pilot)
         await pilot.press("f")
-        assert _cursor_key(app, "#ops") == demo_pair.fault_module
+        assert cursor_key(app, "#ops") == demo_pair.fault_module
         detail = _render(app, "#detail")
         assert "⚠ in place: input_0=output (golden) identical, inputs judged by up_proj" in detail
         assert "error starts here" in detail
@@ -388,7 +383,7 @@ async def test_resizing_keeps_the_view_and_the_cursor_on_screen(demo_app: AccApp
             await pilot.pause()
             table = screen.main_table()
             assert demo_app.screen is screen and [str(k.value) for k in table.rows] == before
-            assert _cursor_key(demo_app, "#ops") == demo_pair.fault_module
+            assert cursor_key(demo_app, "#ops") == demo_pair.fault_module
             assert not screen.query_one(LayerTree).display and screen.sort.column == "max_abs_err"
             top, visible = int(table.scroll_y), table.scrollable_content_region.height - 1  # minus header
             assert top <= table.cursor_row < top + visible, (size, top, table.cursor_row)
@@ -504,6 +499,6 @@ async def test_the_app_can_open_at_a_tokens_first_failing_operator(demo_pair, tm
         await settle(pilot)
         assert [n.message for n in app._notifications] == ["hunt: first failing operator"]
         assert isinstance(app.screen, OperatorScreen) and app.screen.token == demo_pair.fault_token
-        assert _cursor_key(app, "#ops") == demo_pair.fault_module
+        assert cursor_key(app, "#ops") == demo_pair.fault_module
         await pilot.press("escape")
         assert isinstance(app.screen, TokenScreen)

@@ -14,7 +14,7 @@ import pytest
 from textual.widgets import DataTable, Tree
 from textual.widgets._footer import FooterKey
 
-from tests.tui.conftest import settle
+from tests.tui.conftest import cursor_key, settle
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens import help as help_module
 from tui_acc.tui.screens.help import HelpScreen
@@ -230,11 +230,6 @@ async def test_leaving_the_operators_leaves_nothing_of_them_alive(demo_app: AccA
         assert all(after[kind] <= before[kind] for kind in before), (before, after)
 
 
-def _cursor_key(app: AccApp, selector: str) -> str:
-    table = app.screen.query_one(selector, DataTable)
-    return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
-
-
 async def test_a_held_key_moves_the_cursor_and_the_detail_follows_where_it_rests(
     demo_app: AccApp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -256,7 +251,7 @@ async def test_a_held_key_moves_the_cursor_and_the_detail_follows_where_it_rests
         # moves are close together
         monkeypatch.setattr(detail.DetailPanel, "FOLLOW_REST", 600.0)
         rows = [str(key.value) for key in screen.ops_table().rows]
-        start = rows.index(_cursor_key(demo_app, "#ops"))
+        start = rows.index(cursor_key(demo_app, "#ops"))
 
         def shown() -> str:
             node = screen.query_one(TensorDetail)._shown
@@ -271,7 +266,7 @@ async def test_a_held_key_moves_the_cursor_and_the_detail_follows_where_it_rests
             clock[0] += 0.03
             await pilot.press("j")
         await settle(pilot)
-        assert _cursor_key(demo_app, "#ops") == rows[start + 3]
+        assert cursor_key(demo_app, "#ops") == rows[start + 3]
         assert shown() == rows[start + 1]  # the operators passed over are not drawn
         rested = screen._follow_timer
         assert rested is not None  # ... the cursor's is, once it has rested FOLLOW_REST:

@@ -16,7 +16,7 @@ import pytest
 from textual import events
 from textual.widgets import DataTable, Input, Static
 
-from tests.tui.conftest import settle
+from tests.tui.conftest import cursor_key, settle
 from tui_acc import open_comparison
 from tui_acc.redump import RedumpSettings, SideSettings
 from tui_acc.tui.app import AccApp
@@ -30,11 +30,6 @@ from tui_acc.tui.widgets.layer_tree import LayerTree
 
 def _text(app: AccApp, selector: str) -> str:
     return str(app.screen.query_one(selector, Static).render())
-
-
-def _cursor_key(app: AccApp, selector: str) -> str:
-    table = app.screen.query_one(selector, DataTable)
-    return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
 
 
 def _screen_lines(app: AccApp) -> str:
@@ -72,7 +67,7 @@ async def test_f_from_launch_opens_the_first_failing_token_at_its_culprit(
         await settle(pilot)
         screen = demo_app.screen
         assert isinstance(screen, OperatorScreen) and screen.token == demo_pair.fault_token
-        assert _cursor_key(demo_app, "#ops") == demo_pair.fault_module
+        assert cursor_key(demo_app, "#ops") == demo_pair.fault_module
         tree = screen.query_one(LayerTree)
         assert tree.cursor_node is not None and tree.cursor_node.data == demo_pair.fault_module
         await pilot.press("escape", "k", "enter")  # Enter still opens the selected token, at its top
@@ -98,7 +93,7 @@ async def test_f_while_comparing_shows_progress_and_jumps_when_known(
         await settle(pilot)
         screen = demo_app.screen
         assert isinstance(screen, OperatorScreen) and screen.token == demo_pair.fault_token
-        assert _cursor_key(demo_app, "#ops") == demo_pair.fault_module
+        assert cursor_key(demo_app, "#ops") == demo_pair.fault_module
 
 
 async def test_the_strip_names_no_bound_before_the_logits_dtype_is_known(
@@ -257,7 +252,7 @@ async def test_reopening_a_token_keeps_its_filter_tree_and_cursor(demo_app: AccA
         await pilot.press("enter")  # scope the table to layer 2
         await pilot.pause()
         await pilot.press("slash", *"proj", "enter", "G")
-        cursor = _cursor_key(demo_app, "#ops")
+        cursor = cursor_key(demo_app, "#ops")
         expanded = tree.expanded_names()
         assert cursor.endswith("proj") and expanded != {"root"}
         await pilot.press("backspace")  # back, keeping the filter (Esc would clear it first)
@@ -269,7 +264,7 @@ async def test_reopening_a_token_keeps_its_filter_tree_and_cursor(demo_app: AccA
         assert "filter 'proj'" in _text(demo_app, "#summary") and "in model.layers.2" in _text(
             demo_app, "#summary"
         )
-        assert _cursor_key(demo_app, "#ops") == cursor
+        assert cursor_key(demo_app, "#ops") == cursor
         reopened = again.query_one(LayerTree).expanded_names()
         # as left, and the path to the cursor's operator opened to show it
         assert expanded <= reopened and all(cursor.startswith(name) for name in reopened - expanded)
@@ -305,7 +300,7 @@ async def test_the_palette_offers_every_key_and_runs_it(demo_app: AccApp, demo_p
         await pilot.pause()
         await pilot.press("enter")
         await pilot.pause()
-        assert demo_app.screen is screen and _cursor_key(demo_app, "#ops") == demo_pair.fault_module
+        assert demo_app.screen is screen and cursor_key(demo_app, "#ops") == demo_pair.fault_module
 
 
 # --- 19: back from a re-dump; its title; its expected gaps --------------------------------------------
@@ -344,7 +339,7 @@ async def test_back_to_the_original_dump_after_opening_a_redump(
         assert app.comparison.test.root == original_test
         screen = app.screen
         assert isinstance(screen, OperatorScreen) and screen.token == demo_pair.fault_token
-        assert _cursor_key(app, "#ops") == demo_pair.fault_module
+        assert cursor_key(app, "#ops") == demo_pair.fault_module
         assert len(screen.query_one("#ops", DataTable).rows) > 20  # every operator again
 
 

@@ -52,6 +52,38 @@ def npu_rotary_mul(call: Call) -> Replayed:
     return Replayed(out, reduction=2, notes=notes)
 
 
+def _rms_normed(call: Call, x: np.ndarray, gamma: np.ndarray, eps_index: int, roundings: int = 1) -> Replayed:
+    """``x`` normalised by its root mean square over gamma's (trailing) dimensions, times gamma, as
+    torch_npu's RMSNorms compute it; ``epsilon`` (keyword, or argument ``eps_index``) 1e-6 where the
+    call did not record it, said."""
+    width = int(gamma.size)
+    if x.size % width:
+        raise ReplayImpossible(f"shape mismatch: gamma of {width} elements for an input of shape {x.shape}")
+    eps = call.option("epsilon", eps_index)
+    notes: tuple[str, ...] = ()
+    if eps is None:
+        eps, notes = 1e-6, ("epsilon not recorded: torch_npu's default 1e-6",)
+    normed = maths.rms_norm(x, width, None, float(eps)).reshape(-1, width) * gamma.reshape(-1)
+    return Replayed(
+        normed.reshape(x.shape), rows=call.rows, reduction=width, notes=notes, roundings=roundings
+    )
+
+
+def _trailing_only(call: Call, keyword: str, gamma: np.ndarray) -> None:
+    """A sample is of rows: NotSampleable where gamma spans more than the last dimension."""
+    raw = call.raw(0, keyword)
+    if call.sample is not None and raw is not None and int(gamma.size) != raw.shape[-1]:
+        raise NotSampleable("normalised over more than the last dimension")
+
+
+def npu_rms_norm(call: Call) -> Replayed:
+    """``torch_npu.npu_rms_norm(self, gamma, epsilon=1e-06) -> (y, rstd)``, its first output (op-plugin
+    ``docs/context/torch_npu-npu_rms_norm.md``)."""
+    gamma = call.tensor(1, "gamma", "gamma")
+    _trailing_only(call, "x", gamma)
+    return _rms_normed(call, call.data(0, "x", "x"), gamma, 2)
+
+
 def npu_add_rms_norm(call: Call) -> Replayed:
     """``torch_npu.npu_add_rms_norm(x1, x2, gamma, epsilon=1e-06) -> (y, rstd, x)``, its first output:
     ``x = x1 + x2`` normalised by its root mean square over gamma's dimensions (the trailing ones),
@@ -59,22 +91,13 @@ def npu_add_rms_norm(call: Call) -> Replayed:
     output, rounded to the inputs' dtype; whether the kernel normalises that rounded sum or its
     float32 one, the doc does not say: both roundings are allowed."""
     gamma = call.tensor(2, "gamma", "gamma")
-    width = int(gamma.size)
-    raw = call.raw(0, "x1")
-    if call.sample is not None and raw is not None and width != raw.shape[-1]:
-        raise NotSampleable("normalised over more than the last dimension")
+    _trailing_only(call, "x1", gamma)
     x = call.data(0, "x1", "x1") + call.data(1, "x2", "x2")
-    if x.size % width:
-        raise ReplayImpossible(f"shape mismatch: gamma of {width} elements for a sum of shape {x.shape}")
-    eps = call.option("epsilon", 3)
-    notes: tuple[str, ...] = ()
-    if eps is None:
-        eps, notes = 1e-6, ("epsilon not recorded: torch_npu's default 1e-6",)
-    normed = maths.rms_norm(x, width, None, float(eps)).reshape(-1, width) * gamma.reshape(-1)
-    return Replayed(normed.reshape(x.shape), rows=call.rows, reduction=width, notes=notes, roundings=2)
+    return _rms_normed(call, x, gamma, 3, roundings=2)
 
 
 REFERENCES = {
+    "NPU.npu_rms_norm": npu_rms_norm,
     "NPU.npu_rotary_mul": npu_rotary_mul,
     "NPU.npu_add_rms_norm": npu_add_rms_norm,
 }

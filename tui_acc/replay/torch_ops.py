@@ -159,22 +159,6 @@ def _normalised_rows(call: Call, shape_index: int | None, keyword: str = "input"
     return call.data(0, keyword, keyword)
 
 
-def npu_rms_norm(call: Call) -> Replayed:
-    """``torch_npu.npu_rms_norm(x, gamma, epsilon=1e-6)`` (its first output; the second is rstd)."""
-    gamma = call.tensor(1, "gamma", "gamma")
-    raw = call.raw(0, "x")
-    if call.sample is not None and raw is not None and int(gamma.size) != raw.shape[-1]:
-        raise NotSampleable("normalised over more than the last dimension")
-    x = call.data(0, "x", "x")
-    eps = call.option("epsilon", 2)
-    notes: tuple[str, ...] = ()
-    if eps is None:
-        eps, notes = 1e-6, ("epsilon not recorded: torch_npu's default 1e-6",)
-    width = int(gamma.size)
-    out = maths.rms_norm(x, width, gamma.reshape(-1), float(eps))
-    return _rowwise(call, out, reduction=width, notes=notes)
-
-
 # HF's RMSNorm modules hold eps as an attribute no dump records: the value Llama, Qwen2 and
 # Mistral configs use (rms_norm_eps), said in the notes
 MODULE_RMS_EPS = 1e-6
@@ -356,7 +340,6 @@ API_REFERENCES = {
     "Torch.softmax": softmax,
     "Tensor.softmax": softmax,
     "Functional.rms_norm": rms_norm,
-    "NPU.npu_rms_norm": npu_rms_norm,
     "Functional.layer_norm": layer_norm,
     "Tensor.__add__": add,
     "Tensor.__radd__": add,
