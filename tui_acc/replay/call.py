@@ -62,6 +62,11 @@ class Replayed:
     # how many times the result is rounded to the output's dtype on its way out (an HF RMSNorm
     # rounds the normalised value, then its product with the weight: 2)
     roundings: int = 1
+    # an output rounded to integers (a quantisation step): ``values`` as a correct kernel rounds them,
+    # ``unrounded`` before the rounding (saturated); a dumped element may be either integer next to
+    # an unrounded value within ``step_slack`` (relative: the kernel's own float arithmetic) of a tie
+    unrounded: np.ndarray | None = None
+    step_slack: float = 0.0
 
 
 @dataclass(frozen=True)

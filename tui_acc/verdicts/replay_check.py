@@ -10,7 +10,7 @@ key and ``report --replay`` show both sides and read them together.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -25,7 +25,7 @@ from tui_acc.replay.distance import Distance, distance
 from tui_acc.replay.dumped_call import Gathered, gather
 from tui_acc.replay.registry import Entry, PluginError, Registry
 from tui_acc.replay.remedy import remedy
-from tui_acc.tolerances.rounding import expected_local, local_bound
+from tui_acc.tolerances.rounding import MARGIN, expected_local, local_bound
 
 Verdict = Literal["consistent", "disagrees", "impossible"]
 METRICS = ("cosine", "max_abs_err", "rel_euclidean", "mean_abs_err", "max_rel_err")
@@ -262,8 +262,13 @@ def _judged(
     found = distance(values, kept)
     dtype = dtype_name(dumped)
     args = (dtype, replayed.reduction, replayed.roundings, replayed.condition)
-    bound = local_bound(*args)
-    ok, reason = consistent(found, bound)
+    bound, expected = local_bound(*args), expected_local(*args)
+    if replayed.unrounded is not None:
+        unrounded, _, _ = _compared_elements(dumped, replace(replayed, values=replayed.unrounded), gathered)
+        ok, reason, expected = within_steps(unrounded, kept, replayed.step_slack)
+        bound = MARGIN * expected
+    else:
+        ok, reason = consistent(found, bound)
     metrics = {key: _finite_or_none(found.get(key)) for key in METRICS}
     return SideReplay(
         side,
@@ -276,7 +281,7 @@ def _judged(
         bound,
         metrics,
         tuple(notes),
-        expected_local(*args),
+        expected,
         sampled,
     )
 
@@ -308,6 +313,30 @@ def _compared_elements(
     said = [f"{len(rows)} of {table.shape[0]} rows"] if rows is not None else []
     said += [f"{len(columns)} of {width} columns"] if columns is not None else []
     return values.reshape(kept.shape), kept, ", ".join(said)
+
+
+def within_steps(unrounded: np.ndarray, dumped: np.ndarray, slack: float) -> tuple[bool, str, float]:
+    """An integer output against the values a correct kernel rounds: consistent where every element
+    is one of the integers next to its unrounded value, either of them only where that value is
+    within ``slack`` (relative) of a tie. Also the relative error rounding alone gives (an rms of
+    1/sqrt(12) per element), the expected local error."""
+    exact = np.asarray(unrounded, dtype=np.float64).reshape(-1)
+    got = np.asarray(dumped, dtype=np.float64).reshape(-1)
+    off = np.abs(got - exact)
+    allowed = 0.5 + slack * np.abs(exact) + 1e-9
+    beyond = int(np.count_nonzero(~(off <= allowed)))  # NaN counts as beyond
+    size = float(np.linalg.norm(exact))
+    expected = math.sqrt(exact.size / 12.0) / size if size > 0 else 0.0
+    if beyond:
+        largest = float(np.nanmax(off)) if off.size else 0.0
+        return (
+            False,
+            f"{beyond} of {exact.size} elements beyond their rounding step (up to {number(largest)})",
+            expected,
+        )
+    ties = int(np.count_nonzero(np.abs(got - np.round(exact)) >= 1))
+    said = f" ({ties} one step off at a tie)" if ties else ""
+    return True, f"every element within its rounding step{said}", expected
 
 
 def consistent(found: Distance, bound: float) -> tuple[bool, str]:
