@@ -97,7 +97,9 @@ def npu_dynamic_quant(x: Any, *, smooth_scales: Any = None) -> Any:
     return torch.round(wide / scale.unsqueeze(-1)).clamp(-128, 127).to(torch.int8), scale
 
 
-def npu_quant_matmul(x1: Any, x2: Any, scale: Any, *, pertoken_scale: Any = None, output_dtype: Any = None) -> Any:
+def npu_quant_matmul(
+    x1: Any, x2: Any, scale: Any, *, pertoken_scale: Any = None, output_dtype: Any = None
+) -> Any:
     """``(x1 @ x2) * scale * pertoken_scale``: the int8 products summed exactly (in int64 here, int32
     on the device), dequantised in float32."""
     import torch
@@ -118,7 +120,9 @@ def npu_swiglu(x: Any, dim: int = -1) -> Any:
     return (torch.nn.functional.silu(first) * second).to(x.dtype)
 
 
-def npu_scatter_pa_kv_cache(key: Any, value: Any, key_cache: Any, value_cache: Any, slot_mapping: Any, *, cache_mode: str = "PA_NZ") -> None:
+def npu_scatter_pa_kv_cache(
+    key: Any, value: Any, key_cache: Any, value_cache: Any, slot_mapping: Any, *, cache_mode: str = "PA_NZ"
+) -> None:
     """Token i's key and value into ``cache[slot // block_size, slot % block_size]`` (``cache_mode``
     "Norm": an ND cache ``[blocks, block_size, N, D]``); returns nothing."""
     block = key_cache.shape[1]
@@ -436,7 +440,9 @@ def _versions() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--side", nargs=2, metavar=("CASE", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.side:

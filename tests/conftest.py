@@ -19,6 +19,7 @@ FAMILY_CASES = REPO / "tests" / "data" / "families"  # scripts/make_family_fixtu
 RANKS_CASES = REPO / "tests" / "data" / "ranks"  # scripts/make_ranks_fixtures.py
 SENSITIVITY = REPO / "tests" / "data" / "sensitivity"  # scripts/make_sensitivity_fixtures.py
 MSPROBE_CASES = REPO / "tests" / "data" / "msprobe"  # scripts/make_msprobe_pass_fixtures.py
+NPU_CASES = REPO / "tests" / "data" / "npu"  # scripts/make_npu_fixtures.py
 
 
 def sensitivity_key() -> dict[str, dict[str, dict]]:
@@ -104,6 +105,14 @@ def msprobe_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pa
     """``msprobe_case(name)``: a real msprobe dump pair of tests/data/msprobe, unpacked once per
     session (``golden/``, ``test/`` and ``case.json``: the model's config and where the fault is)."""
     return _unpacker(MSPROBE_CASES, tmp_path_factory.mktemp("msprobe"))
+
+
+@pytest.fixture(scope="session")
+def npu_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``npu_case(name)``: real msprobe dumps of a port on torch_npu's operators (tests/data/npu),
+    unpacked once per session: ``golden/``, a test dump per case (``clean/``, one per fault) and
+    ``case.json``."""
+    return _unpacker(NPU_CASES, tmp_path_factory.mktemp("npu"))
 
 
 @pytest.fixture(scope="session")

@@ -205,6 +205,9 @@ class _NodeVerdicts(TypedDict, total=False):
     local_error: float | None
     expected_error: float | None
     reason: str | None
+    # a record only the test has inside it (a port's fused operator) whose replay disagrees: the
+    # operator the verdict names
+    operator: str | None
     input_error: float | None  # the largest relative error among its inputs (or what fed it)
     output_error: float | None  # the largest among its outputs
     input_cosine: float | None

@@ -164,3 +164,25 @@ async def test_a_malformed_replay_table_is_said_in_the_status_line(
         assert app.screen is screen  # no dialog: nothing was replayed
         status = str(screen.query_one("#status", Static).render())
         assert str(config) in status and "module:function" in status
+
+
+async def test_p_on_a_ports_module_lists_the_tests_own_operators_inside_it(npu_case) -> None:
+    # the W8A8 port's faulty attention (tests/data/npu): the module has no reference of its own, the
+    # records only the test has inside it are replayed, and the faulty fused attention disagrees
+    port = npu_case("w8a8-llama-msprobe-mix")
+    app = AccApp(open_comparison(port / "golden", port / "attention"), start_at=2)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("f")
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+        assert app.screen.cursor_key() == "Module.model.layers.0.self_attn.LlamaAttention.forward.2"
+        await pilot.press("p")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, ReplayScreen)
+        inner = {side.node: side.verdict for side in screen.replay.inner}
+        assert inner["NPU.npu_fused_infer_attention_score.4.forward"] == "disagrees"
+        assert inner["NPU.npu_rotary_mul.8.forward"] == inner["NPU.npu_rotary_mul.9.forward"] == "consistent"
+        body = _body(app)
+        assert "records only the test has" in body and "npu_fused_infer_attention_score.4" in body

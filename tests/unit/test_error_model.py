@@ -324,6 +324,9 @@ def test_only_a_sampled_replay_that_agrees_yields_to_the_error_model(sampled, ru
         def replay(self, node):
             return NodeReplay(agrees, None)
 
+        def inner(self, node):
+            return ()  # nothing only the test has inside it
+
     nodes = {
         "root": Node("root", "Model", None, 0, ["linear"]),
         "linear": Node("linear", "Linear", "root", 1),

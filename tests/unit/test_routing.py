@@ -93,6 +93,9 @@ class _Checks:
     def has_reference(self, node: NodePair) -> bool:
         return False
 
+    def inner(self, node: NodePair) -> tuple:
+        return ()  # nothing only the test has inside it
+
     def routing(self, selection: Selection) -> Routing:
         self.asked.append(selection)
         return self.found

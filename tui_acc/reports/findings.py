@@ -25,6 +25,7 @@ _OP_FIELDS = (
     "local_error",
     "expected_error",
     "reason",
+    "operator",
     "input_error",
     "output_error",
     "worst_output",

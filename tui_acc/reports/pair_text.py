@@ -63,6 +63,8 @@ def format_text(report: dict[str, Any]) -> str:
             )
             if op.get("rule"):
                 lines.append(f"  judged by {op['rule']}: {op.get('reason') or ''}")
+            if op.get("operator"):
+                lines.append(f"  the operator: {op['operator']} (the test's own, inside it)")
             counts = report.get("counts") or {}
             said = ", ".join(
                 f"{counts[label]} {name}" for label, name in _LABELS.items() if counts.get(label)

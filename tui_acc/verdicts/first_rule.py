@@ -17,6 +17,7 @@ from tui_acc.verdicts.rules import (
     Reading,
     Tensors,
     by_error_model,
+    by_inner_replays,
     by_own_rounding,
     by_replay,
     by_statistics,
@@ -86,6 +87,13 @@ def _rules(
     untouched = by_own_rounding(facts.output_error, outputs)
     if untouched is not None:  # nothing for a replay to find: it is not run
         return untouched
+    if judging.checks is not None and node is not None:
+        known, inner = (True, judging.checks.inner(node)) if compute else judging.checks.known_inner(node)
+        if not known:
+            return None
+        by_inner = by_inner_replays(inner) if inner else None
+        if by_inner is not None:
+            return by_inner
     modelled = by_error_model(facts, outputs, data_inputs(row, facts.tensors), roundings=_roundings(node))
     if _replayable(facts, judging, node):
         assert judging.checks is not None and node is not None  # _replayable says so

@@ -37,7 +37,7 @@ from tui_acc.replay.registry import Registry
 from tui_acc.replay.sampling import plan
 from tui_acc.row_store import RowStore
 from tui_acc.tolerances.rounding import UNIT_ROUNDOFF
-from tui_acc.verdicts.replay_check import SideReplay, replay_side
+from tui_acc.verdicts.replay_check import SideReplay, replay_side, test_only_inside
 from tui_acc.verdicts.routing import Routing, Selection, check
 
 
@@ -70,6 +70,8 @@ class LocalChecks:
         self._replays: RowStore[tuple[int, str], NodeReplay | None] = RowStore()
         self._distances: RowStore[tuple[int, str, str], float | None] = RowStore()
         self._routings: RowStore[tuple[int, str], Routing | None] = RowStore()
+        self._inner: RowStore[tuple[int, str], tuple[SideReplay, ...]] = RowStore()
+        self._paired_tests: dict[int, frozenset[str]] = {}
         self._lock = threading.Lock()
         self.replayed = 0  # how many nodes were replayed (for the benchmark)
 
@@ -113,6 +115,41 @@ class LocalChecks:
             for key in sorted(golden.keys() & test.keys())
             if not _same_argument(golden[key], test[key])
         )
+
+    def inner(self, node: NodePair) -> tuple[SideReplay, ...]:
+        """The replays of the records only the test has inside the node (a port's own operators in a
+        module both sides have: what the pairing leaves unmatched), those with a reference, in
+        execution order; computed once."""
+        return self._inner.once((node.token, node.golden), lambda: self._inner_replays(node))
+
+    def known_inner(self, node: NodePair) -> tuple[bool, tuple[SideReplay, ...]]:
+        """``(known, replays)`` without computing anything (what a UI thread may ask); known and empty
+        where nothing only the test has lies inside the node."""
+        key = (node.token, node.golden)
+        if key in self._inner:
+            return True, self._inner.get(key) or ()
+        return (not self.test_only_inside(node)), ()
+
+    def test_only_inside(self, node: NodePair) -> list[str]:
+        """The test's records inside the node that only the test has and a reference replays
+        (``replay_check.test_only_inside``; no data is read)."""
+        return test_only_inside(self.pairing.test, node.test, self._paired_at(node.token), self.registry)
+
+    def _paired_at(self, token: int) -> frozenset[str]:
+        with self._lock:
+            known = self._paired_tests.get(token)
+        if known is None:
+            known = frozenset(p.test for p in self.pairing.node_pairs(token))
+            with self._lock:
+                self._paired_tests[token] = known
+        return known
+
+    def _inner_replays(self, node: NodePair) -> tuple[SideReplay, ...]:
+        names = self.test_only_inside(node)
+        if not names:
+            return ()
+        with one_blas_thread():
+            return tuple(replay_side(self.pairing.test, node.token, n, self.registry, "test") for n in names)
 
     def routing(self, selection: Selection) -> Routing | None:
         """The test side's kept experts against its own scores (routing.py); None where a tensor

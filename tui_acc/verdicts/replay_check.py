@@ -87,11 +87,13 @@ READINGS = {
 
 @dataclass(frozen=True)
 class Replay:
-    """Both sides' replays of one node at one token."""
+    """Both sides' replays of one node at one token; ``inner``: the replays of the records only the
+    test has inside it (a port's own operators in a module both sides have)."""
 
     token: int
     golden: SideReplay
     test: SideReplay
+    inner: tuple[SideReplay, ...] = ()
 
     @property
     def finding(self) -> str:
@@ -157,6 +159,7 @@ class Replay:
             "test": self.test.as_dict(),
             "finding": self.finding,
             "reading": self.reading,
+            "inner": [{"node": side.node, **side.as_dict()} for side in self.inner],
         }
 
     def describe(self) -> list[str]:
@@ -177,6 +180,12 @@ class Replay:
             lines += [f"         note: {note}" for note in side.notes]
         for whose, what in self.remedies():
             lines.append(f"  to replay it{'' if whose == 'both' else f' ({whose})'}: {what}")
+        if self.inner:
+            lines.append("  inside it, records only the test has:")
+        for side in self.inner:
+            error, bound = side.local_error, side.tolerance
+            said = side.reason if error is None else f"rel eucl {number(error)} (tolerance {number(bound)})"
+            lines.append(f"    {side.node:<48} {side.verdict:<10} {said}".rstrip())
         return lines
 
 
@@ -186,11 +195,34 @@ def replay_node(cmp: Compared, token: int, golden_node: str, registry: Registry 
     if pair is None:
         raise UnknownNode(f"{golden_node!r} is not a paired node at token {token}")
     registry = registry or Registry()
+    paired = frozenset(p.test for p in cmp.pairing.node_pairs(token))
+    inside = test_only_inside(cmp.test, pair.test, paired, registry)
     return Replay(
         token,
         replay_side(cmp.golden, token, pair.golden, registry, "golden"),
         replay_side(cmp.test, token, pair.test, registry, "test"),
+        tuple(replay_side(cmp.test, token, name, registry, "test") for name in inside),
     )
+
+
+def test_only_inside(index: DumpIndex, node: str, paired: frozenset[str], registry: Registry) -> list[str]:
+    """The test's records inside ``node`` (not inside a paired node within it: those are judged on
+    their own) that the golden has no partner for (``paired``: the test's paired names at the token)
+    and that a reference replays, in execution order. No data is read."""
+    found: list[str] = []
+
+    def visit(name: str) -> None:
+        for child in index.tree.children(name):
+            if child in paired:
+                continue
+            inner = index.tree.nodes.get(child)
+            api = api_of(child) if index.format in MSPROBE_FORMATS else None
+            if registry.find(api, inner.type if inner is not None else None) is not None:
+                found.append(child)
+            visit(child)
+
+    visit(node)
+    return found
 
 
 def replay_side(

@@ -29,6 +29,7 @@ from tui_acc.verdicts.propagation import (
     spread,
     width,
 )
+from tui_acc.verdicts.replay_check import SideReplay
 from tui_acc.verdicts.verdict import Rule
 from tui_acc.verdicts.weights import is_weight, weight_error
 
@@ -80,6 +81,7 @@ class Reading:
     local_error: float | None = None  # the error the rule measured
     expected_error: float | None = None  # the most it allows (None: a threshold, not an error)
     reason: str = ""
+    operator: str | None = None  # the test's own operator inside the node that the reading names
 
 
 def by_threshold(facts: Facts, rule: Rule = "threshold") -> Reading:
@@ -141,6 +143,38 @@ def by_replay(replay: NodeReplay) -> Reading | None:
         return Reading("replay", False, error, bound, said)
     said = f"{number(error)} off its replay from its own inputs" if error is not None else test.reason
     return Reading("replay", True, error, bound, f"its output is {said}; {explains}{sample}")
+
+
+def by_inner_replays(replays: Sequence[SideReplay]) -> Reading | None:
+    """A node whose test side computes with operators the golden has no record of (a port's fused
+    kernels inside a module both sides have), judged by those operators' own replays, in execution
+    order: the first that disagrees with its inputs is where the error starts (the node is local, and
+    the reading names it); where every one is consistent, what the node adds beyond its inputs is what
+    they compute by design (a quantisation, a fused kernel's rounding): not local. None where one could
+    not be replayed (the other rules judge the node)."""
+    wrong = next((r for r in replays if r.verdict == "disagrees"), None)
+    if wrong is not None:
+        error = wrong.local_error
+        off = number(error) if error is not None else f"far ({wrong.reason})"
+        said = f"{off} off its replay"
+        return Reading(
+            "replay",
+            True,
+            error,
+            wrong.tolerance,
+            f"inside it, the test's {wrong.node} is {said} from its own inputs; rounding at "
+            f"{wrong.dtype} explains up to {number(wrong.tolerance)}",
+            operator=wrong.node,
+        )
+    if not replays or any(r.verdict == "impossible" for r in replays):
+        return None
+    kinds = ", ".join(dict.fromkeys(r.type for r in replays))
+    said = (
+        f"the test's own operators inside it ({kinds}; {len(replays)} records the golden has none of) "
+        "each give their output from their own inputs: what it adds is what they compute by design "
+        "(a quantisation, a fused kernel), or came in"
+    )
+    return Reading("replay", False, None, None, said)
 
 
 def by_own_rounding(output_error: float | None, outputs: Tensors) -> Reading | None:

@@ -34,6 +34,7 @@ VERDICT_FIELDS = (
     "local_error",
     "expected_error",
     "reason",
+    "operator",
 )
 
 
@@ -72,6 +73,8 @@ class NodeVerdict:
     input_error: float | None = None  # the largest relative error its inputs (or what fed it) carry
     output_error: float | None = None  # the largest among its outputs
     outputs_passed: bool | None = None  # its outputs against the thresholds (the engine's)
+    # inside a module: the test's own operator (a record the golden lacks) its replay found wrong
+    operator: str | None = None
 
     @property
     def failing(self) -> bool | None:
@@ -91,6 +94,7 @@ class NodeVerdict:
             "local_error": self.local_error,
             "expected_error": self.expected_error,
             "reason": self.reason or None,
+            "operator": self.operator,
         }
 
 

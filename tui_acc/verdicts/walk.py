@@ -9,6 +9,8 @@ order; ``rules.py`` says how each one reads):
 2. **weights**: a weight further from the golden's than its dtype's cast explains (``weights.py``).
 3. **own rounding**: an output within its own rounding of the golden is never local (no replay runs).
 4. **replay**: the test side's output against its own inputs, recomputed (``local.py``); for a module
+   whose test side runs records the golden has none of (a port's fused operators), their replays
+   (the first inconsistent one named; all consistent: not local); for a module
    that passes a descendant's output through, the distance between the two. A consistent replay
    yields to the error model where the output fails, the inputs pass and the model calls it local
    (a sample can miss the rows it did not draw).
@@ -345,6 +347,7 @@ def _verdict(facts: Facts, reading: Reading) -> NodeVerdict:
         input_error=facts.input_error,
         output_error=facts.output_error,
         outputs_passed=facts.row["outputs_passed"],
+        operator=reading.operator,
     )
 
 

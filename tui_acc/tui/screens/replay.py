@@ -68,7 +68,23 @@ def replay_renderable(replay: Replay) -> RenderableType:
         "\nThe dumped output against a float64 replay from the same side's dumped inputs; ", style="dim"
     )
     hint.append("Esc closes. More in docs/replay.md.", style="dim")
-    return Group(head, Text(""), table, *([remedies] if remedies else []), hint)
+    inner = [_inner_table(replay.inner)] if replay.inner else []
+    return Group(head, Text(""), table, *inner, *([remedies] if remedies else []), hint)
+
+
+def _inner_table(inner: tuple[SideReplay, ...]) -> RenderableType:
+    """The records only the test has inside the node (a port's own operators), each replayed."""
+    table = Table(box=None, padding=(0, 2, 0, 0), show_header=True, header_style="bold")
+    table.title = "inside it, records only the test has"
+    table.title_justify = "left"
+    table.add_column("record")
+    table.add_column("verdict")
+    table.add_column("rel eucl / tolerance")
+    for side in inner:
+        measured = side.local_error
+        said = side.reason if measured is None else f"{number(measured)} / {_tolerance(side)}"
+        table.add_row(Text(side.node), Text(side.verdict, style=_VERDICT_STYLE[side.verdict]), Text(said))
+    return Group(Text(""), table)
 
 
 def _tolerance(side: SideReplay) -> str:
