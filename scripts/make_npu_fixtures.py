@@ -22,7 +22,9 @@ Cases (one archive: the golden once, a test dump per case):
 - ``attention``: layer 0's attention output 3 % off at token 2 (a decode step), inside the kernel;
 - ``dequant``: layer 1's ``o_proj`` dequantised with its scale 2 % off, at every token;
 - ``rope``: layer 1's rope with the sine's sign flipped (the rotation turned the other way), at every
-  token.
+  token;
+- ``kvslot``: layer 1's KV-cache write puts token 2's key and value one slot too far (the attention
+  then reads what the slot held before, and is consistent with that).
 
 The tools' venv (docs/formats.md §0)::
 
@@ -52,11 +54,12 @@ from make_model_fixtures import PROMPT, SEED, _pack, _relativise  # noqa: E402
 OUT = REPO / "tests" / "data" / "npu"
 NEW_TOKENS = 4
 BLOCK, BLOCKS, REQUEST_BLOCK = 128, 3, 2
-CASES = ("clean", "attention", "dequant", "rope")
+CASES = ("clean", "attention", "dequant", "rope", "kvslot")
 FAULTS = {
     "attention": "layer 0's npu_fused_infer_attention_score output 3 % off at token 2 (a decode step)",
     "dequant": "layer 1's o_proj npu_quant_matmul dequantised with its scale 2 % off, at every token",
     "rope": "layer 1's npu_rotary_mul of the query turns the other way (the sine's sign), at every token",
+    "kvslot": "layer 1's npu_scatter_pa_kv_cache writes token 2's key and value one slot too far",
 }
 
 # --- torch_npu's operators, in torch, from op-plugin's API docs -----------------------------------
@@ -126,6 +129,8 @@ def npu_scatter_pa_kv_cache(
     """Token i's key and value into ``cache[slot // block_size, slot % block_size]`` (``cache_mode``
     "Norm": an ND cache ``[blocks, block_size, N, D]``); returns nothing."""
     block = key_cache.shape[1]
+    if _faulty("kvslot", 1, token=2):
+        slot_mapping = slot_mapping + 1
     for i, slot in enumerate(slot_mapping.tolist()):
         key_cache[slot // block, slot % block] = key[i]
         value_cache[slot // block, slot % block] = value[i]

@@ -1,7 +1,8 @@
 """A W8A8 Llama port on torch_npu's operators against its float32 golden (tests/data/npu, real
 msprobe mix dumps: scripts/make_npu_fixtures.py). The port's quantised linears, rope, KV cache and
 paged attention are records the golden has none of, inside modules both sides have: each module is
-judged by the replays of the test's own operators inside it.
+judged by the replays of the test's own operators inside it; a KV-cache write, which returns
+nothing, through what the attention after it read.
 
 Where each fault lies follows from how the port runs, not from tui-acc: per token, two layers call
 ``npu_rotary_mul`` twice (query, then key), ``npu_fused_infer_attention_score`` once and
@@ -35,6 +36,13 @@ FAULTS = {
     ),
     # layer 1's query rope at token 0: the 3rd rope call (layer 0's query and key first)
     "rope": (0, "Module.model.layers.1.self_attn.LlamaAttention.forward.0", "NPU.npu_rotary_mul.2.forward"),
+    # layer 1's KV-cache write at token 2 (two a token): its 6th; the attention after it is consistent
+    # with the cache it read, and the write is checked through what that attention read
+    "kvslot": (
+        2,
+        "Module.model.layers.1.self_attn.LlamaAttention.forward.2",
+        "NPU.npu_scatter_pa_kv_cache.5.forward",
+    ),
 }
 
 

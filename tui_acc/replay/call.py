@@ -67,6 +67,9 @@ class Replayed:
     # an unrounded value within ``step_slack`` (relative: the kernel's own float arithmetic) of a tie
     unrounded: np.ndarray | None = None
     step_slack: float = 0.0
+    # where the call has no output of its own (an in-place write): the dumped values the replay is
+    # compared with, read back from the record that read what it wrote
+    observed: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,10 @@ class Call:
     output_shape: tuple[int, ...] = ()
     precision: Precision = np.float64
     sample: Sample | None = None
+    # an in-place write that returns nothing (a KV-cache write): what the next record that reads the
+    # written tensors took in (``key``, ``value``: its arguments 1 and 2), and that record's name
+    after: Mapping[str, np.ndarray] = field(default_factory=dict)
+    after_by: str = ""
 
     def whole(self) -> Call:
         """The same call without a sample: every output element is replayed."""

@@ -89,6 +89,7 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
     )
     output = load(first) if first is not None else None
     shape = tuple(output.shape) if output is not None else ()
+    after, after_by = ({}, "") if output is not None else _cache_reader(index, token, node, missing)
     call = Call(
         name=node,
         type=node_type,
@@ -100,9 +101,58 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
         output_shape=shape,
         precision=_precision(output),
         sample=plan(shape, node) if sample else None,
+        after=after,
+        after_by=after_by,
     )
     statistics_only = bool(refs) and not any(r.has_data for r in refs)
     return Gathered(call, output, first.slot if first is not None else None, missing, statistics_only)
+
+
+# KV-cache writes that return nothing (msprobe records no output), and the records that read a
+# cache afterwards: the write is checked against what the next of those took in
+CACHE_WRITES = frozenset({"NPU.npu_scatter_pa_kv_cache", "NPU._npu_reshape_and_cache"})
+CACHE_READERS = frozenset(
+    {
+        "NPU.npu_fused_infer_attention_score",
+        "NPU.npu_fused_infer_attention_score_v2",
+        "NPU.npu_incre_flash_attention",
+        "NPU.npu_prompt_flash_attention",
+        "NPU._npu_paged_attention",
+    }
+)
+
+
+def _api(node: str) -> str:
+    """``NPU.npu_x`` of ``NPU.npu_x.3.forward`` (msprobe's API records)."""
+    parts = node.split(".")
+    return ".".join(parts[:2]) if len(parts) >= 4 and parts[-1] == "forward" else node
+
+
+def _cache_reader(
+    index: DumpIndex, token: int, node: str, missing: list[str]
+) -> tuple[dict[str, np.ndarray], str]:
+    """For a KV-cache write: the first later sibling that reads a KV cache, its key and value
+    arguments (1, 2) and its name; nothing for any other node."""
+    found = index.tree.nodes.get(node)
+    if _api(node) not in CACHE_WRITES or found is None or found.parent is None:
+        return {}, ""
+    siblings = index.tree.children(found.parent)
+    for later in siblings[siblings.index(node) + 1 :]:
+        if _api(later) not in CACHE_READERS:
+            continue
+        read: dict[str, np.ndarray] = {}
+        for ref in index.tensors(token, later):
+            slot = {"input.1": "key", "input.2": "value", "input.key": "key", "input.value": "value"}.get(
+                ref.slot
+            )
+            if slot is None or not ref.has_data:
+                continue
+            try:
+                read[slot] = load_side(ref, None, index.load_policy)
+            except (TensorLoadError, DumpError, ValueError, OSError) as exc:
+                missing.append(f"{later} {ref.slot}: {exc}")
+        return read, later
+    return {}, ""
 
 
 def _precision(output: np.ndarray | None) -> type[np.floating[Any]]:

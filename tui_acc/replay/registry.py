@@ -11,7 +11,7 @@ Users add or override references, first match wins in this order:
 
 2. the entry point group ``tui_acc.replay`` of installed packages (name: the type or record name,
    value: ``module:function``);
-3. the built-ins (torch_ops.py, npu_ops.py, npu_attention.py, npu_quant.py, atb_ops.py).
+3. the built-ins (torch_ops.py, npu_ops.py, npu_attention.py, npu_quant.py, npu_cache.py, atb_ops.py).
 
 A plug-in is imported only when a node it matches is replayed; one that cannot be imported, is not
 callable or raises is named in the side's reason (``PluginError``), never a crash.
@@ -107,17 +107,17 @@ class Registry:
         yield from self._builtin_entries()
 
     def _builtin_entries(self) -> list[Entry]:
-        """The built-in modules' references (torch_ops, npu_ops, npu_attention, npu_quant, atb_ops),
-        imported on first use: a registry is made at start, before the first frame, which imports
-        no numpy."""
+        """The built-in modules' references (torch_ops, the npu_* modules, atb_ops), imported on first
+        use: a registry is made at start, before the first frame, which imports no numpy."""
         if self._builtins is None:
-            from tui_acc.replay import atb_ops, npu_attention, npu_ops, npu_quant, torch_ops
+            from tui_acc.replay import atb_ops, npu_attention, npu_cache, npu_ops, npu_quant, torch_ops
 
             tables = (
                 torch_ops.API_REFERENCES,
                 npu_ops.REFERENCES,
                 npu_attention.REFERENCES,
                 npu_quant.REFERENCES,
+                npu_cache.REFERENCES,
                 atb_ops.REFERENCES,
                 torch_ops.MODULE_REFERENCES,
             )

@@ -133,7 +133,8 @@ class LocalChecks:
     def test_only_inside(self, node: NodePair) -> list[str]:
         """The test's records inside the node that only the test has and a reference replays
         (``replay_check.test_only_inside``; no data is read)."""
-        return test_only_inside(self.pairing.test, node.test, self._paired_at(node.token), self.registry)
+        paired = self._paired_at(node.token)
+        return test_only_inside(self.pairing.test, node.token, node.test, paired, self.registry)
 
     def _paired_at(self, token: int) -> frozenset[str]:
         with self._lock:

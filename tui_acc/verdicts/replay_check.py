@@ -196,7 +196,7 @@ def replay_node(cmp: Compared, token: int, golden_node: str, registry: Registry 
         raise UnknownNode(f"{golden_node!r} is not a paired node at token {token}")
     registry = registry or Registry()
     paired = frozenset(p.test for p in cmp.pairing.node_pairs(token))
-    inside = test_only_inside(cmp.test, pair.test, paired, registry)
+    inside = test_only_inside(cmp.test, token, pair.test, paired, registry)
     return Replay(
         token,
         replay_side(cmp.golden, token, pair.golden, registry, "golden"),
@@ -205,19 +205,32 @@ def replay_node(cmp: Compared, token: int, golden_node: str, registry: Registry 
     )
 
 
-def test_only_inside(index: DumpIndex, node: str, paired: frozenset[str], registry: Registry) -> list[str]:
+# records that move elements without arithmetic: nothing for a replay to find in them
+_MOVES = ("t", "transpose", "permute", "view", "reshape", "contiguous", "__getitem__", "split", "chunk")
+LAYOUT_ONLY = frozenset(f"Tensor.{name}" for name in _MOVES) | {"Torch.cat", "Torch.stack", "Torch.split"}
+
+
+def test_only_inside(
+    index: DumpIndex, token: int, node: str, paired: frozenset[str], registry: Registry
+) -> list[str]:
     """The test's records inside ``node`` (not inside a paired node within it: those are judged on
-    their own) that the golden has no partner for (``paired``: the test's paired names at the token)
-    and that a reference replays, in execution order. No data is read."""
+    their own) that the golden has no partner for (``paired``: the test's paired names at the
+    token), in execution order: those a reference replays, and those with an output that none does
+    (their replay says so: what the node adds cannot then be put down to the others), layout-only
+    records aside. No data is read."""
     found: list[str] = []
+    msprobe = index.format in MSPROBE_FORMATS
 
     def visit(name: str) -> None:
         for child in index.tree.children(name):
             if child in paired:
                 continue
             inner = index.tree.nodes.get(child)
-            api = api_of(child) if index.format in MSPROBE_FORMATS else None
-            if registry.find(api, inner.type if inner is not None else None) is not None:
+            api = api_of(child) if msprobe else None
+            replayed = registry.find(api, inner.type if inner is not None else None) is not None
+            outputs = any(r.role == "output" for r in index.tensors(token, child))
+            unreplayed = outputs and api not in LAYOUT_ONLY
+            if replayed or unreplayed:
                 found.append(child)
             visit(child)
 
@@ -249,7 +262,7 @@ def replay_side(
     gathered = gather(index, token, node, sample)
     if gathered.statistics_only:
         return impossible("inputs missing: a statistics-only dump holds no tensor data", entry.describe())
-    if gathered.output is None:
+    if gathered.output is None and not gathered.call.after:  # an in-place write: read back after it
         return impossible("output not dumped" + _missing(gathered.missing), entry.describe())
     try:
         replayed = _run(entry, gathered)
@@ -281,8 +294,11 @@ def _missing(missing: list[str]) -> str:
 def _judged(
     side: str, node: str, node_type: str, gathered: Gathered, replayed: Replayed, reference: str
 ) -> SideReplay:
-    dumped = gathered.output
-    assert dumped is not None  # checked by the caller
+    dumped = replayed.observed if replayed.observed is not None else gathered.output
+    if dumped is None:
+        return SideReplay(side, node, node_type, "impossible", "output not dumped", reference)
+    if replayed.observed is not None:  # compared element for element: no sample of it
+        gathered = Gathered(gathered.call.whole(), dumped, gathered.output_slot)
     notes = list(replayed.notes)
     try:
         values, kept, sampled = _compared_elements(dumped, replayed, gathered)

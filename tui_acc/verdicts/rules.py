@@ -151,7 +151,7 @@ def by_inner_replays(replays: Sequence[SideReplay]) -> Reading | None:
     order: the first that disagrees with its inputs is where the error starts (the node is local, and
     the reading names it); where every one is consistent, what the node adds beyond its inputs is what
     they compute by design (a quantisation, a fused kernel's rounding): not local. None where one could
-    not be replayed (the other rules judge the node)."""
+    not be replayed (no reference, no output: the other rules judge the node)."""
     wrong = next((r for r in replays if r.verdict == "disagrees"), None)
     if wrong is not None:
         error = wrong.local_error
