@@ -62,7 +62,7 @@ def test_a_write_is_checked_through_what_the_reader_took_in(nz: bool, mode: str 
     assert _verdict(_call(nz, slots, mode=mode)) == "consistent"
     assert _verdict(_call(nz, slots, [18, 3, -1, 9], mode=mode)) == "disagrees"  # one token a slot off
     said = npu_cache.npu_scatter_pa_kv_cache(_call(nz, slots, mode=mode)).notes
-    assert said[-1] == "what it wrote, read back from FIA's key and value caches"
+    assert said[-1] == "what it wrote, read back from FIA"
     assert ("cache_mode not recorded: torch_npu's default 'PA_NZ'" in said) == (mode is None)
 
 

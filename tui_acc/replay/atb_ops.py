@@ -9,6 +9,7 @@ ElewiseType (2 muls, 8 add, 9 mul, 10 realdiv, 15 sub); either as the number or 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,8 @@ def linear(call: Call) -> Replayed:
     weight = call.raw(1)
     if weight is None:
         raise ReplayImpossible("weights not dumped: LinearOperation has no intensor1 (its weight)")
+    if raw_x.dtype.kind in "iu":
+        return _quant_linear(call, raw_x, weight)
     notes: list[str] = []
     transpose_a = bool(_param(call, "transposeA") or False)
     transpose_b = _param(call, "transposeB")
@@ -76,6 +79,42 @@ def linear(call: Call) -> Replayed:
         replayed.columns,
         replayed.condition,
     )
+
+
+def _quant_linear(call: Call, x: np.ndarray, weight: np.ndarray) -> Replayed:
+    """A quantised ``LinearOperation`` (int8 x and weight, ``outDataType`` set): intensors x, weight
+    (``[n, k]`` with transposeB), an int32 bias where there is one, the dequant scale (int64 or
+    float), and with ``quantMode`` PER_TOKEN the per-token scale; the arithmetic of
+    ``npu_quant_matmul`` (npu_quant.py). Which intensor is the bias is read from its dtype (int32),
+    not from the count: a call without a bias has its scale at index 2."""
+    from tui_acc.replay import npu_quant
+
+    if _param(call, "transposeA"):
+        raise ReplayImpossible("transposeA with quantised inputs: not replayed here")
+    transpose_b = _param(call, "transposeB")
+    notes = [] if transpose_b is not None else ["transposeB not in op_param.json: ATB's default true"]
+    if weight.ndim != 2:
+        raise ReplayImpossible(f"a quantised weight {list(weight.shape)}: only 2-d weights are replayed here")
+    at = 2
+    bias = call.raw(at)
+    if bias is not None and bias.dtype == np.int32:
+        at += 1
+    else:
+        bias = None
+    scale = call.raw(at)
+    if scale is None:
+        raise ReplayImpossible(f"inputs missing: the dequant scale (intensor{at}) was not dumped")
+    per_token = _param(call, "quantMode") in (2, "PER_TOKEN")
+    pertoken = call.raw(at + 1) if per_token else None
+    if per_token and pertoken is None:
+        raise ReplayImpossible(f"inputs missing: quantMode PER_TOKEN without its scale (intensor{at + 1})")
+    keyword: dict[str, Any] = {"bias": bias, "pertoken_scale": pertoken}
+    positional = {0: x, 1: weight.T if transpose_b in (None, True) else weight, 2: scale}
+    translated = replace(
+        call, positional=positional, keyword={k: v for k, v in keyword.items() if v is not None}
+    )
+    result = npu_quant.npu_quant_matmul(translated)
+    return replace(result, notes=(*result.notes, *notes))
 
 
 def _mismatch(x: np.ndarray, weight: np.ndarray, transpose_b: bool) -> ReplayImpossible:

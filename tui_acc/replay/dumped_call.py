@@ -89,7 +89,7 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
     )
     output = load(first) if first is not None else None
     shape = tuple(output.shape) if output is not None else ()
-    after, after_by = ({}, "") if output is not None else _cache_reader(index, token, node, missing)
+    after, after_by = _written_back(index, token, node, refs, output, missing)
     call = Call(
         name=node,
         type=node_type,
@@ -128,6 +128,30 @@ def _api(node: str) -> str:
     return ".".join(parts[:2]) if len(parts) >= 4 and parts[-1] == "forward" else node
 
 
+def _written_back(
+    index: DumpIndex,
+    token: int,
+    node: str,
+    refs: list[TensorRef],
+    output: np.ndarray | None,
+    missing: list[str],
+) -> tuple[dict[str, np.ndarray], str]:
+    """What a KV-cache write wrote, as dumped: an ATB ReshapeAndCache's own outtensors (the caches
+    after it ran), or for a torch_npu write that returns nothing, what the next cache reader took in."""
+    found = index.tree.nodes.get(node)
+    if found is not None and found.type == "ReshapeAndCacheOperation":
+        after: dict[str, np.ndarray] = {}
+        for ref in refs:
+            name = {"outtensor0": "key", "outtensor1": "value"}.get(ref.slot)
+            if name is not None and ref.has_data:
+                try:
+                    after[name] = load_side(ref, None, index.load_policy)
+                except (TensorLoadError, DumpError, ValueError, OSError) as exc:
+                    missing.append(f"{ref.slot}: {exc}")
+        return after, "its own outtensors (the caches after it ran)"
+    return ({}, "") if output is not None else _cache_reader(index, token, node, missing)
+
+
 def _cache_reader(
     index: DumpIndex, token: int, node: str, missing: list[str]
 ) -> tuple[dict[str, np.ndarray], str]:
@@ -151,7 +175,7 @@ def _cache_reader(
                 read[slot] = load_side(ref, None, index.load_policy)
             except (TensorLoadError, DumpError, ValueError, OSError) as exc:
                 missing.append(f"{later} {ref.slot}: {exc}")
-        return read, later
+        return read, f"{later}'s key and value caches"
     return {}, ""
 
 

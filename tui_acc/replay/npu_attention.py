@@ -24,13 +24,12 @@ Arguments left to their defaults are not recorded: the documented defaults are u
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tui_acc.replay import maths
+from tui_acc.replay.attention import Requests, attend, kv_len_max, paged_tokens, roundings_of
 from tui_acc.replay.call import Call, Replayed, ReplayImpossible
 
 LAYOUTS = ("BSH", "BSND", "BNSD", "TND", "BNSD_BSND")
@@ -109,16 +108,6 @@ class Options:
         return [int(v) for v in value]
 
 
-@dataclass
-class Requests:
-    """Queries as rows of ``[T, N, D]`` with each request's first row, query length and kv length."""
-
-    queries: np.ndarray
-    starts: list[int]
-    q_lengths: list[int]
-    kv_lengths: list[int]
-
-
 def fused_infer_attention(call: Call) -> Replayed:
     """``torch_npu.npu_fused_infer_attention_score``: its first output."""
     return _attention(call, FIA)
@@ -164,43 +153,15 @@ def _attention(call: Call, names: Names) -> Replayed:
         raise ReplayImpossible("query_rope and key_rope come together (MLA); one of them was not dumped")
     scale = float(options.get(names.scale, 1.0))
     window = _Window(options, names, layout, requests)
-    out = np.zeros((*requests.queries.shape[:2], values[0].shape[-1] if values else 0), call.precision)
     rope_keys = _kv_rope(call, options, requests, key_rope) if key_rope is not None else None
     rope_queries = (
         _queries(query_rope, layout, heads, options, names).queries if query_rope is not None else None
     )
-    group = heads // kv_heads
     need = _needed(call, layout, requests, heads)
-    probability_terms = 0.0
-    for b, start in enumerate(requests.starts):
-        q_len, kv_len = requests.q_lengths[b], requests.kv_lengths[b]
-        if q_len == 0:
-            continue
-        allowed = window.allowed(b, q_len, kv_len)
-        for kv_head in range(kv_heads):
-            heads_of = slice(kv_head * group, (kv_head + 1) * group)
-            # the group's query heads at once: rows (position, head) of [q_len * group, D]
-            wanted = np.flatnonzero(need[start : start + q_len, heads_of].reshape(-1))
-            if not wanted.size:
-                continue
-            positions = wanted // group
-            q = requests.queries[start : start + q_len, heads_of].reshape(q_len * group, -1)[wanted]
-            scores = q @ keys[b][:, kv_head].T
-            if rope_queries is not None and rope_keys is not None:
-                q_rope = rope_queries[start : start + q_len, heads_of].reshape(q_len * group, -1)[wanted]
-                scores = scores + q_rope @ rope_keys[b][:, kv_head].T
-            kept = allowed[positions]
-            empty = ~kept.any(axis=1)
-            scores = np.where(kept, scale * scores, -np.inf)
-            scores[empty] = 0.0  # a row with nothing kept: zeros (the kernel's row-invalid fix)
-            probabilities = maths.softmax(scores, axis=1)
-            probabilities[empty] = 0.0
-            value = values[b][:, kv_head]
-            found = probabilities @ value
-            rows = out[start : start + q_len, heads_of].reshape(q_len * group, -1)
-            rows[wanted] = found
-            out[start : start + q_len, heads_of] = rows.reshape(q_len, group, -1)
-            probability_terms += float(np.sum((probabilities**2) @ (value**2)))
+    rope = (rope_queries, rope_keys) if rope_queries is not None and rope_keys is not None else None
+    out, probability_terms = attend(
+        requests, keys, values, window.allowed, scale, kv_heads, need, call.precision, rope
+    )
     notes = options.notes + window.notes
     return _laid_out(call, out, layout, requests, notes, probability_terms, kv_len_max(requests))
 
@@ -223,11 +184,6 @@ def _needed(call: Call, layout: str, requests: Requests, heads: int) -> np.ndarr
     else:  # a row per (token, head)
         need[rows // heads, rows % heads] = True
     return need
-
-
-def kv_len_max(requests: Requests) -> int:
-    """The longest kv length: the longest sum behind an output element."""
-    return max(requests.kv_lengths, default=1)
 
 
 def _laid_out(
@@ -270,11 +226,7 @@ def _laid_out(
         kept: np.ndarray | None = rows
     else:
         values, kept = table, None
-    # the probabilities are rounded to the inputs' dtype before the second matmul (the kernels'
-    # flash pipeline): an error of about u * sqrt(sum p^2 v^2) per element, against ||out||
-    size = float(np.linalg.norm(out))
-    spread = math.sqrt(probability_terms) / size if size > 0 else 1.0
-    roundings = 1 + math.ceil(spread**2)
+    roundings = roundings_of(out, probability_terms)
     return Replayed(values, reduction=reduction, notes=tuple(notes), rows=kept, roundings=roundings)
 
 
@@ -340,9 +292,12 @@ def _kv(
         requests.kv_lengths = _per_request(lengths, batch, 1 << 62, names.kv_lengths)
         block = _block_size(options, key, kv_heads)
         return (
-            [call.wide(_paged(key, table, b, n, block, kv_heads)) for b, n in enumerate(requests.kv_lengths)],
             [
-                call.wide(_paged(value, table, b, n, block, kv_heads))
+                call.wide(paged_tokens(key, table, b, n, block, kv_heads))
+                for b, n in enumerate(requests.kv_lengths)
+            ],
+            [
+                call.wide(paged_tokens(value, table, b, n, block, kv_heads))
                 for b, n in enumerate(requests.kv_lengths)
             ],
         )
@@ -399,42 +354,15 @@ def _block_size(options: Options, cache: np.ndarray, kv_heads: int) -> int:
     raise ReplayImpossible("block_size not recorded, and a 4-d cache does not show it")
 
 
-def _paged(
-    cache: np.ndarray, table: np.ndarray, request: int, length: int, block: int, kv_heads: int
-) -> np.ndarray:
-    """Request ``request``'s first ``length`` tokens of a paged cache as ``[length, N_kv, D]``."""
-    if cache.ndim == 3:  # [blocks, block_size, N_kv * D]
-        if cache.shape[1] != block or cache.shape[2] % kv_heads:
-            raise ReplayImpossible(f"cache {list(cache.shape)} is not [blocks, {block}, {kv_heads} x D]")
-        tokens = cache.reshape(cache.shape[0], block, kv_heads, -1)
-    elif cache.ndim == 4 and cache.shape[1:3] == (kv_heads, block):  # [blocks, N_kv, block_size, D]
-        tokens = cache.transpose(0, 2, 1, 3)
-    elif cache.ndim == 4 and cache.shape[1:3] == (block, kv_heads):  # vllm-ascend's own view
-        tokens = cache
-    else:
-        raise ReplayImpossible(
-            f"cache {list(cache.shape)}: not a paged layout of block {block}, {kv_heads} kv heads"
-        )
-    needed = -(-length // block)
-    if table.ndim != 2 or request >= table.shape[0] or needed > table.shape[1]:
-        raise ReplayImpossible(
-            f"block_table {list(table.shape)} has no {needed} blocks for request {request}"
-        )
-    blocks = table[request, :needed].astype(np.int64)
-    if blocks.size and (blocks.min() < 0 or blocks.max() >= cache.shape[0]):
-        raise ReplayImpossible(
-            f"block_table of request {request} names a block outside the cache's {cache.shape[0]}"
-        )
-    return tokens[blocks].reshape(needed * block, *tokens.shape[2:])[:length]
-
-
 def _kv_rope(call: Call, options: Options, requests: Requests, key_rope: np.ndarray) -> list[np.ndarray]:
     """MLA's key rope part, per request, gathered as the keys are (one kv head)."""
     table = call.raw(-1, "block_table")
     if table is None:
         raise ReplayImpossible("key_rope without block_table: MLA is replayed from a paged cache only")
     block = _block_size(options, key_rope, 1)
-    return [call.wide(_paged(key_rope, table, b, n, block, 1)) for b, n in enumerate(requests.kv_lengths)]
+    return [
+        call.wide(paged_tokens(key_rope, table, b, n, block, 1)) for b, n in enumerate(requests.kv_lengths)
+    ]
 
 
 class _Window:

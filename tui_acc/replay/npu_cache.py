@@ -31,7 +31,7 @@ def npu_scatter_pa_kv_cache(call: Call) -> Replayed:
         mode, notes = "PA_NZ", ("cache_mode not recorded: torch_npu's default 'PA_NZ'",)
     if mode not in ("Norm", "PA_NZ"):
         raise ReplayImpossible(f"cache_mode {mode!r}: not a layout this replay reads")
-    return _written(call, "slot_mapping", mode == "PA_NZ", notes)
+    return written_rows(call, "slot_mapping", mode == "PA_NZ", notes)
 
 
 def reshape_and_cache(call: Call) -> Replayed:
@@ -45,10 +45,12 @@ def reshape_and_cache(call: Call) -> Replayed:
         and key_cache.ndim == 4
         and key_cache.shape[2:] != key.shape[1:]
     )
-    return _written(call, "slot_indices", nz, ())
+    return written_rows(call, "slot_indices", nz, ())
 
 
-def _written(call: Call, slots_name: str, nz: bool, notes: tuple[str, ...]) -> Replayed:
+def written_rows(call: Call, slots_name: str, nz: bool, notes: tuple[str, ...]) -> Replayed:
+    """The rows a cache write was to write (key, then value) against those ``call.after`` holds at
+    the slots (argument 4)."""
     if not call.after:
         raise ReplayImpossible(
             "it returns nothing, and no later record reads the cache it writes (an attention of the "
@@ -83,7 +85,7 @@ def _written(call: Call, slots_name: str, nz: bool, notes: tuple[str, ...]) -> R
             observed.append(found.reshape(-1))
     if not expected:
         raise ReplayImpossible("every slot is negative: nothing was written")
-    said = (*notes, f"what it wrote, read back from {call.after_by}'s key and value caches")
+    said = (*notes, f"what it wrote, read back from {call.after_by}")
     # the cache's own dtype judges the copy (a cast on the way in rounds once; a slot written
     # elsewhere is off by a whole row)
     return Replayed(call.wide(np.stack(expected)), notes=said, observed=np.stack(observed))

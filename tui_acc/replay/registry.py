@@ -110,7 +110,15 @@ class Registry:
         """The built-in modules' references (torch_ops, the npu_* modules, atb_ops), imported on first
         use: a registry is made at start, before the first frame, which imports no numpy."""
         if self._builtins is None:
-            from tui_acc.replay import atb_ops, npu_attention, npu_cache, npu_ops, npu_quant, torch_ops
+            from tui_acc.replay import (
+                atb_attention,
+                atb_ops,
+                npu_attention,
+                npu_cache,
+                npu_ops,
+                npu_quant,
+                torch_ops,
+            )
 
             tables = (
                 torch_ops.API_REFERENCES,
@@ -119,6 +127,7 @@ class Registry:
                 npu_quant.REFERENCES,
                 npu_cache.REFERENCES,
                 atb_ops.REFERENCES,
+                atb_attention.REFERENCES,
                 torch_ops.MODULE_REFERENCES,
             )
             self._builtins = [

@@ -1,0 +1,213 @@
+"""ATB's attention, rope, KV-cache and quantised linear operations replayed (replay/atb_attention.py,
+atb_ops.py), held against torch computing each from the operations' documented intensors and
+parameters: SDPA per token or request, the rope written as rotations of its documented pairs, an
+int8 matmul summed in int64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tui_acc.dumps.torchfile.arrays import from_torch
+from tui_acc.replay import atb_attention, atb_ops
+from tui_acc.replay.call import Call, Replayed, ReplayImpossible
+from tui_acc.replay.dumped_call import Gathered
+from tui_acc.verdicts.replay_check import _judged
+
+HEADS, KV_HEADS, DIM, BLOCK, BLOCKS = 4, 2, 16, 8, 10
+
+
+def _call(op: str, intensors: list, params: dict, output: torch.Tensor) -> Call:
+    positional = {
+        i: from_torch(t.contiguous()) if isinstance(t, torch.Tensor) else t for i, t in enumerate(intensors)
+    }
+    dtype = str(output.dtype).removeprefix("torch.")
+    return Call(op, op, "msit-atb", positional, params, output_dtype=dtype, output_shape=tuple(output.shape))
+
+
+def _judge(replayed: Replayed, dumped: torch.Tensor, call: Call) -> str:
+    gathered = Gathered(call, from_torch(dumped.contiguous()), "outtensor0")
+    return _judged("test", "op", "op", gathered, replayed, "built-in").verdict
+
+
+def _randn(*shape: int, seed: int) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(seed).standard_normal(shape)).to(torch.float64)
+
+
+def _sdpa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None, scale: float
+) -> torch.Tensor:
+    """q [q_len, N, D], k/v [kv_len, N_kv, D] -> [q_len, N, D] (GQA by repeated kv heads)."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=allowed, scale=scale
+    )
+    return out.transpose(0, 1)
+
+
+@pytest.mark.parametrize("nz", [False, True], ids=["ND cache", "NZ cache"])
+def test_paged_attention_reads_each_tokens_blocks(nz: bool) -> None:
+    lengths = [5, 19, 11]
+    rng = np.random.default_rng(0)
+    tables = torch.from_numpy(rng.permutation(BLOCKS)[: 3 * 3].reshape(3, 3)).to(torch.int32)
+    key_cache, value_cache = (
+        _randn(BLOCKS, BLOCK, KV_HEADS, DIM, seed=1),
+        _randn(BLOCKS, BLOCK, KV_HEADS, DIM, seed=2),
+    )
+    q = _randn(3, HEADS, DIM, seed=3)
+    expected = []
+    for i, n in enumerate(lengths):
+        k = key_cache[tables[i].long()].reshape(-1, KV_HEADS, DIM)[:n]
+        v = value_cache[tables[i].long()].reshape(-1, KV_HEADS, DIM)[:n]
+        expected.append(_sdpa(q[i : i + 1], k, v, None, 0.25))
+    dumped = torch.cat(expected).to(torch.float32)
+    if nz:  # [blocks, N_kv * D / 16, block_size, 16]: each token's row in chunks of 16
+        key_cache, value_cache = (
+            c.reshape(BLOCKS, BLOCK, -1, 16).transpose(1, 2) for c in (key_cache, value_cache)
+        )
+    params = {"headNum": HEADS, "kvHeadNum": KV_HEADS, "qkScale": 0.25}
+    lens = torch.tensor(lengths, dtype=torch.int32)
+    call = _call("PagedAttentionOperation", [q, key_cache, value_cache, tables, lens], params, dumped)
+    replayed = atb_attention.paged_attention(call)
+    assert _judge(replayed, dumped, call) == "consistent"
+    assert _judge(replayed, dumped * 1.03, call) == "disagrees"
+    shorter = _call("PagedAttentionOperation", [q, key_cache, value_cache, tables, lens - 1], params, dumped)
+    assert _judge(atb_attention.paged_attention(shorter), dumped, call) == "disagrees"  # one token short
+
+
+def test_paged_attention_refuses_what_it_does_not_model_by_name() -> None:
+    q = _randn(1, HEADS, DIM, seed=1)
+    call = _call("PagedAttentionOperation", [q], {"quantType": 1}, q)
+    with pytest.raises(ReplayImpossible, match="quantType"):
+        atb_attention.paged_attention(call)
+
+
+@pytest.mark.parametrize(
+    "mask_type", [0, 1, 3, 9], ids=["no mask", "NORM 0/1 mask", "NORM_COMPRESS", "CAUSAL_MASK"]
+)
+def test_self_attention_pa_encoder_attends_within_each_request(mask_type: int) -> None:
+    seq = [3, 6]
+    q, k, v = (
+        _randn(sum(seq), heads, DIM, seed=s) for s, heads in ((1, HEADS), (2, KV_HEADS), (3, KV_HEADS))
+    )
+    causal = mask_type != 0
+    expected, start = [], 0
+    for n in seq:
+        allowed = torch.ones(n, n, dtype=torch.bool).tril() if causal else None
+        expected.append(
+            _sdpa(q[start : start + n], k[start : start + n], v[start : start + n], allowed, 0.5 * 0.5)
+        )
+        start += n
+    dumped = torch.cat(expected).reshape(sum(seq), -1).to(torch.float32)
+    params = {
+        "headNum": HEADS,
+        "kvHeadNum": KV_HEADS,
+        "qScale": 0.5,
+        "qkScale": 0.5,
+        "calcType": 3,
+        "maskType": mask_type,
+    }
+    flat = [t.reshape(t.shape[0], -1) for t in (q, k, v)]
+    # NORM: a mask, 1 leaves a score out; NORM_COMPRESS: a compressed causal template (not read)
+    extra = [torch.ones(8, 8).triu(1)] if mask_type in (1, 3) else []  # CAUSAL_MASK: no mask intensor
+    call = _call(
+        "SelfAttentionOperation", [*flat, *extra, torch.tensor(seq, dtype=torch.int32)], params, dumped
+    )
+    replayed = atb_attention.self_attention(call)
+    assert _judge(replayed, dumped, call) == "consistent"
+    assert _judge(replayed, dumped * 1.03, call) == "disagrees"
+
+
+def _rotate_pairs(
+    x: torch.Tensor, pairs: list[tuple[int, int]], cos: torch.Tensor, sin: torch.Tensor
+) -> torch.Tensor:
+    """Each (a, b) pair of a head's values turned by its angle: (a cos - b sin, b cos + a sin), the
+    angle's cosine and sine read at a (the rope tables repeat each angle at both members)."""
+    out = x.clone()
+    for a, b in pairs:
+        out[..., a] = x[..., a] * cos[..., a] - x[..., b] * sin[..., a]
+        out[..., b] = x[..., b] * cos[..., b] + x[..., a] * sin[..., b]
+    return out
+
+
+@pytest.mark.parametrize("coeff", [2, 4, DIM], ids=["halves (NeoX)", "4 (ChatGLM)", "pairs (GPT-J)"])
+def test_rope_rotates_the_pairs_its_coefficient_names(coeff: int) -> None:
+    tokens = 3
+    stride = DIM // coeff
+    # segment s of width 2r pairs element i with i + r, for i in its first half
+    pairs = [
+        (2 * stride * s + i, 2 * stride * s + stride + i) for s in range(coeff // 2) for i in range(stride)
+    ]
+    angles = torch.zeros(tokens, DIM, dtype=torch.float64)
+    base = _randn(tokens, DIM // 2, seed=5)
+    for index, (a, b) in enumerate(pairs):
+        angles[:, a] = angles[:, b] = base[:, index]
+    cos, sin = angles.cos(), angles.sin()
+    q, k = _randn(tokens, HEADS, DIM, seed=6), _randn(tokens, KV_HEADS, DIM, seed=7)
+    expected = _rotate_pairs(q, pairs, cos[:, None, :], sin[:, None, :]).reshape(tokens, -1).to(torch.float32)
+    intensors = [
+        q.reshape(tokens, -1),
+        k.reshape(tokens, -1),
+        cos,
+        sin,
+        torch.tensor([tokens], dtype=torch.int32),
+    ]
+    call = _call("RopeOperation", intensors, {"rotaryCoeff": coeff}, expected)
+    replayed = atb_attention.rope(call)
+    assert _judge(replayed, expected, call) == "consistent"
+    other = 2 if coeff != 2 else DIM
+    assert (
+        _judge(
+            atb_attention.rope(_call("RopeOperation", intensors, {"rotaryCoeff": other}, expected)),
+            expected,
+            call,
+        )
+        == "disagrees"
+    )
+    defaulted = atb_attention.rope(_call("RopeOperation", intensors, {}, expected))
+    assert defaulted.notes == ("rotaryCoeff not in op_param.json: ATB's default 4",)
+
+
+def test_reshape_and_cache_is_checked_through_its_own_outtensors() -> None:
+    key, value = _randn(3, KV_HEADS, DIM, seed=1), _randn(3, KV_HEADS, DIM, seed=2)
+    caches = [_randn(BLOCKS, BLOCK, KV_HEADS, DIM, seed=s) for s in (3, 4)]
+    slots = torch.tensor([9, 0, 30], dtype=torch.int32)
+    after = []
+    for cache, rows in zip(caches, (key, value), strict=True):
+        written = cache.clone()
+        for i, s in enumerate(slots.tolist()):
+            written[s // BLOCK, s % BLOCK] = rows[i]
+        after.append(written)
+    call = _call("ReshapeAndCacheOperation", [key, value, *caches, slots], {}, after[0])
+    good = Call(
+        **{
+            **call.__dict__,
+            "after": {"key": from_torch(after[0]), "value": from_torch(after[1])},
+            "after_by": "out",
+        }
+    )
+    replayed = atb_attention.reshape_and_cache(good)
+    assert _judge(replayed, after[0], good) == "consistent"
+    shifted = atb_attention.reshape_and_cache(
+        Call(**{**good.__dict__, "positional": {**good.positional, 4: from_torch(slots + 1)}})
+    )
+    assert _judge(shifted, after[0], good) == "disagrees"
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_a_quantised_linear_operation_finds_its_scale_by_dtype_not_by_count(with_bias: bool) -> None:
+    rng = np.random.default_rng(1)
+    x = torch.from_numpy(rng.integers(-127, 128, (5, 32))).to(torch.int8)
+    weight = torch.from_numpy(rng.integers(-127, 128, (24, 32))).to(torch.int8)  # [n, k]: transposeB
+    bias = torch.from_numpy(rng.integers(-100, 100, 24)).to(torch.int32)
+    scale = torch.from_numpy(rng.uniform(1e-4, 2e-4, 24)).to(torch.float32)
+    total = (x.long() @ weight.long().T).double() + (bias.double() if with_bias else 0)
+    dumped = (total * scale.double()).to(torch.float16)
+    intensors = [x, weight, *([bias] if with_bias else []), scale]
+    call = _call("LinearOperation", intensors, {"transposeB": True, "outDataType": 1}, dumped)
+    replayed = atb_ops.linear(call)
+    assert _judge(replayed, dumped, call) == "consistent"
+    assert _judge(replayed, (total * scale.double() * 1.02).to(torch.float16), call) == "disagrees"
