@@ -1,0 +1,82 @@
+"""torch_npu's MoE gating replayed (replay/npu_moe.py), against the doc's equivalent computation
+written again here in torch (op-plugin ``torch_npu-npu_moe_gating_top_k.md``: norm, bias for the
+choice only, the best groups, a stable top k, the chosen scores renormalised for sigmoid and
+scaled)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tui_acc.dumps.torchfile.arrays import from_torch
+from tui_acc.replay import npu_moe
+from tui_acc.replay.call import Call, Replayed
+from tui_acc.replay.dumped_call import Gathered
+from tui_acc.verdicts.replay_check import _judged
+
+
+def _gating(x, k, bias, k_group, group_count, mode, norm_type, factor, eps=1e-20):
+    scores = torch.softmax(x, -1) if norm_type == 0 else torch.sigmoid(x)
+    chosen_on = scores + bias
+    if group_count > 1:
+        grouped = chosen_on.view(x.shape[0], group_count, -1)
+        worth = grouped.max(-1).values if mode == 0 else grouped.topk(2, -1).values.sum(-1)
+        keep = worth.topk(k_group, -1).indices
+        mask = torch.ones_like(worth, dtype=torch.bool).scatter(1, keep, False)
+        chosen_on = grouped.masked_fill(mask.unsqueeze(-1), float("-inf")).view(x.shape[0], -1)
+    y = scores.gather(1, chosen_on.topk(k, -1).indices)
+    if norm_type == 1:
+        y = y / (y.sum(-1, keepdim=True) + eps)
+    return y * factor
+
+
+def _call(x, k, keyword) -> Call:
+    kw = {key: from_torch(v) if isinstance(v, torch.Tensor) else v for key, v in keyword.items()}
+    return Call("NPU.npu_moe_gating_top_k.0.forward", "x", "msprobe", {0: from_torch(x), 1: k}, kw)
+
+
+def _judge(replayed: Replayed, dumped: torch.Tensor) -> str:
+    gathered = Gathered(Call("op", "op", "msprobe"), from_torch(dumped.contiguous()), "output.0")
+    return _judged("test", "op", "op", gathered, replayed, "built-in").verdict
+
+
+@pytest.mark.parametrize(("norm_type", "groups", "mode"), [(1, 8, 1), (1, 8, 0), (0, 1, 0)])
+def test_the_gating_agrees_with_the_docs_computation(norm_type: int, groups: int, mode: int) -> None:
+    rng = np.random.default_rng(2)
+    x = torch.from_numpy(rng.uniform(-2, 2, (16, 64))).to(torch.float64)
+    bias = torch.from_numpy(rng.uniform(-0.5, 0.5, 64)).to(torch.float64)
+    keyword = {"bias": bias, "k_group": 4, "group_count": groups, "group_select_mode": mode}
+    keyword |= {"norm_type": norm_type, "routed_scaling_factor": 2.5}
+    expected = _gating(x, 6, bias, 4, groups, mode, norm_type, 2.5).to(torch.float32)
+    replayed = npu_moe.npu_moe_gating_top_k(_call(x, 6, keyword))
+    assert _judge(replayed, expected) == "consistent"
+    assert (
+        _judge(replayed, _gating(x, 6, bias, 4, groups, mode, norm_type, 2.5 * 1.03).to(torch.float32))
+        == "disagrees"
+    )
+    no_bias = _gating(x, 6, torch.zeros(64, dtype=torch.float64), 4, groups, mode, norm_type, 2.5).to(
+        torch.float32
+    )
+    assert _judge(replayed, no_bias) == "disagrees"  # chosen without the bias: other experts
+
+
+def test_a_near_tie_at_the_edge_of_the_choice_is_left_out_not_blamed() -> None:
+    x = torch.tensor([[3.0, 1.0, 1.0, -1.0], [4.0, 2.0, 0.0, -2.0]], dtype=torch.float64)
+    replayed = npu_moe.npu_moe_gating_top_k(_call(x, 2, {"norm_type": 1}))
+    assert replayed.notes == ("1 of 2 tokens at a near-tie between experts: left out",)
+    # the kernel kept expert 2 where the replay keeps expert 1: the same score, either is right
+    dumped = _gating(x, 2, torch.zeros(4, dtype=torch.float64), 1, 1, 0, 1, 1.0).to(torch.float32)
+    assert _judge(replayed, dumped) == "consistent"
+
+
+def test_the_softmax_gating_keeps_the_k_largest_scores() -> None:
+    x = torch.from_numpy(np.random.default_rng(4).standard_normal((5, 8))).to(torch.float32)
+    call = Call("NPU.npu_moe_gating_top_k_softmax.0.forward", "x", "msprobe", {0: from_torch(x)}, {"k": 3})
+    expected = torch.softmax(x.double(), -1).topk(3, -1).values.to(torch.float32)
+    replayed = npu_moe.npu_moe_gating_top_k_softmax(call)
+    assert _judge(replayed, expected) == "consistent"
+    assert (
+        _judge(replayed, torch.softmax(x.double(), -1).topk(4, -1).values[:, 1:].to(torch.float32))
+        == "disagrees"
+    )
