@@ -330,3 +330,18 @@ def test_the_rotary_mode_left_to_its_default_is_said_and_an_undocumented_one_ref
     )
     with pytest.raises(ReplayImpossible, match="quarter"):
         npu_ops.npu_rotary_mul(quarter)
+
+
+@pytest.mark.parametrize(
+    ("api", "said"),
+    [
+        ("NPU._npu_rotary_embedding", "once per process"),
+        ("NPU.npu_kv_rmsnorm_rope_cache", "formulas only as images"),
+        ("NPU.npu_moe_distribute_dispatch", "other ranks' tensors"),
+    ],
+)
+def test_a_torch_npu_operator_that_cannot_be_replayed_says_why_not_type_unknown(api: str, said: str) -> None:
+    entry = Registry().find(api)
+    assert entry is not None and entry.origin == "built-in"
+    with pytest.raises(ReplayImpossible, match=said):
+        entry.load()(_call(f"{api}.0.forward", api.split(".")[1], {0: _x(torch.float32, 2, 4)}))

@@ -6,10 +6,14 @@ records only what was passed): the documented default is used, and said in the n
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tui_acc.replay import maths
 from tui_acc.replay.call import Call, NotSampleable, Replayed, ReplayImpossible
+
+Reference = Callable[[Call], Replayed]
 
 ROTARY_MODES = ("half", "interleave")
 
@@ -96,8 +100,45 @@ def npu_add_rms_norm(call: Call) -> Replayed:
     return _rms_normed(call, x, gamma, 3, roundings=2)
 
 
-REFERENCES = {
+REFERENCES: dict[str, Reference] = {
     "NPU.npu_rms_norm": npu_rms_norm,
     "NPU.npu_rotary_mul": npu_rotary_mul,
     "NPU.npu_add_rms_norm": npu_add_rms_norm,
 }
+
+
+def _cannot(reason: str) -> Reference:
+    """A torch_npu operator known to msprobe's hooks whose replay cannot be right from its record:
+    the replay says why, by name, rather than "type unknown"."""
+
+    def refuse(_call: Call) -> Replayed:
+        raise ReplayImpossible(reason)
+
+    return refuse
+
+
+# (op-plugin's sources and docs; docs/replay.md's "Impossible by design")
+KNOWN_IMPOSSIBLE = {
+    "NPU._npu_rotary_embedding": _cannot(
+        "its cos/sin cache is built once per process from the first call's cos_sin_cache "
+        "(op-plugin ops/atb/RopeAtb.cpp): the dumped one need not be the one it used; and it rotates "
+        "in place, returning nothing"
+    ),
+    "NPU.npu_kv_rmsnorm_rope_cache": _cannot(
+        "its doc gives its formulas only as images (a norm, a rope and a cache write fused): no "
+        "reference to hold it against"
+    ),
+    "NPU.npu_moe_distribute_dispatch": _cannot(
+        "an all-to-all across the expert-parallel ranks: the other ranks' tensors are not in this dump"
+    ),
+    "NPU.npu_moe_distribute_combine": _cannot(
+        "an all-to-all across the expert-parallel ranks: the other ranks' tensors are not in this dump"
+    ),
+    "NPU.npu_moe_distribute_dispatch_v2": _cannot(
+        "an all-to-all across the expert-parallel ranks: the other ranks' tensors are not in this dump"
+    ),
+    "NPU.npu_moe_distribute_combine_v2": _cannot(
+        "an all-to-all across the expert-parallel ranks: the other ranks' tensors are not in this dump"
+    ),
+}
+REFERENCES.update(KNOWN_IMPOSSIBLE)
