@@ -11,7 +11,7 @@ import torch
 
 from tui_acc.dumps.torchfile.arrays import from_torch
 from tui_acc.replay import npu_moe
-from tui_acc.replay.call import Call, Replayed
+from tui_acc.replay.call import Call, Replayed, ReplayImpossible
 from tui_acc.replay.dumped_call import Gathered
 from tui_acc.verdicts.replay_check import _judged
 
@@ -80,3 +80,69 @@ def test_the_softmax_gating_keeps_the_k_largest_scores() -> None:
         _judge(replayed, torch.softmax(x.double(), -1).topk(4, -1).values[:, 1:].to(torch.float32))
         == "disagrees"
     )
+
+
+def _gmm_call(positional: dict, keyword: dict) -> Call:
+    def plain(v):
+        if isinstance(v, torch.Tensor):
+            return from_torch(v.contiguous())
+        if isinstance(v, list) and v and isinstance(v[0], torch.Tensor):
+            return [from_torch(t.contiguous()) for t in v]
+        return v
+
+    args = {k: plain(v) for k, v in positional.items()}
+    return Call(
+        "NPU.npu_grouped_matmul.0.forward", "x", "msprobe", args, {k: plain(v) for k, v in keyword.items()}
+    )
+
+
+def test_a_grouped_matmul_multiplies_each_experts_rows_by_its_weight() -> None:
+    # vllm-ascend's expert FFN: one x [M, K], one stacked weight [E, K, N], group sizes, one output
+    rng = np.random.default_rng(6)
+    sizes = [3, 0, 5, 2]
+    x = torch.from_numpy(rng.standard_normal((10, 16))).to(torch.bfloat16)
+    w = torch.from_numpy(rng.standard_normal((4, 16, 8))).to(torch.bfloat16)
+    parts, start = [], 0
+    for e, n in enumerate(sizes):
+        parts.append(x[start : start + n].double() @ w[e].double())
+        start += n
+    expected = torch.cat(parts).to(torch.bfloat16)
+    keyword = {"group_list": torch.tensor(sizes), "group_list_type": 1, "group_type": 0, "split_item": 2}
+    replayed = npu_moe.npu_grouped_matmul(_gmm_call({0: [x], 1: [w]}, keyword))
+    assert _judge(replayed, expected) == "consistent"
+    cumulative = {**keyword, "group_list": torch.tensor(np.cumsum(sizes)), "group_list_type": 0}
+    assert (
+        _judge(npu_moe.npu_grouped_matmul(_gmm_call({0: [x], 1: [w]}, cumulative)), expected) == "consistent"
+    )
+    # cumulative values taken for sizes: more rows than x has, said
+    misread = {**keyword, "group_list": torch.tensor([3, 3, 8, 10]), "group_list_type": 1}
+    with pytest.raises(ReplayImpossible, match="covers 24 rows, x has 10"):
+        npu_moe.npu_grouped_matmul(_gmm_call({0: [x], 1: [w]}, misread))
+    # an expert's rows multiplied by its neighbour's weight: far from it
+    shifted = {**keyword, "group_list": torch.tensor([3, 5, 0, 2])}
+    assert _judge(npu_moe.npu_grouped_matmul(_gmm_call({0: [x], 1: [w]}, shifted)), expected) == "disagrees"
+
+
+def test_a_w8a8_grouped_matmul_dequantises_per_expert_and_token_and_activates() -> None:
+    rng = np.random.default_rng(7)
+    sizes = [4, 2]
+    x = torch.from_numpy(rng.integers(-127, 128, (6, 32))).to(torch.int8)
+    w = torch.from_numpy(rng.integers(-127, 128, (2, 32, 8))).to(torch.int8)
+    scales = [torch.from_numpy(rng.uniform(1e-3, 2e-3, 8)).float() for _ in sizes]
+    per_token = torch.from_numpy(rng.uniform(1e-2, 2e-2, 6)).float()
+    parts, start = [], 0
+    for e, n in enumerate(sizes):
+        total = x[start : start + n].long() @ w[e].long()
+        parts.append(
+            torch.nn.functional.silu(
+                total.double() * scales[e].double() * per_token[start : start + n, None].double()
+            )
+        )
+        start += n
+    expected = torch.cat(parts).to(torch.bfloat16)
+    keyword = {"scale": scales, "per_token_scale": [per_token], "group_list": torch.tensor(sizes)}
+    keyword |= {"group_list_type": 1, "group_type": 0, "split_item": 2, "act_type": 5}
+    replayed = npu_moe.npu_grouped_matmul(_gmm_call({0: [x], 1: [w]}, keyword))
+    assert _judge(replayed, expected) == "consistent"
+    swapped = {**keyword, "scale": scales[::-1]}  # each expert dequantised with the other's scale
+    assert _judge(npu_moe.npu_grouped_matmul(_gmm_call({0: [x], 1: [w]}, swapped)), expected) == "disagrees"

@@ -27,6 +27,8 @@ from tui_acc.replay.sampling import plan
 
 _POSITIONAL = re.compile(r"^(?:input[._]|intensor)(\d+)$")
 _KEYWORD = re.compile(r"^input\.([A-Za-z_]\w*)$")
+# an argument that is a list of tensors (msprobe: input.0.1, input.weight.2): a list of arrays
+_LISTED = re.compile(r"^input\.(\d+|[A-Za-z_]\w*)\.(\d+)$")
 _PARAMETER = re.compile(r"^parameters\.(\w+)$")
 _FIRST_OUTPUTS = ("output.0", "output", "output_0", "outtensor0")
 _OP_PARAMS = "op_param.json"  # ATB: beside before/ and after/ (Probe::SaveParam; docs/formats.md §2.2)
@@ -66,13 +68,17 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
             missing.append(f"{ref.slot}: {exc}")
             return None
 
+    listed: dict[str, dict[int, np.ndarray]] = {}
     for ref in refs:
         if ref.role == "output" or not ref.has_data:
             continue
         slot = ref.slot.removesuffix(".after")
         if slot != ref.slot:
             continue  # an input dumped again after the run: the one before it is the operator's input
-        if (match := _POSITIONAL.match(slot)) is not None:
+        if (match := _LISTED.match(slot)) is not None:
+            if (value := load(ref)) is not None:
+                listed.setdefault(match.group(1), {})[int(match.group(2))] = value
+        elif (match := _POSITIONAL.match(slot)) is not None:
             if (value := load(ref)) is not None:
                 positional[int(match.group(1))] = value
         elif (match := _KEYWORD.match(slot)) is not None:
@@ -80,6 +86,12 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
                 keyword[match.group(1)] = value
         elif (match := _PARAMETER.match(slot)) is not None and (value := load(ref)) is not None:
             params[match.group(1)] = value
+    for name, items in listed.items():
+        ordered = [items[i] for i in sorted(items)]
+        if name.isdigit():
+            positional.setdefault(int(name), ordered)
+        else:
+            keyword.setdefault(name, ordered)
     _add_recorded_arguments(refs, node, policy, positional, keyword)
     _add_atb_params(refs, policy, keyword)
     _add_msit_weights(index, node, policy, params)

@@ -103,7 +103,124 @@ def npu_moe_gating_top_k_softmax(call: Call) -> Replayed:
     return Replayed(top.reshape(*x.shape[:-1], k), reduction=x.shape[-1], roundings=2)
 
 
+def npu_grouped_matmul(call: Call) -> Replayed:
+    """``torch_npu.npu_grouped_matmul``'s first output (op-plugin
+    ``docs/context/torch_npu-npu_grouped_matmul.md``): group i's rows of x (``group_type`` 0, the m
+    axis split by ``group_list``: cumulative with ``group_list_type`` 0, sizes with 1, ``[[index,
+    size]]`` with 2) times its weight, ``y_i = x_i @ w_i + b_i``; int8 inputs dequantised,
+    ``(x_i @ w_i + b_i) * scale_i`` (``* per_token_scale`` per row; a float bias after); the
+    activation of ``act_type`` (0 none, 1 relu, 2 gelu tanh, 5 silu). ``split_item`` 2 or 3: one output
+    of every group's rows; 0 or 1: a list, the first group's."""
+    xs, weights = _listed(call, 0, "x"), _listed(call, 1, "weight")
+    if call.raw(-1, "antiquant_scale") is not None or call.keyword.get("antiquant_scale"):
+        raise ReplayImpossible("antiquant_scale given: the weight-only quantised form is not replayed here")
+    if len(weights) == 1 and weights[0].ndim == 3:
+        weights = list(weights[0])  # one [E, K, N] tensor: a weight per group
+    act = int(call.option("act_type", None, 0) or 0)
+    if act not in _ACTIVATIONS:
+        raise ReplayImpossible(f"act_type {act}: not replayed here (0 none, 1 relu, 2 gelu tanh, 5 silu)")
+    split = int(call.option("split_item", None, 0) or 0)
+    bounds = _groups(call, xs, len(weights))
+    scales = _per_group(call, "scale", len(weights))
+    biases = _per_group(call, "bias", len(weights))
+    per_token = _listed(call, -1, "per_token_scale", required=False)
+    rows = np.concatenate([x.reshape(-1, x.shape[-1]) for x in xs]) if len(xs) > 1 else xs[0]
+    outputs = []
+    for group, (start, end) in enumerate(bounds):
+        if split in (0, 1) and group > 0:
+            break  # a list of outputs: the first is the one compared
+        x, w = rows[start:end].astype(np.float64), weights[group].astype(np.float64)
+        if x.shape[-1] != w.shape[0]:
+            raise ReplayImpossible(f"group {group}: x {list(x.shape)} @ weight {list(w.shape)}")
+        out = x @ w
+        bias = biases[group] if biases else None
+        integer_bias = bias is not None and bias.dtype.kind in "iu"
+        if integer_bias and bias is not None:
+            out = out + bias.astype(np.float64)
+        if scales:
+            out = out * _scale_values(scales[group])
+        if per_token:
+            out = out * per_token[0].astype(np.float64).reshape(-1)[start:end, None]
+        if bias is not None and not integer_bias:
+            out = out + call.wide(bias)
+        outputs.append(_ACTIVATIONS[act](out))
+    result = outputs[0] if split in (0, 1) else np.concatenate(outputs)
+    quantised = xs[0].dtype.kind in "iu"
+    return Replayed(result, reduction=int(rows.shape[-1]), roundings=2 if quantised else 1)
+
+
+_ACTIVATIONS = {
+    0: lambda v: v,
+    1: lambda v: np.maximum(v, 0.0),
+    2: lambda v: maths.gelu(v, tanh=True),
+    5: maths.silu,
+}
+
+
+def _listed(call: Call, index: int, name: str, required: bool = True) -> list[np.ndarray]:
+    """A list-of-tensors argument (msprobe records each element), or one tensor as a list."""
+    value = call.keyword.get(name)
+    if value is None and index >= 0:
+        value = call.positional.get(index)
+    if isinstance(value, np.ndarray):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, np.ndarray) for v in value):
+        return list(value)
+    if required:
+        raise ReplayImpossible(f"inputs missing: {name} (argument {index}) was not dumped")
+    return []
+
+
+def _groups(call: Call, xs: list[np.ndarray], groups: int) -> list[tuple[int, int]]:
+    """Each group's rows of x, from ``group_list`` (or, without it, one x per group)."""
+    raw = call.raw(-1, "group_list")
+    listed = raw.reshape(-1).tolist() if raw is not None else call.keyword.get("group_list")
+    group_type = call.option("group_type", None, None)
+    if group_type not in (None, 0, -1):
+        raise ReplayImpossible(f"group_type {group_type}: only the m axis (0) is replayed here")
+    if not listed:
+        if len(xs) != groups:
+            raise ReplayImpossible(f"no group_list, and {len(xs)} x tensors for {groups} weights")
+        ends = np.cumsum([x.reshape(-1, x.shape[-1]).shape[0] for x in xs]).tolist()
+    else:
+        kind = int(call.option("group_list_type", None, 0) or 0)
+        values = [int(v) for v in np.asarray(listed).reshape(-1)]
+        if kind == 2:
+            pairs = np.asarray(values).reshape(-1, 2)
+            if not np.array_equal(pairs[:, 0], np.arange(len(pairs))):
+                raise ReplayImpossible("group_list_type 2 with groups out of order: not replayed here")
+            values = np.cumsum(pairs[:, 1]).tolist()
+        elif kind == 1:
+            values = np.cumsum(values).tolist()
+        ends = values
+    if len(ends) != groups:
+        raise ReplayImpossible(f"group_list of {len(ends)} groups for {groups} weights")
+    total = sum(x.reshape(-1, x.shape[-1]).shape[0] for x in xs)
+    if ends and ends[-1] > total:
+        raise ReplayImpossible(f"group_list covers {ends[-1]} rows, x has {total}")
+    starts = [0, *ends[:-1]]
+    return list(zip(starts, ends, strict=True))
+
+
+def _per_group(call: Call, name: str, groups: int) -> list[np.ndarray]:
+    found = _listed(call, -1, name, required=False)
+    if len(found) == 1 and groups > 1 and found[0].ndim == 2 and found[0].shape[0] == groups:
+        return list(found[0])  # one [E, N] tensor
+    if found and len(found) != groups:
+        raise ReplayImpossible(f"{name} of {len(found)} tensors for {groups} groups")
+    return found
+
+
+def _scale_values(scale: np.ndarray) -> np.ndarray:
+    from tui_acc.replay.npu_quant import quant_param
+
+    if scale.dtype.kind in "iu":
+        return quant_param(scale)[0]
+    return np.asarray(scale, dtype=np.float64).reshape(-1)
+
+
 REFERENCES = {
+    "NPU.npu_grouped_matmul": npu_grouped_matmul,
     "NPU.npu_moe_gating_top_k": npu_moe_gating_top_k,
     "NPU.npu_moe_gating_top_k_softmax": npu_moe_gating_top_k_softmax,
 }
