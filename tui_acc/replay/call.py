@@ -96,6 +96,9 @@ class Call:
     # written tensors took in (``key``, ``value``: its arguments 1 and 2), and that record's name
     after: Mapping[str, np.ndarray] = field(default_factory=dict)
     after_by: str = ""
+    # every dumped output by index, for the references that check more than the first
+    # (dumped_call.MULTI_OUTPUT: a rope that returns the query and the key); empty for the rest
+    outputs: Mapping[int, np.ndarray] = field(default_factory=dict)
 
     def whole(self) -> Call:
         """The same call without a sample: every output element is replayed."""

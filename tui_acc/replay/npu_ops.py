@@ -100,10 +100,113 @@ def npu_add_rms_norm(call: Call) -> Replayed:
     return _rms_normed(call, x, gamma, 3, roundings=2)
 
 
+def npu_apply_rotary_pos_emb(call: Call) -> Replayed:
+    """``torch_npu.npu_apply_rotary_pos_emb(query, key, cos, sin, layout='BSND', rotary_mode='half')
+    -> (query, key)``, rotated in place: each ``x * cos + rotate(x) * sin`` with cos and sin broadcast
+    over the heads (op-plugin ``docs/context/torch_npu-npu_apply_rotary_pos_emb.md``); both outputs
+    compared."""
+    if call.sample is not None:
+        raise NotSampleable("its cosines and sines broadcast over the heads")
+    query, key = call.tensor(0, "query", "query"), call.tensor(1, "key", "key")
+    cos, sin = call.tensor(2, "cos", "cos"), call.tensor(3, "sin", "sin")
+    mode = call.option("rotary_mode", 5)
+    notes: tuple[str, ...] = ()
+    if mode is None:
+        mode, notes = "half", ("rotary_mode not recorded: torch_npu's default 'half'",)
+    if mode not in ROTARY_MODES:
+        raise ReplayImpossible(f"rotary_mode {mode!r}: no documented formula for it here")
+    try:
+        turned = [x * cos + rotated(x, str(mode)) * sin for x in (query, key)]
+    except ValueError as exc:
+        raise ReplayImpossible(
+            f"shape mismatch: cos {cos.shape} for query {query.shape}, key {key.shape}"
+        ) from exc
+    return _with_second_output(call, turned[0], turned[1], 2, notes)
+
+
+def npu_mrope(call: Call) -> Replayed:
+    """``torch_npu.npu_mrope(positions, query, key, cos_sin_cache, head_size, *, mrope_section,
+    rotary_mode='half') -> (query, key)``: row ``positions[t]`` of ``cos_sin_cache`` holds the rotary
+    width's cosines then sines (half each); each head's first ``rotary_dim`` values rotated (``half``:
+    ``x1 * c - x2 * s, x2 * c + x1 * s`` of its halves; ``interleave``: of its even and odd
+    values), the rest passed through (op-plugin ``docs/context/torch_npu-npu_mrope.md``)."""
+    positions = call.raw(0, "positions")
+    if positions is None or positions.dtype.kind not in "iu":
+        raise ReplayImpossible("inputs missing: positions (argument 0) was not dumped")
+    section = call.option("mrope_section")
+    if section and any(int(v) for v in section):
+        raise ReplayImpossible(f"mrope_section {section}: multimodal sections are not replayed here")
+    if positions.ndim != 1:
+        raise ReplayImpossible(
+            f"positions {list(positions.shape)}: multimodal positions are not replayed here"
+        )
+    query, key = call.tensor(1, "query", "query"), call.tensor(2, "key", "key")
+    table = call.tensor(3, "cos_sin_cache", "cos_sin_cache")
+    head = call.option("head_size", 4)
+    if not isinstance(head, int) or head <= 0:
+        raise ReplayImpossible("head_size not recorded")
+    mode = call.option("rotary_mode")
+    notes: tuple[str, ...] = ()
+    if mode is None:
+        mode, notes = "half", ("rotary_mode not recorded: torch_npu's default 'half'",)
+    if mode not in ("half", "interleave"):
+        raise ReplayImpossible(f"rotary_mode {mode!r}: no documented formula for it here")
+    if positions.max(initial=0) >= table.shape[0]:
+        raise ReplayImpossible(f"a position past the cache's {table.shape[0]} rows")
+    rows = table[positions.astype(np.int64)]
+    half = rows.shape[-1] // 2
+    cos, sin = rows[:, None, :half], rows[:, None, half:]
+    turned = [_mrope_rotate(x, cos, sin, head, str(mode)) for x in (query, key)]
+    return _with_second_output(call, turned[0], turned[1], 2, notes)
+
+
+def _mrope_rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, head: int, mode: str) -> np.ndarray:
+    if x.shape[-1] % head:
+        raise ReplayImpossible(f"a row of {x.shape[-1]} is not heads of {head}")
+    heads = x.reshape(x.shape[0], -1, head).copy()
+    width = 2 * cos.shape[-1]
+    if width > head:
+        raise ReplayImpossible(f"a rotary width of {width} for heads of {head}")
+    part = heads[..., :width]
+    first, second = (
+        (part[..., 0::2], part[..., 1::2])
+        if mode == "interleave"
+        else (part[..., : width // 2], part[..., width // 2 :])
+    )
+    one, two = first * cos - second * sin, second * cos + first * sin
+    if mode == "interleave":
+        part[..., 0::2], part[..., 1::2] = one, two
+    else:
+        part[..., : width // 2], part[..., width // 2 :] = one, two
+    heads[..., :width] = part
+    return heads.reshape(x.shape)
+
+
+def npu_interleave_rope(call: Call) -> Replayed:
+    """``torch_npu.npu_interleave_rope(x, cos, sin)`` (DeepSeek's MLA rope): each head's 64 values
+    de-interleaved (``x.reshape(..., 32, 2).transpose(-1, -2)``), then ``q * cos + rotate_half(q) *
+    sin``; the output stays de-interleaved (op-plugin ``docs/context/torch_npu-npu_interleave_rope.md``)."""
+    if call.sample is not None:
+        raise NotSampleable("its cosines and sines broadcast over the heads")
+    x = call.tensor(0, "x", "x")
+    cos, sin = call.tensor(1, "cos", "cos"), call.tensor(2, "sin", "sin")
+    if x.shape[-1] % 2:
+        raise ReplayImpossible(f"its last dimension ({x.shape[-1]}) is odd")
+    q = x.reshape(*x.shape[:-1], -1, 2).swapaxes(-1, -2).reshape(x.shape)
+    try:
+        out = q * cos + rotated(q, "half") * sin
+    except ValueError as exc:
+        raise ReplayImpossible(f"shape mismatch: cos {cos.shape} for x {x.shape}") from exc
+    return Replayed(out, reduction=2)
+
+
 REFERENCES: dict[str, Reference] = {
     "NPU.npu_rms_norm": npu_rms_norm,
     "NPU.npu_rotary_mul": npu_rotary_mul,
     "NPU.npu_add_rms_norm": npu_add_rms_norm,
+    "NPU.npu_apply_rotary_pos_emb": npu_apply_rotary_pos_emb,
+    "NPU.npu_mrope": npu_mrope,
+    "NPU.npu_interleave_rope": npu_interleave_rope,
 }
 
 
@@ -142,3 +245,22 @@ KNOWN_IMPOSSIBLE = {
     ),
 }
 REFERENCES.update(KNOWN_IMPOSSIBLE)
+
+
+def _with_second_output(
+    call: Call, first: np.ndarray, second: np.ndarray, reduction: int, notes: tuple[str, ...]
+) -> Replayed:
+    """Both outputs of a call that returns two (the rotated query and key), compared as one against
+    ``call.outputs`` 0 and 1; where the second was not dumped, the first alone (said)."""
+    dumped_first, dumped_second = call.outputs.get(0), call.outputs.get(1)
+    if dumped_first is None or dumped_second is None or dumped_second.size != second.size:
+        said = (*notes, "its second output (the key) not dumped: the first alone")
+        return Replayed(first, reduction=reduction, notes=said)
+    # the wider dtype of the two judges both (one rounding each, at their own dtypes)
+    observed = np.concatenate((call.wide(dumped_first).reshape(-1), call.wide(dumped_second).reshape(-1)))
+    return Replayed(
+        np.concatenate((first.reshape(-1), second.reshape(-1))),
+        reduction=reduction,
+        notes=notes,
+        observed=observed.astype(dumped_first.dtype),
+    )
