@@ -64,7 +64,7 @@ def test_apply_rotary_pos_emb_checks_the_query_and_the_key() -> None:
     assert _judge(npu_ops.npu_apply_rotary_pos_emb(wrong_key), outputs[0], wrong_key) == "disagrees"
 
 
-@pytest.mark.parametrize("mode", ["half", "interleave"])
+@pytest.mark.parametrize("mode", ["half", "interleaved"])
 def test_mrope_rotates_each_heads_rotary_part_by_its_positions_row(mode: str) -> None:
     tokens, heads, head, rotary = 4, 2, 12, 8
     positions = torch.tensor([5, 0, 7, 3])

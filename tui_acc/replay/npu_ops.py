@@ -128,7 +128,7 @@ def npu_mrope(call: Call) -> Replayed:
     """``torch_npu.npu_mrope(positions, query, key, cos_sin_cache, head_size, *, mrope_section,
     rotary_mode='half') -> (query, key)``: row ``positions[t]`` of ``cos_sin_cache`` holds the rotary
     width's cosines then sines (half each); each head's first ``rotary_dim`` values rotated (``half``:
-    ``x1 * c - x2 * s, x2 * c + x1 * s`` of its halves; ``interleave``: of its even and odd
+    ``x1 * c - x2 * s, x2 * c + x1 * s`` of its halves; ``interleaved``: of its even and odd
     values), the rest passed through (op-plugin ``docs/context/torch_npu-npu_mrope.md``)."""
     positions = call.raw(0, "positions")
     if positions is None or positions.dtype.kind not in "iu":
@@ -149,18 +149,21 @@ def npu_mrope(call: Call) -> Replayed:
     notes: tuple[str, ...] = ()
     if mode is None:
         mode, notes = "half", ("rotary_mode not recorded: torch_npu's default 'half'",)
-    if mode not in ("half", "interleave"):
+    if mode not in ("half", "interleaved", "interleave"):  # the doc's names: half, interleaved
         raise ReplayImpossible(f"rotary_mode {mode!r}: no documented formula for it here")
     if positions.max(initial=0) >= table.shape[0]:
         raise ReplayImpossible(f"a position past the cache's {table.shape[0]} rows")
     rows = table[positions.astype(np.int64)]
     half = rows.shape[-1] // 2
     cos, sin = rows[:, None, :half], rows[:, None, half:]
-    turned = [_mrope_rotate(x, cos, sin, head, str(mode)) for x in (query, key)]
+    interleaved = mode != "half"
+    turned = [_mrope_rotate(x, cos, sin, head, interleaved) for x in (query, key)]
     return _with_second_output(call, turned[0], turned[1], 2, notes)
 
 
-def _mrope_rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, head: int, mode: str) -> np.ndarray:
+def _mrope_rotate(
+    x: np.ndarray, cos: np.ndarray, sin: np.ndarray, head: int, interleaved: bool
+) -> np.ndarray:
     if x.shape[-1] % head:
         raise ReplayImpossible(f"a row of {x.shape[-1]} is not heads of {head}")
     heads = x.reshape(x.shape[0], -1, head).copy()
@@ -170,11 +173,11 @@ def _mrope_rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, head: int, mo
     part = heads[..., :width]
     first, second = (
         (part[..., 0::2], part[..., 1::2])
-        if mode == "interleave"
+        if interleaved
         else (part[..., : width // 2], part[..., width // 2 :])
     )
     one, two = first * cos - second * sin, second * cos + first * sin
-    if mode == "interleave":
+    if interleaved:
         part[..., 0::2], part[..., 1::2] = one, two
     else:
         part[..., : width // 2], part[..., width // 2 :] = one, two
