@@ -17,6 +17,8 @@ import pytest
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.reports.pair import build_report
 from tui_acc.tolerances.rounding import local_bound
+from tui_acc.verdicts.replay_check import SideReplay
+from tui_acc.verdicts.rules import by_inner_replays
 
 NAME = "w8a8-llama-msprobe-mix"
 TOKENS = 4
@@ -75,3 +77,24 @@ def test_the_clean_port_labels_nothing_local_and_says_its_linears_error_is_their
     assert "npu_dynamic_quant, npu_quant_matmul" in q_proj.reason and "a quantisation" in q_proj.reason
     # its error is beyond what bf16's rounding alone explains: the quantisation's
     assert q_proj.output_error is not None and q_proj.output_error > local_bound("bfloat16")
+
+
+def _side(node: str, verdict: str) -> SideReplay:
+    error = 0.5 if verdict == "disagrees" else 1e-4
+    return SideReplay("test", node, node.split(".")[1], verdict, "why", metrics={"rel_euclidean": error})
+
+
+def test_the_inner_rule_is_quiet_only_for_a_ports_own_operators() -> None:
+    port_ops = [
+        _side("NPU.npu_dynamic_quant.0.forward", "consistent"),
+        _side("NPU.npu_quant_matmul.0.forward", "consistent"),
+    ]
+    quiet = by_inner_replays(port_ops)
+    assert quiet is not None and not quiet.local
+    # torch records the golden counted otherwise say nothing of what the module adds: no reading
+    assert by_inner_replays([_side("Tensor.__add__.3.forward", "consistent")]) is None
+    # one that could not be replayed (no reference, no output): no reading either
+    assert by_inner_replays([*port_ops, _side("NPU.npu_x.0.forward", "impossible")]) is None
+    # the first that disagrees is named, torch record or not
+    wrong = by_inner_replays([_side("Tensor.__add__.3.forward", "disagrees"), *port_ops])
+    assert wrong is not None and wrong.local and wrong.operator == "Tensor.__add__.3.forward"

@@ -34,6 +34,11 @@ def linear(call: Call) -> Replayed:
     Computes the sampled rows, and of a large weight a sample of its output columns (its rows)."""
     x = call.data(0, "input", "input")
     weight = _raw_weight(call, 1)
+    if weight.dtype.kind in "iu":  # a quantised module (W8A8): its scales and kernel are elsewhere
+        raise ReplayImpossible(
+            f"a quantised weight ({weight.dtype}): the operators inside it (its quantised matmul) are "
+            "replayed, not the float formula"
+        )
     if weight.ndim != 2 or x.shape[-1] != weight.shape[-1]:
         raise ReplayImpossible(
             f"shape mismatch: input {list(x.shape)} and weight {list(weight.shape)} (in_features differ)"

@@ -87,12 +87,13 @@ def _rules(
     untouched = by_own_rounding(facts.output_error, outputs)
     if untouched is not None:  # nothing for a replay to find: it is not run
         return untouched
+    by_inner: Reading | None = None
     if judging.checks is not None and node is not None:
         known, inner = (True, judging.checks.inner(node)) if compute else judging.checks.known_inner(node)
         if not known:
             return None
         by_inner = by_inner_replays(inner) if inner else None
-        if by_inner is not None:
+        if by_inner is not None and by_inner.local:  # a record only the test has disagrees: named
             return by_inner
     modelled = by_error_model(facts, outputs, data_inputs(row, facts.tensors), roundings=_roundings(node))
     if _replayable(facts, judging, node):
@@ -110,6 +111,8 @@ def _rules(
             return modelled
         if found is not None:
             return found
+    if by_inner is not None:  # no replay of its own: what the test's own operators inside it say
+        return by_inner
     if facts.integers_differ:  # other token ids, other experts: a change no error model describes
         return by_threshold(facts)
     if judging.baseline and row.get("noise_ratio") is not None:

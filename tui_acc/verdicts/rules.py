@@ -149,9 +149,11 @@ def by_inner_replays(replays: Sequence[SideReplay]) -> Reading | None:
     """A node whose test side computes with operators the golden has no record of (a port's fused
     kernels inside a module both sides have), judged by those operators' own replays, in execution
     order: the first that disagrees with its inputs is where the error starts (the node is local, and
-    the reading names it); where every one is consistent, what the node adds beyond its inputs is what
-    they compute by design (a quantisation, a fused kernel's rounding): not local. None where one could
-    not be replayed (no reference, no output: the other rules judge the node)."""
+    the reading names it); where every one is consistent and they are a port's own operators
+    (torch_npu's, ATB's), what the node adds beyond its inputs is what they compute by design (a
+    quantisation, a fused kernel's rounding): not local, unless the node's own replay says otherwise
+    (first_rule.py asks it first). None where one could not be replayed (no reference, no output) or
+    only torch records are the test's own: the other rules judge the node."""
     wrong = next((r for r in replays if r.verdict == "disagrees"), None)
     if wrong is not None:
         error = wrong.local_error
@@ -168,6 +170,10 @@ def by_inner_replays(replays: Sequence[SideReplay]) -> Reading | None:
         )
     if not replays or any(r.verdict == "impossible" for r in replays):
         return None
+    if not any(_ported(r.node, r.type) for r in replays):
+        # only torch records the golden lacks (its calls counted otherwise): nothing says what the
+        # module adds is by design; the other rules judge it
+        return None
     kinds = ", ".join(dict.fromkeys(r.type for r in replays))
     said = (
         f"the test's own operators inside it ({kinds}; {len(replays)} records the golden has none of) "
@@ -175,6 +181,11 @@ def by_inner_replays(replays: Sequence[SideReplay]) -> Reading | None:
         "(a quantisation, a fused kernel), or came in"
     )
     return Reading("replay", False, None, None, said)
+
+
+def _ported(node: str, node_type: str) -> bool:
+    """A port's own operator: a torch_npu call (msprobe's ``NPU.*``) or an ATB operation."""
+    return node.startswith("NPU.") or node_type.endswith("Operation")
 
 
 def by_own_rounding(output_error: float | None, outputs: Tensors) -> Reading | None:
