@@ -12,7 +12,10 @@ across the whole run.
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+import torch
 
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.reports.pair import build_report
@@ -79,22 +82,47 @@ def test_the_clean_port_labels_nothing_local_and_says_its_linears_error_is_their
     assert q_proj.output_error is not None and q_proj.output_error > local_bound("bfloat16")
 
 
-def _side(node: str, verdict: str) -> SideReplay:
+def _side(node: str, verdict: str, expected: float | None = None) -> SideReplay:
     error = 0.5 if verdict == "disagrees" else 1e-4
-    return SideReplay("test", node, node.split(".")[1], verdict, "why", metrics={"rel_euclidean": error})
+    metrics = {"rel_euclidean": error}
+    return SideReplay("test", node, node.split(".")[1], verdict, "why", metrics=metrics, expected=expected)
 
 
-def test_the_inner_rule_is_quiet_only_for_a_ports_own_operators() -> None:
+def test_the_inner_rule_is_quiet_only_for_a_quantisation_within_its_budget() -> None:
+    # a W8A8 linear: its activations rounded to integers with a relative rms of 0.7 %
     port_ops = [
-        _side("NPU.npu_dynamic_quant.0.forward", "consistent"),
+        _side("NPU.npu_dynamic_quant.0.forward", "consistent", expected=0.007),
         _side("NPU.npu_quant_matmul.0.forward", "consistent"),
     ]
-    quiet = by_inner_replays(port_ops)
-    assert quiet is not None and not quiet.local
-    # torch records the golden counted otherwise say nothing of what the module adds: no reading
-    assert by_inner_replays([_side("Tensor.__add__.3.forward", "consistent")]) is None
-    # one that could not be replayed (no reference, no output): no reading either
-    assert by_inner_replays([*port_ops, _side("NPU.npu_x.0.forward", "impossible")]) is None
+    budget = 0.005 + 3 * 2**0.5 * 0.007  # what its inputs explain, and its quantisation
+    quiet = by_inner_replays(port_ops, output_error=0.02, explained=0.005)
+    assert quiet is not None and not quiet.local and quiet.expected_error == pytest.approx(budget)
+    # beyond it (a wrong weight scale, a defaulted argument): the other rules judge it
+    assert by_inner_replays(port_ops, output_error=budget * 1.1, explained=0.005) is None
+    # nothing quantises inside (a fused attention): each consistent, and still no reading
+    attention = [_side("NPU.npu_fused_infer_attention_score.0.forward", "consistent")]
+    assert by_inner_replays(attention, output_error=0.001, explained=0.01) is None
+    # torch records the golden counted otherwise, or one that could not be replayed: no reading
+    assert by_inner_replays([_side("Tensor.__add__.3.forward", "consistent")], 0.001, 0.01) is None
+    assert by_inner_replays([*port_ops, _side("NPU.npu_x.0.forward", "impossible")], 0.001, 0.01) is None
     # the first that disagrees is named, torch record or not
     wrong = by_inner_replays([_side("Tensor.__add__.3.forward", "disagrees"), *port_ops])
     assert wrong is not None and wrong.local and wrong.operator == "Tensor.__add__.3.forward"
+
+
+def test_an_int8_weight_whose_scale_is_off_is_local_by_the_weights_rule(port, tmp_path) -> None:
+    # a conversion bug: layer 1's o_proj weight_scale 2 % off its int8 weight (the kernel, given
+    # that scale, computes correctly: only the weight against the golden's shows it)
+    test = tmp_path / "scaled"
+    shutil.copytree(port / "clean", test)
+    name = "Module.model.layers.1.self_attn.o_proj.Linear.forward.0.parameters.weight_scale.pt"
+    path = next(test.glob(f"step0/*/dump_tensor_data/{name}"))
+    torch.save(torch.load(path) * 1.02, path)
+    verdict = open_comparison(port / "golden", test, CompareOptions(cache=False)).verdicts.token(0)
+    o_proj = verdict.get("Module.model.layers.1.self_attn.o_proj.Linear.forward.0")
+    assert o_proj is not None and (o_proj.label, o_proj.rule) == ("local", "weights")
+    assert "not the golden's quantised with its scale" in o_proj.reason
+    assert verdict.counts.local == 1
+    clean = open_comparison(port / "golden", port / "clean", CompareOptions(cache=False)).verdicts.token(0)
+    same = clean.get("Module.model.layers.1.self_attn.o_proj.Linear.forward.0")
+    assert same is not None and same.label is None

@@ -9,10 +9,11 @@ fact's source). Parameters are read from ``op_param.json``; a default used is sa
 - ``SelfAttentionOperation`` with ``calcType`` PA_ENCODER (prefill): q, k, v ``[tokens, N * D]`` (or
   ``[tokens, N, D]``), the mask where ``maskType`` says one is given, then ``seqLen [batch]``: each
   request's tokens attend to its own, ``(q * qScale) k^T * qkScale``.
-- ``RopeOperation``: q ``[tokens, Nq * D]``, k, cos and sin ``[tokens, Dr]``, seqlen: each head's
-  first ``Dr`` values rotated by ``rotaryCoeff`` c: in each of the c/2 segments of width 2r
-  (``r = Dr / c``) the rotation pairs ``cat(-x[r:2r], x[0:r])``; ``x * cos + rotate(x) * sin``
-  (c = 2: halves, NeoX; c = Dr: neighbouring pairs, GPT-J). Its first outtensor (q) is compared.
+- ``RopeOperation``: q ``[tokens, Nq * D]``, k, cos and sin ``[tokens, D]``, seqlen: the head dim is
+  the width of cos (ATB's own kernel test, ``test_rope.py``), each head rotated whole by
+  ``rotaryCoeff`` c: in each of the c/2 segments of width 2r
+  (``r = D / c``) the rotation pairs ``cat(-x[r:2r], x[0:r])``; ``x * cos + rotate(x) * sin``
+  (c = 2: halves, NeoX; c = D: neighbouring pairs, GPT-J). Its first outtensor (q) is compared.
 - ``ReshapeAndCacheOperation``: the rows written at ``slotMapping``, read back from its outtensors
   (the caches after it ran; ``npu_cache.py``).
 """

@@ -186,6 +186,8 @@ def _cache_reader(
         return {}, ""
     siblings = index.tree.children(found.parent)
     for later in siblings[siblings.index(node) + 1 :]:
+        if _api(later) in CACHE_WRITES:
+            break  # the next layer's write: a reader after it reads another cache
         if _api(later) not in CACHE_READERS:
             continue
         read: dict[str, np.ndarray] = {}

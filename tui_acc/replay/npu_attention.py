@@ -236,7 +236,7 @@ def _queries(query: np.ndarray, layout: str, heads: int, options: Options, names
         if query.ndim != 3:
             raise ReplayImpossible(f"query {list(query.shape)} is not TND")
         ends = options.lengths(names.q_lengths)
-        if ends is None:
+        if not ends:
             raise ReplayImpossible(f"{names.q_lengths} not recorded: TND needs the cumulative query lengths")
         starts = [0, *ends[:-1]]
         lengths = [end - start for start, end in zip(starts, ends, strict=True)]
@@ -303,8 +303,10 @@ def _kv(
         )
     if layout == "TND":
         ends = options.lengths(names.kv_lengths)
-        if ends is None:
+        if not ends:
             raise ReplayImpossible(f"{names.kv_lengths} not recorded: TND needs the cumulative kv lengths")
+        if any(b < a for a, b in zip([0, *ends], ends, strict=False)):
+            raise ReplayImpossible(f"{names.kv_lengths} {ends} are not cumulative (they decrease)")
         if len(ends) != batch or ends[-1] > key.shape[0]:
             raise ReplayImpossible(
                 f"{names.kv_lengths} {ends} do not fit {key.shape[0]} kv rows of {batch} requests"

@@ -179,7 +179,9 @@ def npu_weight_quant_batchmatmul(call: Call) -> Replayed:
         raise ReplayImpossible("inputs missing: weight (argument 1) was not dumped")
     if weight.dtype == np.int32:
         raise ReplayImpossible("an int32 weight packs eight int4 values: not replayed here")
-    if call.raw(5, "quant_scale") is not None:
+    if (
+        call.raw(4, "quant_scale") is not None
+    ):  # (x, weight, antiquant_scale, antiquant_offset, quant_scale, ...)
         raise ReplayImpossible("quant_scale given: the output's requantisation is not replayed here")
     if weight.ndim != 2 or x.shape[-1] != weight.shape[0]:
         raise ReplayImpossible(f"shape mismatch: x {list(x.shape)} @ weight {list(weight.shape)} (k, n)")

@@ -80,6 +80,7 @@ class Registry:
         self._user = [Entry(key, source, spec) for key, spec in (plugins or {}).items()]
         self._entry_points: list[Entry] | None = None if entry_points else []
         self._builtins: list[Entry] | None = None  # imported on first use: they import numpy
+        self._found: dict[tuple[str, ...], Entry | None] = {}  # what find said of each candidates
 
     @classmethod
     def from_config(cls, section: Any, source: str = "tui-acc.toml", entry_points: bool = True) -> Registry:
@@ -141,12 +142,12 @@ class Registry:
 
     def find(self, *candidates: str | None) -> Entry | None:
         """The first entry matching the first candidate that any matches (record name, then type)."""
-        wanted = [c for c in candidates if c]
-        for candidate in wanted:
-            for entry in self.entries():
-                if entry.matches(candidate):
-                    return entry
-        return None
+        wanted = tuple(c for c in candidates if c)
+        if wanted in self._found:
+            return self._found[wanted]
+        found = next((e for c in wanted for e in self.entries() if e.matches(c)), None)
+        self._found[wanted] = found
+        return found
 
 
 def _entry_points() -> list[Entry]:

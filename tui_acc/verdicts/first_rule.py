@@ -11,6 +11,7 @@ from tui_acc.pairing import NodePair
 from tui_acc.tolerances.errors import error_of
 from tui_acc.tolerances.thresholds import gains_non_finite, is_float
 from tui_acc.verdicts.judging import Judging, integer_differs
+from tui_acc.verdicts.replay_check import SideReplay
 from tui_acc.verdicts.routing import selection_of
 from tui_acc.verdicts.rules import (
     Facts,
@@ -19,6 +20,7 @@ from tui_acc.verdicts.rules import (
     by_error_model,
     by_inner_replays,
     by_own_rounding,
+    by_quantised_weight,
     by_replay,
     by_statistics,
     by_threshold,
@@ -84,10 +86,20 @@ def _rules(
     weights = by_weights(facts.tensors, facts.type)
     if weights is not None and weights.local:
         return weights
+    if judging.checks is not None and node is not None:  # an int8 weight, through its scale
+        checks = judging.checks
+        known, quantised = (
+            (True, checks.quantised_weight(node)) if compute else checks.known_quantised_weight(node)
+        )
+        if not known:
+            return None
+        if quantised is not None and not quantised.consistent:
+            return by_quantised_weight(quantised)
     untouched = by_own_rounding(facts.output_error, outputs)
     if untouched is not None:  # nothing for a replay to find: it is not run
         return untouched
     by_inner: Reading | None = None
+    inner: tuple[SideReplay, ...] = ()
     if judging.checks is not None and node is not None:
         known, inner = (True, judging.checks.inner(node)) if compute else judging.checks.known_inner(node)
         if not known:
@@ -96,6 +108,9 @@ def _rules(
         if by_inner is not None and by_inner.local:  # a record only the test has disagrees: named
             return by_inner
     modelled = by_error_model(facts, outputs, data_inputs(row, facts.tensors), roundings=_roundings(node))
+    if by_inner is None and inner:  # all consistent: quiet only for a quantisation within its budget
+        explained = modelled.expected_error if modelled is not None else None
+        by_inner = by_inner_replays(inner, facts.output_error, explained)
     if _replayable(facts, judging, node):
         assert judging.checks is not None and node is not None  # _replayable says so
         known, replay = (True, judging.checks.replay(node)) if compute else judging.checks.known_replay(node)

@@ -37,6 +37,8 @@ from tui_acc.replay.registry import Registry
 from tui_acc.replay.sampling import plan
 from tui_acc.row_store import RowStore
 from tui_acc.tolerances.rounding import UNIT_ROUNDOFF
+from tui_acc.verdicts import quantised_weights as quantised
+from tui_acc.verdicts.quantised_weights import QuantisedWeight
 from tui_acc.verdicts.replay_check import SideReplay, replay_side, test_only_inside
 from tui_acc.verdicts.routing import Routing, Selection, check
 
@@ -72,6 +74,8 @@ class LocalChecks:
         self._routings: RowStore[tuple[int, str], Routing | None] = RowStore()
         self._inner: RowStore[tuple[int, str], tuple[SideReplay, ...]] = RowStore()
         self._paired_tests: dict[int, frozenset[str]] = {}
+        self._inside: dict[tuple[int, str], list[str]] = {}
+        self._quantised: RowStore[tuple[int, str], QuantisedWeight | None] = RowStore()
         self._lock = threading.Lock()
         self.replayed = 0  # how many nodes were replayed (for the benchmark)
 
@@ -116,6 +120,23 @@ class LocalChecks:
             if not _same_argument(golden[key], test[key])
         )
 
+    def quantised_weight(self, node: NodePair) -> QuantisedWeight | None:
+        """An int8 weight against the golden's through its scale (``quantised_weights.py``), once."""
+        key = (node.token, node.golden)
+        golden, test = self.pairing.golden, self.pairing.test
+        return self._quantised.once(
+            key, lambda: quantised.check(golden, test, node.token, node.golden, node.test)
+        )
+
+    def known_quantised_weight(self, node: NodePair) -> tuple[bool, QuantisedWeight | None]:
+        """``(known, result)`` without reading anything; known and None where the node holds no
+        scale beside its weight (nothing to check: no data is read to tell)."""
+        key = (node.token, node.golden)
+        if key in self._quantised:
+            return True, self._quantised.get(key)
+        slots = {r.slot for r in self.pairing.test.tensors(node.token, node.test)}
+        return (not slots & set(quantised.SCALE_SLOTS)), None
+
     def inner(self, node: NodePair) -> tuple[SideReplay, ...]:
         """The replays of the records only the test has inside the node (a port's own operators in a
         module both sides have: what the pairing leaves unmatched), those with a reference, in
@@ -131,10 +152,27 @@ class LocalChecks:
         return (not self.test_only_inside(node)), ()
 
     def test_only_inside(self, node: NodePair) -> list[str]:
-        """The test's records inside the node that only the test has and a reference replays
-        (``replay_check.test_only_inside``; no data is read)."""
-        paired = self._paired_at(node.token)
-        return test_only_inside(self.pairing.test, node.token, node.test, paired, self.registry)
+        """The test's records inside the node that only the test has (``replay_check.test_only_inside``;
+        no data is read), listed once per node and token: the UI thread asks on every look."""
+        key = (node.token, node.golden)
+        with self._lock:
+            known = self._inside.get(key)
+        if known is None:
+            paired = self._paired_at(node.token)
+            known = test_only_inside(self.pairing.test, node.token, node.test, paired, self.registry)
+            with self._lock:
+                self._inside[key] = known
+        return known
+
+    def _golden_only_modules(self, node: NodePair) -> list[str]:
+        """The golden's module records inside the node that nothing of the test pairs with."""
+        golden = self.pairing.golden
+        paired = frozenset(p.golden for p in self.pairing.node_pairs(node.token))
+        return [
+            n.name
+            for n in golden.tree.preorder(node.golden)
+            if n.name != node.golden and n.name.startswith("Module.") and n.name not in paired
+        ]
 
     def _paired_at(self, token: int) -> frozenset[str]:
         with self._lock:
@@ -149,8 +187,20 @@ class LocalChecks:
         names = self.test_only_inside(node)
         if not names:
             return ()
+        index = self.pairing.test
+        missing = self._golden_only_modules(node)
+        if missing:  # the golden runs a module here the test has no record of (a q_norm left out?)
+            said = f"the golden runs {missing[0]} here, which the test has no record of"
+            return (SideReplay("test", missing[0], "?", "impossible", said),)
         with one_blas_thread():
-            return tuple(replay_side(self.pairing.test, node.token, n, self.registry, "test") for n in names)
+            return tuple(
+                SideReplay(
+                    "test", n, "?", "impossible", "gathered from several ranks' files: no one call's inputs"
+                )
+                if any(ref.parts for ref in index.tensors(node.token, n))
+                else replay_side(index, node.token, n, self.registry, "test")
+                for n in names
+            )
 
     def routing(self, selection: Selection) -> Routing | None:
         """The test side's kept experts against its own scores (routing.py); None where a tensor
