@@ -327,6 +327,9 @@ def test_only_a_sampled_replay_that_agrees_yields_to_the_error_model(sampled, ru
         def inner(self, node):
             return ()  # nothing only the test has inside it
 
+        def quantised_weight(self, node):
+            return None  # no int8 weight
+
     nodes = {
         "root": Node("root", "Model", None, 0, ["linear"]),
         "linear": Node("linear", "Linear", "root", 1),

@@ -96,6 +96,9 @@ class _Checks:
     def inner(self, node: NodePair) -> tuple:
         return ()  # nothing only the test has inside it
 
+    def quantised_weight(self, node: NodePair) -> None:
+        return None  # no int8 weight
+
     def routing(self, selection: Selection) -> Routing:
         self.asked.append(selection)
         return self.found
