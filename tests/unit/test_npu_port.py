@@ -126,3 +126,18 @@ def test_an_int8_weight_whose_scale_is_off_is_local_by_the_weights_rule(port, tm
     clean = open_comparison(port / "golden", port / "clean", CompareOptions(cache=False)).verdicts.token(0)
     same = clean.get("Module.model.layers.1.self_attn.o_proj.Linear.forward.0")
     assert same is not None and same.label is None
+
+
+def test_a_weight_stored_transposed_is_checked_the_same(port, tmp_path) -> None:
+    # vllm-ascend transposes its W8A8 weights to [in, out] after loading: the check reads either
+    # (o_proj is square: both readings are tried)
+    from tui_acc.verdicts import quantised_weights
+
+    test = tmp_path / "transposed"
+    shutil.copytree(port / "clean", test)
+    module = "Module.model.layers.1.self_attn.o_proj.Linear.forward.0"
+    path = next(test.glob(f"step0/*/dump_tensor_data/{module}.parameters.weight.pt"))
+    torch.save(torch.load(path).T.contiguous(), path)
+    cmp = open_comparison(port / "golden", test, CompareOptions(cache=False))
+    found = quantised_weights.check(cmp.golden, cmp.test, 0, module, module)
+    assert found is not None and found.consistent

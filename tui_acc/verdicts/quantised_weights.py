@@ -58,10 +58,16 @@ def check(
         reference = np.asarray(load_side(golden_ref, None, golden.load_policy), dtype=np.float64)
     except (TensorLoadError, DumpError, OSError, ValueError):
         return None
-    if reference.shape != weight.shape or scale.size not in (1, weight.shape[0]) or not np.all(scale > 0):
+    # stored [out, in], or [in, out] as vllm-ascend transposes its W8A8 weights after loading: a
+    # square weight is read both ways, and either that holds the golden's values will do
+    readings = [w for w in (weight, weight.T) if w.shape == reference.shape]
+    if not readings or scale.size not in (1, reference.shape[0]) or not np.all(scale > 0):
         return None
     unrounded = np.clip(reference / scale.reshape(-1, 1), -128, 127)
-    consistent, reason, expected = within_steps(unrounded, weight, CHECKPOINT_SLACK)
+    checked = [(within_steps(unrounded, w, CHECKPOINT_SLACK), w) for w in readings]
+    (consistent, reason, expected), weight = next(
+        ((found, w) for found, w in checked if found[0]), checked[0]
+    )
     dequantised = weight.astype(np.float64) * scale.reshape(-1, 1)
     size = float(np.linalg.norm(reference))
     error = float(np.linalg.norm(dequantised - reference)) / size if size > 0 else 0.0
