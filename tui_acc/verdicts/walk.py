@@ -6,7 +6,8 @@ order; ``rules.py`` says how each one reads):
 
 1. **threshold**, for what no model softens: a file that could not be read, a NaN or infinity the
    golden lacks, an integer tensor (token ids) that differs. Local where its inputs pass.
-2. **weights**: a weight further from the golden's than its dtype's cast explains (``weights.py``).
+2. **weights**: a weight further from the golden's than its dtype's cast explains (``weights.py``);
+   an int8 weight that is not the golden's quantised with its own scale (``quantised_weights.py``).
 3. **own rounding**: an output within its own rounding of the golden is never local (no replay runs).
 4. **replay**: the test side's output against its own inputs, recomputed (``local.py``); for a module
    whose test side runs records the golden has none of (a port's fused operators), their replays
