@@ -186,3 +186,7 @@ async def test_p_on_a_ports_module_lists_the_tests_own_operators_inside_it(npu_c
         assert inner["NPU.npu_rotary_mul.8.forward"] == inner["NPU.npu_rotary_mul.9.forward"] == "consistent"
         body = _body(app)
         assert "records only the test has" in body and "npu_fused_infer_attention_score.4" in body
+        # the headline reads the test's own operators, not the module's missing reference
+        assert (
+            "npu_fused_infer_attention_score.4.forward disagrees with its own inputs" in screen.replay.reading
+        )

@@ -123,6 +123,8 @@ class Replay:
         finding = self.finding
         if finding != "impossible":
             return READINGS[finding]
+        if self.inner:  # the node itself has no replay; the test's own operators inside it do
+            return self._inner_reading()
         sides = [s for s in (self.golden, self.test) if s.verdict == "impossible"]
         if len(sides) == 2 and sides[0].reason == sides[1].reason:
             return "replay impossible on both sides" + (f": {sides[0].reason}" if with_reasons else "")
@@ -133,11 +135,22 @@ class Replay:
             for s in others
         )
 
+    def _inner_reading(self) -> str:
+        wrong = next((s for s in self.inner if s.verdict == "disagrees"), None)
+        if wrong is not None:
+            return f"inside it, the test's {wrong.node} disagrees with its own inputs: the fault is there"
+        if all(s.verdict == "consistent" for s in self.inner):
+            return "inside it, the test's own operators are each consistent with their inputs"
+        unknown = sum(s.verdict == "impossible" for s in self.inner)
+        return f"inside it, the test's own operators agree with their inputs where replayed ({unknown} not)"
+
     @property
     def shared_reason(self) -> bool:
-        """Both sides impossible for the same reason: said once, in the reading."""
+        """Both sides impossible for the same reason: said once, in the reading (unless the reading
+        speaks of the test's own operators inside the node: each side then says its own)."""
         return (
-            self.golden.verdict == self.test.verdict == "impossible"
+            not self.inner
+            and self.golden.verdict == self.test.verdict == "impossible"
             and self.golden.reason == self.test.reason
         )
 
