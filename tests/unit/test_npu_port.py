@@ -20,8 +20,8 @@ import torch
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.reports.pair import build_report
 from tui_acc.tolerances.rounding import local_bound
+from tui_acc.verdicts.port_rules import by_inner_replays
 from tui_acc.verdicts.replay_check import SideReplay
-from tui_acc.verdicts.rules import by_inner_replays
 
 NAME = "w8a8-llama-msprobe-mix"
 TOKENS = 4

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tui_acc.replay.attention import Requests, attend, causal, roundings_of
+from tui_acc.replay.attention import Requests, attend, causal, masked, roundings_of
 from tui_acc.replay.call import Call, Replayed, ReplayImpossible
 from tui_acc.replay.npu_cache import written_rows
 
@@ -186,10 +186,10 @@ def self_attention(call: Call) -> Replayed:
     mask_type = call.keyword.get("maskType", 0)
     if mask_type not in (0, 1, 3, 9, *_MASK_NAMES):
         raise ReplayImpossible(f"maskType {mask_type!r} (alibi, sliding window): not replayed here")
-    masked = mask_type not in (0, "MASK_TYPE_UNDEFINED")
+    windowed = mask_type not in (0, "MASK_TYPE_UNDEFINED")
     # the operation's own sources: a mask intensor (index 3) unless undefined or CAUSAL_MASK, then the
     # lengths (self_attention_operation.cpp: maskId_ 3, tokenOffsetId_ 4 with a mask, 3 without)
-    mask_given = masked and mask_type not in (9, "MASK_TYPE_CAUSAL_MASK")
+    mask_given = windowed and mask_type not in (9, "MASK_TYPE_CAUSAL_MASK")
     query = call.tensor(0, "q")
     heads, kv_heads = _heads(call, query, notes)
     q = _rows(query, heads, "q")
@@ -207,15 +207,11 @@ def self_attention(call: Call) -> Replayed:
     mask = call.raw(3) if mask_type in (1, "MASK_TYPE_NORM") else None
 
     def window(request: int, q_len: int, kv_len: int) -> np.ndarray:
-        if not masked:
+        if not windowed:
             return np.ones((q_len, kv_len), dtype=bool)
         if mask is None:  # NORM_COMPRESS, CAUSAL_MASK: causal, rebuilt from the lengths
             return causal(q_len, kv_len)
-        rows = mask.reshape(-1, *mask.shape[-2:])
-        chosen = rows[request] if rows.shape[0] == len(seq) else rows[0]
-        if chosen.shape[0] < q_len or chosen.shape[1] < kv_len:
-            raise ReplayImpossible(f"the mask {list(mask.shape)} does not cover {q_len} x {kv_len}")
-        return np.asarray(chosen[:q_len, :kv_len]) == 0
+        return ~masked(mask, request, len(seq), q_len, kv_len)
 
     scale = float(_param(call, "qScale", 1.0, notes)) * float(_param(call, "qkScale", 1.0, notes))
     need = _all_rows(call, q.shape[0], heads)

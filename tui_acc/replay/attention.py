@@ -68,6 +68,51 @@ def causal(q_len: int, kv_len: int) -> np.ndarray:
     return np.arange(kv_len)[None, :] <= np.arange(q_len)[:, None] + (kv_len - q_len)
 
 
+def masked(mask: np.ndarray, request: int, batch: int, q_len: int, kv_len: int) -> np.ndarray:
+    """``[q_len, kv_len]``: True where the mask tensor leaves a score out (not 0), from the request's
+    own mask where there is one per request, else the one shared mask."""
+    rows = mask.reshape(-1, *mask.shape[-2:]) if mask.ndim >= 2 else mask.reshape(1, 1, -1)
+    chosen = rows[request] if rows.shape[0] == batch else rows[0]
+    if chosen.shape[0] < q_len or chosen.shape[1] < kv_len:
+        raise ReplayImpossible(f"the mask {list(mask.shape)} does not cover {q_len} x {kv_len}")
+    return np.asarray(chosen[:q_len, :kv_len]) != 0
+
+
+@dataclass(frozen=True)
+class SparseWindow:
+    """Which scores of a request a fused attention computes, by torch_npu's ``sparse_mode``: 0 the
+    mask where given, within ``pre`` / ``after`` tokens of the diagonal from the top left; 1 the
+    mask; 2 causal from the top left; 3 causal from the bottom right; 4 a band of ``pre`` / ``after``
+    tokens around the bottom-right diagonal. One query per request: modes 2-4 do not apply."""
+
+    mask: np.ndarray | None
+    mode: int
+    pre: int
+    after: int
+    batch: int
+    single_query: bool
+
+    def allowed(self, request: int, q_len: int, kv_len: int) -> np.ndarray:
+        """``[q_len, kv_len]``: True where the score is kept."""
+        i = np.arange(q_len)[:, None]
+        j = np.arange(kv_len)[None, :]
+        shift = kv_len - q_len  # the bottom-right origin of modes 3 and 4
+        if self.single_query and self.mode >= 2:
+            return np.ones((q_len, kv_len), dtype=bool)
+        if self.mode == 2:
+            return j <= i
+        if self.mode == 3:
+            return causal(q_len, kv_len)
+        if self.mode == 4:
+            return (j - (i + shift) >= -self.pre) & (j - (i + shift) <= self.after)
+        if self.mask is None:
+            return np.ones((q_len, kv_len), dtype=bool)  # mode 0 without a mask: everything
+        kept = ~masked(self.mask, request, self.batch, q_len, kv_len)
+        if self.mode == 0 and not self.single_query:
+            kept &= (j - i >= -self.pre) & (j - i <= self.after)
+        return kept
+
+
 def attend(
     requests: Requests,
     keys: list[np.ndarray],

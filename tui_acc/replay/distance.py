@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import TypedDict
 
 import numpy as np
+
+from tui_acc.numbers import number
 
 
 class Distance(TypedDict):
@@ -52,3 +55,27 @@ def distance(replay: np.ndarray, dumped: np.ndarray) -> Distance:
     found["max_rel_err"] = float(relative.max())
     found["rel_euclidean"] = norm_diff / norm_r if norm_r > 0 else (0.0 if norm_diff == 0 else float("inf"))
     return found
+
+
+def within_steps(unrounded: np.ndarray, dumped: np.ndarray, slack: float) -> tuple[bool, str, float]:
+    """An integer output against the values a correct kernel rounds: consistent where every element
+    is one of the integers next to its unrounded value, either of them only where that value is
+    within ``slack`` (relative) of a tie. Also the relative error rounding alone gives (an rms of
+    1/sqrt(12) per element), the expected local error."""
+    exact = np.asarray(unrounded, dtype=np.float64).reshape(-1)
+    got = np.asarray(dumped, dtype=np.float64).reshape(-1)
+    off = np.abs(got - exact)
+    allowed = 0.5 + slack * np.abs(exact) + 1e-9
+    beyond = int(np.count_nonzero(~(off <= allowed)))  # NaN counts as beyond
+    size = float(np.linalg.norm(exact))
+    expected = math.sqrt(exact.size / 12.0) / size if size > 0 else 0.0
+    if beyond:
+        largest = float(np.nanmax(off)) if off.size else 0.0
+        return (
+            False,
+            f"{beyond} of {exact.size} elements beyond their rounding step (up to {number(largest)})",
+            expected,
+        )
+    ties = int(np.count_nonzero(np.abs(got - np.round(exact)) >= 1))
+    said = f" ({ties} one step off at a tie)" if ties else ""
+    return True, f"every element within its rounding step{said}", expected

@@ -167,7 +167,9 @@ def _written_back(
         after: dict[str, np.ndarray] = {}
         for ref in refs:
             name = {"outtensor0": "key", "outtensor1": "value"}.get(ref.slot)
-            if name is not None and ref.has_data:
+            if name == "key" and output is not None:
+                after[name] = output  # the first output, read already
+            elif name is not None and ref.has_data:
                 try:
                     after[name] = load_side(ref, None, index.load_policy)
                 except (TensorLoadError, DumpError, ValueError, OSError) as exc:

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tui_acc.replay.attention import Requests, attend, kv_len_max, paged_tokens, roundings_of
+from tui_acc.replay.attention import Requests, SparseWindow, attend, kv_len_max, paged_tokens, roundings_of
 from tui_acc.replay.call import Call, Replayed, ReplayImpossible
 
 LAYOUTS = ("BSH", "BSND", "BNSD", "TND", "BNSD_BSND")
@@ -152,7 +152,7 @@ def _attention(call: Call, names: Names) -> Replayed:
     if (query_rope is None) != (key_rope is None):
         raise ReplayImpossible("query_rope and key_rope come together (MLA); one of them was not dumped")
     scale = float(options.get(names.scale, 1.0))
-    window = _Window(options, names, layout, requests)
+    window = _window(options, names, requests)
     rope_keys = _kv_rope(call, options, requests, key_rope) if key_rope is not None else None
     rope_queries = (
         _queries(query_rope, layout, heads, options, names).queries if query_rope is not None else None
@@ -162,7 +162,7 @@ def _attention(call: Call, names: Names) -> Replayed:
     out, probability_terms = attend(
         requests, keys, values, window.allowed, scale, kv_heads, need, call.precision, rope
     )
-    notes = options.notes + window.notes
+    notes = options.notes
     return _laid_out(call, out, layout, requests, notes, probability_terms, kv_len_max(requests))
 
 
@@ -367,54 +367,23 @@ def _kv_rope(call: Call, options: Options, requests: Requests, key_rope: np.ndar
     ]
 
 
-class _Window:
-    """Which scores of a request are computed, from ``sparse_mode``, the mask and the lengths."""
-
-    def __init__(self, options: Options, names: Names, layout: str, requests: Requests) -> None:
-        self.notes: list[str] = []
-        self.mask = options.call.raw(-1, "atten_mask")
-        self.mode = int(options.get("sparse_mode", 0, say=False)) if names.sparse else 0
-        self.pre = int(options.get("pre_tokens", INFINITE_TOKENS, say=False))
-        self.next = int(options.get("next_tokens", names.next_tokens, say=False))
-        if self.mask is not None and self.mode == 0 and options.call.option("next_tokens") is None:
-            self.notes.append(f"next_tokens not recorded: torch_npu's default {names.next_tokens}")
-        self.batch = len(requests.starts)
-        self.single_query = max(requests.q_lengths, default=0) == 1
-        if self.mode not in (0, 1, 2, 3, 4):
-            raise ReplayImpossible(f"sparse_mode {self.mode}: not supported by the operator (0-4)")
-        if self.mode == 1 and self.mask is None:
-            raise ReplayImpossible("sparse_mode 1 without atten_mask: the mask was not dumped")
-
-    def allowed(self, request: int, q_len: int, kv_len: int) -> np.ndarray:
-        """``[q_len, kv_len]``: True where the score is kept."""
-        i = np.arange(q_len)[:, None]
-        j = np.arange(kv_len)[None, :]
-        shift = kv_len - q_len  # the bottom-right origin of modes 3 and 4
-        if self.single_query and self.mode >= 2:
-            return np.ones((q_len, kv_len), dtype=bool)  # one query: the modes do not apply
-        if self.mode == 2:
-            return j <= i
-        if self.mode == 3:
-            return j <= i + shift
-        if self.mode == 4:
-            return (j - (i + shift) >= -self.pre) & (j - (i + shift) <= self.next)
-        if self.mask is None:
-            return np.ones((q_len, kv_len), dtype=bool)  # mode 0 without a mask: everything
-        kept = ~self._mask_rows(request, q_len, kv_len)
-        if self.mode == 0 and not self.single_query:
-            kept &= (j - i >= -self.pre) & (j - i <= self.next)
-        return kept
-
-    def _mask_rows(self, request: int, q_len: int, kv_len: int) -> np.ndarray:
-        given = np.asarray(self.mask)
-        mask = given != 0
-        if mask.ndim == 2 and self.single_query and mask.shape[0] == self.batch and mask.shape[0] > 1:
-            mask = mask[:, None, :]  # (B, KV_S)
-        mask = mask.reshape(-1, *mask.shape[-2:]) if mask.ndim >= 2 else mask.reshape(1, 1, -1)
-        chosen = mask[request] if mask.shape[0] == self.batch else mask[0]
-        if chosen.shape[0] < q_len or chosen.shape[1] < kv_len:
-            raise ReplayImpossible(f"atten_mask {list(given.shape)} does not cover {q_len} x {kv_len}")
-        return chosen[:q_len, :kv_len]
+def _window(options: Options, names: Names, requests: Requests) -> SparseWindow:
+    """The call's ``sparse_mode``, mask and token bounds (their defaults where not recorded)."""
+    mask = options.call.raw(-1, "atten_mask")
+    mode = int(options.get("sparse_mode", 0, say=False)) if names.sparse else 0
+    pre = int(options.get("pre_tokens", INFINITE_TOKENS, say=False))
+    after = int(options.get("next_tokens", names.next_tokens, say=False))
+    if mask is not None and mode == 0 and options.call.option("next_tokens") is None:
+        options.notes.append(f"next_tokens not recorded: torch_npu's default {names.next_tokens}")
+    batch = len(requests.starts)
+    single_query = max(requests.q_lengths, default=0) == 1
+    if mode not in (0, 1, 2, 3, 4):
+        raise ReplayImpossible(f"sparse_mode {mode}: not supported by the operator (0-4)")
+    if mode == 1 and mask is None:
+        raise ReplayImpossible("sparse_mode 1 without atten_mask: the mask was not dumped")
+    if mask is not None and mask.ndim == 2 and single_query and mask.shape[0] == batch > 1:
+        mask = mask[:, None, :]  # one query per request: (B, KV_S)
+    return SparseWindow(mask, mode, pre, after, batch, single_query)
 
 
 REFERENCES = {

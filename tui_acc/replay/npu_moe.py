@@ -20,6 +20,7 @@ import numpy as np
 
 from tui_acc.replay import maths
 from tui_acc.replay.call import Call, Replayed, ReplayImpossible
+from tui_acc.replay.npu_quant import dequant_scale
 
 # two selection scores closer than this (relative) are a tie the kernel's float32 may break either way
 TIE = 2.0**-16
@@ -138,7 +139,7 @@ def npu_grouped_matmul(call: Call) -> Replayed:
         if integer_bias and bias is not None:
             out = out + bias.astype(np.float64)
         if scales:
-            out = out * _scale_values(scales[group])
+            out = out * dequant_scale(scales[group])[0].reshape(-1)
         if per_token:
             out = out * per_token[0].astype(np.float64).reshape(-1)[start:end, None]
         if bias is not None and not integer_bias:
@@ -209,14 +210,6 @@ def _per_group(call: Call, name: str, groups: int) -> list[np.ndarray]:
     if found and len(found) != groups:
         raise ReplayImpossible(f"{name} of {len(found)} tensors for {groups} groups")
     return found
-
-
-def _scale_values(scale: np.ndarray) -> np.ndarray:
-    from tui_acc.replay.npu_quant import quant_param
-
-    if scale.dtype.kind in "iu":
-        return quant_param(scale)[0]
-    return np.asarray(scale, dtype=np.float64).reshape(-1)
 
 
 REFERENCES = {

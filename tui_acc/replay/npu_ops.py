@@ -234,18 +234,13 @@ KNOWN_IMPOSSIBLE = {
         "its doc gives its formulas only as images (a norm, a rope and a cache write fused): no "
         "reference to hold it against"
     ),
-    "NPU.npu_moe_distribute_dispatch": _cannot(
-        "an all-to-all across the expert-parallel ranks: the other ranks' tensors are not in this dump"
-    ),
-    "NPU.npu_moe_distribute_combine": _cannot(
-        "an all-to-all across the expert-parallel ranks: the other ranks' tensors are not in this dump"
-    ),
-    "NPU.npu_moe_distribute_dispatch_v2": _cannot(
-        "an all-to-all across the expert-parallel ranks: the other ranks' tensors are not in this dump"
-    ),
-    "NPU.npu_moe_distribute_combine_v2": _cannot(
-        "an all-to-all across the expert-parallel ranks: the other ranks' tensors are not in this dump"
-    ),
+    **{
+        f"NPU.npu_moe_distribute_{step}{version}": _cannot(
+            "an all-to-all across the expert-parallel ranks: the other ranks' tensors are not in this dump"
+        )
+        for step in ("dispatch", "combine")
+        for version in ("", "_v2")
+    },
 }
 REFERENCES.update(KNOWN_IMPOSSIBLE)
 

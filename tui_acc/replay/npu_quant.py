@@ -44,15 +44,20 @@ def quant_param(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     return scale, (offset if np.any(offset) else None)
 
 
-def _scale(call: Call, index: int, keyword: str, what: str) -> tuple[np.ndarray, np.ndarray | None, str]:
-    """A dequantisation scale as float64, the offset an int64 scale packs, and a note on its form."""
+def dequant_scale(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """A dequantisation scale as float64 (float32, bf16, or ``npu_trans_quant_param``'s int64,
+    decoded), and the offset an int64 scale packs (None for the others)."""
+    if raw.dtype.kind in "iu":
+        return quant_param(raw)
+    return np.asarray(raw, dtype=np.float64), None
+
+
+def _scale(call: Call, index: int, keyword: str, what: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Argument ``index`` (or ``keyword``) as a dequantisation scale (``dequant_scale``)."""
     raw = call.raw(index, keyword)
     if raw is None:
         raise ReplayImpossible(f"inputs missing: {what} (argument {index}) was not dumped")
-    if raw.dtype.kind in "iu":
-        scale, offset = quant_param(raw)
-        return scale, offset, "int64 (npu_trans_quant_param's)"
-    return np.asarray(call.wide(raw), dtype=np.float64), None, str(raw.dtype)
+    return dequant_scale(raw)
 
 
 def _per_column(values: np.ndarray, n: int, columns: np.ndarray | None, what: str) -> np.ndarray:
@@ -124,7 +129,7 @@ def _dequantised(
 ) -> Replayed:
     """The int32 sums ``product`` ([rows, columns]) through bias, scales and offset, as the doc's
     three formulas (int32 bias before the scale, a float bias after it)."""
-    scale, packed_offset, _form = _scale(call, 2, "scale", "scale")
+    scale, packed_offset = _scale(call, 2, "scale", "scale")
     out_dtype = _output_dtype(call, "int8")
     bias = call.raw(-1, "bias")
     if bias is None:
@@ -186,7 +191,7 @@ def npu_weight_quant_batchmatmul(call: Call) -> Replayed:
     if weight.ndim != 2 or x.shape[-1] != weight.shape[0]:
         raise ReplayImpossible(f"shape mismatch: x {list(x.shape)} @ weight {list(weight.shape)} (k, n)")
     k, n = weight.shape
-    scale, _offset, _form = _scale(call, 2, "antiquant_scale", "antiquant_scale")
+    scale, _offset = _scale(call, 2, "antiquant_scale", "antiquant_scale")
     offset = call.raw(3, "antiquant_offset")
     group = int(call.option("antiquant_group_size", 7, 0) or 0)
     dequantised = weight.astype(np.float64)

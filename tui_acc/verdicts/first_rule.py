@@ -11,6 +11,7 @@ from tui_acc.pairing import NodePair
 from tui_acc.tolerances.errors import error_of
 from tui_acc.tolerances.thresholds import gains_non_finite, is_float
 from tui_acc.verdicts.judging import Judging, integer_differs
+from tui_acc.verdicts.port_rules import by_inner_replays, by_quantised_weight
 from tui_acc.verdicts.replay_check import SideReplay
 from tui_acc.verdicts.routing import selection_of
 from tui_acc.verdicts.rules import (
@@ -18,9 +19,7 @@ from tui_acc.verdicts.rules import (
     Reading,
     Tensors,
     by_error_model,
-    by_inner_replays,
     by_own_rounding,
-    by_quantised_weight,
     by_replay,
     by_statistics,
     by_threshold,

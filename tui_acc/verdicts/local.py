@@ -39,8 +39,9 @@ from tui_acc.row_store import RowStore
 from tui_acc.tolerances.rounding import UNIT_ROUNDOFF
 from tui_acc.verdicts import quantised_weights as quantised
 from tui_acc.verdicts.quantised_weights import QuantisedWeight
-from tui_acc.verdicts.replay_check import SideReplay, replay_side, test_only_inside
+from tui_acc.verdicts.replay_check import SideReplay, replay_side
 from tui_acc.verdicts.routing import Routing, Selection, check
+from tui_acc.verdicts.test_only import test_only_inside
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ class LocalChecks:
         return (not self.test_only_inside(node)), ()
 
     def test_only_inside(self, node: NodePair) -> list[str]:
-        """The test's records inside the node that only the test has (``replay_check.test_only_inside``;
+        """The test's records inside the node that only the test has (``test_only.test_only_inside``;
         no data is read), listed once per node and token: the UI thread asks on every look."""
         key = (node.token, node.golden)
         with self._lock:

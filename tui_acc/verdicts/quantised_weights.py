@@ -18,7 +18,7 @@ import numpy as np
 from tui_acc.dumps.loading import load_side
 from tui_acc.dumps.model import DumpError, DumpIndex, TensorRef
 from tui_acc.dumps.tensors import TensorLoadError
-from tui_acc.verdicts.replay_check import within_steps
+from tui_acc.replay.distance import within_steps
 
 # the golden's weight may be a bf16 checkpoint's values widened, the port's quantised from the bf16
 CHECKPOINT_SLACK = 2.0**-8

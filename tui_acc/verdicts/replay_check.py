@@ -21,11 +21,12 @@ from tui_acc.dumps.msprobe.passes import api_of
 from tui_acc.numbers import cosine, number
 from tui_acc.pairing import Pairing
 from tui_acc.replay.call import NotSampleable, Replayed, ReplayImpossible
-from tui_acc.replay.distance import Distance, distance
+from tui_acc.replay.distance import Distance, distance, within_steps
 from tui_acc.replay.dumped_call import Gathered, gather
 from tui_acc.replay.registry import Entry, PluginError, Registry
 from tui_acc.replay.remedy import remedy
 from tui_acc.tolerances.rounding import MARGIN, expected_local, local_bound
+from tui_acc.verdicts.test_only import test_only_inside
 
 Verdict = Literal["consistent", "disagrees", "impossible"]
 METRICS = ("cosine", "max_abs_err", "rel_euclidean", "mean_abs_err", "max_rel_err")
@@ -218,47 +219,6 @@ def replay_node(cmp: Compared, token: int, golden_node: str, registry: Registry 
     )
 
 
-# records that move elements without arithmetic: nothing for a replay to find in them
-_MOVES = (
-    "t", "transpose", "permute", "view", "reshape", "contiguous", "__getitem__", "split", "chunk",
-    "unsqueeze", "squeeze", "flatten", "expand", "narrow", "select", "unflatten", "view_as",
-)  # fmt: skip
-LAYOUT_ONLY = frozenset(f"Tensor.{name}" for name in _MOVES) | frozenset(
-    f"Torch.{name}" for name in ("cat", "stack", "split", "reshape", "transpose", "permute", "flatten")
-)
-
-
-def test_only_inside(
-    index: DumpIndex, token: int, node: str, paired: frozenset[str], registry: Registry
-) -> list[str]:
-    """The test's records inside ``node`` (not inside a paired node within it: those are judged on
-    their own) that the golden has no partner for (``paired``: the test's paired names at the
-    token), in execution order: those a reference replays, and those with an output that none does
-    (their replay says so: what the node adds cannot then be put down to the others), layout-only
-    records aside. No data is read."""
-    found: list[str] = []
-    msprobe = index.format in MSPROBE_FORMATS
-
-    def visit(name: str) -> None:
-        for child in index.tree.children(name):
-            if child in paired:
-                continue
-            inner = index.tree.nodes.get(child)
-            if msprobe and child.startswith("Module.") and index.tree.children(child):
-                visit(child)  # a module only the test has: what is inside it counts, not its record
-                continue
-            api = api_of(child) if msprobe else None
-            replayed = registry.find(api, inner.type if inner is not None else None) is not None
-            outputs = any(r.role == "output" for r in index.tensors(token, child))
-            unreplayed = outputs and api not in LAYOUT_ONLY
-            if replayed or unreplayed:
-                found.append(child)
-            visit(child)
-
-    visit(node)
-    return found
-
-
 def replay_side(
     index: DumpIndex, token: int, node: str, registry: Registry, side: str, sample: bool = True
 ) -> SideReplay:
@@ -387,30 +347,6 @@ def _compared_elements(
     said = [f"{len(rows)} of {table.shape[0]} rows"] if rows is not None else []
     said += [f"{len(columns)} of {width} columns"] if columns is not None else []
     return values.reshape(kept.shape), kept, ", ".join(said)
-
-
-def within_steps(unrounded: np.ndarray, dumped: np.ndarray, slack: float) -> tuple[bool, str, float]:
-    """An integer output against the values a correct kernel rounds: consistent where every element
-    is one of the integers next to its unrounded value, either of them only where that value is
-    within ``slack`` (relative) of a tie. Also the relative error rounding alone gives (an rms of
-    1/sqrt(12) per element), the expected local error."""
-    exact = np.asarray(unrounded, dtype=np.float64).reshape(-1)
-    got = np.asarray(dumped, dtype=np.float64).reshape(-1)
-    off = np.abs(got - exact)
-    allowed = 0.5 + slack * np.abs(exact) + 1e-9
-    beyond = int(np.count_nonzero(~(off <= allowed)))  # NaN counts as beyond
-    size = float(np.linalg.norm(exact))
-    expected = math.sqrt(exact.size / 12.0) / size if size > 0 else 0.0
-    if beyond:
-        largest = float(np.nanmax(off)) if off.size else 0.0
-        return (
-            False,
-            f"{beyond} of {exact.size} elements beyond their rounding step (up to {number(largest)})",
-            expected,
-        )
-    ties = int(np.count_nonzero(np.abs(got - np.round(exact)) >= 1))
-    said = f" ({ties} one step off at a tie)" if ties else ""
-    return True, f"every element within its rounding step{said}", expected
 
 
 def consistent(found: Distance, bound: float) -> tuple[bool, str]:
