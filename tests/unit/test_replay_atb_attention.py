@@ -211,3 +211,37 @@ def test_a_quantised_linear_operation_finds_its_scale_by_dtype_not_by_count(with
     replayed = atb_ops.linear(call)
     assert _judge(replayed, dumped, call) == "consistent"
     assert _judge(replayed, (total * scale.double() * 1.02).to(torch.float16), call) == "disagrees"
+    # its int8 operands carry their own rounding to integers: rms 1/sqrt(12) a step, per element
+
+    def rounding(a: torch.Tensor) -> float:
+        return (a.numel() / 12) ** 0.5 / a.double().norm().item()
+
+    assert replayed.quantisation == pytest.approx(np.hypot(rounding(x), rounding(weight)), rel=1e-9)
+
+
+def test_elewise_dynamic_quant_scales_each_row_to_127_at_its_largest() -> None:
+    # ElewiseOperation ELEWISE_DYNAMIC_QUANT (19): y = round(x / (rowmax|x| / 127)), int8
+    x = _randn(6, 40, seed=7).to(torch.bfloat16)
+    scale = x.double().abs().amax(dim=-1, keepdim=True) / 127
+    y = torch.round(x.double() / scale).to(torch.int8)
+    call = _call("ElewiseOperation", [x], {"elewiseType": 19, "quantParam": {"asymmetric": False}}, y)
+    replayed = atb_ops.elewise(call)
+    assert _judge(replayed, y, call) == "consistent"
+    one_off = y.clone()
+    one_off[2, 5] += 1 if y[2, 5] < 127 else -1
+    assert _judge(replayed, one_off, call) == "disagrees"
+    asymmetric = _call("ElewiseOperation", [x], {"elewiseType": 19, "quantParam": {"asymmetric": True}}, y)
+    with pytest.raises(ReplayImpossible, match="asymmetric"):
+        atb_ops.elewise(asymmetric)
+
+
+def test_elewise_quant_per_channel_divides_by_each_channels_scale_and_adds_its_offset() -> None:
+    # ELEWISE_QUANT_PER_CHANNEL (17): intensors x, scale, offset; round(x / scale) + offset, last axis
+    x = _randn(4, 16, seed=8).to(torch.float16)
+    scale = torch.from_numpy(np.random.default_rng(9).uniform(0.01, 0.03, 16)).to(torch.float16)
+    offset = torch.from_numpy(np.random.default_rng(10).integers(-3, 4, 16)).to(torch.int8)
+    y = (torch.round(x.double() / scale.double()) + offset.double()).clamp(-128, 127).to(torch.int8)
+    call = _call("ElewiseOperation", [x, scale, offset], {"elewiseType": 17}, y)
+    assert _judge(atb_ops.elewise(call), y, call) == "consistent"
+    shifted = (y.long() - offset).to(torch.int8)  # the offset left out
+    assert _judge(atb_ops.elewise(call), shifted, call) == "disagrees"

@@ -73,8 +73,11 @@ def pair_token_structurally(
     """
     torch_nodes = torch_side.tokens[token]
     atb_nodes = atb_side.tokens[token]
+    # msprobe names a module's call per token (``Module.lm_head.Linear.forward.2``): this token's
+    wanted = torch_side.stable_name(logits_node)
+    logits_here = next((n for n in torch_nodes if torch_side.stable_name(n) == wanted), logits_node)
     matches = match_nodes(
-        torch_side.tree, set(torch_nodes), atb_side.tree, set(atb_nodes), logits_node, mapping
+        torch_side.tree, set(torch_nodes), atb_side.tree, set(atb_nodes), logits_here, mapping
     )
     torch_side_name = "golden" if torch_is_golden else "test"
     atb_side_name = "test" if torch_is_golden else "golden"
@@ -203,13 +206,20 @@ def _type_matcher(torch_tree: NodeTree, torch_layers: list[str], mapping: OpMapp
 
 def _torch_layers(tree: NodeTree, present: set[str]) -> list[str]:
     """The children of the first module whose children at this token repeat one type
-    (``root.model.layers``); all of them, so that a dump of some layers keeps the model's numbering."""
+    (``root.model.layers``); all of them, so that a dump of some layers keeps the model's numbering.
+    Where some children have children of their own, only those count: a layer holds operations, and
+    msprobe's API records (a ``Tensor.__mul__`` the model calls between its modules) are leaves."""
     for node in tree.preorder():
         kids = [k for k in node.children if _has_present(tree, k, present)]
+        kids = [k for k in kids if tree.nodes[k].children] or kids
         if len(kids) < 2:
             continue
-        kind, count = Counter(tree.nodes[k].type for k in kids).most_common(1)[0]
-        if count >= 2 and count * 2 >= len(kids):
+        counts = Counter(tree.nodes[k].type for k in kids)
+        kind, count = counts.most_common(1)[0]
+        # msprobe records no ModuleList: a two-layer model's layers sit beside the embedding, the
+        # rotary embedding and the norm, each of its own type
+        beside_singles = all(n == 1 for other, n in counts.items() if other != kind)
+        if count >= 2 and (count * 2 >= len(kids) or beside_singles):
             return [k for k in node.children if tree.nodes[k].type == kind]
     return []
 

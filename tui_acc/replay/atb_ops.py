@@ -4,7 +4,8 @@ those of ``op_param.json`` beside ``before/`` (``Probe::SaveParam``), read by ``
 
 Enumerations are ATB's ``include/atb/infer_op_params.h``: ActivationType (0 undefined, 1 relu,
 2 gelu, 3 fast gelu, 4 swish, 5 log, 6 swiglu forward, 7 swiglu backward, 8 sigmoid) and
-ElewiseType (2 muls, 8 add, 9 mul, 10 realdiv, 15 sub); either as the number or as its name.
+ElewiseType (2 muls, 8 add, 9 mul, 10 realdiv, 15 sub, 17 quant per channel, 19 dynamic quant);
+either as the number or as its name.
 """
 
 from __future__ import annotations
@@ -196,10 +197,20 @@ def elewise(call: Call) -> Replayed:
     if kind is None:
         raise ReplayImpossible("type unknown: ElewiseOperation without elewiseType in op_param.json")
     name = (
-        {2: "muls", 8: "add", 9: "mul", 10: "realdiv", 15: "sub"}.get(kind)
+        {
+            2: "muls",
+            8: "add",
+            9: "mul",
+            10: "realdiv",
+            15: "sub",
+            17: "quant_per_channel",
+            19: "dynamic_quant",
+        }.get(kind)
         if isinstance(kind, int)
         else str(kind).lower().removeprefix("elewise_")
     )
+    if name in ("dynamic_quant", "quant_per_channel"):
+        return _quantise(call, name)
     a = call.operand(0, "x")
     if name == "muls":
         # ATB's default factor is 0, but a dump that left the parameter out says nothing about the
@@ -218,6 +229,33 @@ def elewise(call: Call) -> Replayed:
         return call.elementwise(operations[name](a, b))
     except ValueError as exc:
         raise ReplayImpossible(f"shape mismatch: {list(a.shape)} and {list(b.shape)}") from exc
+
+
+def _quantise(call: Call, name: str) -> Replayed:
+    """ElewiseOperation's quantisations, its first outtensor (int8), as torch_npu's equivalents
+    compute them (npu_quant.py): ELEWISE_DYNAMIC_QUANT, symmetric, ``round(x * 127 / rowmax|x|)``
+    (``npu_dynamic_quant``); ELEWISE_QUANT_PER_CHANNEL, intensors x, scale, offset (may be empty),
+    ``round(x / scale) + offset`` along the last axis (``npu_quantize``). Both as msit's opcheck
+    goldens (``elewise.py``) compute them; the asymmetric dynamic quantisation is refused (its offset
+    is not documented beyond that golden)."""
+    from tui_acc.replay import npu_quant
+
+    x = call.raw(0)
+    if x is None:
+        raise ReplayImpossible("inputs missing: x (intensor0) was not dumped")
+    if name == "dynamic_quant":
+        if _param(call, "quantParam", "asymmetric"):
+            raise ReplayImpossible("ELEWISE_DYNAMIC_QUANT asymmetric: not replayed here")
+        return npu_quant.npu_dynamic_quant(replace(call, positional={0: x}, keyword={}))
+    scale, offset = call.raw(1), call.raw(2)
+    if scale is None:
+        raise ReplayImpossible("inputs missing: the scale (intensor1) was not dumped")
+    positional: dict[int, Any] = {0: x, 1: scale}
+    if offset is not None and offset.size:
+        positional[2] = offset
+    return npu_quant.npu_quantize(
+        replace(call, positional=positional, keyword={"div_mode": True, "axis": -1})
+    )
 
 
 def gather(call: Call) -> Replayed:

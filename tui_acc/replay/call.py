@@ -70,6 +70,10 @@ class Replayed:
     # where the call has no output of its own (an in-place write): the dumped values the replay is
     # compared with, read back from the record that read what it wrote
     observed: np.ndarray | None = None
+    # where the operands are integers (an int8 matmul): the relative rms error their own rounding to
+    # integers carries into the output (replay.distance.rounding_noise), 0 otherwise. The kernel is
+    # judged against its integer operands; this is what sets its output apart from a float golden's
+    quantisation: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,14 @@ def distance(replay: np.ndarray, dumped: np.ndarray) -> Distance:
     return found
 
 
+def rounding_noise(integers: np.ndarray) -> float:
+    """The relative rms error of values rounded to these integers (one step, rms 1/sqrt(12) per
+    element) against their size: what a quantisation to them carries; 0 for all zeros."""
+    values = np.asarray(integers, dtype=np.float64).reshape(-1)
+    size = float(np.linalg.norm(values))
+    return math.sqrt(values.size / 12.0) / size if size > 0 else 0.0
+
+
 def within_steps(unrounded: np.ndarray, dumped: np.ndarray, slack: float) -> tuple[bool, str, float]:
     """An integer output against the values a correct kernel rounds: consistent where every element
     is one of the integers next to its unrounded value, either of them only where that value is
@@ -67,8 +75,7 @@ def within_steps(unrounded: np.ndarray, dumped: np.ndarray, slack: float) -> tup
     off = np.abs(got - exact)
     allowed = 0.5 + slack * np.abs(exact) + 1e-9
     beyond = int(np.count_nonzero(~(off <= allowed)))  # NaN counts as beyond
-    size = float(np.linalg.norm(exact))
-    expected = math.sqrt(exact.size / 12.0) / size if size > 0 else 0.0
+    expected = rounding_noise(exact)
     if beyond:
         largest = float(np.nanmax(off)) if off.size else 0.0
         return (

@@ -20,11 +20,13 @@ An integer output may differ from the replay by one step where the unrounded val
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
 
 from tui_acc.replay.call import Call, NotSampleable, Replayed, ReplayImpossible
+from tui_acc.replay.distance import rounding_noise
 from tui_acc.replay.sampling import linear_columns
 
 # the saturation range of each integer output
@@ -107,7 +109,9 @@ def npu_quant_matmul(call: Call) -> Replayed:
     rows = x1.reshape(-1, x1.shape[-1]).astype(np.float64)
     columns = linear_columns(n, rows.shape[0], x2.shape[0], call.name)
     weight = (x2 if columns is None else x2[:, columns]).astype(np.float64)
-    return replace(_dequantised(call, rows @ weight, n, columns), columns=columns)
+    # both operands rounded to integers, independently: their relative errors add in quadrature
+    noise = math.hypot(rounding_noise(rows), rounding_noise(weight))
+    return replace(_dequantised(call, rows @ weight, n, columns), columns=columns, quantisation=noise)
 
 
 def _batched_quant_matmul(call: Call, x1: np.ndarray, x2: np.ndarray) -> Replayed:

@@ -11,7 +11,7 @@ from tui_acc.pairing import NodePair
 from tui_acc.tolerances.errors import error_of
 from tui_acc.tolerances.thresholds import gains_non_finite, is_float
 from tui_acc.verdicts.judging import Judging, integer_differs
-from tui_acc.verdicts.port_rules import by_inner_replays, by_quantised_weight
+from tui_acc.verdicts.port_rules import by_inner_replays, by_quantised_kernel, by_quantised_weight
 from tui_acc.verdicts.replay_check import SideReplay
 from tui_acc.verdicts.routing import selection_of
 from tui_acc.verdicts.rules import (
@@ -123,6 +123,11 @@ def _rules(
         own = facts.failing and facts.inputs_passed is True and modelled is not None and modelled.local
         if found is not None and not found.local and sampled and own:
             return modelled
+        if found is not None and not found.local and replay is not None:
+            explained = modelled.expected_error if modelled is not None else None
+            by_quantisation = by_quantised_kernel(replay.test, facts.output_error, explained)
+            if by_quantisation is not None:  # said as what it is: a quantisation
+                return by_quantisation
         if found is not None:
             return found
     if by_inner is not None:  # no replay of its own: what the test's own operators inside it say

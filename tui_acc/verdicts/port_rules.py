@@ -63,7 +63,7 @@ def by_inner_replays(
     noise = max((r.expected or 0.0 for r in replays if r.type in QUANTISING), default=0.0)
     if not noise or not any(_ported(r.node, r.type) for r in replays) or output_error is None:
         return None
-    budget = (explained or 0.0) + MARGIN * math.sqrt(2.0) * noise
+    budget = quantisation_budget(explained, noise)
     if not output_error <= budget:
         return None
     kinds = ", ".join(dict.fromkeys(r.type for r in replays))
@@ -73,6 +73,35 @@ def by_inner_replays(
         f"explain ({number(budget)}): a quantisation by design"
     )
     return Reading("replay", False, output_error, budget, said)
+
+
+def by_quantised_kernel(
+    test: SideReplay, output_error: float | None, explained: float | None
+) -> Reading | None:
+    """A kernel that computes from integer operands (an ATB ``LinearOperation`` fed int8 by the
+    dynamic quantisation before it) and gives its output from them: its error against the float
+    golden is their quantisation where it is within what its inputs explain plus ``MARGIN *
+    sqrt(2)`` times the operands' own rounding to integers (``test.quantisation``); the reading says
+    so. None otherwise (the replay's own reading stands: consistent, not local)."""
+    noise = test.quantisation
+    if test.verdict != "consistent" or not noise or output_error is None:
+        return None
+    budget = quantisation_budget(explained, noise)
+    if not output_error <= budget:
+        return None
+    said = (
+        f"its own int8 inputs give its output ({test.reason}), and its error, {number(output_error)}, is "
+        f"within what its inputs and their int8 quantisation explain ({number(budget)}): a quantisation "
+        "by design"
+    )
+    return Reading("replay", False, output_error, budget, said)
+
+
+def quantisation_budget(explained: float | None, noise: float) -> float:
+    """What a quantised node's error may be: what its inputs and rounding explain (the error
+    model's bound) plus its int8 quantisation, ``MARGIN * sqrt(2)`` times the operands' rounding to
+    integers (the weights', per channel, taken as large where only the activations' was measured)."""
+    return (explained or 0.0) + MARGIN * math.sqrt(2.0) * noise
 
 
 def _ported(node: str, node_type: str) -> bool:

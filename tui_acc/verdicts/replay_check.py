@@ -61,6 +61,7 @@ class SideReplay:
     expected: float | None = None  # the local error a correct operator shows (rounding.expected_local)
     sampled: str | None = None  # "16 of 256 rows" where a sample was replayed
     remedy: str | None = None  # impossible: what to dump so that it becomes possible (remedy.py)
+    quantisation: float | None = None  # integer operands: their rounding's relative error (Replayed)
 
     @property
     def local_error(self) -> float | None:
@@ -317,6 +318,7 @@ def _judged(
         tuple(notes),
         expected,
         sampled,
+        quantisation=replayed.quantisation or None,
     )
 
 

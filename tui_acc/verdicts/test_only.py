@@ -29,10 +29,15 @@ def test_only_inside(
     records aside. No data is read."""
     found: list[str] = []
     msprobe = index.format in MSPROBE_FORMATS
+    present = index.tokens.get(token, {})
 
     def visit(name: str) -> None:
         for child in index.tree.children(name):
             if child in paired:
+                continue
+            # an ATB tree is every token's: a prefill's SelfAttention and a decode step's
+            # PagedAttention share their place in it, and only one ran at this token
+            if child not in present and not any(n.name in present for n in index.tree.preorder(child)):
                 continue
             inner = index.tree.nodes.get(child)
             if msprobe and child.startswith("Module.") and index.tree.children(child):
