@@ -5,6 +5,8 @@ scaled)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -146,3 +148,45 @@ def test_a_w8a8_grouped_matmul_dequantises_per_expert_and_token_and_activates() 
     assert _judge(replayed, expected) == "consistent"
     swapped = {**keyword, "scale": scales[::-1]}  # each expert dequantised with the other's scale
     assert _judge(npu_moe.npu_grouped_matmul(_gmm_call({0: [x], 1: [w]}, swapped)), expected) == "disagrees"
+
+
+def _finalize(rows, skip1, skip2, bias, scales, src_to_dst, experts, by_rows: bool):
+    """The doc's formula, element by element: out[i] = skip1[i] + skip2[i] + sum_k scales[i, k] *
+    (rows[src_to_dst[i + k * N]] + bias[experts[i, k]]) (``i * K + k`` with drop_pad_mode 2)."""
+    tokens, k = scales.shape
+    out = skip1.clone() + skip2
+    for i in range(tokens):
+        for j in range(k):
+            row = int(src_to_dst[i * k + j] if by_rows else src_to_dst[i + j * tokens])
+            out[i] += scales[i, j] * (rows[row] + bias[int(experts[i, j])])
+    return out
+
+
+@pytest.mark.parametrize("mode", [0, 2])
+def test_finalize_routing_sums_each_tokens_routes_by_its_weights(mode: int) -> None:
+    tokens, k, hidden, experts = 6, 3, 8, 5
+    rng = np.random.default_rng(11)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.from_numpy(rng.standard_normal(shape)).to(torch.float32)
+
+    rows, skip1, skip2 = randn(tokens * k, hidden), randn(tokens, hidden), randn(tokens, hidden)
+    bias, scales = randn(experts, hidden), randn(tokens, k)
+    src_to_dst = torch.from_numpy(rng.permutation(tokens * k)).to(torch.int32)
+    chosen = torch.from_numpy(rng.integers(0, experts, (tokens, k))).to(torch.int32)
+    expected = _finalize(rows, skip1, skip2, bias, scales, src_to_dst, chosen, by_rows=mode == 2)
+    arguments = [rows, skip1, skip2, bias, scales, src_to_dst, chosen, mode]
+    call = Call(
+        "NPU.npu_moe_finalize_routing.0.forward",
+        "expanded_permuted_rows",
+        "msprobe",
+        {i: from_torch(a) if isinstance(a, torch.Tensor) else a for i, a in enumerate(arguments)},
+    )
+    replayed = npu_moe.npu_moe_finalize_routing(call)
+    assert _judge(replayed, expected) == "consistent"
+    # the other layout of the index table reads other rows
+    other = _finalize(rows, skip1, skip2, bias, scales, src_to_dst, chosen, by_rows=mode != 2)
+    assert _judge(replayed, other) == "disagrees"
+    dropping = replace(call, positional={**call.positional, 7: 1})
+    with pytest.raises(ReplayImpossible, match="drop_pad_mode 1"):
+        npu_moe.npu_moe_finalize_routing(dropping)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from tui_acc.replay import maths
-from tui_acc.replay.call import Call, Replayed, ReplayImpossible
+from tui_acc.replay.call import Call, NotSampleable, Replayed, ReplayImpossible
 from tui_acc.replay.npu_quant import dequant_scale
 
 # two selection scores closer than this (relative) are a tie the kernel's float32 may break either way
@@ -212,7 +212,52 @@ def _per_group(call: Call, name: str, groups: int) -> list[np.ndarray]:
     return found
 
 
+def npu_moe_finalize_routing(call: Call) -> Replayed:
+    """``npu_moe_finalize_routing(expanded_permuted_rows, skip1, skip2, bias, scales,
+    expanded_src_to_dst_row, export_for_source_row, drop_pad_mode)`` (op-plugin
+    ``docs/context/torch_npu-npu_moe_finalize_routing.md``): ``out[i] = skip1[i] + skip2[i] +
+    sum_k scales[i, k] * (rows[src_to_dst[i + k * N]] + bias[export_for_source_row[i, k]])``; with
+    ``drop_pad_mode`` 2 the index table is laid out by rows, ``src_to_dst[i * K + k]``. The drop-pad
+    modes (1, 3: ``[E, C, H]`` rows, -1 for a dropped token) are refused: the doc does not say what a
+    dropped token adds."""
+    if call.sample is not None:
+        raise NotSampleable("a combine is replayed whole")
+    rows = call.tensor(0, "expanded_permuted_rows", "expanded_permuted_rows")
+    mode = int(call.option("drop_pad_mode", 7, 0) or 0)
+    if mode not in (0, 2):
+        raise ReplayImpossible(f"drop_pad_mode {mode} (drop pad): not replayed here")
+    table = call.raw(5, "expanded_src_to_dst_row")
+    if table is None:
+        raise ReplayImpossible("inputs missing: expanded_src_to_dst_row (argument 5) was not dumped")
+    index = np.asarray(table).reshape(-1).astype(np.int64)
+    scales = call.optional_tensor(4, "scales")
+    if scales is None:
+        raise ReplayImpossible("scales not dumped (None): the doc gives no weighting without them")
+    tokens, k = scales.shape
+    outside = bool(index.size) and (index.min() < 0 or index.max() >= rows.shape[0])
+    if index.size != tokens * k or rows.ndim != 2 or outside:
+        raise ReplayImpossible(
+            f"expanded_src_to_dst_row of {index.size} entries for {tokens} x {k} routes "
+            f"and {rows.shape[0]} rows"
+        )
+    by_route = index.reshape(tokens, k) if mode == 2 else index.reshape(k, tokens).T  # [token, k]
+    picked = rows[by_route]  # [token, k, H]
+    bias = call.optional_tensor(3, "bias")
+    if bias is not None:
+        experts = call.raw(6, "export_for_source_row")
+        if experts is None:
+            raise ReplayImpossible("inputs missing: export_for_source_row, which picks each route's bias")
+        picked = picked + bias[np.asarray(experts).astype(np.int64).reshape(tokens, k)]
+    out = np.einsum("tk,tkh->th", scales, picked)
+    for position, name in ((1, "skip1"), (2, "skip2")):
+        skip = call.optional_tensor(position, name)
+        if skip is not None:
+            out = out + skip.reshape(out.shape)
+    return Replayed(out, reduction=k + 2)
+
+
 REFERENCES = {
+    "NPU.npu_moe_finalize_routing": npu_moe_finalize_routing,
     "NPU.npu_grouped_matmul": npu_grouped_matmul,
     "NPU.npu_moe_gating_top_k": npu_moe_gating_top_k,
     "NPU.npu_moe_gating_top_k_softmax": npu_moe_gating_top_k_softmax,
