@@ -190,3 +190,23 @@ def test_finalize_routing_sums_each_tokens_routes_by_its_weights(mode: int) -> N
     dropping = replace(call, positional={**call.positional, 7: 1})
     with pytest.raises(ReplayImpossible, match="drop_pad_mode 1"):
         npu_moe.npu_moe_finalize_routing(dropping)
+
+
+def test_finalize_routing_says_why_when_its_tables_do_not_fit() -> None:
+    rows = torch.zeros(6, 4)
+    scales = torch.ones(3, 2)
+    table = torch.arange(6, dtype=torch.int32)
+    bias = torch.zeros(2, 4)
+    experts = torch.full((3, 2), 7, dtype=torch.int32)  # no such expert: the bias has 2
+    arguments = [rows, None, None, bias, scales, table, experts, 0]
+    call = Call(
+        "NPU.npu_moe_finalize_routing.0.forward",
+        "expanded_permuted_rows",
+        "msprobe",
+        {i: from_torch(a) if isinstance(a, torch.Tensor) else a for i, a in enumerate(arguments)},
+    )
+    with pytest.raises(ReplayImpossible, match="outside the bias"):
+        npu_moe.npu_moe_finalize_routing(call)
+    flat = replace(call, positional={**call.positional, 4: from_torch(torch.ones(6))})
+    with pytest.raises(ReplayImpossible, match=r"scales \[6\]"):
+        npu_moe.npu_moe_finalize_routing(flat)

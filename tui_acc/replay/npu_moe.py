@@ -233,6 +233,8 @@ def npu_moe_finalize_routing(call: Call) -> Replayed:
     scales = call.optional_tensor(4, "scales")
     if scales is None:
         raise ReplayImpossible("scales not dumped (None): the doc gives no weighting without them")
+    if scales.ndim != 2:
+        raise ReplayImpossible(f"scales {list(scales.shape)}: the doc's are [tokens, k]")
     tokens, k = scales.shape
     outside = bool(index.size) and (index.min() < 0 or index.max() >= rows.shape[0])
     if index.size != tokens * k or rows.ndim != 2 or outside:
@@ -247,7 +249,10 @@ def npu_moe_finalize_routing(call: Call) -> Replayed:
         experts = call.raw(6, "export_for_source_row")
         if experts is None:
             raise ReplayImpossible("inputs missing: export_for_source_row, which picks each route's bias")
-        picked = picked + bias[np.asarray(experts).astype(np.int64).reshape(tokens, k)]
+        chosen = np.asarray(experts).astype(np.int64).reshape(-1)
+        if chosen.size != tokens * k or (chosen.size and (chosen.min() < 0 or chosen.max() >= bias.shape[0])):
+            raise ReplayImpossible(f"export_for_source_row names experts outside the bias's {bias.shape[0]}")
+        picked = picked + bias[chosen.reshape(tokens, k)]
     out = np.einsum("tk,tkh->th", scales, picked)
     for position, name in ((1, "skip1"), (2, "skip2")):
         skip = call.optional_tensor(position, name)
