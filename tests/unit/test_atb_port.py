@@ -19,7 +19,8 @@ import pytest
 
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.reports.pair import build_report
-from tui_acc.verdicts.port_rules import by_quantised_kernel, quantisation_budget
+from tui_acc.verdicts.local import LocalChecks
+from tui_acc.verdicts.port_rules import by_quantised_kernel
 from tui_acc.verdicts.replay_check import SideReplay
 
 GOLDEN, NAME = "w8a8-llama-msprobe-mix", "w8a8-llama-atb"
@@ -94,7 +95,7 @@ def test_the_clean_atb_port_labels_nothing_local_and_says_its_linears_error_is_t
         # each is its quantisation, said by its replay from its int8 inputs, or so small that its own
         # rounding explains it (then nothing is replayed)
         quantised = [r for r in readings if "its own int8 inputs give its output" in r]
-        assert all("a quantisation by design" in r for r in quantised)
+        assert all("a quantisation, unless its int8 weight or scale" in r for r in quantised)
         assert all(r in quantised or "within its own rounding" in r for r in readings)
         assert len(quantised) >= len(readings) - 2
 
@@ -129,11 +130,27 @@ def _kernel(verdict: str, quantisation: float | None) -> SideReplay:
 
 def test_a_quantised_kernel_is_quiet_only_within_its_inputs_and_quantisation() -> None:
     # int8 operands whose rounding is 1 % of their size, inputs that explain 0.5 %
-    budget = quantisation_budget(0.005, 0.01)
-    assert budget == pytest.approx(0.005 + 3 * 2**0.5 * 0.01)
+    budget = 0.005 + 3 * 0.01  # activations and weights are already in quadrature in the 1 %
     quiet = by_quantised_kernel(_kernel("consistent", 0.01), output_error=budget * 0.9, explained=0.005)
-    assert quiet is not None and not quiet.local and "a quantisation by design" in quiet.reason
+    assert quiet is not None and not quiet.local and quiet.expected_error == pytest.approx(budget)
+    assert "a quantisation, unless its int8 weight or scale is itself wrong" in quiet.reason
     # beyond it, a float kernel, or one that disagrees with its inputs: the replay's own reading
     assert by_quantised_kernel(_kernel("consistent", 0.01), budget * 1.1, 0.005) is None
     assert by_quantised_kernel(_kernel("consistent", None), 0.001, 0.005) is None
     assert by_quantised_kernel(_kernel("disagrees", 0.01), 0.001, 0.005) is None
+
+
+def test_inside_a_module_only_the_operations_that_ran_at_the_token_are_read(sides) -> None:
+    # the prefill's 6_SelfAttentionOperation and a decode step's 6_PagedAttentionOperation share their
+    # place in the ATB tree: each token reads the one that ran, none as "impossible"
+    golden, port = sides
+    cmp = open_comparison(golden, port / "clean", CompareOptions(cache=False))
+    checks = LocalChecks(cmp.pairing)
+    for token, ran in ((0, "6_SelfAttentionOperation"), (2, "6_PagedAttentionOperation")):
+        pair = next(
+            p for p in cmp.pairing.nodes[token] if p.golden.endswith(f"LlamaAttention.forward.{token}")
+        )
+        inner = checks.inner(pair)
+        operations = [r.node.rsplit("/", 1)[-1] for r in inner]
+        assert [o for o in operations if o.endswith("AttentionOperation")] == [ran]
+        assert all(r.verdict == "consistent" for r in inner)
