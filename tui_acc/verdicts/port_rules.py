@@ -63,7 +63,8 @@ def by_inner_replays(
     noise = max((r.expected or 0.0 for r in replays if r.type in QUANTISING), default=0.0)
     if not noise or not any(_ported(r.node, r.type) for r in replays) or output_error is None:
         return None
-    budget = quantisation_budget(explained, noise)
+    # only the activations' rounding was measured: the weights', per channel, taken as large
+    budget = quantisation_budget(explained, math.sqrt(2.0) * noise)
     if not output_error <= budget:
         return None
     kinds = ", ".join(dict.fromkeys(r.type for r in replays))
@@ -88,7 +89,7 @@ def by_quantised_kernel(
     noise = test.quantisation
     if test.verdict != "consistent" or not noise or output_error is None:
         return None
-    budget = (explained or 0.0) + MARGIN * noise
+    budget = quantisation_budget(explained, noise)
     if not output_error <= budget:
         return None
     said = (
@@ -101,9 +102,8 @@ def by_quantised_kernel(
 
 def quantisation_budget(explained: float | None, noise: float) -> float:
     """What a quantised node's error may be: what its inputs and rounding explain (the error
-    model's bound) plus its int8 quantisation, ``MARGIN * sqrt(2)`` times the operands' rounding to
-    integers (the weights', per channel, taken as large where only the activations' was measured)."""
-    return (explained or 0.0) + MARGIN * math.sqrt(2.0) * noise
+    model's bound) plus ``MARGIN`` times its operands' rounding to integers (``noise``, relative)."""
+    return (explained or 0.0) + MARGIN * noise
 
 
 def _ported(node: str, node_type: str) -> bool:
