@@ -75,7 +75,8 @@ RMS_NORM_NORM = 1
 
 # aclDataType codes of the .bin header (docs/formats.md §2.3)
 DTYPE_CODES = {"float32": 0, "float16": 1, "int8": 2, "int32": 3, "int64": 9, "bool": 12, "bfloat16": 27}
-ND_FORMAT = 2
+ND_FORMAT, NZ_FORMAT = 2, 29
+NZ_WEIGHTS: list[Any] = []  # the tensors written in FRACTAL_NZ
 
 STATE: dict[str, Any] = {"case": "clean", "token": -1, "layer": -1}
 
@@ -87,10 +88,25 @@ def _faulty(kind: str, layer: int, token: int | None = None) -> bool:
 # --- the .bin file, as Mki's BinFile writes it -------------------------------------------------------
 
 
-def write_bin(path: Path, tensor: Any) -> None:
-    """Header lines, ``$End=1``, then the tensor's raw little-endian bytes (bf16 as its 16-bit words)."""
+def fractal_nz(matrix: Any) -> Any:
+    """An int8 ``[H, W]`` matrix as the NPU stores a weight in FRACTAL_NZ, the four-dim
+    ``[1, W/32, H', 32]`` ATB's transdata kernel makes of it (``transdata_operation.cpp``: H padded
+    to 16, W to the 32-wide int8 tile; ``[N, H', W'/32, 32] -> [N, W'/32, H', 32]``)."""
     import torch
 
+    rows, cols = matrix.shape
+    padded = torch.nn.functional.pad(matrix, (0, -cols % 32, 0, -rows % 16))
+    return padded.reshape(1, padded.shape[0], padded.shape[1] // 32, 32).permute(0, 2, 1, 3)
+
+
+def write_bin(path: Path, tensor: Any) -> None:
+    """Header lines, ``$End=1``, then the tensor's raw little-endian bytes (bf16 as its 16-bit words);
+    a quantised linear's int8 weight in FRACTAL_NZ, as ATB-Models load them."""
+    import torch
+
+    layout = NZ_FORMAT if any(tensor is weight for weight in NZ_WEIGHTS) else ND_FORMAT
+    if layout == NZ_FORMAT:
+        tensor = fractal_nz(tensor)
     tensor = tensor.detach().contiguous().cpu()
     dtype = str(tensor.dtype).removeprefix("torch.")
     raw = (tensor.view(torch.int16) if dtype == "bfloat16" else tensor).numpy().tobytes()
@@ -98,7 +114,7 @@ def write_bin(path: Path, tensor: Any) -> None:
         "$Version=1.0",
         "$Object.Count=1",
         f"$Object.Length={len(raw)}",
-        f"format={ND_FORMAT}",
+        f"format={layout}",
         f"dtype={DTYPE_CODES[dtype]}",
         "dims=" + ",".join(str(d) for d in tensor.shape),
         f"$Object.data=0,{len(raw)}",
@@ -458,7 +474,9 @@ def _quantised(linear: Any) -> tuple[Any, Any]:
 
     weight = linear.weight.detach().float()
     scale = weight.abs().amax(dim=1) / 127.0
-    return torch.round(weight / scale.unsqueeze(1)).clamp(-127, 127).to(torch.int8), scale
+    quantised = torch.round(weight / scale.unsqueeze(1)).clamp(-127, 127).to(torch.int8)
+    NZ_WEIGHTS.append(quantised)
+    return quantised, scale
 
 
 # --- the dump: msit's ATB probe layout ------------------------------------------------------------------

@@ -125,6 +125,49 @@ def test_tiled_formats_are_refused(tmp_path: Path, code: int) -> None:
         load_tensor(path, ANYWHERE)
 
 
+def _tiles_by_hand(matrix: np.ndarray, width: int) -> np.ndarray:
+    """FRACTAL_NZ as ATB's transdata kernel documents it, element by element: ``(h, w)`` of an
+    ``[H, W]`` matrix at ``[w // W0, h, w % W0]``, H padded to 16 and W to W0 with zeros."""
+    rows, cols = matrix.shape
+    tiles = np.zeros((-(-cols // width), -(-rows // 16) * 16, width), dtype=matrix.dtype)
+    for h in range(rows):
+        for w in range(cols):
+            tiles[w // width, h, w % width] = matrix[h, w]
+    return tiles
+
+
+def test_nz_with_logical_dims_is_untiled_and_cut(tmp_path: Path) -> None:
+    """Two dims are the logical shape (an int8 weight: 32-wide tiles, rows padded to 16)."""
+    weight = (np.arange(3 * 40) % 251 - 125).astype(np.int8).reshape(3, 40)
+    tiles = _tiles_by_hand(weight, 32)
+    assert tiles.shape == (2, 16, 32)
+    path = write_bin(tmp_path / "w.bin", weight, format_code=29, payload=tiles.tobytes())
+    np.testing.assert_array_equal(load_tensor(path, ANYWHERE), weight)
+    half = np.arange(20 * 10, dtype=np.float16).reshape(20, 10)  # 16-wide tiles for 2-byte types
+    path = write_bin(tmp_path / "h.bin", half, format_code=29, payload=_tiles_by_hand(half, 16).tobytes())
+    np.testing.assert_array_equal(load_tensor(path, ANYWHERE), half)
+
+
+def test_nz_with_storage_dims_reads_rows_by_columns(tmp_path: Path) -> None:
+    """Four dims are the tiles themselves, ``[N, W1, H, W0]``, read back as ``[N, H, W1 * W0]``."""
+    matrix = np.arange(16 * 32, dtype=np.float16).reshape(16, 32)
+    tiles = _tiles_by_hand(matrix, 16)[None]  # [1, 2, 16, 16]
+    loaded = load_tensor(write_bin(tmp_path / "s.bin", tiles, format_code=29), ANYWHERE)
+    np.testing.assert_array_equal(loaded, matrix[None])
+    by_code = load_tensor(write_bin(tmp_path / "c.bin", tiles, format_code=50), ANYWHERE)
+    np.testing.assert_array_equal(by_code, matrix[None])
+
+
+def test_nz_that_cannot_be_read_exactly_is_refused(tmp_path: Path) -> None:
+    weight = np.ones((3, 40), dtype=np.int8)
+    short = write_bin(tmp_path / "short.bin", weight, format_code=29)  # ND bytes, not padded tiles
+    with pytest.raises(TensorLoadError, match=r"short\.bin: .*need 1024"):
+        load_tensor(short, ANYWHERE)
+    wide = write_bin(tmp_path / "f32.bin", np.ones((16, 16), dtype=np.float32), format_code=29)
+    with pytest.raises(TensorLoadError, match=r"f32\.bin: FRACTAL_NZ .* 4-byte elements"):
+        load_tensor(wide, ANYWHERE)
+
+
 def test_plain_formats_read_as_dims(tmp_path: Path) -> None:
     tensor = torch.arange(24.0).reshape(1, 2, 3, 4)
     for code in (0, 1, 2, -1):

@@ -5,6 +5,8 @@ int8 matmul summed in int64."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -48,8 +50,8 @@ def _sdpa(
     return out.transpose(0, 1)
 
 
-@pytest.mark.parametrize("nz", [False, True], ids=["ND cache", "NZ cache"])
-def test_paged_attention_reads_each_tokens_blocks(nz: bool) -> None:
+@pytest.mark.parametrize("layout", ["nd", "nz", "nz-bin"], ids=["ND cache", "NZ cache", "NZ .bin cache"])
+def test_paged_attention_reads_each_tokens_blocks(layout: str, tmp_path) -> None:
     lengths = [5, 19, 11]
     rng = np.random.default_rng(0)
     tables = torch.from_numpy(rng.permutation(BLOCKS)[: 3 * 3].reshape(3, 3)).to(torch.int32)
@@ -64,10 +66,15 @@ def test_paged_attention_reads_each_tokens_blocks(nz: bool) -> None:
         v = value_cache[tables[i].long()].reshape(-1, KV_HEADS, DIM)[:n]
         expected.append(_sdpa(q[i : i + 1], k, v, None, 0.25))
     dumped = torch.cat(expected).to(torch.float32)
-    if nz:  # [blocks, N_kv * D / 16, block_size, 16]: each token's row in chunks of 16
+    if layout != "nd":  # [blocks, N_kv * D / 16, block_size, 16]: each token's row in chunks of 16
         key_cache, value_cache = (
             c.reshape(BLOCKS, BLOCK, -1, 16).transpose(1, 2) for c in (key_cache, value_cache)
         )
+    if layout == "nz-bin":  # the same tiles in a FRACTAL_NZ .bin: the reader un-tiles them
+        key_cache, value_cache = (
+            _through_nz_bin(c, tmp_path / f"{i}.bin") for i, c in enumerate((key_cache, value_cache))
+        )
+        assert key_cache.shape == (BLOCKS, BLOCK, KV_HEADS * DIM)
     params = {"headNum": HEADS, "kvHeadNum": KV_HEADS, "qkScale": 0.25}
     lens = torch.tensor(lengths, dtype=torch.int32)
     call = _call("PagedAttentionOperation", [q, key_cache, value_cache, tables, lens], params, dumped)
@@ -76,6 +83,15 @@ def test_paged_attention_reads_each_tokens_blocks(nz: bool) -> None:
     assert _judge(replayed, dumped * 1.03, call) == "disagrees"
     shorter = _call("PagedAttentionOperation", [q, key_cache, value_cache, tables, lens - 1], params, dumped)
     assert _judge(atb_attention.paged_attention(shorter), dumped, call) == "disagrees"  # one token short
+
+
+def _through_nz_bin(tiles: torch.Tensor, path) -> torch.Tensor:
+    from tui_acc.dumps.policy import ANYWHERE
+    from tui_acc.dumps.tensors import load_tensor
+    from tui_acc.dumps.writers.atb_bin import write_bin
+
+    stored = load_tensor(write_bin(path, tiles.to(torch.float32).contiguous(), format_code=29), ANYWHERE)
+    return torch.from_numpy(np.asarray(stored)).to(torch.float64)
 
 
 def test_paged_attention_refuses_what_it_does_not_model_by_name() -> None:
@@ -197,6 +213,27 @@ def test_reshape_and_cache_is_checked_through_its_own_outtensors() -> None:
     assert _judge(shifted, after[0], good) == "disagrees"
 
 
+def test_reshape_and_cache_into_an_nz_cache_read_from_a_fractal_nz_bin(tmp_path) -> None:
+    """kvCacheCfg NZ, the caches dumped as FRACTAL_NZ ``[blocks, N_kv * D / 16, block_size, 16]``:
+    token s's row is ``cache[s // block_size, :, s % block_size, :]``, chunk by chunk (float32
+    caches: the rows are float32's too)."""
+    key, value = (_randn(3, KV_HEADS, DIM, seed=s).float().double() for s in (1, 2))
+    slots = torch.tensor([9, 0, 30], dtype=torch.int32)
+    before, after = [], []
+    for seed, rows in ((3, key), (4, value)):
+        tiles = _randn(BLOCKS, KV_HEADS * DIM // 16, BLOCK, 16, seed=seed)
+        written = tiles.clone()
+        for i, slot in enumerate(slots.tolist()):
+            written[slot // BLOCK, :, slot % BLOCK, :] = rows[i].reshape(-1, 16)
+        before.append(_through_nz_bin(tiles, tmp_path / f"b{seed}.bin"))
+        after.append(_through_nz_bin(written, tmp_path / f"a{seed}.bin"))
+    call = _call("ReshapeAndCacheOperation", [key, value, *before, slots], {"kvCacheCfg": 2}, after[0])
+    good = replace(call, after={"key": from_torch(after[0]), "value": from_torch(after[1])}, after_by="out")
+    assert _judge(atb_attention.reshape_and_cache(good), after[0], good) == "consistent"
+    shifted = replace(good, positional={**good.positional, 4: from_torch(slots + 1)})
+    assert _judge(atb_attention.reshape_and_cache(shifted), after[0], good) == "disagrees"
+
+
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_a_quantised_linear_operation_finds_its_scale_by_dtype_not_by_count(with_bias: bool) -> None:
     rng = np.random.default_rng(1)
@@ -217,6 +254,29 @@ def test_a_quantised_linear_operation_finds_its_scale_by_dtype_not_by_count(with
         return (a.numel() / 12) ** 0.5 / a.double().norm().item()
 
     assert replayed.quantisation == pytest.approx(np.hypot(rounding(x), rounding(weight)), rel=1e-9)
+
+
+def test_a_quantised_linear_reads_its_fractal_nz_weight_as_the_matrix_it_tiles(tmp_path) -> None:
+    """An int8 weight ``[20, 40]`` stored as ATB's four-dim FRACTAL_NZ ``[1, 2, 32, 32]`` (rows
+    padded to 16, columns to the 32-wide tile), tiled here element by element."""
+    from tui_acc.dumps.policy import ANYWHERE
+    from tui_acc.dumps.tensors import load_tensor
+    from tui_acc.dumps.writers.atb_bin import write_bin
+
+    rng = np.random.default_rng(2)
+    x = torch.from_numpy(rng.integers(-127, 128, (5, 40))).to(torch.int8)
+    weight = rng.integers(-127, 128, (20, 40)).astype(np.int8)
+    tiles = np.zeros((1, 2, 32, 32), dtype=np.int8)
+    for h in range(20):
+        for w in range(40):
+            tiles[0, w // 32, h, w % 32] = weight[h, w]
+    stored = load_tensor(write_bin(tmp_path / "w.bin", tiles, format_code=29), ANYWHERE)
+    assert stored.shape == (1, 32, 64)
+    scale = torch.from_numpy(rng.uniform(1e-4, 2e-4, 20)).to(torch.float32)
+    total = x.long() @ torch.from_numpy(weight).long().T
+    dumped = (total.double() * scale.double()).to(torch.float16)
+    call = _call("LinearOperation", [x, stored, scale], {"transposeB": True, "outDataType": 1}, dumped)
+    assert _judge(atb_ops.linear(call), dumped, call) == "consistent"
 
 
 def test_elewise_dynamic_quant_scales_each_row_to_127_at_its_largest() -> None:

@@ -141,7 +141,10 @@ def _cache_tokens(
     cache: np.ndarray, tables: np.ndarray, token: int, length: int, kv_heads: int, dim: int | None
 ) -> np.ndarray:
     """Token ``token``'s first ``length`` cached tokens as ``[length, N_kv, D]``: an ND cache
-    ``[blocks, block_size, N_kv, D]`` or an NZ one ``[blocks, N_kv * D / 16, block_size, 16]``."""
+    ``[blocks, block_size, N_kv, D]`` or an NZ one ``[blocks, N_kv * D / 16, block_size, 16]``
+    (``[blocks, block_size, N_kv * D]`` where the reader un-tiled a FRACTAL_NZ ``.bin``)."""
+    if cache.ndim == 3 and cache.shape[2] % kv_heads == 0:
+        cache = cache.reshape(*cache.shape[:2], kv_heads, -1)
     if cache.ndim != 4:
         raise ReplayImpossible(f"cache {list(cache.shape)} is not a 4-d paged cache")
     if cache.shape[2] == kv_heads and (dim is None or cache.shape[3] == dim):
@@ -253,7 +256,9 @@ def reshape_and_cache(call: Call) -> Replayed:
         raise ReplayImpossible(
             "kvCacheCfg K_CACHE_V_BYPASS: the value cache is not written; not replayed here"
         )
-    nz = config in (2, "NZ")
+    cache = call.raw(2)
+    # a FRACTAL_NZ .bin comes un-tiled from the reader, [blocks, block_size, N * D]: rows as in ND
+    nz = config in (2, "NZ") and (cache is None or cache.ndim == 4)
     return written_rows(call, "slot_mapping", nz, ())
 
 

@@ -42,6 +42,7 @@ def linear(call: Call) -> Replayed:
     weight = call.raw(1)
     if weight is None:
         raise ReplayImpossible("weights not dumped: LinearOperation has no intensor1 (its weight)")
+    weight = _logical_weight(call, raw_x, weight)
     if raw_x.dtype.kind in "iu":
         return _quant_linear(call, raw_x, weight)
     notes: list[str] = []
@@ -80,6 +81,28 @@ def linear(call: Call) -> Replayed:
         replayed.columns,
         replayed.condition,
     )
+
+
+def _logical_weight(call: Call, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """A FRACTAL_NZ weight as the operation reads it: the reader gives a four-dim NZ weight back as
+    ``[1, H', W]`` (dumps/atb/nz.py), which a linear without a batch views as ``[H', W]``
+    (ATB's ``linear_dequant_aclnn_runner.cpp``), its rows padded to 16 and its columns to a tile;
+    the zero padding past what x and the output use is cut off. Anything else is left as dumped."""
+    if weight.ndim == 3 and weight.shape[0] == 1 and x.ndim >= 2:
+        weight = weight[0]
+    if weight.ndim != 2 or not call.output_shape:
+        return weight
+    transpose_b = _param(call, "transposeB") is not False
+    k = x.shape[-2] if _param(call, "transposeA") else x.shape[-1]
+    n = call.output_shape[-1]
+    want = (n, k) if transpose_b else (k, n)
+    if weight.shape == want or weight.shape[0] < want[0] or weight.shape[1] < want[1]:
+        return weight
+    cut = weight[: want[0], : want[1]]
+    padding = weight.size - cut.size
+    if padding and np.count_nonzero(weight) != np.count_nonzero(cut):
+        return weight  # not zero padding: left for the shape check to name
+    return cut
 
 
 def _quant_linear(call: Call, x: np.ndarray, weight: np.ndarray) -> Replayed:

@@ -17,13 +17,13 @@ The payload is memory-mapped (copy-on-write), so a large tensor costs no read un
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from stat import S_ISREG
 
 import numpy as np
 
-from tui_acc.dumps.atb import probe_alias
+from tui_acc.dumps.atb import nz, probe_alias
 from tui_acc.dumps.dtypes import numpy_dtype
 from tui_acc.dumps.fs import NotRegularFile, file_kind, open_regular, read_ahead, settled
 from tui_acc.dumps.mapped import map_bytes
@@ -71,8 +71,8 @@ REFUSED_DTYPES: dict[int, str] = {
     42: "HIFLOAT4 (Ascend tapered float)",
 }
 
-# aclFormat codes whose dims describe memory order directly; tiled formats (NC1HWC0, FRACTAL_Z,
-# FRACTAL_NZ, ...) would need un-tiling, and reading them as dims gives wrong values.
+# aclFormat codes whose dims describe memory order directly; tiled formats (NC1HWC0, FRACTAL_Z, ...)
+# would need un-tiling, and reading them as dims gives wrong values. FRACTAL_NZ is un-tiled (nz.py).
 PLAIN_FORMATS = {
     -1: "UNDEFINED",
     0: "NCHW",
@@ -88,11 +88,8 @@ TILED_FORMATS = {
     3: "NC1HWC0",
     4: "FRACTAL_Z",
     12: "NC1HWC0_C04",
-    29: "FRACTAL_NZ",
     32: "NDC1HWC0",
     33: "FRACTAL_Z_3D",
-    50: "FRACTAL_NZ_C0_16",
-    51: "FRACTAL_NZ_C0_32",
 }
 
 # OCP FP4 E2M1 magnitudes for codes 0..7 (bit 3 is the sign).
@@ -212,13 +209,22 @@ def load_bin(path: Path, policy: LoadPolicy, _hops: int = 0) -> np.ndarray:
         raise BinFileError(
             path, f"dtype {header.dtype_name} cannot be decoded exactly; refused rather than misread"
         )
-    if header.format_code in TILED_FORMATS:
+    logical: list[int] | None = None
+    if header.format_code in nz.NZ_FORMATS:
+        try:
+            storage, logical = nz.storage_dims(
+                header.dims, ACL_DTYPES[header.dtype_code][1], header.format_code
+            )
+        except nz.NzError as exc:
+            raise BinFileError(path, str(exc)) from exc
+        header = replace(header, dims=storage)
+    elif header.format_code in TILED_FORMATS:
         raise BinFileError(
             path,
             f"format {TILED_FORMATS[header.format_code]} ({header.format_code}) is a tiled layout; "
             "convert it to ND before dumping (refused rather than misread)",
         )
-    if header.format_code not in PLAIN_FORMATS:
+    elif header.format_code not in PLAIN_FORMATS:
         raise BinFileError(path, f"unknown format code {header.format_code}; refused rather than misread")
     if header.stats and header.data_length is None and header.external is None:
         raise BinFileError(path, "a statistics-only tensor (max/min/mean/l2norm, no data)")
@@ -248,7 +254,8 @@ def load_bin(path: Path, policy: LoadPolicy, _hops: int = 0) -> np.ndarray:
         raw = _map(source, start, need)
     except (OSError, ValueError) as exc:  # unreadable, or shrunk since it was measured
         raise BinFileError(path, f"cannot read its payload ({exc})") from exc
-    return _decode(raw, header)
+    values = _decode(raw, header)
+    return nz.to_nd(values, logical) if header.format_code in nz.NZ_FORMATS else values
 
 
 def _probe_alias(header: BinHeader, policy: LoadPolicy, hops: int) -> Path | None:
