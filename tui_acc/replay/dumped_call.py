@@ -103,12 +103,12 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
     every_output: dict[int, np.ndarray] = {}
     if _api(node) in MULTI_OUTPUT:  # references that check more than the first output
         for ref in outputs:
-            match = re.match(r"^output\.(\d+)$", ref.slot)
+            match = re.match(r"^output(?:\.(\d+))?$", ref.slot)  # a lone tensor: "output"
             if match is None:
                 continue
             value = output if ref is first else load(ref)
             if value is not None:
-                every_output[int(match.group(1))] = value
+                every_output[int(match.group(1) or 0)] = value
     shape = tuple(output.shape) if output is not None else ()
     after, after_by = _written_back(index, token, node, refs, output, missing)
     call = Call(
@@ -130,8 +130,9 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
     return Gathered(call, output, first.slot if first is not None else None, missing, statistics_only)
 
 
-# operators whose reference checks their later outputs too (a rope returning the rotated query and key)
-MULTI_OUTPUT = frozenset({"NPU.npu_apply_rotary_pos_emb", "NPU.npu_mrope"})
+# operators whose reference reads the dumped outputs itself: a rope's rotated query and key, both
+# checked; an int64 that packs a scale, decoded before it is compared
+MULTI_OUTPUT = frozenset({"NPU.npu_apply_rotary_pos_emb", "NPU.npu_mrope", "NPU.npu_trans_quant_param"})
 # KV-cache writes that return nothing (msprobe records no output), and the records that read a
 # cache afterwards: the write is checked against what the next of those took in
 CACHE_WRITES = frozenset({"NPU.npu_scatter_pa_kv_cache", "NPU._npu_reshape_and_cache"})

@@ -119,6 +119,7 @@ class Registry:
                 npu_moe,
                 npu_ops,
                 npu_quant,
+                npu_quant_param,
                 torch_ops,
             )
 
@@ -127,6 +128,7 @@ class Registry:
                 npu_ops.REFERENCES,
                 npu_attention.REFERENCES,
                 npu_quant.REFERENCES,
+                npu_quant_param.REFERENCES,
                 npu_cache.REFERENCES,
                 npu_moe.REFERENCES,
                 atb_ops.REFERENCES,
