@@ -34,7 +34,9 @@ def _packed(scale: np.ndarray, offset: np.ndarray | None) -> np.ndarray:
 
 def _call(scale: np.ndarray, offset: np.ndarray | None, dumped: np.ndarray, round_mode: int = 0) -> Call:
     keyword = {"round_mode": round_mode} if round_mode else {}
-    positional = {0: scale.astype(np.float32), **({1: offset.astype(np.float32)} if offset is not None else {})}
+    positional = {0: scale.astype(np.float32)}
+    if offset is not None:
+        positional[1] = offset.astype(np.float32)
     return Call(
         "NPU.npu_trans_quant_param.0.forward",
         "NPU.npu_trans_quant_param",
