@@ -120,6 +120,7 @@ class Registry:
                 npu_ops,
                 npu_quant,
                 npu_quant_param,
+                npu_swiglu_quant,
                 torch_ops,
             )
 
@@ -129,6 +130,7 @@ class Registry:
                 npu_attention.REFERENCES,
                 npu_quant.REFERENCES,
                 npu_quant_param.REFERENCES,
+                npu_swiglu_quant.REFERENCES,
                 npu_cache.REFERENCES,
                 npu_moe.REFERENCES,
                 atb_ops.REFERENCES,
