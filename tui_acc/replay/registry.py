@@ -11,7 +11,7 @@ Users add or override references, first match wins in this order:
 
 2. the entry point group ``tui_acc.replay`` of installed packages (name: the type or record name,
    value: ``module:function``);
-3. the built-ins (torch_ops.py, npu_ops.py, npu_attention.py, npu_quant.py, npu_cache.py, atb_ops.py).
+3. the built-ins (torch_ops.py, the npu_*.py modules, atb_ops.py, atb_attention.py).
 
 A plug-in is imported only when a node it matches is replayed; one that cannot be imported, is not
 callable or raises is named in the side's reason (``PluginError``), never a crash.
@@ -117,6 +117,7 @@ class Registry:
                 npu_attention,
                 npu_cache,
                 npu_moe,
+                npu_moe_routing,
                 npu_ops,
                 npu_quant,
                 npu_quant_param,
@@ -133,6 +134,7 @@ class Registry:
                 npu_swiglu_quant.REFERENCES,
                 npu_cache.REFERENCES,
                 npu_moe.REFERENCES,
+                npu_moe_routing.REFERENCES,
                 atb_ops.REFERENCES,
                 atb_attention.REFERENCES,
                 torch_ops.MODULE_REFERENCES,
