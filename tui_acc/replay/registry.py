@@ -113,6 +113,7 @@ class Registry:
         if self._builtins is None:
             from tui_acc.replay import (
                 atb_attention,
+                atb_moe,
                 atb_ops,
                 npu_attention,
                 npu_cache,
@@ -137,6 +138,7 @@ class Registry:
                 npu_moe_routing.REFERENCES,
                 atb_ops.REFERENCES,
                 atb_attention.REFERENCES,
+                atb_moe.REFERENCES,
                 torch_ops.MODULE_REFERENCES,
             )
             self._builtins = [
