@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+import pytest
 import torch
 
 from tui_acc.dumps.torchfile.arrays import from_torch
@@ -293,6 +294,26 @@ def test_a_w8a8_dynamic_matmul_is_consistent_and_a_wrong_scale_is_caught() -> No
     )
     assert _judge(ok, _int_sum(x1, square.T).float()) == "disagrees"
     assert _judge(ok, _int_sum(x1, square).float()) == "consistent"
+
+
+def test_a_batched_quantised_matmul_is_judged_and_says_its_quantisation() -> None:
+    # x2 [batch, k, n]: each batch its own int8 matrix; the operands' rounding to integers, one step
+    # of rms 1/sqrt(12) per element against their size, in quadrature
+    x1 = torch.stack([_int8(M, K, seed=s) for s in (1, 2)])
+    x2 = torch.stack([_int8(K, N, seed=s) for s in (3, 4)])
+    scale = _positive(N, seed=5)
+    exact = torch.stack([_int_sum(x1[b], x2[b]) for b in range(2)]) * scale.double()
+    dumped = exact.to(torch.bfloat16)
+    replayed = _replay(
+        _call("npu_quant_matmul", {0: x1, 1: x2, 2: scale}, {"output_dtype": "torch.bfloat16"}, dumped)
+    )
+    assert _judge(replayed, dumped) == "consistent"
+    assert _judge(replayed, (exact * 1.02).to(torch.bfloat16)) == "disagrees"
+
+    def rounding(a: torch.Tensor) -> float:
+        return (a.numel() / 12) ** 0.5 / a.double().norm().item()
+
+    assert replayed.quantisation == pytest.approx(np.hypot(rounding(x1), rounding(x2)), rel=1e-9)
 
 
 def test_an_int8_output_with_an_int64_scale_and_its_packed_offset() -> None:

@@ -121,7 +121,11 @@ def _batched_quant_matmul(call: Call, x1: np.ndarray, x2: np.ndarray) -> Replaye
         raise ReplayImpossible(f"shape mismatch: x1 {list(x1.shape)} @ x2 {list(x2.shape)}") from exc
     n = product.shape[-1]
     out = _dequantised(call, product.reshape(-1, n), n, None, batched=product.shape)
-    return Replayed(out.values.reshape(product.shape), unrounded=out.unrounded, step_slack=out.step_slack)
+    unrounded = None if out.unrounded is None else out.unrounded.reshape(product.shape)
+    noise = math.hypot(rounding_noise(x1), rounding_noise(x2))
+    return replace(
+        out, values=out.values.reshape(product.shape), unrounded=unrounded, rows=None, quantisation=noise
+    )
 
 
 def _dequantised(
