@@ -114,6 +114,12 @@ def test_layers_pair_by_order_with_an_msprobe_golden_that_records_no_module_list
             )
         # the logits: msprobe names the LM head's call per token
         assert pairs[f"Module.lm_head.Linear.forward.{token}"] == "4_LmHead"
+        # the embedding is the token lookup, not the rotary embedding beside it; what each graph
+        # holds pairs inside its partner (the gather with the lookup, LmHead's linear with lm_head's)
+        assert pairs[f"Module.model.embed_tokens.Embedding.forward.{token}"] == "0_WordEmbedding"
+        assert pairs[f"Functional.embedding.{token}.forward"] == "0_WordEmbedding/0_GatherOperation"
+        inner = [g for g, t in pairs.items() if t == "4_LmHead/0_LinearOperation"]
+        assert len(inner) == 1 and inner[0].startswith("Functional.linear.")
 
 
 def _kernel(verdict: str, quantisation: float | None) -> SideReplay:

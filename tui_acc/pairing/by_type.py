@@ -138,7 +138,11 @@ def _by_type(
             candidates[atb_type] = _outermost(torch_tree, matching)
     pairs = []
     for group in _overlapping(candidates):
-        atb_group = [n for n in atb_names if _normalised(atb_tree.nodes[n].type) in group]
+        # an operation inside another of the group (WordEmbedding's GatherOperation, LmHead's
+        # LinearOperation) pairs inside its graph's partner, not beside it
+        atb_group = _outermost(
+            atb_tree, [n for n in atb_names if _normalised(atb_tree.nodes[n].type) in group]
+        )
         torch_group = [n for n in torch_names if any(n in candidates[t] for t in group)]
         if len(torch_group) != len(atb_group) and len(group) == 1:
             # "Embedding" also matches "LlamaRotaryEmbedding": try the exact type names alone

@@ -46,6 +46,9 @@ BUILTIN_TYPES: dict[str, tuple[str, ...]] = {
     "GatherOperation": ("Embedding",),
 }
 
+# torch types that contain a mapped name without being that operation: matched only by their full name
+NOT_THE_SAME = ("rotaryembedding",)
+
 _NAME = re.compile(r"^[A-Za-z0-9_]*$")
 
 
@@ -74,8 +77,12 @@ class OpMapping:
 
     def matches(self, atb_type: str, torch_type: str) -> bool:
         """Whether ``torch_type`` contains one of the torch types ``atb_type`` stands for
-        (case-insensitive)."""
-        return any(t and t.lower() in torch_type.lower() for t in self.torch_types_for(atb_type))
+        (case-insensitive), other than as a word a different module also ends in (``Embedding`` is
+        no ``LlamaRotaryEmbedding``: a rotary embedding computes cos and sin, not a lookup)."""
+        wanted = torch_type.lower()
+        if any(word in wanted for word in NOT_THE_SAME):
+            return any(t and t.lower() == wanted for t in self.torch_types_for(atb_type))
+        return any(t and t.lower() in wanted for t in self.torch_types_for(atb_type))
 
 
 def load_mapping(path: Path | None) -> OpMapping:
