@@ -38,8 +38,10 @@ INFINITE_TOKENS = 2147483647
 UNMODELLED = (
     "pse_shift",
     "dequant_scale1",
+    "deq_scale1",  # npu_prompt_flash_attention's spelling
     "quant_scale1",
     "dequant_scale2",
+    "deq_scale2",
     "quant_scale2",
     "quant_offset2",
     "antiquant_scale",
