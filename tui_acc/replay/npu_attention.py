@@ -147,8 +147,8 @@ def _attention(call: Call, names: Names) -> Replayed:
     kv_heads = int(options.get("num_key_value_heads", 0, say=False)) or heads
     if heads % kv_heads:
         raise ReplayImpossible(f"{heads} query heads do not split into groups of {kv_heads} kv heads")
-    requests = _queries(query, layout, heads, options, names)
-    keys, values = _kv(call, options, names, layout, requests, kv_heads)
+    requests = request_queries(query, layout, heads, options, names)
+    keys, values = request_kv(call, options, names, layout, requests, kv_heads)
     query_rope = call.optional_tensor(-1, "query_rope")
     key_rope = call.raw(-1, "key_rope")
     if (query_rope is None) != (key_rope is None):
@@ -157,18 +157,18 @@ def _attention(call: Call, names: Names) -> Replayed:
     window = _window(options, names, requests)
     rope_keys = _kv_rope(call, options, requests, key_rope) if key_rope is not None else None
     rope_queries = (
-        _queries(query_rope, layout, heads, options, names).queries if query_rope is not None else None
+        request_queries(query_rope, layout, heads, options, names).queries if query_rope is not None else None
     )
-    need = _needed(call, layout, requests, heads)
+    need = needed_pairs(call, layout, requests, heads)
     rope = (rope_queries, rope_keys) if rope_queries is not None and rope_keys is not None else None
     out, probability_terms = attend(
         requests, keys, values, window.allowed, scale, kv_heads, need, call.precision, rope
     )
     notes = options.notes
-    return _laid_out(call, out, layout, requests, notes, probability_terms, kv_len_max(requests))
+    return laid_out(call, out, layout, requests, notes, probability_terms, kv_len_max(requests))
 
 
-def _needed(call: Call, layout: str, requests: Requests, heads: int) -> np.ndarray:
+def needed_pairs(call: Call, layout: str, requests: Requests, heads: int) -> np.ndarray:
     """``[T, N]``: the (query row, head) pairs whose outputs the sample holds (all without one)."""
     t = requests.queries.shape[0]
     need = np.zeros((t, heads), dtype=bool)
@@ -188,7 +188,7 @@ def _needed(call: Call, layout: str, requests: Requests, heads: int) -> np.ndarr
     return need
 
 
-def _laid_out(
+def laid_out(
     call: Call,
     out: np.ndarray,
     layout: str,
@@ -232,7 +232,7 @@ def _laid_out(
     return Replayed(values, reduction=reduction, notes=tuple(notes), rows=kept, roundings=roundings)
 
 
-def _queries(query: np.ndarray, layout: str, heads: int, options: Options, names: Names) -> Requests:
+def request_queries(query: np.ndarray, layout: str, heads: int, options: Options, names: Names) -> Requests:
     """The queries as ``[T, N, D]`` rows with each request's extent."""
     if layout == "TND":
         if query.ndim != 3:
@@ -277,7 +277,7 @@ def _per_request(given: list[int] | None, batch: int, full: int, name: str) -> l
     return lengths
 
 
-def _kv(
+def request_kv(
     call: Call, options: Options, names: Names, layout: str, requests: Requests, kv_heads: int
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Each request's keys and values as ``[kv_len, N_kv, D]``; ``requests.kv_lengths`` filled."""

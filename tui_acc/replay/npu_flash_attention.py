@@ -45,7 +45,15 @@ import numpy as np
 
 from tui_acc.replay.attention import SparseWindow, attend, kv_len_max
 from tui_acc.replay.call import Call, Replayed, ReplayImpossible
-from tui_acc.replay.npu_attention import FIA, INFINITE_TOKENS, Options, _kv, _laid_out, _needed, _queries
+from tui_acc.replay.npu_attention import (
+    FIA,
+    INFINITE_TOKENS,
+    Options,
+    laid_out,
+    needed_pairs,
+    request_kv,
+    request_queries,
+)
 from tui_acc.replay.sampling import Sample
 
 LAYOUTS = ("BSH", "SBH", "BSND", "BNSD", "TND")
@@ -181,14 +189,14 @@ def _fusion(call: Call, api: Api) -> Replayed:
         sample=_bsh_sample(call.sample, query.shape[:2]) if layout == "SBH" else call.sample,
     )
     options = Options(translated)
-    requests = _queries(translated.tensor(0, "query"), read_as, heads, options, FIA)
-    keys, values = _kv(translated, options, FIA, read_as, requests, kv_heads)
+    requests = request_queries(translated.tensor(0, "query"), read_as, heads, options, FIA)
+    keys, values = request_kv(translated, options, FIA, read_as, requests, kv_heads)
     window = replace(window, batch=len(requests.starts))
-    need = _needed(translated, read_as, requests, heads)
+    need = needed_pairs(translated, read_as, requests, heads)
     out, terms = attend(
         requests, keys, values, window.allowed, float(scale), kv_heads, need, translated.precision
     )
-    replayed = _laid_out(translated, out, read_as, requests, notes, terms, kv_len_max(requests))
+    replayed = laid_out(translated, out, read_as, requests, notes, terms, kv_len_max(requests))
     return _sbh_order(replayed, *query.shape[:2]) if layout == "SBH" else replayed
 
 
