@@ -168,6 +168,19 @@ def test_nz_that_cannot_be_read_exactly_is_refused(tmp_path: Path) -> None:
         load_tensor(wide, ANYWHERE)
 
 
+def test_nc1hwc0_reads_its_channels_back_in_order(tmp_path: Path) -> None:
+    """NC1HWC0 ``[N, C1, H, W, C0]``: channel c of ``[N, C, H, W]`` at ``[c // C0, ..., c % C0]``
+    (CANN's TransDataTo5HD: C0 16 for 2-byte types); four dims cannot say it and are refused."""
+    feature = np.arange(2 * 32 * 3 * 5, dtype=np.float16).reshape(2, 32, 3, 5)
+    tiles = np.zeros((2, 2, 3, 5, 16), dtype=np.float16)
+    for c in range(32):
+        tiles[:, c // 16, :, :, c % 16] = feature[:, c]
+    loaded = load_tensor(write_bin(tmp_path / "5hd.bin", tiles, format_code=3), ANYWHERE)
+    np.testing.assert_array_equal(loaded, feature)
+    with pytest.raises(TensorLoadError, match=r"4hd\.bin: NC1HWC0 with dims \[2, 32, 3, 5\]"):
+        load_tensor(write_bin(tmp_path / "4hd.bin", feature, format_code=3), ANYWHERE)
+
+
 def test_plain_formats_read_as_dims(tmp_path: Path) -> None:
     tensor = torch.arange(24.0).reshape(1, 2, 3, 4)
     for code in (0, 1, 2, -1):

@@ -85,7 +85,7 @@ def linear(call: Call) -> Replayed:
 
 def _logical_weight(call: Call, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """A FRACTAL_NZ weight as the operation reads it: the reader gives a four-dim NZ weight back as
-    ``[1, H', W]`` (dumps/atb/nz.py), which a linear without a batch views as ``[H', W]``
+    ``[1, H', W]`` (dumps/atb/tiled.py), which a linear without a batch views as ``[H', W]``
     (ATB's ``linear_dequant_aclnn_runner.cpp``), its rows padded to 16 and its columns to a tile;
     the zero padding past what x and the output use is cut off. Anything else is left as dumped."""
     if weight.ndim == 3 and weight.shape[0] == 1 and x.ndim >= 2:

@@ -23,7 +23,7 @@ from stat import S_ISREG
 
 import numpy as np
 
-from tui_acc.dumps.atb import nz, probe_alias
+from tui_acc.dumps.atb import probe_alias, tiled
 from tui_acc.dumps.dtypes import numpy_dtype
 from tui_acc.dumps.fs import NotRegularFile, file_kind, open_regular, read_ahead, settled
 from tui_acc.dumps.mapped import map_bytes
@@ -71,8 +71,9 @@ REFUSED_DTYPES: dict[int, str] = {
     42: "HIFLOAT4 (Ascend tapered float)",
 }
 
-# aclFormat codes whose dims describe memory order directly; tiled formats (NC1HWC0, FRACTAL_Z, ...)
-# would need un-tiling, and reading them as dims gives wrong values. FRACTAL_NZ is un-tiled (nz.py).
+# aclFormat codes whose dims describe memory order directly; tiled formats (FRACTAL_Z, NDC1HWC0, ...)
+# would need un-tiling, and reading them as dims gives wrong values. FRACTAL_NZ and NC1HWC0 are
+# un-tiled (tiled.py).
 PLAIN_FORMATS = {
     -1: "UNDEFINED",
     0: "NCHW",
@@ -85,9 +86,7 @@ PLAIN_FORMATS = {
     47: "NCL",
 }
 TILED_FORMATS = {
-    3: "NC1HWC0",
     4: "FRACTAL_Z",
-    12: "NC1HWC0_C04",
     32: "NDC1HWC0",
     33: "FRACTAL_Z_3D",
 }
@@ -210,12 +209,12 @@ def load_bin(path: Path, policy: LoadPolicy, _hops: int = 0) -> np.ndarray:
             path, f"dtype {header.dtype_name} cannot be decoded exactly; refused rather than misread"
         )
     logical: list[int] | None = None
-    if header.format_code in nz.NZ_FORMATS:
+    if header.format_code in tiled.UNTILED:
         try:
-            storage, logical = nz.storage_dims(
+            storage, logical = tiled.storage_dims(
                 header.dims, ACL_DTYPES[header.dtype_code][1], header.format_code
             )
-        except nz.NzError as exc:
+        except tiled.TilingError as exc:
             raise BinFileError(path, str(exc)) from exc
         header = replace(header, dims=storage)
     elif header.format_code in TILED_FORMATS:
@@ -255,7 +254,9 @@ def load_bin(path: Path, policy: LoadPolicy, _hops: int = 0) -> np.ndarray:
     except (OSError, ValueError) as exc:  # unreadable, or shrunk since it was measured
         raise BinFileError(path, f"cannot read its payload ({exc})") from exc
     values = _decode(raw, header)
-    return nz.to_nd(values, logical) if header.format_code in nz.NZ_FORMATS else values
+    if header.format_code in tiled.UNTILED:
+        return tiled.to_nd(values, logical, header.format_code)
+    return values
 
 
 def _probe_alias(header: BinHeader, policy: LoadPolicy, hops: int) -> Path | None:

@@ -1,4 +1,5 @@
-"""FRACTAL_NZ, the Ascend cube unit's tiled layout, back to ND (docs/formats.md §2.3.1).
+"""The Ascend tiled layouts a dump may hold, back to ND (docs/formats.md §2.3.1): FRACTAL_NZ, the cube
+unit's matrices, and NC1HWC0 (5HD), its feature maps.
 
 An ND matrix ``[..., H, W]`` is stored as ``[..., W1, H', W0]``: the columns cut into ``W1`` blocks of
 ``W0`` (16 for 2-byte types, 32 for int8: one 32-byte fractal row), the rows padded to ``H'``, a
@@ -16,6 +17,11 @@ The dump's ``dims`` are the tensor's ``desc.shape``, which ATB gives two ways:
   to the logical shape.
 
 Formats 50 and 51 (FRACTAL_NZ_C0_16 / _C0_32) name their ``W0``.
+
+NC1HWC0 stores ``[N, C, H, W]`` as ``[N, C1, H, W, C0]``, channel ``c`` at ``[c // C0, ..., c % C0]``
+(C0 16, or 32 for int8; 4 for NC1HWC0_C04; CANN's ``TransDataTo5HD`` documentation). Only its five
+storage dims say where each value lies: it is read back as ``[N, C1·C0, H, W]``, the padded channels
+included (their count is not recorded); four dims are refused.
 """
 
 from __future__ import annotations
@@ -29,19 +35,28 @@ ROW_ALIGN = 16  # H is padded to a multiple of 16 (a fractal's rows)
 FRACTAL_ROW_BYTES = 32  # one fractal row: 16 halves or 32 int8
 
 
-class NzError(Exception):
-    """An NZ tensor whose tiling cannot be known exactly; the message says why."""
+FIVE_HD = {3: "NC1HWC0", 12: "NC1HWC0_C04"}
+UNTILED = set(NZ_FORMATS) | set(FIVE_HD)
+
+
+class TilingError(Exception):
+    """A tiled tensor whose tiling cannot be known exactly; the message says why."""
 
 
 def storage_dims(dims: list[int], itemsize: float, format_code: int) -> tuple[list[int], list[int] | None]:
     """The dims the payload holds and the ND dims to cut it to (None: keep all of ``[..., H', W]``)."""
+    if format_code in FIVE_HD:
+        if len(dims) != 5:
+            name = FIVE_HD[format_code]
+            raise TilingError(f"{name} with dims {dims}: only its five storage dims say the layout")
+        return list(dims), None
     forced = NZ_FORMATS[format_code]
     if len(dims) >= 4:
         return list(dims), None
     if len(dims) < 2:
-        raise NzError(f"FRACTAL_NZ with dims {dims}: a tiled matrix needs two dims or more")
+        raise TilingError(f"FRACTAL_NZ with dims {dims}: a tiled matrix needs two dims or more")
     if itemsize not in (1, 2) and forced is None:
-        raise NzError(
+        raise TilingError(
             f"FRACTAL_NZ with logical dims {dims} and {itemsize}-byte elements: the tile width for "
             "this dtype is not documented; refused rather than misread"
         )
@@ -51,8 +66,12 @@ def storage_dims(dims: list[int], itemsize: float, format_code: int) -> tuple[li
     return storage, list(dims)
 
 
-def to_nd(tiles: np.ndarray, logical: list[int] | None) -> np.ndarray:
-    """``[..., W1, H', W0]`` as ``[..., H', W1·W0]``, cut to ``logical`` where the dims gave it."""
+def to_nd(tiles: np.ndarray, logical: list[int] | None, format_code: int = FRACTAL_NZ) -> np.ndarray:
+    """``[..., W1, H', W0]`` as ``[..., H', W1·W0]``, cut to ``logical`` where the dims gave it;
+    ``[N, C1, H, W, C0]`` as ``[N, C1·C0, H, W]``."""
+    if format_code in FIVE_HD:
+        n, c1, h, w, c0 = tiles.shape
+        return np.ascontiguousarray(np.moveaxis(tiles, 4, 2).reshape(n, c1 * c0, h, w))
     *batch, blocks, rows, width = tiles.shape
     matrix = np.swapaxes(tiles, -3, -2).reshape(*batch, rows, blocks * width)
     if logical is not None:
