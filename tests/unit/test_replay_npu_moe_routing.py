@@ -300,3 +300,25 @@ def test_v2_an_int8_x_is_gathered_as_it_is_but_not_quantised() -> None:
     quantised = _call(V2, {0: x8, 1: expert_idx}, {"active_expert_range": [0, 4], "quant_mode": 1}, dumped)
     with pytest.raises(ReplayImpossible, match="int8 x"):
         npu_moe_routing.npu_moe_init_routing_v2(quantised)
+
+
+def test_one_row_from_the_wrong_token_is_caught_a_copy_allows_no_rounding() -> None:
+    # tokens whose hidden states are alike (a shared direction, 2 % apart): a row gathered from the
+    # wrong token moves the output far less than one bf16 rounding's tolerance, yet a gather copies,
+    # and any element off is a row taken from the wrong place
+    tokens, k, hidden, experts = 1024, 8, 16, 64
+    gen = torch.Generator().manual_seed(5)
+    x = (torch.randn(hidden, generator=gen) + 0.02 * torch.randn(tokens, hidden, generator=gen)).to(
+        torch.bfloat16
+    )
+    expert_idx = torch.stack([torch.randperm(experts, generator=gen)[:k] for _ in range(tokens)]).to(
+        torch.int32
+    )
+    order = sorted(range(tokens * k), key=lambda i: (int(expert_idx.reshape(-1)[i]), i))  # stable, by hand
+    expected = x[[i // k for i in order]]
+    keyword = {"active_num": tokens * k, "expert_num": experts}
+    call = _call(V2, {0: x, 1: expert_idx}, keyword, expected)
+    replayed = npu_moe_routing.npu_moe_init_routing_v2(call)
+    assert _judge(call, replayed, expected) == "consistent"
+    rows = [i for i in range(1, len(order)) if order[i] // k != order[0] // k]
+    assert _judge(call, replayed, _swapped(expected, 0, rows[0])) == "disagrees"

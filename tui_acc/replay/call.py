@@ -74,6 +74,9 @@ class Replayed:
     # integers carries into the output (replay.distance.rounding_noise), 0 otherwise. The kernel is
     # judged against its integer operands; this is what sets its output apart from a float golden's
     quantisation: float = 0.0
+    # a copy without arithmetic (a gather of rows): every element must be its source's value
+    # exactly, so that one row among many copied from the wrong place is not lost in a tolerance
+    exact: bool = False
 
 
 @dataclass(frozen=True)

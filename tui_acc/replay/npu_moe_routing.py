@@ -247,7 +247,9 @@ def _plain(
     """The gathered rows of x, as they are (a copy: no arithmetic)."""
     picked = x[sources]
     values = call.wide(picked) if picked.dtype.kind not in "iu" else picked.astype(np.float64)
-    return Replayed(values, rows=rows, notes=tuple(notes))
+    # an output of another dtype than x's was cast on the way: one rounding, not a plain copy
+    same_dtype = call.output_dtype in ("", dtype_name(x))
+    return Replayed(values, rows=rows, notes=tuple(notes), exact=same_dtype)
 
 
 def _static(

@@ -293,7 +293,10 @@ def _judged(
     dtype = dtype_name(dumped)
     args = (dtype, replayed.reduction, replayed.roundings, replayed.condition)
     bound, expected = local_bound(*args), expected_local(*args)
-    if replayed.unrounded is not None:
+    if replayed.exact:
+        ok, reason = copied_exactly(values, kept)
+        bound = expected = 0.0
+    elif replayed.unrounded is not None:
         try:
             unrounded, _, _ = _compared_elements(
                 dumped, replace(replayed, values=replayed.unrounded), gathered
@@ -349,6 +352,16 @@ def _compared_elements(
     said = [f"{len(rows)} of {table.shape[0]} rows"] if rows is not None else []
     said += [f"{len(columns)} of {width} columns"] if columns is not None else []
     return values.reshape(kept.shape), kept, ", ".join(said)
+
+
+def copied_exactly(values: np.ndarray, dumped: np.ndarray) -> tuple[bool, str]:
+    """A copy's output against its sources: equal element for element (NaN where NaN)."""
+    want = np.asarray(values, dtype=np.float64).reshape(-1)
+    got = np.asarray(dumped, dtype=np.float64).reshape(-1)
+    differ = int(np.count_nonzero((want != got) & ~(np.isnan(want) & np.isnan(got))))
+    if differ:
+        return False, f"{differ} of {want.size} elements are not the values it copies"
+    return True, f"all {want.size} elements are the values it copies"
 
 
 def consistent(found: Distance, bound: float) -> tuple[bool, str]:
