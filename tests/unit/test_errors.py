@@ -22,6 +22,7 @@ INTERNAL = {
     "tui_acc.dumps.torchfile.refusals.TorchFileError",
     "tui_acc.dumps.torchfile.fallback.FallbackRefused",
     "tui_acc.dumps.atb.bin.BinFileError",
+    "tui_acc.dumps.atb.tiled.TilingError",  # said as the BinFileError of the file it was read from
     "tui_acc.dumps.fs.NotRegularFile",  # OSErrors by design: every reader handles an unreadable file
     "tui_acc.dumps.policy.OutsideDump",
     # a node --replay or the replay dialog names: the CLI says it as the UsageError "--replay: ...", the
