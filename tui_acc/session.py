@@ -97,7 +97,8 @@ class CompareOptions:
         mapping: an operator mapping file (msit ``op_mapping_file.json`` or our TOML) for torch<->ATB.
         token_offset: for ATB dumps, token = folder - offset (default: automatic, MindIE-aware).
         rank: for multi-rank dumps, which rank to compare (on both sides when both have ranks).
-        gather: merge every rank of the test dump, for a single-device golden.
+        gather: merge every rank of the test dump, for a single-device golden. A test of several
+            ranks against a golden of one is gathered without it, unless ``rank`` picks one.
         cache: keep computed rows on disk (``tui_acc.metrics.cache``) and reuse them next time
             (never where ``$TUI_ACC_NO_CACHE`` is set).
         follow_links: read through symlinks (and ATB ``data=`` files) that lead out of a dump.
@@ -145,15 +146,16 @@ def open_comparison(
         )
 
     golden_index = read(golden)
-    if options.gather:
-        if len(golden_index.ranks) > 1:
-            raise DumpError(
-                f"{golden}: --gather merges the test's ranks for a single-device golden, but the golden has "
-                f"{len(golden_index.ranks)} ranks; compare rank to rank with --rank instead"
-            )
-        test_index = _gathered(test, options.token_offset, options.follow_links)
-    else:
-        test_index = read(test)
+    if options.gather and len(golden_index.ranks) > 1:
+        raise DumpError(
+            f"{golden}: --gather merges the test's ranks for a single-device golden, but the golden has "
+            f"{len(golden_index.ranks)} ranks; compare rank to rank with --rank instead"
+        )
+    test_index = read(test)
+    # a sharded test against a one-device golden: its ranks together are what the golden computed
+    sharded = len(test_index.ranks) > 1 and len(golden_index.ranks) <= 1 and options.rank is None
+    if options.gather or sharded:
+        test_index = _gathered(test, test_index, options.token_offset, options.follow_links)
     if golden_index.format == test_index.format == "sglang":
         from tui_acc.dumps.sglang.align import align_steps
 
@@ -208,10 +210,10 @@ def open_comparison(
     )
 
 
-def _gathered(path: str | Path, token_offset: int | None, follow_links: bool) -> DumpIndex:
+def _gathered(path: str | Path, first: DumpIndex, token_offset: int | None, follow_links: bool) -> DumpIndex:
+    """Every rank of the dump at ``path`` (``first``: its rank 0, as read) merged into one."""
     from tui_acc.dumps.gather import gather
 
-    first = open_dump(path, token_offset=token_offset, rank=None, follow_links=follow_links)
     if len(first.ranks) < 2:
         raise DumpError(f"{path}: --gather needs a dump with several ranks; this one has one")
     others = [

@@ -110,12 +110,21 @@ def test_tp2_is_unsharded_by_its_dims_annotation(case_dir, case):
 
 
 def test_one_rank_alone_holds_a_partial_sum(case_dir):
-    """Without --gather, rank 0's mlp_down is only its share: proof the fixture's partials are real."""
-    comparison = open_comparison(case_dir / "golden", case_dir / "test_tp2", CompareOptions(cache=False))
+    """With --rank 0, rank 0's mlp_down is only its share: proof the fixture's partials are real."""
+    options = CompareOptions(cache=False, rank=0)
+    comparison = open_comparison(case_dir / "golden", case_dir / "test_tp2", options)
     assert comparison.test.rank == 0 and comparison.test.ranks == ["rank0", "rank1"]
-    assert any("holds 2 ranks" in note and "--gather" in note for note in comparison.test.notes)
     rows = {r["golden_node"]: r for r in comparison.verdicts.token(0).rows}
     assert rows["model.layers.0.mlp_down"]["outputs_passed"] is False
+
+
+def test_a_sharded_test_against_a_one_device_golden_is_gathered_unasked(case_dir, case):
+    comparison = open_comparison(case_dir / "golden", case_dir / "test_tp2", CompareOptions(cache=False))
+    assert comparison.test.rank is None and comparison.test.ranks == ["rank0", "rank1"]
+    (down,) = comparison.test.tokens[0]["model.layers.0.mlp_down"]
+    assert down.merge == "sum" and len(down.parts) == case["tp"]
+    rows = {r["golden_node"]: r for r in comparison.verdicts.token(0).rows}
+    assert rows["model.layers.0.mlp_down"]["outputs_passed"] is True
 
 
 def test_rank_picks_the_files_of_that_rank(case_dir):

@@ -246,7 +246,8 @@ def _add_dump_args(parser: argparse.ArgumentParser) -> None:
     ranks.add_argument(
         "--gather",
         action="store_true",
-        help="merge the test's ranks (concatenated, or summed before all-reduce) for a single-device golden",
+        help="merge the test's ranks (concatenated, or summed before all-reduce) for a single-device golden "
+        "(the default where the golden has one rank; --rank R compares one instead)",
     )
     parser.add_argument(
         "--baseline",

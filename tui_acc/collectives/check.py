@@ -29,6 +29,7 @@ from tui_acc.collectives.bound import DEFAULT_MARGIN, Reduction, beyond_bound, e
 from tui_acc.collectives.rank_set import Collective, RankSet
 from tui_acc.collectives.tensors import CheckFailed, goldens_of, load_slot, slots_of
 from tui_acc.dumps import TensorRef
+from tui_acc.replay.collective import reduction_named
 
 if TYPE_CHECKING:
     import numpy as np
@@ -252,7 +253,7 @@ class RanksCheck:
             if not isinstance(raw, dict):
                 return None, None
             value = raw.get("allReduceType") or raw.get("reduceType")
-            return (_reduction_named(str(value)) if value else None), self._block(rank, raw.get("rankSize"))
+            return (reduction_named(str(value)) if value else None), self._block(rank, raw.get("rankSize"))
         records = self._records.get(rank)
         if records is None:
             try:
@@ -270,7 +271,7 @@ class RanksCheck:
             if not isinstance(arg, dict):
                 continue
             if arg.get("type") == "torch.distributed.ReduceOp":
-                reduction = _reduction_named(str(arg.get("value", "")))
+                reduction = reduction_named(str(arg.get("value", "")))
             elif arg.get("type") == "torch.ProcessGroup" and isinstance(arg.get("group_ranks"), list):
                 group = self._indexes_of(arg["group_ranks"])
         return reduction, group
@@ -296,13 +297,6 @@ class RanksCheck:
         if not found or any(f is None for f in found):
             return None
         return tuple(f for f in found if f is not None)
-
-
-def _reduction_named(value: str) -> Reduction | None:
-    """ATB's ``sum|max|min|prod``, torch's ``RedOpType.SUM|AVG|MAX|MIN|PRODUCT``."""
-    word = value.rsplit(".", 1)[-1].lower()
-    names: dict[str, Reduction] = {"sum": "sum", "avg": "avg", "max": "max", "min": "min", "prod": "prod"}
-    return names.get("prod" if word == "product" else word)
 
 
 def _number(value: object) -> float | None:

@@ -7,33 +7,13 @@ same tokens and node names a comparison does: msit ATB ``tensors/{device}_{pid}`
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 from tui_acc.dumps import DumpError, DumpIndex, Format, Problem, TensorRef, open_dump
+from tui_acc.replay.collective import Kind, kind_of
 
-Kind = Literal["all_reduce", "reduce_scatter", "all_gather"]
-
-# ATB operation types (AllReduceOperation, the runner AllReduceHcclRunner, ReduceScatterOperation,
-# AllGatherOperation) and msprobe API names (Distributed.all_reduce.N.forward, reduce_scatter_tensor,
-# _all_gather_base ...), compared without case or underscores
-_KINDS: tuple[tuple[str, Kind], ...] = (
-    ("allreduce", "all_reduce"),
-    ("reducescatter", "reduce_scatter"),
-    ("allgather", "all_gather"),
-)
-# fused operations that hold a collective but whose inputs are not what is reduced
-_FUSED = re.compile(r"linear|matmul|mc2|allreducematmul|alltoall", re.IGNORECASE)
-
-
-def kind_of(node_type: str) -> Kind | None:
-    """Which collective a node's type names, if any."""
-    compact = node_type.lower().replace("_", "")
-    if _FUSED.search(compact):
-        return None
-    return next((kind for word, kind in _KINDS if word in compact), None)
+__all__ = ["Collective", "Kind", "RankSet", "kind_of", "open_ranks"]
 
 
 @dataclass

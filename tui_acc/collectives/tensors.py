@@ -67,38 +67,10 @@ def goldens_of(
     inputs: list[np.ndarray], collective: Collective, reduction: Reduction
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Each rank's golden and the magnitude its bound scales with, flat float64."""
-    import numpy as np
-
     from tui_acc.dumps.dtypes import widened
+    from tui_acc.replay.collective import shares
 
-    size = len(inputs)
-    wide = [widened(x).astype(np.float64).reshape(-1) for x in inputs]
-    if reduction == "gather":
-        golden = np.concatenate(wide)
-        return [golden] * size, [np.abs(golden)] * size
-    shapes = {tuple(x.shape) for x in inputs}
-    if len(shapes) > 1 or len({x.size for x in wide}) > 1:
-        listed = ", ".join(f"rank {r} {list(x.shape)}" for r, x in enumerate(inputs))
-        raise CheckFailed(f"{collective.op}: the ranks' inputs differ in shape ({listed}); nothing to reduce")
-    stacked = np.stack(wide)
-    with np.errstate(over="ignore", invalid="ignore"):
-        if reduction == "max":
-            total, magnitude = stacked.max(axis=0), np.zeros(stacked.shape[1])
-        elif reduction == "min":
-            total, magnitude = stacked.min(axis=0), np.zeros(stacked.shape[1])
-        elif reduction == "prod":
-            total = stacked.prod(axis=0)
-            magnitude = np.abs(total)
-        else:
-            total, magnitude = stacked.sum(axis=0), np.abs(stacked).sum(axis=0)
-            if reduction == "avg":
-                total, magnitude = total / size, magnitude / size
-    if collective.kind != "reduce_scatter":
-        return [total] * size, [magnitude] * size
-    if total.size % size:
-        raise CheckFailed(f"{collective.op}: {total.size} elements do not split into {size} equal chunks")
-    chunk = total.size // size
-    return (
-        [total[r * chunk : (r + 1) * chunk] for r in range(size)],
-        [magnitude[r * chunk : (r + 1) * chunk] for r in range(size)],
-    )
+    try:
+        return shares([widened(x) for x in inputs], collective.kind, reduction)
+    except ValueError as exc:
+        raise CheckFailed(f"{collective.op}: {exc}") from exc

@@ -29,6 +29,7 @@ from tui_acc.demo.model import (
     TinyLlamaForCausalLM,
     add,
     build_model,
+    generate,
     linear,
     rounded,
     wide,
@@ -86,8 +87,11 @@ class RanksDemo:
                 f"tensor-parallel test dump ({self.world} ranks, bfloat16): {self.dump}",
                 f"injected fault: token {self.fault.token}, {self.fault_op}, rank {self.fault.rank}: "
                 f"its all-reduce output leaves out rank {peer}'s contribution",
+                f"one-device golden (float32, msit torch): {self.out / 'golden'}",
                 f"generated ids (rank 0): {self.generated}",
                 f"check it:  {shlex.join(['tui-acc', 'ranks', str(self.dump)])}",
+                "against the golden:  "
+                + shlex.join(["tui-acc", str(self.out / "golden"), str(self.out / "test"), "--all-tokens"]),
             ]
         )
 
@@ -128,6 +132,7 @@ def make_ranks_demo(
         and manifest.get("seed") == seed
         and manifest.get("layout") == layout
         and dump.is_dir()
+        and (out / "golden").is_dir()
     ):
         say(f"reusing the demo already in {out}")
         return RanksDemo(out, dump, world, fault, list(manifest.get("generated", [])))
@@ -137,10 +142,22 @@ def make_ranks_demo(
     prompt = random.Random(seed).sample(range(1, 500), 8)
     say(f"tensor-parallel run on {world} ranks: bfloat16, fault at token {fault.token} ...")
     generated = run_tensor_parallel(out / "test", seed, prompt, NEW_TOKENS, world, fault, config)
+    say("one-device golden: float32 ...")
+    write_golden(out / "golden", seed, prompt, config)
     body = {"version": __version__, "seed": seed, "layout": layout, "prompt": prompt, "generated": generated}
     body["fault"] = {"token": fault.token, "op": fault_op_name(fault), "rank": fault.rank}
     (out / MANIFEST).write_text(json.dumps(body, indent=2), encoding="utf-8")
     return RanksDemo(out, dump, world, fault, generated)
+
+
+def write_golden(out: Path, seed: int, prompt: list[int], config: TinyConfig | None = None) -> list[int]:
+    """The same model on one device in float32, captured in msit's torch layout (weights included):
+    the golden a sharded run is compared with."""
+    from tui_acc.demo.capture import MsitTorchCapture
+
+    model = build_model(seed, config)
+    with MsitTorchCapture(model, out, dump_weight=True):
+        return generate(model, prompt, NEW_TOKENS)
 
 
 def _row_parallel(layer: Linear, x: np.ndarray, rank: int, world: int) -> np.ndarray:
@@ -214,8 +231,9 @@ def _forward(
     for rank, folder in enumerate(folders):
         normed = model.model.norm(states[rank])
         _write(folder / f"{top}_RmsNormOperation", inputs=[states[rank]], outputs=[normed])
-        result = model.lm_head(normed[:, -1:, :])
-        _write(folder / f"{top + 1}_LmHead", inputs=[normed], outputs=[result])
+        last = normed[:, -1:, :]  # the positions it projects: the last (MindIE gathers them first)
+        result = model.lm_head(last)
+        _write(folder / f"{top + 1}_LmHead", inputs=[last], outputs=[result])
         logits.append(result)
     return logits
 
@@ -230,6 +248,7 @@ def _layer(
     fault: Fault | None,
 ) -> list[np.ndarray]:
     world = len(states)
+    entering = list(states)
     written: list[dict[int, tuple[list[np.ndarray], list[np.ndarray]]]] = [{} for _ in range(world)]
     partials = []
     for rank in range(world):
@@ -262,6 +281,9 @@ def _layer(
     out = []
     for rank in range(world):
         result = add(states[rank], reduced[rank])
+        # the layer graph itself: its first intensor (the hidden states) and its outtensor, as msit
+        # writes a graph operation's
+        _write(folders[rank], [entering[rank]], [result])
         written[rank].update(
             {8: ([mlp_partials[rank]], [reduced[rank]]), 9: ([states[rank], reduced[rank]], [result])}
         )

@@ -7,7 +7,9 @@ Each tensor becomes the list of its ranks' files, merged when loaded:
   row-parallel linear). The sum of the ranks' inputs is what the single-device model computes.
 * **auto** otherwise: concatenated along the dimension where the ranks together have the
   golden's size (column-parallel outputs; msit's rule), or taken from rank 0 when every rank
-  holds the full tensor (replicated, as after an all-reduce).
+  holds the full tensor (replicated, as after an all-reduce) and they agree; where they do not,
+  the rank farthest from the golden is compared (a collective that went wrong on one rank shows
+  there, not only downstream).
 * **cat:D** where the reader knows the split: concatenated along dimension D (SGLang's ``[tp]``).
 
 See docs/formats.md §6.4.
@@ -49,7 +51,8 @@ def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:
         tokens[token] = nodes
     note = (
         f"gathered {len(ranks)} ranks ({', '.join(first.ranks)}): summed before all-reduce, "
-        "concatenated where the golden is larger, rank 0 where every rank holds the whole tensor"
+        "concatenated where the golden is larger; where every rank holds the whole tensor, rank 0's, "
+        "or the rank's farthest from the golden where they differ; --rank R compares one rank alone"
     )
     return replace(
         first,
@@ -58,6 +61,22 @@ def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:
         notes=[n for n in first.notes if "ranks" not in n] + [note],
         rank=None,
     )
+
+
+def sharding(index: DumpIndex) -> str | None:
+    """How a gathered dump was split, as the first lines say it ("tensor-parallel, 2 ranks"); None
+    for a dump read as one. Tensor-parallel where its operators include an all-reduce or a parallel
+    linear, expert-parallel where an all-to-all dispatches tokens."""
+    if index.rank is not None or len(index.ranks) < 2:
+        return None
+    types = {node.type.lower().replace("_", "") for node in index.tree.nodes.values()}
+    names = " ".join(types)
+    kinds = []
+    if any(word in names for word in ("allreduce", "linearparallel", "reducescatter", "allgather")):
+        kinds.append("tensor-parallel")
+    if any(word in names for word in ("alltoall", "distributedispatch", "distributecombine")):
+        kinds.append("expert-parallel")
+    return f"{' and '.join(kinds) or 'sharded'}, {len(index.ranks)} ranks"
 
 
 def _same_slot(index: DumpIndex, token: int, name: str, slot: str) -> TensorRef | None:
@@ -77,8 +96,12 @@ def _merge_kind(index: DumpIndex, name: str, ref: TensorRef) -> str:
     return AUTO
 
 
-def merge_parts(parts: Sequence[np.ndarray], how: str, like: Sequence[int] | None, where: Path) -> np.ndarray:
-    """Merge one tensor's ranks, shaped like the golden (``like``) where that decides it."""
+def merge_parts(
+    parts: Sequence[np.ndarray], how: str, like: np.ndarray | Sequence[int] | None, where: Path
+) -> np.ndarray:
+    """Merge one tensor's ranks, shaped like the golden (``like``: its values, or its shape) where
+    that decides it. A tensor every rank holds whole is one rank's; where the ranks disagree on it
+    (a collective that gave one rank a wrong result), the rank farthest from the golden's values."""
     if how == SUM:
         # in float64, which holds every rank's values exactly (complex parts stay complex), then
         # rounded once to the ranks' dtype: what a correct all-reduce of them gives
@@ -95,15 +118,40 @@ def merge_parts(parts: Sequence[np.ndarray], how: str, like: Sequence[int] | Non
             raise DumpError(f"{where}: ranks {shapes} have no dimension {dim} to concatenate along")
         return np.concatenate(list(parts), axis=dim)
     first = parts[0]
-    if like is None or list(first.shape) == list(like):
-        return first  # replicated on every rank
+    golden = like if isinstance(like, np.ndarray) else None
+    shape = golden.shape if golden is not None else like
+    if shape is None or list(first.shape) == list(shape):
+        return _replicated(parts, golden)
+    wanted = list(shape)
     for dim in range(first.ndim):
         sizes = [p.shape[dim] for p in parts]
         others_equal = all(
-            list(p.shape[:dim]) + list(p.shape[dim + 1 :]) == list(like[:dim]) + list(like[dim + 1 :])
-            for p in parts
+            list(p.shape[:dim]) + list(p.shape[dim + 1 :]) == wanted[:dim] + wanted[dim + 1 :] for p in parts
         )
-        if others_equal and sum(sizes) == like[dim] and len(like) == first.ndim:
+        if others_equal and sum(sizes) == wanted[dim] and len(wanted) == first.ndim:
             return np.concatenate(list(parts), axis=dim)
     shapes = ", ".join(str(list(p.shape)) for p in parts)
-    raise DumpError(f"{where}: cannot gather ranks {shapes} into the golden's {list(like)}")
+    raise DumpError(f"{where}: cannot gather ranks {shapes} into the golden's {wanted}")
+
+
+def _replicated(parts: Sequence[np.ndarray], golden: np.ndarray | None) -> np.ndarray:
+    """The tensor every rank holds whole: rank 0's where they agree (bit for bit, as a correct
+    collective leaves them), else the one farthest from the golden (or rank 0's without it)."""
+    first = parts[0]
+    float_kind = first.dtype.kind in "fc"
+
+    def same(part: np.ndarray) -> bool:
+        return part.shape == first.shape and bool(np.array_equal(part, first, equal_nan=float_kind))
+
+    if golden is None or all(same(p) for p in parts[1:]):
+        return first
+    reference = golden.astype(np.complex128 if golden.dtype.kind == "c" else np.float64)
+
+    def distance(part: np.ndarray) -> float:
+        if part.shape != golden.shape:
+            return -1.0
+        with np.errstate(invalid="ignore", over="ignore"):
+            gap = float(np.linalg.norm(np.nan_to_num(part.astype(reference.dtype) - reference, nan=np.inf)))
+        return gap
+
+    return max(parts, key=distance)

@@ -16,7 +16,8 @@ FileState = tuple[int, int] | None  # size and modification time; None: not ther
 
 
 def load_side(ref: TensorRef, like: Any, policy: LoadPolicy) -> np.ndarray:
-    """A tensor, merged from its ranks when it was gathered (shaped like the golden where that decides)."""
+    """A tensor, merged from its ranks when it was gathered, like the golden (``like``: its values,
+    or its shape) where that decides (``gather.merge_parts``)."""
     if not ref.parts:
         return load_tensor(ref.path, policy)
     from tui_acc.dumps.gather import merge_parts

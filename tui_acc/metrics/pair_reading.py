@@ -97,7 +97,7 @@ class PairReader:
         same_file = pair.test.location == pair.golden.location and not pair.golden.parts
         if self.pairing.golden is self.pairing.test and same_file:
             return golden, golden  # one dump checked on its own (anomalies/): each file read once
-        return golden, load_side(pair.test, golden.shape, self.pairing.test.load_policy)
+        return golden, load_side(pair.test, golden, self.pairing.test.load_policy)
 
     @contextmanager
     def held_pair(self, pair: TensorPair) -> Iterator[tuple[np.ndarray, np.ndarray]]:

@@ -77,6 +77,8 @@ class Replayed:
     # a copy without arithmetic (a gather of rows): every element must be its source's value
     # exactly, so that one row among many copied from the wrong place is not lost in a tolerance
     exact: bool = False
+    # a collective of a gathered dump: the rank whose output ``observed`` is (the farthest from its share)
+    rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,9 @@ class Call:
     # every dumped output by index, for the references that check more than the first
     # (dumped_call.MULTI_OUTPUT: a rope that returns the query and the key); empty for the rest
     outputs: Mapping[int, np.ndarray] = field(default_factory=dict)
+    # a collective of a gathered (sharded) dump: its first input and first output on every rank, in
+    # rank order ("input", "output"); empty for the rest
+    ranks: Mapping[str, tuple[np.ndarray, ...]] = field(default_factory=dict)
 
     def whole(self) -> Call:
         """The same call without a sample: every output element is replayed."""

@@ -21,7 +21,8 @@ from tui_acc.dumps.dtypes import dtype_name, is_float
 from tui_acc.dumps.loading import load_side
 from tui_acc.dumps.model import DumpError, DumpIndex, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
-from tui_acc.dumps.tensors import TensorLoadError
+from tui_acc.dumps.tensors import TensorLoadError, load_tensor
+from tui_acc.replay import collective
 from tui_acc.replay.call import Call
 from tui_acc.replay.sampling import plan
 
@@ -125,9 +126,36 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
         after=after,
         after_by=after_by,
         outputs=every_output,
+        ranks=_ranks_of(refs, node, node_type, policy, missing),
     )
     statistics_only = bool(refs) and not any(r.has_data for r in refs)
     return Gathered(call, output, first.slot if first is not None else None, missing, statistics_only)
+
+
+def _ranks_of(
+    refs: list[TensorRef], node: str, node_type: str, policy: LoadPolicy, missing: list[str]
+) -> dict[str, tuple[np.ndarray, ...]]:
+    """A gathered collective's data input and output on every rank (replay/collective.py); empty for
+    any other node. ATB's intensor0 / outtensor0; msprobe's in-place arguments: ``input.0`` of an
+    all-reduce, ``input.1`` of ``reduce_scatter*(output, input)`` and ``all_gather*(output, input)``."""
+    kind = collective.kind_of(node_type) or collective.kind_of(node)
+    if kind is None or not any(ref.parts for ref in refs):
+        return {}
+    if any(ref.slot.startswith(("intensor", "outtensor")) for ref in refs):
+        slots = {"input": "intensor0", "output": "outtensor0"}
+    else:
+        slots = {"input": "input.0" if kind == "all_reduce" else "input.1", "output": "output.0"}
+    found: dict[str, tuple[np.ndarray, ...]] = {}
+    for role, slot in slots.items():
+        ref = next((r for r in refs if r.slot == slot and r.parts and r.has_data), None)
+        if ref is None:
+            return {}
+        try:
+            found[role] = tuple(load_tensor(part, policy) for part in ref.parts)
+        except (TensorLoadError, OSError) as exc:
+            missing.append(f"{slot} on one of its ranks: {exc}")
+            return {}
+    return found
 
 
 # operators whose reference reads the dumped outputs itself: a rope's rotated query and key, both

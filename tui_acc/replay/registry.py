@@ -115,6 +115,7 @@ class Registry:
                 atb_attention,
                 atb_moe,
                 atb_ops,
+                collective,
                 npu_attention,
                 npu_cache,
                 npu_flash_attention,
@@ -141,6 +142,7 @@ class Registry:
                 atb_ops.REFERENCES,
                 atb_attention.REFERENCES,
                 atb_moe.REFERENCES,
+                collective.REFERENCES,
                 torch_ops.MODULE_REFERENCES,
             )
             self._builtins = [

@@ -121,12 +121,15 @@ def counts_of(verdict: TokenVerdict | None) -> dict[str, int] | None:
 
 
 def side_of(index: DumpIndex) -> dict[str, Any]:
+    from tui_acc.dumps.gather import sharding
+
     return {
         "path": str(index.root),
         "data_dir": str(index.data_dir),
         "format": index.format,
         "tokens": len(index.tokens),
         "order": index.order_source,
+        "sharding": sharding(index),  # "tensor-parallel, 2 ranks" where its ranks were gathered
     }
 
 

@@ -157,7 +157,8 @@ def _unmatched_summary(report: dict[str, Any]) -> str:
 
 
 def _side_line(side: dict[str, Any]) -> str:
-    return f"{side['path']}  ({side['format']}, {side['tokens']} tokens, order: {side['order']})"
+    sharded = f"; {side['sharding']}, gathered" if side.get("sharding") else ""
+    return f"{side['path']}  ({side['format']}, {side['tokens']} tokens, order: {side['order']}{sharded})"
 
 
 def span(tokens: list[int]) -> str:

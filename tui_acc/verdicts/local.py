@@ -31,6 +31,7 @@ from tui_acc.dumps.loading import load_side
 from tui_acc.dumps.model import MSPROBE_FORMATS, DumpError, DumpIndex
 from tui_acc.dumps.tensors import TensorLoadError
 from tui_acc.pairing import NodePair, Pairing, TensorPair
+from tui_acc.replay import collective
 from tui_acc.replay.distance import distance
 from tui_acc.replay.dumped_call import recorded_arguments
 from tui_acc.replay.registry import Registry
@@ -198,7 +199,7 @@ class LocalChecks:
                 SideReplay(
                     "test", n, "?", "impossible", "gathered from several ranks' files: no one call's inputs"
                 )
-                if any(ref.parts for ref in index.tensors(node.token, n))
+                if any(ref.parts for ref in index.tensors(node.token, n)) and not _collective(index, n)
                 else replay_side(index, node.token, n, self.registry, "test")
                 for n in names
             )
@@ -305,3 +306,11 @@ def _test_distance(index: DumpIndex, output: TensorPair, source: TensorPair) -> 
         src = src.reshape(-1, width)[sample.rows]
     found = distance(np.asarray(src), np.asarray(out))
     return found["rel_euclidean"]
+
+
+def _collective(index: DumpIndex, name: str) -> bool:
+    """A collective (all-reduce, reduce-scatter, all-gather): its reference reads every rank's tensors."""
+    node = index.tree.nodes.get(name)
+    return collective.kind_of(node.type if node is not None else "") is not None or (
+        collective.kind_of(name) is not None
+    )

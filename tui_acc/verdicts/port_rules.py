@@ -54,7 +54,7 @@ def by_inner_replays(
             True,
             error,
             wrong.tolerance,
-            f"inside it, the test's {wrong.node} is {said} from its own inputs; rounding at "
+            f"inside it, the test's {wrong.node}{_on_rank(wrong)} is {said} from its own inputs; rounding at "
             f"{wrong.dtype} explains up to {number(wrong.tolerance)}",
             operator=wrong.node,
         )
@@ -109,3 +109,8 @@ def quantisation_budget(explained: float | None, noise: float) -> float:
 def _ported(node: str, node_type: str) -> bool:
     """A port's own operator: a torch_npu call (msprobe's ``NPU.*``) or an ATB operation."""
     return node.startswith("NPU.") or node_type.endswith("Operation")
+
+
+def _on_rank(replay: SideReplay) -> str:
+    """ ", on rank 1" where the replay compared one rank of a gathered collective."""
+    return f", on rank {replay.rank}," if replay.rank is not None else ""

@@ -62,6 +62,7 @@ class SideReplay:
     sampled: str | None = None  # "16 of 256 rows" where a sample was replayed
     remedy: str | None = None  # impossible: what to dump so that it becomes possible (remedy.py)
     quantisation: float | None = None  # integer operands: their rounding's relative error (Replayed)
+    rank: int | None = None  # a gathered collective: the rank whose output was compared (Replayed)
 
     @property
     def local_error(self) -> float | None:
@@ -322,6 +323,7 @@ def _judged(
         expected,
         sampled,
         quantisation=replayed.quantisation or None,
+        rank=replayed.rank,
     )
 
 

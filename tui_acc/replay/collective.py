@@ -1,0 +1,170 @@
+"""A collective operator of a sharded test compared with a one-device golden: every rank's output
+against what the ranks' inputs together give (docs/ranks.md).
+
+* all-reduce: the reduction (sum by default; avg, max, min, prod where the dump says so: ATB's
+  ``op_param.json`` ``allReduceType``, msprobe's recorded ``ReduceOp``) of every rank's input;
+* reduce-scatter: rank r's share is chunk r (dimension 0) of that reduction;
+* all-gather: every rank's is the concatenation (dimension 0) of every rank's input.
+
+A gathered comparison holds each of the collective's tensors on every rank (``Call.ranks``); ATB's
+``rankSize``, smaller than the run, makes groups of that many consecutive ranks. The
+rank whose output is farthest from its share is the one compared, and the notes say every rank's
+distance: a collective that went wrong on one rank is named with that rank. ``tui-acc ranks``
+(collectives/) checks the same arithmetic without a golden, element by element.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from tui_acc.replay.call import Call, Replayed, ReplayImpossible
+
+Kind = Literal["all_reduce", "reduce_scatter", "all_gather"]
+Reduction = Literal["sum", "avg", "prod", "max", "min", "gather"]
+
+# ATB operation types (AllReduceOperation, the runner AllReduceHcclRunner, ReduceScatterOperation,
+# AllGatherOperation) and msprobe API names (Distributed.all_reduce.N.forward, reduce_scatter_tensor,
+# _all_gather_base ...), compared without case or underscores
+_KINDS: tuple[tuple[str, Kind], ...] = (
+    ("allreduce", "all_reduce"),
+    ("reducescatter", "reduce_scatter"),
+    ("allgather", "all_gather"),
+)
+# fused operations that hold a collective but whose inputs are not what is reduced
+_FUSED = re.compile(r"linear|matmul|mc2|allreducematmul|alltoall", re.IGNORECASE)
+
+
+def kind_of(node_type: str) -> Kind | None:
+    """Which collective a node's type (or msprobe record name) names, if any."""
+    compact = node_type.lower().replace("_", "")
+    if _FUSED.search(compact):
+        return None
+    return next((kind for word, kind in _KINDS if word in compact), None)
+
+
+def reduction_named(value: object) -> Reduction | None:
+    """ATB's ``sum|max|min|prod``, torch's ``RedOpType.SUM|AVG|MAX|MIN|PRODUCT``."""
+    if not isinstance(value, str):
+        return None
+    word = value.rsplit(".", 1)[-1].lower()
+    names: dict[str, Reduction] = {"sum": "sum", "avg": "avg", "max": "max", "min": "min", "prod": "prod"}
+    return names.get("prod" if word == "product" else word)
+
+
+def shares(
+    inputs: Sequence[np.ndarray], kind: Kind, reduction: Reduction
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each rank's share of what the inputs give, and the magnitude its rounding scales with
+    (``sum_r |x_r|``; avg: over N; prod: ``|prod_r x_r|``; copies: 0), flat float64.
+
+    Raises:
+        ValueError: inputs that cannot be reduced together (the message says how they differ).
+    """
+    size = len(inputs)
+    wide = [np.asarray(x, dtype=np.float64).reshape(-1) for x in inputs]
+    if kind == "all_gather" or reduction == "gather":
+        whole = np.concatenate(wide)
+        return [whole] * size, [np.zeros_like(whole)] * size
+    if len({tuple(np.shape(x)) for x in inputs}) > 1:
+        listed = ", ".join(f"rank {r} {list(np.shape(x))}" for r, x in enumerate(inputs))
+        raise ValueError(f"the ranks' inputs differ in shape ({listed}); nothing to reduce")
+    stacked = np.stack(wide)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if reduction == "max":
+            total, magnitude = stacked.max(axis=0), np.zeros(stacked.shape[1])
+        elif reduction == "min":
+            total, magnitude = stacked.min(axis=0), np.zeros(stacked.shape[1])
+        elif reduction == "prod":
+            total = stacked.prod(axis=0)
+            magnitude = np.abs(total)
+        else:
+            total, magnitude = stacked.sum(axis=0), np.abs(stacked).sum(axis=0)
+            if reduction == "avg":
+                total, magnitude = total / size, magnitude / size
+    if kind != "reduce_scatter":
+        return [total] * size, [magnitude] * size
+    if total.size % size:
+        raise ValueError(f"{total.size} elements do not split into {size} equal chunks")
+    chunk = total.size // size
+    return (
+        [total[r * chunk : (r + 1) * chunk] for r in range(size)],
+        [magnitude[r * chunk : (r + 1) * chunk] for r in range(size)],
+    )
+
+
+def across_ranks(call: Call) -> Replayed:
+    """The gathered collective's output on its worst rank against that rank's share of what every
+    rank's input gives; the notes give each rank's distance."""
+    kind = kind_of(call.type) or kind_of(call.name)
+    inputs, outputs = call.ranks.get("input", ()), call.ranks.get("output", ())
+    if kind is None:
+        raise ReplayImpossible(f"{call.type}: not a collective this reference knows")
+    if len(inputs) < 2 or len(outputs) != len(inputs):
+        raise ReplayImpossible(
+            "its result depends on every rank's input and this comparison reads one rank's: "
+            "compare without --rank to gather them"
+        )
+    reduction: Reduction = "gather" if kind == "all_gather" else "sum"
+    recorded = reduction_named(call.keyword.get("allReduceType") or call.keyword.get("op"))
+    if recorded is not None and kind != "all_gather":
+        reduction = recorded
+    wanted: list[np.ndarray] = []
+    for group in _groups(call, len(inputs)):
+        try:
+            wanted += shares([inputs[r] for r in group], kind, reduction)[0]
+        except ValueError as exc:
+            raise ReplayImpossible(str(exc)) from exc
+    distances = []
+    for rank, (share, output) in enumerate(zip(wanted, outputs, strict=True)):
+        got = np.asarray(output, dtype=np.float64).reshape(-1)
+        if got.size != share.size:
+            raise ReplayImpossible(f"rank {rank}'s output has {got.size} elements, its share {share.size}")
+        size = float(np.linalg.norm(share))
+        gap = float(np.linalg.norm(got - share))
+        distances.append(gap / size if size > 0 else gap)
+    worst = int(np.argmax(distances))
+    listed = ", ".join(f"rank {r} {d:.3e}" for r, d in enumerate(distances))
+    note = (
+        f"rank {worst} of {len(outputs)} compared, the farthest from its share of what the ranks' "
+        f"inputs give ({reduction}; rel euclid {listed})"
+    )
+    steps = len(inputs) // len(_groups(call, len(inputs))) if reduction in ("sum", "avg", "prod") else 1
+    return Replayed(
+        wanted[worst],
+        reduction=steps,
+        roundings=steps,
+        notes=(note,),
+        observed=np.asarray(outputs[worst]).reshape(-1),
+        rank=worst,
+    )
+
+
+def _groups(call: Call, ranks: int) -> list[range]:
+    """The reduction groups: blocks of ATB's ``rankSize`` consecutive ranks where it is smaller than
+    the run (as ``tui-acc ranks`` reads it), else every rank."""
+    size = call.keyword.get("rankSize")
+    if not isinstance(size, int) or isinstance(size, bool) or not 1 < size < ranks:
+        return [range(ranks)]
+    if ranks % size:
+        raise ReplayImpossible(f"rankSize {size} does not divide the run's {ranks} ranks into groups")
+    return [range(start, start + size) for start in range(0, ranks, size)]
+
+
+REFERENCES = {
+    **dict.fromkeys(("AllReduceOperation", "ReduceScatterOperation", "AllGatherOperation"), across_ranks),
+    **{
+        f"Distributed.{name}": across_ranks
+        for name in (
+            "all_reduce",
+            "reduce_scatter",
+            "reduce_scatter_tensor",
+            "_reduce_scatter_base",
+            "all_gather_into_tensor",
+            "_all_gather_base",
+        )
+    },
+}
