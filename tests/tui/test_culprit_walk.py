@@ -62,3 +62,23 @@ async def test_n_from_the_culprit_meets_no_second_error_start(model_case, tmp_pa
             if parent in layer_tree._by_name:
                 assert str(layer_tree._by_name[parent].label).startswith("✗"), parent
             parent = tree.nodes[parent].parent
+
+
+async def test_f_reaches_a_tensor_parallel_runs_faulty_all_reduce(ranks_demo, tmp_path: Path) -> None:
+    """The demo's two-rank run against its one-device golden: gathered unasked, the culprit is the
+    layer holding rank 1's wrong all-reduce, and the operator screen says which operation and rank."""
+    comparison = open_comparison(ranks_demo.out / "golden", ranks_demo.out / "test", CompareOptions(cache=False))
+    app = AccApp(comparison, export_dir=tmp_path)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(pilot)
+        await pilot.press("f")  # the first failing token
+        await settle(pilot)
+        await pilot.press("f")  # its culprit
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, OperatorScreen) and screen.token == ranks_demo.fault.token
+        culprit = screen._rows[_cursor(screen.query_one("#ops", DataTable))]
+        assert culprit["golden_node"] == f"root.model.layers.{ranks_demo.fault.layer}"
+        assert (culprit["label"], culprit["operator"]) == ("local", ranks_demo.fault_op)
+        assert f"on rank {ranks_demo.fault.rank}," in culprit["reason"]
+        assert "(tensor-parallel, 2 ranks, gathered)" in app.sub_title

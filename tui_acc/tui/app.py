@@ -17,6 +17,7 @@ from textual.message import Message
 from textual.worker import Worker, WorkerState
 
 from tui_acc.config import FILE_NAME
+from tui_acc.dumps.gather import sharding
 from tui_acc.redump import RedumpSettings
 from tui_acc.redump.runner import RedumpRun
 from tui_acc.session import Comparison, open_comparison
@@ -91,6 +92,8 @@ class AccApp(TerminalApp):
         """The pair compared (``format_title`` fits it to the header's width)."""
         cwd = Path.cwd()
         golden, test = (shown_path(side.root, cwd) for side in (self.comparison.golden, self.comparison.test))
+        if (split := sharding(self.comparison.test)) is not None:
+            test = f"{test} ({split}, gathered)"  # a sharded test read whole
         # one dump checked on its own: its path alone (no "golden"/"test" sides to name)
         self.sub_title = f"check of {golden}" if self.comparison.single else f"{golden}{SEPARATOR}{test}"
 
