@@ -20,6 +20,7 @@ RANKS_CASES = REPO / "tests" / "data" / "ranks"  # scripts/make_ranks_fixtures.p
 SENSITIVITY = REPO / "tests" / "data" / "sensitivity"  # scripts/make_sensitivity_fixtures.py
 MSPROBE_CASES = REPO / "tests" / "data" / "msprobe"  # scripts/make_msprobe_pass_fixtures.py
 NPU_CASES = REPO / "tests" / "data" / "npu"  # scripts/make_npu_fixtures.py
+TP_CASES = REPO / "tests" / "data" / "tp"  # scripts/make_tp_msprobe_fixtures.py
 
 
 def sensitivity_key() -> dict[str, dict[str, dict]]:
@@ -113,6 +114,14 @@ def npu_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     unpacked once per session: ``golden/``, a test dump per case (``clean/``, one per fault) and
     ``case.json``."""
     return _unpacker(NPU_CASES, tmp_path_factory.mktemp("npu"))
+
+
+@pytest.fixture(scope="session")
+def tp_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``tp_case(name)``: real msprobe dumps of a tensor-parallel run and its one-device golden
+    (tests/data/tp), unpacked once per session: ``golden/``, a test per case (``clean/``,
+    ``allreduce/``: ``step0/rank*/``) and ``case.json``."""
+    return _unpacker(TP_CASES, tmp_path_factory.mktemp("tp"))
 
 
 @pytest.fixture(scope="session")

@@ -151,10 +151,13 @@ def open_comparison(
             f"{golden}: --gather merges the test's ranks for a single-device golden, but the golden has "
             f"{len(golden_index.ranks)} ranks; compare rank to rank with --rank instead"
         )
+    if options.gather and options.rank is not None:
+        raise DumpError(
+            f"{test}: --gather merges every rank and --rank {options.rank} picks one: give one of them"
+        )
     test_index = read(test)
-    # a sharded test against a one-device golden: its ranks together are what the golden computed
-    sharded = len(test_index.ranks) > 1 and len(golden_index.ranks) <= 1 and options.rank is None
-    if options.gather or sharded:
+    gather_ranks = options.gather or _sharded(golden_index, test_index, options.rank)
+    if gather_ranks:
         test_index = _gathered(test, test_index, options.token_offset, options.follow_links)
     if golden_index.format == test_index.format == "sglang":
         from tui_acc.dumps.sglang.align import align_steps
@@ -180,8 +183,13 @@ def open_comparison(
         golden_index = pairing.golden
         baseline_index = baseline_pairing = None
         if options.baseline is not None:
-            # read as the test is (its rank, its token offset): it is the same run on another device
+            # read as the test is (its rank or its ranks gathered, its token offset): it is the same
+            # run on another device
             baseline_index = read(options.baseline)
+            if gather_ranks and len(baseline_index.ranks) > 1:
+                baseline_index = _gathered(
+                    options.baseline, baseline_index, options.token_offset, options.follow_links
+                )
             baseline_pairing = pair_dumps(golden_index, baseline_index, logits_node, op_mapping, names)
     except MappingError as exc:
         raise DumpError(str(exc)) from exc
@@ -208,6 +216,18 @@ def open_comparison(
     return Comparison(
         golden_index, test_index, pairing, thresholds, build_engine, baseline_index, build_judge
     )
+
+
+def _sharded(golden: DumpIndex, test: DumpIndex, rank: int | None) -> bool:
+    """Whether the test's ranks are one model's shards to gather for this golden, unasked: several
+    ranks against a golden of one, none picked, its operators those of a split model (a collective,
+    a parallel linear: ``gather.parallel_kinds``), and no other parallel axis in them (data- or
+    pipeline-parallel ranks ran other requests or other layers)."""
+    from tui_acc.dumps.gather import parallel_kinds
+
+    if rank is not None or len(test.ranks) < 2 or len(golden.ranks) > 1 or test.other_parallel:
+        return False
+    return bool(parallel_kinds(test))
 
 
 def _gathered(path: str | Path, first: DumpIndex, token_offset: int | None, follow_links: bool) -> DumpIndex:

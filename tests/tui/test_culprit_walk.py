@@ -67,8 +67,8 @@ async def test_n_from_the_culprit_meets_no_second_error_start(model_case, tmp_pa
 async def test_f_reaches_a_tensor_parallel_runs_faulty_all_reduce(ranks_demo, tmp_path: Path) -> None:
     """The demo's two-rank run against its one-device golden: gathered unasked, the culprit is the
     layer holding rank 1's wrong all-reduce, and the operator screen says which operation and rank."""
-    comparison = open_comparison(ranks_demo.out / "golden", ranks_demo.out / "test", CompareOptions(cache=False))
-    app = AccApp(comparison, export_dir=tmp_path)
+    sides = (ranks_demo.out / "golden", ranks_demo.out / "test")
+    app = AccApp(open_comparison(*sides, CompareOptions(cache=False)), export_dir=tmp_path)
     async with app.run_test(size=(160, 45)) as pilot:
         await settle(pilot)
         await pilot.press("f")  # the first failing token

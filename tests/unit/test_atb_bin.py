@@ -158,6 +158,28 @@ def test_nz_with_storage_dims_reads_rows_by_columns(tmp_path: Path) -> None:
     np.testing.assert_array_equal(by_code, matrix[None])
 
 
+def test_a_padded_int8_weight_in_four_dims_is_read_with_its_padding(tmp_path: Path) -> None:
+    """``[1, 2, 32, 32]``: an int8 ``[20, 40]`` weight, rows padded to 32, columns to 64 (zeros)."""
+    weight = (np.arange(20 * 40) % 200 - 100).astype(np.int8).reshape(20, 40)
+    tiles = _tiles_by_hand(weight, 32)[None]
+    assert tiles.shape == (1, 2, 32, 32)
+    loaded = load_tensor(write_bin(tmp_path / "w.bin", tiles, format_code=29), ANYWHERE)
+    assert loaded.shape == (1, 32, 64)
+    np.testing.assert_array_equal(loaded[0, :20, :40], weight)
+    assert not loaded[0, 20:].any() and not loaded[0, :, 40:].any()
+
+
+@pytest.mark.parametrize(
+    ("dims", "dtype", "code"),
+    [((1, 8, 7, 128), np.float16, 29), ((1, 2, 16, 32), np.float16, 29), ((1, 2, 16, 16), np.float16, 51)],
+    ids=["rows not padded, no tile width", "fp16 in int8's width", "C0_32 holding 16"],
+)
+def test_four_dims_that_are_no_tiles_are_refused(tmp_path: Path, dims, dtype, code: int) -> None:
+    path = write_bin(tmp_path / "x.bin", np.zeros(dims, dtype=dtype), format_code=code)
+    with pytest.raises(TensorLoadError, match=r"x\.bin: FRACTAL_NZ with dims .* refused rather than misread"):
+        load_tensor(path, ANYWHERE)
+
+
 def test_nz_that_cannot_be_read_exactly_is_refused(tmp_path: Path) -> None:
     weight = np.ones((3, 40), dtype=np.int8)
     short = write_bin(tmp_path / "short.bin", weight, format_code=29)  # ND bytes, not padded tiles

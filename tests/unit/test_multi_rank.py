@@ -142,3 +142,30 @@ def test_summed_bf16_partials_stay_bf16() -> None:
     merged = merge_parts(parts, SUM, [2], Path("outtensor0.bin"))
     assert merged.dtype == np.dtype(ml_dtypes.bfloat16)
     assert merged.astype(np.float32).tolist() == [1.5, 2.25]
+
+
+def test_a_sharded_test_is_gathered_unasked_and_a_sharded_golden_is_compared_rank_to_rank(two_ranks) -> None:
+    golden, _, ranks = two_ranks
+    gathered = open_comparison(golden, ranks, CompareOptions(cache=False))
+    assert gathered.test.rank is None and len(gathered.test.ranks) == 2
+    both = open_comparison(ranks, ranks, CompareOptions(cache=False))  # both sides have ranks: no gathering
+    assert (both.golden.rank, both.test.rank) == (0, 0)
+
+
+def test_gather_with_a_rank_picked_is_refused_by_name(two_ranks) -> None:
+    golden, _, ranks = two_ranks
+    with pytest.raises(DumpError, match=r"--gather merges every rank and --rank 1 picks one"):
+        open_comparison(golden, ranks, CompareOptions(gather=True, rank=1))
+
+
+def test_ranks_without_a_collective_or_parallel_layer_are_not_gathered_unasked(two_ranks, tmp_path) -> None:
+    # two ranks of one model with nothing that splits it (no all-reduce): data-parallel, or two
+    # processes on one device; rank 0 is compared, and the note says how to gather
+    golden, plain, _ = two_ranks
+    root = tmp_path / plain.name
+    for rank, pid in enumerate((4242, 4243)):
+        shutil.copytree(plain / "tensors" / "0_4242", root / "tensors" / f"{rank}_{pid}")
+        shutil.copytree(plain / "model" / "4242", root / "model" / str(pid))
+    cmp = open_comparison(golden, root, CompareOptions(cache=False))
+    assert cmp.test.rank == 0
+    assert any("--gather merges" in note for note in cmp.test.notes)

@@ -53,11 +53,12 @@ def _sdpa(
 @pytest.mark.parametrize("layout", ["nd", "nz", "nz-bin"], ids=["ND cache", "NZ cache", "NZ .bin cache"])
 def test_paged_attention_reads_each_tokens_blocks(layout: str, tmp_path) -> None:
     lengths = [5, 19, 11]
+    block = 16 if layout == "nz-bin" else BLOCK  # a FRACTAL_NZ .bin pads its rows to 16: a real block size
     rng = np.random.default_rng(0)
     tables = torch.from_numpy(rng.permutation(BLOCKS)[: 3 * 3].reshape(3, 3)).to(torch.int32)
     key_cache, value_cache = (
-        _randn(BLOCKS, BLOCK, KV_HEADS, DIM, seed=1),
-        _randn(BLOCKS, BLOCK, KV_HEADS, DIM, seed=2),
+        _randn(BLOCKS, block, KV_HEADS, DIM, seed=1),
+        _randn(BLOCKS, block, KV_HEADS, DIM, seed=2),
     )
     q = _randn(3, HEADS, DIM, seed=3)
     expected = []
@@ -68,13 +69,13 @@ def test_paged_attention_reads_each_tokens_blocks(layout: str, tmp_path) -> None
     dumped = torch.cat(expected).to(torch.float32)
     if layout != "nd":  # [blocks, N_kv * D / 16, block_size, 16]: each token's row in chunks of 16
         key_cache, value_cache = (
-            c.reshape(BLOCKS, BLOCK, -1, 16).transpose(1, 2) for c in (key_cache, value_cache)
+            c.reshape(BLOCKS, block, -1, 16).transpose(1, 2) for c in (key_cache, value_cache)
         )
     if layout == "nz-bin":  # the same tiles in a FRACTAL_NZ .bin: the reader un-tiles them
         key_cache, value_cache = (
             _through_nz_bin(c, tmp_path / f"{i}.bin") for i, c in enumerate((key_cache, value_cache))
         )
-        assert key_cache.shape == (BLOCKS, BLOCK, KV_HEADS * DIM)
+        assert key_cache.shape == (BLOCKS, block, KV_HEADS * DIM)
     params = {"headNum": HEADS, "kvHeadNum": KV_HEADS, "qkScale": 0.25}
     lens = torch.tensor(lengths, dtype=torch.int32)
     call = _call("PagedAttentionOperation", [q, key_cache, value_cache, tables, lens], params, dumped)
@@ -221,10 +222,10 @@ def test_reshape_and_cache_into_an_nz_cache_read_from_a_fractal_nz_bin(tmp_path)
     slots = torch.tensor([9, 0, 30], dtype=torch.int32)
     before, after = [], []
     for seed, rows in ((3, key), (4, value)):
-        tiles = _randn(BLOCKS, KV_HEADS * DIM // 16, BLOCK, 16, seed=seed)
+        tiles = _randn(BLOCKS, KV_HEADS * DIM // 16, 16, 16, seed=seed)
         written = tiles.clone()
         for i, slot in enumerate(slots.tolist()):
-            written[slot // BLOCK, :, slot % BLOCK, :] = rows[i].reshape(-1, 16)
+            written[slot // 16, :, slot % 16, :] = rows[i].reshape(-1, 16)
         before.append(_through_nz_bin(tiles, tmp_path / f"b{seed}.bin"))
         after.append(_through_nz_bin(written, tmp_path / f"a{seed}.bin"))
     call = _call("ReshapeAndCacheOperation", [key, value, *before, slots], {"kvCacheCfg": 2}, after[0])

@@ -63,9 +63,19 @@ def test_the_packed_scale_and_offset_are_what_the_doc_packs(with_offset: bool) -
     assert _judge(npu_trans_quant_param(_call(scale, offset, dumped)), dumped) == "consistent"
     wrong_scale = _packed(scale * np.float32(1.02), offset)
     assert _judge(npu_trans_quant_param(_call(scale, offset, wrong_scale)), wrong_scale) == "disagrees"
+    one_step = scale.copy()  # one scale one FP19 step off, beside offsets up to 255
+    one_step[0] = np.float32(scale[0]) * np.float32(1 + 2**-9)
+    stepped = _packed(one_step, offset)
+    assert _judge(npu_trans_quant_param(_call(scale, offset, stepped)), stepped) == "disagrees"
     if offset is not None:
         wrong_offset = _packed(scale, offset + 1)
         assert _judge(npu_trans_quant_param(_call(scale, offset, wrong_offset)), wrong_offset) == "disagrees"
+
+
+def test_a_word_without_its_flag_bit_is_caught() -> None:
+    scale = np.array([0.5, 0.25], dtype=np.float32)
+    unflagged = _packed(scale, None) & ~(1 << 46)
+    assert _judge(npu_trans_quant_param(_call(scale, None, unflagged)), unflagged) == "disagrees"
 
 
 def test_round_mode_one_rounds_to_the_nearest_fp19() -> None:

@@ -9,6 +9,7 @@ the last rank), not tui-acc's reading of it."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from tui_acc import CompareOptions, open_comparison
 from tui_acc.demo.tensor_parallel import NEW_TOKENS, make_ranks_demo, run_tensor_parallel, write_golden
 from tui_acc.dumps.gather import merge_parts
 from tui_acc.replay import collective
-from tui_acc.replay.call import Call, ReplayImpossible
+from tui_acc.replay.call import Call, ProcessGroup, ReplayImpossible
 from tui_acc.reports.pair import build_report
 
 
@@ -76,6 +77,28 @@ def test_ranks_that_disagree_on_a_whole_tensor_show_the_one_farthest_from_the_go
     assert merge_parts(off, "auto", golden.shape, tmp_path) is off[0]  # no golden values: rank 0's
 
 
+def test_a_golden_with_a_leading_one_gathers_rank_shapes_without_it(tmp_path) -> None:
+    # an ATB rank holds [tokens, hidden], the torch golden [1, tokens, hidden]: elements decide
+    golden = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
+    whole = [golden.reshape(4, 4)] * 2
+    assert merge_parts(whole, "auto", golden, tmp_path).shape == (4, 4)
+    columns = [golden.reshape(4, 4)[:, :2], golden.reshape(4, 4)[:, 2:]]
+    np.testing.assert_array_equal(merge_parts(columns, "auto", golden, tmp_path), golden.reshape(4, 4))
+
+
+def test_partial_sums_no_collective_announced_are_summed_where_that_is_the_golden(tmp_path) -> None:
+    # a vocabulary-parallel embedding: each rank looks up its rows, zeros elsewhere; their sum is the lookup
+    golden = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    partials = [
+        np.array([[1.0, 2.0], [0.0, 0.0]], np.float32),
+        np.array([[0.0, 0.0], [3.0, 4.0]], np.float32),
+    ]
+    np.testing.assert_array_equal(merge_parts(partials, "auto", golden, tmp_path), golden)
+    # one rank wrong on a whole tensor: their sum is no closer, and the wrong rank is the one compared
+    wrong = [golden.copy(), golden * 1.1]
+    assert merge_parts(wrong, "auto", golden, tmp_path) is wrong[1]
+
+
 def _call(kind: str, inputs, outputs, **keyword) -> Call:
     return Call(
         kind,
@@ -113,7 +136,24 @@ def test_a_collective_reduces_within_its_groups_of_rank_size() -> None:
     assert wrong.rank == 3 and wrong.values.tolist() == [30.0, 30.0]
 
 
+def test_a_collective_takes_msprobes_positional_reduce_op_and_its_process_group() -> None:
+    # msprobe records all_reduce(tensor, ReduceOp.MAX) with the op by position, as its value string
+    x0, x1 = np.array([1.0, 5.0], np.float32), np.array([3.0, 2.0], np.float32)
+    call = _call("Distributed.all_reduce.0.forward", [x0, x1], [np.maximum(x0, x1)] * 2)
+    top = collective.across_ranks(replace(call, positional={1: "RedOpType.MAX"}))
+    assert top.values.tolist() == [3.0, 5.0]
+    xs = [np.full(2, v, np.float32) for v in (1.0, 2.0, 10.0, 20.0)]
+    sums = [xs[0] + xs[1]] * 2 + [xs[2] + xs[3]] * 2
+    grouped = replace(
+        _call("Distributed.all_reduce.0.forward", xs, sums), keyword={"group": ProcessGroup((0, 1))}
+    )
+    assert collective.across_ranks(grouped).values.tolist() == [3.0, 3.0]
+    elsewhere = replace(grouped, keyword={"group": ProcessGroup((0, 2))})
+    with pytest.raises(ReplayImpossible, match=r"process group holds ranks \[0, 2\] of 4"):
+        collective.across_ranks(elsewhere)
+
+
 def test_a_collective_read_on_one_rank_says_how_to_gather() -> None:
     x = np.ones(2, np.float32)
-    with pytest.raises(ReplayImpossible, match="without --rank"):
+    with pytest.raises(ReplayImpossible, match="reads one rank's"):
         collective.across_ranks(_call("AllReduceOperation", [x], [x]))

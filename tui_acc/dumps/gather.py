@@ -3,13 +3,15 @@
 Each tensor becomes the list of its ranks' files, merged when loaded:
 
 * **sum** for partial sums: the inputs of an all-reduce (ATB ``AllReduceOperation``, msprobe
-  ``Distributed.all_reduce``) and the outputs of the ATB operation just before one (a
-  row-parallel linear). The sum of the ranks' inputs is what the single-device model computes.
+  ``Distributed.all_reduce``) and the outputs of the operation just before one in its module (a
+  row-parallel linear: an ATB ``LinearOperation``, msprobe's ``Functional.linear``). The sum of
+  the ranks' inputs is what the single-device model computes.
 * **auto** otherwise: concatenated along the dimension where the ranks together have the
-  golden's size (column-parallel outputs; msit's rule), or taken from rank 0 when every rank
-  holds the full tensor (replicated, as after an all-reduce) and they agree; where they do not,
-  the rank farthest from the golden is compared (a collective that went wrong on one rank shows
-  there, not only downstream).
+  golden's size, dimensions of 1 aside (column-parallel outputs; msit's rule), or, when every rank
+  holds as many elements as the golden (replicated, as after an all-reduce), rank 0's where they
+  agree; where they do not, their sum if it is far closer to the golden than any of them (partial
+  sums no collective beside them announced), else the rank farthest from the golden (a collective
+  that went wrong on one rank shows there, not only downstream).
 * **cat:D** where the reader knows the split: concatenated along dimension D (SGLang's ``[tp]``).
 
 See docs/formats.md §6.4.
@@ -17,6 +19,7 @@ See docs/formats.md §6.4.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +28,10 @@ import numpy as np
 
 from tui_acc.dumps.dtypes import is_float
 from tui_acc.dumps.model import AUTO, CONCAT, SUM, DumpError, DumpIndex, Problem, TensorRef
+
+# ranks that disagree on a tensor they all hold are its partial sums where their sum is this many
+# times closer to the golden than any one of them
+PARTIAL_SUM_MARGIN = 4.0
 
 
 def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:
@@ -63,20 +70,39 @@ def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:
     )
 
 
+# what a model split across ranks runs, in its operators' types (case and underscores aside): ATB's
+# collectives and LinearParallelOperation, msprobe's Distributed.* records, vLLM's parallel layers
+_TENSOR_PARALLEL = (
+    "allreduce",
+    "reducescatter",
+    "allgather",
+    "linearparallel",
+    "parallellinear",
+    "parallelembedding",
+)
+_EXPERT_PARALLEL = ("alltoall", "distributedispatch", "distributecombine")
+
+
+def parallel_kinds(index: DumpIndex) -> list[str]:
+    """How the run a rank's dump comes from was split, from its operators: "tensor-parallel" (an
+    all-reduce, a parallel linear), "expert-parallel" (an all-to-all dispatching tokens); none found:
+    empty. A reader's merge annotations (SGLang's ``[tp]`` dims) count as tensor-parallel."""
+    names = " ".join({node.type.lower().replace("_", "") for node in index.tree.nodes.values()})
+    annotated = any(ref.merge for refs in next(iter(index.tokens.values()), {}).values() for ref in refs)
+    kinds = []
+    if annotated or any(word in names for word in _TENSOR_PARALLEL):
+        kinds.append("tensor-parallel")
+    if any(word in names for word in _EXPERT_PARALLEL):
+        kinds.append("expert-parallel")
+    return kinds
+
+
 def sharding(index: DumpIndex) -> str | None:
     """How a gathered dump was split, as the first lines say it ("tensor-parallel, 2 ranks"); None
-    for a dump read as one. Tensor-parallel where its operators include an all-reduce or a parallel
-    linear, expert-parallel where an all-to-all dispatches tokens."""
+    for a dump read as one."""
     if index.rank is not None or len(index.ranks) < 2:
         return None
-    types = {node.type.lower().replace("_", "") for node in index.tree.nodes.values()}
-    names = " ".join(types)
-    kinds = []
-    if any(word in names for word in ("allreduce", "linearparallel", "reducescatter", "allgather")):
-        kinds.append("tensor-parallel")
-    if any(word in names for word in ("alltoall", "distributedispatch", "distributecombine")):
-        kinds.append("expert-parallel")
-    return f"{' and '.join(kinds) or 'sharded'}, {len(index.ranks)} ranks"
+    return f"{' and '.join(parallel_kinds(index)) or 'sharded'}, {len(index.ranks)} ranks"
 
 
 def _same_slot(index: DumpIndex, token: int, name: str, slot: str) -> TensorRef | None:
@@ -85,15 +111,23 @@ def _same_slot(index: DumpIndex, token: int, name: str, slot: str) -> TensorRef 
 
 def _merge_kind(index: DumpIndex, name: str, ref: TensorRef) -> str:
     node = index.tree.nodes[name]
-    if "allreduce" in node.type.lower().replace("_", "") or name.startswith("Distributed.all_reduce"):
+    if _all_reduce(index, name):
         return SUM if ref.role == "input" else AUTO
     if ref.role == "output" and node.parent is not None:
         siblings = index.tree.nodes[node.parent].children
         position = siblings.index(name)
         following = siblings[position + 1] if position + 1 < len(siblings) else None
-        if following is not None and "allreduce" in index.tree.nodes[following].type.lower():
+        if following is not None and _all_reduce(index, following):
             return SUM
     return AUTO
+
+
+def _all_reduce(index: DumpIndex, name: str) -> bool:
+    """ATB's ``AllReduceOperation`` (or runner), msprobe's ``Distributed.all_reduce.N.forward`` (type
+    ``all_reduce``)."""
+    return "allreduce" in index.tree.nodes[name].type.lower().replace("_", "") or name.startswith(
+        "Distributed.all_reduce"
+    )
 
 
 def merge_parts(
@@ -119,24 +153,32 @@ def merge_parts(
         return np.concatenate(list(parts), axis=dim)
     first = parts[0]
     golden = like if isinstance(like, np.ndarray) else None
-    shape = golden.shape if golden is not None else like
-    if shape is None or list(first.shape) == list(shape):
+    shape = tuple(golden.shape if golden is not None else like) if like is not None else None
+    # the golden's leading 1 (a batch of one) against a rank's [tokens, hidden]: elements decide
+    if shape is None or first.size == math.prod(shape):
         return _replicated(parts, golden)
-    wanted = list(shape)
     for dim in range(first.ndim):
-        sizes = [p.shape[dim] for p in parts]
-        others_equal = all(
-            list(p.shape[:dim]) + list(p.shape[dim + 1 :]) == wanted[:dim] + wanted[dim + 1 :] for p in parts
-        )
-        if others_equal and sum(sizes) == wanted[dim] and len(wanted) == first.ndim:
+        others = [list(p.shape[:dim]) + list(p.shape[dim + 1 :]) for p in parts]
+        if any(o != others[0] for o in others):
+            continue
+        merged = list(first.shape)
+        merged[dim] = sum(p.shape[dim] for p in parts)
+        if _squeezed(merged) == _squeezed(shape):
             return np.concatenate(list(parts), axis=dim)
     shapes = ", ".join(str(list(p.shape)) for p in parts)
-    raise DumpError(f"{where}: cannot gather ranks {shapes} into the golden's {wanted}")
+    raise DumpError(f"{where}: cannot gather ranks {shapes} into the golden's {list(shape)}")
+
+
+def _squeezed(shape: Sequence[int]) -> list[int]:
+    return [d for d in shape if d != 1]
 
 
 def _replicated(parts: Sequence[np.ndarray], golden: np.ndarray | None) -> np.ndarray:
     """The tensor every rank holds whole: rank 0's where they agree (bit for bit, as a correct
-    collective leaves them), else the one farthest from the golden (or rank 0's without it)."""
+    collective leaves them). Where they do not and the golden is at hand: their sum, where it is
+    far closer to the golden than any one of them (partial sums that no collective beside them
+    announced: a vocabulary-parallel embedding's masked lookup); else the rank farthest from the
+    golden (a collective that gave one rank a wrong result). Without the golden, rank 0's."""
     first = parts[0]
     float_kind = first.dtype.kind in "fc"
 
@@ -145,13 +187,16 @@ def _replicated(parts: Sequence[np.ndarray], golden: np.ndarray | None) -> np.nd
 
     if golden is None or all(same(p) for p in parts[1:]):
         return first
-    reference = golden.astype(np.complex128 if golden.dtype.kind == "c" else np.float64)
+    wide = np.complex128 if golden.dtype.kind == "c" or first.dtype.kind == "c" else np.float64
+    reference = golden.astype(wide).reshape(-1)
 
-    def distance(part: np.ndarray) -> float:
-        if part.shape != golden.shape:
-            return -1.0
+    def distance(values: np.ndarray) -> float:
         with np.errstate(invalid="ignore", over="ignore"):
-            gap = float(np.linalg.norm(np.nan_to_num(part.astype(reference.dtype) - reference, nan=np.inf)))
-        return gap
+            gap = np.nan_to_num(values.astype(wide).reshape(-1) - reference, nan=np.inf)
+        return float(np.linalg.norm(gap))
 
+    if float_kind:
+        total = merge_parts(parts, SUM, None, Path())
+        if distance(total) * PARTIAL_SUM_MARGIN < min(distance(p) for p in parts):
+            return total
     return max(parts, key=distance)

@@ -1,4 +1,4 @@
-"""A side's tensor as the comparison compares it: one file, or merged from its ranks (``--gather``),
+"""A side's tensor as the comparison compares it: one file, or merged from its ranks (a gathered test),
 read under the dump's ``LoadPolicy``; and the files' states, to tell a file changed while it was read."""
 
 from __future__ import annotations

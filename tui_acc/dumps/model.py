@@ -224,6 +224,9 @@ class DumpIndex:
     statistics_only: bool = False
     ranks: list[str] = field(default_factory=list)  # every rank folder found beside the one read
     rank: int | None = None  # which of them this index holds (None: single rank, or gathered)
+    # parallel axes besides tensor parallelism the reader saw above 1 (SGLang's meta: "dp", "pp"): its
+    # ranks are then not one model's shards, and are gathered only where asked
+    other_parallel: list[str] = field(default_factory=list)
     # ATB: the execution count (token folder) each token was read from, for re-dump ranges (-er)
     exec_counts: Mapping[int, int] = field(default_factory=dict)
     # msprobe L1/mix: API records' names that stay the same from token to token (``stable_name``)

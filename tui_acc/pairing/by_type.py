@@ -145,7 +145,7 @@ def _by_type(
         )
         torch_group = [n for n in torch_names if any(n in candidates[t] for t in group)]
         if len(torch_group) != len(atb_group) and len(group) == 1:
-            # "Embedding" also matches "LlamaRotaryEmbedding": try the exact type names alone
+            # a mapped name that several modules hold (a user's "Norm"): try the exact type names alone
             (atb_type,) = group
             exact = {t.lower() for t in types.mapping.torch_types_for(atb_type)}
             torch_group = [n for n in torch_group if torch_tree.nodes[n].type.lower() in exact]

@@ -46,8 +46,18 @@ BUILTIN_TYPES: dict[str, tuple[str, ...]] = {
     "GatherOperation": ("Embedding",),
 }
 
-# torch types that contain a mapped name without being that operation: matched only by their full name
-NOT_THE_SAME = ("rotaryembedding",)
+# a mapped name -> torch types that contain it without being that operation (matched only by their
+# full name): a rotary embedding computes cos and sin, it looks nothing up
+NOT_THE_SAME = {"embedding": ("rotaryembedding",)}
+
+
+def _contains(torch_type: str, mapped: str) -> bool:
+    """Whether the (lower-case) torch type holds the mapped name, as msit matches them; a type
+    ``NOT_THE_SAME`` sets apart only by its full name."""
+    if any(word in torch_type for word in NOT_THE_SAME.get(mapped, ())):
+        return torch_type == mapped
+    return mapped in torch_type
+
 
 _NAME = re.compile(r"^[A-Za-z0-9_]*$")
 
@@ -80,9 +90,7 @@ class OpMapping:
         (case-insensitive), other than as a word a different module also ends in (``Embedding`` is
         no ``LlamaRotaryEmbedding``: a rotary embedding computes cos and sin, not a lookup)."""
         wanted = torch_type.lower()
-        if any(word in wanted for word in NOT_THE_SAME):
-            return any(t and t.lower() == wanted for t in self.torch_types_for(atb_type))
-        return any(t and t.lower() in wanted for t in self.torch_types_for(atb_type))
+        return any(t and _contains(wanted, t.lower()) for t in self.torch_types_for(atb_type))
 
 
 def load_mapping(path: Path | None) -> OpMapping:

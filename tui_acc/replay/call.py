@@ -40,6 +40,13 @@ class NotSampleable(Exception):
 
 
 @dataclass(frozen=True)
+class ProcessGroup:
+    """A collective's process group as msprobe records it: the global ranks it reduces over."""
+
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Replayed:
     """A reference's result.
 

@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from tui_acc.replay.call import Call, Replayed, ReplayImpossible
+from tui_acc.replay.call import Call, ProcessGroup, Replayed, ReplayImpossible
 
 Kind = Literal["all_reduce", "reduce_scatter", "all_gather"]
 Reduction = Literal["sum", "avg", "prod", "max", "min", "gather"]
@@ -105,19 +105,22 @@ def across_ranks(call: Call) -> Replayed:
         raise ReplayImpossible(f"{call.type}: not a collective this reference knows")
     if len(inputs) < 2 or len(outputs) != len(inputs):
         raise ReplayImpossible(
-            "its result depends on every rank's input and this comparison reads one rank's: "
-            "compare without --rank to gather them"
+            "its result depends on every rank's input and this comparison reads one rank's (a "
+            "sharded test is gathered against a one-device golden, or with --gather)"
         )
     reduction: Reduction = "gather" if kind == "all_gather" else "sum"
-    recorded = reduction_named(call.keyword.get("allReduceType") or call.keyword.get("op"))
+    recorded = _recorded_reduction(call)
     if recorded is not None and kind != "all_gather":
         reduction = recorded
     wanted: list[np.ndarray] = []
+    magnitudes: list[np.ndarray] = []
     for group in _groups(call, len(inputs)):
         try:
-            wanted += shares([inputs[r] for r in group], kind, reduction)[0]
+            group_shares, group_magnitudes = shares([inputs[r] for r in group], kind, reduction)
         except ValueError as exc:
             raise ReplayImpossible(str(exc)) from exc
+        wanted += group_shares
+        magnitudes += group_magnitudes
     distances = []
     for rank, (share, output) in enumerate(zip(wanted, outputs, strict=True)):
         got = np.asarray(output, dtype=np.float64).reshape(-1)
@@ -133,20 +136,44 @@ def across_ranks(call: Call) -> Replayed:
         f"inputs give ({reduction}; rel euclid {listed})"
     )
     steps = len(inputs) // len(_groups(call, len(inputs))) if reduction in ("sum", "avg", "prod") else 1
+    # a sum that cancels (partials of opposite signs) rounds relative to its terms, not to itself
+    size = float(np.linalg.norm(wanted[worst]))
+    condition = max(1.0, float(np.linalg.norm(magnitudes[worst])) / size) if size > 0 else 1.0
     return Replayed(
         wanted[worst],
         reduction=steps,
         roundings=steps,
+        condition=condition,
         notes=(note,),
         observed=np.asarray(outputs[worst]).reshape(-1),
         rank=worst,
     )
 
 
+def _recorded_reduction(call: Call) -> Reduction | None:
+    """The reduction the dump records: ATB's ``allReduceType`` / ``reduceType``, msprobe's ``op``
+    keyword or its ``ReduceOp`` passed by position (``RedOpType.MAX``)."""
+    keyword = [call.keyword.get(name) for name in ("allReduceType", "reduceType", "op")]
+    positional = [value for _, value in sorted(call.positional.items()) if isinstance(value, str)]
+    return next((found for value in (*keyword, *positional) if (found := reduction_named(value))), None)
+
+
 def _groups(call: Call, ranks: int) -> list[range]:
     """The reduction groups: blocks of ATB's ``rankSize`` consecutive ranks where it is smaller than
-    the run (as ``tui-acc ranks`` reads it), else every rank."""
+    the run (as ``tui-acc ranks`` reads it), or of msprobe's recorded process group where it is the
+    first such block; else every rank. Another group (not a block from rank 0) cannot be told from
+    rank 0's record: refused by name."""
     size = call.keyword.get("rankSize")
+    group = next(
+        (v for v in (*call.keyword.values(), *call.positional.values()) if isinstance(v, ProcessGroup)), None
+    )
+    if group is not None and len(group.ranks) < ranks:
+        if group.ranks != tuple(range(len(group.ranks))):
+            raise ReplayImpossible(
+                f"its process group holds ranks {list(group.ranks)} of {ranks}: `tui-acc ranks` checks "
+                "it group by group"
+            )
+        size = len(group.ranks)
     if not isinstance(size, int) or isinstance(size, bool) or not 1 < size < ranks:
         return [range(ranks)]
     if ranks % size:

@@ -23,7 +23,7 @@ from tui_acc.dumps.model import DumpError, DumpIndex, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 from tui_acc.replay import collective
-from tui_acc.replay.call import Call
+from tui_acc.replay.call import Call, ProcessGroup
 from tui_acc.replay.sampling import plan
 
 _POSITIONAL = re.compile(r"^(?:input[._]|intensor)(\d+)$")
@@ -348,6 +348,8 @@ def scalar_of(arg: Any) -> Any:
     if isinstance(arg, dict):
         if _is_tensor(arg):
             return None
+        if arg.get("type") == "torch.ProcessGroup" and isinstance(arg.get("group_ranks"), list):
+            return ProcessGroup(tuple(r for r in arg["group_ranks"] if isinstance(r, int)))
         if "value" in arg:
             value = arg["value"]
             return (

@@ -8,7 +8,7 @@ op-plugin's API doc (``docs/zh/custom_APIs/torch_npu/torch_npu-npu_trans_quant_p
 
 The int64 is not a number to measure distances in (the flag and the offset dwarf the scale's bits):
 what it packs is decoded (``npu_quant.quant_param``, which every quantised matmul's replay also
-uses) and compared, the scale and the offset, as float32.
+uses) and compared, the scale, the offset and the flag bit, as float32.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tui_acc.replay.npu_quant import quant_param
 FP19_KEPT = 0xFFFFE000
 FP19_HALF = 0x1000  # half the last kept bit: the rounding point of R_INT
 OFFSET_RANGE = (-256, 255)
+FLAG_BIT = 46
 
 
 def npu_trans_quant_param(call: Call) -> Replayed:
@@ -56,14 +57,23 @@ def npu_trans_quant_param(call: Call) -> Replayed:
         kept = np.where(tie & (found_bits == cut), cut, kept)
     expected = [(kept & 0xFFFFFFFF).astype(np.uint32).view(np.float32).reshape(-1)]
     observed = [found_scale.astype(np.float32).reshape(-1)]
+    # bit 46 tells the kernel the word packs a scale: each must have it (1), compared with the rest
+    flags = (np.asarray(dumped, dtype=np.int64).reshape(-1) >> FLAG_BIT) & 1
+    expected.append(np.ones(flags.size, dtype=np.float32))
+    observed.append(flags.astype(np.float32))
     notes: tuple[str, ...] = ()
     if offset is not None:
         expected.append(np.clip(np.round(offset), *OFFSET_RANGE).astype(np.float32).reshape(-1))
         packed = found_offset if found_offset is not None else np.zeros(dumped.size)
         observed.append(packed.astype(np.float32).reshape(-1))
         notes = ("the packed scale and offset, decoded",)
+    # every part is exact (FP19 scales, integer offsets, a bit): compared exactly, so that one scale
+    # a step off is not lost beside offsets a hundred thousand times its size
     return Replayed(
-        np.concatenate(expected).astype(np.float64), notes=notes, observed=np.concatenate(observed)
+        np.concatenate(expected).astype(np.float64),
+        notes=notes,
+        observed=np.concatenate(observed),
+        exact=True,
     )
 
 

@@ -243,11 +243,13 @@ def load_bin(path: Path, policy: LoadPolicy, _hops: int = 0) -> np.ndarray:
         )
     available = status.st_size - start
     if header.data_length is not None and header.data_length < need:
-        raise BinFileError(path, f"$Object.data says {header.data_length} bytes; dims x dtype need {need}")
+        raise BinFileError(
+            path, f"$Object.data says {header.data_length} bytes; {_extent(header)} need {need}"
+        )
     if available < need:
         raise BinFileError(
             path,
-            f"truncated: {available} payload bytes, dims {header.dims} x {header.dtype_name} need {need}",
+            f"truncated: {available} payload bytes, {_extent(header)} need {need}",
         )
     try:
         raw = _map(source, start, need)
@@ -257,6 +259,13 @@ def load_bin(path: Path, policy: LoadPolicy, _hops: int = 0) -> np.ndarray:
     if header.format_code in tiled.UNTILED:
         return tiled.to_nd(values, logical, header.format_code)
     return values
+
+
+def _extent(header: BinHeader) -> str:
+    """What the payload must hold, as an error says it: the dims, or a tiled layout's tiles."""
+    if header.format_code in tiled.UNTILED:
+        return f"its tiles {header.dims} x {header.dtype_name}"
+    return f"dims {header.dims} x {header.dtype_name}"
 
 
 def _probe_alias(header: BinHeader, policy: LoadPolicy, hops: int) -> Path | None:

@@ -52,6 +52,7 @@ def storage_dims(dims: list[int], itemsize: float, format_code: int) -> tuple[li
         return list(dims), None
     forced = NZ_FORMATS[format_code]
     if len(dims) >= 4:
+        _check_tiles(dims, itemsize, forced)
         return list(dims), None
     if len(dims) < 2:
         raise TilingError(f"FRACTAL_NZ with dims {dims}: a tiled matrix needs two dims or more")
@@ -64,6 +65,24 @@ def storage_dims(dims: list[int], itemsize: float, format_code: int) -> tuple[li
     *batch, rows, cols = dims
     storage = [*batch, -(-cols // width), -(-rows // ROW_ALIGN) * ROW_ALIGN, width]
     return storage, list(dims)
+
+
+def _check_tiles(dims: list[int], itemsize: float, forced: int | None) -> None:
+    """Four dims or more must be tiles: ``W0`` the tile width (32 bytes: 16 for 2-byte types, 32 for
+    int8; 8 or 16 for 4-byte ones; the width formats 50 and 51 name) and ``H'`` a multiple of 16.
+    Anything else is not FRACTAL_NZ's layout, and un-tiling it would scramble its values."""
+    rows, width = dims[-2], dims[-1]
+    if forced is not None:
+        widths = {forced}
+    elif itemsize in (1, 2):
+        widths = {FRACTAL_ROW_BYTES // int(itemsize)}
+    else:  # 4-byte types: 32 bytes make 8, ATB's float runners tile 16 wide
+        widths = {8, 16}
+    if width not in widths or rows % ROW_ALIGN:
+        raise TilingError(
+            f"FRACTAL_NZ with dims {dims}: not tiles of a {sorted(widths)}-wide fractal with rows padded "
+            f"to {ROW_ALIGN}; refused rather than misread"
+        )
 
 
 def to_nd(tiles: np.ndarray, logical: list[int] | None, format_code: int = FRACTAL_NZ) -> np.ndarray:

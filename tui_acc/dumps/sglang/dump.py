@@ -176,8 +176,9 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         _add_chain(tree, node)
         names.setdefault(node, record.name)
         tokens.setdefault(record.step, {}).setdefault(node, []).append(TensorRef(slot, role, record.path))
+    other_parallel: list[str] = []
     if len(all_ranks) > 1 and picked == 0:
-        merges, unmerged, said = _merges_from_dims(mine)
+        merges, unmerged, said, other_parallel = _merges_from_dims(mine)
         problems += unmerged
         notes += said
         for nodes in tokens.values():
@@ -196,6 +197,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         notes=notes,
         ranks=[p.name for p in rank_dirs] if len(all_ranks) > 1 else [],
         rank=picked,
+        other_parallel=other_parallel,
         logits_hint=_logits(tree, tokens),
     )
 
@@ -278,9 +280,13 @@ def _with_merge(ref: TensorRef, merge: str) -> TensorRef:
     return replace(ref, merge=merge) if merge else ref
 
 
-def _merges_from_dims(records: list[Record]) -> tuple[dict[str, str], list[Problem], list[str]]:
+def _merges_from_dims(
+    records: list[Record],
+) -> tuple[dict[str, str], list[Problem], list[str], list[str]]:
     """How to gather each name's ranks, from the ``dims`` its first file's meta holds; the annotations
-    that cannot be used, and the notes for the user (what the merges and the parallel sizes are).
+    that cannot be used, the notes for the user (what the merges and the parallel sizes are), and the
+    parallel axes above 1 besides tensor parallelism (``dp``, ``pp``: the ranks are not one model's
+    shards).
 
     The one place this reader opens files at index time: the annotation is only in the meta. It is
     a static string of the ``dumper.dump(..., dims=...)`` call in the model's code, so the first file
@@ -317,16 +323,17 @@ def _merges_from_dims(records: list[Record]) -> tuple[dict[str, str], list[Probl
             f"{annotated} of {len(first)} names carry a tensor-parallel dims annotation: --gather merges "
             "by it (concatenated along [tp], summed for [tp:partial]), the others by shape"
         )
+    others: list[str] = []
     if sizes:
         described = ", ".join(f"{axis}={size}" for axis, size in sorted(sizes.items()))
         notes.append(f"parallel sizes from the dumper's meta: {described}")
         others = sorted(axis for axis in sizes if axis not in _TP_AXES)
         if others:
             notes.append(
-                f"only tensor parallelism is unsharded: with {', '.join(others)} above 1 as well, "
-                "--gather merges the files as if every process were a tensor-parallel one"
+                f"only tensor parallelism is unsharded: with {', '.join(others)} above 1 as well, rank 0 "
+                "is compared; --gather merges the files as if every process were a tensor-parallel one"
             )
-    return merges, problems, notes
+    return merges, problems, notes, others
 
 
 def _meta(path: Path) -> dict[str, object] | None:
