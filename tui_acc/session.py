@@ -223,7 +223,7 @@ def _sharded(golden: DumpIndex, test: DumpIndex, rank: int | None) -> bool:
     ranks against a golden of one, none picked, its operators those of a split model (a collective,
     a parallel linear: ``gather.parallel_kinds``), and no other parallel axis in them (data- or
     pipeline-parallel ranks ran other requests or other layers)."""
-    from tui_acc.dumps.gather import parallel_kinds
+    from tui_acc.dumps.sharding import parallel_kinds
 
     if rank is not None or len(test.ranks) < 2 or len(golden.ranks) > 1 or test.other_parallel:
         return False

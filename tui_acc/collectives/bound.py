@@ -14,14 +14,15 @@ missing contribution (of the size of the values) does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
+from tui_acc.dumps.sharding import Reduction
 from tui_acc.tolerances.rounding import unit_roundoff as dtype_unit_roundoff
 
 if TYPE_CHECKING:
     import numpy as np
 
-Reduction = Literal["sum", "avg", "prod", "max", "min", "gather"]
+__all__ = ["Reduction", "beyond_bound", "element_bound", "gamma", "unit_roundoff"]
 
 # the dtypes a collective's output is written in (the 8-bit floats are not reduced here)
 REDUCED_DTYPES = ("bfloat16", "float16", "float32", "float64")

@@ -29,7 +29,7 @@ from tui_acc.collectives.bound import DEFAULT_MARGIN, Reduction, beyond_bound, e
 from tui_acc.collectives.rank_set import Collective, RankSet
 from tui_acc.collectives.tensors import CheckFailed, goldens_of, load_slot, slots_of
 from tui_acc.dumps import TensorRef
-from tui_acc.replay.collective import reduction_named
+from tui_acc.dumps.sharding import reduction_named
 
 if TYPE_CHECKING:
     import numpy as np

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tui_acc.dumps import DumpError, DumpIndex, Format, Problem, TensorRef, open_dump
-from tui_acc.replay.collective import Kind, kind_of
+from tui_acc.dumps.sharding import Kind, kind_of
 
 __all__ = ["Collective", "Kind", "RankSet", "kind_of", "open_ranks"]
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from tui_acc.dumps.dtypes import is_float
 from tui_acc.dumps.model import AUTO, CONCAT, SUM, DumpError, DumpIndex, Problem, TensorRef
+from tui_acc.dumps.sharding import collective_kind
 
 # ranks that disagree on a tensor they all hold are its partial sums where their sum is this many
 # times closer to the golden than any one of them
@@ -70,41 +71,6 @@ def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:
     )
 
 
-# what a model split across ranks runs, in its operators' types (case and underscores aside): ATB's
-# collectives and LinearParallelOperation, msprobe's Distributed.* records, vLLM's parallel layers
-_TENSOR_PARALLEL = (
-    "allreduce",
-    "reducescatter",
-    "allgather",
-    "linearparallel",
-    "parallellinear",
-    "parallelembedding",
-)
-_EXPERT_PARALLEL = ("alltoall", "distributedispatch", "distributecombine")
-
-
-def parallel_kinds(index: DumpIndex) -> list[str]:
-    """How the run a rank's dump comes from was split, from its operators: "tensor-parallel" (an
-    all-reduce, a parallel linear), "expert-parallel" (an all-to-all dispatching tokens); none found:
-    empty. A reader's merge annotations (SGLang's ``[tp]`` dims) count as tensor-parallel."""
-    names = " ".join({node.type.lower().replace("_", "") for node in index.tree.nodes.values()})
-    annotated = any(ref.merge for refs in next(iter(index.tokens.values()), {}).values() for ref in refs)
-    kinds = []
-    if annotated or any(word in names for word in _TENSOR_PARALLEL):
-        kinds.append("tensor-parallel")
-    if any(word in names for word in _EXPERT_PARALLEL):
-        kinds.append("expert-parallel")
-    return kinds
-
-
-def sharding(index: DumpIndex) -> str | None:
-    """How a gathered dump was split, as the first lines say it ("tensor-parallel, 2 ranks"); None
-    for a dump read as one."""
-    if index.rank is not None or len(index.ranks) < 2:
-        return None
-    return f"{' and '.join(parallel_kinds(index)) or 'sharded'}, {len(index.ranks)} ranks"
-
-
 def _same_slot(index: DumpIndex, token: int, name: str, slot: str) -> TensorRef | None:
     return next((r for r in index.tokens.get(token, {}).get(name, []) if r.slot == slot), None)
 
@@ -124,10 +90,8 @@ def _merge_kind(index: DumpIndex, name: str, ref: TensorRef) -> str:
 
 def _all_reduce(index: DumpIndex, name: str) -> bool:
     """ATB's ``AllReduceOperation`` (or runner), msprobe's ``Distributed.all_reduce.N.forward`` (type
-    ``all_reduce``)."""
-    return "allreduce" in index.tree.nodes[name].type.lower().replace("_", "") or name.startswith(
-        "Distributed.all_reduce"
-    )
+    ``all_reduce``); not a fused operation that holds one (its inputs are not what is reduced)."""
+    return collective_kind(index.tree.nodes[name].type, name) == "all_reduce"
 
 
 def merge_parts(

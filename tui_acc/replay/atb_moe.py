@@ -46,7 +46,7 @@ import numpy as np
 
 from tui_acc.replay import maths
 from tui_acc.replay.call import Call, Replayed, ReplayImpossible
-from tui_acc.replay.npu_moe import TIE, _top
+from tui_acc.replay.npu_moe import TIE, top_k
 
 SIGMOID = 8  # infer_op_params.h ActivationType ACTIVATION_SIGMOID
 
@@ -172,7 +172,7 @@ def _weights(call: Call, p: _Params, notes: list[str]) -> Replayed:
     x = call.data(0, "x", "x")  # the sampled tokens only, where the output is sampled
     scores = maths.sigmoid(x)
     chosen_on, group_ties = _best_groups(scores + bias.reshape(1, -1), p)
-    indices, ties = _top(chosen_on, p.k)
+    indices, ties = top_k(chosen_on, p.k)
     y = np.take_along_axis(scores, indices, axis=1)
     roundings = 3  # sigmoid in float32: exp, 1 + e, the reciprocal
     if p.norm:

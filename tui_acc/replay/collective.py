@@ -15,44 +15,14 @@ distance: a collective that went wrong on one rank is named with that rank. ``tu
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 
+from tui_acc.dumps.sharding import Kind, Reduction, collective_kind, kind_of, reduction_named
 from tui_acc.replay.call import Call, ProcessGroup, Replayed, ReplayImpossible
 
-Kind = Literal["all_reduce", "reduce_scatter", "all_gather"]
-Reduction = Literal["sum", "avg", "prod", "max", "min", "gather"]
-
-# ATB operation types (AllReduceOperation, the runner AllReduceHcclRunner, ReduceScatterOperation,
-# AllGatherOperation) and msprobe API names (Distributed.all_reduce.N.forward, reduce_scatter_tensor,
-# _all_gather_base ...), compared without case or underscores
-_KINDS: tuple[tuple[str, Kind], ...] = (
-    ("allreduce", "all_reduce"),
-    ("reducescatter", "reduce_scatter"),
-    ("allgather", "all_gather"),
-)
-# fused operations that hold a collective but whose inputs are not what is reduced
-_FUSED = re.compile(r"linear|matmul|mc2|allreducematmul|alltoall", re.IGNORECASE)
-
-
-def kind_of(node_type: str) -> Kind | None:
-    """Which collective a node's type (or msprobe record name) names, if any."""
-    compact = node_type.lower().replace("_", "")
-    if _FUSED.search(compact):
-        return None
-    return next((kind for word, kind in _KINDS if word in compact), None)
-
-
-def reduction_named(value: object) -> Reduction | None:
-    """ATB's ``sum|max|min|prod``, torch's ``RedOpType.SUM|AVG|MAX|MIN|PRODUCT``."""
-    if not isinstance(value, str):
-        return None
-    word = value.rsplit(".", 1)[-1].lower()
-    names: dict[str, Reduction] = {"sum": "sum", "avg": "avg", "max": "max", "min": "min", "prod": "prod"}
-    return names.get("prod" if word == "product" else word)
+__all__ = ["Kind", "Reduction", "across_ranks", "collective_kind", "kind_of", "reduction_named", "shares"]
 
 
 def shares(
@@ -99,7 +69,7 @@ def shares(
 def across_ranks(call: Call) -> Replayed:
     """The gathered collective's output on its worst rank against that rank's share of what every
     rank's input gives; the notes give each rank's distance."""
-    kind = kind_of(call.type) or kind_of(call.name)
+    kind = collective_kind(call.type, call.name)
     inputs, outputs = call.ranks.get("input", ()), call.ranks.get("output", ())
     if kind is None:
         raise ReplayImpossible(f"{call.type}: not a collective this reference knows")

@@ -138,7 +138,7 @@ def _ranks_of(
     """A gathered collective's data input and output on every rank (replay/collective.py); empty for
     any other node. ATB's intensor0 / outtensor0; msprobe's in-place arguments: ``input.0`` of an
     all-reduce, ``input.1`` of ``reduce_scatter*(output, input)`` and ``all_gather*(output, input)``."""
-    kind = collective.kind_of(node_type) or collective.kind_of(node)
+    kind = collective.collective_kind(node_type, node)
     if kind is None or not any(ref.parts for ref in refs):
         return {}
     if any(ref.slot.startswith(("intensor", "outtensor")) for ref in refs):

@@ -45,7 +45,7 @@ def npu_moe_gating_top_k(call: Call) -> Replayed:
     groups = int(call.option("group_count", None, 1) or 1)
     if groups > 1:
         chosen_on = _best_groups(call, chosen_on, groups)
-    indices, ties = _top(chosen_on, k)
+    indices, ties = top_k(chosen_on, k)
     y = np.take_along_axis(scores, indices, axis=1)
     if norm_type == 1:
         y = y / (y.sum(axis=1, keepdims=True) + float(call.option("eps", None, 1e-20) or 1e-20))
@@ -68,7 +68,7 @@ def _best_groups(call: Call, chosen_on: np.ndarray, groups: int) -> np.ndarray:
     return np.where(outside[..., None], -np.inf, grouped).reshape(tokens, experts)
 
 
-def _top(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def top_k(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` largest per row (stable: the lower index first among equals), and which rows hold a
     near-tie at the edge of the choice (or within it, where the order decides the output)."""
     order = np.argsort(-values, axis=1, kind="stable")

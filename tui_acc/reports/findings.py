@@ -121,7 +121,7 @@ def counts_of(verdict: TokenVerdict | None) -> dict[str, int] | None:
 
 
 def side_of(index: DumpIndex) -> dict[str, Any]:
-    from tui_acc.dumps.gather import sharding
+    from tui_acc.dumps.sharding import sharding
 
     return {
         "path": str(index.root),

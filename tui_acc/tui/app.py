@@ -17,7 +17,7 @@ from textual.message import Message
 from textual.worker import Worker, WorkerState
 
 from tui_acc.config import FILE_NAME
-from tui_acc.dumps.gather import sharding
+from tui_acc.dumps.sharding import sharding
 from tui_acc.redump import RedumpSettings
 from tui_acc.redump.runner import RedumpRun
 from tui_acc.session import Comparison, open_comparison

@@ -311,6 +311,4 @@ def _test_distance(index: DumpIndex, output: TensorPair, source: TensorPair) -> 
 def _collective(index: DumpIndex, name: str) -> bool:
     """A collective (all-reduce, reduce-scatter, all-gather): its reference reads every rank's tensors."""
     node = index.tree.nodes.get(name)
-    return collective.kind_of(node.type if node is not None else "") is not None or (
-        collective.kind_of(name) is not None
-    )
+    return collective.collective_kind(node.type if node is not None else "", name) is not None
