@@ -150,14 +150,20 @@ def make_ranks_demo(
     return RanksDemo(out, dump, world, fault, generated)
 
 
-def write_golden(out: Path, seed: int, prompt: list[int], config: TinyConfig | None = None) -> list[int]:
+def write_golden(
+    out: Path,
+    seed: int,
+    prompt: list[int],
+    config: TinyConfig | None = None,
+    new_tokens: int = NEW_TOKENS,
+) -> list[int]:
     """The same model on one device in float32, captured in msit's torch layout (weights included):
     the golden a sharded run is compared with."""
     from tui_acc.demo.capture import MsitTorchCapture
 
     model = build_model(seed, config)
     with MsitTorchCapture(model, out, dump_weight=True):
-        return generate(model, prompt, NEW_TOKENS)
+        return generate(model, prompt, new_tokens)
 
 
 def _row_parallel(layer: Linear, x: np.ndarray, rank: int, world: int) -> np.ndarray:
