@@ -16,6 +16,7 @@ from tests.tui.conftest import settle
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
+from tui_acc.tui.screens.ranks import RanksFromComparison
 from tui_acc.tui.widgets.layer_tree import LayerTree
 
 
@@ -82,3 +83,15 @@ async def test_f_reaches_a_tensor_parallel_runs_faulty_all_reduce(ranks_demo, tm
         assert (culprit["label"], culprit["operator"]) == ("local", ranks_demo.fault_op)
         assert f"on rank {ranks_demo.fault.rank}," in culprit["reason"]
         assert "(tensor-parallel, 2 ranks, gathered)" in app.sub_title
+        # R: the same run's check across its ranks, no golden needed; f finds the same all-reduce
+        await pilot.press("R")
+        await settle(pilot)
+        ranks = app.screen
+        assert isinstance(ranks, RanksFromComparison)
+        await pilot.press("f")
+        await settle(pilot)
+        fault = ranks_demo.fault
+        assert ranks.cursor_key() == f"{fault.token}|{fault.rank}|{ranks_demo.fault_op}"
+        await pilot.press("escape")
+        await settle(pilot)
+        assert app.screen is screen  # back where R was pressed

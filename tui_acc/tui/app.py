@@ -47,6 +47,7 @@ class AccApp(TerminalApp):
         Binding("question_mark", "help", "Help", id="help", show=False),
         Binding("u", "problems", "Notes and unmatched", id="problems", show=False),
         Binding("O", "original_dump", "Back to the original dump", id="original_dump", show=False),
+        Binding("R", "ranks", "Ranks", id="ranks", show=False),
     ]
 
     def __init__(
@@ -274,6 +275,19 @@ class AccApp(TerminalApp):
     def action_original_dump(self) -> None:
         """``O``: after ``o``, back to the dumps tui-acc started with, at the same token and operator."""
         self.redumps.back_to_original()
+
+    def action_ranks(self) -> None:
+        """``R``: a gathered test's collectives on every rank against what their inputs give (the
+        ``tui-acc ranks`` check of the test's own dump), Esc back to the comparison."""
+        if sharding(self.comparison.test) is None:
+            self.notify("R checks a sharded test's ranks: this test was read as one", severity="warning")
+            return
+        from tui_acc.collectives.check import RanksCheck
+        from tui_acc.collectives.rank_set import open_ranks
+        from tui_acc.tui.screens.ranks import RanksFromComparison
+
+        check = RanksCheck(open_ranks(str(self.comparison.test.root)))
+        self.push_screen(RanksFromComparison(check, self.export_dir, self.clock))
 
     async def action_quit(self) -> None:
         """``q``: quit; while a re-dump runs, first ask whether to stop it, leave it running or stay."""

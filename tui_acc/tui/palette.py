@@ -22,6 +22,11 @@ TITLES: dict[str, tuple[str, str]] = {
     "problems": ("problems: notes, unmatched and unreadable files", "What could not be paired or read"),
     "redump_log": ("log: show the re-dump log", "The running or last re-dump's output and status"),
     "original_dump": ("re-dump: back to the original dump", "Undo o: compare the dumps tui-acc started with"),
+    "ranks": (
+        "ranks: the check across the test's ranks",
+        "A sharded test's collectives on every rank against what their inputs give (Esc: back)",
+    ),
+    "ranks_back": ("ranks: back to the comparison", "Leave the check across ranks"),
     # every comparison screen
     "export": ("export: this view to CSV, .xlsx or .parquet", "The rows on screen, in this order, to a file"),
     "next_failure": ("go: next failure", "The next failing row below the cursor"),

@@ -51,6 +51,7 @@ KEYS = (
         "token and operator",
     ),
     ("O", "back to the original dumps after o opened a re-dump"),
+    ("R", "a sharded test: its collectives on every rank against their inputs (tui-acc ranks; Esc back)"),
     ("Esc", "give the table its room back (d), clear the filter, else back to the tokens (reopens as left)"),
     ("Backspace", "back to the tokens, keeping the filter"),
     ("u", "notes on how the dumps were read; what could not be paired or read"),

@@ -339,3 +339,18 @@ class RanksScreen(TableScreen):
     def export_time(self) -> datetime:
         """The app's clock now (pinned by tests and screenshots)."""
         return self._clock()
+
+
+class RanksFromComparison(RanksScreen):
+    """The check across ranks opened from a comparison (``R``): Esc goes back to it, ``?`` is this
+    check's help."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back", id="ranks_back"),
+        Binding("question_mark", "ranks_help", "Help", id="help"),
+    ]
+
+    def action_ranks_help(self) -> None:
+        from tui_acc.tui.screens.ranks_help import RanksHelp
+
+        self.app.push_screen(RanksHelp(self.check.margin))
