@@ -157,3 +157,48 @@ def test_a_collective_read_on_one_rank_says_how_to_gather() -> None:
     x = np.ones(2, np.float32)
     with pytest.raises(ReplayImpossible, match="reads one rank's"):
         collective.across_ranks(_call("AllReduceOperation", [x], [x]))
+
+
+def test_what_only_one_rank_ran_is_taken_whole_from_it(ranks_demo, tmp_path) -> None:
+    """An expert only rank 1 owns: its operation is in rank 1's folders only. The gathered test holds
+    it, read from rank 1 alone, placed in the tree where rank 1 ran it."""
+    import shutil
+
+    from tui_acc.dumps import open_dump
+    from tui_acc.session import _gathered
+
+    run = tmp_path / "run"
+    shutil.copytree(ranks_demo.out / "test", run)
+    (rank1,) = (run / "msit_dump_20250101_000000" / "tensors").glob("1_*")
+    layer = rank1 / "0" / "1_LlamaLayer"
+    shutil.copytree(layer / "7_LinearOperation", layer / "10_LinearOperation")
+    first = open_dump(run, rank=None)
+    gathered = _gathered(run, first, None, False)
+    name = "1_LlamaLayer/10_LinearOperation"
+    refs = gathered.tokens[0][name]
+    assert refs and all(not ref.parts and rank1 in ref.path.parents for ref in refs)
+    assert gathered.tree.nodes["1_LlamaLayer"].children[-1] == name
+    assert name not in gathered.tokens[1]  # only where it ran
+
+
+def test_one_name_that_is_another_call_on_another_rank_is_never_merged() -> None:
+    from types import SimpleNamespace
+
+    from tui_acc.dumps.gather import _another_call
+    from tui_acc.dumps.model import Node, NodeTree
+
+    def ranks_tree(parent: str) -> SimpleNamespace:
+        nodes = {
+            "root": Node("root", "M", None, 0, [parent]),
+            parent: Node(parent, "Expert", "root", 1, ["Functional.linear.40.forward"]),
+            "Functional.linear.40.forward": Node("Functional.linear.40.forward", "linear", parent, 2),
+        }
+        return SimpleNamespace(tree=NodeTree("root", nodes))
+
+    same = [ranks_tree("experts.1"), ranks_tree("experts.1")]
+    assert _another_call(same, "Functional.linear.40.forward") is None
+    apart = [ranks_tree("experts.1"), ranks_tree("experts.5")]
+    assert (
+        _another_call(apart, "Functional.linear.40.forward")
+        == "rank 1 ran it in experts.5, rank 0 in experts.1"
+    )

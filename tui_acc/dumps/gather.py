@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from tui_acc.dumps.dtypes import is_float
-from tui_acc.dumps.model import AUTO, CONCAT, SUM, DumpError, DumpIndex, Problem, TensorRef
+from tui_acc.dumps.model import AUTO, CONCAT, SUM, DumpError, DumpIndex, NodeTree, Problem, TensorRef
 from tui_acc.dumps.sharding import collective_kind
 
 # ranks that disagree on a tensor they all hold are its partial sums where their sum is this many
@@ -36,13 +36,22 @@ PARTIAL_SUM_MARGIN = 4.0
 
 
 def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:
-    """One index whose tensors refer to every rank's file."""
+    """One index whose tensors refer to every rank's file. A node only some ranks ran (a routed
+    expert, which only the rank that owns it holds) is that rank's, whole: its tree and its files."""
     first = ranks[0]
     problems = [p for index in ranks for p in index.problems]
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
     for token in sorted(set.intersection(*(set(index.tokens) for index in ranks))):
         nodes: dict[str, list[TensorRef]] = {}
         for name, refs in first.tokens[token].items():
+            if not all(name in index.tokens[token] for index in ranks[1:]):
+                nodes[name] = list(refs)  # not every rank ran it (an expert rank 0 owns): rank 0's whole
+                continue
+            elsewhere = _another_call(ranks, name)
+            if elsewhere is not None:  # one name, different calls (per-rank counters): never merged
+                problems.append(Problem(name, f"token {token}: {elsewhere}; rank 0's compared alone"))
+                nodes[name] = list(refs)
+                continue
             gathered = []
             for ref in refs:
                 others = [_same_slot(index, token, name, ref.slot) for index in ranks[1:]]
@@ -56,6 +65,9 @@ def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:
                 merge = ref.merge or _merge_kind(first, name, ref)
                 gathered.append(replace(ref, parts=parts, merge=merge))
             nodes[name] = gathered
+        for index in ranks[1:]:  # what rank 0 did not run at this token: the first holder's, whole
+            for name, refs in index.tokens[token].items():
+                nodes.setdefault(name, list(refs))
         tokens[token] = nodes
     note = (
         f"gathered {len(ranks)} ranks ({', '.join(first.ranks)}): summed before all-reduce, "
@@ -64,11 +76,41 @@ def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:
     )
     return replace(
         first,
+        tree=_union_tree(ranks),
         tokens=tokens,
         problems=problems,
         notes=[n for n in first.notes if "ranks" not in n] + [note],
         rank=None,
     )
+
+
+def _another_call(ranks: Sequence[DumpIndex], name: str) -> str | None:
+    """Why a name all ranks hold is not one call (msprobe numbers API calls per rank: where the ranks
+    ran different experts, ``Functional.linear.40`` is another linear on each), or None: its parent
+    module is another on some rank."""
+    parent = ranks[0].tree.nodes[name].parent
+    for rank, index in enumerate(ranks[1:], start=1):
+        other = index.tree.nodes.get(name)
+        if other is not None and other.parent != parent:
+            return f"rank {rank} ran it in {other.parent}, rank 0 in {parent}"
+    return None
+
+
+def _union_tree(ranks: Sequence[DumpIndex]) -> NodeTree:
+    """Rank 0's tree with what only other ranks ran added where they ran it (after the nearest
+    sibling before it that rank 0's tree has)."""
+    tree = ranks[0].tree.copy()
+    for index in ranks[1:]:
+        for node in index.tree.preorder():
+            if node.name in tree.nodes or node.parent is None or node.parent not in tree.nodes:
+                continue
+            tree.nodes[node.name] = replace(node, children=[])
+            theirs = index.tree.nodes[node.parent].children
+            mine = tree.nodes[node.parent].children
+            before = theirs[: theirs.index(node.name)]
+            at = max((mine.index(s) + 1 for s in before if s in mine), default=0)
+            mine.insert(at, node.name)
+    return tree
 
 
 def _same_slot(index: DumpIndex, token: int, name: str, slot: str) -> TensorRef | None:
