@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -158,7 +158,10 @@ def open_comparison(
     test_index = read(test)
     gather_ranks = options.gather or _sharded(golden_index, test_index, options.rank)
     if gather_ranks:
-        test_index = _gathered(test, test_index, options.token_offset, options.follow_links)
+        test_index = _gathered(
+            test, test_index, options.token_offset, options.follow_links, unasked=not options.gather
+        )
+        gather_ranks = test_index.rank is None
     if golden_index.format == test_index.format == "sglang":
         from tui_acc.dumps.sglang.align import align_steps
 
@@ -188,7 +191,11 @@ def open_comparison(
             baseline_index = read(options.baseline)
             if gather_ranks and len(baseline_index.ranks) > 1:
                 baseline_index = _gathered(
-                    options.baseline, baseline_index, options.token_offset, options.follow_links
+                    options.baseline,
+                    baseline_index,
+                    options.token_offset,
+                    options.follow_links,
+                    unasked=False,
                 )
             baseline_pairing = pair_dumps(golden_index, baseline_index, logits_node, op_mapping, names)
     except MappingError as exc:
@@ -230,8 +237,12 @@ def _sharded(golden: DumpIndex, test: DumpIndex, rank: int | None) -> bool:
     return bool(parallel_kinds(test))
 
 
-def _gathered(path: str | Path, first: DumpIndex, token_offset: int | None, follow_links: bool) -> DumpIndex:
-    """Every rank of the dump at ``path`` (``first``: its rank 0, as read) merged into one."""
+def _gathered(
+    path: str | Path, first: DumpIndex, token_offset: int | None, follow_links: bool, unasked: bool
+) -> DumpIndex:
+    """Every rank of the dump at ``path`` (``first``: its rank 0, as read) merged into one. Gathered
+    ``unasked``, ranks that did not all run the same calls (an expert-parallel run: each rank its own
+    experts, msprobe's call counters apart) are not merged: ``first`` is returned, said in a note."""
     from tui_acc.dumps.gather import gather
 
     if len(first.ranks) < 2:
@@ -240,6 +251,12 @@ def _gathered(path: str | Path, first: DumpIndex, token_offset: int | None, foll
         open_dump(path, token_offset=token_offset, rank=r, follow_links=follow_links)
         for r in range(1, len(first.ranks))
     ]
+    if unasked and any(set(other.tree.nodes) != set(first.tree.nodes) for other in others):
+        said = (
+            f"{path}: its {len(first.ranks)} ranks did not all run the same calls (expert-parallel: each "
+            "rank its own experts?): rank 0 is compared alone; merging such ranks is not modelled yet"
+        )
+        return replace(first, notes=[*first.notes, said])
     return gather([first, *others])
 
 

@@ -173,7 +173,7 @@ def test_what_only_one_rank_ran_is_taken_whole_from_it(ranks_demo, tmp_path) -> 
     layer = rank1 / "0" / "1_LlamaLayer"
     shutil.copytree(layer / "7_LinearOperation", layer / "10_LinearOperation")
     first = open_dump(run, rank=None)
-    gathered = _gathered(run, first, None, False)
+    gathered = _gathered(run, first, None, False, unasked=False)
     name = "1_LlamaLayer/10_LinearOperation"
     refs = gathered.tokens[0][name]
     assert refs and all(not ref.parts and rank1 in ref.path.parents for ref in refs)
