@@ -71,8 +71,9 @@ def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:
         tokens[token] = nodes
     note = (
         f"gathered {len(ranks)} ranks ({', '.join(first.ranks)}): summed before all-reduce, "
-        "concatenated where the golden is larger; where every rank holds the whole tensor, rank 0's, "
-        "or the rank's farthest from the golden where they differ; --rank R compares one rank alone"
+        "concatenated where the golden is larger; where every rank holds the whole tensor, rank 0's if "
+        "they agree, else their sum where it is the golden's, else the rank farthest from it; what "
+        "one rank ran alone, that rank's; --rank R compares one rank alone"
     )
     return replace(
         first,
