@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tui_acc.dumps import DumpError, DumpIndex, open_dump
+from tui_acc.dumps.model import MSPROBE_FORMATS
 from tui_acc.pairing import MappingError, Pairing, load_mapping, load_msprobe_mapping, pair_dumps
 from tui_acc.tolerances.thresholds import Thresholds
 
@@ -251,7 +252,10 @@ def _gathered(
         open_dump(path, token_offset=token_offset, rank=r, follow_links=follow_links)
         for r in range(1, len(first.ranks))
     ]
-    if unasked and any(set(other.tree.nodes) != set(first.tree.nodes) for other in others):
+    differ = any(set(other.tree.nodes) != set(first.tree.nodes) for other in others)
+    # msprobe numbers API calls per rank: where the ranks ran different calls, one name is another
+    # call on each, and no merge of them can be right; ATB's names are places in the graph
+    if differ and (unasked or first.format in MSPROBE_FORMATS):
         said = (
             f"{path}: its {len(first.ranks)} ranks did not all run the same calls (expert-parallel: each "
             "rank its own experts?): rank 0 is compared alone; merging such ranks is not modelled yet"

@@ -17,6 +17,7 @@ from textual.message import Message
 from textual.worker import Worker, WorkerState
 
 from tui_acc.config import FILE_NAME
+from tui_acc.dumps.model import DumpError
 from tui_acc.dumps.sharding import sharding
 from tui_acc.redump import RedumpSettings
 from tui_acc.redump.runner import RedumpRun
@@ -286,8 +287,13 @@ class AccApp(TerminalApp):
         from tui_acc.collectives.rank_set import open_ranks
         from tui_acc.tui.screens.ranks import RanksFromComparison
 
-        check = RanksCheck(open_ranks(str(self.comparison.test.root)))
-        self.push_screen(RanksFromComparison(check, self.export_dir, self.clock))
+        test = self.comparison.test
+        try:  # read as the comparison read it: links out of the dump only where it followed them
+            ranks = open_ranks(str(test.root), follow_links=test.load_policy.root is None)
+        except DumpError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.push_screen(RanksFromComparison(RanksCheck(ranks), self.export_dir, self.clock))
 
     async def action_quit(self) -> None:
         """``q``: quit; while a re-dump runs, first ask whether to stop it, leave it running or stay."""
