@@ -25,11 +25,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from settle import settle  # noqa: E402  (scripts/settle.py, beside this one)
+
+if TYPE_CHECKING:
+    from tui_acc.demo.model import TinyConfig
 
 
 def kib(field: str) -> int:
@@ -98,6 +102,20 @@ def _read_all(files: list[Path]) -> float:
     return time.perf_counter() - start
 
 
+def seven_b_config(layers: int) -> TinyConfig:
+    """The demo model at 7B shapes: hidden 4096, FFN 11008, 32 heads, vocabulary 32,000."""
+    from tui_acc.demo.model import TinyConfig
+
+    return TinyConfig(
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_layers=layers,
+        num_heads=32,
+        num_kv_heads=32,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -112,21 +130,13 @@ def main() -> None:
 
     from tui_acc import CompareOptions, open_comparison
     from tui_acc.demo.atb_export import export_atb
-    from tui_acc.demo.model import TinyConfig
     from tui_acc.demo.run import run_pair
     from tui_acc.dumps.tensors import load_tensor
     from tui_acc.dumps.torchfile.arrays import from_torch
     from tui_acc.metrics.compat import msit_metrics
 
     figures: dict[str, object] = {}
-    config = TinyConfig(
-        vocab_size=32000,
-        hidden_size=4096,
-        intermediate_size=11008,
-        num_layers=args.layers,
-        num_heads=32,
-        num_kv_heads=32,
-    )
+    config = seven_b_config(args.layers)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         start = time.perf_counter()

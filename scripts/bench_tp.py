@@ -62,17 +62,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    from tui_acc.demo.model import TinyConfig
+    from bench_7b import seven_b_config
+
     from tui_acc.demo.tensor_parallel import run_tensor_parallel, write_golden
 
-    config = TinyConfig(
-        vocab_size=32000,
-        hidden_size=4096,
-        intermediate_size=11008,
-        num_layers=args.layers,
-        num_heads=32,
-        num_kv_heads=32,
-    )
+    config = seven_b_config(args.layers)
     prompt = random.Random(0).sample(range(1, 30000), args.prompt)
     with tempfile.TemporaryDirectory(prefix="tui-acc-tp-") as name:
         tmp = Path(name)

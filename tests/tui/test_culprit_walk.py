@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from tests.tui.conftest import settle
@@ -18,6 +19,16 @@ from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.screens.ranks import RanksFromComparison
 from tui_acc.tui.widgets.layer_tree import LayerTree
+
+
+async def _at_the_culprit(app: AccApp, pilot: Pilot[None]) -> object:
+    """``f`` twice: the first failing token, then its culprit; the screen it ends on."""
+    await settle(pilot)
+    await pilot.press("f")  # the first failing token
+    await settle(pilot)
+    await pilot.press("f")  # its culprit
+    await settle(pilot)
+    return app.screen
 
 
 def _cursor(table: DataTable[object]) -> str:
@@ -32,12 +43,7 @@ async def test_n_from_the_culprit_meets_no_second_error_start(model_case, tmp_pa
         open_comparison(folder / "golden", folder / "test", CompareOptions(cache=False)), export_dir=tmp_path
     )
     async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("f")  # the first failing token
-        await settle(pilot)
-        await pilot.press("f")  # its culprit
-        await settle(pilot)
-        screen = app.screen
+        screen = await _at_the_culprit(app, pilot)
         assert isinstance(screen, OperatorScreen) and screen.token == case["fault_token"]
         table = screen.query_one("#ops", DataTable)
         culprit = _cursor(table)
@@ -71,12 +77,7 @@ async def test_f_reaches_a_tensor_parallel_runs_faulty_all_reduce(ranks_demo, tm
     sides = (ranks_demo.out / "golden", ranks_demo.out / "test")
     app = AccApp(open_comparison(*sides, CompareOptions(cache=False)), export_dir=tmp_path)
     async with app.run_test(size=(160, 45)) as pilot:
-        await settle(pilot)
-        await pilot.press("f")  # the first failing token
-        await settle(pilot)
-        await pilot.press("f")  # its culprit
-        await settle(pilot)
-        screen = app.screen
+        screen = await _at_the_culprit(app, pilot)
         assert isinstance(screen, OperatorScreen) and screen.token == ranks_demo.fault.token
         culprit = screen._rows[_cursor(screen.query_one("#ops", DataTable))]
         assert culprit["golden_node"] == f"root.model.layers.{ranks_demo.fault.layer}"

@@ -80,3 +80,14 @@ def write_atb_run(
     for rank in range(world):  # a rank that lacks every token still has its folder
         (tensors / f"{rank}_{PID_BASE + rank}").mkdir(parents=True, exist_ok=True)
     return tensors
+
+
+def case_of(folder: Path) -> dict:
+    """A fixture archive's ``case.json``: where its faults are."""
+    return json.loads((folder / "case.json").read_text(encoding="utf-8"))
+
+
+def rank_folder(folder: Path, case: str, rank: int) -> Path:
+    """msprobe's ``step*/rank{R}`` folder of one case of a multi-rank fixture."""
+    (found,) = (folder / case).glob(f"step*/rank{rank}")
+    return found

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.unit.ranks_dumps import case_of, rank_folder
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import load_tensor
@@ -32,15 +33,6 @@ def ep(tp_case) -> Path:
     return tp_case(NAME)
 
 
-def _case(folder: Path) -> dict:
-    return json.loads((folder / "case.json").read_text(encoding="utf-8"))
-
-
-def _rank_folder(folder: Path, case: str, rank: int) -> Path:
-    (found,) = (folder / case).glob(f"step*/rank{rank}")
-    return found
-
-
 def _records(folder: Path) -> dict:
     return json.loads((folder / "dump.json").read_text(encoding="utf-8"))["data"]
 
@@ -50,7 +42,7 @@ def test_each_rank_records_only_its_own_experts_under_their_global_ids(ep) -> No
     module), and records the all-reduce of the partial sums under the MoE block."""
     owned = {0: {"0", "1"}, 1: {"2", "3"}}
     for rank in (0, 1):
-        folder = _rank_folder(ep, "clean", rank)
+        folder = rank_folder(ep, "clean", rank)
         experts = {name.split(".")[6] for name in _records(folder) if ".mlp.experts." in name}
         assert experts == owned[rank]
         construct = json.loads((folder / "construct.json").read_text(encoding="utf-8"))
@@ -60,10 +52,10 @@ def test_each_rank_records_only_its_own_experts_under_their_global_ids(ep) -> No
 
 def test_msprobe_recorded_the_faulty_expert_as_it_went(ep) -> None:
     """The faulty expert's module record on rank 1: its input the clean run's, its output not."""
-    fault = _case(ep)["fault"]
+    fault = case_of(ep)["fault"]
     values = {}
     for case in ("clean", fault["case"]):
-        folder = _rank_folder(ep, case, fault["rank"])
+        folder = rank_folder(ep, case, fault["rank"])
         entry = _records(folder)[fault["record"]]
         policy = LoadPolicy.inside(folder)
         values[case] = [

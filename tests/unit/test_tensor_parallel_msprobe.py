@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.unit.ranks_dumps import case_of, rank_folder
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import load_tensor
@@ -31,28 +32,19 @@ def tp(tp_case) -> Path:
     return tp_case(NAME)
 
 
-def _case(folder: Path) -> dict:
-    return json.loads((folder / "case.json").read_text(encoding="utf-8"))
-
-
 def _report(folder: Path, case: str):
     return build_report(
         open_comparison(folder / "golden", folder / case, CompareOptions(cache=False)), all_tokens=True
     )
 
 
-def _rank_folder(folder: Path, case: str, rank: int) -> Path:
-    (found,) = (folder / case).glob(f"step*/rank{rank}")
-    return found
-
-
 def test_msprobe_wrote_a_folder_per_rank_and_the_faulty_all_reduce_as_it_went(tp) -> None:
     """The fixture itself: msprobe's record of rank 1's faulty call holds the wrong output (its own
     input back), where rank 0's holds the sum of both ranks' inputs."""
-    fault = _case(tp)["fault"]
+    fault = case_of(tp)["fault"]
     values = {}
     for rank in (0, 1):
-        folder = _rank_folder(tp, "allreduce", rank)
+        folder = rank_folder(tp, "allreduce", rank)
         entry = json.loads((folder / "dump.json").read_text(encoding="utf-8"))["data"][fault["record"]]
         policy = LoadPolicy.inside(folder)
         values[rank] = [
@@ -65,13 +57,13 @@ def test_msprobe_wrote_a_folder_per_rank_and_the_faulty_all_reduce_as_it_went(tp
 
 
 def test_a_wrong_all_reduce_on_one_rank_is_the_one_local_operator(tp) -> None:
-    case = _case(tp)
+    case = case_of(tp)
     fault = case["fault"]
     report = _report(tp, "allreduce")
     body, text = report.body(), report.text()
     assert "tensor-parallel, 2 ranks, gathered" in text.splitlines()[2]
     # the module msprobe recorded the faulty call under, on the faulty rank
-    construct = _rank_folder(tp, "allreduce", fault["rank"]) / "construct.json"
+    construct = rank_folder(tp, "allreduce", fault["rank"]) / "construct.json"
     module = json.loads(construct.read_text(encoding="utf-8"))[fault["record"]]
     assert module == f"Module.{fault['module']}.Linear.forward.{fault['token']}"
     culprit = body["first_failing_op"]

@@ -100,14 +100,18 @@ class Options:
         """An int list argument (msprobe records a list, ATB a JSON array); None where absent."""
         if not name:
             return None
-        value = self.call.keyword.get(name)
-        if isinstance(value, np.ndarray):
-            value = value.reshape(-1).tolist()
-        if value is None:
-            return None
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, (int, float)) for v in value):
-            raise ReplayImpossible(f"{name} {value!r} is not a list of lengths")
-        return [int(v) for v in value]
+        return as_lengths(name, self.call.keyword.get(name))
+
+
+def as_lengths(name: str, value: object) -> list[int] | None:
+    """A recorded int list (a list, a JSON array, a tensor) as ints; None where absent."""
+    if isinstance(value, np.ndarray):
+        value = value.reshape(-1).tolist()
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, (int, float)) for v in value):
+        raise ReplayImpossible(f"{name} {value!r} is not a list of lengths")
+    return [int(v) for v in value]
 
 
 def fused_infer_attention(call: Call) -> Replayed:

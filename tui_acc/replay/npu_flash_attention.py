@@ -49,6 +49,7 @@ from tui_acc.replay.npu_attention import (
     FIA,
     INFINITE_TOKENS,
     Options,
+    as_lengths,
     laid_out,
     needed_pairs,
     request_kv,
@@ -146,13 +147,7 @@ class Arguments:
         value = self.call.keyword.get(name)
         if value is None and name in self.api.positions:
             value = self.call.positional.get(self.api.positions[name])
-        if isinstance(value, np.ndarray):
-            value = value.reshape(-1).tolist()
-        if value is None:
-            return None
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, (int, float)) for v in value):
-            raise ReplayImpossible(f"{name} {value!r} is not a list of lengths")
-        return [int(v) for v in value]
+        return as_lengths(name, value)
 
 
 def _fusion(call: Call, api: Api) -> Replayed:
