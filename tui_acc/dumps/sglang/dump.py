@@ -284,9 +284,8 @@ def _merges_from_dims(
     records: list[Record],
 ) -> tuple[dict[str, str], list[Problem], list[str], list[str]]:
     """How to gather each name's ranks, from the ``dims`` its first file's meta holds; the annotations
-    that cannot be used, the notes for the user (what the merges and the parallel sizes are), and the
-    parallel axes above 1 besides tensor parallelism (``dp``, ``pp``: the ranks are not one model's
-    shards).
+    that cannot be used, the notes for the user (the merges, the parallel sizes), and the parallel
+    axes above 1 besides tensor parallelism (``dp``, ``pp``: the ranks are not one model's shards).
 
     The one place this reader opens files at index time: the annotation is only in the meta. It is
     a static string of the ``dumper.dump(..., dims=...)`` call in the model's code, so the first file
