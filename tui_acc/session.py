@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tui_acc.dumps import DumpError, DumpIndex, open_dump
-from tui_acc.dumps.model import MSPROBE_FORMATS
 from tui_acc.pairing import MappingError, Pairing, load_mapping, load_msprobe_mapping, pair_dumps
 from tui_acc.tolerances.thresholds import Thresholds
 
@@ -241,10 +240,13 @@ def _sharded(golden: DumpIndex, test: DumpIndex, rank: int | None) -> bool:
 def _gathered(
     path: str | Path, first: DumpIndex, token_offset: int | None, follow_links: bool, unasked: bool
 ) -> DumpIndex:
-    """Every rank of the dump at ``path`` (``first``: its rank 0, as read) merged into one. Gathered
-    ``unasked``, ranks that did not all run the same calls (an expert-parallel run: each rank its own
-    experts, msprobe's call counters apart) are not merged: ``first`` is returned, said in a note."""
+    """Every rank of the dump at ``path`` (``first``: its rank 0, as read) merged into one. Ranks that did
+    not all run the same calls (an expert-parallel run: each rank its own experts) are put into one
+    namespace first where their records tell which calls are the same (msprobe's:
+    ``rank_alignment.py``); any other dump's such ranks are merged only where asked: gathered
+    ``unasked``, ``first`` is returned, said in a note."""
     from tui_acc.dumps.gather import gather
+    from tui_acc.dumps.rank_alignment import align_ranks
 
     if len(first.ranks) < 2:
         raise DumpError(f"{path}: --gather needs a dump with several ranks; this one has one")
@@ -252,15 +254,18 @@ def _gathered(
         open_dump(path, token_offset=token_offset, rank=r, follow_links=follow_links)
         for r in range(1, len(first.ranks))
     ]
-    differ = any(set(other.tree.nodes) != set(first.tree.nodes) for other in others)
-    # msprobe numbers API calls per rank: where the ranks ran different calls, one name is another
-    # call on each, and no merge of them can be right; ATB's names are places in the graph
-    if differ and (unasked or first.format in MSPROBE_FORMATS):
-        said = (
-            f"{path}: its {len(first.ranks)} ranks did not all run the same calls (expert-parallel: each "
-            "rank its own experts?): rank 0 is compared alone; merging such ranks is not modelled yet"
-        )
-        return replace(first, notes=[*first.notes, said])
+    if any(set(other.tree.nodes) != set(first.tree.nodes) for other in others):
+        # msprobe numbers API calls per rank: where the ranks ran different calls, one name is another
+        # call on each, so the calls are matched by what they are; ATB's names are places in the graph
+        if first.format == "msprobe":
+            aligned = align_ranks([first, *others])
+            return gather(aligned.ranks, aligned.origins)
+        if unasked:
+            said = (
+                f"{path}: its {len(first.ranks)} ranks did not all run the same operations: rank 0 is "
+                "compared alone (--gather merges them, each rank's own operations taken whole)"
+            )
+            return replace(first, notes=[*first.notes, said])
     return gather([first, *others])
 
 

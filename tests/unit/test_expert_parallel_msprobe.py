@@ -5,8 +5,8 @@ bfloat16, attention, norms, router, embedding and lm_head replicated, rank r hol
 2r+1 under their global ids and ``torch.distributed.all_reduce`` of the ranks' partial sums inside
 the MoE block (``step0/rank0/``, ``step0/rank1/``, level mix); its golden the same weights, every
 expert, on one process in float32. In ``expert/`` expert 3 (rank 1) in layer 1 at token 2 computed
-its down_proj with a wrong weight. Such ranks are not merged unasked (one name is another call on
-each rank); naming that expert is left for the merge that pairs experts by id.
+its down_proj with a wrong weight. One name is another call on each rank (msprobe numbers API calls
+per rank): the ranks are merged by what their calls are (dumps/rank_alignment.py).
 
 Where the fault lies is the generator's record (case.json: token, rank, layer, expert, msprobe's
 module record) and msprobe's own dump, not tui-acc's reading of them."""
@@ -68,24 +68,71 @@ def test_msprobe_recorded_the_faulty_expert_as_it_went(ep) -> None:
     assert not np.allclose(wrong_out, clean_out, rtol=2**-8, atol=0)
 
 
-@pytest.mark.parametrize("gather", [False, True], ids=["unasked", "--gather"])
-@pytest.mark.parametrize("case", ["clean", "expert"])
-def test_ranks_that_ran_different_experts_are_not_merged(ep, case: str, gather: bool) -> None:
-    """Each rank ran its own experts, and msprobe numbers API calls per rank: one name is another call
-    on each rank, so the ranks are not merged, not even with --gather; rank 0 is compared alone, the note
-    says why, and nothing is called the start of an error. (Merging them, experts paired with the
-    golden's by id and token, is not built yet: expert 3's fault on rank 1 is not found this way.)"""
-    comparison = open_comparison(ep / "golden", ep / case, CompareOptions(cache=False, gather=gather))
-    assert comparison.test.rank == 0
-    assert any("did not all run the same calls" in note for note in comparison.test.notes)
-    report = build_report(comparison, all_tokens=True)
-    body = report.body()
-    assert "gathered" not in report.text().splitlines()[2]
-    assert body["first_failing_op"] is None and body["errors"] == []
-    local = [
-        (token, row["golden_node"])
+def _local(comparison) -> list[tuple[int, str, str]]:
+    return [
+        (token, row["golden_node"], row["test_node"])
         for token in comparison.pairing.tokens
         for row in comparison.verdicts.token(token).rows
         if row["label"] == "local"
     ]
-    assert comparison.pairing.tokens == [0, 1, 2, 3] and local == []
+
+
+def _construct(folder: Path) -> dict:
+    return json.loads((folder / "construct.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("gather", [False, True], ids=["unasked", "--gather"])
+def test_the_faulty_expert_on_its_rank_is_the_one_local_operator(ep, gather: bool) -> None:
+    """The ranks are merged, each rank's experts taken whole from it and paired with the golden's by
+    module path: the one local operator is the faulty expert's down_proj linear at the fault's token,
+    named with its rank and its name in that rank's dump.json; the first lines say how the test was
+    split. Where each record sits is msprobe's construct.json, on each side."""
+    fault = case_of(ep)["fault"]
+    comparison = open_comparison(
+        ep / "golden", ep / fault["case"], CompareOptions(cache=False, gather=gather)
+    )
+    report = build_report(comparison, all_tokens=True)
+    assert "expert-parallel, 2 ranks, gathered" in report.text().splitlines()[2]
+    assert "tensor-parallel" not in report.text().splitlines()[2]
+    [(token, golden_node, test_node)] = _local(comparison)
+    assert token == fault["token"]
+    module = f"Module.{fault['linear_module']}.Linear.forward.{fault['call']}"
+    assert _construct(ep / "golden" / "step0" / _golden_proc(ep))[golden_node] == module
+    rank, record = comparison.test.origins[test_node]
+    assert rank == fault["rank"]
+    assert _construct(rank_folder(ep, fault["case"], rank))[record] == module
+    op = report.body()["first_failing_op"]
+    assert (op["token"], op["test_rank"], op["test_record"]) == (token, rank, record)
+    assert f"rank {rank}'s {record}" in report.text()
+
+
+def _golden_proc(ep: Path) -> str:
+    return next(p.name for p in (ep / "golden" / "step0").iterdir() if p.name.startswith("proc"))
+
+
+def test_a_clean_expert_parallel_run_labels_nothing_local(ep) -> None:
+    """Against the one-device golden, the clean expert-parallel run has no local operator at any token:
+    the router's work every rank repeats is one call, each expert is compared with the golden's, and
+    a rank's own running sum (index_add_ into its partial sum) is not held against the golden's."""
+    comparison = open_comparison(ep / "golden", ep / "clean", CompareOptions(cache=False))
+    assert comparison.pairing.tokens == [0, 1, 2, 3] and _local(comparison) == []
+    assert build_report(comparison, all_tokens=True).body()["first_failing_op"] is None
+
+
+def test_each_rank_s_own_calls_are_its_experts_and_their_loop(ep) -> None:
+    """What the merge takes from rank 1 alone is its experts (the modules construct.json puts under
+    ``experts.2`` and ``experts.3``) and the loop's calls around them; the router's calls every rank
+    made alike are rank 0's, once."""
+    comparison = open_comparison(ep / "golden", ep / "clean", CompareOptions(cache=False))
+    folder = rank_folder(ep, "clean", 1)
+    parents = _construct(folder)
+    owned = {
+        record
+        for rank, record in comparison.test.origins.values()
+        if rank == 1 and record.startswith("Module.") and ".mlp.experts." in record
+    }
+    recorded = {name for name in _records(folder) if name.startswith("Module.") and ".mlp.experts." in name}
+    assert owned == recorded
+    records = {record for _, record in comparison.test.origins.values()}
+    router = [name for name, parent in parents.items() if parent and ".mlp.gate.Linear" in parent]
+    assert router and not records & set(router)

@@ -20,7 +20,7 @@ See docs/formats.md §6.4.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,9 +35,10 @@ from tui_acc.dumps.sharding import collective_kind
 PARTIAL_SUM_MARGIN = 4.0
 
 
-def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:
+def gather(ranks: Sequence[DumpIndex], origins: Mapping[str, tuple[int, str]] | None = None) -> DumpIndex:
     """One index whose tensors refer to every rank's file. A node only some ranks ran (a routed
-    expert, which only the rank that owns it holds) is that rank's, whole: its tree and its files."""
+    expert, which only the rank that owns it holds) is that rank's, whole: its tree and its files.
+    ``origins``: the ranks' own calls, where rank_alignment.py renamed them."""
     first = ranks[0]
     problems = [p for index in ranks for p in index.problems]
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
@@ -82,6 +83,9 @@ def gather(ranks: Sequence[DumpIndex]) -> DumpIndex:
         problems=problems,
         notes=[n for n in first.notes if "ranks" not in n] + [note],
         rank=None,
+        origins=dict(origins or {}),
+        # the same operator at every token: rank 0's key, else the rank that ran it
+        stable={key: value for index in reversed(ranks) for key, value in index.stable.items()},
     )
 
 
@@ -98,8 +102,9 @@ def _another_call(ranks: Sequence[DumpIndex], name: str) -> str | None:
 
 
 def _union_tree(ranks: Sequence[DumpIndex]) -> NodeTree:
-    """Rank 0's tree with what only other ranks ran added where they ran it (after the nearest
-    sibling before it that rank 0's tree has)."""
+    """Rank 0's tree with what only other ranks ran added where they ran it: before the nearest
+    sibling after it that the tree has (after what lower ranks ran there alone: experts in the order
+    of their ids), else after the nearest one before it."""
     tree = ranks[0].tree.copy()
     for index in ranks[1:]:
         for node in index.tree.preorder():
@@ -108,9 +113,10 @@ def _union_tree(ranks: Sequence[DumpIndex]) -> NodeTree:
             tree.nodes[node.name] = replace(node, children=[])
             theirs = index.tree.nodes[node.parent].children
             mine = tree.nodes[node.parent].children
-            before = theirs[: theirs.index(node.name)]
-            at = max((mine.index(s) + 1 for s in before if s in mine), default=0)
-            mine.insert(at, node.name)
+            position = theirs.index(node.name)
+            following = [mine.index(s) for s in theirs[position + 1 :] if s in mine]
+            before = [mine.index(s) + 1 for s in theirs[:position] if s in mine]
+            mine.insert(following[0] if following else max(before, default=0), node.name)
     return tree
 
 

@@ -239,6 +239,9 @@ class DumpIndex:
     logits_hint: str | None = None
     # where its files may lead (None: inside ``root``); every read of its data goes through it
     policy: LoadPolicy | None = None
+    # gathered ranks that ran calls of their own (expert parallelism): each such call's rank, and its
+    # name in that rank's records where the gathered index renamed it (dumps/rank_alignment.py)
+    origins: Mapping[str, tuple[int, str]] = field(default_factory=dict)
 
     @property
     def load_policy(self) -> LoadPolicy:

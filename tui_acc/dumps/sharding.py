@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from tui_acc.dumps.model import DumpIndex
+from tui_acc.dumps.model import CONCAT, DumpIndex
 
 Kind = Literal["all_reduce", "reduce_scatter", "all_gather"]
 Reduction = Literal["sum", "avg", "prod", "max", "min", "gather"]
@@ -60,14 +60,23 @@ _EXPERT_PARALLEL = ("alltoall", "distributedispatch", "distributecombine")
 
 def parallel_kinds(index: DumpIndex) -> list[str]:
     """How the run a rank's dump comes from was split, from its operators: "tensor-parallel" (an
-    all-reduce, a parallel linear), "expert-parallel" (an all-to-all dispatching tokens); none found:
+    all-reduce, a parallel linear), "expert-parallel" (an all-to-all dispatching tokens, or gathered
+    ranks that ran calls of their own); none found:
     empty. A reader's merge annotations (SGLang's ``[tp]`` dims) count as tensor-parallel."""
     names = " ".join({node.type.lower().replace("_", "") for node in index.tree.nodes.values()})
-    annotated = any(ref.merge for refs in next(iter(index.tokens.values()), {}).values() for ref in refs)
+    annotated = any(
+        ref.merge.startswith(CONCAT)
+        for refs in next(iter(index.tokens.values()), {}).values()
+        for ref in refs
+    )
+    # gathered ranks that each ran calls of their own (dumps/rank_alignment.py): each its own experts,
+    # whose partial sums an all-reduce then adds (no tensor-parallel split in that alone)
+    experts = bool(index.origins) or any(word in names for word in _EXPERT_PARALLEL)
+    split = [word for word in _TENSOR_PARALLEL if word in names]
     kinds = []
-    if annotated or any(word in names for word in _TENSOR_PARALLEL):
+    if annotated or (split and not (index.origins and set(split) <= {"allreduce"})):
         kinds.append("tensor-parallel")
-    if any(word in names for word in _EXPERT_PARALLEL):
+    if experts:
         kinds.append("expert-parallel")
     return kinds
 

@@ -133,11 +133,15 @@ def side_of(index: DumpIndex) -> dict[str, Any]:
     }
 
 
-def op_summary(row: Row | None) -> dict[str, Any] | None:
-    """A node row as ``first_failing_op`` gives it (``report --json``, ``hunt --json``)."""
+def op_summary(row: Row | None, test: DumpIndex | None = None) -> dict[str, Any] | None:
+    """A node row as ``first_failing_op`` gives it (``report --json``, ``hunt --json``); ``test``: the
+    test's index, whose ``origins`` say which rank ran a call of its own (an expert, gathered)."""
     if row is None:
         return None
     op = {"token": row["token"], "golden": row["golden_node"], "test": row["test_node"]}
+    origin = test.origins.get(row["test_node"]) if test is not None else None
+    if origin is not None:  # the rank that ran it, and its name in that rank's dump.json
+        op["test_rank"], op["test_record"] = origin
     op.update({key: row.get(key) for key in _OP_FIELDS})
     op["inputs_passed"] = row["inputs_effective"]
     op["inputs_from"] = row.get("inputs_from")

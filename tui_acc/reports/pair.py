@@ -257,7 +257,7 @@ def build_report(
         first_failing_token_reason=why,
         analysed_token=analysed,
         swapped=replace(swapped, command=swap_command).as_dict() if swapped else None,
-        first_failing_op=op_summary(suspect),
+        first_failing_op=op_summary(suspect, cmp.test),
         explanation=carried(carried_from, verdict_at)
         or passed_over
         or why_no_culprit(cmp, failing if analysed == failing else None, suspect, token_rows, nodes),

@@ -46,6 +46,8 @@ def format_text(report: dict[str, Any]) -> str:
     if report["analysed_token"] is not None:
         if op:
             partner = f" <-> {op['test']} ({op['test_type']})" if op["test"] != op["golden"] else ""
+            if op.get("test_rank") is not None:  # a gathered rank's own call (an expert it owns)
+                partner += f", rank {op['test_rank']}'s {op['test_record']}"
             inputs = (
                 "inputs pass" if op["inputs_from"] == "files" else f"inputs pass (fed by {op['inputs_from']})"
             )
