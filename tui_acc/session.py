@@ -246,7 +246,7 @@ def _gathered(
     ``rank_alignment.py``); any other dump's such ranks are merged only where asked: gathered
     ``unasked``, ``first`` is returned, said in a note."""
     from tui_acc.dumps.gather import gather
-    from tui_acc.dumps.rank_alignment import align_ranks
+    from tui_acc.dumps.rank_alignment import align_ranks, alignable
 
     if len(first.ranks) < 2:
         raise DumpError(f"{path}: --gather needs a dump with several ranks; this one has one")
@@ -257,9 +257,17 @@ def _gathered(
     if any(set(other.tree.nodes) != set(first.tree.nodes) for other in others):
         # msprobe numbers API calls per rank: where the ranks ran different calls, one name is another
         # call on each, so the calls are matched by what they are; ATB's names are places in the graph
-        if first.format == "msprobe":
+        if alignable(first):
             aligned = align_ranks([first, *others])
-            return gather(aligned.ranks, aligned.origins)
+            gathered = gather(aligned.ranks, aligned.origins)
+            return replace(gathered, notes=[*gathered.notes, *aligned.notes])
+        if first.format == "msprobe":  # L1: nothing tells which calls are one call
+            said = (
+                f"{path}: its {len(first.ranks)} ranks did not all run the same calls and hold no "
+                "module records to match them by (level L1): rank 0 is compared alone; dump at level "
+                "mix to merge them"
+            )
+            return replace(first, notes=[*first.notes, said])
         if unasked:
             said = (
                 f"{path}: its {len(first.ranks)} ranks did not all run the same operations: rank 0 is "

@@ -96,3 +96,30 @@ async def test_f_reaches_a_tensor_parallel_runs_faulty_all_reduce(ranks_demo, tm
         await pilot.press("escape")
         await settle(pilot)
         assert app.screen is screen  # back where R was pressed
+
+
+async def test_f_reaches_the_faulty_expert_on_its_rank(tp_case, tmp_path: Path) -> None:
+    """The expert-parallel msprobe run against its one-device golden (tests/data/tp): `f` reaches the
+    faulty expert's linear at the fault's token, and its Test op cell names the rank that ran it and
+    the record its dump.json gives it (msprobe's construct.json puts that record under the module)."""
+    ep = tp_case("moe-ep2-msprobe")
+    fault = json.loads((ep / "case.json").read_text(encoding="utf-8"))["fault"]
+    app = AccApp(
+        open_comparison(ep / "golden", ep / fault["case"], CompareOptions(cache=False)), export_dir=tmp_path
+    )
+    async with app.run_test(size=(200, 45)) as pilot:
+        screen = await _at_the_culprit(app, pilot)
+        assert isinstance(screen, OperatorScreen) and screen.token == fault["token"]
+        table = screen.query_one("#ops", DataTable)
+        culprit = screen._rows[_cursor(table)]
+        assert culprit["label"] == "local"
+        rank, record = app.comparison.test.origins[culprit["test_node"]]
+        construct = ep / fault["case"] / "step0" / f"rank{rank}" / "construct.json"
+        parent = json.loads(construct.read_text(encoding="utf-8"))[record]
+        assert (rank, parent) == (
+            fault["rank"],
+            f"Module.{fault['linear_module']}.Linear.forward.{fault['call']}",
+        )
+        # elided in the middle where the column is narrow: the rank comes first
+        assert str(table.get_cell(culprit["golden_node"], "test_name")).startswith(f"rank {rank}")
+        assert "(expert-parallel, 2 ranks, gathered)" in app.sub_title

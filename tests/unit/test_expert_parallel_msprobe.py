@@ -14,6 +14,7 @@ module record) and msprobe's own dump, not tui-acc's reading of them."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -136,3 +137,23 @@ def test_each_rank_s_own_calls_are_its_experts_and_their_loop(ep) -> None:
     records = {record for _, record in comparison.test.origins.values()}
     router = [name for name, parent in parents.items() if parent and ".mlp.gate.Linear" in parent]
     assert router and not records & set(router)
+
+
+def test_ranks_without_module_records_are_not_merged(ep, tmp_path: Path) -> None:
+    """The same run as level L1 would record it (its module records taken out of each rank's dump.json
+    and construct.json): nothing marks where an expert's calls begin, so the ranks are not merged,
+    even with --gather; rank 0 is compared alone and the note asks for level mix."""
+    test = tmp_path / "expert"
+    shutil.copytree(ep / "expert", test)
+    for rank in (0, 1):
+        folder = rank_folder(tmp_path, "expert", rank)
+        dump = json.loads((folder / "dump.json").read_text(encoding="utf-8"))
+        dump["data"] = {k: v for k, v in dump["data"].items() if not k.startswith("Module.")}
+        dump["level"] = "L1"
+        (folder / "dump.json").write_text(json.dumps(dump), encoding="utf-8")
+        construct = {k: None for k in _construct(folder) if not k.startswith("Module.")}
+        (folder / "construct.json").write_text(json.dumps(construct), encoding="utf-8")
+    for gather in (False, True):
+        comparison = open_comparison(ep / "golden", test, CompareOptions(cache=False, gather=gather))
+        assert comparison.test.rank == 0 and not comparison.test.origins
+        assert any("level mix to merge them" in note for note in comparison.test.notes)

@@ -51,6 +51,14 @@ class Aligned:
 
     ranks: list[DumpIndex]
     origins: dict[str, tuple[int, str]]
+    notes: list[str]
+
+
+def alignable(index: DumpIndex) -> bool:
+    """Whether a rank's records can be matched with another's: msprobe's, with module records (level
+    L0 or mix) to anchor them. At L1 nothing marks where an expert's calls begin: two ranks' loops of
+    the same length would be taken for the same calls."""
+    return index.format == "msprobe" and any(is_module(name) for name in index.tree.nodes)
 
 
 def align_ranks(ranks: Sequence[DumpIndex]) -> Aligned:
@@ -73,7 +81,13 @@ def align_ranks(ranks: Sequence[DumpIndex]) -> Aligned:
             taken.add(names[name])
             origins[names[name]] = (rank, name)
         aligned.append(_renamed(index, names, set(own), rank))
-    return Aligned(aligned, origins)
+    compared = {name for index in aligned[1:] for records in index.tokens.values() for name in records}
+    alone = sum(1 for name in origins if name in compared)
+    said = [f"{alone} records that one rank ran alone (each rank its own experts) are taken whole from it"]
+    accumulating = any(api_of(name) in ACCUMULATING for _, name in origins.values())
+    return Aligned(
+        aligned, origins, [*said, *([ACCUMULATOR_NOTE] if accumulating else [])] if origins else []
+    )
 
 
 class _Matcher:

@@ -3,6 +3,8 @@ columns fitted to the room the table has (``column_fit``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rich.text import Text
 
 from tui_acc.anomalies.rules import anomaly_text
@@ -67,10 +69,13 @@ class OperatorCells:
         labels: dict[str, str],
         rows: dict[str, Row],
         verdicts: VerdictView,
+        origins: Mapping[str, tuple[int, str]] | None = None,
     ) -> None:
         """``labels``: each row's name as the Operator column shows it; ``rows``: the screen's rows as
-        they arrive (read, never written)."""
+        they arrive (read, never written); ``origins``: a gathered test's calls that one rank ran alone
+        (its own experts), shown by that rank and their name in its dump.json."""
         self.columns = columns
+        self._origins = origins or {}
         self._pairs = pairs
         self._labels = labels
         self._rows = rows
@@ -78,7 +83,7 @@ class OperatorCells:
         self._order = {name: i for i, name in enumerate(pairs)}
         self._widths: dict[str, int] = {}  # the text columns' widths now (none: not fitted yet)
         # the test side's longest name, whole
-        self._longest_test = max((len(fmt.display_name(n.test)) for n in pairs.values()), default=0)
+        self._longest_test = max((len(self._test_label(n.test)) for n in pairs.values()), default=0)
 
     # --- fitting --------------------------------------------------------------------------------
 
@@ -86,10 +91,11 @@ class OperatorCells:
         """The columns' narrowest and natural widths: numbers as declared, names and types as long
         as their longest label (known from the pairing: nothing computed is needed); ``compact``:
         the test side's names by their layers' index (fmt.compact_path)."""
-        test = fmt.compact_path if compact else fmt.display_name
         longest = {
             "name": max((len(label) for label in self._labels.values()), default=NAME_MIN),
-            "test_name": max((len(test(n.test)) for n in self._pairs.values()), default=0),
+            "test_name": max(
+                (len(self._test_label(n.test, compact)) for n in self._pairs.values()), default=0
+            ),
             "type": max((len(type_label(n)) for n in self._pairs.values()), default=0),
         }
         specs = []
@@ -138,12 +144,21 @@ class OperatorCells:
         label = fmt.elide_middle(self._labels[name], self._width("name"))
         test_width = self._width("test_name")
         whole = self._widths.get("test_name", 0) >= self._longest_test
-        test = fmt.display_name(node.test) if whole else fmt.compact_path(node.test)
+        test = self._test_label(node.test, compact=not whole)
         return {
             "name": fmt.styled(label, self._verdicts.passed(name)) if name in self._rows else Text(label),
             "test_name": fmt.elide_middle(test, test_width),
             "type": fmt.elide_middle(type_label(node), self._width("type")),
         }
+
+    def _test_label(self, test: str, compact: bool = False) -> str:
+        """The test side's name as its column shows it (``compact``: its layers by their index); a
+        call one rank ran alone, by that rank and the name its dump.json gives it."""
+        shown = fmt.compact_path if compact else fmt.display_name
+        if test in self._origins:
+            rank, record = self._origins[test]
+            return f"rank {rank}: {shown(record)}"
+        return shown(test)
 
     def row(self, name: str) -> list[Text | str]:
         """The row of ``name``, in the order of the columns."""

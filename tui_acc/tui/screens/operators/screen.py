@@ -102,7 +102,9 @@ class OperatorScreen(FilterSort, ReplayKey, DetailPanel, JumpToCulprit, SummaryL
         self._labels = self._qualified_labels()
         self.verdicts = VerdictView(cmp.golden.tree, self._rows, self._pairs)
         columns = columns_for(cmp, self._pairs)
-        self.cells = OperatorCells(columns, self._pairs, self._labels, self._rows, self.verdicts)
+        self.cells = OperatorCells(
+            columns, self._pairs, self._labels, self._rows, self.verdicts, cmp.test.origins
+        )
         self.table_columns = columns
         self.set_reactive(OperatorScreen.scope, self._tree.root)
         yield Header()
