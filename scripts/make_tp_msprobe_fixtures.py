@@ -12,7 +12,13 @@ cache, greedy decoding one forward pass per token):
   the weight's columns, then ``torch.distributed.all_reduce`` of the partial sums inside the
   projection's ``forward``, as vLLM's RowParallelLinear does), embedding and lm_head replicated;
 - ``allreduce/``: as ``clean/``, but rank 1's all-reduce after down_proj in layer 1 at token 2 leaves
-  its peer's contribution out (its output is its own partial sum).
+  its peer's contribution out (its output is its own partial sum);
+- ``column/``: as ``clean/``, but rank 1's up_proj (column-parallel: its 32 of the 64 output columns)
+  in layer 0 at token 1 computes with its weight shard scaled by 1.05 (swapped in without an API
+  call, as scripts/make_ep_msprobe_fixtures.py does for its expert), so msprobe's records of that
+  ``Functional.linear`` and of its module hold the wrong output while their input is the clean run's.
+  It tips token 1's greedy choice, a near tie in the golden (case.json's ``generated``): tokens 2 and
+  3 of ``column/`` run on another token than the golden's.
 
 The golden and the tests share the model's code (``build_model``), so their module and class names
 are the same; the golden's row-parallel projections simply have nothing to all-reduce.
@@ -27,10 +33,12 @@ and the same tensor after it as ``output[0]`` (``output.0``); ``op`` is recorded
 caller passes it. Rank 0 picks each next token and broadcasts it (``Distributed.broadcast``, between
 forward passes), as a serving engine does, so a rank whose logits went wrong runs the same request.
 
-The fault is installed below msprobe: ``torch.distributed.all_reduce`` is replaced before msprobe is
-imported and wraps it (core/dump/api_dump/api_registry.py ``store_ori_attr``), so msprobe's record of
-that call holds the wrong output, as it would a faulty communication library's. The script reads the
-dump back and refuses an archive whose faulty record does not show it (``check_fault``).
+The all-reduce fault is installed below msprobe: ``torch.distributed.all_reduce`` is replaced before
+msprobe is imported and wraps it (core/dump/api_dump/api_registry.py ``store_ori_attr``), so msprobe's
+record of that call holds the wrong output, as it would a faulty communication library's. The column
+fault is a second weight tensor (not a parameter) that the projection uses in place of its own at the
+faulty token. The script reads the dumps back and refuses an archive whose faulty records do not show
+their fault (``check_fault``, ``check_column_fault``).
 
 Run in the tools venv (docs/formats.md §0; scripts/make_model_fixtures.py's docstring)::
 
@@ -68,10 +76,13 @@ VOCAB, HIDDEN, INTER, LAYERS, HEADS, KV_HEADS = 256, 32, 64, 2, 4, 2
 HEAD_DIM = HIDDEN // HEADS
 THETA, EPS, STD = 10000.0, 1e-6, 0.2
 TEST_DTYPE = "bfloat16"
-CASES = ("clean", "allreduce")
+CASES = ("clean", "allreduce", "column")
 FAULT = {"case": "allreduce", "rank": 1, "layer": 1, "projection": "down_proj", "token": 2}
+# a column-parallel projection's shard wrong on one rank: its output columns, not a collective
+COLUMN_FAULT = {"case": "column", "rank": 1, "layer": 0, "projection": "up_proj", "token": 1}
+SCALE = 1.05
 
-STATE: dict[str, Any] = {"token": -1, "layer": -1, "projection": "", "all_reduce": 0}
+STATE: dict[str, Any] = {"token": -1, "layer": -1, "projection": "", "all_reduce": 0, "column": None}
 
 
 # --- the model: one code for both sides, ``world`` 1 on the golden ---------------------------------
@@ -103,8 +114,9 @@ def full_weights() -> dict[str, Any]:
     return weights
 
 
-def build_model(rank: int, world: int, dtype: Any) -> Any:
-    """The model as rank ``rank`` of ``world`` holds it (``world`` 1: the whole model)."""
+def build_model(rank: int, world: int, dtype: Any, faulty: bool = False) -> Any:
+    """The model as rank ``rank`` of ``world`` holds it (``world`` 1: the whole model); ``faulty``: this
+    rank holds ``COLUMN_FAULT``'s projection with a wrong shard beside its own."""
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -119,16 +131,20 @@ def build_model(rank: int, world: int, dtype: Any) -> Any:
         return full[name][:, rank * size : (rank + 1) * size]
 
     class Linear(nn.Module):
-        """``F.linear`` without bias; row-parallel ones all-reduce their partial sums (world > 1)."""
+        """``F.linear`` without bias; row-parallel ones all-reduce their partial sums (world > 1);
+        ``wrong`` (the column fault's shard) a second weight that ``use_wrong`` swaps in, without an
+        API call msprobe would record."""
 
-        def __init__(self, weight: Any, name: str, reduce: bool = False) -> None:
+        def __init__(self, weight: Any, name: str, reduce: bool = False, wrong: Any = None) -> None:
             super().__init__()
             self.weight = nn.Parameter(weight.to(dtype).contiguous(), requires_grad=False)
             self.name, self.reduce = name, reduce
+            self.wrong = None if wrong is None else wrong.to(dtype).contiguous()
+            self.use_wrong = False
 
         def forward(self, x: Any) -> Any:
             STATE["projection"] = self.name
-            out = nn.functional.linear(x, self.weight)
+            out = nn.functional.linear(x, self.wrong if self.use_wrong else self.weight)
             if self.reduce and world > 1:
                 dist.all_reduce(out)
             return out
@@ -193,11 +209,17 @@ def build_model(rank: int, world: int, dtype: Any) -> Any:
         def __init__(self, layer: int) -> None:
             super().__init__()
             p = f"model.layers.{layer}.mlp."
+            self.layer = layer
+            self.is_faulty = faulty and layer == COLUMN_FAULT["layer"]
+            up = rows(p + "up_proj.weight", inter)
             self.gate_proj = Linear(rows(p + "gate_proj.weight", inter), "gate_proj")
-            self.up_proj = Linear(rows(p + "up_proj.weight", inter), "up_proj")
+            self.up_proj = Linear(up, "up_proj", wrong=up * SCALE if self.is_faulty else None)
             self.down_proj = Linear(columns(p + "down_proj.weight", inter), "down_proj", reduce=True)
 
         def forward(self, x: Any) -> Any:
+            self.up_proj.use_wrong = self.is_faulty and STATE["token"] == COLUMN_FAULT["token"]
+            if self.up_proj.use_wrong:
+                STATE["column"] = {"token": STATE["token"], "layer": self.layer}
             return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
     class LlamaDecoderLayer(nn.Module):
@@ -325,7 +347,8 @@ def rank_main(rank: int, world: int, case: str, out: str, port: int, record: str
     # before msprobe is imported: it wraps whatever these are when it registers its hooks
     dist.all_reduce = all_reduce
     dist.distributed_c10d.all_reduce = all_reduce
-    model = build_model(rank, world, getattr(torch, TEST_DTYPE))
+    column = case == COLUMN_FAULT["case"] and rank == COLUMN_FAULT["rank"]
+    model = build_model(rank, world, getattr(torch, TEST_DTYPE), column)
     generated = _dump(model, Path(out), f"{case}_rank{rank}", world)
     if rank == 0:
         Path(out).parent.joinpath(f"{case}_rank0_config.json").rename(
@@ -334,7 +357,8 @@ def rank_main(rank: int, world: int, case: str, out: str, port: int, record: str
     else:
         Path(out).parent.joinpath(f"{case}_rank{rank}_config.json").unlink()
     Path(f"{record}.{rank}").write_text(
-        json.dumps({"generated": generated, "fault_record": faulty.get("record")}), encoding="utf-8"
+        json.dumps({"generated": generated, "fault_record": faulty.get("record"), "column": STATE["column"]}),
+        encoding="utf-8",
     )
     dist.destroy_process_group()
 
@@ -354,7 +378,11 @@ def run_test(case: str, out: Path, work: Path) -> dict[str, Any]:
     runs = [json.loads(Path(f"{record}.{r}").read_text(encoding="utf-8")) for r in range(WORLD)]
     if len({tuple(r["generated"]) for r in runs}) != 1:
         raise SystemExit(f"{case}: the ranks generated different tokens {[r['generated'] for r in runs]}")
-    return {"generated": runs[0]["generated"], "fault_record": runs[FAULT["rank"]]["fault_record"]}
+    return {
+        "generated": runs[0]["generated"],
+        "fault_record": runs[FAULT["rank"]]["fault_record"],
+        "column": runs[COLUMN_FAULT["rank"]]["column"],
+    }
 
 
 def check_fault(out: Path, name: str) -> dict[str, Any]:
@@ -384,6 +412,62 @@ def check_fault(out: Path, name: str) -> dict[str, Any]:
     }
 
 
+def column_records(out: Path, rank: int) -> tuple[str, str]:
+    """msprobe's names of the column fault's projection on ``rank`` of the test ``out``: its module's
+    record (the call at the fault's token) and the ``Functional.linear`` that construct.json puts
+    under it."""
+    (construct,) = out.glob(f"step0/rank{rank}/construct.json")
+    parents = json.loads(construct.read_text(encoding="utf-8"))
+    module = (
+        f"Module.model.layers.{COLUMN_FAULT['layer']}.mlp.{COLUMN_FAULT['projection']}.Linear.forward."
+        f"{COLUMN_FAULT['token']}"
+    )
+    linears = [k for k, parent in parents.items() if parent == module and k.startswith("Functional.linear.")]
+    if len(linears) != 1:
+        raise SystemExit(f"{out.name}: construct.json puts {linears} under {module}, not one linear")
+    return module, linears[0]
+
+
+def check_column_fault(case_dir: Path) -> dict[str, Any]:
+    """msprobe's records of the column fault's projection: on the faulty rank, the linear's and its
+    module's input the clean run's bit for bit, their output not the clean run's but the clean one
+    times ``SCALE`` to bfloat16 rounding; on its peer, every one of them the clean run's."""
+    import torch
+
+    def tensors(case: str, rank: int, name: str) -> tuple[Any, Any]:
+        (dump_json,) = (case_dir / case).glob(f"step0/rank{rank}/dump.json")
+        entry = json.loads(dump_json.read_text(encoding="utf-8"))["data"][name]
+        folder = dump_json.parent / "dump_tensor_data"
+        return (
+            torch.load(folder / entry["input_args"][0]["data_name"]),
+            torch.load(folder / entry["output"][0]["data_name"]),
+        )
+
+    rank, case = COLUMN_FAULT["rank"], COLUMN_FAULT["case"]
+    names = column_records(case_dir / case, rank)
+    if column_records(case_dir / "clean", rank) != names:
+        raise SystemExit(f"clean and {case} named the faulty projection's records otherwise")
+    for name in names:
+        clean_in, clean_out = tensors("clean", rank, name)
+        wrong_in, wrong_out = tensors(case, rank, name)
+        if not torch.equal(clean_in, wrong_in) or torch.equal(clean_out, wrong_out):
+            raise SystemExit(f"{name}: msprobe's record on rank {rank} does not show the column fault")
+        scaled = clean_out.double() * SCALE
+        relative = float((wrong_out.double() - scaled).abs().max() / scaled.abs().max())
+        if relative > 2**-6:
+            raise SystemExit(f"{name}: the faulty output is not the clean one scaled ({relative})")
+        peer = [tensors(side, 1 - rank, name) for side in ("clean", case)]
+        if not all(torch.equal(a, b) for a, b in zip(*peer, strict=True)):
+            raise SystemExit(f"{name}: rank {1 - rank}'s record differs from the clean run's")
+    return {
+        "module_record": names[0],
+        "record": names[1],
+        "input_0": "the clean run's, bit for bit (on both ranks)",
+        "output_0": f"on rank {rank} the clean run's times {SCALE} (its up_proj weight shard scaled), to "
+        f"bfloat16 rounding; on rank {1 - rank} the clean run's",
+    }
+
+
 def make_archive(work: Path) -> Path:
     import subprocess
 
@@ -400,6 +484,12 @@ def make_archive(work: Path) -> Path:
     if not fault_record:
         raise SystemExit("the faulty all-reduce never ran")
     seen = check_fault(case_dir / FAULT["case"], fault_record)
+    if runs[COLUMN_FAULT["case"]]["column"] != {
+        "token": COLUMN_FAULT["token"],
+        "layer": COLUMN_FAULT["layer"],
+    }:
+        raise SystemExit(f"the faulty {COLUMN_FAULT['projection']} never ran: {runs[COLUMN_FAULT['case']]}")
+    column_seen = check_column_fault(case_dir)
     _relativise(case_dir)
     _relativise_stdlib(case_dir)
     description = {
@@ -413,6 +503,9 @@ def make_archive(work: Path) -> Path:
             "clean": "the tensor-parallel run as it should be",
             "allreduce": f"rank {FAULT['rank']}'s all-reduce after {FAULT['projection']} in layer "
             f"{FAULT['layer']} at token {FAULT['token']} leaves its peer's contribution out",
+            "column": f"rank {COLUMN_FAULT['rank']}'s {COLUMN_FAULT['projection']} (column-parallel: its "
+            f"{INTER // WORLD} of the {INTER} output columns) in layer {COLUMN_FAULT['layer']} at token "
+            f"{COLUMN_FAULT['token']} computes with its weight shard scaled by {SCALE}",
         },
         "config": {
             "vocab": VOCAB,
@@ -435,6 +528,14 @@ def make_archive(work: Path) -> Path:
             "module": f"model.layers.{FAULT['layer']}.mlp.{FAULT['projection']}",
             "record": fault_record,
             "as_recorded": seen,
+        },
+        "column_fault": {
+            **COLUMN_FAULT,
+            "scale": SCALE,
+            "module": f"model.layers.{COLUMN_FAULT['layer']}.mlp.{COLUMN_FAULT['projection']}",
+            "module_record": column_seen["module_record"],
+            "record": column_seen["record"],
+            "as_recorded": column_seen,
         },
         "generated": {side: run["generated"] for side, run in runs.items()},
         "tools": _versions(),

@@ -4,7 +4,9 @@ and gate/up column-parallel, o_proj and down_proj row-parallel with ``torch.dist
 inside their forward (``step0/rank0/``, ``step0/rank1/``, level mix), its golden the same weights on
 one process in float32. The ranks are gathered without asking; in ``allreduce/`` rank 1's all-reduce
 after down_proj in layer 1 at token 2 left its peer's contribution out, and that all-reduce is the
-one local operator, named with its rank.
+one local operator, named with its rank; in ``column/`` rank 1's shard of up_proj (column-parallel)
+in layer 0 at token 1 computed with its weight scaled by 1.05, and that projection is the one local
+operator once the ranks' output columns are concatenated.
 
 Where the fault lies is the generator's record (case.json: the token, the rank, msprobe's name of the
 faulty call) and msprobe's own call tree (construct.json: the module that made the call), not
@@ -92,3 +94,77 @@ def test_a_clean_tensor_parallel_run_labels_nothing_local(tp) -> None:
     ]
     assert comparison.pairing.tokens == [0, 1, 2, 3] and local == []
     assert body["errors"] == []
+
+
+def _column_records(construct: Path, module: str) -> set[str]:
+    """The column fault's projection as msprobe's call tree names it: its module's record and the
+    ``Functional.linear`` that construct.json puts under it."""
+    parents = json.loads(construct.read_text(encoding="utf-8"))
+    linears = [k for k, parent in parents.items() if parent == module and k.startswith("Functional.linear.")]
+    assert len(linears) == 1, linears
+    return {module, linears[0]}
+
+
+def _record(folder: Path, name: str) -> tuple[np.ndarray, ...]:
+    """A record's tensors as float64: its input.0, its output.0, then its other inputs (a linear's
+    weight)."""
+    entry = json.loads((folder / "dump.json").read_text(encoding="utf-8"))["data"][name]
+    policy = LoadPolicy.inside(folder)
+    slots = [entry["input_args"][0], entry["output"][0], *entry["input_args"][1:]]
+    return tuple(
+        load_tensor(folder / "dump_tensor_data" / slot["data_name"], policy).astype(np.float64)
+        for slot in slots
+    )
+
+
+def test_msprobe_recorded_the_wrong_column_shard_as_it_went(tp) -> None:
+    """The fixture itself: on rank 1 msprobe's records of the faulty up_proj (its linear and its
+    module) take the clean run's input and give the clean run's output times the scale, to bfloat16
+    rounding; rank 0's are the clean run's."""
+    fault = case_of(tp)["column_fault"]
+    module = f"Module.{fault['module']}.Linear.forward.{fault['token']}"
+    names = _column_records(rank_folder(tp, "column", fault["rank"]) / "construct.json", module)
+    assert names == {fault["module_record"], fault["record"]}
+    x, clean, weight = _record(rank_folder(tp, "clean", fault["rank"]), fault["record"])
+    # bfloat16 rounding: each output's (2^-9 of |x|·|w| at most, the clean one's and the wrong one's)
+    # and the scaled weight's (2^-9 of each product) keep the wrong output within 3 * 2^-9 of |x|·|w|
+    # of the clean one scaled; the bound allows 2^-7, and the clean output is farther than that somewhere
+    bound = 2**-7 * fault["scale"] * (np.abs(x) @ np.abs(weight).T)
+    for name in sorted(names):
+        wrong_in, wrong_out = _record(rank_folder(tp, "column", fault["rank"]), name)[:2]
+        clean_in, clean_out = _record(rank_folder(tp, "clean", fault["rank"]), name)[:2]
+        assert np.array_equal(wrong_in, clean_in) and np.array_equal(clean_out, clean)
+        assert not np.array_equal(wrong_out, clean_out)
+        assert (np.abs(wrong_out - fault["scale"] * clean_out) <= bound).all()
+        assert (np.abs(wrong_out - clean_out) > bound).any()  # more than a rounding apart
+        peer = [_record(rank_folder(tp, case, 1 - fault["rank"]), name)[:2] for case in ("clean", "column")]
+        assert all(np.array_equal(a, b) for a, b in zip(*peer, strict=True))
+
+
+def test_a_wrong_shard_of_a_column_parallel_linear_is_the_one_local_operator(tp) -> None:
+    """Rank 1's wrong columns of up_proj, concatenated with rank 0's right ones, make the gathered
+    linear the one local operator over every token, at the fault's token."""
+    fault = case_of(tp)["column_fault"]
+    module = f"Module.{fault['module']}.Linear.forward.{fault['token']}"
+    (golden_construct,) = (tp / "golden").glob("step*/proc*/construct.json")
+    golden_names = _column_records(golden_construct, module)
+    test_names = _column_records(rank_folder(tp, "column", fault["rank"]) / "construct.json", module)
+    comparison = open_comparison(tp / "golden", tp / "column", CompareOptions(cache=False))
+    report = build_report(comparison, all_tokens=True)
+    body, text = report.body(), report.text()
+    assert "tensor-parallel, 2 ranks, gathered" in text.splitlines()[2]
+    local = [
+        (token, row["golden_node"], row["test_node"])
+        for token in comparison.pairing.tokens
+        for row in comparison.verdicts.token(token).rows
+        if row["label"] == "local"
+    ]
+    assert len(local) == 1, local
+    token, golden, test = local[0]
+    assert token == fault["token"] and golden in golden_names and test in test_names
+    culprit = body["first_failing_op"]
+    assert culprit is not None and culprit["label"] == "local"
+    assert (culprit["token"], culprit["golden"], culprit["test"]) == (token, golden, test)
+    assert culprit["inputs_passed"] is True
+    assert body["counts"]["local"] == 1
+    assert body["errors"] == [] and "element counts differ" not in text
