@@ -118,9 +118,9 @@ def npu_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
 
 @pytest.fixture(scope="session")
 def tp_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """``tp_case(name)``: real msprobe dumps of a tensor-parallel run and its one-device golden
-    (tests/data/tp), unpacked once per session: ``golden/``, a test per case (``clean/``,
-    ``allreduce/``: ``step0/rank*/``) and ``case.json``."""
+    """``tp_case(name)``: real msprobe dumps of a tensor- or expert-parallel run and its one-device
+    golden (tests/data/tp), unpacked once per session: ``golden/``, a test per case (``clean/``,
+    ``allreduce/``, ``column/``; ``expert/``: ``step0/rank*/``) and ``case.json``."""
     return _unpacker(TP_CASES, tmp_path_factory.mktemp("tp"))
 
 

@@ -121,6 +121,8 @@ ANOMALY_FIELDS = tuple(Anomaly.__annotations__)
 
 class _TensorTail(TypedDict, total=False):
     error: str | None
+    # a gathered tensor: each rank's part against its region of the golden (metrics/by_rank.py)
+    by_rank: str | None
     golden_path: str
     test_path: str
 

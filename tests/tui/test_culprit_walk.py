@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
@@ -19,6 +20,7 @@ from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.screens.ranks import RanksFromComparison
 from tui_acc.tui.widgets.layer_tree import LayerTree
+from tui_acc.tui.widgets.tensor_detail import TensorDetail
 
 
 async def _at_the_culprit(app: AccApp, pilot: Pilot[None]) -> object:
@@ -84,6 +86,11 @@ async def test_f_reaches_a_tensor_parallel_runs_faulty_all_reduce(ranks_demo, tm
         assert (culprit["label"], culprit["operator"]) == ("local", ranks_demo.fault_op)
         assert f"on rank {ranks_demo.fault.rank}," in culprit["reason"]
         assert "(tensor-parallel, 2 ranks, gathered)" in app.sub_title
+        # the detail says which rank's copy of the layer's output is off
+        console = Console(width=240, record=True)
+        console.print(screen.query_one(TensorDetail).content)
+        lines = [line for line in console.export_text().splitlines() if " by rank: " in line]
+        assert lines and all(f"rank {ranks_demo.fault.rank}: cosine" in line for line in lines)
         # R: the same run's check across its ranks, no golden needed; f finds the same all-reduce
         await pilot.press("R")
         await settle(pilot)

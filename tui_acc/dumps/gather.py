@@ -170,16 +170,50 @@ def merge_parts(
     # the golden's leading 1 (a batch of one) against a rank's [tokens, hidden]: elements decide
     if shape is None or first.size == math.prod(shape):
         return _replicated(parts, golden)
-    for dim in range(first.ndim):
-        others = [list(p.shape[:dim]) + list(p.shape[dim + 1 :]) for p in parts]
-        if any(o != others[0] for o in others):
-            continue
-        merged = list(first.shape)
-        merged[dim] = sum(p.shape[dim] for p in parts)
-        if _squeezed(merged) == _squeezed(shape):
-            return np.concatenate(list(parts), axis=dim)
+    along = _concat_dim([p.shape for p in parts], shape)
+    if along is not None:
+        return np.concatenate(list(parts), axis=along)
     shapes = ", ".join(str(list(p.shape)) for p in parts)
     raise DumpError(f"{where}: cannot gather ranks {shapes} into the golden's {list(shape)}")
+
+
+def _concat_dim(shapes: Sequence[Sequence[int]], golden: Sequence[int]) -> int | None:
+    """The dimension along which the ranks' shapes together make the golden's (dimensions of 1 aside)."""
+    for dim in range(len(shapes[0])):
+        others = [list(s[:dim]) + list(s[dim + 1 :]) for s in shapes]
+        if any(o != others[0] for o in others):
+            continue
+        merged = list(shapes[0])
+        merged[dim] = sum(s[dim] for s in shapes)
+        if _squeezed(merged) == _squeezed(golden):
+            return dim
+    return None
+
+
+def part_regions(
+    shapes: Sequence[Sequence[int]], how: str, golden: Sequence[int]
+) -> tuple[list[int], list[tuple[slice, ...]]] | None:
+    """Where each rank's part lies in the tensor ``merge_parts`` makes of them: that tensor's shape
+    and each part's index into it (``()``: the whole, a tensor every rank holds). None where a part is
+    no region of it: partial sums, or shapes that do not merge."""
+    dim: int | None
+    if how == SUM or not shapes:
+        return None
+    if how.startswith(CONCAT):
+        dim = int(how.removeprefix(CONCAT))
+    elif math.prod(shapes[0]) == math.prod(golden):
+        return list(shapes[0]), [() for _ in shapes]
+    else:
+        dim = _concat_dim(shapes, golden)
+    if dim is None or not all(len(s) > dim for s in shapes):
+        return None
+    merged = list(shapes[0])
+    merged[dim] = sum(s[dim] for s in shapes)
+    regions, start = [], 0
+    for shape in shapes:
+        regions.append((*([slice(None)] * dim), slice(start, start + shape[dim])))
+        start += shape[dim]
+    return merged, regions
 
 
 def _squeezed(shape: Sequence[int]) -> list[int]:

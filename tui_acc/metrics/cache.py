@@ -32,7 +32,7 @@ from tui_acc.dumps.model import TensorRef
 from tui_acc.metrics.schema import ANOMALY_COLUMNS, NOISE_COLUMNS, TENSOR_SCHEMA
 
 # Bump when the kernels change what they compute: old rows are then simply not found.
-VERSION = 5  # 5: a gathered tensor the ranks disagree on is their sum or the farthest rank
+VERSION = 6  # 6: a gathered tensor rank by rank (by_rank)
 # what a row is apart from its verdict and the baseline it was judged against (--baseline)
 _STORED = [k for k in TENSOR_SCHEMA if k != "passed" and k not in NOISE_COLUMNS and k not in ANOMALY_COLUMNS]
 FILE_NAME = "rows.sqlite3"

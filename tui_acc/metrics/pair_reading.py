@@ -20,6 +20,7 @@ from tui_acc.dumps.loading import FileState, changed_since, file_states, load_si
 from tui_acc.dumps.model import DumpError, Stats, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import TensorLoadError
+from tui_acc.metrics.by_rank import by_rank
 from tui_acc.metrics.schema import TensorRow
 from tui_acc.pairing import Pairing, TensorPair
 
@@ -64,7 +65,10 @@ class PairReader:
                 with self._alone_if_large(before):
                     golden, test = self.load_pair(pair)
                     metrics = compare_tensors(golden, test, kl=kl)
-                    del golden, test  # the mapped files go before the next large pair comes in
+                    del test
+                    if len(pair.test.parts) > 1:  # which rank's shard is off
+                        metrics["by_rank"] = by_rank(golden, pair.test, self.pairing.test.load_policy)
+                    del golden  # the mapped files go before the next large pair comes in
                 changed = changed_since(before)
                 if changed:  # a dump still being written (or copied): these numbers mix two versions
                     transient = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Group
@@ -137,7 +138,7 @@ class TensorDetail(Static):
         for cell in cells:
             cell[1] = fmt.elide_middle(str(cell[1]), name_room)
             grid.add_row(*cell)
-        self._draw(Group(*head, grid))
+        self._draw(Group(*head, grid, *_rank_lines(node, rows)))
 
     def _room(self) -> int:
         """The panel's width for text (the app's, less the padding, before the first layout)."""
@@ -153,6 +154,15 @@ class TensorDetail(Static):
         lines = (sum(text.count("\n") for text, _, _ in self.app.console.render(drawn, options)), room)
         self.update(drawn, layout=lines != self._lines)
         self._lines = lines
+
+
+def _rank_lines(node: NodePair, rows: Sequence[Row | None]) -> list[Text]:
+    """A failing tensor of a gathered test, rank by rank: which rank's part of it is off."""
+    return [
+        Text(f"{pair.slot} by rank: {row['by_rank']}", style="dim")
+        for pair, row in zip(node.tensors, rows, strict=True)
+        if row is not None and row.get("by_rank") and row.get("passed") is False
+    ]
 
 
 _LABEL_TEXT = {
