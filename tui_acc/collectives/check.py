@@ -30,6 +30,7 @@ from tui_acc.collectives.rank_set import Collective, RankSet
 from tui_acc.collectives.tensors import CheckFailed, goldens_of, load_slot, slots_of
 from tui_acc.dumps import TensorRef
 from tui_acc.dumps.sharding import reduction_named
+from tui_acc.replay.dumped_call import all_to_all_arguments
 
 if TYPE_CHECKING:
     import numpy as np
@@ -111,8 +112,10 @@ class RanksCheck:
         rows = [self._row(collective, rank) for rank in range(size)]
         inputs: list[np.ndarray | None] = [None] * size
         outputs: list[np.ndarray | None] = [None] * size
-        reduction: Reduction = "gather" if collective.kind == "all_gather" else "sum"
+        copies = collective.kind in ("all_gather", "all_to_all")
+        reduction: Reduction = "gather" if copies else "sum"
         groups: dict[int, tuple[int, ...]] = {}  # a rank's reduction group, where the dump records one
+        params: list[dict[str, Any]] = [{} for _ in range(size)]  # an all-to-all's split on each rank
         for rank in range(size):
             refs = self.ranks.refs(rank, collective.token, collective.op)
             if refs is None:
@@ -124,15 +127,15 @@ class RanksCheck:
                 outputs[rank] = load_slot(self.ranks, rank, refs, out_slot, "output")
             except CheckFailed as exc:
                 rows[rank]["error"] = str(exc)
-            recorded, group = self._recorded(rank, refs, collective)
-            if reduction != "gather" and recorded is not None:
+            recorded, group, params[rank] = self._recorded(rank, refs, collective)
+            if not copies and recorded is not None:
                 reduction = recorded
             if group is not None:
                 groups[rank] = group
         for row in rows:
             row["reduction"] = reduction
         for group in self._partition(groups):
-            self._judge_group(collective, group, rows, inputs, outputs, reduction)
+            self._judge_group(collective, group, rows, inputs, outputs, reduction, params)
         return rows
 
     def _partition(self, recorded: dict[int, tuple[int, ...]]) -> list[tuple[int, ...]]:
@@ -159,8 +162,10 @@ class RanksCheck:
         inputs: list[np.ndarray | None],
         outputs: list[np.ndarray | None],
         reduction: Reduction,
+        params: list[dict[str, Any]],
     ) -> None:
-        """Every rank of one reduction group against the golden of the group's inputs."""
+        """Every rank of one reduction group against the golden of the group's inputs (``params``:
+        what each rank records of its call, for an all-to-all's split)."""
         lacking = [rank for rank in group if inputs[rank] is None]
         if lacking:
             why = "; ".join(rows[r]["error"] or "" for r in lacking)
@@ -170,7 +175,7 @@ class RanksCheck:
             return
         present = [x for x in (inputs[r] for r in group) if x is not None]
         try:
-            goldens, magnitude = goldens_of(present, collective, reduction)
+            goldens, magnitude = goldens_of(present, collective, reduction, [params[r] for r in group])
         except CheckFailed as exc:
             for rank in group:
                 rows[rank]["error"] = rows[rank]["error"] or str(exc)
@@ -238,22 +243,24 @@ class RanksCheck:
 
     def _recorded(
         self, rank: int, refs: list[TensorRef], collective: Collective
-    ) -> tuple[Reduction | None, tuple[int, ...] | None]:
-        """The reduction and the group (rank indexes) the dump records for this operator, where it does."""
+    ) -> tuple[Reduction | None, tuple[int, ...] | None, dict[str, Any]]:
+        """The reduction and the group (rank indexes) the dump records for this operator, where it does,
+        and its parameters by name (ATB's op_param.json; msprobe's non-tensor arguments)."""
         index = self.ranks.indexes[rank]
         if index is None or not refs:
-            return None, None
+            return None, None, {}
         policy = index.load_policy
         if refs[0].slot.startswith(("intensor", "outtensor")):  # ATB: the node folder's op_param.json
             param = Path(refs[0].location).parent.parent / "op_param.json"
             try:
                 raw = policy.read_json(param)
             except (OSError, ValueError):
-                return None, None
+                return None, None, {}
             if not isinstance(raw, dict):
-                return None, None
+                return None, None, {}
             value = raw.get("allReduceType") or raw.get("reduceType")
-            return (reduction_named(str(value)) if value else None), self._block(rank, raw.get("rankSize"))
+            named = reduction_named(str(value)) if value else None
+            return named, self._block(rank, raw.get("rankSize")), raw
         records = self._records.get(rank)
         if records is None:
             try:
@@ -264,7 +271,7 @@ class RanksCheck:
             self._records[rank] = records
         entry = records.get(collective.op) if isinstance(records, dict) else None
         if not isinstance(entry, dict):
-            return None, None
+            return None, None, {}
         reduction: Reduction | None = None
         group: tuple[int, ...] | None = None
         for arg in [*(entry.get("input_args") or []), *(entry.get("input_kwargs") or {}).values()]:
@@ -274,7 +281,7 @@ class RanksCheck:
                 reduction = reduction_named(str(arg.get("value", "")))
             elif arg.get("type") == "torch.ProcessGroup" and isinstance(arg.get("group_ranks"), list):
                 group = self._indexes_of(arg["group_ranks"])
-        return reduction, group
+        return reduction, group, all_to_all_arguments(entry) if collective.kind == "all_to_all" else {}
 
     def _block(self, rank: int, size: object) -> tuple[int, ...] | None:
         """ATB's ``rankSize`` smaller than the run: the block of that many consecutive ranks holding

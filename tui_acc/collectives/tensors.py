@@ -8,7 +8,7 @@ is the argument before the call, its output the same argument after it. ATB oper
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tui_acc.collectives.bound import Reduction
 from tui_acc.collectives.rank_set import Collective, RankSet
@@ -64,13 +64,19 @@ def load_slot(ranks: RankSet, rank: int, refs: list[TensorRef], slot: str, role:
 
 
 def goldens_of(
-    inputs: list[np.ndarray], collective: Collective, reduction: Reduction
+    inputs: list[np.ndarray], collective: Collective, reduction: Reduction, params: list[dict[str, Any]]
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Each rank's golden and the magnitude its bound scales with, flat float64."""
+    """Each rank's golden and the magnitude its bound scales with, flat float64 (``params``: what each
+    rank records of its call: an all-to-all's split)."""
     from tui_acc.dumps.dtypes import widened
-    from tui_acc.replay.collective import shares
+    from tui_acc.replay.collective import sends_of, shares
 
     try:
-        return shares([widened(x) for x in inputs], collective.kind, reduction)
+        sends = (
+            [sends_of(p, x.shape) for p, x in zip(params, inputs, strict=True)]
+            if collective.kind == "all_to_all"
+            else None
+        )
+        return shares([widened(x) for x in inputs], collective.kind, reduction, sends)
     except ValueError as exc:
         raise CheckFailed(f"{collective.op}: {exc}") from exc

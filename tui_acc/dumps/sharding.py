@@ -8,19 +8,22 @@ from typing import Literal
 
 from tui_acc.dumps.model import CONCAT, DumpIndex
 
-Kind = Literal["all_reduce", "reduce_scatter", "all_gather"]
+Kind = Literal["all_reduce", "reduce_scatter", "all_gather", "all_to_all"]
 Reduction = Literal["sum", "avg", "prod", "max", "min", "gather"]
 
 # ATB operation types (AllReduceOperation, the runner AllReduceHcclRunner, ReduceScatterOperation,
-# AllGatherOperation) and msprobe API names (Distributed.all_reduce.N.forward, reduce_scatter_tensor,
-# _all_gather_base ...), compared without case or underscores
+# AllGatherOperation, AllToAllOperation, AllToAllVOperation) and msprobe API names
+# (Distributed.all_reduce.N.forward, reduce_scatter_tensor, _all_gather_base, all_to_all_single ...),
+# compared without case or underscores
 _KINDS: tuple[tuple[str, Kind], ...] = (
     ("allreduce", "all_reduce"),
     ("reducescatter", "reduce_scatter"),
     ("allgather", "all_gather"),
+    ("alltoall", "all_to_all"),
 )
-# fused operations that hold a collective but whose inputs are not what is reduced
-_FUSED = re.compile(r"linear|matmul|mc2|allreducematmul|alltoall", re.IGNORECASE)
+# fused operations that hold a collective but whose inputs are not what is exchanged (a matmul
+# with its all-reduce, MC2, an all-to-all fused with a grouped matmul, MoE dispatch and combine)
+_FUSED = re.compile(r"linear|matmul|mc2|gmm|moe|dispatch|combine", re.IGNORECASE)
 
 
 def kind_of(node_type: str) -> Kind | None:

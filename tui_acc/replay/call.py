@@ -118,6 +118,9 @@ class Call:
     # a collective of a gathered (sharded) dump: its first input and first output on every rank, in
     # rank order ("input", "output"); empty for the rest
     ranks: Mapping[str, tuple[np.ndarray, ...]] = field(default_factory=dict)
+    # an all-to-all of a gathered dump: what each rank's dump records of its call, by name (ATB's
+    # op_param.json; msprobe's arguments), for how each rank split its input; empty for the rest
+    rank_params: tuple[Mapping[str, Any], ...] = ()
 
     def whole(self) -> Call:
         """The same call without a sample: every output element is replayed."""

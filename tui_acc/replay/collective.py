@@ -4,7 +4,12 @@ against what the ranks' inputs together give (docs/ranks.md).
 * all-reduce: the reduction (sum by default; avg, max, min, prod where the dump says so: ATB's
   ``op_param.json`` ``allReduceType``, msprobe's recorded ``ReduceOp``) of every rank's input;
 * reduce-scatter: rank r's share is chunk r (dimension 0) of that reduction;
-* all-gather: every rank's is the concatenation (dimension 0) of every rank's input.
+* all-gather: every rank's is the concatenation (dimension 0) of every rank's input;
+* all-to-all: rank r's is the concatenation, in rank order, of the piece every rank's input sends
+  it: equal blocks of dimension 0 (torch's ``all_to_all_single`` without split sizes, ATB's
+  ``AllToAllOperation``), the rows msprobe records as ``input_split_sizes``, ATB
+  ``AllToAllVOperation``'s ``sendCounts`` / ``sdispls`` (elements of the flat input), or, with ATB's
+  ``transpose``, equal blocks of columns of a ``[m, n]`` input.
 
 A gathered comparison holds each of the collective's tensors on every rank (``Call.ranks``); ATB's
 ``rankSize``, smaller than the run, makes groups of that many consecutive ranks. The
@@ -15,7 +20,8 @@ distance: a collective that went wrong on one rank is named with that rank. ``tu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,16 +31,87 @@ from tui_acc.replay.call import Call, ProcessGroup, Replayed, ReplayImpossible
 __all__ = ["Kind", "Reduction", "across_ranks", "collective_kind", "kind_of", "reduction_named", "shares"]
 
 
+# how a rank's input is split among the ranks of an all-to-all: (start, count) in its flat input for
+# each destination rank, COLUMNS (ATB's transpose), or None (equal blocks of dimension 0)
+Sends = list[tuple[int, int]] | str | None
+COLUMNS = "columns"
+
+
+def sends_of(params: Mapping[str, Any], shape: Sequence[int]) -> Sends:
+    """A rank's all-to-all split from what its dump records: ATB ``AllToAllVOperation``'s
+    ``sendCounts`` and ``sdispls``, msprobe's ``input_split_sizes`` (rows of ``shape``), ATB's
+    ``transpose``; None where it records none (equal blocks).
+
+    Raises:
+        ValueError: a recorded split that is not a list of whole numbers.
+    """
+    counts, starts = params.get("sendCounts"), params.get("sdispls")
+    if counts is not None or starts is not None:
+        return list(zip(_whole_numbers(starts, "sdispls"), _whole_numbers(counts, "sendCounts"), strict=True))
+    rows = params.get("input_split_sizes")
+    if rows is not None:
+        row_size = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        sizes = _whole_numbers(rows, "input_split_sizes")
+        offsets = np.cumsum([0, *sizes])[:-1]
+        return [(int(start) * row_size, size * row_size) for start, size in zip(offsets, sizes, strict=True)]
+    return COLUMNS if params.get("transpose") is True else None
+
+
+def _whole_numbers(value: object, name: str) -> list[int]:
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+    ):
+        raise ValueError(f"{name} {str(value)[:80]} is not a list of whole numbers")
+    return list(value)
+
+
+def _exchanged(inputs: Sequence[np.ndarray], sends: Sequence[Sends] | None) -> list[np.ndarray]:
+    """Each rank's share of an all-to-all: what every rank's input sends it, in rank order."""
+    size = len(inputs)
+    pieces = []
+    for source, x in enumerate(inputs):
+        split = sends[source] if sends is not None else None
+        if isinstance(split, str):  # COLUMNS
+            if np.ndim(x) != 2 or np.shape(x)[1] % size:
+                raise ValueError(
+                    f"rank {source}'s input {list(np.shape(x))} has no {size} equal column blocks"
+                )
+            width = np.shape(x)[1] // size
+            blocks = [np.asarray(x)[:, r * width : (r + 1) * width] for r in range(size)]
+            pieces.append([np.asarray(b, dtype=np.float64).reshape(-1) for b in blocks])
+            continue
+        flat = np.asarray(x, dtype=np.float64).reshape(-1)
+        ranges: list[tuple[int, int]]
+        if split is None:
+            rows = np.shape(x)[0] if np.ndim(x) else 0
+            if not rows or rows % size:
+                raise ValueError(f"rank {source}'s input {list(np.shape(x))} has no {size} equal row blocks")
+            step = flat.size // size
+            ranges = [(r * step, step) for r in range(size)]
+        else:
+            ranges = split
+        if len(ranges) != size or any(a < 0 or a + c > flat.size for a, c in ranges):
+            raise ValueError(
+                f"rank {source}'s split {ranges} does not fit its {flat.size} elements and {size} ranks"
+            )
+        pieces.append([flat[a : a + c] for a, c in ranges])
+    return [np.concatenate([pieces[source][r] for source in range(size)]) for r in range(size)]
+
+
 def shares(
-    inputs: Sequence[np.ndarray], kind: Kind, reduction: Reduction
+    inputs: Sequence[np.ndarray], kind: Kind, reduction: Reduction, sends: Sequence[Sends] | None = None
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Each rank's share of what the inputs give, and the magnitude its rounding scales with
-    (``sum_r |x_r|``; avg: over N; prod: ``|prod_r x_r|``; copies: 0), flat float64.
+    (``sum_r |x_r|``; avg: over N; prod: ``|prod_r x_r|``; copies: 0), flat float64. ``sends``: an
+    all-to-all's split on each rank (``sends_of``).
 
     Raises:
         ValueError: inputs that cannot be reduced together (the message says how they differ).
     """
     size = len(inputs)
+    if kind == "all_to_all":
+        exchanged = _exchanged(inputs, sends)
+        return exchanged, [np.zeros_like(share) for share in exchanged]
     wide = [np.asarray(x, dtype=np.float64).reshape(-1) for x in inputs]
     if kind == "all_gather" or reduction == "gather":
         whole = np.concatenate(wide)
@@ -78,15 +155,21 @@ def across_ranks(call: Call) -> Replayed:
             "its result depends on every rank's input and this comparison reads one rank's (a "
             "sharded test is gathered against a one-device golden, or with --gather)"
         )
-    reduction: Reduction = "gather" if kind == "all_gather" else "sum"
+    copies = kind in ("all_gather", "all_to_all")
+    reduction: Reduction = "gather" if copies else "sum"
     recorded = _recorded_reduction(call)
-    if recorded is not None and kind != "all_gather":
+    if recorded is not None and not copies:
         reduction = recorded
     wanted: list[np.ndarray] = []
     magnitudes: list[np.ndarray] = []
     for group in _groups(call, len(inputs)):
         try:
-            group_shares, group_magnitudes = shares([inputs[r] for r in group], kind, reduction)
+            sends = (
+                [sends_of(call.rank_params[r], np.shape(inputs[r])) for r in group]
+                if kind == "all_to_all" and len(call.rank_params) == len(inputs)
+                else None
+            )
+            group_shares, group_magnitudes = shares([inputs[r] for r in group], kind, reduction, sends)
         except ValueError as exc:
             raise ReplayImpossible(str(exc)) from exc
         wanted += group_shares
@@ -152,7 +235,16 @@ def _groups(call: Call, ranks: int) -> list[range]:
 
 
 REFERENCES = {
-    **dict.fromkeys(("AllReduceOperation", "ReduceScatterOperation", "AllGatherOperation"), across_ranks),
+    **dict.fromkeys(
+        (
+            "AllReduceOperation",
+            "ReduceScatterOperation",
+            "AllGatherOperation",
+            "AllToAllOperation",
+            "AllToAllVOperation",
+        ),
+        across_ranks,
+    ),
     **{
         f"Distributed.{name}": across_ranks
         for name in (
@@ -162,6 +254,7 @@ REFERENCES = {
             "_reduce_scatter_base",
             "all_gather_into_tensor",
             "_all_gather_base",
+            "all_to_all_single",
         )
     },
 }

@@ -8,7 +8,7 @@ dump.json is decoded from where its name stands, not the whole file.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -124,6 +124,7 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
         after_by=after_by,
         outputs=every_output,
         ranks=_ranks_of(refs, node, node_type, policy, missing),
+        rank_params=_rank_params_of(refs, node, node_type, policy),
     )
     statistics_only = bool(refs) and not any(r.has_data for r in refs)
     return Gathered(call, output, first.slot if first is not None else None, missing, statistics_only)
@@ -153,6 +154,49 @@ def _ranks_of(
             missing.append(f"{slot} on one of its ranks: {exc}")
             return {}
     return found
+
+
+# all_to_all_single(output, input, output_split_sizes, input_split_sizes): its arguments by position
+_ALL_TO_ALL_ARGUMENTS = ("output", "input", "output_split_sizes", "input_split_sizes")
+
+
+def _rank_params_of(
+    refs: list[TensorRef], node: str, node_type: str, policy: LoadPolicy
+) -> tuple[dict[str, Any], ...]:
+    """A gathered all-to-all's recorded parameters on every rank (how each split its input): ATB's
+    op_param.json beside each rank's tensors, msprobe's arguments in each rank's dump.json by name;
+    empty for any other node."""
+    if collective.collective_kind(node_type, node) != "all_to_all":
+        return ()
+    ref = next((r for r in refs if r.parts and r.role == "input"), None)
+    if ref is None:
+        return ()
+    found: list[dict[str, Any]] = []
+    for part in ref.parts:
+        if part.parent.name in ("before", "after"):  # ATB
+            try:
+                raw = policy.read_json(part.parent.parent / _OP_PARAMS)
+            except (OSError, ValueError):
+                raw = {}
+            found.append(raw if isinstance(raw, dict) else {})
+            continue
+        dump_json = dump_json_of([replace(ref, location=str(part), parts=())])
+        record = record_of(dump_json, node, policy) if dump_json is not None else None
+        found.append(all_to_all_arguments(record) if record is not None else {})
+    return tuple(found)
+
+
+def all_to_all_arguments(record: dict[str, Any]) -> dict[str, Any]:
+    """An msprobe all-to-all record's non-tensor arguments by name: its keywords, and its positional
+    arguments by ``all_to_all_single``'s signature (its split sizes)."""
+    named: dict[str, Any] = {}
+    for position, arg in enumerate(record.get("input_args") or []):
+        if position < len(_ALL_TO_ALL_ARGUMENTS) and not _is_tensor(arg):
+            named[_ALL_TO_ALL_ARGUMENTS[position]] = scalar_of(arg)
+    for key, arg in (record.get("input_kwargs") or {}).items():
+        if not _is_tensor(arg):
+            named[str(key)] = scalar_of(arg)
+    return named
 
 
 # operators whose reference reads the dumped outputs itself: a rope's rotated query and key, both
