@@ -259,13 +259,13 @@ def _gathered(
         # call on each, so the calls are matched by what they are; ATB's names are places in the graph
         if alignable(first):
             aligned = align_ranks([first, *others])
-            gathered = gather(aligned.ranks, aligned.origins)
+            gathered = gather(aligned.ranks, aligned.origins, aligned.orders)
             return replace(gathered, notes=[*gathered.notes, *aligned.notes])
-        if first.format == "msprobe":  # L1: nothing tells which calls are one call
+        if first.format in ("msprobe", "msprobe-debug"):  # nothing tells which calls are one call
             said = (
                 f"{path}: its {len(first.ranks)} ranks did not all run the same calls and hold no "
-                "module records to match them by (level L1): rank 0 is compared alone; dump at level "
-                "mix to merge them"
+                "module records to match them by (level L1, debug saves, experts numbered per rank): "
+                "rank 0 is compared alone; dump at level mix to merge them"
             )
             return replace(first, notes=[*first.notes, said])
         if unasked:

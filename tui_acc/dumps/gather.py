@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tui_acc.dumps.dtypes import is_float
+from tui_acc.dumps.dtypes import is_complex, is_float
 from tui_acc.dumps.model import AUTO, CONCAT, SUM, DumpError, DumpIndex, NodeTree, Problem, TensorRef
 from tui_acc.dumps.sharding import collective_kind
 
@@ -35,10 +35,14 @@ from tui_acc.dumps.sharding import collective_kind
 PARTIAL_SUM_MARGIN = 4.0
 
 
-def gather(ranks: Sequence[DumpIndex], origins: Mapping[str, tuple[int, str]] | None = None) -> DumpIndex:
+def gather(
+    ranks: Sequence[DumpIndex],
+    origins: Mapping[str, tuple[int, str]] | None = None,
+    orders: Mapping[str, Sequence[str]] | None = None,
+) -> DumpIndex:
     """One index whose tensors refer to every rank's file. A node only some ranks ran (a routed
     expert, which only the rank that owns it holds) is that rank's, whole: its tree and its files.
-    ``origins``: the ranks' own calls, where rank_alignment.py renamed them."""
+    ``origins`` and ``orders``: the ranks' own calls and where they go (rank_alignment.py)."""
     first = ranks[0]
     problems = [p for index in ranks for p in index.problems]
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
@@ -76,9 +80,15 @@ def gather(ranks: Sequence[DumpIndex], origins: Mapping[str, tuple[int, str]] | 
         "they agree, else their sum where it is the golden's, else the rank farthest from it; what "
         "one rank ran alone, that rank's; --rank R compares one rank alone"
     )
+    tree = _union_tree(ranks)
+    for parent, order in (orders or {}).items():
+        if parent in tree.nodes:
+            children = tree.nodes[parent].children
+            placed = [name for name in order if name in tree.nodes]
+            children[:] = placed + [name for name in children if name not in set(placed)]
     return replace(
         first,
-        tree=_union_tree(ranks),
+        tree=tree,
         tokens=tokens,
         problems=problems,
         notes=[n for n in first.notes if "ranks" not in n] + [note],
@@ -227,7 +237,7 @@ def _replicated(parts: Sequence[np.ndarray], golden: np.ndarray | None) -> np.nd
     announced: a vocabulary-parallel embedding's masked lookup); else the rank farthest from the
     golden (a collective that gave one rank a wrong result). Without the golden, rank 0's."""
     first = parts[0]
-    float_kind = first.dtype.kind in "fc"
+    float_kind = is_float(first) or is_complex(first)  # bfloat16 too (numpy's kind is "V" for it)
 
     def same(part: np.ndarray) -> bool:
         return part.shape == first.shape and bool(np.array_equal(part, first, equal_nan=float_kind))

@@ -4,33 +4,39 @@ An expert-parallel rank runs the experts it owns and no other: its module record
 their global path (``model.layers.1.mlp.experts.3``), but msprobe numbers API calls per rank, so
 after the first expert loop one name is another call on each rank (``Functional.linear.50`` is an
 expert's projection on rank 0 and the router on rank 1). Here each rank's records are matched with
-rank 0's, parent by parent, at every token:
+rank 0's, parent by parent, at every token, by what dump.json records of them:
 
-* **anchors**: a module record, or a collective (``Distributed.*``: every rank calls the same
-  collectives in the same order), of the same name under the same parent on both ranks;
-* **between two anchors**, where neither rank ran a module, the same kinds of call in the same
-  order are the same calls (a tensor-parallel shard differs in its values, not in what it is);
-  where a rank ran a module only it holds (an expert), the calls both ranks recorded alike (the
-  same arguments, the same statistics in dump.json: replicated work such as the router's softmax)
-  are the same calls up to the first that differs, and the rest are that rank's own: its expert
-  loop, kept whole and placed after the lower ranks' own calls (experts in the order of their ids).
+* where both ranks ran calls of the same names under a parent, they are the same calls up to the
+  first whose record differs in form (its arguments, its tensors' dtypes and shapes): a
+  tensor-parallel shard differs in its values only; ``chosen == 2`` is not ``chosen == 0``;
+* elsewhere, **anchors** are a module record, or a collective (``Distributed.*``: every rank calls
+  the same collectives in the same order), of the same name on both; between two anchors, calls
+  are the same up to the first whose record differs in anything (replicated work, such as the
+  router's softmax, records the same numbers on every rank), and the calls after each rank's last
+  module or in-place sum are the same where both ranks made them alike in form (a scale applied to
+  each rank's partial sum); the rest are that rank's own (its expert loop).
 
-A rank's own call whose name another rank already uses gets the next free call counter of its API;
-``origins`` keeps the name its rank's dump.json knows it by. See docs/formats.md §6.4.
+Where any rank differs from rank 0 in a gap, every rank keeps only what all of them share there.
+Each rank's own calls are kept whole and placed in the gap by the lowest expert id among their
+modules (then by rank). An own call whose name another rank already uses gets the next free call
+counter of its API; ``origins`` keeps every own call's rank and the name its rank's dump.json knows
+it by. An own in-place sum (``index_add_`` into the rank's partial sum) is compared without that sum,
+which the golden's one loop over every expert never holds. See docs/formats.md §6.4.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from difflib import SequenceMatcher
+from pathlib import Path
 from typing import Any
 
 from tui_acc.dumps.model import DumpIndex, Node, NodeTree, TensorRef, logical_name
 from tui_acc.dumps.msprobe.passes import api_of, is_module
-from tui_acc.dumps.msprobe.records import dump_json_of, record_of
+from tui_acc.dumps.msprobe.records import dump_json_of
 
 # in-place sums whose first argument is the tensor added into (msprobe's API names)
 ACCUMULATING = frozenset(
@@ -42,125 +48,294 @@ ACCUMULATOR_NOTE = (
 )
 _API_COUNTER = re.compile(r"^(?P<head>.*\.)(?P<n>\d+)(?P<tail>\.(?:forward|backward))$")
 _MODULE_COUNTER = re.compile(r"^(?P<head>.*\.(?:forward|backward)\.)(?P<n>\d+)(?P<tail>)$")
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
+_STATISTICS = frozenset({"data_name", "Max", "Min", "Mean", "Norm", "md5", "requires_grad"})
 
 
 @dataclass(frozen=True)
 class Aligned:
-    """The ranks in one namespace: rank 0 as read, every other rank renamed; ``origins``: a renamed
-    call's rank and its name in that rank's dump.json."""
+    """The ranks in one namespace: rank 0 as read, every other rank renamed; ``origins``: each call
+    one rank ran alone, its rank and its name in that rank's dump.json; ``orders``: the children of a
+    parent where ranks ran calls of their own under it, in the order the gathered tree gives them."""
 
     ranks: list[DumpIndex]
     origins: dict[str, tuple[int, str]]
+    orders: dict[str, list[str]]
     notes: list[str]
 
 
 def alignable(index: DumpIndex) -> bool:
     """Whether a rank's records can be matched with another's: msprobe's, with module records (level
-    L0 or mix) to anchor them. At L1 nothing marks where an expert's calls begin: two ranks' loops of
-    the same length would be taken for the same calls."""
-    return index.format == "msprobe" and any(is_module(name) for name in index.tree.nodes)
+    L0 or mix) to anchor them. At L1 nothing marks where an expert's calls begin; experts numbered per
+    rank (Megatron's ``local_experts.{i}``) would be taken for the same expert on every rank."""
+    names = index.tree.nodes
+    return (
+        index.format == "msprobe"
+        and any(is_module(name) for name in names)
+        and not any(".local_experts." in name for name in names)
+    )
+
+
+_GapKey = tuple[int, str, str | None]
+
+
+@dataclass
+class _Gap:
+    """The calls of one parent between two anchors, on rank 0 and on each other rank."""
+
+    first: list[str]
+    others: dict[int, list[str]] = field(default_factory=dict)
+    prefix: dict[int, int] = field(default_factory=dict)  # calls matched from the start, per rank
+    tail: dict[int, int] = field(default_factory=dict)  # calls matched from the end, per rank
 
 
 def align_ranks(ranks: Sequence[DumpIndex]) -> Aligned:
     """Every rank's records named as rank 0's where they are the same call; see the module's doc."""
     first = ranks[0]
-    taken = set(first.tree.nodes)
-    counters = _Counters(taken)
-    origins: dict[str, tuple[int, str]] = {}
-    aligned = [first]
+    records = _Records()
+    names: dict[int, dict[str, str]] = {r: {} for r in range(1, len(ranks))}
+    # (token, parent, the anchor before it) -> its calls; (token, parent) -> its anchors and gaps in
+    # order (the tree's root holds every token's top calls: the token keeps them apart)
+    gaps: dict[_GapKey, _Gap] = {}
+    layouts: dict[tuple[int, str], list[tuple[str, str | None]]] = {}
     common = sorted(set.intersection(*(set(index.tokens) for index in ranks)))
     for rank, index in enumerate(ranks[1:], start=1):
-        names: dict[str, str] = {}
-        matcher = _Matcher(first, index)
         for token in common:
-            matcher.token = token
-            matcher.walk(first.tree.root, index.tree.root, names)
-        own = [node.name for node in index.tree.preorder() if node.name not in names]
-        for name in own:  # its own calls, and what no common token holds
-            names[name] = counters.free(name) if name in taken else name
-            taken.add(names[name])
-            origins[names[name]] = (rank, name)
-        aligned.append(_renamed(index, names, set(own), rank))
-    compared = {name for index in aligned[1:] for records in index.tokens.values() for name in records}
+            matcher = _Matcher(first, index, token, records)
+            matcher.walk(first.tree.root, index.tree.root, names[rank], rank, gaps, layouts)
+    own: dict[int, set[str]] = {r: set() for r in range(len(ranks))}
+    placed: dict[_GapKey, list[str]] = {}  # each gap's calls in the gathered order
+    lowest = _lowest_experts(gaps.values())
+    for key, gap in gaps.items():
+        start = min(gap.prefix.values())
+        lengths = [len(gap.first), *(len(theirs) for theirs in gap.others.values())]
+        tail = min(gap.tail.values())
+        if any(length - tail < start for length in lengths):  # the tail would overlap the prefix
+            tail = 0
+        stop = len(gap.first) - tail
+        runs = [(0, gap.first[start:stop])]
+        for rank, theirs in gap.others.items():
+            end = len(theirs) - tail
+            for mine, their in [
+                *zip(gap.first[:start], theirs[:start], strict=True),
+                *zip(gap.first[stop:], theirs[end:], strict=True),
+            ]:
+                names[rank][their] = mine
+            runs.append((rank, theirs[start:end]))
+        for rank, run in runs:
+            own[rank].update(_subtree(ranks[rank].tree, run))
+        placed[key] = [
+            *gap.first[:start],
+            *(f"\0{rank}\0{name}" for rank, name in _placed(runs, lowest)),
+            *gap.first[stop:],
+        ]
+    origins: dict[str, tuple[int, str]] = {name: (0, name) for name in own[0]}
+    taken = set(first.tree.nodes)
+    counters = _Counters(taken)
+    aligned = [_renamed(first, {n: n for n in first.tree.nodes}, own[0], 0)]
+    for rank, index in enumerate(ranks[1:], start=1):
+        mapped = names[rank]
+        for node in index.tree.preorder():
+            if node.name in mapped and node.name not in own[rank]:
+                continue
+            mapped[node.name] = counters.free(node.name) if node.name in taken else node.name
+            taken.add(mapped[node.name])
+            origins[mapped[node.name]] = (rank, node.name)
+        aligned.append(_renamed(index, mapped, own[rank], rank))
+    orders: dict[str, list[str]] = {}
+    for (token, parent), layout in sorted(layouts.items()):
+        if any(kind == "gap" for kind, _ in layout):
+            orders.setdefault(parent, []).extend(
+                _resolved(name, names)
+                for kind, item in layout
+                for name in (placed.get((token, parent, item), []) if kind == "gap" else [item])
+                if name is not None
+            )
+    compared = {name for index in aligned for records_ in index.tokens.values() for name in records_}
     alone = sum(1 for name in origins if name in compared)
-    said = [f"{alone} records that one rank ran alone (each rank its own experts) are taken whole from it"]
-    accumulating = any(api_of(name) in ACCUMULATING for _, name in origins.values())
-    return Aligned(
-        aligned, origins, [*said, *([ACCUMULATOR_NOTE] if accumulating else [])] if origins else []
-    )
+    notes = [f"{alone} records that one rank ran alone (each rank its own experts) are taken whole from it"]
+    if any(api_of(name) in ACCUMULATING for _, name in origins.values()):
+        notes.append(ACCUMULATOR_NOTE)
+    return Aligned(aligned, origins, orders, notes if origins else [])
+
+
+def _resolved(name: str, names: dict[int, dict[str, str]]) -> str:
+    """A gap's placeholder for another rank's own call (``\\0rank\\0name``) as its gathered name."""
+    if not name.startswith("\0"):
+        return name
+    _, rank, own = name.split("\0", 2)
+    return names[int(rank)].get(own, own) if int(rank) else own
+
+
+def _lowest_experts(gaps: Iterable[_Gap]) -> dict[int, int]:
+    """Each rank's lowest expert id, over every module of its own it ran anywhere: the order of the
+    ranks' expert loops (ownership does not change from token to token; a rank that ran no expert in
+    one layer still comes where its experts would)."""
+    lowest: dict[int, int] = {}
+    for gap in gaps:
+        for rank, calls in [(0, gap.first), *gap.others.items()]:
+            for name in calls:
+                found = _EXPERT.search(name)
+                if found is not None and is_module(name):
+                    lowest[rank] = min(lowest.get(rank, int(found.group(1))), int(found.group(1)))
+    return lowest
+
+
+def _placed(runs: list[tuple[int, list[str]]], lowest: dict[int, int]) -> list[tuple[int, str]]:
+    """Each rank's own calls of one gap, run by run, in the order of the ranks' lowest expert ids
+    (then by rank): rank 1 owning experts 0-3 comes before rank 0 owning 4-7."""
+    ordered = sorted(runs, key=lambda item: (lowest.get(item[0], float("inf")), item[0]))
+    return [(rank, name) for rank, run in ordered for name in run]
+
+
+def _subtree(tree: NodeTree, names: Iterable[str]) -> set[str]:
+    return {node.name for name in names for node in tree.preorder(name)}
+
+
+class _Records:
+    """Each dump.json's records reduced to what tells two calls apart, parsed once per file: their
+    form (arguments, tensors' dtypes and shapes) and their values (the statistics too)."""
+
+    def __init__(self) -> None:
+        self._files: dict[Path, dict[str, tuple[int, int]]] = {}
+
+    def of(self, index: DumpIndex, token: int, name: str) -> tuple[int, int] | None:
+        dump_json = dump_json_of(index.tensors(token, name))
+        if dump_json is None:
+            return None
+        if dump_json not in self._files:
+            self._files[dump_json] = self._read(index, dump_json)
+        return self._files[dump_json].get(name)
+
+    @staticmethod
+    def _read(index: DumpIndex, dump_json: Path) -> dict[str, tuple[int, int]]:
+        try:
+            data = index.load_policy.read_json(dump_json)
+        except (OSError, ValueError, RecursionError):
+            return {}
+        entries = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(entries, dict):
+            return {}
+        return {
+            str(name): (
+                hash(_text(_stripped(entry, _STATISTICS))),
+                hash(_text(_stripped(entry, {"data_name"}))),
+            )
+            for name, entry in entries.items()
+        }
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _stripped(value: Any, keys: frozenset[str] | set[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _stripped(v, keys) for k, v in value.items() if k not in keys}
+    if isinstance(value, list):
+        return [_stripped(v, keys) for v in value]
+    return value
 
 
 class _Matcher:
-    """Rank ``other``'s children matched with ``first``'s, parent by parent, at one token."""
+    """Rank ``other``'s records matched with ``first``'s, parent by parent, at one token."""
 
-    def __init__(self, first: DumpIndex, other: DumpIndex) -> None:
-        self.first, self.other = first, other
-        self.token = 0
+    def __init__(self, first: DumpIndex, other: DumpIndex, token: int, records: _Records) -> None:
+        self.first, self.other, self.token, self.records = first, other, token, records
 
-    def walk(self, mine: str, theirs: str, names: dict[str, str]) -> None:
+    def walk(
+        self,
+        mine: str,
+        theirs: str,
+        names: dict[str, str],
+        rank: int,
+        gaps: dict[_GapKey, _Gap],
+        layouts: dict[tuple[int, str], list[tuple[str, str | None]]],
+    ) -> None:
         names[theirs] = mine
         at_root = mine == self.first.tree.root
-        records = (self.first.tokens[self.token], self.other.tokens[self.token])
+        held = (self.first.tokens[self.token], self.other.tokens[self.token])
         # the root's children are every token's top calls: this token's only
-        left = [c for c in self.first.tree.children(mine) if not at_root or c in records[0]]
-        right = [c for c in self.other.tree.children(theirs) if not at_root or c in records[1]]
-        for a, b in self._pairs(left, right):
-            self.walk(a, b, names)
-
-    def _pairs(self, left: list[str], right: list[str]) -> list[tuple[str, str]]:
+        left = [c for c in self.first.tree.children(mine) if not at_root or c in held[0]]
+        right = [c for c in self.other.tree.children(theirs) if not at_root or c in held[1]]
         marked = ([n for n in left if _is_anchor(n)], [n for n in right if _is_anchor(n)])
         anchors = [
             (marked[0][block.a + i], marked[1][block.b + i])
             for block in SequenceMatcher(None, *marked, autojunk=False).get_matching_blocks()
             for i in range(block.size)
         ]
-        pairs = list(anchors)
-        starts = (0, 0)
+        layout: list[tuple[str, str | None]] = []
+        starts, after = (0, 0), None
         for end in [*anchors, (None, None)]:
             stop_left = left.index(end[0]) if end[0] is not None else len(left)
             stop_right = right.index(end[1]) if end[1] is not None else len(right)
-            pairs += self._segment(left[starts[0] : stop_left], right[starts[1] : stop_right])
-            starts = (stop_left + 1, stop_right + 1)
-        return pairs
+            gap_left, gap_right = left[starts[0] : stop_left], right[starts[1] : stop_right]
+            if gap_left or gap_right:
+                gap = gaps.setdefault((self.token, mine, after), _Gap(gap_left))
+                if gap.first != gap_left:  # another rank's anchors cut this gap elsewhere: nothing shared
+                    gap.prefix[rank] = gap.tail[rank] = 0
+                else:
+                    # the same names: a shard differs in values only; else the same values
+                    gap.prefix[rank] = self._prefix(gap_left, gap_right, form=gap_left == gap_right)
+                    gap.tail[rank] = self._tail(gap_left, gap_right)
+                gap.others[rank] = gap_right
+                layout.append(("gap", after))
+            if end[0] is not None:
+                layout.append(("anchor", end[0]))
+            starts, after = (stop_left + 1, stop_right + 1), end[0]
+        layouts.setdefault((self.token, mine), layout)
+        for a, b in anchors:
+            self.walk(a, b, names, rank, gaps, layouts)
 
-    def _segment(self, left: list[str], right: list[str]) -> list[tuple[str, str]]:
-        """The same calls of two runs of calls between anchors (see the module's doc)."""
-        if not any(is_module(n) for n in (*left, *right)) and [_kind(n) for n in left] == [
-            _kind(n) for n in right
-        ]:
-            return list(zip(left, right, strict=True))
-        same = []
+    def _prefix(self, left: list[str], right: list[str], form: bool) -> int:
+        """Calls matched from the start: the same record in form (``form``: calls of the same names)
+        or in everything; never a module (a module in a gap is one rank's own)."""
+        same = 0
         for a, b in zip(left, right, strict=False):
-            if _kind(a) != _kind(b) or self._recorded(self.first, a) != self._recorded(self.other, b):
+            if is_module(a) or is_module(b) or not self._alike(a, b, form=form):
                 break
-            same.append((a, b))
+            same += 1
         return same
 
-    def _recorded(self, index: DumpIndex, name: str) -> str | None:
-        """The call's record as dump.json holds it, its files' names aside: its arguments, and each
-        tensor's dtype, shape and statistics (None: no record found, which matches nothing)."""
-        refs = index.tensors(self.token, name)
-        dump_json = dump_json_of(refs)
-        record = record_of(dump_json, name, index.load_policy) if dump_json is not None else None
-        return json.dumps(_without_files(record), sort_keys=True) if record is not None else None
+    def _tail(self, left: list[str], right: list[str]) -> int:
+        """Calls matched from the end: those after each side's last module or in-place sum, where both
+        made them alike in form (work on each rank's partial sum); none where they differ at all."""
+        ends = [_after_last_loop(left), _after_last_loop(right)]
+        if ends[0] is None or ends[1] is None:
+            return 0
+        after = (left[ends[0] :], right[ends[1] :])
+        if len(after[0]) != len(after[1]):
+            return 0
+        if all(self._alike(a, b, form=True) for a, b in zip(*after, strict=True)):
+            return len(after[0])
+        return 0
+
+    def _alike(self, a: str, b: str, form: bool) -> bool:
+        """Whether two calls were recorded alike: the same kind, and dump.json's records the same in
+        form (``form``) or in everything; a call without a record is alike to none."""
+        if _kind(a) != _kind(b):
+            return False
+        ours = self.records.of(self.first, self.token, a)
+        theirs = self.records.of(self.other, self.token, b)
+        if ours is None or theirs is None:
+            return False
+        return ours[0] == theirs[0] if form else ours[1] == theirs[1]
+
+
+def _after_last_loop(calls: list[str]) -> int | None:
+    """Where the calls after the last module or in-place sum start; None where there is none."""
+    last = [i for i, name in enumerate(calls) if is_module(name) or api_of(name) in ACCUMULATING]
+    return last[-1] + 1 if last else None
 
 
 def _compared(name: str, refs: list[TensorRef], own: set[str]) -> list[TensorRef]:
     """A rank's own in-place sum (``out.index_add_(0, rows, expert(x))``) without the tensor it adds
     into and its result: both hold this rank's partial sum, which the golden's one loop over every
-    expert never holds (its sum so far includes the lower ranks' experts). What it adds is still
+    expert never holds (its sum so far includes the other ranks' experts). What it adds is still
     compared, and the sum of the ranks' partial sums where a collective takes them."""
     if name in own and api_of(name) in ACCUMULATING:
         return [ref for ref in refs if ref.slot != "input.0" and ref.role != "output"]
     return refs
-
-
-def _without_files(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_files(v) for k, v in value.items() if k != "data_name"}
-    if isinstance(value, list):
-        return [_without_files(v) for v in value]
-    return value
 
 
 def _is_anchor(name: str) -> bool:

@@ -90,7 +90,9 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
             positional.setdefault(int(name), ordered)
         else:
             keyword.setdefault(name, ordered)
-    _add_recorded_arguments(refs, node, policy, positional, keyword)
+    # a gathered rank's own call: its record is under the name its rank's dump.json gives it
+    record = index.origins.get(node, (0, node))[1]
+    _add_recorded_arguments(refs, record, policy, positional, keyword)
     _add_atb_params(refs, policy, keyword)
     _add_msit_weights(index, node, policy, params)
     outputs = [r for r in refs if r.role == "output" and r.has_data]
@@ -292,7 +294,8 @@ def recorded_arguments(index: DumpIndex, token: int, node: str) -> dict[str, Any
     refs = index.tensors(token, node)
     positional: dict[int, Any] = {}
     keyword: dict[str, Any] = {}
-    _add_recorded_arguments(refs, node, index.load_policy, positional, keyword)
+    record = index.origins.get(node, (0, node))[1]  # a gathered rank's own call: its rank's name
+    _add_recorded_arguments(refs, record, index.load_policy, positional, keyword)
     _add_atb_params(refs, index.load_policy, keyword)
     found = {f"argument {i}": value for i, value in positional.items() if value is not None}
     found.update({key: value for key, value in keyword.items() if value is not None})
