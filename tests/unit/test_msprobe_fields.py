@@ -291,3 +291,23 @@ def test_an_eager_dump_json_copied_alone_stays_eager(model_case, tmp_path):
     index = open_dump(tmp_path)
     assert sorted(index.tokens) == [0, 1, 2, 3]  # eager L1: its forward passes, not one step-token
     assert [p.path for p in index.problems] == [str(rank / "construct.json")]
+
+
+def test_debug_saves_of_ranks_that_saved_different_things_are_not_merged(model_case, tmp_path):
+    """Two ranks of level-debug saves (the real dump's, copied), rank 1 without one save: names are
+    per rank save counters, nothing tells which saves are one, so even --gather compares rank 0
+    alone and says why."""
+    source = model_case("llama-msprobe-debug")
+    for step in sorted((source / "test").glob("step*")):
+        (found,) = step.iterdir()
+        for rank in (0, 1):
+            shutil.copytree(found, tmp_path / "test" / step.name / f"rank{rank}")
+        saves = tmp_path / "test" / step.name / "rank1" / "debug.json"
+        debug = json.loads(saves.read_text(encoding="utf-8"))
+        debug["data"] = {k: v for k, v in debug["data"].items() if not k.startswith("mlp1.")}
+        saves.write_text(json.dumps(debug), encoding="utf-8")
+    comparison = open_comparison(
+        source / "golden", tmp_path / "test", CompareOptions(cache=False, gather=True)
+    )
+    assert comparison.test.format == "msprobe-debug" and comparison.test.rank == 0
+    assert any("did not all run the same calls" in note for note in comparison.test.notes)

@@ -25,7 +25,8 @@ def selection_for(comparison: Comparison, side: str, token: int, golden_node: st
     if golden_node is not None:
         pair = next((n for n in comparison.pairing.node_pairs(token) if n.golden == golden_node), None)
         name = golden_node if side == "golden" or pair is None else pair.test
-        nodes.append(name)
+        # a gathered rank's own call (an expert it owns): the name its rank's records give it
+        nodes.append(index.origins.get(name, (0, name))[1])
         logits = comparison.pairing.logits_pair(token)
         if logits is not None and not atb:
             holder = logits.golden_node if side == "golden" else logits.test_node
