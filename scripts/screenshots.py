@@ -176,6 +176,10 @@ def ranks_screenshot(out: Path) -> None:
         demo = make_ranks_demo(Path(tmp) / "tui-acc-demo-ranks", world=2, seed=0)
         os.chdir(demo.out)
         asyncio.run(shoot_ranks(out, demo.dump.relative_to(demo.out)))
+        # the same run gathered against its one-device golden: f f at the faulty all-reduce's layer, d:
+        # the detail panel saying which rank's copy of its output is off
+        gathered = open_comparison("golden", "test", CompareOptions(cache=False))
+        asyncio.run(_shoot_after(out / "operators-gathered.svg", gathered, ("f",), ("f",), ("d",)))
 
 
 async def shoot_single(out: Path, test: Path) -> None:
