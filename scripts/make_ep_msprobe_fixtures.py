@@ -1,5 +1,6 @@
 """Real msprobe dumps of an expert-parallel MoE model against its one-device golden:
-``tests/data/tp/moe-ep2-msprobe.tar.xz``.
+``tests/data/tp/moe-ep2-msprobe.tar.xz`` (the default) and, with ``--world 4 --allreduce-outside``,
+``tests/data/tp/moe-ep4-msprobe.tar.xz``.
 
 A tiny MoE model of Llama's shape in plain torch modules (2 layers, hidden 32, 4 heads and 2 kv
 heads, attention as scripts/make_tp_msprobe_fixtures.py's but unsharded, random seeded weights, a KV
@@ -20,6 +21,14 @@ outputs weighted and added into a zero tensor (``index_add_``):
   a wrong weight (scaled by 1.05; swapped in without an API call, so msprobe's records of that
   expert's ``Functional.linear`` and of its module hold the wrong output).
 
+``--world 4``: 4 processes, rank r holding expert r alone (at a decoded token, whose 2 experts run on
+2 ranks, the other 2 ranks run no expert in that layer: their partial sum stays zero); the fault is
+expert 3 on rank 3 (layer 1, token 2, down_proj x1.05). ``--allreduce-outside``: the MoE block
+returns its rank's partial sum and the decoder layer all-reduces it after the block returns (msprobe
+records the all-reduce under the decoder layer, the block's output is the rank's partial sum). The
+archive is ``moe-ep{world}-msprobe`` for the two layouts committed (2 ranks, all-reduce inside; 4
+ranks, all-reduce outside), ``moe-ep{world}-allreduce-{inside|outside}-msprobe`` for any other.
+
 Rank 0 picks each next token and broadcasts it, as the TP fixture does. Every side is dumped by
 mindstudio-probe's ``PrecisionDebugger`` (task tensor, level mix), one step for the whole generation.
 The script reads the dump back and refuses an archive whose faulty expert's record does not show the
@@ -28,6 +37,7 @@ fault (``check_fault``).
 Run in the tools venv::
 
     ~/tools-venv/bin/python scripts/make_ep_msprobe_fixtures.py
+    ~/tools-venv/bin/python scripts/make_ep_msprobe_fixtures.py --world 4 --allreduce-outside
 """
 
 from __future__ import annotations
@@ -53,9 +63,9 @@ from make_tp_msprobe_fixtures import (  # noqa: E402
 )
 
 OUT = REPO / "tests" / "data" / "tp"
-NAME = "moe-ep2-msprobe"
-LEVEL = "mix"  # modules and API calls: the all-reduce is recorded under the MoE block
-WORLD = 2
+LEVEL = "mix"  # modules and API calls: the all-reduce is recorded under the module that calls it
+WORLD = 2  # the default; --world
+WORLDS = (2, 4)  # EXPERTS split evenly
 NEW_TOKENS = 4
 VOCAB, HIDDEN, INTER, LAYERS, HEADS, KV_HEADS = 256, 32, 32, 2, 4, 2
 EXPERTS, TOP_K = 4, 2
@@ -70,6 +80,24 @@ SCALE = 1.05
 ROUTER_SCALE = 1.2
 
 STATE: dict[str, Any] = {"token": -1, "calls": {}, "fault": None, "routes": []}
+
+
+def archive_name(world: int, outside: bool) -> str:
+    """The archive's name: the two committed layouts by their world, any other by where it all-reduces."""
+    if (world, outside) in ((WORLD, False), (4, True)):
+        return f"moe-ep{world}-msprobe"
+    return f"moe-ep{world}-allreduce-{'outside' if outside else 'inside'}-msprobe"
+
+
+def experts_of(rank: int, world: int) -> list[int]:
+    """The global ids of the experts rank ``rank`` of ``world`` holds."""
+    per_rank = EXPERTS // world
+    return list(range(rank * per_rank, (rank + 1) * per_rank))
+
+
+def fault_of(world: int) -> dict[str, Any]:
+    """FAULT with its rank: the one holding the faulty expert."""
+    return {**FAULT, "rank": FAULT["expert"] // (EXPERTS // world)}
 
 
 def full_weights() -> dict[str, Any]:
@@ -100,15 +128,15 @@ def full_weights() -> dict[str, Any]:
     return weights
 
 
-def build_model(rank: int, world: int, dtype: Any, faulty: bool = False) -> Any:
-    """The model as rank ``rank`` of ``world`` holds it (``world`` 1: the whole model, every expert)."""
+def build_model(rank: int, world: int, dtype: Any, faulty: bool = False, outside: bool = False) -> Any:
+    """The model as rank ``rank`` of ``world`` holds it (``world`` 1: the whole model, every expert);
+    ``outside``: the decoder layer all-reduces the MoE block's partial sum, not the block."""
     import torch
     import torch.distributed as dist
     from torch import nn
 
     full = full_weights()
-    per_rank = EXPERTS // world
-    owned = range(rank * per_rank, (rank + 1) * per_rank)
+    owned = experts_of(rank, world)
 
     class Linear(nn.Module):
         """``F.linear`` without bias; ``wrong`` (the faulty expert's down_proj) a second weight that
@@ -217,9 +245,9 @@ def build_model(rank: int, world: int, dtype: Any, faulty: bool = False) -> Any:
                 if where.numel() == 0:
                     continue
                 out.index_add_(0, where, expert(flat[where]) * weights[where, slot, None])
-            if world > 1:
+            if world > 1 and not outside:
                 dist.all_reduce(out)
-            return out.reshape(batch, tokens, hidden)
+            return out.reshape(batch, tokens, hidden)  # outside: this rank's partial sum
 
     class MoeDecoderLayer(nn.Module):
         def __init__(self, layer: int) -> None:
@@ -232,6 +260,10 @@ def build_model(rank: int, world: int, dtype: Any, faulty: bool = False) -> Any:
 
         def forward(self, x: Any, cos: Any, sin: Any) -> Any:
             x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+            if world > 1 and outside:
+                moe = self.mlp(self.post_attention_layernorm(x))
+                dist.all_reduce(moe)  # the ranks' partial sums, after the block returned
+                return x + moe
             return x + self.mlp(self.post_attention_layernorm(x))
 
     class MoeModel(nn.Module):
@@ -302,15 +334,15 @@ def golden_main(out: str, record: str) -> None:
     )
 
 
-def rank_main(rank: int, world: int, case: str, out: str, port: int, record: str) -> None:
+def rank_main(rank: int, world: int, case: str, out: str, port: int, record: str, outside: bool) -> None:
     import torch
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_grad_enabled(False)
-    faulty = case == FAULT["case"] and rank == FAULT["rank"]
-    model = build_model(rank, world, getattr(torch, TEST_DTYPE), faulty)
+    faulty = case == FAULT["case"] and rank == fault_of(world)["rank"]
+    model = build_model(rank, world, getattr(torch, TEST_DTYPE), faulty, outside)
     generated = _dump(model, Path(out), f"{case}_rank{rank}", world)
     if rank == 0:
         Path(out).parent.joinpath(f"{case}_rank0_config.json").rename(
@@ -332,16 +364,16 @@ def rank_main(rank: int, world: int, case: str, out: str, port: int, record: str
     dist.destroy_process_group()
 
 
-def run_test(case: str, out: Path, work: Path) -> dict[str, Any]:
+def run_test(case: str, out: Path, work: Path, world: int, outside: bool) -> dict[str, Any]:
     import torch.multiprocessing as mp
 
     out.mkdir(parents=True)
     record = work / f"{case}_run.json"
-    mp.spawn(rank_main, args=(WORLD, case, str(out), _free_port(), str(record)), nprocs=WORLD)
-    runs = [json.loads(Path(f"{record}.{r}").read_text(encoding="utf-8")) for r in range(WORLD)]
+    mp.spawn(rank_main, args=(world, case, str(out), _free_port(), str(record), outside), nprocs=world)
+    runs = [json.loads(Path(f"{record}.{r}").read_text(encoding="utf-8")) for r in range(world)]
     if len({tuple(r["generated"]) for r in runs}) != 1:
         raise SystemExit(f"{case}: the ranks generated different tokens {[r['generated'] for r in runs]}")
-    if runs[0]["routes"] != runs[1]["routes"]:
+    if any(run["routes"] != runs[0]["routes"] for run in runs):
         raise SystemExit(f"{case}: the ranks routed tokens differently")
     calls: dict[str, int] = {}
     for run in runs:
@@ -349,7 +381,7 @@ def run_test(case: str, out: Path, work: Path) -> dict[str, Any]:
     return {
         "generated": runs[0]["generated"],
         "calls": calls,
-        "fault": runs[FAULT["rank"]]["fault"],
+        "fault": runs[fault_of(world)["rank"]]["fault"],
         "routes": runs[0]["routes"],
     }
 
@@ -366,13 +398,13 @@ def _module_record(out: Path, rank: int, call: int) -> tuple[str, dict[str, Any]
     return name, data[name], dump_json.parent / "dump_tensor_data"
 
 
-def check_fault(case_dir: Path, call: int) -> dict[str, Any]:
+def check_fault(case_dir: Path, call: int, rank: int) -> dict[str, Any]:
     """msprobe's record of the faulty expert's call, on the faulty rank: its input the clean run's, its
     output far from the clean run's (the wrong down_proj weight)."""
     import torch
 
     def tensors(case: str) -> tuple[str, Any, Any]:
-        name, entry, folder = _module_record(case_dir / case, FAULT["rank"], call)
+        name, entry, folder = _module_record(case_dir / case, rank, call)
         return (
             name,
             torch.load(folder / entry["input_args"][0]["data_name"]),
@@ -394,16 +426,32 @@ def check_fault(case_dir: Path, call: int) -> dict[str, Any]:
     }
 
 
-def make_archive(work: Path) -> Path:
+def idle_ranks(routes: list[Any], world: int) -> dict[str, dict[str, list[int]]]:
+    """token -> layer -> the ranks that ran no expert there (their partial sum all zeros), from the
+    routes (one entry per MoE block call: a forward pass's layers in turn, each position's top k)."""
+    idle: dict[str, dict[str, list[int]]] = {}
+    for index, chosen in enumerate(routes):
+        token, layer = divmod(index, LAYERS)
+        ran = {expert for position in chosen for expert in position}
+        ranks = [r for r in range(world) if not ran & set(experts_of(r, world))]
+        if ranks:
+            idle.setdefault(str(token), {})[str(layer)] = ranks
+    return idle
+
+
+def make_archive(work: Path, world: int = WORLD, outside: bool = False, out: Path = OUT) -> Path:
     import subprocess
 
-    case_dir = work / NAME
+    name, fault_spec = archive_name(world, outside), fault_of(world)
+    layout = [] if (world, outside) == (WORLD, False) else ["--world", str(world)]
+    layout += ["--allreduce-outside"] if outside else []
+    case_dir = work / name
     case_dir.mkdir()
     command = [sys.executable, __file__, "--golden", str(case_dir / "golden"), str(work / "golden_run.json")]
     subprocess.run(command, check=True, cwd=work, stdout=subprocess.DEVNULL)
     runs = {"golden": json.loads((work / "golden_run.json").read_text(encoding="utf-8"))}
     for case in CASES:
-        command = [sys.executable, __file__, "--test", case, str(case_dir / case), str(work)]
+        command = [sys.executable, __file__, *layout, "--test", case, str(case_dir / case), str(work)]
         subprocess.run(command, check=True, cwd=work, stdout=subprocess.DEVNULL)
         runs[case] = json.loads((work / f"{case}_run.json").read_text(encoding="utf-8"))
     for case in CASES:
@@ -414,45 +462,65 @@ def make_archive(work: Path) -> Path:
         raise SystemExit(
             f"expert {FAULT['expert']} in layer {FAULT['layer']} ran no token at token {FAULT['token']}"
         )
-    seen = check_fault(case_dir, fault["call"])
+    seen = check_fault(case_dir, fault["call"], fault_spec["rank"])
+    idle = idle_ranks(runs["golden"]["routes"], world)
+    if world == 4 and not idle:
+        raise SystemExit("no token where some rank runs no expert in a layer")
     _relativise(case_dir)
     _relativise_stdlib(case_dir)
     module = f"model.layers.{FAULT['layer']}.mlp.experts.{FAULT['expert']}"
-    description = {
-        "case": NAME,
+    if world == WORLD:
+        holds = "rank r holds experts 2r and 2r+1 (named by their global id), adds their weighted outputs"
+    else:
+        holds = "rank r holds expert r alone (named by its global id), adds its weighted output"
+    if outside:
+        where = (
+            "returns it, and the decoder layer's forward sums it with torch.distributed.all_reduce "
+            "after the MoE block returned"
+        )
+    else:
+        where = "torch.distributed.all_reduce sums it inside the MoE block's forward"
+    config: dict[str, Any] = {
+        "vocab": VOCAB,
+        "hidden": HIDDEN,
+        "intermediate": INTER,
+        "layers": LAYERS,
+        "heads": HEADS,
+        "kv_heads": KV_HEADS,
+        "experts": EXPERTS,
+        "top_k": TOP_K,
+        "world": world,
+        "experts_of_rank": {str(r): experts_of(r, world) for r in range(world)},
+        "weights_std": STD,
+        "router_scale": ROUTER_SCALE,
+        "seed": SEED,
+    }
+    if layout:  # the 2-rank archive, made before these were recorded, stays as it was
+        config["allreduce"] = (
+            {"where": "outside", "module": "model.layers.{i}", "class": "MoeDecoderLayer"}
+            if outside
+            else {"where": "inside", "module": "model.layers.{i}.mlp", "class": "SparseMoeBlock"}
+        )
+    description: dict[str, Any] = {
+        "case": name,
         "golden": "a MoE model of Llama's shape in plain torch modules, float32, one process, every "
         "expert on it (msprobe writes proc{PID})",
-        "test": f"the same weights expert-parallel on {WORLD} processes (gloo, CPU), {TEST_DTYPE}: "
-        "attention, norms, router, embedding and lm_head replicated; rank r holds experts 2r and 2r+1 "
-        "(named by their global id), adds their weighted outputs into a zero tensor and "
-        "torch.distributed.all_reduce sums it inside the MoE block's forward",
+        "test": f"the same weights expert-parallel on {world} processes (gloo, CPU), {TEST_DTYPE}: "
+        f"attention, norms, router, embedding and lm_head replicated; {holds} into a zero tensor and "
+        f"{where}",
         "cases": {
             "clean": "the expert-parallel run as it should be",
-            "expert": f"expert {FAULT['expert']} on rank {FAULT['rank']} in layer {FAULT['layer']} at token "
-            f"{FAULT['token']} computes its {FAULT['projection']} with the weight scaled by {SCALE}",
+            "expert": f"expert {FAULT['expert']} on rank {fault_spec['rank']} in layer {FAULT['layer']} at "
+            f"token {FAULT['token']} computes its {FAULT['projection']} with the weight scaled by {SCALE}",
         },
-        "config": {
-            "vocab": VOCAB,
-            "hidden": HIDDEN,
-            "intermediate": INTER,
-            "layers": LAYERS,
-            "heads": HEADS,
-            "kv_heads": KV_HEADS,
-            "experts": EXPERTS,
-            "top_k": TOP_K,
-            "world": WORLD,
-            "experts_of_rank": {str(r): [r * 2, r * 2 + 1] for r in range(WORLD)},
-            "weights_std": STD,
-            "router_scale": ROUTER_SCALE,
-            "seed": SEED,
-        },
+        "config": config,
         "msprobe": {"task": "tensor", "level": LEVEL},
         "golden_dtype": "float32",
         "test_dtype": TEST_DTYPE,
         "prompt": PROMPT,
         "new_tokens": NEW_TOKENS,
         "fault": {
-            **FAULT,
+            **fault_spec,
             "scale": SCALE,
             "module": module,
             "call": fault["call"],
@@ -463,11 +531,17 @@ def make_archive(work: Path) -> Path:
         },
         "expert_calls": runs["golden"]["calls"],
         "routes": "every side routed every token to the same experts, in the same order (topk indices)",
-        "generated": {side: run["generated"] for side, run in runs.items()},
-        "tools": _versions(),
     }
+    if layout:
+        description["idle_ranks"] = {
+            "what": "token -> layer -> the ranks that ran no expert there (from the routes; their "
+            "partial sum stays zeros)",
+            "by_token": idle,
+        }
+    description["generated"] = {side: run["generated"] for side, run in runs.items()}
+    description["tools"] = _versions()
     (case_dir / "case.json").write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
-    archive = OUT / f"{NAME}.tar.xz"
+    archive = out / f"{name}.tar.xz"
     _pack(case_dir, archive)
     return archive
 
@@ -475,6 +549,21 @@ def make_archive(work: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--world",
+        type=int,
+        choices=WORLDS,
+        default=WORLD,
+        help=f"ranks of the test run, {EXPERTS} experts split evenly (default {WORLD})",
+    )
+    parser.add_argument(
+        "--allreduce-outside",
+        action="store_true",
+        help="all-reduce the MoE partial sums in the decoder layer after the block returns",
+    )
+    parser.add_argument(
+        "--out", metavar="DIR", type=Path, default=OUT, help="where the archive goes (tests/data/tp)"
     )
     parser.add_argument("--golden", nargs=2, metavar=("OUT", "RECORD"), help=argparse.SUPPRESS)
     parser.add_argument("--test", nargs=3, metavar=("CASE", "OUT", "WORK"), help=argparse.SUPPRESS)
@@ -485,17 +574,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.test:
         case, out, work = args.test
-        run = run_test(case, Path(out), Path(work))
+        run = run_test(case, Path(out), Path(work), args.world, args.allreduce_outside)
         Path(work, f"{case}_run.json").write_text(json.dumps(run), encoding="utf-8")
         return 0
     os.environ.setdefault("PYTHONHASHSEED", "0")
+    name = archive_name(args.world, args.allreduce_outside)
     with tempfile.TemporaryDirectory(prefix="tui-acc-ep-") as work:
-        archive = make_archive(Path(work))
+        archive = make_archive(Path(work), args.world, args.allreduce_outside, args.out.resolve())
         if args.keep:
             import shutil
 
-            shutil.copytree(Path(work) / NAME, Path(args.keep) / NAME, dirs_exist_ok=True)
-        print(f"{archive.relative_to(REPO)}: {archive.stat().st_size:,} bytes")
+            shutil.copytree(Path(work) / name, Path(args.keep) / name, dirs_exist_ok=True)
+        shown = archive.relative_to(REPO) if archive.is_relative_to(REPO) else archive
+        print(f"{shown}: {archive.stat().st_size:,} bytes")
     return 0
 
 

@@ -8,6 +8,12 @@ expert, on one process in float32. In ``expert/`` expert 3 (rank 1) in layer 1 a
 its down_proj with a wrong weight. One name is another call on each rank (msprobe numbers API calls
 per rank): the ranks are merged by what their calls are (dumps/rank_alignment.py).
 
+A second archive (``moe-ep4-msprobe``) is the same model on 4 ranks, rank r holding expert r alone
+(at a decoded token 2 of the 4 ranks run no expert in a layer: their partial sum stays zeros), and
+the all-reduce of the partial sums in the decoder layer after the MoE block returned (the block's
+output is the rank's partial sum); in its ``expert/`` expert 3 (rank 3) in layer 1 at token 2 computed
+its down_proj with a wrong weight.
+
 Where the fault lies is the generator's record (case.json: token, rank, layer, expert, msprobe's
 module record) and msprobe's own dump, not tui-acc's reading of them."""
 
@@ -27,11 +33,17 @@ from tui_acc.dumps.tensors import load_tensor
 from tui_acc.reports.pair import build_report
 
 NAME = "moe-ep2-msprobe"
+NAME4 = "moe-ep4-msprobe"  # 4 ranks, one expert each, the all-reduce outside the MoE block
 
 
 @pytest.fixture(scope="module")
 def ep(tp_case) -> Path:
     return tp_case(NAME)
+
+
+@pytest.fixture(scope="module")
+def ep4(tp_case) -> Path:
+    return tp_case(NAME4)
 
 
 def _records(folder: Path) -> dict:
@@ -157,3 +169,76 @@ def test_ranks_without_module_records_are_not_merged(ep, tmp_path: Path) -> None
         comparison = open_comparison(ep / "golden", test, CompareOptions(cache=False, gather=gather))
         assert comparison.test.rank == 0 and not comparison.test.origins
         assert any("level mix to merge them" in note for note in comparison.test.notes)
+
+
+def _module_calls(folder: Path, forward: str) -> int:
+    """How many calls msprobe recorded in this rank's construct.json as ``{forward}.{n}``."""
+    prefix = f"{forward}."
+    return sum(1 for name in _construct(folder) if name.startswith(prefix) and name[len(prefix) :].isdigit())
+
+
+def test_four_ranks_record_one_expert_each_and_the_all_reduce_in_the_decoder_layer(ep4) -> None:
+    """msprobe's records on the 4 ranks: rank r's experts are case.json's (expert r), the all-reduce of
+    the partial sums sits under the decoder layer, not under the MoE block, and some rank ran no
+    expert in some layer at some token (msprobe recorded fewer calls of its expert than tokens)."""
+    case = case_of(ep4)
+    config = case["config"]
+    assert config["world"] == 4 and config["allreduce"]["where"] == "outside"
+    tokens = len(case["generated"]["golden"])
+    idle = []
+    for rank in range(4):
+        folder = rank_folder(ep4, "clean", rank)
+        experts = {name.split(".")[6] for name in _records(folder) if ".mlp.experts." in name}
+        assert experts == {str(e) for e in config["experts_of_rank"][str(rank)]}
+        parents = {v for k, v in _construct(folder).items() if k.startswith("Distributed.all_reduce.")}
+        assert len(parents) == tokens * config["layers"]
+        assert all(".MoeDecoderLayer.forward." in p and ".mlp." not in p for p in parents)
+        for layer in range(config["layers"]):
+            for expert in config["experts_of_rank"][str(rank)]:
+                forward = f"Module.model.layers.{layer}.mlp.experts.{expert}.ExpertMLP.forward"
+                calls = _module_calls(folder, forward)
+                assert calls == case["expert_calls"][f"{layer}.{expert}"]
+                if calls < tokens:
+                    idle.append((rank, layer))
+    assert idle
+    recorded = {
+        (rank, int(layer))
+        for by_layer in case["idle_ranks"]["by_token"].values()
+        for layer, ranks in by_layer.items()
+        for rank in ranks
+    }
+    assert set(idle) <= recorded
+
+
+def test_a_clean_four_rank_run_with_the_all_reduce_outside_labels_nothing_local(ep4) -> None:
+    """Against the one-device golden, the clean 4-rank run (ranks running no expert at some tokens, the
+    MoE block's output each rank's partial sum) has no local operator at any token."""
+    comparison = open_comparison(ep4 / "golden", ep4 / "clean", CompareOptions(cache=False))
+    assert comparison.pairing.tokens == [0, 1, 2, 3] and _local(comparison) == []
+    report = build_report(comparison, all_tokens=True)
+    assert "expert-parallel, 4 ranks, gathered" in report.text().splitlines()[2]
+    assert report.body()["first_failing_op"] is None
+
+
+@pytest.mark.parametrize("gather", [False, True], ids=["unasked", "--gather"])
+def test_the_faulty_expert_on_rank_3_is_the_one_local_operator(ep4, gather: bool) -> None:
+    """On 4 ranks with the all-reduce outside the MoE block, the one local operator over all tokens is
+    the faulty expert's down_proj linear at the fault's token, on rank 3, named by its record there."""
+    fault = case_of(ep4)["fault"]
+    assert fault["rank"] == 3
+    comparison = open_comparison(
+        ep4 / "golden", ep4 / fault["case"], CompareOptions(cache=False, gather=gather)
+    )
+    report = build_report(comparison, all_tokens=True)
+    assert "expert-parallel, 4 ranks, gathered" in report.text().splitlines()[2]
+    [(token, golden_node, test_node)] = _local(comparison)
+    assert token == fault["token"]
+    module = f"Module.{fault['linear_module']}.Linear.forward.{fault['call']}"
+    assert module == f"Module.model.layers.1.mlp.experts.3.down_proj.Linear.forward.{fault['call']}"
+    assert _construct(ep4 / "golden" / "step0" / _golden_proc(ep4))[golden_node] == module
+    rank, record = comparison.test.origins[test_node]
+    assert rank == fault["rank"]
+    assert _construct(rank_folder(ep4, fault["case"], rank))[record] == module
+    op = report.body()["first_failing_op"]
+    assert (op["token"], op["test_rank"], op["test_record"]) == (token, rank, record)
+    assert f"rank {rank}'s {record}" in report.text()
