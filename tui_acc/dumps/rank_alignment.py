@@ -142,9 +142,11 @@ def align_ranks(ranks: Sequence[DumpIndex]) -> Aligned:
             taken.add(mapped[node.name])
             origins[mapped[node.name]] = (rank, node.name)
         aligned.append(_renamed(index, mapped, own[rank], rank))
+    # a parent's children in order at every token (the root holds every token's), where any has a gap
+    with_gaps = {parent for (_, parent), layout in layouts.items() if any(k == "gap" for k, _ in layout)}
     orders: dict[str, list[str]] = {}
     for (token, parent), layout in sorted(layouts.items()):
-        if any(kind == "gap" for kind, _ in layout):
+        if parent in with_gaps:
             orders.setdefault(parent, []).extend(
                 _resolved(name, names)
                 for kind, item in layout
