@@ -1,0 +1,1 @@
+"""TorchAir's graph-mode dumps: GE dump files (ge_file.py)."""
