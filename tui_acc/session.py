@@ -246,7 +246,7 @@ def _gathered(
     ``rank_alignment.py``); any other dump's such ranks are merged only where asked: gathered
     ``unasked``, ``first`` is returned, said in a note."""
     from tui_acc.dumps.gather import gather
-    from tui_acc.dumps.rank_alignment import align_ranks, alignable
+    from tui_acc.dumps.rank_alignment import NotAlignable, align_ranks, alignable
 
     if len(first.ranks) < 2:
         raise DumpError(f"{path}: --gather needs a dump with several ranks; this one has one")
@@ -258,7 +258,17 @@ def _gathered(
         # msprobe numbers API calls per rank: where the ranks ran different calls, one name is another
         # call on each, so the calls are matched by what they are; ATB's names are places in the graph
         if alignable(first):
-            aligned = align_ranks([first, *others])
+            held = _with_data(first, others)
+            try:
+                if isinstance(held, str):
+                    raise NotAlignable(held)
+                aligned = align_ranks(held)
+            except NotAlignable as exc:
+                said = (
+                    f"{path}: its ranks did not all run the same calls and are not merged ({exc}): "
+                    "rank 0 is compared alone"
+                )
+                return replace(first, notes=[*first.notes, said])
             gathered = gather(aligned.ranks, aligned.origins, aligned.orders)
             return replace(gathered, notes=[*gathered.notes, *aligned.notes])
         if first.format in ("msprobe", "msprobe-debug"):  # nothing tells which calls are one call
@@ -275,6 +285,31 @@ def _gathered(
             )
             return replace(first, notes=[*first.notes, said])
     return gather([first, *others])
+
+
+def _with_data(first: DumpIndex, others: list[DumpIndex]) -> list[DumpIndex] | str:
+    """Every rank kept at the tokens where every rank recorded tensors (a rank that recorded nothing
+    at a token cannot be merged there: its own calls would be missing, not absent), each dropped token
+    said in a note; or why nothing is left (a rank that recorded no tensor at all)."""
+    ranks = [first, *others]
+    held = [
+        {t for t, records in index.tokens.items() if any(refs for refs in records.values())}
+        for index in ranks
+    ]
+    common = set.intersection(*held)
+    if not common:
+        empty = next(r for r, tokens in enumerate(held) if not tokens or not tokens & held[0])
+        return f"rank {empty} recorded no tensor at any token the others did"
+    dropped = sorted(set.union(*held) - common)
+    if not dropped:
+        return ranks
+    said = f"tokens {dropped} are not compared: some rank recorded no tensor there"
+    return [
+        replace(
+            index, tokens={t: r for t, r in index.tokens.items() if t in common}, notes=[*index.notes, said]
+        )
+        for index in ranks
+    ]
 
 
 def check_comparable(cmp: Comparison) -> None:

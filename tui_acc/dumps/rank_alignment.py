@@ -6,21 +6,21 @@ after the first expert loop one name is another call on each rank (``Functional.
 expert's projection on rank 0 and the router on rank 1). Here each rank's records are matched with
 rank 0's, parent by parent, at every token, by what dump.json records of them:
 
-* where both ranks ran calls of the same names under a parent, they are the same calls up to the
-  first whose record differs in form (its arguments, its tensors' dtypes and shapes): a
-  tensor-parallel shard differs in its values only; ``chosen == 2`` is not ``chosen == 0``;
-* elsewhere, **anchors** are a module record, or a collective (``Distributed.*``: every rank calls
-  the same collectives in the same order), of the same name on both; between two anchors, calls
-  are the same up to the first whose record differs in anything (replicated work, such as the
-  router's softmax, records the same numbers on every rank), and the calls after each rank's last
-  module or in-place sum are the same where both ranks made them alike in form (a scale applied to
-  each rank's partial sum); the rest are that rank's own (its expert loop).
+* **anchors** are a module record, or a collective (``Distributed.*``: every rank calls the same
+  collectives in the same order), of the same name on both;
+* between two anchors, calls of the same kind are the same call up to the first whose record
+  differs in form (its arguments, its tensors' dtypes and shapes: a tensor-parallel shard, or one
+  rank's wrong copy of replicated work, is the same call, and the merge shows which rank is off;
+  ``chosen == 2`` is not ``chosen == 0``), and the calls after each rank's last module or in-place
+  sum are the same where both ranks made them alike in form (a scale applied to each rank's partial
+  sum); the rest are that rank's own (its expert loop).
 
 Where any rank differs from rank 0 in a gap, every rank keeps only what all of them share there.
-Each rank's own calls are kept whole and placed in the gap by the lowest expert id among their
-modules (then by rank). An own call whose name another rank already uses gets the next free call
-counter of its API; ``origins`` keeps every own call's rank and the name its rank's dump.json knows
-it by. An own in-place sum (``index_add_`` into the rank's partial sum) is compared without that sum,
+Each rank's own calls are kept whole and placed in the gap by the rank's lowest expert id (then by
+rank); ranks whose expert ids interleave (round-robin placement) are refused (``NotAlignable``).
+An own call whose name another rank already uses gets the next free call counter of its API;
+``origins`` keeps every own call's rank and the name its rank's dump.json knows it by. An own
+in-place sum (``index_add_`` into the rank's partial sum) is compared without that sum,
 which the golden's one loop over every expert never holds. See docs/formats.md §6.4.
 """
 
@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from difflib import SequenceMatcher
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,10 @@ def alignable(index: DumpIndex) -> bool:
 _GapKey = tuple[int, str, str | None]
 
 
+class NotAlignable(Exception):
+    """Ranks whose own calls cannot be placed where the golden ran them; the message says why."""
+
+
 @dataclass
 class _Gap:
     """The calls of one parent between two anchors, on rank 0 and on each other rank."""
@@ -103,9 +108,13 @@ def align_ranks(ranks: Sequence[DumpIndex]) -> Aligned:
         for token in common:
             matcher = _Matcher(first, index, token, records)
             matcher.walk(first.tree.root, index.tree.root, names[rank], rank, gaps, layouts)
+    experts = _experts_of(gaps.values())
+    interleaved = _interleaved(experts)
+    if interleaved:
+        raise NotAlignable(interleaved)
     own: dict[int, set[str]] = {r: set() for r in range(len(ranks))}
     placed: dict[_GapKey, list[str]] = {}  # each gap's calls in the gathered order
-    lowest = _lowest_experts(gaps.values())
+    lowest = {rank: min(ids) for rank, ids in experts.items() if ids}
     for key, gap in gaps.items():
         start = min(gap.prefix.values())
         lengths = [len(gap.first), *(len(theirs) for theirs in gap.others.values())]
@@ -169,18 +178,31 @@ def _resolved(name: str, names: dict[int, dict[str, str]]) -> str:
     return names[int(rank)].get(own, own) if int(rank) else own
 
 
-def _lowest_experts(gaps: Iterable[_Gap]) -> dict[int, int]:
-    """Each rank's lowest expert id, over every module of its own it ran anywhere: the order of the
-    ranks' expert loops (ownership does not change from token to token; a rank that ran no expert in
-    one layer still comes where its experts would)."""
-    lowest: dict[int, int] = {}
+def _experts_of(gaps: Iterable[_Gap]) -> dict[int, set[int]]:
+    """The expert ids each rank ran modules of, anywhere (ownership does not change from token to
+    token: a rank that ran no expert in one layer still owns its experts)."""
+    found: dict[int, set[int]] = {}
     for gap in gaps:
         for rank, calls in [(0, gap.first), *gap.others.items()]:
             for name in calls:
-                found = _EXPERT.search(name)
-                if found is not None and is_module(name):
-                    lowest[rank] = min(lowest.get(rank, int(found.group(1))), int(found.group(1)))
-    return lowest
+                match = _EXPERT.search(name)
+                if match is not None and is_module(name):
+                    found.setdefault(rank, set()).add(int(match.group(1)))
+    return found
+
+
+def _interleaved(experts: dict[int, set[int]]) -> str | None:
+    """Why the ranks' expert loops cannot be placed whole, one after another, in the golden's order of
+    expert ids (round-robin ownership: rank 0 experts 0 and 3, rank 1 experts 1 and 4), or None."""
+    spans = sorted((min(ids), max(ids), rank) for rank, ids in experts.items() if ids)
+    for (_, last, rank), (first, _, other) in pairwise(spans):
+        if first < last:
+            return (
+                f"rank {rank} ran experts {sorted(experts[rank])[:6]} and rank {other} "
+                f"{sorted(experts[other])[:6]}: their experts interleave (round-robin placement), so no "
+                "rank's loop can be placed whole in the golden's order of expert ids"
+            )
+    return None
 
 
 def _placed(runs: list[tuple[int, list[str]]], lowest: dict[int, int]) -> list[tuple[int, str]]:
@@ -195,13 +217,13 @@ def _subtree(tree: NodeTree, names: Iterable[str]) -> set[str]:
 
 
 class _Records:
-    """Each dump.json's records reduced to what tells two calls apart, parsed once per file: their
-    form (arguments, tensors' dtypes and shapes) and their values (the statistics too)."""
+    """Each dump.json's records reduced to their form (arguments, tensors' dtypes and shapes: not
+    their statistics), parsed once per file."""
 
     def __init__(self) -> None:
-        self._files: dict[Path, dict[str, tuple[int, int]]] = {}
+        self._files: dict[Path, dict[str, int]] = {}
 
-    def of(self, index: DumpIndex, token: int, name: str) -> tuple[int, int] | None:
+    def of(self, index: DumpIndex, token: int, name: str) -> int | None:
         dump_json = dump_json_of(index.tensors(token, name))
         if dump_json is None:
             return None
@@ -210,7 +232,7 @@ class _Records:
         return self._files[dump_json].get(name)
 
     @staticmethod
-    def _read(index: DumpIndex, dump_json: Path) -> dict[str, tuple[int, int]]:
+    def _read(index: DumpIndex, dump_json: Path) -> dict[str, int]:
         try:
             data = index.load_policy.read_json(dump_json)
         except (OSError, ValueError, RecursionError):
@@ -218,13 +240,7 @@ class _Records:
         entries = data.get("data") if isinstance(data, dict) else None
         if not isinstance(entries, dict):
             return {}
-        return {
-            str(name): (
-                hash(_text(_stripped(entry, _STATISTICS))),
-                hash(_text(_stripped(entry, {"data_name"}))),
-            )
-            for name, entry in entries.items()
-        }
+        return {str(name): hash(_text(_stripped(entry, _STATISTICS))) for name, entry in entries.items()}
 
 
 def _text(value: Any) -> str:
@@ -277,8 +293,7 @@ class _Matcher:
                 if gap.first != gap_left:  # another rank's anchors cut this gap elsewhere: nothing shared
                     gap.prefix[rank] = gap.tail[rank] = 0
                 else:
-                    # the same names: a shard differs in values only; else the same values
-                    gap.prefix[rank] = self._prefix(gap_left, gap_right, form=gap_left == gap_right)
+                    gap.prefix[rank] = self._prefix(gap_left, gap_right)
                     gap.tail[rank] = self._tail(gap_left, gap_right)
                 gap.others[rank] = gap_right
                 layout.append(("gap", after))
@@ -289,12 +304,14 @@ class _Matcher:
         for a, b in anchors:
             self.walk(a, b, names, rank, gaps, layouts)
 
-    def _prefix(self, left: list[str], right: list[str], form: bool) -> int:
-        """Calls matched from the start: the same record in form (``form``: calls of the same names)
-        or in everything; never a module (a module in a gap is one rank's own)."""
+    def _prefix(self, left: list[str], right: list[str]) -> int:
+        """Calls matched from the start: the same kind, recorded alike in form (arguments, dtypes,
+        shapes: a shard, or one rank's wrong copy of replicated work, is still the same call, and
+        the merge then shows which rank is off; ``chosen == 2`` is not ``chosen == 0``); never a
+        module (a module in a gap is one rank's own)."""
         same = 0
         for a, b in zip(left, right, strict=False):
-            if is_module(a) or is_module(b) or not self._alike(a, b, form=form):
+            if is_module(a) or is_module(b) or not self._alike(a, b):
                 break
             same += 1
         return same
@@ -308,20 +325,18 @@ class _Matcher:
         after = (left[ends[0] :], right[ends[1] :])
         if len(after[0]) != len(after[1]):
             return 0
-        if all(self._alike(a, b, form=True) for a, b in zip(*after, strict=True)):
+        if all(self._alike(a, b) for a, b in zip(*after, strict=True)):
             return len(after[0])
         return 0
 
-    def _alike(self, a: str, b: str, form: bool) -> bool:
+    def _alike(self, a: str, b: str) -> bool:
         """Whether two calls were recorded alike: the same kind, and dump.json's records the same in
-        form (``form``) or in everything; a call without a record is alike to none."""
+        form (arguments, dtypes, shapes); a call without a record is alike to none."""
         if _kind(a) != _kind(b):
             return False
         ours = self.records.of(self.first, self.token, a)
         theirs = self.records.of(self.other, self.token, b)
-        if ours is None or theirs is None:
-            return False
-        return ours[0] == theirs[0] if form else ours[1] == theirs[1]
+        return ours is not None and theirs is not None and ours == theirs
 
 
 def _after_last_loop(calls: list[str]) -> int | None:

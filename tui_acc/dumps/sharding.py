@@ -23,7 +23,12 @@ _KINDS: tuple[tuple[str, Kind], ...] = (
 )
 # fused operations that hold a collective but whose inputs are not what is exchanged (a matmul
 # with its all-reduce, MC2, an all-to-all fused with a grouped matmul, MoE dispatch and combine)
-_FUSED = re.compile(r"linear|matmul|mc2|gmm|moe|dispatch|combine", re.IGNORECASE)
+# (ATB's AllToAllVV2Operation takes its splits as input tensors, which no reader here decodes: it is
+# left unjudged rather than checked with equal splits; npu_mm_all_reduce_base and its kin are matmuls)
+_FUSED = re.compile(
+    r"linear|matmul|mc2|gmm|moe|dispatch|combine|alltoallvv2|mmallreduce|basemm|mmreducescatter",
+    re.IGNORECASE,
+)
 
 
 def kind_of(node_type: str) -> Kind | None:
