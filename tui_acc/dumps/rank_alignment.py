@@ -110,8 +110,6 @@ def align_ranks(ranks: Sequence[DumpIndex]) -> Aligned:
             matcher.walk(first.tree.root, index.tree.root, names[rank], rank, gaps, layouts)
     experts = _experts_of(gaps.values())
     interleaved = _interleaved(experts)
-    if interleaved:
-        raise NotAlignable(interleaved)
     own: dict[int, set[str]] = {r: set() for r in range(len(ranks))}
     placed: dict[_GapKey, list[str]] = {}  # each gap's calls in the gathered order
     lowest = {rank: min(ids) for rank, ids in experts.items() if ids}
@@ -133,11 +131,11 @@ def align_ranks(ranks: Sequence[DumpIndex]) -> Aligned:
             runs.append((rank, theirs[start:end]))
         for rank, run in runs:
             own[rank].update(_subtree(ranks[rank].tree, run))
-        placed[key] = [
-            *gap.first[:start],
-            *(f"\0{rank}\0{name}" for rank, name in _placed(runs, lowest)),
-            *gap.first[stop:],
-        ]
+        iterations = _iterations(runs, ranks, key[0], records)
+        if iterations is None and interleaved:
+            raise NotAlignable(interleaved)
+        order = iterations if iterations is not None else _placed(runs, lowest)
+        placed[key] = [*gap.first[:start], *(f"\0{rank}\0{name}" for rank, name in order), *gap.first[stop:]]
     origins: dict[str, tuple[int, str]] = {name: (0, name) for name in own[0]}
     taken = set(first.tree.nodes)
     counters = _Counters(taken)
@@ -212,18 +210,53 @@ def _placed(runs: list[tuple[int, list[str]]], lowest: dict[int, int]) -> list[t
     return [(rank, name) for rank, run in ordered for name in run]
 
 
+def _iterations(
+    runs: list[tuple[int, list[str]]], ranks: Sequence[DumpIndex], token: int, records: _Records
+) -> list[tuple[int, str]] | None:
+    """Every rank's own calls of one gap cut into its loop's iterations (each starts with the call
+    its first one is: ``chosen == e``) and ordered by expert id, as the golden's one loop ran them:
+    round-robin placement (rank 0 experts 0 and 3) interleaves them. An iteration's id is its expert
+    module's, else its first call's first integer argument, trusted only where it names the module
+    in every iteration that ran one. None where some iteration has no id."""
+    found: list[tuple[int | None, int, list[str]]] = []
+    for rank, run in runs:
+        if not run:
+            continue
+        starts = [i for i, name in enumerate(run) if _kind(name) == _kind(run[0])] + [len(run)]
+        for begin, end in pairwise(starts):
+            calls = run[begin:end]
+            modules = [int(m.group(1)) for n in calls if is_module(n) and (m := _EXPERT.search(n))]
+            argument = records.first_int(ranks[rank], token, calls[0])
+            if modules and argument is not None and argument != min(modules):
+                return None  # the first argument is not the expert's id
+            found.append((min(modules) if modules else argument, rank, calls))
+    if any(number is None for number, _, _ in found):
+        return None
+    found.sort(key=lambda item: (item[0] or 0, item[1]))
+    return [(rank, name) for _, rank, calls in found for name in calls]
+
+
 def _subtree(tree: NodeTree, names: Iterable[str]) -> set[str]:
     return {node.name for name in names for node in tree.preorder(name)}
 
 
 class _Records:
     """Each dump.json's records reduced to their form (arguments, tensors' dtypes and shapes: not
-    their statistics), parsed once per file."""
+    their statistics) and their first integer argument, parsed once per file."""
 
     def __init__(self) -> None:
-        self._files: dict[Path, dict[str, int]] = {}
+        self._files: dict[Path, dict[str, tuple[int, int | None]]] = {}
 
     def of(self, index: DumpIndex, token: int, name: str) -> int | None:
+        found = self._entry(index, token, name)
+        return found[0] if found is not None else None
+
+    def first_int(self, index: DumpIndex, token: int, name: str) -> int | None:
+        """The record's first integer argument (``chosen == 3``: 3), or None."""
+        found = self._entry(index, token, name)
+        return found[1] if found is not None else None
+
+    def _entry(self, index: DumpIndex, token: int, name: str) -> tuple[int, int | None] | None:
         dump_json = dump_json_of(index.tensors(token, name))
         if dump_json is None:
             return None
@@ -232,7 +265,7 @@ class _Records:
         return self._files[dump_json].get(name)
 
     @staticmethod
-    def _read(index: DumpIndex, dump_json: Path) -> dict[str, int]:
+    def _read(index: DumpIndex, dump_json: Path) -> dict[str, tuple[int, int | None]]:
         try:
             data = index.load_policy.read_json(dump_json)
         except (OSError, ValueError, RecursionError):
@@ -240,7 +273,20 @@ class _Records:
         entries = data.get("data") if isinstance(data, dict) else None
         if not isinstance(entries, dict):
             return {}
-        return {str(name): hash(_text(_stripped(entry, _STATISTICS))) for name, entry in entries.items()}
+        return {
+            str(name): (hash(_text(_stripped(entry, _STATISTICS))), _first_int(entry))
+            for name, entry in entries.items()
+        }
+
+
+def _first_int(entry: Any) -> int | None:
+    arguments = entry.get("input_args") if isinstance(entry, dict) else None
+    for argument in arguments if isinstance(arguments, list) else []:
+        if isinstance(argument, dict) and argument.get("type") == "int":
+            value = argument.get("value")
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None
 
 
 def _text(value: Any) -> str:
