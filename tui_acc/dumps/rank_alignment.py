@@ -16,8 +16,10 @@ rank 0's, parent by parent, at every token, by what dump.json records of them:
   sum); the rest are that rank's own (its expert loop).
 
 Where any rank differs from rank 0 in a gap, every rank keeps only what all of them share there.
-Each rank's own calls are kept whole and placed in the gap by the rank's lowest expert id (then by
-rank); ranks whose expert ids interleave (round-robin placement) are refused (``NotAlignable``).
+Each rank's own calls are cut into its loop's iterations and placed by expert id, as the golden's
+one loop ran them (``_iterations``); where an iteration's id cannot be told, each rank's calls are
+kept whole and placed by its lowest expert id, and ranks whose ids interleave are refused
+(``NotAlignable``).
 An own call whose name another rank already uses gets the next free call counter of its API;
 ``origins`` keeps every own call's rank and the name its rank's dump.json knows it by. An own
 in-place sum (``index_add_`` into the rank's partial sum) is compared without that sum,
