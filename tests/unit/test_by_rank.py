@@ -67,3 +67,24 @@ def test_a_wrong_all_reduce_on_one_rank_shows_in_that_ranks_copy(ranks_demo) -> 
     found = _ranks(row["by_rank"])
     assert set(found) == {0, 1}  # the demo's two ranks
     assert found[fault.rank][1] < found[1 - fault.rank][1]
+
+
+def test_ranks_whose_sum_the_merge_took_get_no_rank_lines(tmp_path) -> None:
+    """Partial sums no collective announced (a vocabulary-parallel lookup): the merge takes their sum,
+    which is the golden; each rank alone stands for no region of it."""
+    golden = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    partials = [
+        np.array([[1.0, 2.0], [0.0, 0.0]], np.float32),
+        np.array([[0.0, 0.0], [3.0, 4.0]], np.float32),
+    ]
+    paths = []
+    for rank, part in enumerate(partials):
+        paths.append(tmp_path / f"rank{rank}.npy")
+        np.save(paths[-1], part)
+    ref = TensorRef("output", "output", str(paths[0]), parts=tuple(paths), merge=AUTO)
+    assert by_rank(golden, ref, LoadPolicy.inside(tmp_path)) is None
+    # one rank's wrong copy of a replicated tensor: still named rank by rank
+    np.save(paths[1], golden * 1.5)
+    np.save(paths[0], golden)
+    text = by_rank(golden, ref, LoadPolicy.inside(tmp_path))
+    assert text is not None and set(_ranks(text)) == {0, 1}

@@ -1,6 +1,7 @@
 """A gathered tensor rank by rank: each rank's part against the region of the golden it stands for
 (its slice of a concatenated tensor, or the whole where every rank holds it), so that the detail can
-say which rank's shard is off. Partial sums (an all-reduce's inputs) stand for no region: none."""
+say which rank's shard is off. Partial sums (an all-reduce's inputs, or ranks whose sum the merge
+took) stand for no region: none."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import math
 import numpy as np
 
 from tui_acc import numbers
-from tui_acc.dumps.gather import part_regions
+from tui_acc.dumps.gather import merge_parts, part_regions
 from tui_acc.dumps.model import TensorRef
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import load_tensor
@@ -26,6 +27,8 @@ def by_rank(golden: np.ndarray, ref: TensorRef, policy: LoadPolicy) -> str | Non
     layout = part_regions([p.shape for p in parts], ref.merge, golden.shape)
     if layout is None or math.prod(layout[0]) != golden.size:
         return None
+    if not any(layout[1]) and not any(merge_parts(parts, ref.merge, golden, ref.path) is p for p in parts):
+        return None  # every rank holds as many elements, and the merge took their sum: partial sums
     shaped = golden.reshape(layout[0])
     said = []
     for rank, (part, region) in enumerate(zip(parts, layout[1], strict=True)):
