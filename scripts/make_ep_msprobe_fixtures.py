@@ -1,6 +1,7 @@
 """Real msprobe dumps of an expert-parallel MoE model against its one-device golden:
-``tests/data/tp/moe-ep2-msprobe.tar.xz`` (the default) and, with ``--world 4 --allreduce-outside``,
-``tests/data/tp/moe-ep4-msprobe.tar.xz``.
+``tests/data/tp/moe-ep2-msprobe.tar.xz`` (the default), with ``--world 4 --allreduce-outside``
+``tests/data/tp/moe-ep4-msprobe.tar.xz`` and with the options at the end below
+``tests/data/tp/moe-ep3rr-msprobe.tar.xz``.
 
 A tiny MoE model of Llama's shape in plain torch modules (2 layers, hidden 32, 4 heads and 2 kv
 heads, attention as scripts/make_tp_msprobe_fixtures.py's but unsharded, random seeded weights, a KV
@@ -29,6 +30,17 @@ records the all-reduce under the decoder layer, the block's output is the rank's
 archive is ``moe-ep{world}-msprobe`` for the two layouts committed (2 ranks, all-reduce inside; 4
 ranks, all-reduce outside), ``moe-ep{world}-allreduce-{inside|outside}-msprobe`` for any other.
 
+``--experts N --top-k K``: N routed experts, top K per token; ``--placement round-robin``: rank r
+holds the experts e with e % world == r (not a contiguous block); ``--fault-expert E``: the expert
+wrong in ``expert/``; ``--shared-expert``: each MoE block also has a shared expert
+(``model.layers.{i}.mlp.shared_expert``, class ``SharedMLP``: gate_proj, up_proj, down_proj, SiLU, its
+weights drawn after the layer's experts') that every rank runs whole on every token and adds to the
+all-reduced sum, and a third case ``shared/``: the shared expert of rank ``--shared-fault-rank`` (1)
+computes its down_proj with the weight scaled by 1.05 in layer 1 at token 2 (the script refuses an
+archive whose msprobe records, named by that rank's construct.json, do not show it:
+``check_shared_fault``). ``--world 3 --experts 6 --top-k 1 --placement round-robin --shared-expert
+--fault-expert 2`` is the committed ``moe-ep3rr-msprobe`` (expert 2 on rank 2, rank 1's shared expert).
+
 Rank 0 picks each next token and broadcasts it, as the TP fixture does. Every side is dumped by
 mindstudio-probe's ``PrecisionDebugger`` (task tensor, level mix), one step for the whole generation.
 The script reads the dump back and refuses an archive whose faulty expert's record does not show the
@@ -38,6 +50,8 @@ Run in the tools venv::
 
     ~/tools-venv/bin/python scripts/make_ep_msprobe_fixtures.py
     ~/tools-venv/bin/python scripts/make_ep_msprobe_fixtures.py --world 4 --allreduce-outside
+    ~/tools-venv/bin/python scripts/make_ep_msprobe_fixtures.py --world 3 --experts 6 --top-k 1 \
+        --placement round-robin --shared-expert --fault-expert 2
 """
 
 from __future__ import annotations
@@ -65,39 +79,100 @@ from make_tp_msprobe_fixtures import (  # noqa: E402
 OUT = REPO / "tests" / "data" / "tp"
 LEVEL = "mix"  # modules and API calls: the all-reduce is recorded under the module that calls it
 WORLD = 2  # the default; --world
-WORLDS = (2, 4)  # EXPERTS split evenly
+WORLDS = (2, 3, 4)  # EXPERTS split evenly
 NEW_TOKENS = 4
 VOCAB, HIDDEN, INTER, LAYERS, HEADS, KV_HEADS = 256, 32, 32, 2, 4, 2
-EXPERTS, TOP_K = 4, 2
+EXPERTS, TOP_K = 4, 2  # --experts, --top-k
+PLACEMENTS = ("contiguous", "round-robin")
+PLACEMENT = "contiguous"  # --placement: rank r holds a contiguous block, or the experts e % world == r
+SHARED = False  # --shared-expert: a shared expert module every rank runs whole
 HEAD_DIM = HIDDEN // HEADS
 THETA, EPS, STD = 10000.0, 1e-6, 0.2
 TEST_DTYPE = "bfloat16"
-CASES = ("clean", "expert")
-FAULT = {"case": "expert", "rank": 1, "layer": 1, "expert": 3, "projection": "down_proj", "token": 2}
+CASES = ("clean", "expert")  # and "shared" with --shared-expert
+FAULT: dict[str, Any] = {
+    "case": "expert",
+    "rank": 1,
+    "layer": 1,
+    "expert": 3,
+    "projection": "down_proj",
+    "token": 2,
+}
+# --shared-expert: in shared/, this rank's shared expert computes its down_proj with the wrong weight
+SHARED_FAULT: dict[str, Any] = {
+    "case": "shared",
+    "rank": 1,
+    "layer": 1,
+    "projection": "down_proj",
+    "token": 2,
+}
 SCALE = 1.05
 # the router's logits scaled so that bfloat16 routes every token as float32 does, in the same order
 # (checked: ``routes``), and expert 3 is among layer 1's two at token 2
 ROUTER_SCALE = 1.2
 
-STATE: dict[str, Any] = {"token": -1, "calls": {}, "fault": None, "routes": []}
+STATE: dict[str, Any] = {
+    "token": -1,
+    "calls": {},
+    "shared_calls": {},
+    "fault": None,
+    "shared_fault": None,
+    "routes": [],
+}
+
+
+def settings() -> tuple[int, int, str, bool, int, int]:
+    """The model's options as ``configure`` takes them (a spawned rank imports this module afresh)."""
+    return EXPERTS, TOP_K, PLACEMENT, SHARED, int(FAULT["expert"]), int(SHARED_FAULT["rank"])
+
+
+def configure(
+    experts: int, top_k: int, placement: str, shared: bool, fault_expert: int, shared_rank: int
+) -> None:
+    """Set the model's options (the defaults: the two committed layouts' model)."""
+    global EXPERTS, TOP_K, PLACEMENT, SHARED
+    EXPERTS, TOP_K, PLACEMENT, SHARED = experts, top_k, placement, shared
+    FAULT["expert"], SHARED_FAULT["rank"] = fault_expert, shared_rank
+
+
+def default_model() -> bool:
+    return settings() == (4, 2, "contiguous", False, 3, 1)
+
+
+def model_options() -> list[str]:
+    """The command-line options that give the model as configured (none for the defaults)."""
+    options = [] if EXPERTS == 4 else ["--experts", str(EXPERTS)]
+    options += [] if TOP_K == 2 else ["--top-k", str(TOP_K)]
+    options += [] if PLACEMENT == "contiguous" else ["--placement", PLACEMENT]
+    options += ["--shared-expert"] if SHARED else []
+    options += [] if FAULT["expert"] == 3 else ["--fault-expert", str(FAULT["expert"])]
+    options += [] if SHARED_FAULT["rank"] == 1 else ["--shared-fault-rank", str(SHARED_FAULT["rank"])]
+    return options
 
 
 def archive_name(world: int, outside: bool) -> str:
-    """The archive's name: the two committed layouts by their world, any other by where it all-reduces."""
-    if (world, outside) in ((WORLD, False), (4, True)):
+    """The archive's name: the committed layouts by their world (and ``rr``: round-robin with a shared
+    expert), any other by its placement, its shared expert and where it all-reduces."""
+    if default_model() and (world, outside) in ((WORLD, False), (4, True)):
         return f"moe-ep{world}-msprobe"
-    return f"moe-ep{world}-allreduce-{'outside' if outside else 'inside'}-msprobe"
+    if settings() == (6, 1, "round-robin", True, 2, 1) and (world, outside) == (3, False):
+        return "moe-ep3rr-msprobe"
+    model = "" if default_model() else f"-e{EXPERTS}k{TOP_K}{'rr' if PLACEMENT == 'round-robin' else ''}"
+    model += "-shared" if SHARED else ""
+    return f"moe-ep{world}{model}-allreduce-{'outside' if outside else 'inside'}-msprobe"
 
 
 def experts_of(rank: int, world: int) -> list[int]:
     """The global ids of the experts rank ``rank`` of ``world`` holds."""
+    if PLACEMENT == "round-robin":
+        return [e for e in range(EXPERTS) if e % world == rank]
     per_rank = EXPERTS // world
     return list(range(rank * per_rank, (rank + 1) * per_rank))
 
 
 def fault_of(world: int) -> dict[str, Any]:
     """FAULT with its rank: the one holding the faulty expert."""
-    return {**FAULT, "rank": FAULT["expert"] // (EXPERTS // world)}
+    return {**FAULT, "rank": next(r for r in range(world) if FAULT["expert"] in experts_of(r, world))}
 
 
 def full_weights() -> dict[str, Any]:
@@ -123,14 +198,26 @@ def full_weights() -> dict[str, Any]:
             weights[prefix + f"mlp.experts.{e}.gate_proj.weight"] = normal(INTER, HIDDEN)
             weights[prefix + f"mlp.experts.{e}.up_proj.weight"] = normal(INTER, HIDDEN)
             weights[prefix + f"mlp.experts.{e}.down_proj.weight"] = normal(HIDDEN, INTER)
+        if SHARED:  # drawn after the experts: without it every weight is as before
+            weights[prefix + "mlp.shared_expert.gate_proj.weight"] = normal(INTER, HIDDEN)
+            weights[prefix + "mlp.shared_expert.up_proj.weight"] = normal(INTER, HIDDEN)
+            weights[prefix + "mlp.shared_expert.down_proj.weight"] = normal(HIDDEN, INTER)
     weights["model.norm.weight"] = 1 + normal(HIDDEN) / 2
     weights["lm_head.weight"] = normal(VOCAB, HIDDEN)
     return weights
 
 
-def build_model(rank: int, world: int, dtype: Any, faulty: bool = False, outside: bool = False) -> Any:
+def build_model(
+    rank: int,
+    world: int,
+    dtype: Any,
+    faulty: bool = False,
+    outside: bool = False,
+    shared_faulty: bool = False,
+) -> Any:
     """The model as rank ``rank`` of ``world`` holds it (``world`` 1: the whole model, every expert);
-    ``outside``: the decoder layer all-reduces the MoE block's partial sum, not the block."""
+    ``outside``: the decoder layer all-reduces the MoE block's partial sum, not the block;
+    ``shared_faulty``: this rank's shared expert is SHARED_FAULT's."""
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -225,12 +312,35 @@ def build_model(rank: int, world: int, dtype: Any, faulty: bool = False, outside
                 STATE["fault"] = {"call": call, "tokens": int(x.shape[0])}
             return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
+    class SharedMLP(nn.Module):
+        """The shared expert: every token, on every rank, whole (replicated)."""
+
+        def __init__(self, layer: int) -> None:
+            super().__init__()
+            p = f"model.layers.{layer}.mlp.shared_expert."
+            self.layer = layer
+            self.is_faulty = shared_faulty and layer == SHARED_FAULT["layer"]
+            down = full[p + "down_proj.weight"]
+            self.gate_proj = Linear(full[p + "gate_proj.weight"])
+            self.up_proj = Linear(full[p + "up_proj.weight"])
+            self.down_proj = Linear(down, down * SCALE if self.is_faulty else None)
+
+        def forward(self, x: Any) -> Any:
+            call = STATE["shared_calls"].get(self.layer, 0)
+            STATE["shared_calls"][self.layer] = call + 1
+            self.down_proj.use_wrong = self.is_faulty and STATE["token"] == SHARED_FAULT["token"]
+            if self.down_proj.use_wrong:
+                STATE["shared_fault"] = {"call": call, "tokens": int(x.shape[0])}
+            return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
     class SparseMoeBlock(nn.Module):
         def __init__(self, layer: int) -> None:
             super().__init__()
             self.gate = Linear(full[f"model.layers.{layer}.mlp.gate.weight"])
             # keyed by the global expert id: msprobe names them model.layers.{i}.mlp.experts.{e}
             self.experts = nn.ModuleDict({str(e): ExpertMLP(layer, e) for e in owned})
+            if SHARED:
+                self.shared_expert = SharedMLP(layer)
 
         def forward(self, x: Any) -> Any:
             batch, tokens, hidden = x.shape
@@ -247,6 +357,8 @@ def build_model(rank: int, world: int, dtype: Any, faulty: bool = False, outside
                 out.index_add_(0, where, expert(flat[where]) * weights[where, slot, None])
             if world > 1 and not outside:
                 dist.all_reduce(out)
+            if SHARED:  # every rank's own, whole, added after the all-reduce
+                out = out + self.shared_expert(flat)
             return out.reshape(batch, tokens, hidden)  # outside: this rank's partial sum
 
     class MoeDecoderLayer(nn.Module):
@@ -334,15 +446,19 @@ def golden_main(out: str, record: str) -> None:
     )
 
 
-def rank_main(rank: int, world: int, case: str, out: str, port: int, record: str, outside: bool) -> None:
+def rank_main(
+    rank: int, world: int, case: str, out: str, port: int, record: str, outside: bool, model: tuple[Any, ...]
+) -> None:
     import torch
     import torch.distributed as dist
 
+    configure(*model)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_grad_enabled(False)
     faulty = case == FAULT["case"] and rank == fault_of(world)["rank"]
-    model = build_model(rank, world, getattr(torch, TEST_DTYPE), faulty, outside)
+    shared_faulty = case == SHARED_FAULT["case"] and rank == SHARED_FAULT["rank"]
+    model = build_model(rank, world, getattr(torch, TEST_DTYPE), faulty, outside, shared_faulty)
     generated = _dump(model, Path(out), f"{case}_rank{rank}", world)
     if rank == 0:
         Path(out).parent.joinpath(f"{case}_rank0_config.json").rename(
@@ -356,6 +472,7 @@ def rank_main(rank: int, world: int, case: str, out: str, port: int, record: str
                 "generated": generated,
                 "calls": STATE["calls"],
                 "fault": STATE["fault"],
+                **({"shared_fault": STATE["shared_fault"]} if SHARED else {}),
                 "routes": STATE["routes"],
             }
         ),
@@ -369,7 +486,11 @@ def run_test(case: str, out: Path, work: Path, world: int, outside: bool) -> dic
 
     out.mkdir(parents=True)
     record = work / f"{case}_run.json"
-    mp.spawn(rank_main, args=(world, case, str(out), _free_port(), str(record), outside), nprocs=world)
+    mp.spawn(
+        rank_main,
+        args=(world, case, str(out), _free_port(), str(record), outside, settings()),
+        nprocs=world,
+    )
     runs = [json.loads(Path(f"{record}.{r}").read_text(encoding="utf-8")) for r in range(world)]
     if len({tuple(r["generated"]) for r in runs}) != 1:
         raise SystemExit(f"{case}: the ranks generated different tokens {[r['generated'] for r in runs]}")
@@ -382,6 +503,7 @@ def run_test(case: str, out: Path, work: Path, world: int, outside: bool) -> dic
         "generated": runs[0]["generated"],
         "calls": calls,
         "fault": runs[fault_of(world)["rank"]]["fault"],
+        **({"shared_fault": runs[SHARED_FAULT["rank"]]["shared_fault"]} if SHARED else {}),
         "routes": runs[0]["routes"],
     }
 
@@ -426,6 +548,63 @@ def check_fault(case_dir: Path, call: int, rank: int) -> dict[str, Any]:
     }
 
 
+def check_shared_fault(case_dir: Path, call: int, world: int) -> dict[str, Any]:
+    """msprobe's records of the faulty shared expert's down_proj on SHARED_FAULT's rank, named as its
+    construct.json names them (the Linear module's call and the ``Functional.linear`` under it): their
+    input the clean run's, their output the clean run's scaled; the other ranks' the clean run's."""
+    import torch
+
+    rank, layer = SHARED_FAULT["rank"], SHARED_FAULT["layer"]
+    module = (
+        f"Module.model.layers.{layer}.mlp.shared_expert.{SHARED_FAULT['projection']}.Linear.forward.{call}"
+    )
+
+    def records(case: str, on: int) -> dict[str, tuple[Any, Any]]:
+        folder = case_dir / case / "step0" / f"rank{on}"
+        construct = json.loads((folder / "construct.json").read_text(encoding="utf-8"))
+        data = json.loads((folder / "dump.json").read_text(encoding="utf-8"))["data"]
+        under = [name for name, parent in construct.items() if parent == module]
+        if module not in construct or [n.startswith("Functional.linear.") for n in under] != [True]:
+            raise SystemExit(
+                f"rank {on}'s construct.json has no {module} with one Functional.linear under it"
+            )
+        return {
+            name: (
+                torch.load(folder / "dump_tensor_data" / data[name]["input_args"][0]["data_name"]),
+                torch.load(folder / "dump_tensor_data" / data[name]["output"][0]["data_name"]),
+            )
+            for name in (module, under[0])
+        }
+
+    clean, wrong = records("clean", rank), records(SHARED_FAULT["case"], rank)
+    if clean.keys() != wrong.keys():
+        raise SystemExit(
+            f"{module}: the clean and faulty runs' records differ ({clean.keys()}, {wrong.keys()})"
+        )
+    for name, (clean_in, clean_out) in clean.items():
+        wrong_in, wrong_out = wrong[name]
+        scaled = (clean_out.double() * SCALE).to(clean_out.dtype)
+        if not torch.equal(clean_in, wrong_in) or torch.equal(clean_out, wrong_out):
+            raise SystemExit(f"rank {rank}'s {name}: msprobe's record does not show the fault")
+        relative = float((wrong_out.double() - scaled.double()).abs().max() / scaled.double().abs().max())
+        if relative > 2**-6:
+            raise SystemExit(
+                f"rank {rank}'s {name}: the faulty output is not the clean one scaled ({relative})"
+            )
+    for other in set(range(world)) - {rank}:
+        clean, wrong = records("clean", other), records(SHARED_FAULT["case"], other)
+        if any(not torch.equal(out, wrong[name][1]) for name, (_, out) in clean.items()):
+            raise SystemExit(f"rank {other}'s {module} differs too: the fault is not rank {rank}'s alone")
+    linear = next(name for name in records("clean", rank) if name != module)
+    return {
+        "record": module,
+        "linear_record": linear,
+        "input_0": "the clean run's, bit for bit (both records)",
+        "output_0": f"the clean run's times {SCALE} (the down_proj weight scaled), to bfloat16 rounding; "
+        "the other ranks' records the clean run's",
+    }
+
+
 def idle_ranks(routes: list[Any], world: int) -> dict[str, dict[str, list[int]]]:
     """token -> layer -> the ranks that ran no expert there (their partial sum all zeros), from the
     routes (one entry per MoE block call: a forward pass's layers in turn, each position's top k)."""
@@ -443,18 +622,21 @@ def make_archive(work: Path, world: int = WORLD, outside: bool = False, out: Pat
     import subprocess
 
     name, fault_spec = archive_name(world, outside), fault_of(world)
-    layout = [] if (world, outside) == (WORLD, False) else ["--world", str(world)]
+    layout = [] if (world, outside) == (WORLD, False) and default_model() else ["--world", str(world)]
     layout += ["--allreduce-outside"] if outside else []
+    layout += model_options()
     case_dir = work / name
     case_dir.mkdir()
-    command = [sys.executable, __file__, "--golden", str(case_dir / "golden"), str(work / "golden_run.json")]
+    command = [sys.executable, __file__, *model_options(), "--golden", str(case_dir / "golden")]
+    command.append(str(work / "golden_run.json"))
     subprocess.run(command, check=True, cwd=work, stdout=subprocess.DEVNULL)
     runs = {"golden": json.loads((work / "golden_run.json").read_text(encoding="utf-8"))}
-    for case in CASES:
+    cases = (*CASES, SHARED_FAULT["case"]) if SHARED else CASES
+    for case in cases:
         command = [sys.executable, __file__, *layout, "--test", case, str(case_dir / case), str(work)]
         subprocess.run(command, check=True, cwd=work, stdout=subprocess.DEVNULL)
         runs[case] = json.loads((work / f"{case}_run.json").read_text(encoding="utf-8"))
-    for case in CASES:
+    for case in cases:
         if runs[case]["routes"] != runs["golden"]["routes"] or runs[case]["calls"] != runs["golden"]["calls"]:
             raise SystemExit(f"{case} routed tokens otherwise than the golden: {runs[case]['routes']}")
     fault = runs[FAULT["case"]]["fault"]
@@ -463,13 +645,22 @@ def make_archive(work: Path, world: int = WORLD, outside: bool = False, out: Pat
             f"expert {FAULT['expert']} in layer {FAULT['layer']} ran no token at token {FAULT['token']}"
         )
     seen = check_fault(case_dir, fault["call"], fault_spec["rank"])
+    shared_fault = runs[SHARED_FAULT["case"]]["shared_fault"] if SHARED else None
+    if SHARED and not shared_fault:
+        raise SystemExit(f"rank {SHARED_FAULT['rank']}'s shared expert did not run the fault")
+    shared_seen = check_shared_fault(case_dir, shared_fault["call"], world) if shared_fault else None
     idle = idle_ranks(runs["golden"]["routes"], world)
     if world == 4 and not idle:
         raise SystemExit("no token where some rank runs no expert in a layer")
     _relativise(case_dir)
     _relativise_stdlib(case_dir)
     module = f"model.layers.{FAULT['layer']}.mlp.experts.{FAULT['expert']}"
-    if world == WORLD:
+    if PLACEMENT == "round-robin":
+        holds = (
+            f"rank r holds the experts e with e % {world} == r (named by their global id), adds their "
+            "weighted outputs"
+        )
+    elif world == WORLD:
         holds = "rank r holds experts 2r and 2r+1 (named by their global id), adds their weighted outputs"
     else:
         holds = "rank r holds expert r alone (named by its global id), adds its weighted output"
@@ -480,6 +671,11 @@ def make_archive(work: Path, world: int = WORLD, outside: bool = False, out: Pat
         )
     else:
         where = "torch.distributed.all_reduce sums it inside the MoE block's forward"
+    if SHARED:
+        where += (
+            ", then every rank adds its shared expert's output (model.layers.{i}.mlp.shared_expert, "
+            "run whole on every rank, after the all-reduce)"
+        )
     config: dict[str, Any] = {
         "vocab": VOCAB,
         "hidden": HIDDEN,
@@ -500,6 +696,19 @@ def make_archive(work: Path, world: int = WORLD, outside: bool = False, out: Pat
             {"where": "outside", "module": "model.layers.{i}", "class": "MoeDecoderLayer"}
             if outside
             else {"where": "inside", "module": "model.layers.{i}.mlp", "class": "SparseMoeBlock"}
+        )
+    if not default_model():  # the committed 2- and 4-rank archives stay as they were
+        config["placement"] = PLACEMENT
+        config["shared_expert"] = (
+            {
+                "module": "model.layers.{i}.mlp.shared_expert",
+                "class": "SharedMLP",
+                "projections": ["gate_proj", "up_proj", "down_proj"],
+                "activation": "silu",
+                "where": "every rank runs it whole on every token and adds its output after the all-reduce",
+            }
+            if SHARED
+            else None
         )
     description: dict[str, Any] = {
         "case": name,
@@ -529,6 +738,24 @@ def make_archive(work: Path, world: int = WORLD, outside: bool = False, out: Pat
             "linear_module": f"{module}.{FAULT['projection']}",
             "as_recorded": seen,
         },
+        **(
+            {
+                "shared_fault": {
+                    **SHARED_FAULT,
+                    "scale": SCALE,
+                    "module": f"model.layers.{SHARED_FAULT['layer']}.mlp.shared_expert",
+                    "call": shared_fault["call"],
+                    "routed_tokens": shared_fault["tokens"],
+                    "record": shared_seen["record"],
+                    "linear_record": shared_seen["linear_record"],
+                    "linear_module": f"model.layers.{SHARED_FAULT['layer']}.mlp.shared_expert."
+                    f"{SHARED_FAULT['projection']}",
+                    "as_recorded": shared_seen,
+                }
+            }
+            if shared_fault and shared_seen
+            else {}
+        ),
         "expert_calls": runs["golden"]["calls"],
         "routes": "every side routed every token to the same experts, in the same order (topk indices)",
     }
@@ -538,6 +765,12 @@ def make_archive(work: Path, world: int = WORLD, outside: bool = False, out: Pat
             "partial sum stays zeros)",
             "by_token": idle,
         }
+    if SHARED:
+        description["cases"]["shared"] = (
+            f"rank {SHARED_FAULT['rank']}'s shared expert in layer {SHARED_FAULT['layer']} at token "
+            f"{SHARED_FAULT['token']} computes its {SHARED_FAULT['projection']} with the weight scaled by "
+            f"{SCALE} (the other ranks' shared expert as it should be)"
+        )
     description["generated"] = {side: run["generated"] for side, run in runs.items()}
     description["tools"] = _versions()
     (case_dir / "case.json").write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
@@ -555,7 +788,33 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         choices=WORLDS,
         default=WORLD,
-        help=f"ranks of the test run, {EXPERTS} experts split evenly (default {WORLD})",
+        help=f"ranks of the test run, the experts split evenly (default {WORLD})",
+    )
+    parser.add_argument("--experts", type=int, default=EXPERTS, help=f"routed experts (default {EXPERTS})")
+    parser.add_argument("--top-k", type=int, default=TOP_K, help=f"experts per token (default {TOP_K})")
+    parser.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default=PLACEMENT,
+        help="which experts rank r holds: a contiguous block (the default) or those e with e %% world == r",
+    )
+    parser.add_argument(
+        "--shared-expert",
+        action="store_true",
+        help="a shared expert (model.layers.{i}.mlp.shared_expert) every rank runs whole, and a "
+        "shared/ case whose --shared-fault-rank's shared expert is wrong",
+    )
+    parser.add_argument(
+        "--fault-expert",
+        type=int,
+        default=FAULT["expert"],
+        help=f"the expert wrong in expert/ (default {FAULT['expert']})",
+    )
+    parser.add_argument(
+        "--shared-fault-rank",
+        type=int,
+        default=SHARED_FAULT["rank"],
+        help=f"the rank whose shared expert is wrong in shared/ (default {SHARED_FAULT['rank']})",
     )
     parser.add_argument(
         "--allreduce-outside",
@@ -569,6 +828,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test", nargs=3, metavar=("CASE", "OUT", "WORK"), help=argparse.SUPPRESS)
     parser.add_argument("--keep", metavar="DIR", help="also leave the unpacked case in DIR")
     args = parser.parse_args(argv)
+    if args.experts % args.world or not 0 < args.top_k <= args.experts:
+        parser.error(
+            f"{args.experts} experts cannot be split evenly over {args.world} ranks, top {args.top_k}"
+        )
+    if not 0 <= args.fault_expert < args.experts or not 0 <= args.shared_fault_rank < args.world:
+        parser.error("--fault-expert must be an expert, --shared-fault-rank a rank")
+    configure(
+        args.experts,
+        args.top_k,
+        args.placement,
+        args.shared_expert,
+        args.fault_expert,
+        args.shared_fault_rank,
+    )
     if args.golden:
         golden_main(*args.golden)
         return 0

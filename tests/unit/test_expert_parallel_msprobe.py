@@ -14,6 +14,12 @@ the all-reduce of the partial sums in the decoder layer after the MoE block retu
 output is the rank's partial sum); in its ``expert/`` expert 3 (rank 3) in layer 1 at token 2 computed
 its down_proj with a wrong weight.
 
+A third (``moe-ep3rr-msprobe``) has 6 experts, top-1 routing, on 3 ranks placed round-robin (rank r
+holds experts r and r+3), the all-reduce inside the MoE block, and a shared expert
+(``mlp.shared_expert``) every rank runs whole and adds after it; in its ``expert/`` expert 2 (rank 2)
+in layer 1 at token 2 computed its down_proj with a wrong weight, in its ``shared/`` rank 1's shared
+expert did, in layer 1 at token 2.
+
 Where the fault lies is the generator's record (case.json: token, rank, layer, expert, msprobe's
 module record) and msprobe's own dump, not tui-acc's reading of them."""
 
@@ -34,6 +40,7 @@ from tui_acc.reports.pair import build_report
 
 NAME = "moe-ep2-msprobe"
 NAME4 = "moe-ep4-msprobe"  # 4 ranks, one expert each, the all-reduce outside the MoE block
+NAME3RR = "moe-ep3rr-msprobe"  # 3 ranks, 6 experts round-robin, top 1, a shared expert
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +51,11 @@ def ep(tp_case) -> Path:
 @pytest.fixture(scope="module")
 def ep4(tp_case) -> Path:
     return tp_case(NAME4)
+
+
+@pytest.fixture(scope="module")
+def ep3rr(tp_case) -> Path:
+    return tp_case(NAME3RR)
 
 
 def _records(folder: Path) -> dict:
@@ -242,3 +254,66 @@ def test_the_faulty_expert_on_rank_3_is_the_one_local_operator(ep4, gather: bool
     op = report.body()["first_failing_op"]
     assert (op["token"], op["test_rank"], op["test_record"]) == (token, rank, record)
     assert f"rank {rank}'s {record}" in report.text()
+
+
+def test_three_round_robin_ranks_with_a_shared_expert_as_msprobe_recorded_them(ep3rr) -> None:
+    """msprobe's records on the 3 ranks: rank r's experts are case.json's (r and r+3), and each rank
+    recorded the shared expert's down_proj at every token of every layer."""
+    case = case_of(ep3rr)
+    config = case["config"]
+    assert (config["world"], config["experts"], config["top_k"]) == (3, 6, 1)
+    assert config["placement"] == "round-robin" and config["shared_expert"]
+    assert config["experts_of_rank"] == {"0": [0, 3], "1": [1, 4], "2": [2, 5]}
+    tokens = len(case["generated"]["golden"])
+    for rank in range(3):
+        folder = rank_folder(ep3rr, "clean", rank)
+        experts = {name.split(".")[6] for name in _records(folder) if ".mlp.experts." in name}
+        assert experts == {str(e) for e in config["experts_of_rank"][str(rank)]}
+        for layer in range(config["layers"]):
+            forward = f"Module.model.layers.{layer}.mlp.shared_expert.down_proj.Linear.forward"
+            assert _module_calls(folder, forward) == tokens
+
+
+def test_a_clean_round_robin_run_with_a_shared_expert_labels_nothing_local(ep3rr) -> None:
+    """Against the one-device golden, the clean 3-rank round-robin run with a shared expert has no local
+    operator at any token."""
+    comparison = open_comparison(ep3rr / "golden", ep3rr / "clean", CompareOptions(cache=False))
+    assert _local(comparison) == []
+    report = build_report(comparison, all_tokens=True)
+    assert "expert-parallel, 3 ranks, gathered" in report.text().splitlines()[2]
+    assert report.body()["first_failing_op"] is None
+
+
+def test_the_faulty_round_robin_expert_on_rank_2_is_the_one_local_operator(ep3rr) -> None:
+    """Round-robin placement: the one local operator over all tokens is expert 2's down_proj linear at
+    the fault's token, on rank 2, under that expert's down_proj module in rank 2's construct.json."""
+    fault = case_of(ep3rr)["fault"]
+    assert (fault["rank"], fault["expert"], fault["layer"], fault["token"]) == (2, 2, 1, 2)
+    comparison = open_comparison(ep3rr / "golden", ep3rr / fault["case"], CompareOptions(cache=False))
+    report = build_report(comparison, all_tokens=True)
+    assert "expert-parallel, 3 ranks, gathered" in report.text().splitlines()[2]
+    [(token, golden_node, test_node)] = _local(comparison)
+    assert token == fault["token"]
+    module = f"Module.model.layers.1.mlp.experts.2.down_proj.Linear.forward.{fault['call']}"
+    assert module == f"Module.{fault['linear_module']}.Linear.forward.{fault['call']}"
+    assert _construct(ep3rr / "golden" / "step0" / _golden_proc(ep3rr))[golden_node] == module
+    rank, record = comparison.test.origins[test_node]
+    assert rank == 2
+    assert _construct(rank_folder(ep3rr, fault["case"], rank))[record] == module
+
+
+def test_one_rank_s_wrong_shared_expert_is_the_one_local_operator(ep3rr) -> None:
+    """Rank 1's shared expert (replicated work, every rank runs it whole) wrong in layer 1 at token 2:
+    the one local operator over all tokens is at token 2, its golden node the golden's record under
+    the shared expert's down_proj module at its third call (msprobe's construct.json)."""
+    fault = case_of(ep3rr)["shared_fault"]
+    assert (fault["case"], fault["rank"], fault["layer"], fault["token"]) == ("shared", 1, 1, 2)
+    module = "Module.model.layers.1.mlp.shared_expert.down_proj.Linear.forward.2"
+    assert fault["record"] == module
+    assert _construct(rank_folder(ep3rr, "shared", 1))[fault["linear_record"]] == module
+    comparison = open_comparison(ep3rr / "golden", ep3rr / "shared", CompareOptions(cache=False))
+    report = build_report(comparison, all_tokens=True)
+    assert "expert-parallel, 3 ranks, gathered" in report.text().splitlines()[2]
+    [(token, golden_node, _)] = _local(comparison)
+    assert token == fault["token"]
+    assert _construct(ep3rr / "golden" / "step0" / _golden_proc(ep3rr))[golden_node] == module
