@@ -298,8 +298,10 @@ def _with_data(first: DumpIndex, others: list[DumpIndex]) -> list[DumpIndex] | s
     ]
     common = set.intersection(*held)
     if not common:
-        empty = next(r for r, tokens in enumerate(held) if not tokens or not tokens & held[0])
-        return f"rank {empty} recorded no tensor at any token the others did"
+        empty = next((r for r, tokens in enumerate(held) if not tokens), None)
+        if empty is not None:
+            return f"rank {empty} recorded no tensor"
+        return "no token at which every rank recorded tensors"
     dropped = sorted(set.union(*held) - common)
     if not dropped:
         return ranks

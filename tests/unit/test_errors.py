@@ -25,6 +25,8 @@ INTERNAL = {
     "tui_acc.dumps.atb.tiled.TilingError",  # said as the BinFileError of the file it was read from
     "tui_acc.dumps.fs.NotRegularFile",  # OSErrors by design: every reader handles an unreadable file
     "tui_acc.dumps.policy.OutsideDump",
+    # ranks that cannot be merged: the session compares rank 0 alone and says why in a note
+    "tui_acc.dumps.rank_alignment.NotAlignable",
     # a node --replay or the replay dialog names: the CLI says it as the UsageError "--replay: ...", the
     # TUI on its status line
     "tui_acc.verdicts.replay_check.UnknownNode",

@@ -35,4 +35,8 @@ def test_a_token_some_rank_recorded_nothing_at_is_dropped_and_said() -> None:
     assert not isinstance(kept, str)
     assert [sorted(index.tokens) for index in kept] == [[0, 1], [0, 1]]
     assert any("[2]" in note for note in kept[0].notes)
-    assert isinstance(_with_data(full, [_index({0: {"a": []}})]), str)  # a rank with nothing
+    assert _with_data(full, [_index({0: {"a": []}})]) == "rank 1 recorded no tensor"
+    apart = _with_data(
+        _index({0: {"a": ref}, 1: {"a": ref}}), [_index({0: {"a": ref}}), _index({1: {"a": ref}})]
+    )
+    assert apart == "no token at which every rank recorded tensors"

@@ -1,6 +1,6 @@
 """One GE dump file (TorchAir's graph mode, ``ge.exec.enableDump``): its tensors' descriptions and data.
 
-A file ``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}`` holds (docs/torchair.md §2; msprobe's
+A file ``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}`` holds (docs/formats.md §7.1; msprobe's
 ``msaccucmp/dump_parse/big_dump_data.py``): a little-endian uint64 header length, then that many bytes
 of a protobuf ``toolkit.dumpdata.DumpData`` whose tensors carry their sizes but no data, then the raw
 bytes of every input, output, buffer and workspace, in that order. The old layout is one
@@ -25,6 +25,7 @@ import ml_dtypes
 import numpy as np
 
 from tui_acc.dumps.atb.tiled import FIVE_HD, FRACTAL_NZ, to_nd
+from tui_acc.dumps.model import DumpError
 
 # dump_data.proto's OutputDataType (not ge::DataType's numbering) -> numpy; the rest are refused by name
 DTYPES: dict[int, np.dtype] = {
@@ -54,7 +55,7 @@ _DATA_ORDER = ("input", "output", "buffer", "space")
 _MAX_DEPTH = 4  # DumpData > OpOutput > Shape / OriginalOp: nothing deeper is read
 
 
-class GeDumpError(ValueError):
+class GeDumpError(DumpError):
     """A file that is not a GE dump as its format says, or one tui-acc cannot read; the message says which."""
 
 
