@@ -6,19 +6,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tui_acc.dumps.expert_order import interleaved
 from tui_acc.dumps.model import DumpIndex, Node, NodeTree, TensorRef
-from tui_acc.dumps.rank_alignment import _interleaved
 from tui_acc.session import _with_data
 
 
 def test_contiguous_ownership_in_any_rank_order_is_placeable() -> None:
-    assert _interleaved({0: {0, 1}, 1: {2, 3}, 2: {4, 5}}) is None
-    assert _interleaved({0: {4, 5}, 1: {0, 1}, 2: {2, 3}}) is None  # placed by expert id, not rank
-    assert _interleaved({0: {0}, 1: set(), 2: {2}}) is None  # a rank that ran no expert anywhere
+    assert interleaved({0: {0, 1}, 1: {2, 3}, 2: {4, 5}}) is None
+    assert interleaved({0: {4, 5}, 1: {0, 1}, 2: {2, 3}}) is None  # placed by expert id, not rank
+    assert interleaved({0: {0}, 1: set(), 2: {2}}) is None  # a rank that ran no expert anywhere
 
 
 def test_round_robin_ownership_is_named() -> None:
-    why = _interleaved({0: {0, 3}, 1: {1, 4}, 2: {2, 5}})
+    why = interleaved({0: {0, 3}, 1: {1, 4}, 2: {2, 5}})
     assert why is not None and "rank 0" in why and "interleave" in why
 
 

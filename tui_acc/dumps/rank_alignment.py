@@ -28,18 +28,16 @@ which the golden's one loop over every expert never holds. See docs/formats.md Â
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from difflib import SequenceMatcher
-from itertools import pairwise
-from pathlib import Path
-from typing import Any
+from functools import partial
 
-from tui_acc.dumps.model import DumpIndex, Node, NodeTree, TensorRef, logical_name
+from tui_acc.dumps.expert_order import call_kind, experts_of, interleaved, iterations, placed_whole
+from tui_acc.dumps.model import DumpIndex, Node, NodeTree, TensorRef
 from tui_acc.dumps.msprobe.passes import api_of, is_module
-from tui_acc.dumps.msprobe.records import dump_json_of
+from tui_acc.dumps.msprobe.record_forms import RecordForms
 
 # in-place sums whose first argument is the tensor added into (msprobe's API names)
 ACCUMULATING = frozenset(
@@ -51,8 +49,6 @@ ACCUMULATOR_NOTE = (
 )
 _API_COUNTER = re.compile(r"^(?P<head>.*\.)(?P<n>\d+)(?P<tail>\.(?:forward|backward))$")
 _MODULE_COUNTER = re.compile(r"^(?P<head>.*\.(?:forward|backward)\.)(?P<n>\d+)(?P<tail>)$")
-_EXPERT = re.compile(r"\.experts\.(\d+)\.")
-_STATISTICS = frozenset({"data_name", "Max", "Min", "Mean", "Norm", "md5", "requires_grad"})
 
 
 @dataclass(frozen=True)
@@ -99,7 +95,7 @@ class _Gap:
 def align_ranks(ranks: Sequence[DumpIndex]) -> Aligned:
     """Every rank's records named as rank 0's where they are the same call; see the module's doc."""
     first = ranks[0]
-    records = _Records()
+    records = RecordForms()
     names: dict[int, dict[str, str]] = {r: {} for r in range(1, len(ranks))}
     # (token, parent, the anchor before it) -> its calls; (token, parent) -> its anchors and gaps in
     # order (the tree's root holds every token's top calls: the token keeps them apart)
@@ -110,8 +106,8 @@ def align_ranks(ranks: Sequence[DumpIndex]) -> Aligned:
         for token in common:
             matcher = _Matcher(first, index, token, records)
             matcher.walk(first.tree.root, index.tree.root, names[rank], rank, gaps, layouts)
-    experts = _experts_of(gaps.values())
-    interleaved = _interleaved(experts)
+    experts = experts_of(run for gap in gaps.values() for run in [(0, gap.first), *gap.others.items()])
+    refused = interleaved(experts)
     own: dict[int, set[str]] = {r: set() for r in range(len(ranks))}
     placed: dict[_GapKey, list[str]] = {}  # each gap's calls in the gathered order
     lowest = {rank: min(ids) for rank, ids in experts.items() if ids}
@@ -133,10 +129,10 @@ def align_ranks(ranks: Sequence[DumpIndex]) -> Aligned:
             runs.append((rank, theirs[start:end]))
         for rank, run in runs:
             own[rank].update(_subtree(ranks[rank].tree, run))
-        iterations = _iterations(runs, ranks, key[0], records)
-        if iterations is None and interleaved:
-            raise NotAlignable(interleaved)
-        order = iterations if iterations is not None else _placed(runs, lowest)
+        loops = iterations(runs, partial(_first_int_at, records, ranks, key[0]))
+        if loops is None and refused:
+            raise NotAlignable(refused)
+        order = loops if loops is not None else placed_whole(runs, lowest)
         placed[key] = [*gap.first[:start], *(f"\0{rank}\0{name}" for rank, name in order), *gap.first[stop:]]
     origins: dict[str, tuple[int, str]] = {name: (0, name) for name in own[0]}
     taken = set(first.tree.nodes)
@@ -178,135 +174,20 @@ def _resolved(name: str, names: dict[int, dict[str, str]]) -> str:
     return names[int(rank)].get(own, own) if int(rank) else own
 
 
-def _experts_of(gaps: Iterable[_Gap]) -> dict[int, set[int]]:
-    """The expert ids each rank ran modules of, anywhere (ownership does not change from token to
-    token: a rank that ran no expert in one layer still owns its experts)."""
-    found: dict[int, set[int]] = {}
-    for gap in gaps:
-        for rank, calls in [(0, gap.first), *gap.others.items()]:
-            for name in calls:
-                match = _EXPERT.search(name)
-                if match is not None and is_module(name):
-                    found.setdefault(rank, set()).add(int(match.group(1)))
-    return found
-
-
-def _interleaved(experts: dict[int, set[int]]) -> str | None:
-    """Why the ranks' expert loops cannot be placed whole, one after another, in the golden's order of
-    expert ids (round-robin ownership: rank 0 experts 0 and 3, rank 1 experts 1 and 4), or None."""
-    spans = sorted((min(ids), max(ids), rank) for rank, ids in experts.items() if ids)
-    for (_, last, rank), (first, _, other) in pairwise(spans):
-        if first < last:
-            return (
-                f"rank {rank} ran experts {sorted(experts[rank])[:6]} and rank {other} "
-                f"{sorted(experts[other])[:6]}: their experts interleave (round-robin placement), so no "
-                "rank's loop can be placed whole in the golden's order of expert ids"
-            )
-    return None
-
-
-def _placed(runs: list[tuple[int, list[str]]], lowest: dict[int, int]) -> list[tuple[int, str]]:
-    """Each rank's own calls of one gap, run by run, in the order of the ranks' lowest expert ids
-    (then by rank): rank 1 owning experts 0-3 comes before rank 0 owning 4-7."""
-    ordered = sorted(runs, key=lambda item: (lowest.get(item[0], float("inf")), item[0]))
-    return [(rank, name) for rank, run in ordered for name in run]
-
-
-def _iterations(
-    runs: list[tuple[int, list[str]]], ranks: Sequence[DumpIndex], token: int, records: _Records
-) -> list[tuple[int, str]] | None:
-    """Every rank's own calls of one gap cut into its loop's iterations (each starts with the call
-    its first one is: ``chosen == e``) and ordered by expert id, as the golden's one loop ran them:
-    round-robin placement (rank 0 experts 0 and 3) interleaves them. An iteration's id is its expert
-    module's, else its first call's first integer argument, trusted only where it names the module
-    in every iteration that ran one. None where some iteration has no id."""
-    found: list[tuple[int | None, int, list[str]]] = []
-    for rank, run in runs:
-        if not run:
-            continue
-        starts = [i for i, name in enumerate(run) if _kind(name) == _kind(run[0])] + [len(run)]
-        for begin, end in pairwise(starts):
-            calls = run[begin:end]
-            modules = [int(m.group(1)) for n in calls if is_module(n) and (m := _EXPERT.search(n))]
-            argument = records.first_int(ranks[rank], token, calls[0])
-            if modules and argument is not None and argument != min(modules):
-                return None  # the first argument is not the expert's id
-            found.append((min(modules) if modules else argument, rank, calls))
-    if any(number is None for number, _, _ in found):
-        return None
-    found.sort(key=lambda item: (item[0] or 0, item[1]))
-    return [(rank, name) for _, rank, calls in found for name in calls]
+def _first_int_at(
+    records: RecordForms, ranks: Sequence[DumpIndex], token: int, rank: int, call: str
+) -> int | None:
+    return records.first_int(ranks[rank], token, call)
 
 
 def _subtree(tree: NodeTree, names: Iterable[str]) -> set[str]:
     return {node.name for name in names for node in tree.preorder(name)}
 
 
-class _Records:
-    """Each dump.json's records reduced to their form (arguments, tensors' dtypes and shapes: not
-    their statistics) and their first integer argument, parsed once per file."""
-
-    def __init__(self) -> None:
-        self._files: dict[Path, dict[str, tuple[int, int | None]]] = {}
-
-    def of(self, index: DumpIndex, token: int, name: str) -> int | None:
-        found = self._entry(index, token, name)
-        return found[0] if found is not None else None
-
-    def first_int(self, index: DumpIndex, token: int, name: str) -> int | None:
-        """The record's first integer argument (``chosen == 3``: 3), or None."""
-        found = self._entry(index, token, name)
-        return found[1] if found is not None else None
-
-    def _entry(self, index: DumpIndex, token: int, name: str) -> tuple[int, int | None] | None:
-        dump_json = dump_json_of(index.tensors(token, name))
-        if dump_json is None:
-            return None
-        if dump_json not in self._files:
-            self._files[dump_json] = self._read(index, dump_json)
-        return self._files[dump_json].get(name)
-
-    @staticmethod
-    def _read(index: DumpIndex, dump_json: Path) -> dict[str, tuple[int, int | None]]:
-        try:
-            data = index.load_policy.read_json(dump_json)
-        except (OSError, ValueError, RecursionError):
-            return {}
-        entries = data.get("data") if isinstance(data, dict) else None
-        if not isinstance(entries, dict):
-            return {}
-        return {
-            str(name): (hash(_text(_stripped(entry, _STATISTICS))), _first_int(entry))
-            for name, entry in entries.items()
-        }
-
-
-def _first_int(entry: Any) -> int | None:
-    arguments = entry.get("input_args") if isinstance(entry, dict) else None
-    for argument in arguments if isinstance(arguments, list) else []:
-        if isinstance(argument, dict) and argument.get("type") == "int":
-            value = argument.get("value")
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
-    return None
-
-
-def _text(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def _stripped(value: Any, keys: frozenset[str] | set[str]) -> Any:
-    if isinstance(value, dict):
-        return {k: _stripped(v, keys) for k, v in value.items() if k not in keys}
-    if isinstance(value, list):
-        return [_stripped(v, keys) for v in value]
-    return value
-
-
 class _Matcher:
     """Rank ``other``'s records matched with ``first``'s, parent by parent, at one token."""
 
-    def __init__(self, first: DumpIndex, other: DumpIndex, token: int, records: _Records) -> None:
+    def __init__(self, first: DumpIndex, other: DumpIndex, token: int, records: RecordForms) -> None:
         self.first, self.other, self.token, self.records = first, other, token, records
 
     def walk(
@@ -380,7 +261,7 @@ class _Matcher:
     def _alike(self, a: str, b: str) -> bool:
         """Whether two calls were recorded alike: the same kind, and dump.json's records the same in
         form (arguments, dtypes, shapes); a call without a record is alike to none."""
-        if _kind(a) != _kind(b):
+        if call_kind(a) != call_kind(b):
             return False
         ours = self.records.of(self.first, self.token, a)
         theirs = self.records.of(self.other, self.token, b)
@@ -406,10 +287,6 @@ def _compared(name: str, refs: list[TensorRef], own: set[str]) -> list[TensorRef
 def _is_anchor(name: str) -> bool:
     """A record every rank names alike when it is the same call: a module's, a collective's."""
     return is_module(name) or name.startswith("Distributed.")
-
-
-def _kind(name: str) -> str:
-    return api_of(name) or logical_name(name)
 
 
 class _Counters:
