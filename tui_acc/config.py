@@ -207,14 +207,20 @@ def _number(path: Path, where: str, value: Any, low: float = 0.0, high: float = 
         raise ConfigError(f"{path}: {where} must be a number, not {value!r}")
     wanted = _unfit(value, low, high)
     if wanted:
-        raise ConfigError(f"{path}: {where} must be {wanted}, not {value!r}")
+        shown = (
+            repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} digits)"
+        )
+        raise ConfigError(f"{path}: {where} must be {wanted}, not {shown}")
     return float(value)
 
 
 def _unfit(value: float, low: float, high: float) -> str | None:
     """What a bound must be, if ``value`` is not that: a NaN bound would pass or fail every tensor
     silently (every comparison with NaN is false), an infinite one is no bound at all."""
-    if math.isfinite(value) and low <= value <= high:
+    # an integer past float's range (a 400-digit bound) is no finite float: compared as it is, not
+    # converted (math.isfinite would raise OverflowError on it)
+    fits = low <= value <= high if isinstance(value, int) else math.isfinite(value) and low <= value <= high
+    if fits and (not isinstance(value, int) or abs(value) < 2**1023):
         return None
     return f"a finite number {f'>= {low:g}' if high == math.inf else f'in [{low:g}, {high:g}]'}"
 

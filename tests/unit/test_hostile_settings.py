@@ -34,6 +34,10 @@ BAD_BOUNDS = {
         "[thresholds.logits.bfloat16]\nkl = inf\n",
         "thresholds.logits.bfloat16.kl must be a finite number >= 0",
     ),
+    "a 400-digit integer": (  # no float holds it: refused by name, not an OverflowError
+        "[thresholds.ops]\nmax_abs_err = " + "9" * 400 + "\n",
+        "thresholds.ops.max_abs_err must be a finite number >= 0, not 99999",
+    ),
     "negative error": (
         '[[rules]]\npattern = "*"\nmax_abs_err = -1\n',
         "rules #1.max_abs_err must be a finite number >= 0",
