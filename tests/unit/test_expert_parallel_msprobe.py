@@ -106,29 +106,49 @@ def _construct(folder: Path) -> dict:
     return json.loads((folder / "construct.json").read_text(encoding="utf-8"))
 
 
+def _nothing_local(folder: Path, world: int):
+    """The clean run against the golden: no local operator at any token, none reported, and the
+    first lines say how the test was split; the comparison, for more."""
+    comparison = open_comparison(folder / "golden", folder / "clean", CompareOptions(cache=False))
+    assert _local(comparison) == []
+    report = build_report(comparison, all_tokens=True)
+    assert f"expert-parallel, {world} ranks, gathered" in report.text().splitlines()[2]
+    assert report.body()["first_failing_op"] is None
+    return comparison
+
+
+def _the_faulty_expert_named(folder: Path, world: int, gather: bool = False) -> tuple[int, str]:
+    """The faulty run against the golden: the one local operator over all tokens is the faulty
+    expert's down_proj linear at the fault's token, the golden's record and the test's both under
+    that module in msprobe's construct.json (the test's on the rank that ran it, named by its record
+    there), and the report says so; the first lines say how the test was split. (rank, record)."""
+    fault = case_of(folder)["fault"]
+    options = CompareOptions(cache=False, gather=gather)
+    comparison = open_comparison(folder / "golden", folder / fault["case"], options)
+    report = build_report(comparison, all_tokens=True)
+    first_lines = report.text().splitlines()[2]
+    assert f"expert-parallel, {world} ranks, gathered" in first_lines
+    assert "tensor-parallel" not in first_lines
+    [(token, golden_node, test_node)] = _local(comparison)
+    assert token == fault["token"]
+    module = f"Module.{fault['linear_module']}.Linear.forward.{fault['call']}"
+    assert _construct(folder / "golden" / "step0" / _golden_proc(folder))[golden_node] == module
+    rank, record = comparison.test.origins[test_node]
+    assert rank == fault["rank"]
+    assert _construct(rank_folder(folder, fault["case"], rank))[record] == module
+    op = report.body()["first_failing_op"]
+    assert (op["token"], op["test_rank"], op["test_record"]) == (token, rank, record)
+    assert f"rank {rank}'s {record}" in report.text()
+    return rank, record
+
+
 @pytest.mark.parametrize("gather", [False, True], ids=["unasked", "--gather"])
 def test_the_faulty_expert_on_its_rank_is_the_one_local_operator(ep, gather: bool) -> None:
     """The ranks are merged, each rank's experts taken whole from it and paired with the golden's by
     module path: the one local operator is the faulty expert's down_proj linear at the fault's token,
     named with its rank and its name in that rank's dump.json; the first lines say how the test was
     split. Where each record sits is msprobe's construct.json, on each side."""
-    fault = case_of(ep)["fault"]
-    comparison = open_comparison(
-        ep / "golden", ep / fault["case"], CompareOptions(cache=False, gather=gather)
-    )
-    report = build_report(comparison, all_tokens=True)
-    assert "expert-parallel, 2 ranks, gathered" in report.text().splitlines()[2]
-    assert "tensor-parallel" not in report.text().splitlines()[2]
-    [(token, golden_node, test_node)] = _local(comparison)
-    assert token == fault["token"]
-    module = f"Module.{fault['linear_module']}.Linear.forward.{fault['call']}"
-    assert _construct(ep / "golden" / "step0" / _golden_proc(ep))[golden_node] == module
-    rank, record = comparison.test.origins[test_node]
-    assert rank == fault["rank"]
-    assert _construct(rank_folder(ep, fault["case"], rank))[record] == module
-    op = report.body()["first_failing_op"]
-    assert (op["token"], op["test_rank"], op["test_record"]) == (token, rank, record)
-    assert f"rank {rank}'s {record}" in report.text()
+    _the_faulty_expert_named(ep, 2, gather)
 
 
 def _golden_proc(ep: Path) -> str:
@@ -139,9 +159,7 @@ def test_a_clean_expert_parallel_run_labels_nothing_local(ep) -> None:
     """Against the one-device golden, the clean expert-parallel run has no local operator at any token:
     the router's work every rank repeats is one call, each expert is compared with the golden's, and
     a rank's own running sum (index_add_ into its partial sum) is not held against the golden's."""
-    comparison = open_comparison(ep / "golden", ep / "clean", CompareOptions(cache=False))
-    assert comparison.pairing.tokens == [0, 1, 2, 3] and _local(comparison) == []
-    assert build_report(comparison, all_tokens=True).body()["first_failing_op"] is None
+    assert _nothing_local(ep, 2).pairing.tokens == [0, 1, 2, 3]
 
 
 def test_each_rank_s_own_calls_are_its_experts_and_their_loop(ep) -> None:
@@ -225,11 +243,7 @@ def test_four_ranks_record_one_expert_each_and_the_all_reduce_in_the_decoder_lay
 def test_a_clean_four_rank_run_with_the_all_reduce_outside_labels_nothing_local(ep4) -> None:
     """Against the one-device golden, the clean 4-rank run (ranks running no expert at some tokens, the
     MoE block's output each rank's partial sum) has no local operator at any token."""
-    comparison = open_comparison(ep4 / "golden", ep4 / "clean", CompareOptions(cache=False))
-    assert comparison.pairing.tokens == [0, 1, 2, 3] and _local(comparison) == []
-    report = build_report(comparison, all_tokens=True)
-    assert "expert-parallel, 4 ranks, gathered" in report.text().splitlines()[2]
-    assert report.body()["first_failing_op"] is None
+    assert _nothing_local(ep4, 4).pairing.tokens == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("gather", [False, True], ids=["unasked", "--gather"])
@@ -238,22 +252,9 @@ def test_the_faulty_expert_on_rank_3_is_the_one_local_operator(ep4, gather: bool
     the faulty expert's down_proj linear at the fault's token, on rank 3, named by its record there."""
     fault = case_of(ep4)["fault"]
     assert fault["rank"] == 3
-    comparison = open_comparison(
-        ep4 / "golden", ep4 / fault["case"], CompareOptions(cache=False, gather=gather)
-    )
-    report = build_report(comparison, all_tokens=True)
-    assert "expert-parallel, 4 ranks, gathered" in report.text().splitlines()[2]
-    [(token, golden_node, test_node)] = _local(comparison)
-    assert token == fault["token"]
     module = f"Module.{fault['linear_module']}.Linear.forward.{fault['call']}"
     assert module == f"Module.model.layers.1.mlp.experts.3.down_proj.Linear.forward.{fault['call']}"
-    assert _construct(ep4 / "golden" / "step0" / _golden_proc(ep4))[golden_node] == module
-    rank, record = comparison.test.origins[test_node]
-    assert rank == fault["rank"]
-    assert _construct(rank_folder(ep4, fault["case"], rank))[record] == module
-    op = report.body()["first_failing_op"]
-    assert (op["token"], op["test_rank"], op["test_record"]) == (token, rank, record)
-    assert f"rank {rank}'s {record}" in report.text()
+    assert _the_faulty_expert_named(ep4, 4, gather)[0] == 3
 
 
 def test_three_round_robin_ranks_with_a_shared_expert_as_msprobe_recorded_them(ep3rr) -> None:
@@ -277,11 +278,7 @@ def test_three_round_robin_ranks_with_a_shared_expert_as_msprobe_recorded_them(e
 def test_a_clean_round_robin_run_with_a_shared_expert_labels_nothing_local(ep3rr) -> None:
     """Against the one-device golden, the clean 3-rank round-robin run with a shared expert has no local
     operator at any token."""
-    comparison = open_comparison(ep3rr / "golden", ep3rr / "clean", CompareOptions(cache=False))
-    assert _local(comparison) == []
-    report = build_report(comparison, all_tokens=True)
-    assert "expert-parallel, 3 ranks, gathered" in report.text().splitlines()[2]
-    assert report.body()["first_failing_op"] is None
+    _nothing_local(ep3rr, 3)
 
 
 def test_the_faulty_round_robin_expert_on_rank_2_is_the_one_local_operator(ep3rr) -> None:
@@ -289,17 +286,9 @@ def test_the_faulty_round_robin_expert_on_rank_2_is_the_one_local_operator(ep3rr
     the fault's token, on rank 2, under that expert's down_proj module in rank 2's construct.json."""
     fault = case_of(ep3rr)["fault"]
     assert (fault["rank"], fault["expert"], fault["layer"], fault["token"]) == (2, 2, 1, 2)
-    comparison = open_comparison(ep3rr / "golden", ep3rr / fault["case"], CompareOptions(cache=False))
-    report = build_report(comparison, all_tokens=True)
-    assert "expert-parallel, 3 ranks, gathered" in report.text().splitlines()[2]
-    [(token, golden_node, test_node)] = _local(comparison)
-    assert token == fault["token"]
     module = f"Module.model.layers.1.mlp.experts.2.down_proj.Linear.forward.{fault['call']}"
     assert module == f"Module.{fault['linear_module']}.Linear.forward.{fault['call']}"
-    assert _construct(ep3rr / "golden" / "step0" / _golden_proc(ep3rr))[golden_node] == module
-    rank, record = comparison.test.origins[test_node]
-    assert rank == 2
-    assert _construct(rank_folder(ep3rr, fault["case"], rank))[record] == module
+    assert _the_faulty_expert_named(ep3rr, 3)[0] == 2
 
 
 def test_one_rank_s_wrong_shared_expert_is_the_one_local_operator(ep3rr) -> None:
