@@ -21,6 +21,7 @@ SENSITIVITY = REPO / "tests" / "data" / "sensitivity"  # scripts/make_sensitivit
 MSPROBE_CASES = REPO / "tests" / "data" / "msprobe"  # scripts/make_msprobe_pass_fixtures.py
 NPU_CASES = REPO / "tests" / "data" / "npu"  # scripts/make_npu_fixtures.py
 TP_CASES = REPO / "tests" / "data" / "tp"  # scripts/make_tp_msprobe_fixtures.py
+TORCHAIR_CASES = REPO / "tests" / "data" / "torchair"  # scripts/make_torchair_fixtures.py
 
 
 def sensitivity_key() -> dict[str, dict[str, dict]]:
@@ -122,6 +123,13 @@ def tp_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     golden (tests/data/tp), unpacked once per session: ``golden/``, a test per case (``clean/``,
     ``allreduce/``, ``column/``; ``expert/``: ``step0/rank*/``) and ``case.json``."""
     return _unpacker(TP_CASES, tmp_path_factory.mktemp("tp"))
+
+
+@pytest.fixture(scope="session")
+def torchair_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``torchair_case(name)``: TorchAir dumps of tests/data/torchair, unpacked once per session
+    (``fx/``, ``ge-clean/``, ``ge-fault/`` and ``case.json``: where the fault is)."""
+    return _unpacker(TORCHAIR_CASES, tmp_path_factory.mktemp("torchair"))
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from tui_acc.dumps import DumpError, DumpIndex, Node, NodeTree, open_dump, regis
 from tui_acc.dumps.model import ATB_FORMATS, Format
 from tui_acc.dumps.registry import DumpReader, ReadOptions, readers
 
-TOOLS = ("msit", "msprobe", "sglang")
+TOOLS = ("msit", "msprobe", "sglang", "torchair")
 
 
 def _reader_modules() -> list[str]:
@@ -35,7 +35,7 @@ def test_every_reader_module_registers_itself() -> None:
     """A reader module left out of its package's imports (or not registering) would never be asked."""
     registered = {reader.claims for reader in readers()}
     modules = _reader_modules()
-    assert len(modules) == len(readers()) == 9
+    assert len(modules) == len(readers()) == 11
     for name in modules:
         assert importlib.import_module(name).claims in registered, name
 
@@ -116,7 +116,7 @@ def test_importing_the_dumps_package_registers_every_reader_without_numpy() -> N
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
-    assert done.stdout.split() == ["9", "False"]
+    assert done.stdout.split() == ["11", "False"]
 
 
 def test_the_format_literal_is_what_the_readers_produce() -> None:

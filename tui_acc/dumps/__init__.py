@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 # each tool's package imports its readers, and each reader registers itself (registry.py)
-from tui_acc.dumps import msit, msprobe, sglang, single  # noqa: F401
+from tui_acc.dumps import msit, msprobe, sglang, single, torchair  # noqa: F401
 from tui_acc.dumps.fs import folder_problem
 from tui_acc.dumps.hints import did_you_mean, holds_dumps
 from tui_acc.dumps.model import (

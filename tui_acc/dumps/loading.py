@@ -19,7 +19,7 @@ def load_side(ref: TensorRef, like: Any, policy: LoadPolicy) -> np.ndarray:
     """A tensor, merged from its ranks when it was gathered, like the golden (``like``: its values,
     or its shape) where that decides (``gather.merge_parts``)."""
     if not ref.parts:
-        return load_tensor(ref.path, policy)
+        return load_tensor(ref.path, policy, ref.member)
     from tui_acc.dumps.gather import merge_parts
 
     return merge_parts([load_tensor(p, policy) for p in ref.parts], ref.merge, like, ref.path)

@@ -21,8 +21,20 @@ Role = Literal["input", "output", "param"]
 # by it. msprobe's graph mode is "msprobe" (the same records), its ATB probe "msprobe-atb" (the same
 # operations as its statistic.csv); an msit torch dump of statistics only is "msit-stats".
 Format = Literal[
-    "tensor", "msit-torch", "msit-stats", "msit-atb", "msprobe", "msprobe-debug", "msprobe-atb", "sglang"
+    "tensor",
+    "msit-torch",
+    "msit-stats",
+    "msit-atb",
+    "msprobe",
+    "msprobe-debug",
+    "msprobe-atb",
+    "sglang",
+    "torchair-fx",
+    "torchair-ge",
 ]
+# TorchAir's graph mode: an FX dump (the FX graph run eagerly, the golden) and a GE dump (the graph run
+# by the GE graph engine), each token one run of one compiled graph (DumpIndex.runs)
+TORCHAIR_FORMATS: frozenset[Format] = frozenset({"torchair-fx", "torchair-ge"})
 # ATB operation graphs: paired structurally against a torch dump, re-dumped by execution count
 ATB_FORMATS: frozenset[Format] = frozenset({"msit-atb", "msprobe-atb"})
 # msprobe's dumps: their records are named by API call (Functional.linear.3.forward), their
@@ -102,6 +114,8 @@ class TensorRef:
     # gathered from several ranks: every rank's file, and how to merge them (SUM, AUTO, CONCAT + a dim)
     parts: tuple[Path, ...] = field(default=(), compare=False)
     merge: str = field(default="", compare=False)
+    # a file holding several tensors (a GE dump file): which of them (``input.0``, ``output.1``)
+    member: str = field(default="", compare=False)
 
     @property
     def path(self) -> Path:
@@ -242,6 +256,8 @@ class DumpIndex:
     # gathered ranks that ran calls of their own (expert parallelism): each such call's rank, and its
     # name in that rank's records where the gathered index renamed it (dumps/rank_alignment.py)
     origins: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    # TorchAir: each token's graph and that graph's own step (dumps/torchair/runs.py)
+    runs: Mapping[int, tuple[str, int]] = field(default_factory=dict)
 
     @property
     def load_policy(self) -> LoadPolicy:

@@ -35,9 +35,9 @@ class TensorLoadError(TuiAccError):
         self.problem = problem
 
 
-def load_tensor(path: Path, policy: LoadPolicy) -> np.ndarray:
+def load_tensor(path: Path, policy: LoadPolicy, member: str = "") -> np.ndarray:
     """Load one tensor file: ATB ``.bin`` exactly, torch ``.pth``/``.pt`` without executing code,
-    ``.npy`` without unpickling.
+    ``.npy`` without unpickling; ``member`` of a GE dump file (TorchAir), which holds several.
 
     ``policy`` (the dump's, ``DumpIndex.load_policy``) refuses a file that is a symlink to
     somewhere outside the dump, or an ATB header whose ``data=`` points outside it, unless the user
@@ -47,6 +47,8 @@ def load_tensor(path: Path, policy: LoadPolicy) -> np.ndarray:
         policy.check(path)
     except OutsideDump as exc:
         raise TensorLoadError(path, str(exc)) from exc
+    if member:
+        return _load_ge_member(path, member, policy)
     if path.suffix == ".bin":
         from tui_acc.dumps.atb.bin import BinFileError, load_bin
 
@@ -73,6 +75,19 @@ def load_tensor(path: Path, policy: LoadPolicy) -> np.ndarray:
     if not isinstance(obj, np.ndarray):
         raise TensorLoadError(path, f"holds a {type(obj).__name__}, not a tensor")
     return obj
+
+
+def _load_ge_member(path: Path, member: str, policy: LoadPolicy) -> np.ndarray:
+    from tui_acc.dumps.torchair.ge_file import GeDumpError, load_member
+
+    try:
+        return load_member(path, member, policy)
+    except GeDumpError as exc:
+        raise TensorLoadError(path, str(exc).removeprefix(f"{path}: ")) from exc
+    except FileNotFoundError as exc:
+        raise TensorLoadError(path, "file not found") from exc
+    except OSError as exc:
+        raise TensorLoadError(path, f"cannot read ({exc.strerror or exc})") from exc
 
 
 def _load_torch_file(path: Path) -> object:

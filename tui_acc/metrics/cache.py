@@ -103,7 +103,8 @@ def identity(ref: TensorRef) -> str:
             )
         except OSError:
             parts.append(f"{path}:missing")
-    return f"{ref.slot}@" + "|".join(parts) + (f"#{ref.merge}" if ref.merge else "")
+    member = f"~{ref.member}" if ref.member else ""  # one of a GE dump file's tensors
+    return f"{ref.slot}{member}@" + "|".join(parts) + (f"#{ref.merge}" if ref.merge else "")
 
 
 # what each stored column may hold besides None (JSON gives ints for whole floats; bool is an int)

@@ -1,7 +1,8 @@
 """Align two dump indexes: tokens, nodes and tensor files, golden <-> test.
 
 Same-kind dumps (torch and torch, ATB and ATB, msprobe and msprobe) pair by name; torch against
-ATB pairs structurally (``structural.py``). Whatever has no partner is listed, never dropped.
+ATB pairs structurally (``structural.py``); a TorchAir GE dump by its graph text (``torchair.py``).
+Whatever has no partner is listed, never dropped.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
-from tui_acc.dumps.model import ATB_FORMATS, DumpIndex
+from tui_acc.dumps.model import ATB_FORMATS, TORCHAIR_FORMATS, DumpError, DumpIndex
 from tui_acc.lazy import LazyMapping
 from tui_acc.pairing.by_name import differing_names, pair_token_by_name
 from tui_acc.pairing.mapping import MappingError, OpMapping, load_mapping
@@ -17,6 +18,7 @@ from tui_acc.pairing.model import NodePair, TensorPair, Unmatched
 from tui_acc.pairing.msprobe_mapping import MsprobeMapping, bind, load_msprobe_mapping
 from tui_acc.pairing.result import Pairing
 from tui_acc.pairing.structural import pair_token_structurally, structural_notes
+from tui_acc.pairing.torchair import pair_torchair
 
 __all__ = [
     "MappingError",
@@ -45,6 +47,13 @@ def pair_dumps(
     Neither index is changed: where pairing settles on another order for the golden (an ATB test's
     execution order), the pairing's ``golden`` is a new index holding it, which its users read.
     """
+    if test.format == "torchair-ge" and golden.format in TORCHAIR_FORMATS:
+        return pair_torchair(golden, test, logits_node)  # by the graph text TorchAir wrote
+    if golden.format == "torchair-ge" and test.format == "torchair-fx":
+        raise DumpError(
+            f"{golden.root} is a GE dump and {test.root} an FX dump: the FX dump is the golden "
+            "(tui-acc FX_DUMP GE_DUMP)"
+        )
     mapping = mapping or OpMapping()
     translation = bind(names, golden, test)
     unmatched: list[Unmatched] = []

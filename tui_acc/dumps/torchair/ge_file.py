@@ -16,16 +16,21 @@ original_shape 6 / 7.
 from __future__ import annotations
 
 import math
+import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 import ml_dtypes
 import numpy as np
 
 from tui_acc.dumps.atb.tiled import FIVE_HD, FRACTAL_NZ, to_nd
+from tui_acc.dumps.fs import settled
+from tui_acc.dumps.mapped import map_bytes
 from tui_acc.dumps.model import DumpError
+from tui_acc.dumps.policy import LoadPolicy
 
 # dump_data.proto's OutputDataType (not ge::DataType's numbering) -> numpy; the rest are refused by name
 DTYPES: dict[int, np.dtype] = {
@@ -52,6 +57,7 @@ _NANO_MAGIC = 0x5A5A5A5A
 _ROLES = {4: "input", 3: "output", 5: "buffer", 8: "space"}
 # the order the raw bytes follow the header in
 _DATA_ORDER = ("input", "output", "buffer", "space")
+_HEADER_LIMIT = 1 << 30  # a header is a few hundred bytes: a length past this is not one
 _MAX_DEPTH = 4  # DumpData > OpOutput > Shape / OriginalOp: nothing deeper is read
 
 
@@ -118,14 +124,63 @@ def read_header(path: Path, content: bytes) -> GeDump:
 
 
 def load(dump: GeDump, tensor: GeTensor, content: bytes) -> np.ndarray:
-    """``tensor``'s values in its logical shape: FRACTAL_NZ and NC1HWC0 tiles back to ND / NCHW, cut
-    to ``original_shape`` (their padding dropped)."""
+    """``tensor``'s values from the whole file's bytes ``content`` (``decode``)."""
+    raw = tensor.inline if tensor.inline is not None else content[tensor.offset : tensor.offset + tensor.size]
+    return decode(dump, tensor, raw)
+
+
+def read_file_header(path: Path, policy: LoadPolicy) -> GeDump:
+    """The header of the GE dump file at ``path``, reading only the header (the old layout, whose
+    bytes sit inside it, is read whole). GeDumpError where it is no GE dump; OSError where it cannot
+    be read."""
+    with policy.open(path) as handle:
+        return _header_of(handle, path)
+
+
+def load_member(path: Path, member: str, policy: LoadPolicy) -> np.ndarray:
+    """The tensor ``member`` (``input.0``, ``output.1``) of the GE dump file at ``path``: its bytes
+    mapped where the file has settled (read where it may still be being written)."""
+    role, _, number = member.partition(".")
+    with policy.open(path) as handle:
+        dump = _header_of(handle, path)
+        tensor = next((t for t in dump.of(role) if str(t.index) == number), None)
+        if tensor is None:
+            raise GeDumpError(f"{path}: holds no {member} (it holds {len(dump.of(role))} {role}s)")
+        if tensor.inline is not None:
+            return decode(dump, tensor, tensor.inline)
+        raw = map_bytes(handle.fileno(), tensor.offset, tensor.size) if settled(path) else None
+        if raw is None:
+            handle.seek(tensor.offset)
+            raw = handle.read(tensor.size)
+        return decode(dump, tensor, raw)
+
+
+def _header_of(handle: IO[Any], path: Path) -> GeDump:
+    size = os.fstat(handle.fileno()).st_size
+    start = handle.read(12)
+    if len(start) >= 8:
+        (length,) = struct.unpack_from("<Q", start, 0)
+        if 8 + length <= size and length < _HEADER_LIMIT:
+            handle.seek(8)
+            header = handle.read(length)
+            try:
+                dump = _dump_data(path, header, inline=False)
+            except GeDumpError:
+                dump = None
+            if dump is not None and dump.tensors and _placed(dump, 8 + length) == size:
+                return dump
+    handle.seek(0)
+    return read_header(path, handle.read())
+
+
+def decode(dump: GeDump, tensor: GeTensor, raw: bytes | np.ndarray) -> np.ndarray:
+    """``tensor``'s values from its bytes ``raw``, in its logical shape: FRACTAL_NZ and NC1HWC0 tiles
+    back to ND / NCHW, cut to ``original_shape`` (their padding dropped)."""
     dtype = DTYPES.get(tensor.data_type)
     if dtype is None:
         raise GeDumpError(
             f"{dump.path}: {tensor.role} {tensor.index} has data type {tensor.data_type}, not read"
         )
-    raw = tensor.inline if tensor.inline is not None else content[tensor.offset : tensor.offset + tensor.size]
     shape = tensor.shape or ([tensor.size // dtype.itemsize] if tensor.size else [0])
     count = math.prod(shape)
     if count * dtype.itemsize > len(raw):

@@ -1,0 +1,263 @@
+"""Reader for TorchAir's GE dump: the graph run by the GE graph engine, one file per op and run
+(docs/formats.md §7.2).
+
+msprobe's ``set_ge_dump_config`` (TorchAir's ``dump_config``) writes, below ``msprobe_ge_dump/``::
+
+    dynamo_original_graph_{id}_rank_{r}_pid_{pid}_ts_{time}.txt       the graph TorchAir built (graph_text.py)
+    worldsize{W}_global_rank{R}/{time}/{device}/{model}/{model_id}/{data_index}/
+        {op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}       one op's inputs and outputs (ge_file.py)
+        mapping.csv                                                 hashed names of files named too long
+
+torch_npu 7.1.0 and older write no ``worldsize…`` level (several devices are then several ranks).
+Each ``{data_index}`` folder is one run of one graph (a token: runs.py). The tree is the model, one
+node per graph (its model folder), and the ops in the order their files were written (the
+timestamp); a node is ``{graph}/{op_name}``, its stable name the op's. A token's files are listed
+when the dump is opened, their headers read (tensor counts, not data) when the token is first
+asked for, off the UI thread; a tensor is a member of its file (``TensorRef.member``).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from pathlib import Path
+
+from tui_acc.dumps.fs import subdir_names
+from tui_acc.dumps.model import DumpError, DumpIndex, Format, Node, NodeTree, Problem, TensorRef, pick_rank
+from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.registry import DumpReader, register
+from tui_acc.dumps.torchair.graph_text import is_graph_file
+from tui_acc.dumps.torchair.runs import Run, numbered
+from tui_acc.lazy import LazyMapping
+
+FORMAT: Format = "torchair-ge"
+ROOT = "model"
+MAPPING = "mapping.csv"
+_WRAPPERS = ("msprobe_ge_dump", "msit_ge_dump")
+_RANK_FOLDER = re.compile(r"^worldsize(\d+)_global_rank(\d+)$")
+_DEPTH = 5  # {time}/{device}/{model}/{model_id}/{data_index} below a rank folder
+
+
+def claims(root: Path) -> bool:
+    """Whether ``root`` holds a GE dump: a TorchAir graph text beside its dump folders (names only)."""
+    return _base(root) is not None
+
+
+def read(root: Path, rank: int | None = None, follow_links: bool = False) -> DumpIndex:
+    """Index the GE dump at ``root``; DumpError where it holds none."""
+    base = _base(root)
+    if base is None:
+        raise DumpError(
+            f"{root}: not a TorchAir GE dump (expected dynamo_original_graph_*.txt beside "
+            "worldsize*_global_rank*/ or the dump's time folders)"
+        )
+    policy = LoadPolicy.for_dump(root, follow_links)
+    rank_folders = [path for name, path in subdir_names(str(base)) if _RANK_FOLDER.match(name)]
+    notes: list[str] = []
+    chosen: int | None = None
+    if rank_folders:
+        folder, chosen, notes = pick_rank(base, [Path(p) for p in rank_folders], rank)
+        leaves = _leaves(str(folder), _DEPTH)
+    else:  # torch_npu <= 7.1.0: {time}/{device}/...; several devices are several ranks
+        folder = base
+        leaves = _leaves(str(base), _DEPTH)
+        devices = sorted({Path(leaf).parents[3] for leaf in leaves}, key=lambda p: p.name)
+        if len(devices) > 1:
+            device, chosen, notes = pick_rank(base, devices, rank)
+            leaves = [leaf for leaf in leaves if Path(leaf).parents[3] == device]
+    problems: list[Problem] = []
+    runs = _runs(leaves, policy, problems)
+    if not runs:
+        raise DumpError(f"{folder}: a GE dump folder without a dump file in any data_index folder")
+    index = _indexed(root, Path(folder), numbered(runs), policy, problems)
+    index.notes += notes
+    index.rank = chosen
+    index.ranks = sorted(Path(p).name for p in rank_folders) if len(rank_folders) > 1 else []
+    index.policy = policy
+    return index
+
+
+def graph_files(index: DumpIndex) -> list[Path]:
+    """The graph texts beside the GE dump ``index`` read: its rank's, where their names say."""
+    base = _base(index.root)
+    if base is None:
+        return []
+    found = sorted((p for p in base.iterdir() if is_graph_file(p.name)), key=lambda p: p.name)
+    if index.rank is None:
+        return found
+    own = [p for p in found if f"_rank_{index.rank}_" in p.name]
+    return own or found
+
+
+def _indexed(
+    root: Path, folder: Path, runs: dict[int, Run], policy: LoadPolicy, problems: list[Problem]
+) -> DumpIndex:
+    nodes: dict[str, Node] = {ROOT: Node(ROOT, "model", None, 0)}
+    stable: dict[str, str] = {}
+    files: dict[int, dict[str, str]] = {}  # token -> node -> its file
+    for token, run in runs.items():
+        if run.graph not in nodes:
+            nodes[run.graph] = Node(run.graph, "graph", ROOT, 1)
+            nodes[ROOT].children.append(run.graph)
+        found: dict[str, tuple[int, str]] = {}
+        duplicates = 0
+        for name in run.names:
+            parsed = _parsed(run.original(name))
+            if parsed is None:
+                problems.append(Problem(f"{run.folder}/{name}", _NOT_GE_NAME))
+                continue
+            op_type, op_name, written = parsed
+            node = f"{run.graph}/{op_name}"
+            if node in found:  # the same op twice in one run: the later file is the one kept
+                duplicates += 1
+                if written < found[node][0]:
+                    continue
+            found[node] = (written, name)
+            if node not in nodes:
+                nodes[node] = Node(node, op_type, run.graph, 2)
+                stable[node] = op_name
+        if duplicates:
+            said = f"{duplicates} ops dumped twice in this run; the later file of each is read"
+            problems.append(Problem(run.folder, said))
+        graph = nodes[run.graph]
+        known = set(graph.children)
+        for node in sorted(found, key=lambda n: (found[n][0], n)):
+            if node not in known:
+                graph.children.append(node)
+        files[token] = {node: f"{run.folder}/{name}" for node, (_, name) in found.items()}
+
+    def tensors(token: int) -> dict[str, list[TensorRef]]:
+        return _tensors(files[token], policy, problems)
+
+    return DumpIndex(
+        root=root,
+        data_dir=folder,
+        format=FORMAT,
+        tree=NodeTree(ROOT, nodes),
+        tokens=LazyMapping(sorted(runs), tensors),
+        order_source="file times",
+        order_is_execution=True,
+        problems=problems,
+        stable=stable,
+        runs={token: (run.graph, run.step) for token, run in runs.items()},
+    )
+
+
+_NOT_GE_NAME = "not a GE dump file name ({op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}); skipped"
+
+
+def _parsed(name: str) -> tuple[str, str, int] | None:
+    """(op type, op name, timestamp) of ``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}``; an op
+    name may hold dots (msprobe's reading: everything between the type and the last three parts)."""
+    parts = name.split(".")
+    if len(parts) < 5 or not all(p.isdigit() for p in parts[-3:]) or not parts[0]:
+        return None
+    return parts[0], ".".join(parts[1:-3]), int(parts[-1][:20])
+
+
+def _tensors(
+    files: dict[str, str], policy: LoadPolicy, problems: list[Problem]
+) -> dict[str, list[TensorRef]]:
+    """Each op's inputs and outputs, from its file's header (buffers and workspaces are not compared)."""
+    from tui_acc.dumps.torchair.ge_file import GeDumpError, read_file_header
+
+    found: dict[str, list[TensorRef]] = {}
+    for node, path in files.items():
+        try:
+            header = read_file_header(Path(path), policy)
+        except GeDumpError as exc:
+            problems.append(Problem(path, str(exc).removeprefix(f"{path}: ")))
+            continue
+        except OSError as exc:
+            problems.append(Problem(path, f"cannot read ({exc.strerror or exc})"))
+            continue
+        refs = []
+        for tensor in header.tensors:
+            if tensor.role in ("input", "output"):
+                slot = f"{tensor.role}.{tensor.index}"
+                refs.append(TensorRef(slot, tensor.role, path, member=slot))  # type: ignore[arg-type]
+        found[node] = refs
+    return found
+
+
+def _runs(leaves: list[str], policy: LoadPolicy, problems: list[Problem]) -> list[Run]:
+    """One run per data_index folder: labelled by its model folder (and model id where a model has
+    several), hashed names resolved through mapping.csv."""
+    ids: dict[str, set[str]] = {}
+    for leaf in leaves:
+        model_folder = Path(leaf).parent
+        ids.setdefault(model_folder.parent.name, set()).add(model_folder.name)
+    runs = []
+    seen: set[tuple[str, int]] = set()
+    for leaf in sorted(leaves):
+        path = Path(leaf)
+        model_id, model = path.parent.name, path.parent.parent.name
+        graph = model if len(ids[model]) == 1 else f"{model}_{model_id}"
+        if (graph, int(path.name)) in seen:
+            said = f"{graph} data_index {path.name} was dumped twice; the first is read"
+            problems.append(Problem(leaf, said))
+            continue
+        seen.add((graph, int(path.name)))
+        names, aliases = _names(leaf, policy, problems)
+        times = [parsed[2] for name in names if (parsed := _parsed(aliases.get(name, name))) is not None]
+        if names:
+            first = min(times) if times else None
+            runs.append(Run(graph, int(path.name), leaf, first, tuple(names), aliases))
+    return runs
+
+
+def _names(folder: str, policy: LoadPolicy, problems: list[Problem]) -> tuple[list[str], dict[str, str]]:
+    """The dump files' names in ``folder``, and what the hashed ones stand for (mapping.csv: a file
+    keeps its hashed name on disk; the index reads the original name, the path keeps the hash)."""
+    try:
+        with os.scandir(folder) as entries:
+            names = sorted(e.name for e in entries if not e.is_dir())
+    except OSError as exc:
+        problems.append(Problem(folder, f"cannot list ({exc.strerror or exc})"))
+        return [], {}
+    if MAPPING not in names:
+        return names, {}
+    names.remove(MAPPING)
+    return names, _mapping(Path(folder) / MAPPING, policy, problems)
+
+
+def _mapping(path: Path, policy: LoadPolicy, problems: list[Problem]) -> dict[str, str]:
+    try:
+        rows = list(csv.reader(policy.read_text(path).splitlines()))
+    except (OSError, ValueError, csv.Error) as exc:
+        problems.append(Problem(str(path), f"cannot read ({exc}); hashed file names left as they are"))
+        return {}
+    return {row[0].strip(): row[1].strip() for row in rows if len(row) >= 2 and row[0].strip().isdigit()}
+
+
+def _leaves(folder: str, depth: int) -> list[str]:
+    """The data_index folders ``depth`` levels below ``folder`` (digit names at the last two levels)."""
+    level = [(folder, "")]
+    for _ in range(depth):
+        level = [(path, name) for parent, _ in level for name, path in subdir_names(parent)]
+    return [path for path, name in level if name.isdigit() and Path(path).parent.name.isdigit()]
+
+
+def _base(root: Path) -> Path | None:
+    """The folder holding the graph texts and the dump folders: ``root`` or its msprobe_ge_dump/."""
+    for base in (root, *(root / name for name in _WRAPPERS)):
+        try:
+            with os.scandir(base) as entries:
+                if any(is_graph_file(e.name) for e in entries):
+                    return base
+        except OSError:
+            continue
+    return None
+
+
+register(
+    DumpReader(
+        name="a TorchAir GE dump",
+        marks="dynamo_original_graph_*.txt beside worldsize*_global_rank*/",
+        claims=claims,
+        read=lambda root, options: read(root, rank=options.rank, follow_links=options.follow_links),
+        precedence=80,
+        pick="msprobe_ge_dump",
+    )
+)

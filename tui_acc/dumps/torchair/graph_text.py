@@ -1,0 +1,238 @@
+"""TorchAir's graph text (``dynamo_original_graph_{id}_rank_{r}_pid_{pid}_ts_{ts}.txt``): the GE graph
+TorchAir built from the FX graph, as protobuf text (``str(GraphDef)``; docs/formats.md §7.2).
+
+What tui-acc takes from it, per op in graph order: its name and type, its data inputs
+(``"producer:index"``; a control edge ``":-1"`` is not data), and per output the FX tensor it
+computes (``output_desc``'s attr ``_fx_tensor_name`` = ``{fx node}-{target}.OUTPUT.{i}``, which
+TorchAir's ``fx2ge_converter.py`` sets) and its shape; and, where TorchAir was asked to record it
+(``export.experimental.enable_record_nn_module_stack``), the op's ``nn_module_stack`` attr, the FX
+node's module path.
+
+The text is read by a tokenizer of the text format (one regular expression) and an iterative parser:
+no recursion, however deep the nesting; a file that is not protobuf text is refused by name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+from tui_acc.dumps.model import DumpError
+from tui_acc.dumps.policy import LoadPolicy
+
+# dynamo_original_graph_{graph id}_rank_{rank}_pid_{pid}_ts_{time}.txt (torchair debug_config.py full_path)
+GRAPH_FILE = re.compile(r"^dynamo_original_graph_(?P<id>\d+)(?:_rank_(?P<rank>\d+))?.*\.(?:txt|pbtxt)$")
+FX_TENSOR_ATTR = "_fx_tensor_name"
+MODULE_ATTR = "nn_module_stack"
+_OUTPUT_SUFFIX = re.compile(r"\.OUTPUT\.(\d+)$")
+# strings (with their escapes), words and numbers, braces, colons, the brackets of a repeated field,
+# commas, comments; anything else is a character the format does not have
+_TOKEN = re.compile(
+    r'\s+|#[^\n]*|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|[A-Za-z0-9_.+\-]+|[{}:<>\[\],;]|(.)'
+)
+_ESCAPES = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|(.))", re.S)
+_SIMPLE_ESCAPES = {b"n": b"\n", b"t": b"\t", b"r": b"\r", b'"': b'"', b"'": b"'", b"\\": b"\\"}
+# nn_module_stack is str() of {key: (module path, class)}: the paths, outermost first
+_MODULE_PATH = re.compile(r"\(\s*'([^']*)'\s*,")
+
+# A message: its fields in the order written, each a name and a string (scalars kept as written,
+# strings unescaped) or a message.
+Message = list[tuple[str, "str | Message"]]
+
+
+class GraphTextError(DumpError):
+    """A graph text that cannot be read (the message names the file and where it goes wrong)."""
+
+
+@dataclass
+class GraphOp:
+    """One op of the graph as TorchAir built it."""
+
+    name: str
+    type: str
+    inputs: list[str]  # data edges, "producer:index"
+    fx_outputs: list[str | None]  # per output: the FX node ("{node}-{target}") it computes, or None
+    fx_indices: list[int]  # per output: which of that node's outputs (``.OUTPUT.{i}``)
+    output_shapes: list[tuple[int, ...]]
+    module: str | None = None  # the innermost module path, where nn_module_stack was recorded
+
+    @property
+    def fx_node(self) -> str | None:
+        """The FX node whose outputs this op computes (its first output's)."""
+        return next((name for name in self.fx_outputs if name), None)
+
+
+@dataclass
+class GraphText:
+    """A graph text file: the graph's id (its file name's), rank, name and ops in graph order."""
+
+    path: Path
+    graph_id: int
+    rank: int | None
+    name: str
+    ops: dict[str, GraphOp] = field(default_factory=dict)
+
+    def by_fx_node(self) -> dict[str, list[GraphOp]]:
+        """FX node -> the ops that compute its outputs (most nodes one)."""
+        found: dict[str, list[GraphOp]] = {}
+        for op in self.ops.values():
+            for node in dict.fromkeys(n for n in op.fx_outputs if n):
+                found.setdefault(node, []).append(op)
+        return found
+
+
+def is_graph_file(name: str) -> bool:
+    """Whether a file name is a TorchAir graph text's."""
+    return GRAPH_FILE.match(name) is not None
+
+
+def read_graph(path: Path, policy: LoadPolicy) -> GraphText:
+    """The graph text at ``path``; GraphTextError where it is not one."""
+    matched = GRAPH_FILE.match(path.name)
+    if matched is None:
+        raise GraphTextError(f"{path}: not named like a TorchAir graph text (dynamo_original_graph_*.txt)")
+    try:
+        text = policy.read_text(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GraphTextError(f"{path}: cannot read ({exc})") from exc
+    message = parse(text, path)
+    graph = GraphText(path, int(matched["id"]), int(matched["rank"]) if matched["rank"] else None, "")
+    holder = _fields(message, "graph")  # a ModelDef holds its graphs; a GraphDef is the file itself
+    for top in holder or [message]:
+        graph.name = graph.name or _scalar(top, "name") or ""
+        for op in _fields(top, "op"):
+            parsed = _op(op)
+            if parsed.name:
+                graph.ops.setdefault(parsed.name, parsed)
+    if not graph.ops:
+        raise GraphTextError(f"{path}: a graph text without an op")
+    return graph
+
+
+def parse(text: str, path: Path) -> Message:
+    """Protobuf text format into nested field lists (``[(name, value)]``); GraphTextError where the
+    text is not that format, with the line. Adjacent string literals of one field are one value."""
+    root: Message = []
+    stack: list[tuple[Message, str]] = [(root, "")]
+    name: str | None = None
+    colon = False
+    last_string: str | None = None  # the field a string literal just ended, which another may continue
+    for found in _TOKEN.finditer(text):
+        token = found.group()
+        if found.group(1) is not None:
+            _fail(path, text, found.start(), f"unexpected character {token!r}")
+        if token[0].isspace() or token[0] == "#" or token in ",;[]":
+            continue  # a repeated field's list brackets: each value is added as it comes
+        current = stack[-1][0]
+        if token[0] in "\"'":
+            if last_string is not None and name is None:  # "ab" "cd": one string
+                field_name, value = current[-1]
+                current[-1] = (field_name, str(value) + _unquoted(token))
+                continue
+            if name is None or not colon:
+                _fail(path, text, found.start(), "a string without a field name and ':'")
+            last_string = name
+            current.append((name, _unquoted(token)))
+            name, colon = None, False
+            continue
+        last_string = None
+        if token in "{<":
+            if name is None:
+                _fail(path, text, found.start(), f"{token!r} without a field name")
+            child: Message = []
+            current.append((name, child))
+            stack.append((child, "}" if token == "{" else ">"))
+            name, colon = None, False
+        elif token in "}>":
+            if name is not None or len(stack) == 1 or stack[-1][1] != token:
+                _fail(path, text, found.start(), f"unbalanced {token!r}")
+            stack.pop()
+        elif token == ":":
+            if name is None or colon:
+                _fail(path, text, found.start(), "':' out of place")
+            colon = True
+        elif name is None:
+            name = token
+        elif colon:
+            current.append((name, token))
+            name, colon = None, False
+        else:
+            _fail(path, text, found.start(), f"{token!r} after field {name!r} without ':'")
+    if name is not None or len(stack) > 1:
+        raise GraphTextError(f"{path}: ends inside a message or a field")
+    return root
+
+
+def _unquoted(token: str) -> str:
+    """A token's value: a string literal unescaped (C escapes, octal and hex bytes as UTF-8)."""
+    if token[0] not in "\"'":
+        return token
+    raw = token[1:-1].encode("utf-8", "surrogateescape")
+    if b"\\" in raw:
+        raw = _ESCAPES.sub(_escape, raw)
+    return raw.decode("utf-8", "replace")
+
+
+def _escape(found: re.Match[bytes]) -> bytes:
+    octal, hexa, other = found.groups()
+    if octal is not None:
+        return bytes([int(octal, 8) & 0xFF])
+    if hexa is not None:
+        return bytes([int(hexa, 16)])
+    return _SIMPLE_ESCAPES.get(other, b"\\" + other)
+
+
+def _fail(path: Path, text: str, position: int, problem: str) -> NoReturn:
+    line = text.count("\n", 0, position) + 1
+    raise GraphTextError(f"{path}: not protobuf text at line {line}: {problem}")
+
+
+def _fields(message: Message, name: str) -> list[Message]:
+    return [value for key, value in message if key == name and isinstance(value, list)]
+
+
+def _scalar(message: Message, name: str) -> str | None:
+    values = [value for key, value in message if key == name and isinstance(value, str)]
+    return values[0] if values else None
+
+
+def _scalars(message: Message, name: str) -> list[str]:
+    return [value for key, value in message if key == name and isinstance(value, str)]
+
+
+def _attr(message: Message, key: str) -> str | None:
+    """The string value of attr ``key`` (``attr { key: "k" value { s: "..." } }``)."""
+    for attr in _fields(message, "attr"):
+        if _scalar(attr, "key") == key:
+            for value in _fields(attr, "value"):
+                return "".join(_scalars(value, "s"))
+    return None
+
+
+def _op(message: Message) -> GraphOp:
+    inputs = [edge for edge in _scalars(message, "input") if edge and not edge.endswith(":-1")]
+    fx_outputs: list[str | None] = []
+    fx_indices: list[int] = []
+    shapes: list[tuple[int, ...]] = []
+    for desc in _fields(message, "output_desc"):
+        tensor = _attr(desc, FX_TENSOR_ATTR) or ""
+        index = _OUTPUT_SUFFIX.search(tensor)
+        fx_outputs.append(tensor[: index.start()] if index else None)
+        fx_indices.append(int(index[1]) if index else len(fx_indices))
+        dims: list[int] = []
+        for shape in _fields(desc, "shape"):
+            dims += [int(d) for d in _scalars(shape, "dim") if re.fullmatch(r"-?\d+", d)]
+        shapes.append(tuple(dims))
+    stack = _attr(message, MODULE_ATTR)
+    paths = _MODULE_PATH.findall(stack) if stack else []
+    return GraphOp(
+        name=_scalar(message, "name") or "",
+        type=_scalar(message, "type") or "",
+        inputs=inputs,
+        fx_outputs=fx_outputs,
+        fx_indices=fx_indices,
+        output_shapes=shapes,
+        module=paths[-1] if paths else None,
+    )

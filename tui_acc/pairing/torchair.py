@@ -1,0 +1,328 @@
+"""Pairing TorchAir's dumps: a GE dump against its FX golden, or against a GE dump with fusion off.
+
+What msprobe's ``compare -m torchair`` does (``core/compare/torchair_acc_cmp.py``; docs/formats.md
+§7.4), with its known defects mended:
+
+- **GE against FX.** The graph text TorchAir wrote says which FX node each GE op computes
+  (``_fx_tensor_name``); a GE op's outputs are that node's outputs, by the index the name carries,
+  and its inputs the node's inputs in order (list arguments flattened, indices in numeric order, not
+  as strings). A fused op, named by its constituents' names run together, is split by the longest
+  op name of the graph at each point: its inputs are the first constituent's, its outputs the last
+  one's. An op the graph text does not hold and that fuses none of its ops (a Cast or TransData GE
+  inserted) has no golden and is named unpaired, as are ops that compute no FX node (graph inputs,
+  constants).
+- **GE against GE.** Ops pair by name; a fused op's inputs are its constituents' inputs that no
+  other constituent produced (the graph's edges), in order, and its outputs the last one's.
+- **Graphs by content, not position.** Each GE graph (model folder) is the graph text whose ops it
+  ran, and each is paired with the FX graph holding most of the same FX nodes (with the same output
+  shapes where names tie, as a prefill and a decode graph do), or the GE graph with most ops in
+  common; a note says where they differ. A token pairs with the golden's run of the paired graph at
+  the same step.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from tui_acc.dumps.model import DumpError, DumpIndex, Problem, TensorRef
+from tui_acc.dumps.torchair.fx_dump import npy_shape
+from tui_acc.dumps.torchair.ge_dump import graph_files
+from tui_acc.dumps.torchair.graph_text import GraphOp, GraphText, read_graph
+from tui_acc.lazy import LazyMapping
+from tui_acc.pairing.model import NodePair, TensorPair, Unmatched
+from tui_acc.pairing.result import Pairing
+
+_SHAPE_SAMPLES = 8  # FX nodes whose output shapes tell two graphs of the same nodes apart
+
+
+@dataclass
+class _Graphs:
+    """What pairing learned of the graphs: test graph -> its graph text and its golden graph."""
+
+    texts: dict[str, GraphText]
+    golden_of: dict[str, str]
+    notes: list[str]
+    golden_texts: dict[str, GraphText]  # a GE golden's graph -> its graph text
+
+
+def pair_torchair(golden: DumpIndex, test: DumpIndex, logits_node: str | None = None) -> Pairing:
+    """Pair a GE dump (``test``) with its FX golden or a fusion-off GE dump; DumpError where the test
+    is not a GE dump."""
+    if test.format != "torchair-ge":
+        raise DumpError(f"{test.root}: a TorchAir golden is compared with a GE dump; this is {test.format}")
+    graphs = _graphs(golden, test)
+    token_of = {}  # test token -> golden token
+    golden_run = {run: token for token, run in golden.runs.items()}
+    for token, (graph, step) in test.runs.items():
+        partner = golden_run.get((graphs.golden_of.get(graph, ""), step))
+        if partner is not None:
+            token_of[token] = partner
+    unmatched = [Unmatched("token", "test", t, _run_name(test, t)) for t in test.runs if t not in token_of]
+    paired = set(token_of.values())
+    unmatched += [
+        Unmatched("token", "golden", t, _run_name(golden, t)) for t in golden.runs if t not in paired
+    ]
+    tokens = sorted(paired)
+    test_token = {golden_token: token for token, golden_token in token_of.items()}
+    view = replace(
+        test,
+        tokens=LazyMapping(tokens, lambda t: test.tokens[test_token[t]]),
+        runs={t: test.runs[test_token[t]] for t in tokens},
+    )
+    lock = threading.Lock()
+    pair_node = _fx_partner(golden, graphs) if golden.format == "torchair-fx" else _ge_partner(golden, graphs)
+
+    def build(token: int) -> list[NodePair]:
+        pairs, alone = _pair_token(token, golden, view, pair_node)
+        with lock:
+            unmatched.extend(alone)
+        return pairs
+
+    return Pairing(
+        golden=golden,
+        test=view,
+        tokens=tokens,
+        nodes=LazyMapping(tokens, build),
+        logits_node=logits_node or golden.logits_hint or golden.tree.leaf_chain_end(),
+        unmatched_found=unmatched,
+        notes=graphs.notes,
+    )
+
+
+# (the golden node a test node pairs with, its tensors: (golden node, golden tensor, test tensor))
+Found = tuple[str, list[tuple[str, TensorRef, TensorRef]]]
+# a test node at a token, its tensors and the golden's nodes there -> what it pairs with, or None
+Partner = Callable[[int, str, list[TensorRef], Mapping[str, list[TensorRef]]], Found | None]
+
+
+def _pair_token(
+    token: int, golden: DumpIndex, test: DumpIndex, partner: Partner
+) -> tuple[list[NodePair], list[Unmatched]]:
+    golden_nodes, test_nodes = golden.tokens.get(token, {}), test.tokens[token]
+    found: dict[str, NodePair] = {}
+    unmatched: list[Unmatched] = []
+    for name, refs in test_nodes.items():
+        paired = partner(token, name, refs, golden_nodes)
+        if paired is None or paired[0] in found:
+            unmatched.append(Unmatched("node", "test", token, name))
+            continue
+        golden_name, tensors = paired
+        node = golden.tree.nodes[golden_name]
+        pairs = tuple(TensorPair(token, owner, name, g, t) for owner, g, t in tensors)
+        found[golden_name] = NodePair(
+            token, golden_name, name, node.type, test.tree.nodes[name].type, node.depth, pairs
+        )
+    order = [node.name for node in golden.tree.preorder() if node.name in golden_nodes]
+    unmatched += [Unmatched("node", "golden", token, n) for n in order if n not in found]
+    return [found[n] for n in order if n in found], unmatched
+
+
+def _fx_partner(golden: DumpIndex, graphs: _Graphs) -> Partner:
+    def partner(
+        token: int, name: str, refs: list[TensorRef], golden_nodes: Mapping[str, list[TensorRef]]
+    ) -> Found | None:
+        graph, _, op_name = name.partition("/")
+        text = graphs.texts.get(graph)
+        fx_graph = graphs.golden_of.get(graph)
+        if text is None or fx_graph is None:
+            return None
+        ops = [text.ops[op_name]] if op_name in text.ops else split_fused(op_name, text.ops)
+        with_fx = [op for op in ops if op.fx_node and f"{fx_graph}/{op.fx_node}" in golden_nodes]
+        if not with_fx:
+            return None
+        first, last = (f"{fx_graph}/{op.fx_node}" for op in (with_fx[0], with_fx[-1]))
+        tensors = _inputs(first, golden_nodes[first], refs)
+        outputs = {ref.slot: ref for ref in golden_nodes[last] if ref.role == "output"}
+        produced = dict(enumerate(with_fx[-1].fx_indices))
+        for ref in refs:
+            if ref.role == "output":
+                index = int(ref.slot.split(".")[1])
+                golden_ref = outputs.get(f"output.{produced.get(index, index)}")
+                if golden_ref is not None:
+                    tensors.append((last, golden_ref, ref))
+        return last, tensors
+
+    return partner
+
+
+def _ge_partner(golden: DumpIndex, graphs: _Graphs) -> Partner:
+    def partner(
+        token: int, name: str, refs: list[TensorRef], golden_nodes: Mapping[str, list[TensorRef]]
+    ) -> Found | None:
+        graph, _, op_name = name.partition("/")
+        golden_graph = graphs.golden_of.get(graph)
+        if golden_graph is None:
+            return None
+        direct = f"{golden_graph}/{op_name}"
+        if direct in golden_nodes:
+            by_slot = {ref.slot: ref for ref in golden_nodes[direct]}
+            return direct, [(direct, by_slot[r.slot], r) for r in refs if r.slot in by_slot]
+        ran = {n.partition("/")[2]: n for n in golden_nodes if n.startswith(f"{golden_graph}/")}
+        text = graphs.golden_texts.get(golden_graph)
+        described = text.ops if text is not None else {}
+        constituents = split_fused(op_name, {n: described.get(n) for n in ran})
+        if not constituents:
+            return None
+        inside = {op.name for op in constituents}
+        golden_inputs: list[tuple[str, TensorRef]] = []
+        for op in constituents:
+            node = ran[op.name]
+            edges = described[op.name].inputs if op.name in described else []
+            for position, ref in enumerate(r for r in golden_nodes[node] if r.role == "input"):
+                source = edges[position].split(":")[0] if position < len(edges) else ""
+                if source not in inside:
+                    golden_inputs.append((node, ref))
+        last = ran[constituents[-1].name]
+        test_inputs = [r for r in refs if r.role == "input"]
+        tensors = [(node, g, t) for (node, g), t in zip(golden_inputs, test_inputs, strict=False)]
+        outputs = {ref.slot: ref for ref in golden_nodes[last] if ref.role == "output"}
+        tensors += [(last, outputs[r.slot], r) for r in refs if r.role == "output" and r.slot in outputs]
+        return last, tensors
+
+    return partner
+
+
+def _inputs(
+    node: str, golden_refs: list[TensorRef], test_refs: list[TensorRef]
+) -> list[tuple[str, TensorRef, TensorRef]]:
+    """The GE op's inputs against the FX node's, in order (the FX slots in numeric order: list
+    arguments flattened)."""
+    golden_inputs = [ref for ref in golden_refs if ref.role == "input"]
+    test_inputs = [ref for ref in test_refs if ref.role == "input"]
+    return [(node, g, t) for g, t in zip(golden_inputs, test_inputs, strict=False)]
+
+
+def split_fused(name: str, ops: Mapping[str, GraphOp | None]) -> list[GraphOp]:
+    """The ops whose names run together make ``name`` (``Add_2Cast_9ConcatV2``), the longest name at
+    each point; empty where the names do not make up all of it. An op known by name only (no graph
+    text) is described by its name."""
+    found: list[GraphOp] = []
+    position = 0
+    while position < len(name):
+        rest = name[position:]
+        length = next((n for n in range(len(rest), 0, -1) if rest[:n] in ops), 0)
+        if not length:
+            return []
+        op = ops[rest[:length]] or GraphOp(rest[:length], "", [], [], [], [])
+        found.append(op)
+        position += length
+    return found if len(found) > 1 else []
+
+
+def _graphs(golden: DumpIndex, test: DumpIndex) -> _Graphs:
+    notes: list[str] = []
+    text_of = _texts_by_graph(test, notes)
+    test_graphs = test.tree.children(test.tree.root)
+    golden_graphs = golden.tree.children(golden.tree.root)
+    scores: list[tuple[int, float, str, str]] = []
+    for graph in test_graphs:
+        for other in golden_graphs:
+            if golden.format == "torchair-fx":
+                if graph not in text_of:
+                    continue
+                mine = set(text_of[graph].by_fx_node())
+            else:
+                mine = {test.stable_name(n) for n in test.tree.children(graph)}
+            theirs = {n.partition("/")[2] for n in golden.tree.children(other)}
+            common = mine & theirs
+            if common:
+                shapes = _shapes_agreeing(golden, other, text_of.get(graph), common)
+                scores.append((shapes, len(common) / len(mine | theirs), graph, other))
+    golden_of: dict[str, str] = {}
+    # output shapes first: a prefill and a decode graph hold nearly the same nodes
+    for _, share, graph, other in sorted(scores, reverse=True):
+        if graph not in golden_of and other not in golden_of.values():
+            golden_of[graph] = other
+            if share < 1:
+                notes.append(
+                    f"GE graph {graph} paired with {other} by content: {share:.0%} of their nodes in common"
+                )
+    for graph in test_graphs:
+        if graph in text_of and graph not in golden_of:
+            notes.append(f"GE graph {graph}: no golden graph runs its nodes; not compared")
+    golden_texts = _texts_by_graph(golden, []) if golden.format == "torchair-ge" else {}
+    return _Graphs(text_of, golden_of, notes, golden_texts)
+
+
+def _texts_by_graph(index: DumpIndex, notes: list[str]) -> dict[str, GraphText]:
+    """Each GE graph (model folder) -> its graph text: the one of its name (GE names the model folder
+    after the graph), else the one holding most of the ops it ran, with their output shapes."""
+    texts = _texts_of(index, notes)
+    found: dict[str, GraphText] = {}
+    for graph in index.tree.children(index.tree.root):
+        named = [t for t in texts if graph in (t.name, f"graph_{t.graph_id}")]
+        ops = {index.stable_name(n) for n in index.tree.children(graph)}
+        candidates = [t for t in named if ops & t.ops.keys()] or texts
+
+        def fit(text: GraphText, ops: set[str] = ops, graph: str = graph) -> tuple[int, int]:
+            common = ops & text.ops.keys()
+            return len(common), _ge_shapes_agreeing(index, graph, text, common) if common else 0
+
+        best = max(candidates, key=fit, default=None)
+        if best is not None and ops & best.ops.keys():
+            found[graph] = best
+        else:
+            notes.append(f"GE graph {graph}: no graph text (dynamo_original_graph_*.txt) holds its ops")
+    return found
+
+
+def _ge_shapes_agreeing(index: DumpIndex, graph: str, text: GraphText, common: Iterable[str]) -> int:
+    """How many of a few ops have, in ``graph``'s first run, the output shape the graph text gives."""
+    from tui_acc.dumps.torchair.ge_file import GeDumpError, read_file_header
+
+    first = next((t for t, (g, _) in sorted(index.runs.items()) if g == graph), None)
+    if first is None:
+        return 0
+    agreeing = 0
+    for name in sorted(common)[:_SHAPE_SAMPLES]:
+        refs = index.tokens[first].get(f"{graph}/{name}", [])
+        shapes = text.ops[name].output_shapes
+        if not refs or not shapes:
+            continue
+        try:
+            header = read_file_header(refs[0].path, index.load_policy)
+        except (GeDumpError, OSError):
+            continue
+        outputs = header.of("output")
+        if outputs:
+            agreeing += tuple(outputs[0].original_shape or outputs[0].shape) == shapes[0]
+    return agreeing
+
+
+def _shapes_agreeing(golden: DumpIndex, graph: str, text: GraphText | None, common: Iterable[str]) -> int:
+    """How many of a few FX nodes have, in ``graph``'s first run, the output shape the graph text
+    gives them (prefill and decode graphs hold the same nodes, with other shapes)."""
+    if text is None or golden.format != "torchair-fx":
+        return 0
+    first = next((t for t, (g, _) in sorted(golden.runs.items()) if g == graph), None)
+    if first is None:
+        return 0
+    ops = text.by_fx_node()
+    agreeing = 0
+    for key in sorted(common)[:_SHAPE_SAMPLES]:
+        op = ops[key][-1]
+        refs = golden.tokens[first].get(f"{graph}/{key}", [])
+        output = next((r for r in refs if r.slot == f"output.{op.fx_indices[0]}"), None)
+        if output is None or not op.output_shapes:
+            continue
+        agreeing += npy_shape(output.path, golden.load_policy) == op.output_shapes[0]
+    return agreeing
+
+
+def _texts_of(index: DumpIndex, notes: list[str]) -> list[GraphText]:
+    texts = []
+    for path in graph_files(index):
+        try:
+            texts.append(read_graph(path, index.load_policy))
+        except DumpError as exc:
+            index.problems.append(Problem(str(path), str(exc).removeprefix(f"{path}: ")))
+    if not texts:
+        notes.append(f"{index.root}: no readable graph text (dynamo_original_graph_*.txt); nothing is paired")
+    return texts
+
+
+def _run_name(index: DumpIndex, token: int) -> str:
+    graph, step = index.runs.get(token, ("?", token))
+    return f"{token} ({graph} step {step})"
