@@ -130,3 +130,18 @@ async def test_f_reaches_the_faulty_expert_on_its_rank(tp_case, tmp_path: Path) 
         # elided in the middle where the column is narrow: the rank comes first
         assert str(table.get_cell(culprit["golden_node"], "test_name")).startswith(f"rank {rank}")
         assert "(expert-parallel, 2 ranks, gathered)" in app.sub_title
+
+
+async def test_f_names_the_faulty_ge_op_and_its_fx_node(torchair_case, tmp_path: Path) -> None:
+    """TorchAir: `f` twice from the token list lands on the faulty GE MatMul at token 2, its row the
+    FX node it computes, labelled where the error starts (tests/data/torchair, case.json)."""
+    folder = torchair_case("llama")
+    case = json.loads((folder / "case.json").read_text())
+    comparison = open_comparison(folder / "fx", folder / "ge-fault", CompareOptions(cache=False))
+    app = AccApp(comparison, export_dir=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await _at_the_culprit(app, pilot)
+        assert isinstance(screen, OperatorScreen) and screen.token == case["token"]
+        row = screen._rows[_cursor(screen.query_one("#ops", DataTable))]
+        named = (row["golden_node"], row["test_node"], row["label"])
+        assert named == (case["fx_node"], case["ge_op"], "local")

@@ -5,12 +5,12 @@ What msprobe's ``compare -m torchair`` does (``core/compare/torchair_acc_cmp.py`
 
 - **GE against FX.** The graph text TorchAir wrote says which FX node each GE op computes
   (``_fx_tensor_name``); a GE op's outputs are that node's outputs, by the index the name carries,
-  and its inputs the node's inputs in order (list arguments flattened, indices in numeric order, not
-  as strings). A fused op, named by its constituents' names run together, is split by the longest
-  op name of the graph at each point: its inputs are the first constituent's, its outputs the last
-  one's. An op the graph text does not hold and that fuses none of its ops (a Cast or TransData GE
-  inserted) has no golden and is named unpaired, as are ops that compute no FX node (graph inputs,
-  constants).
+  and each input the FX tensor its producer (the graph's edge) computed, whatever order the aten op
+  takes its arguments in. A fused op, named by its constituents' names run together, is split by the
+  longest op name of the graph at each point: its inputs are its constituents' inputs from outside
+  them, its outputs the last one's. An op the graph text does not hold and that fuses none of its
+  ops (a Cast or TransData GE inserted) has no golden and is named unpaired, as are ops that
+  compute no FX node (graph inputs, constants).
 - **GE against GE.** Ops pair by name; a fused op's inputs are its constituents' inputs that no
   other constituent produced (the graph's edges), in order, and its outputs the last one's.
 - **Graphs by content, not position.** Each GE graph (model folder) is the graph text whose ops it
@@ -110,7 +110,18 @@ def _pair_token(
             continue
         golden_name, tensors = paired
         node = golden.tree.nodes[golden_name]
-        pairs = tuple(TensorPair(token, owner, name, g, t) for owner, g, t in tensors)
+        # a tensor another golden node wrote (the producer of an input; a fused op's first constituent)
+        # is this node's, under the test tensor's slot: rows are keyed by node and slot
+        pairs = tuple(
+            TensorPair(
+                token,
+                golden_name,
+                name,
+                g if owner == golden_name else replace(g, slot=t.slot, role=t.role),
+                t,
+            )
+            for owner, g, t in tensors
+        )
         found[golden_name] = NodePair(
             token, golden_name, name, node.type, test.tree.nodes[name].type, node.depth, pairs
         )
@@ -129,22 +140,42 @@ def _fx_partner(golden: DumpIndex, graphs: _Graphs) -> Partner:
         if text is None or fx_graph is None:
             return None
         ops = [text.ops[op_name]] if op_name in text.ops else split_fused(op_name, text.ops)
-        with_fx = [op for op in ops if op.fx_node and f"{fx_graph}/{op.fx_node}" in golden_nodes]
-        if not with_fx:
+        if not ops or ops[-1].fx_node is None or f"{fx_graph}/{ops[-1].fx_node}" not in golden_nodes:
             return None
-        first, last = (f"{fx_graph}/{op.fx_node}" for op in (with_fx[0], with_fx[-1]))
-        tensors = _inputs(first, golden_nodes[first], refs)
-        outputs = {ref.slot: ref for ref in golden_nodes[last] if ref.role == "output"}
-        produced = dict(enumerate(with_fx[-1].fx_indices))
+
+        def golden_output(op: GraphOp, index: int) -> tuple[str, TensorRef] | None:
+            """The FX tensor output ``index`` of ``op`` computes (its ``_fx_tensor_name``), if dumped."""
+            if index >= len(op.fx_outputs) or op.fx_outputs[index] is None:
+                return None
+            node = f"{fx_graph}/{op.fx_outputs[index]}"
+            slot = f"output.{op.fx_indices[index]}"
+            found = next((r for r in golden_nodes.get(node, []) if r.slot == slot), None)
+            return (node, found) if found is not None else None
+
+        tensors = []
+        test_inputs = [ref for ref in refs if ref.role == "input"]
+        # each input against the FX tensor its producer computes: the golden of what came in, whatever
+        # order the aten op takes its arguments in (a fused op: its constituents' outside inputs)
+        for edge, ref in zip(_outside_inputs(ops), test_inputs, strict=False):
+            producer, _, index = edge.rpartition(":")
+            op = text.ops.get(producer)
+            found = golden_output(op, int(index)) if op is not None and index.isdigit() else None
+            if found is not None:
+                tensors.append((found[0], found[1], ref))
         for ref in refs:
             if ref.role == "output":
-                index = int(ref.slot.split(".")[1])
-                golden_ref = outputs.get(f"output.{produced.get(index, index)}")
-                if golden_ref is not None:
-                    tensors.append((last, golden_ref, ref))
-        return last, tensors
+                found = golden_output(ops[-1], int(ref.slot.split(".")[1]))
+                if found is not None:
+                    tensors.append((found[0], found[1], ref))
+        return f"{fx_graph}/{ops[-1].fx_node}", tensors
 
     return partner
+
+
+def _outside_inputs(ops: list[GraphOp]) -> list[str]:
+    """The data inputs of ``ops`` (one op, or a fused op's constituents) that none of them produced."""
+    inside = {op.name for op in ops}
+    return [edge for op in ops for edge in op.inputs if edge.rpartition(":")[0] not in inside]
 
 
 def _ge_partner(golden: DumpIndex, graphs: _Graphs) -> Partner:
@@ -184,16 +215,6 @@ def _ge_partner(golden: DumpIndex, graphs: _Graphs) -> Partner:
     return partner
 
 
-def _inputs(
-    node: str, golden_refs: list[TensorRef], test_refs: list[TensorRef]
-) -> list[tuple[str, TensorRef, TensorRef]]:
-    """The GE op's inputs against the FX node's, in order (the FX slots in numeric order: list
-    arguments flattened)."""
-    golden_inputs = [ref for ref in golden_refs if ref.role == "input"]
-    test_inputs = [ref for ref in test_refs if ref.role == "input"]
-    return [(node, g, t) for g, t in zip(golden_inputs, test_inputs, strict=False)]
-
-
 def split_fused(name: str, ops: Mapping[str, GraphOp | None]) -> list[GraphOp]:
     """The ops whose names run together make ``name`` (``Add_2Cast_9ConcatV2``), the longest name at
     each point; empty where the names do not make up all of it. An op known by name only (no graph
@@ -228,7 +249,7 @@ def _graphs(golden: DumpIndex, test: DumpIndex) -> _Graphs:
             theirs = {n.partition("/")[2] for n in golden.tree.children(other)}
             common = mine & theirs
             if common:
-                shapes = _shapes_agreeing(golden, other, text_of.get(graph), common)
+                shapes = _shapes_agreeing(golden, other, test, graph, text_of.get(graph), common)
                 scores.append((shapes, len(common) / len(mine | theirs), graph, other))
     golden_of: dict[str, str] = {}
     # output shapes first: a prefill and a decode graph hold nearly the same nodes
@@ -291,9 +312,18 @@ def _ge_shapes_agreeing(index: DumpIndex, graph: str, text: GraphText, common: I
     return agreeing
 
 
-def _shapes_agreeing(golden: DumpIndex, graph: str, text: GraphText | None, common: Iterable[str]) -> int:
-    """How many of a few FX nodes have, in ``graph``'s first run, the output shape the graph text
-    gives them (prefill and decode graphs hold the same nodes, with other shapes)."""
+def _shapes_agreeing(
+    golden: DumpIndex,
+    graph: str,
+    test: DumpIndex,
+    test_graph: str,
+    text: GraphText | None,
+    common: Iterable[str],
+) -> int:
+    """How many of a few FX nodes have, in the FX ``graph``'s first run, the output shape the GE op
+    computing them wrote in ``test_graph``'s first run (its file's header; the graph text's shape,
+    -1 matching any size, where no file holds it): a prefill and a decode graph hold the same nodes
+    with other shapes."""
     if text is None or golden.format != "torchair-fx":
         return 0
     first = next((t for t, (g, _) in sorted(golden.runs.items()) if g == graph), None)
@@ -303,12 +333,35 @@ def _shapes_agreeing(golden: DumpIndex, graph: str, text: GraphText | None, comm
     agreeing = 0
     for key in sorted(common)[:_SHAPE_SAMPLES]:
         op = ops[key][-1]
+        position = op.fx_outputs.index(key)
         refs = golden.tokens[first].get(f"{graph}/{key}", [])
-        output = next((r for r in refs if r.slot == f"output.{op.fx_indices[0]}"), None)
-        if output is None or not op.output_shapes:
+        output = next((r for r in refs if r.slot == f"output.{op.fx_indices[position]}"), None)
+        shape = npy_shape(output.path, golden.load_policy) if output is not None else None
+        if shape is None:
             continue
-        agreeing += npy_shape(output.path, golden.load_policy) == op.output_shapes[0]
+        ran = _ge_output_shape(test, test_graph, op.name, position)
+        if ran is not None:
+            agreeing += ran == shape
+        elif position < len(op.output_shapes) and len(op.output_shapes[position]) == len(shape):
+            agreeing += all(d in (-1, s) for d, s in zip(op.output_shapes[position], shape, strict=True))
     return agreeing
+
+
+def _ge_output_shape(index: DumpIndex, graph: str, op_name: str, position: int) -> tuple[int, ...] | None:
+    """The shape output ``position`` of ``op_name`` had in ``graph``'s first run (its header)."""
+    from tui_acc.dumps.torchair.ge_file import GeDumpError, read_file_header
+
+    first = next((t for t, (g, _) in sorted(index.runs.items()) if g == graph), None)
+    refs = index.tokens[first].get(f"{graph}/{op_name}", []) if first is not None else []
+    if not refs:
+        return None
+    try:
+        outputs = read_file_header(refs[0].path, index.load_policy).of("output")
+    except (GeDumpError, OSError):
+        return None
+    if position >= len(outputs):
+        return None
+    return tuple(outputs[position].original_shape or outputs[position].shape)
 
 
 def _texts_of(index: DumpIndex, notes: list[str]) -> list[GraphText]:

@@ -45,7 +45,8 @@ RANK_FOLDER = re.compile(r"^worldsize(\d+)_global_rank(\d+)$")
 _GRAPH = re.compile(r"^graph_\d+$")
 _OLD_GRAPH = re.compile(r"^gm_.*_dump$")
 _FILE = re.compile(
-    r"^(?P<key>[^/]+?)\.(?P<role>INPUT|OUTPUT)\.(?P<i>\d+)(?:\.(?P<j>\d+))?\.(?P<time>\d+)\.npy$"
+    r"^(?P<key>[^/]+?)\.(?P<role>INPUT|OUTPUT)\.(?P<i>\d{1,9})(?:\.(?P<j>\d{1,9}))?\.(?P<time>\d{1,30})\.npy$",
+    re.ASCII,
 )
 
 
@@ -197,7 +198,11 @@ def _holds_graphs(folder: str) -> bool:
 
 def _holds_old_graphs(folder: str) -> bool:
     for name, path in subdir_names(folder):
-        if name.isdigit() and any(_OLD_GRAPH.match(inner) for inner, _ in subdir_names(path)):
+        if (
+            name.isascii()
+            and name.isdigit()
+            and any(_OLD_GRAPH.match(inner) for inner, _ in subdir_names(path))
+        ):
             return True
     return False
 
@@ -207,7 +212,7 @@ def _new_runs(rank_folder: str) -> list[Run]:
     for graph, graph_path in subdir_names(rank_folder):
         if _GRAPH.match(graph):
             for step, step_path in subdir_names(graph_path):
-                if step.isdigit() and len(step) < 12:
+                if step.isascii() and step.isdigit() and len(step) < 12:
                     runs.append(_run(graph, int(step), step_path))
     return [run for run in runs if run.names]
 
@@ -216,7 +221,7 @@ def _old_runs(data_dump: str) -> list[Run]:
     """``data_dump/{step + 1}/gm_{time}_dump``: the folder counts from 1 (torchair 7.1.0's layout)."""
     runs = []
     for counter, counter_path in subdir_names(data_dump):
-        if counter.isdigit() and 0 < len(counter) < 12 and int(counter) > 0:
+        if counter.isascii() and counter.isdigit() and 0 < len(counter) < 12 and int(counter) > 0:
             for graph, graph_path in subdir_names(counter_path):
                 if _OLD_GRAPH.match(graph):
                     runs.append(_run(graph, int(counter) - 1, graph_path))

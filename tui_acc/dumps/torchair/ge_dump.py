@@ -62,10 +62,11 @@ def read(root: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     else:  # torch_npu <= 7.1.0: {time}/{device}/...; several devices are several ranks
         folder = base
         leaves = _leaves(str(base), _DEPTH)
-        devices = sorted({Path(leaf).parents[3] for leaf in leaves}, key=lambda p: p.name)
+        # {time}/{device}/{model}/{model_id}/{data_index}: the device two levels above the leaf's model
+        devices = sorted({Path(leaf).parents[2].name for leaf in leaves})
         if len(devices) > 1:
-            device, chosen, notes = pick_rank(base, devices, rank)
-            leaves = [leaf for leaf in leaves if Path(leaf).parents[3] == device]
+            device, chosen, notes = pick_rank(base, [Path(d) for d in devices], rank)
+            leaves = [leaf for leaf in leaves if Path(leaf).parents[2].name == device.name]
     problems: list[Problem] = []
     runs = _runs(leaves, policy, problems)
     if not runs:
@@ -151,9 +152,14 @@ def _parsed(name: str) -> tuple[str, str, int] | None:
     """(op type, op name, timestamp) of ``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}``; an op
     name may hold dots (msprobe's reading: everything between the type and the last three parts)."""
     parts = name.split(".")
-    if len(parts) < 5 or not all(p.isdigit() for p in parts[-3:]) or not parts[0]:
+    if len(parts) < 5 or not all(_digits(p) for p in parts[-3:]) or not parts[0]:
         return None
     return parts[0], ".".join(parts[1:-3]), int(parts[-1][:20])
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only (``str.isdigit`` takes ``²``, which ``int`` refuses)."""
+    return text.isascii() and text.isdigit()
 
 
 def _tensors(
@@ -194,6 +200,7 @@ def _runs(leaves: list[str], policy: LoadPolicy, problems: list[Problem]) -> lis
         path = Path(leaf)
         model_id, model = path.parent.name, path.parent.parent.name
         graph = model if len(ids[model]) == 1 else f"{model}_{model_id}"
+        graph = f"{graph}_" if graph == ROOT else graph  # a model folder named like the tree's root
         if (graph, int(path.name)) in seen:
             said = f"{graph} data_index {path.name} was dumped twice; the first is read"
             problems.append(Problem(leaf, said))
@@ -236,7 +243,9 @@ def _leaves(folder: str, depth: int) -> list[str]:
     level = [(folder, "")]
     for _ in range(depth):
         level = [(path, name) for parent, _ in level for name, path in subdir_names(parent)]
-    return [path for path, name in level if name.isdigit() and Path(path).parent.name.isdigit()]
+    return [
+        path for path, name in level if _digits(name) and len(name) < 12 and _digits(Path(path).parent.name)
+    ]
 
 
 def _base(root: Path) -> Path | None:

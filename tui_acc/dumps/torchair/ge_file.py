@@ -156,18 +156,23 @@ def load_member(path: Path, member: str, policy: LoadPolicy) -> np.ndarray:
 
 
 def _header_of(handle: IO[Any], path: Path) -> GeDump:
+    """The big layout's header, read alone; the old layout (its bytes inside one message) read whole,
+    only where the first bytes are no big-layout header at all: a big-layout file cut short or
+    padded is named, not read whole."""
     size = os.fstat(handle.fileno()).st_size
     start = handle.read(12)
     if len(start) >= 8:
         (length,) = struct.unpack_from("<Q", start, 0)
         if 8 + length <= size and length < _HEADER_LIMIT:
             handle.seek(8)
-            header = handle.read(length)
             try:
-                dump = _dump_data(path, header, inline=False)
+                dump = _dump_data(path, handle.read(length), inline=False)
             except GeDumpError:
                 dump = None
-            if dump is not None and dump.tensors and _placed(dump, 8 + length) == size:
+            if dump is not None and dump.tensors and not any(t.inline for t in dump.tensors):
+                end = _placed(dump, 8 + length)
+                if end != size:
+                    raise GeDumpError(f"{path}: its header's tensors take {end} bytes, the file holds {size}")
                 return dump
     handle.seek(0)
     return read_header(path, handle.read())
@@ -190,6 +195,17 @@ def decode(dump: GeDump, tensor: GeTensor, raw: bytes | np.ndarray) -> np.ndarra
         )
     values = np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
     logical = tensor.original_shape or shape
+    try:
+        return _logical(tensor, values, shape, logical, count)
+    except ValueError as exc:  # an original_shape its tiles cannot hold
+        raise GeDumpError(
+            f"{dump.path}: {tensor.role} {tensor.index} {shape} cannot be read as {logical} ({exc})"
+        ) from None
+
+
+def _logical(
+    tensor: GeTensor, values: np.ndarray, shape: list[int], logical: list[int], count: int
+) -> np.ndarray:
     if tensor.primary_format == FRACTAL_NZ and len(shape) >= 4:
         # [..., C1, No, Ni, C0]: the rows' blocks merged, then the ATB reader's [..., W1, H', W0]
         *batch, c1, blocks, rows, c0 = shape

@@ -26,7 +26,8 @@ from tui_acc.dumps.policy import LoadPolicy
 GRAPH_FILE = re.compile(r"^dynamo_original_graph_(?P<id>\d+)(?:_rank_(?P<rank>\d+))?.*\.(?:txt|pbtxt)$")
 FX_TENSOR_ATTR = "_fx_tensor_name"
 MODULE_ATTR = "nn_module_stack"
-_OUTPUT_SUFFIX = re.compile(r"\.OUTPUT\.(\d+)$")
+_DIM = re.compile(r"-?[0-9]{1,18}")
+_OUTPUT_SUFFIX = re.compile(r"\.OUTPUT\.(\d{1,9})$", re.ASCII)
 # strings (with their escapes), words and numbers, braces, colons, the brackets of a repeated field,
 # commas, comments; anything else is a character the format does not have
 _TOKEN = re.compile(
@@ -119,6 +120,7 @@ def parse(text: str, path: Path) -> Message:
     name: str | None = None
     colon = False
     last_string: str | None = None  # the field a string literal just ended, which another may continue
+    pieces: list[str] = []  # that string's literals
     for found in _TOKEN.finditer(text):
         token = found.group()
         if found.group(1) is not None:
@@ -127,16 +129,19 @@ def parse(text: str, path: Path) -> Message:
             continue  # a repeated field's list brackets: each value is added as it comes
         current = stack[-1][0]
         if token[0] in "\"'":
-            if last_string is not None and name is None:  # "ab" "cd": one string
-                field_name, value = current[-1]
-                current[-1] = (field_name, str(value) + _unquoted(token))
+            if last_string is not None and name is None:  # "ab" "cd": one string, joined once at its end
+                pieces.append(_unquoted(token))
                 continue
             if name is None or not colon:
                 _fail(path, text, found.start(), "a string without a field name and ':'")
             last_string = name
-            current.append((name, _unquoted(token)))
+            _join(current, pieces)
+            pieces = [_unquoted(token)]
+            current.append((name, pieces[0]))
             name, colon = None, False
             continue
+        _join(stack[-1][0], pieces)
+        pieces = []
         last_string = None
         if token in "{<":
             if name is None:
@@ -162,7 +167,14 @@ def parse(text: str, path: Path) -> Message:
             _fail(path, text, found.start(), f"{token!r} after field {name!r} without ':'")
     if name is not None or len(stack) > 1:
         raise GraphTextError(f"{path}: ends inside a message or a field")
+    _join(stack[-1][0], pieces)
     return root
+
+
+def _join(current: Message, pieces: list[str]) -> None:
+    """The last field's string, made of the adjacent literals ``pieces``, joined once."""
+    if len(pieces) > 1 and current:
+        current[-1] = (current[-1][0], "".join(pieces))
 
 
 def _unquoted(token: str) -> str:
@@ -223,7 +235,7 @@ def _op(message: Message) -> GraphOp:
         fx_indices.append(int(index[1]) if index else len(fx_indices))
         dims: list[int] = []
         for shape in _fields(desc, "shape"):
-            dims += [int(d) for d in _scalars(shape, "dim") if re.fullmatch(r"-?\d+", d)]
+            dims += [int(d) for d in _scalars(shape, "dim") if _DIM.fullmatch(d)]
         shapes.append(tuple(dims))
     stack = _attr(message, MODULE_ATTR)
     paths = _MODULE_PATH.findall(stack) if stack else []

@@ -50,5 +50,5 @@ def described(run: Run) -> str:
 
 
 def _graph_key(label: str) -> tuple[int, str]:
-    digits = "".join(ch if ch.isdigit() else " " for ch in label).split()
+    digits = "".join(ch if "0" <= ch <= "9" else " " for ch in label).split()
     return (int(digits[0][:18]) if digits else 0, label)
