@@ -293,7 +293,7 @@ def _ge_shapes_agreeing(index: DumpIndex, graph: str, text: GraphText, common: I
     """How many of a few ops have, in ``graph``'s first run, the output shape the graph text gives."""
     from tui_acc.dumps.torchair.ge_file import GeDumpError, read_file_header
 
-    first = next((t for t, (g, _) in sorted(index.runs.items()) if g == graph), None)
+    first = _first_run(index, graph)
     if first is None:
         return 0
     agreeing = 0
@@ -326,7 +326,7 @@ def _shapes_agreeing(
     with other shapes."""
     if text is None or golden.format != "torchair-fx":
         return 0
-    first = next((t for t, (g, _) in sorted(golden.runs.items()) if g == graph), None)
+    first = _first_run(golden, graph)
     if first is None:
         return 0
     ops = text.by_fx_node()
@@ -351,7 +351,7 @@ def _ge_output_shape(index: DumpIndex, graph: str, op_name: str, position: int) 
     """The shape output ``position`` of ``op_name`` had in ``graph``'s first run (its header)."""
     from tui_acc.dumps.torchair.ge_file import GeDumpError, read_file_header
 
-    first = next((t for t, (g, _) in sorted(index.runs.items()) if g == graph), None)
+    first = _first_run(index, graph)
     refs = index.tokens[first].get(f"{graph}/{op_name}", []) if first is not None else []
     if not refs:
         return None
@@ -362,6 +362,11 @@ def _ge_output_shape(index: DumpIndex, graph: str, op_name: str, position: int) 
     if position >= len(outputs):
         return None
     return tuple(outputs[position].original_shape or outputs[position].shape)
+
+
+def _first_run(index: DumpIndex, graph: str) -> int | None:
+    """The token of ``graph``'s first run in ``index`` (None: it never ran there)."""
+    return next((token for token, (ran, _) in sorted(index.runs.items()) if ran == graph), None)
 
 
 def _texts_of(index: DumpIndex, notes: list[str]) -> list[GraphText]:
