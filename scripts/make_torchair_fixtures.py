@@ -83,10 +83,10 @@ GE_TYPE = {
     "permute": "Transpose",
     "expand": "BroadcastTo",
     "clone": "Identity",
-    "cat": "ConcatD",
+    "cat": "ConcatV2",
     "neg": "Neg",
-    "slice": "StridedSlice",
-    "index_copy": "ScatterUpdate",
+    "slice": "StridedSliceV2",
+    "index_copy": "Scatter",
     "unsqueeze": "Unsqueeze",
     "div": "RealDiv",
 }
@@ -207,22 +207,114 @@ def ge_names(gm: torch.fx.GraphModule) -> dict[str, tuple[str, str]]:
     return names
 
 
-def graph_text(graph_id: int, gm: torch.fx.GraphModule, names, example: list) -> str:
-    """The graph as TorchAir's graph dump writes it (protobuf text of GraphDef)."""
+# numbers TorchAir makes Consts of take the dtype of the tensor they meet (dtype_promote); these are
+# index lists, int64 whatever the tensor
+_MATMUL_ATTRS = {"transpose_x1": False, "transpose_x2": False, "offset_x": 0}
+_BATCH_MATMUL_ATTRS = {"adj_x1": False, "adj_x2": False, "offset_x": 0}
+
+
+def converted(node: torch.fx.Node, args) -> tuple[list[tuple[object, torch.Tensor]], dict]:
+    """What TorchAir's converter for ``node`` feeds its GE op: per input the FX node it comes from (None
+    for a Const made of a number) and its value, and the op's attributes (torchair's
+    ``ge_converter/aten/*.py``; index_copy, which TorchAir does not convert, as a Scatter along its dim)."""
+    kind = node.target.overloadpacket.__name__
+    fx = node.args
+
+    def edge(i: int) -> tuple[object, torch.Tensor]:
+        return fx[i], args[i]
+
+    def const(value, dtype=torch.int64) -> tuple[object, torch.Tensor]:
+        return None, torch.tensor(value, dtype=dtype)
+
+    first = args[0] if isinstance(args[0], torch.Tensor) else None
+    number = first.dtype if first is not None else torch.float32
+    if kind == "mm":
+        return [edge(0), edge(1)], dict(_MATMUL_ATTRS)
+    if kind == "bmm":
+        return [edge(0), edge(1)], dict(_BATCH_MATMUL_ATTRS)
+    if kind in ("add", "mul", "div", "pow", "sub"):
+        second = edge(1) if isinstance(args[1], torch.Tensor) else const(args[1], number)
+        return [edge(0), second], {}
+    if kind == "mean":
+        return [edge(0), const(list(args[1]))], {"keep_dims": bool(args[2]) if len(args) > 2 else False}
+    if kind == "silu":
+        return [edge(0)], {"scale": 1.0}
+    if kind == "_softmax":
+        return [edge(0)], {"axes": [int(args[1])], "half_to_float": bool(args[2])}
+    if kind == "embedding":
+        return [edge(0), edge(1), const([0])], {"batch_dims": 0}
+    if kind == "t":
+        return [edge(0), const([1, 0])], {}
+    if kind == "transpose":
+        perm = list(range(args[0].dim()))
+        a, b = (d % args[0].dim() for d in args[1:3])
+        perm[a], perm[b] = perm[b], perm[a]
+        return [edge(0), const(perm)], {}
+    if kind == "permute":
+        return [edge(0), const(list(args[1]))], {}
+    if kind in ("view", "_unsafe_view", "expand"):
+        return [edge(0), const(list(args[1]))], {}
+    if kind == "slice":
+        dim, start, end = args[1], args[2], min(args[3], args[0].shape[args[1]])
+        step = args[4] if len(args) > 4 else 1
+        return [edge(0), const([start]), const([end]), const([dim]), const([step])], {}
+    if kind == "cat":
+        parts = [(producer, value) for producer, value in zip(fx[0], args[0], strict=True)]
+        return [*parts, const(args[1])], {"N": len(parts)}
+    if kind == "index_copy":
+        return [edge(0), edge(2), edge(3)], {"axis": int(args[1]), "reduce": "update"}
+    if kind == "unsqueeze":
+        return [edge(0)], {"axes": [int(args[1])]}
+    return [edge(i) for i, a in enumerate(args) if isinstance(a, torch.Tensor)], {}
+
+
+def attr_text(key: str, value) -> list[str]:
+    """One attr as GE's OpDef prints it (a map entry; list values with their val_type)."""
+    if isinstance(value, bool):
+        body = f"b: {str(value).lower()}"
+    elif isinstance(value, int):
+        body = f"i: {value}"
+    elif isinstance(value, float):
+        body = f"f: {value!r}"
+    elif isinstance(value, str):
+        body = f's: "{value}"'
+    else:
+        body = "list { " + " ".join(f"i: {v}" for v in value) + " val_type: VT_LIST_INT }"
+    return ["  attr {", f'    key: "{key}"', f"    value {{ {body} }}", "  }"]
+
+
+def graph_text(graph_id: int, gm: torch.fx.GraphModule, names, example: dict) -> str:
+    """The graph as TorchAir's graph dump writes it (protobuf text of GraphDef): numbers its
+    converters take as inputs are Const ops of their own, before the op that takes them."""
     shapes = {n.name: n.meta.get("val") for n in gm.graph.nodes}
     lines = [f'name: "graph_{graph_id}"']
+    consts = 0
     for node in gm.graph.nodes:
         if node.name not in names:
             continue
         op_name, op_type = names[node.name]
+        inputs, attrs = converted(node, example[node.name]) if node.op == "call_function" else ([], {})
+        edges = []
+        for producer, value in inputs:
+            if producer is None:
+                const = "Const" if consts == 0 else f"Const_{consts}"
+                consts += 1
+                dims = " ".join(f"dim: {d}" for d in value.shape)
+                lines += ["op {", f'  name: "{const}"', '  type: "Const"', "  output_desc {",
+                          '    name: "y"', f"    dtype: {DT_NAME[DT[value.dtype]]}",
+                          f"    shape {{ {dims} }}", '    layout: "ND"', "  }", "}"]  # fmt: skip
+                edges.append(f"{const}:0")
+            else:
+                source, index = (
+                    (producer.args[0], producer.args[1])
+                    if producer.target is operator.getitem
+                    else (producer, 0)
+                )
+                edges.append(f"{names[source.name][0]}:{index}")
         lines += ["op {", f'  name: "{op_name}"', f'  type: "{op_type}"']
-        for arg in node.args if node.op == "call_function" else ():
-            for item in arg if isinstance(arg, (list, tuple)) else [arg]:
-                if isinstance(item, torch.fx.Node):
-                    producer, index = (
-                        (item.args[0], item.args[1]) if item.target is operator.getitem else (item, 0)
-                    )
-                    lines.append(f'  input: "{names[producer.name][0]}:{index}"')
+        lines += [f'  input: "{e}"' for e in edges]
+        for key, value in attrs.items():
+            lines += attr_text(key, value)
         values = shapes[node.name]
         if values is None and node.op == "get_attr":
             values = getattr(gm, node.target)
@@ -309,23 +401,7 @@ def write_ge_file(pb, path: Path, op_name: str, tensor_inputs, outputs, nz_input
     path.write_bytes(struct.pack("<Q", len(header)) + header + payload)
 
 
-def ge_inputs(args) -> list[torch.Tensor]:
-    """An op's inputs as GE feeds them: tensors (lists flattened), number lists and numbers as Const
-    values; flags (bool, None) are attributes, not inputs."""
-    found = []
-    for arg in args:
-        if isinstance(arg, torch.Tensor):
-            found.append(arg)
-        elif isinstance(arg, (list, tuple)) and arg and isinstance(arg[0], torch.Tensor):
-            found += list(arg)
-        elif isinstance(arg, bool) or arg is None:
-            continue
-        elif isinstance(arg, (int, float, list, tuple)):
-            found.append(torch.tensor(arg))
-    return found
-
-
-def write_ge(pb, folder: Path, calls, names, fused: tuple[str, str], lm_head: str, time: int) -> int:
+def write_ge(pb, folder: Path, calls, names, fused: tuple[str, str] | None, lm_head: str, time: int) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     task = 1
     pending: tuple[list, object] | None = None
@@ -335,11 +411,11 @@ def write_ge(pb, folder: Path, calls, names, fused: tuple[str, str], lm_head: st
         time += 1
         task += 1
         outputs = list(result) if isinstance(result, (list, tuple)) else [result]
-        tensors = ge_inputs(args)
-        if node.name == fused[0]:  # the fused op's inputs are its first constituent's
+        tensors = [value for _, value in converted(node, args)[0]]
+        if fused is not None and node.name == fused[0]:  # the fused op's inputs are its first constituent's
             pending = (tensors, op_name)
             continue
-        if node.name == fused[1] and pending is not None:
+        if fused is not None and node.name == fused[1] and pending is not None:
             first_inputs, first_name = pending
             other = [t for t in tensors if not any(t is s for s in first_inputs)]
             name = f"AutomaticBufferFusionOp.{first_name}{op_name}.{task}.6.{stamp}"
@@ -390,18 +466,13 @@ def main() -> int:
     down_1 = {gid: found[per_layer + 6] for gid, found in mm_nodes.items()}
     lm_head = {gid: found[-1] for gid, found in mm_nodes.items()}
     fx_root = OUT / "fx" / "msprobe_fx_dump" / "worldsize1_global_rank0"
-    ge_roots = {kind: OUT / kind / "msprobe_ge_dump" for kind in ("ge-clean", "ge-fault")}
-    for root in ge_roots.values():
-        root.mkdir(parents=True)
-        for graph_id, gm in graphs.items():
-            text = graph_text(graph_id, gm, names[graph_id], [])
-            (root / f"dynamo_original_graph_{graph_id}_rank_0_pid_1_ts_20261129000000000000.txt").write_text(
-                text
-            )
+    ge_kinds = ("ge-clean", "ge-fault", "ge-nofusion")
+    ge_roots = {kind: OUT / kind / "msprobe_ge_dump" for kind in ge_kinds}
+    examples: dict[int, dict[str, tuple]] = {}  # each graph's first run: its nodes' arguments
     # the runs: prefill, then decode twice, the caches carried from run to run
     fx_time, ge_time = 20261129000000000000, 1764374400000000
-    caches = {"fx": empty, "ge-clean": empty, "ge-fault": empty}
-    tokens = {"fx": prompt, "ge-clean": prompt, "ge-fault": prompt}
+    caches = dict.fromkeys(("fx", *ge_kinds), empty)
+    tokens = dict.fromkeys(("fx", *ge_kinds), prompt)
     steps = {1: 0, 2: 0}
     for token in range(1 + DECODE_STEPS):
         graph_id = 1 if token == 0 else 2
@@ -409,11 +480,12 @@ def main() -> int:
         steps[graph_id] += 1
         start = 0 if token == 0 else PROMPT + token - 1
         ids = list(prompt) if token == 0 else [tokens["fx"][-1]]
-        for kind in ("fx", "ge-clean", "ge-fault"):
+        for kind in ("fx", *ge_kinds):
             fault = down_1[graph_id] if kind == "ge-fault" and token == FAULT_TOKEN else None
             recorder = Recorder(graphs[graph_id], ge=kind != "fx", fault=fault)
             logits, *caches[kind] = recorder.run(*inputs(ids, start, caches[kind]))
             # every side decodes the golden's tokens (teacher forcing), so the runs stay comparable
+            examples.setdefault(graph_id, {node.name: args for node, args, _ in recorder.calls})
             if kind == "fx":
                 fx_time = write_fx(fx_root / f"graph_{graph_id}" / str(step), recorder.calls, fx_time)
                 next_token = int(logits[-1].float().argmax())
@@ -429,9 +501,16 @@ def main() -> int:
                     / "1"
                     / str(step)
                 )
+                fusion = fused[graph_id] if kind != "ge-nofusion" else None
                 ge_time = write_ge(
-                    pb, folder, recorder.calls, names[graph_id], fused[graph_id], lm_head[graph_id], ge_time
+                    pb, folder, recorder.calls, names[graph_id], fusion, lm_head[graph_id], ge_time
                 )
+    for root in ge_roots.values():
+        for graph_id, gm in graphs.items():
+            text = graph_text(graph_id, gm, names[graph_id], examples[graph_id])
+            (root / f"dynamo_original_graph_{graph_id}_rank_0_pid_1_ts_20261129000000000000.txt").write_text(
+                text
+            )
     case = {
         "token": FAULT_TOKEN,
         "graph": "graph_2",
@@ -441,6 +520,7 @@ def main() -> int:
         "fused": f"graph_2/{names[2][fused[2][0]][0]}{names[2][fused[2][1]][0]}",
         "nz_weight_of": f"graph_2/{names[2][lm_head[2]][0]}",
         "inserted_cast": "trans_Cast_0",
+        "unfused": [f"graph_2/{names[2][n][0]}" for n in fused[2]],
     }
     (OUT / "case.json").write_text(json.dumps(case, indent=1) + "\n", encoding="utf-8")
     files = sum(1 for p in OUT.rglob("*") if p.is_file())

@@ -4,7 +4,8 @@ scripts/make_torchair_fixtures.py as TorchAir's fx_dumper.py and GE's dump write
 A small Llama in bf16 traced into a prefill and a decode graph, run prefill then decode twice
 (tokens 0, 1, 2). The GE dumps hold a fused op (layer 0's silu and mul), an inserted Cast in no
 graph text, and the lm_head's weight in FRACTAL_NZ; in ``ge-fault`` layer 1's down-projection
-MatMul is wrong at token 2. Where the fault is, and what each GE op computes, is the generator's
+MatMul is wrong at token 2; ``ge-nofusion`` is the clean run with fusion off.
+Where the fault is, and what each GE op computes, is the generator's
 record (case.json), not tui-acc's reading of it."""
 
 from __future__ import annotations
@@ -228,6 +229,23 @@ def test_a_ge_dump_against_a_ge_dump_pairs_ops_by_name(llama: Path) -> None:
     case = _case(llama)
     comparison = open_comparison(llama / "ge-clean", llama / "ge-fault", CompareOptions(cache=False))
     assert _local(comparison) == [(case["token"], case["ge_op"], case["ge_op"])]
+
+
+def test_a_fusion_off_ge_dump_is_the_golden_of_the_fused_run(llama: Path) -> None:
+    """GE with fusion on against GE with fusion off (msprobe's second TorchAir mode): the fused op
+    pairs with its last constituent, its inputs the constituents' inputs from outside them; the
+    faulty MatMul is the one local op, and the clean run has none."""
+    case = _case(llama)
+    comparison = open_comparison(llama / "ge-nofusion", llama / "ge-fault", CompareOptions(cache=False))
+    assert _local(comparison) == [(case["token"], case["ge_op"], case["ge_op"])]
+    first, last = case["unfused"]
+    [pair] = [p for p in comparison.pairing.node_pairs(1) if p.test == case["fused"]]
+    assert pair.golden == last
+    sources = {t.golden.path.name.split(".")[1] for t in pair.inputs}
+    assert first.split("/")[1] in sources and len(pair.inputs) == 2
+    clean = open_comparison(llama / "ge-nofusion", llama / "ge-clean", CompareOptions(cache=False))
+    assert _local(clean) == []
+    assert build_report(clean, all_tokens=True).body()["first_failing_op"] is None
 
 
 def test_the_fx_dump_given_as_the_test_is_refused_by_name(llama: Path) -> None:

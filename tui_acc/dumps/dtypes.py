@@ -85,3 +85,17 @@ def widened(values: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(values)
     target = np.float32 if values.dtype in _NARROW_FLOAT_TYPES else np.float64
     return np.ascontiguousarray(values, dtype=target)
+
+
+def bfloat16_if_exact(values: np.ndarray) -> np.ndarray:
+    """A float32 array every element of which is a bfloat16 (the low 16 bits of each zero) as the
+    bfloat16 it was before a writer widened it (TorchAir's FX dumper saves bf16 as float32: np.save
+    has no bf16); any other array as it is. Its dtype sets a replay's tolerance: a bf16 kernel's
+    rounding, not float32's."""
+    if values.dtype != np.float32 or not values.size:
+        return values
+    bits = np.ascontiguousarray(values).view(np.uint32)
+    if np.any(bits & 0xFFFF):
+        return values
+    narrow = _BY_NAME["bfloat16"]
+    return (bits >> 16).astype(np.uint16).view(narrow).reshape(values.shape)

@@ -26,10 +26,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from tui_acc.dumps.model import DumpError, DumpIndex, Problem, TensorRef
+from tui_acc.dumps.model import DumpError, DumpIndex, TensorRef
 from tui_acc.dumps.torchair.fx_dump import npy_shape
-from tui_acc.dumps.torchair.ge_dump import graph_files
-from tui_acc.dumps.torchair.graph_text import GraphOp, GraphText, read_graph
+from tui_acc.dumps.torchair.graph_text import GraphOp, GraphText
+from tui_acc.dumps.torchair.graph_texts import first_run, texts_by_graph
 from tui_acc.lazy import LazyMapping
 from tui_acc.pairing.model import NodePair, TensorPair, Unmatched
 from tui_acc.pairing.result import Pairing
@@ -234,7 +234,7 @@ def split_fused(name: str, ops: Mapping[str, GraphOp | None]) -> list[GraphOp]:
 
 def _graphs(golden: DumpIndex, test: DumpIndex) -> _Graphs:
     notes: list[str] = []
-    text_of = _texts_by_graph(test, notes)
+    text_of = texts_by_graph(test, notes)
     test_graphs = test.tree.children(test.tree.root)
     golden_graphs = golden.tree.children(golden.tree.root)
     scores: list[tuple[int, float, str, str]] = []
@@ -263,53 +263,8 @@ def _graphs(golden: DumpIndex, test: DumpIndex) -> _Graphs:
     for graph in test_graphs:
         if graph in text_of and graph not in golden_of:
             notes.append(f"GE graph {graph}: no golden graph runs its nodes; not compared")
-    golden_texts = _texts_by_graph(golden, []) if golden.format == "torchair-ge" else {}
+    golden_texts = texts_by_graph(golden) if golden.format == "torchair-ge" else {}
     return _Graphs(text_of, golden_of, notes, golden_texts)
-
-
-def _texts_by_graph(index: DumpIndex, notes: list[str]) -> dict[str, GraphText]:
-    """Each GE graph (model folder) -> its graph text: the one of its name (GE names the model folder
-    after the graph), else the one holding most of the ops it ran, with their output shapes."""
-    texts = _texts_of(index, notes)
-    found: dict[str, GraphText] = {}
-    for graph in index.tree.children(index.tree.root):
-        named = [t for t in texts if graph in (t.name, f"graph_{t.graph_id}")]
-        ops = {index.stable_name(n) for n in index.tree.children(graph)}
-        candidates = [t for t in named if ops & t.ops.keys()] or texts
-
-        def fit(text: GraphText, ops: set[str] = ops, graph: str = graph) -> tuple[int, int]:
-            common = ops & text.ops.keys()
-            return len(common), _ge_shapes_agreeing(index, graph, text, common) if common else 0
-
-        best = max(candidates, key=fit, default=None)
-        if best is not None and ops & best.ops.keys():
-            found[graph] = best
-        else:
-            notes.append(f"GE graph {graph}: no graph text (dynamo_original_graph_*.txt) holds its ops")
-    return found
-
-
-def _ge_shapes_agreeing(index: DumpIndex, graph: str, text: GraphText, common: Iterable[str]) -> int:
-    """How many of a few ops have, in ``graph``'s first run, the output shape the graph text gives."""
-    from tui_acc.dumps.torchair.ge_file import GeDumpError, read_file_header
-
-    first = _first_run(index, graph)
-    if first is None:
-        return 0
-    agreeing = 0
-    for name in sorted(common)[:_SHAPE_SAMPLES]:
-        refs = index.tokens[first].get(f"{graph}/{name}", [])
-        shapes = text.ops[name].output_shapes
-        if not refs or not shapes:
-            continue
-        try:
-            header = read_file_header(refs[0].path, index.load_policy)
-        except (GeDumpError, OSError):
-            continue
-        outputs = header.of("output")
-        if outputs:
-            agreeing += tuple(outputs[0].original_shape or outputs[0].shape) == shapes[0]
-    return agreeing
 
 
 def _shapes_agreeing(
@@ -326,7 +281,7 @@ def _shapes_agreeing(
     with other shapes."""
     if text is None or golden.format != "torchair-fx":
         return 0
-    first = _first_run(golden, graph)
+    first = first_run(golden, graph)
     if first is None:
         return 0
     ops = text.by_fx_node()
@@ -351,7 +306,7 @@ def _ge_output_shape(index: DumpIndex, graph: str, op_name: str, position: int) 
     """The shape output ``position`` of ``op_name`` had in ``graph``'s first run (its header)."""
     from tui_acc.dumps.torchair.ge_file import GeDumpError, read_file_header
 
-    first = _first_run(index, graph)
+    first = first_run(index, graph)
     refs = index.tokens[first].get(f"{graph}/{op_name}", []) if first is not None else []
     if not refs:
         return None
@@ -362,23 +317,6 @@ def _ge_output_shape(index: DumpIndex, graph: str, op_name: str, position: int) 
     if position >= len(outputs):
         return None
     return tuple(outputs[position].original_shape or outputs[position].shape)
-
-
-def _first_run(index: DumpIndex, graph: str) -> int | None:
-    """The token of ``graph``'s first run in ``index`` (None: it never ran there)."""
-    return next((token for token, (ran, _) in sorted(index.runs.items()) if ran == graph), None)
-
-
-def _texts_of(index: DumpIndex, notes: list[str]) -> list[GraphText]:
-    texts = []
-    for path in graph_files(index):
-        try:
-            texts.append(read_graph(path, index.load_policy))
-        except DumpError as exc:
-            index.problems.append(Problem(str(path), str(exc).removeprefix(f"{path}: ")))
-    if not texts:
-        notes.append(f"{index.root}: no readable graph text (dynamo_original_graph_*.txt); nothing is paired")
-    return texts
 
 
 def _run_name(index: DumpIndex, token: int) -> str:

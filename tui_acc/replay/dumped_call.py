@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tui_acc.dumps.dtypes import dtype_name, is_float
+from tui_acc.dumps.dtypes import bfloat16_if_exact, dtype_name, is_float
 from tui_acc.dumps.loading import load_side
 from tui_acc.dumps.model import DumpError, DumpIndex, TensorRef
 from tui_acc.dumps.msprobe.records import dump_json_of, record_of
@@ -57,9 +57,12 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
     keyword: dict[str, Any] = {}
     params: dict[str, np.ndarray] = {}
 
+    # TorchAir's FX dump saved bf16 as float32: a replay's tolerance is the bf16 kernel's
+    narrowed = bfloat16_if_exact if index.format == "torchair-fx" else _as_dumped
+
     def load(ref: TensorRef) -> np.ndarray | None:
         try:
-            return load_side(ref, None, policy)
+            return narrowed(load_side(ref, None, policy))
         # DumpError: ranks (--gather) that do not merge; a merge that needs the golden's shape takes
         # rank 0's whole here (no golden beside it): a sharded tensor then shows as a shape mismatch
         except (TensorLoadError, DumpError, ValueError, OSError) as exc:
@@ -94,6 +97,7 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
     record = index.origins.get(node, (0, node))[1]
     _add_recorded_arguments(refs, record, policy, positional, keyword)
     _add_atb_params(refs, policy, keyword)
+    _add_graph_attrs(index, node, keyword)
     _add_msit_weights(index, node, policy, params)
     outputs = [r for r in refs if r.role == "output" and r.has_data]
     first = next((r for slot in _FIRST_OUTPUTS for r in outputs if r.slot == slot), None) or next(
@@ -130,6 +134,10 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
     )
     statistics_only = bool(refs) and not any(r.has_data for r in refs)
     return Gathered(call, output, first.slot if first is not None else None, missing, statistics_only)
+
+
+def _as_dumped(values: np.ndarray) -> np.ndarray:
+    return values
 
 
 def _ranks_of(
@@ -361,6 +369,17 @@ def _add_atb_params(refs: list[TensorRef], policy: LoadPolicy, keyword: dict[str
             for key, value in params.items():
                 keyword.setdefault(str(key), value)
         return
+
+
+def _add_graph_attrs(index: DumpIndex, node: str, keyword: dict[str, Any]) -> None:
+    """A TorchAir GE op's attributes (``transpose_x2``, ``axes``), which its graph text holds."""
+    if index.format != "torchair-ge":
+        return
+    from tui_acc.dumps.torchair.graph_texts import op_of
+
+    op = op_of(index, node)
+    for key, value in (op.attrs if op is not None else {}).items():
+        keyword.setdefault(key, value)
 
 
 def _add_msit_weights(index: DumpIndex, node: str, policy: LoadPolicy, params: dict[str, np.ndarray]) -> None:

@@ -11,7 +11,8 @@ Users add or override references, first match wins in this order:
 
 2. the entry point group ``tui_acc.replay`` of installed packages (name: the type or record name,
    value: ``module:function``);
-3. the built-ins (torch_ops.py, the npu_*.py modules, atb_ops.py, atb_attention.py).
+3. the built-ins (torch_ops.py, the npu_*.py modules, atb_ops.py, atb_attention.py; ge_ops.py for a
+   TorchAir GE dump's ops, asked for as ``GE.{type}``; aten_ops.py for its FX dump's aten nodes).
 
 A plug-in is imported only when a node it matches is replayed; one that cannot be imported, is not
 callable or raises is named in the side's reason (``PluginError``), never a crash.
@@ -115,7 +116,9 @@ class Registry:
                 atb_attention,
                 atb_moe,
                 atb_ops,
+                aten_ops,
                 collective,
+                ge_ops,
                 npu_attention,
                 npu_cache,
                 npu_flash_attention,
@@ -143,6 +146,8 @@ class Registry:
                 atb_attention.REFERENCES,
                 atb_moe.REFERENCES,
                 collective.REFERENCES,
+                ge_ops.REFERENCES,
+                aten_ops.REFERENCES,
                 torch_ops.MODULE_REFERENCES,
             )
             self._builtins = [

@@ -28,12 +28,13 @@ from typing import Any
 import numpy as np
 
 from tui_acc.dumps.loading import load_side
-from tui_acc.dumps.model import MSPROBE_FORMATS, DumpError, DumpIndex
+from tui_acc.dumps.model import DumpError, DumpIndex
 from tui_acc.dumps.tensors import TensorLoadError
 from tui_acc.pairing import NodePair, Pairing, TensorPair
 from tui_acc.replay import collective
 from tui_acc.replay.distance import distance
 from tui_acc.replay.dumped_call import recorded_arguments
+from tui_acc.replay.names import replay_names
 from tui_acc.replay.registry import Registry
 from tui_acc.replay.sampling import plan
 from tui_acc.row_store import RowStore
@@ -83,12 +84,7 @@ class LocalChecks:
 
     def has_reference(self, node: NodePair) -> bool:
         """Whether a reference exists for the test node (no data is read)."""
-        from tui_acc.dumps.msprobe.passes import api_of
-
-        index = self.pairing.test
-        found = index.tree.nodes.get(node.test)
-        api = api_of(node.test) if index.format in MSPROBE_FORMATS else None
-        return self.registry.find(api, found.type if found is not None else None) is not None
+        return self.registry.find(*replay_names(self.pairing.test, node.test)) is not None
 
     def known_replay(self, node: NodePair) -> tuple[bool, NodeReplay | None]:
         """``(known, replay)`` without computing anything (what a UI thread may ask)."""

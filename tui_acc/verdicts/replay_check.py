@@ -16,13 +16,13 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from tui_acc.dumps.dtypes import dtype_name
-from tui_acc.dumps.model import MSPROBE_FORMATS, DumpIndex
-from tui_acc.dumps.msprobe.passes import api_of
+from tui_acc.dumps.model import DumpIndex
 from tui_acc.numbers import cosine, number
 from tui_acc.pairing import Pairing
 from tui_acc.replay.call import NotSampleable, Replayed, ReplayImpossible
 from tui_acc.replay.distance import Distance, distance, within_steps
 from tui_acc.replay.dumped_call import Gathered, gather
+from tui_acc.replay.names import replay_names
 from tui_acc.replay.registry import Entry, PluginError, Registry
 from tui_acc.replay.remedy import remedy
 from tui_acc.tolerances.rounding import MARGIN, expected_local, local_bound
@@ -236,11 +236,11 @@ def replay_side(
             side, node, node_type, "impossible", reason, reference, remedy=remedy(index.format, reason)
         )
 
-    api = api_of(node) if index.format in MSPROBE_FORMATS else None
-    entry = registry.find(api, node_type)
+    api, asked_type = replay_names(index, node)
+    entry = registry.find(api, asked_type)
     if entry is None:
         return impossible(
-            f"type unknown: {api or node_type} (no reference; [replay] in tui-acc.toml adds one)"
+            f"type unknown: {api or asked_type} (no reference; [replay] in tui-acc.toml adds one)"
         )
     gathered = gather(index, token, node, sample)
     if gathered.statistics_only:

@@ -6,7 +6,7 @@ verdict replays (``local.py``'s ``LocalChecks.inner``, ``replay_check.replay_nod
 from __future__ import annotations
 
 from tui_acc.dumps.model import MSPROBE_FORMATS, DumpIndex
-from tui_acc.dumps.msprobe.passes import api_of
+from tui_acc.replay.names import replay_names
 from tui_acc.replay.registry import Registry
 
 # records that move elements without arithmetic: nothing for a replay to find in them
@@ -39,14 +39,13 @@ def test_only_inside(
             # PagedAttention share their place in it, and only one ran at this token
             if child not in present and not any(n.name in present for n in index.tree.preorder(child)):
                 continue
-            inner = index.tree.nodes.get(child)
             if msprobe and child.startswith("Module.") and index.tree.children(child):
                 visit(child)  # a module only the test has: what is inside it counts, not its record
                 continue
-            api = api_of(child) if msprobe else None
-            replayed = registry.find(api, inner.type if inner is not None else None) is not None
+            names = replay_names(index, child)
+            replayed = registry.find(*names) is not None
             outputs = any(r.role == "output" for r in index.tensors(token, child))
-            unreplayed = outputs and api not in LAYOUT_ONLY
+            unreplayed = outputs and names[0] not in LAYOUT_ONLY
             if replayed or unreplayed:
                 found.append(child)
             visit(child)

@@ -41,6 +41,10 @@ _MODULE_PATH = re.compile(r"\(\s*'([^']*)'\s*,")
 # A message: its fields in the order written, each a name and a string (scalars kept as written,
 # strings unescaped) or a message.
 Message = list[tuple[str, "str | Message"]]
+# an attr's value as GE's AttrDef holds it: b, i, f, s, or a list of one of them
+Scalar = bool | int | float | str
+AttrValue = Scalar | list[Scalar]
+_ATTR_KINDS = ("b", "i", "f", "s")
 
 
 class GraphTextError(DumpError):
@@ -58,6 +62,8 @@ class GraphOp:
     fx_indices: list[int]  # per output: which of that node's outputs (``.OUTPUT.{i}``)
     output_shapes: list[tuple[int, ...]]
     module: str | None = None  # the innermost module path, where nn_module_stack was recorded
+    # the op's attributes (``transpose_x2``, ``axes``, ``epsilon``): what a replay of it needs
+    attrs: dict[str, AttrValue] = field(default_factory=dict)
 
     @property
     def fx_node(self) -> str | None:
@@ -238,6 +244,12 @@ def _op(message: Message) -> GraphOp:
             dims += [int(d) for d in _scalars(shape, "dim") if _DIM.fullmatch(d)]
         shapes.append(tuple(dims))
     stack = _attr(message, MODULE_ATTR)
+    attrs = {}
+    for attr in _fields(message, "attr"):
+        key = _scalar(attr, "key")
+        value = next(iter(_fields(attr, "value")), None)
+        if key and value is not None and (parsed := _attr_value(value)) is not None:
+            attrs[key] = parsed
     paths = _MODULE_PATH.findall(stack) if stack else []
     return GraphOp(
         name=_scalar(message, "name") or "",
@@ -247,4 +259,35 @@ def _op(message: Message) -> GraphOp:
         fx_indices=fx_indices,
         output_shapes=shapes,
         module=paths[-1] if paths else None,
+        attrs=attrs,
     )
+
+
+def _attr_value(value: Message) -> AttrValue | None:
+    """An AttrDef's value (``value { b: true }``, ``value { list { i: -1 i: 2 } }``); None for the kinds
+    a replay has no use for (tensors, graphs, functions) and for a number that is none."""
+    for kind in _ATTR_KINDS:
+        written = _scalars(value, kind)
+        if written:
+            return _typed(kind, written[0]) if kind != "s" else "".join(written)
+    for listed in _fields(value, "list"):
+        for kind in _ATTR_KINDS:
+            items = [_typed(kind, item) for item in _scalars(listed, kind)]
+            if items and None not in items:
+                return [item for item in items if item is not None]
+        return []
+    return None
+
+
+def _typed(kind: str, written: str) -> Scalar | None:
+    """A scalar as the text writes it (``true``, ``-1``, ``1e-06``, ``inf``) in its kind's type."""
+    if kind == "b":
+        return written in ("true", "True", "t", "1")
+    if kind == "i":
+        return int(written) if _DIM.fullmatch(written) else None
+    if kind == "f":
+        try:
+            return float(written.rstrip("fF")) if len(written) <= 40 else None
+        except ValueError:
+            return None
+    return written

@@ -1,0 +1,216 @@
+"""References for GE's operators, a TorchAir GE dump's ops (docs/formats.md §7.5).
+
+A GE op's inputs are dumped in the order its IR declares them (``REG_OP``: MatMulV2's ``x1, x2,
+bias``; an absent optional input is not dumped), a Const input (a reduction's axes, an exponent)
+included; its attributes (``transpose_x2``, ``axes``, ``epsilon``) come from the graph text
+(``Call.keyword``), and an attribute the text does not give takes the IR's default, said in a note.
+Keyed ``GE.{type}`` (``registry.py``): GE's ``Add`` is not a torch module of that name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from tui_acc.replay import maths
+from tui_acc.replay.call import Call, NotSampleable, Replayed, ReplayImpossible
+from tui_acc.replay.sampling import linear_columns
+from tui_acc.replay.torch_ops import add, mul, power, reduce_rows, sub
+
+
+def _flag(call: Call, name: str, notes: list[str], default: Any = False) -> Any:
+    """Attribute ``name``; the IR's default where the graph text gives none, said in ``notes``."""
+    value = call.keyword.get(name)
+    if value is None or isinstance(value, np.ndarray):
+        notes.append(f"{name} not in the graph text: {default!r} assumed (the IR's default)")
+        return default
+    return value
+
+
+def _float_operands(call: Call, op: str) -> None:
+    for index in (0, 1):
+        value = call.raw(index)
+        if value is not None and value.dtype.kind in "iub":
+            raise ReplayImpossible(
+                f"a quantised {op} ({value.dtype} input {index}): its scales are not among its inputs"
+            )
+
+
+def mat_mul(call: Call) -> Replayed:
+    """``MatMul`` / ``MatMulV2(x1, x2, bias)``: ``op(x1) @ op(x2) + bias``, ``op`` the transpose where
+    ``transpose_x1`` / ``transpose_x2`` say. The sampled rows and, for a large ``x2``, a sample of its
+    columns, as a linear's."""
+    notes: list[str] = []
+    _float_operands(call, "MatMul")
+    left, right = _flag(call, "transpose_x1", notes), _flag(call, "transpose_x2", notes)
+    raw = call.raw(0)
+    weight = call.raw(1)
+    if raw is None or weight is None:
+        raise ReplayImpossible("inputs missing: x1 and x2 (inputs 0 and 1) were not both dumped")
+    if raw.ndim != 2 or weight.ndim != 2:
+        raise ReplayImpossible(f"MatMul of 2-d matrices; x1 {list(raw.shape)}, x2 {list(weight.shape)}")
+    if left:
+        if call.sample is not None:
+            raise NotSampleable("x1 transposed: its rows are not the output's")
+        x = call.wide(raw.T)
+    else:
+        x = call.data(0, "x1")
+    weight_rows = weight if right else weight.T  # (N, K): one row per output column
+    if x.shape[-1] != weight_rows.shape[-1]:
+        raise ReplayImpossible(f"shape mismatch: x1 {list(raw.shape)} and x2 {list(weight.shape)}")
+    rows = int(np.prod(x.shape[:-1]))
+    columns = linear_columns(weight_rows.shape[0], rows, weight_rows.shape[1], call.name)
+    chosen = weight_rows if columns is None else weight_rows[columns]
+    return replace(reduce_rows(call, x, chosen, call.raw(2), columns), notes=tuple(notes))
+
+
+def batch_mat_mul(call: Call) -> Replayed:
+    """``BatchMatMul`` / ``BatchMatMulV2(x1, x2, bias)``: batched ``op(x1) @ op(x2) + bias``, ``op`` the
+    transpose of the last two dimensions where ``adj_x1`` / ``adj_x2`` say. Computed whole."""
+    notes: list[str] = []
+    _float_operands(call, "BatchMatMul")
+    a, b = call.tensor(0, "x1"), call.tensor(1, "x2")
+    if a.ndim < 2 or b.ndim < 2:
+        raise ReplayImpossible(f"BatchMatMul of matrices; x1 {list(a.shape)}, x2 {list(b.shape)}")
+    if _flag(call, "adj_x1", notes):
+        a = np.swapaxes(a, -1, -2)
+    if _flag(call, "adj_x2", notes):
+        b = np.swapaxes(b, -1, -2)
+    try:
+        out = np.matmul(a, b)
+    except ValueError as exc:
+        raise ReplayImpossible(f"shape mismatch: {list(a.shape)} @ {list(b.shape)} ({exc})") from exc
+    bias = call.optional_tensor(2)
+    if bias is not None:
+        out = out + bias
+    condition = 1.0
+    if call.precision is np.float64:  # a float32 output: its accumulation's rounding shows
+        size = float(np.linalg.norm(out))
+        magnitude = float(np.linalg.norm(np.matmul(np.abs(a), np.abs(b))))
+        condition = magnitude / size if size > 0 else 1.0
+    return Replayed(out, reduction=int(a.shape[-1]), condition=condition, notes=tuple(notes))
+
+
+def real_div(call: Call) -> Replayed:
+    """``RealDiv`` / ``Div(x1, x2)``: ``x1 / x2``, element by element (broadcast)."""
+    return call.elementwise(np.divide(call.operand(0, "x1"), call.operand(1, "x2")))
+
+
+def _unary(function: Callable[[np.ndarray], np.ndarray], name: str) -> Callable[[Call], Replayed]:
+    def reference(call: Call) -> Replayed:
+        return Replayed(function(call.data(0, "x")), rows=call.rows)
+
+    reference.__doc__ = f"``{name}(x)``, element by element."
+    return reference
+
+
+def _reciprocal_sqrt(x: np.ndarray) -> np.ndarray:
+    return 1.0 / np.sqrt(x)
+
+
+def swish(call: Call) -> Replayed:
+    """``Swish(x; scale=1.0)``: ``x * sigmoid(scale * x)`` (aten's silu converts to it)."""
+    notes: list[str] = []
+    scale = float(_flag(call, "scale", notes, 1.0))
+    x = call.data(0, "x")
+    return Replayed(x * maths.sigmoid(scale * x), rows=call.rows, notes=tuple(notes))
+
+
+def _axes(call: Call, value: Any, ndim: int) -> tuple[int, ...]:
+    axes = [int(a) for a in np.asarray(value).reshape(-1)]
+    if any(not -ndim <= a < ndim for a in axes):
+        raise ReplayImpossible(f"axes {axes} out of range for a {ndim}-d input")
+    return tuple(sorted({a % ndim for a in axes}))
+
+
+def _reduce(how: Callable[..., np.ndarray], name: str) -> Callable[[Call], Replayed]:
+    def reference(call: Call) -> Replayed:
+        if call.sample is not None:
+            raise NotSampleable("a reduction's output rows are not its input's")
+        notes: list[str] = []
+        x = call.tensor(0, "x")
+        axes_input = call.raw(1)
+        axes = call.keyword.get("axes") if axes_input is None else axes_input
+        if axes is None:
+            raise ReplayImpossible("inputs missing: axes (input 1) was not dumped")
+        dims = _axes(call, axes, x.ndim)
+        keep = bool(_flag(call, "keep_dims", notes))
+        if not dims and _flag(call, "noop_with_empty_axes", notes, True):
+            return Replayed(x, notes=tuple(notes))
+        out = np.asarray(how(x, axis=dims or None, keepdims=keep))
+        return Replayed(out, reduction=max(1, x.size // max(1, out.size)), notes=tuple(notes))
+
+    reference.__doc__ = f"``{name}(x, axes; keep_dims=False, noop_with_empty_axes=True)``: computed whole."
+    return reference
+
+
+def softmax_v2(call: Call) -> Replayed:
+    """``SoftmaxV2(x; axes=[-1])``: over one axis; sampled rows where it is the last."""
+    notes: list[str] = []
+    raw = call.raw(0)
+    if raw is None:
+        raise ReplayImpossible("inputs missing: x (input 0) was not dumped")
+    axes = _axes(call, _flag(call, "axes", notes, [-1]), raw.ndim)
+    if len(axes) != 1:
+        raise ReplayImpossible(f"a softmax over several axes {list(axes)}")
+    last = axes[0] == raw.ndim - 1
+    if call.sample is not None and not last:
+        raise NotSampleable(f"softmax over axis {axes[0]}, not the last")
+    x = call.data(0, "x") if last else call.tensor(0, "x")
+    out = maths.softmax(x, -1 if last else axes[0])
+    return Replayed(out, rows=call.rows if last else None, reduction=raw.shape[axes[0]], notes=tuple(notes))
+
+
+def rms_norm(call: Call) -> Replayed:
+    """``RmsNorm(x, gamma; epsilon=1e-6)`` (outputs y, rstd): ``x / sqrt(mean(x**2) + eps) * gamma``
+    over gamma's dimensions, rounded once (the kernel works in float32)."""
+    notes: list[str] = []
+    gamma = call.tensor(1, "gamma")
+    raw = call.raw(0)
+    if raw is None:
+        raise ReplayImpossible("inputs missing: x (input 0) was not dumped")
+    width = int(gamma.size)
+    if width == 0 or raw.size % width or raw.shape[raw.ndim - gamma.ndim :] != gamma.shape:
+        raise ReplayImpossible(f"gamma {list(gamma.shape)} is not x's last dimensions {list(raw.shape)}")
+    if call.sample is not None and width != raw.shape[-1]:
+        raise NotSampleable("normalised over more than the last dimension")
+    eps = float(_flag(call, "epsilon", notes, 1e-6))
+    x = call.data(0, "x")
+    out = maths.rms_norm(x, width, gamma.reshape(-1) if gamma.ndim > 1 else gamma, eps)
+    return Replayed(out, rows=call.rows, reduction=width, notes=tuple(notes))
+
+
+def cast(call: Call) -> Replayed:
+    """``Cast(x; dst_type)``: the values themselves, rounded once to the output's dtype."""
+    return Replayed(call.data(0, "x"), rows=call.rows)
+
+
+REFERENCES = {
+    "GE.MatMul": mat_mul,
+    "GE.MatMulV2": mat_mul,
+    "GE.BatchMatMul": batch_mat_mul,
+    "GE.BatchMatMulV2": batch_mat_mul,
+    "GE.Add": add,
+    "GE.AddV2": add,
+    "GE.Sub": sub,
+    "GE.Mul": mul,
+    "GE.RealDiv": real_div,
+    "GE.Div": real_div,
+    "GE.Pow": power,
+    "GE.Neg": _unary(np.negative, "Neg"),
+    "GE.Rsqrt": _unary(_reciprocal_sqrt, "Rsqrt"),
+    "GE.Sqrt": _unary(np.sqrt, "Sqrt"),
+    "GE.Exp": _unary(np.exp, "Exp"),
+    "GE.Cos": _unary(np.cos, "Cos"),
+    "GE.Sin": _unary(np.sin, "Sin"),
+    "GE.Sigmoid": _unary(maths.sigmoid, "Sigmoid"),
+    "GE.Swish": swish,
+    "GE.ReduceMean": _reduce(np.mean, "ReduceMean"),
+    "GE.ReduceSum": _reduce(np.sum, "ReduceSum"),
+    "GE.SoftmaxV2": softmax_v2,
+    "GE.RmsNorm": rms_norm,
+    "GE.Cast": cast,
+}

@@ -1,0 +1,19 @@
+"""What the replay registry is asked for a node, in order (no data is read, no numpy imported)."""
+
+from __future__ import annotations
+
+from tui_acc.dumps.model import MSPROBE_FORMATS, DumpIndex
+from tui_acc.dumps.msprobe.passes import api_of
+
+
+def replay_names(index: DumpIndex, node: str) -> tuple[str | None, str | None]:
+    """``(record name, type)``: msprobe's API name (``Functional.linear`` of
+    ``Functional.linear.3.forward``) then the node's type; a GE op's type as ``GE.{type}`` (GE's
+    ``Add`` is not a torch module called Add); an FX node's type is its aten target already."""
+    found = index.tree.nodes.get(node)
+    node_type = found.type if found is not None else None
+    if index.format in MSPROBE_FORMATS:
+        return api_of(node), node_type
+    if index.format == "torchair-ge" and node_type:
+        return None, f"GE.{node_type}"
+    return None, node_type
