@@ -37,12 +37,15 @@ import struct
 import sys
 import tarfile
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch.fx import traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
 from transformers import LlamaConfig
+from transformers.models.llama import modeling_llama as hf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_ge_dump_fixtures import compiled, nz_tiles
@@ -119,31 +122,60 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos + rotated * sin
 
 
+@contextmanager
+def module(path: str, kind: type):
+    """The nodes traced inside are ``path``'s (``node.meta["nn_module_stack"]``, as dynamo records it:
+    ``(L['self'].{path}, class)`` for each module, outermost first)."""
+    before = fx_traceback.current_meta.get("nn_module_stack")
+    stack = dict(before or {})
+    stack[f"L__self___{path.replace('.', '_')}"] = (f"L['self'].{path}", kind)
+    fx_traceback.current_meta["nn_module_stack"] = stack
+    try:
+        yield
+    finally:
+        if before is None:
+            fx_traceback.current_meta.pop("nn_module_stack", None)
+        else:
+            fx_traceback.current_meta["nn_module_stack"] = before
+
+
 def forward(w: dict[str, torch.Tensor]):
     heads = CONFIG.num_attention_heads
     dim = CONFIG.hidden_size // heads
 
     def run(ids, positions, cos, sin, mask, *caches):
         seq = ids.shape[0]
-        x = torch.nn.functional.embedding(ids, w["embed"])
+        with module("model.embed_tokens", torch.nn.Embedding):
+            x = torch.nn.functional.embedding(ids, w["embed"])
         new_caches = []
         for layer in range(CONFIG.num_hidden_layers):
             k_cache, v_cache = caches[2 * layer], caches[2 * layer + 1]
-            h = rms_norm(x, w[f"{layer}.in_norm"])
-            q = (h @ w[f"{layer}.q"].t()).view(seq, heads, dim).transpose(0, 1)
-            k = (h @ w[f"{layer}.k"].t()).view(seq, heads, dim).transpose(0, 1)
-            v = (h @ w[f"{layer}.v"].t()).view(seq, heads, dim).transpose(0, 1)
-            q, k = rope(q, cos, sin), rope(k, cos, sin)
-            k_cache = k_cache.index_copy(1, positions, k)
-            v_cache = v_cache.index_copy(1, positions, v)
-            new_caches += [k_cache, v_cache]
-            scores = torch.bmm(q, k_cache.transpose(1, 2)) / dim**0.5 + mask
-            attn = torch.bmm(torch.softmax(scores, dim=-1), v_cache)
-            x = x + attn.transpose(0, 1).reshape(seq, CONFIG.hidden_size) @ w[f"{layer}.o"].t()
-            h = rms_norm(x, w[f"{layer}.post_norm"])
-            gate = torch.nn.functional.silu(h @ w[f"{layer}.gate"].t())
-            x = x + (gate * (h @ w[f"{layer}.up"].t())) @ w[f"{layer}.down"].t()
-        logits = rms_norm(x, w["norm"]) @ w["lm_head"].t()
+            prefix = f"model.layers.{layer}"
+            with module(prefix, hf.LlamaDecoderLayer):
+                with module(f"{prefix}.input_layernorm", hf.LlamaRMSNorm):
+                    h = rms_norm(x, w[f"{layer}.in_norm"])
+                with module(f"{prefix}.self_attn", hf.LlamaAttention):
+                    q = (h @ w[f"{layer}.q"].t()).view(seq, heads, dim).transpose(0, 1)
+                    k = (h @ w[f"{layer}.k"].t()).view(seq, heads, dim).transpose(0, 1)
+                    v = (h @ w[f"{layer}.v"].t()).view(seq, heads, dim).transpose(0, 1)
+                    q, k = rope(q, cos, sin), rope(k, cos, sin)
+                    k_cache = k_cache.index_copy(1, positions, k)
+                    v_cache = v_cache.index_copy(1, positions, v)
+                    new_caches += [k_cache, v_cache]
+                    scores = torch.bmm(q, k_cache.transpose(1, 2)) / dim**0.5 + mask
+                    attn = torch.bmm(torch.softmax(scores, dim=-1), v_cache)
+                    attn = attn.transpose(0, 1).reshape(seq, CONFIG.hidden_size) @ w[f"{layer}.o"].t()
+                x = x + attn
+                with module(f"{prefix}.post_attention_layernorm", hf.LlamaRMSNorm):
+                    h = rms_norm(x, w[f"{layer}.post_norm"])
+                with module(f"{prefix}.mlp", hf.LlamaMLP):
+                    gate = torch.nn.functional.silu(h @ w[f"{layer}.gate"].t())
+                    down = (gate * (h @ w[f"{layer}.up"].t())) @ w[f"{layer}.down"].t()
+                x = x + down
+        with module("model.norm", hf.LlamaRMSNorm):
+            normed = rms_norm(x, w["norm"])
+        with module("lm_head", torch.nn.Linear):
+            logits = normed @ w["lm_head"].t()
         return (logits, *new_caches)
 
     return run
@@ -276,8 +308,9 @@ def attr_text(key: str, value) -> list[str]:
         body = f"i: {value}"
     elif isinstance(value, float):
         body = f"f: {value!r}"
-    elif isinstance(value, str):
-        body = f's: "{value}"'
+    elif isinstance(value, str):  # escaped as protobuf's text format writes bytes
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("'", "\\'")
+        body = f's: "{escaped}"'
     else:
         body = "list { " + " ".join(f"i: {v}" for v in value) + " val_type: VT_LIST_INT }"
     return ["  attr {", f'    key: "{key}"', f"    value {{ {body} }}", "  }"]
@@ -294,6 +327,9 @@ def graph_text(graph_id: int, gm: torch.fx.GraphModule, names, example: dict) ->
             continue
         op_name, op_type = names[node.name]
         inputs, attrs = converted(node, example[node.name]) if node.op == "call_function" else ([], {})
+        # TorchAir's attr_scope gives every op a converter makes the FX node's nn_module_stack
+        stack = node.meta.get("nn_module_stack")
+        scoped = attr_text("nn_module_stack", str(stack)) if stack else []
         edges = []
         for producer, value in inputs:
             if producer is None:
@@ -302,7 +338,7 @@ def graph_text(graph_id: int, gm: torch.fx.GraphModule, names, example: dict) ->
                 dims = " ".join(f"dim: {d}" for d in value.shape)
                 lines += ["op {", f'  name: "{const}"', '  type: "Const"', "  output_desc {",
                           '    name: "y"', f"    dtype: {DT_NAME[DT[value.dtype]]}",
-                          f"    shape {{ {dims} }}", '    layout: "ND"', "  }", "}"]  # fmt: skip
+                          f"    shape {{ {dims} }}", '    layout: "ND"', "  }", *scoped, "}"]  # fmt: skip
                 edges.append(f"{const}:0")
             else:
                 source, index = (
@@ -315,6 +351,7 @@ def graph_text(graph_id: int, gm: torch.fx.GraphModule, names, example: dict) ->
         lines += [f'  input: "{e}"' for e in edges]
         for key, value in attrs.items():
             lines += attr_text(key, value)
+        lines += scoped
         values = shapes[node.name]
         if values is None and node.op == "get_attr":
             values = getattr(gm, node.target)
@@ -443,10 +480,11 @@ def main() -> int:
         torch.zeros(heads, CACHE, dim, dtype=torch.bfloat16) for _ in range(2 * CONFIG.num_hidden_layers)
     ]
     prompt = [3, 17, 42, 9]
-    graphs = {
-        1: make_fx(run)(*inputs(prompt, 0, empty)),
-        2: make_fx(run)(*inputs([0], PROMPT, empty)),
-    }
+    with fx_traceback.preserve_node_meta():  # each node keeps the module it was traced in
+        graphs = {
+            1: make_fx(run)(*inputs(prompt, 0, empty)),
+            2: make_fx(run)(*inputs([0], PROMPT, empty)),
+        }
     names = {graph_id: ge_names(gm) for graph_id, gm in graphs.items()}
     mm_nodes = {
         gid: [

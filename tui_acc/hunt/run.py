@@ -209,7 +209,12 @@ class Hunt:
         self.steps[-1].finding = f"first failing token: {token}"
         self.say(f"hunt: {self.steps[-1].finding}")
 
-        blocks = {side: find_blocks(index.tree) for side, index in _indexes(logits).items()}
+        # TorchAir: the blocks of the graph that ran the token (a prefill graph's layers are not the
+        # decode graph's)
+        blocks = {
+            side: find_blocks(index.tree, index.runs[token][0] if token in index.runs else None)
+            for side, index in _indexes(logits).items()
+        }
         block_step = self._step(
             "blocks",
             token,
@@ -273,7 +278,8 @@ class Hunt:
         """The token as the side's dumper counts it (ATB's execution count, MindIE's warm-up shifts it)."""
         atb = index.format in ATB_FORMATS
         step = index.exec_counts.get(token, token)
-        return Selection(side, token, step, nodes, atb, subtree=subtree, outputs_only=outputs_only)
+        runs = tuple((t, graph, graph_step) for t, (graph, graph_step) in sorted(index.runs.items()))
+        return Selection(side, token, step, nodes, atb, subtree=subtree, outputs_only=outputs_only, runs=runs)
 
     # --- running one step ---------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from tui_acc.dumps.torchair.graph_text import GraphOp, GraphText
 from tui_acc.dumps.torchair.graph_texts import first_run, texts_by_graph
 from tui_acc.lazy import LazyMapping
 from tui_acc.pairing.model import NodePair, TensorPair, Unmatched
+from tui_acc.pairing.module_tree import nested_by_module
 from tui_acc.pairing.result import Pairing
 
 _SHAPE_SAMPLES = 8  # FX nodes whose output shapes tell two graphs of the same nodes apart
@@ -73,6 +74,8 @@ def pair_torchair(golden: DumpIndex, test: DumpIndex, logits_node: str | None = 
     )
     lock = threading.Lock()
     pair_node = _fx_partner(golden, graphs) if golden.format == "torchair-fx" else _ge_partner(golden, graphs)
+    nested = nested_by_module(golden.tree, _modules_of(golden, graphs))
+    golden = replace(golden, tree=nested) if nested is not None else golden
 
     def build(token: int) -> list[NodePair]:
         pairs, alone = _pair_token(token, golden, view, pair_node)
@@ -170,6 +173,26 @@ def _fx_partner(golden: DumpIndex, graphs: _Graphs) -> Partner:
         return f"{fx_graph}/{ops[-1].fx_node}", tensors
 
     return partner
+
+
+def _modules_of(golden: DumpIndex, graphs: _Graphs) -> Callable[[str], list[tuple[str, str]]]:
+    """A golden node -> the modules its graph text records for it: an FX node's through the GE op
+    computing it (the test's text), a GE golden's op through its own."""
+    test_of = {golden_graph: graph for graph, golden_graph in graphs.golden_of.items()}
+    by_fx = {
+        graph: text.by_fx_node() for graph, text in graphs.texts.items() if golden.format == "torchair-fx"
+    }
+
+    def modules(name: str) -> list[tuple[str, str]]:
+        graph, _, key = name.partition("/")
+        if golden.format == "torchair-fx":
+            ops = by_fx.get(test_of.get(graph, ""), {}).get(key)
+            return ops[-1].modules if ops else []
+        text = graphs.golden_texts.get(graph)
+        op = text.ops.get(key) if text is not None else None
+        return op.modules if op is not None else []
+
+    return modules
 
 
 def _outside_inputs(ops: list[GraphOp]) -> list[str]:

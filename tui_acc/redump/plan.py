@@ -1,7 +1,8 @@
 """Commands for the common dumpers, filled from what the user selected.
 
 The dumpers' switches are those docs/formats.md describes: msit torch §1.4, msit ATB §2.1, msprobe's
-ATB probe §2.6, msprobe §3.1, serving engines §3.5, msprobe's graph mode §3.7, SGLang's dumper §5.1.
+ATB probe §2.6, msprobe §3.1, serving engines §3.5, msprobe's graph mode §3.7, SGLang's dumper §5.1,
+TorchAir §7.6.
 
 Placeholders in a template: ``{token}`` the token as tui-acc numbers it, ``{tokens}`` the tokens
 when there are several (``0-7``, ``1,4``; empty: every token; ``tui-acc hunt`` asks for them),
@@ -30,6 +31,7 @@ from pathlib import Path
 from tui_acc.redump.selection import RedumpError, Selection, atb_id_chain, msprobe_level, msprobe_module
 from tui_acc.redump.settings import SideSettings
 from tui_acc.redump.sglang import sglang_dumper_env, sglang_msprobe_config
+from tui_acc.redump.torchair import CONFIG_VARIABLE, fx_dump_config, ge_dump_config
 from tui_acc.redump.vllm_ascend import vllm_ascend_argv
 
 PLACEHOLDERS = ("token", "tokens", "step", "ids", "layers", "modules", "tensors", "out", "exec")
@@ -66,7 +68,7 @@ class RedumpPlan:
         lines = [f"# re-dump {chosen.side}, {tokens}, dumper {self.dumper}"]
         lines += [f"# {note}" for note in self.notes]
         # the dumper's own variables, and ours where the command reads them (empty ones say nothing)
-        ours = self.dumper in ("torch", "msprobe-torch") or self.shell
+        ours = self.dumper in ("torch", "msprobe-torch", "torchair-ge", "torchair-fx") or self.shell
         shown = {k: v for k, v in self.env.items() if v and (ours or not k.startswith("TUI_ACC_"))}
         lines += [f"export {key}={shlex.quote(value)}" for key, value in shown.items()]
         for path, text in self.files.items():
@@ -194,6 +196,16 @@ def build_plan(selection: Selection, settings: SideSettings, folder: Path) -> Re
         argv = exec_argv if settings.shell else [*exec_argv, "--msprobe-dump-config", str(config)]
     elif dumper == "sglang-dumper":
         env.update(sglang_dumper_env(selection.step, selection.nodes, values["out"], notes))
+        argv = exec_argv
+    elif dumper in ("torchair-ge", "torchair-fx"):
+        config = folder / "torchair_dump_config.json"
+        if dumper == "torchair-ge":
+            tokens = None if selection.every_token else selection.tokens or (selection.token,)
+            nodes, outputs = selection.nodes, selection.outputs_only
+            files[config] = ge_dump_config(selection.runs, tokens, nodes, outputs, values["out"], notes)
+        else:
+            files[config] = fx_dump_config(selection.nodes, values["out"], notes)
+        env[CONFIG_VARIABLE] = str(config)
         argv = exec_argv
     elif dumper == "torch":
         argv = exec_argv

@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-from tui_acc.dumps.model import ATB_FORMATS
+from tui_acc.dumps.model import ATB_FORMATS, TORCHAIR_FORMATS
 from tui_acc.redump.plan import RedumpPlan, build_plan, new_folder
 from tui_acc.redump.selection import Selection
 from tui_acc.redump.settings import RedumpSettings, runs_dir
@@ -25,14 +25,29 @@ def selection_for(comparison: Comparison, side: str, token: int, golden_node: st
     if golden_node is not None:
         pair = next((n for n in comparison.pairing.node_pairs(token) if n.golden == golden_node), None)
         name = golden_node if side == "golden" or pair is None else pair.test
+        inside = _torchair_module_ops(comparison, token, golden_node, side) if pair is None else []
         # a gathered rank's own call (an expert it owns): the name its rank's records give it
-        nodes.append(index.origins.get(name, (0, name))[1])
+        nodes += inside or [index.origins.get(name, (0, name))[1]]
         logits = comparison.pairing.logits_pair(token)
         if logits is not None and not atb:
             holder = logits.golden_node if side == "golden" else logits.test_node
             if holder not in nodes and not any(holder.startswith(n + ".") for n in nodes):
                 nodes.append(holder)
-    return Selection(side, token, index.exec_counts.get(token, token), tuple(nodes), atb)
+    runs = tuple((t, graph, step) for t, (graph, step) in sorted(index.runs.items()))
+    return Selection(side, token, index.exec_counts.get(token, token), tuple(nodes), atb, runs=runs)
+
+
+def _torchair_module_ops(comparison: Comparison, token: int, golden_node: str, side: str) -> list[str]:
+    """A module of a TorchAir graph (the pairing nests FX nodes under their modules, which no dump
+    holds): the side's ops paired inside it at ``token``, what its dump settings name; empty for
+    anything else (a graph stays a graph: every op of it)."""
+    tree = comparison.pairing.golden.tree
+    found = tree.nodes.get(golden_node)
+    if comparison.golden.format not in TORCHAIR_FORMATS or found is None or found.depth < 2:
+        return []
+    inside = {node.name for node in tree.preorder(golden_node)}
+    pairs = [p for p in comparison.pairing.node_pairs(token) if p.golden in inside]
+    return [p.golden if side == "golden" else p.test for p in pairs]
 
 
 def plan_for(

@@ -31,6 +31,9 @@ class Selection:
     every_token: bool = False
     subtree: bool = True
     outputs_only: bool = False
+    # TorchAir: each token's graph and that graph's own step (token, graph, step), which its dump
+    # settings name instead of the token
+    runs: tuple[tuple[int, str, int], ...] = ()
 
     @property
     def token_list(self) -> str:

@@ -7,7 +7,8 @@ out_dir = "redumps"             # where new dumps go (default: ./tui-acc-runs)
 
 [redump.test]
 dumper = "msit-atb"             # msit-atb | msprobe-atb | msprobe-torch | vllm-ascend | torch | custom,
-                                # sglang (--msprobe-dump-config) | sglang-dumper (DUMPER_* variables)
+                                # sglang (--msprobe-dump-config) | sglang-dumper (DUMPER_* variables),
+                                # torchair-ge | torchair-fx (msprobe's set_ge/fx_dump_config arguments)
 request_id = "chatcmpl-req-0"   # vllm-ascend, eager runs: dump this request only (msprobe >= 26.2.0)
 
 [redump.golden]
@@ -40,6 +41,8 @@ DUMPERS = (
     "vllm-ascend",
     "sglang",
     "sglang-dumper",
+    "torchair-ge",
+    "torchair-fx",
     "torch",
     "custom",
 )
@@ -53,6 +56,8 @@ DUMPER_OF_FORMAT: dict[Format, str] = {
     "msprobe": "msprobe-torch",
     "msprobe-debug": "msprobe-torch",
     "sglang": "sglang-dumper",
+    "torchair-ge": "torchair-ge",
+    "torchair-fx": "torchair-fx",
 }
 
 

@@ -35,8 +35,15 @@ _TOKEN = re.compile(
 )
 _ESCAPES = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|(.))", re.S)
 _SIMPLE_ESCAPES = {b"n": b"\n", b"t": b"\t", b"r": b"\r", b'"': b'"', b"'": b"'", b"\\": b"\\"}
-# nn_module_stack is str() of {key: (module path, class)}: the paths, outermost first
-_MODULE_PATH = re.compile(r"\(\s*'([^']*)'\s*,")
+# nn_module_stack is str() of dynamo's {key: (module path, class)}, outermost first: the path quoted
+# either way (str() picks "" for L['self'].layers.0), the class as str(type) or its name
+_MODULE_ENTRY = re.compile(
+    r"""\(\s*(?:'(?P<single>[^'\\]*)'|"(?P<double>[^"\\]*)")\s*,\s*"""
+    r"""(?:<class\s+'(?P<type>[^']*)'>|'(?P<named>[^']*)')"""
+)
+# dynamo's source names: L['self'].model.layers.0 (torch 2.1+), older self.model.layers.0 or
+# L__self___model_layers_0; the model itself is the root, not a module of its own
+_MODULE_ROOT = re.compile(r"""^(?:L\[(?:'[^']*'|"[^"]*")\]|self)(?:\.|$)""")
 
 # A message: its fields in the order written, each a name and a string (scalars kept as written,
 # strings unescaped) or a message.
@@ -62,6 +69,8 @@ class GraphOp:
     fx_indices: list[int]  # per output: which of that node's outputs (``.OUTPUT.{i}``)
     output_shapes: list[tuple[int, ...]]
     module: str | None = None  # the innermost module path, where nn_module_stack was recorded
+    # every module the FX node ran in, outermost first: (path, class name)
+    modules: list[tuple[str, str]] = field(default_factory=list)
     # the op's attributes (``transpose_x2``, ``axes``, ``epsilon``): what a replay of it needs
     attrs: dict[str, AttrValue] = field(default_factory=dict)
 
@@ -250,7 +259,7 @@ def _op(message: Message) -> GraphOp:
         value = next(iter(_fields(attr, "value")), None)
         if key and value is not None and (parsed := _attr_value(value)) is not None:
             attrs[key] = parsed
-    paths = _MODULE_PATH.findall(stack) if stack else []
+    modules = _modules(stack) if stack else []
     return GraphOp(
         name=_scalar(message, "name") or "",
         type=_scalar(message, "type") or "",
@@ -258,9 +267,22 @@ def _op(message: Message) -> GraphOp:
         fx_outputs=fx_outputs,
         fx_indices=fx_indices,
         output_shapes=shapes,
-        module=paths[-1] if paths else None,
+        module=modules[-1][0] if modules else None,
+        modules=modules,
         attrs=attrs,
     )
+
+
+def _modules(stack: str) -> list[tuple[str, str]]:
+    """The modules of an ``nn_module_stack`` attr, outermost first: each path without the model's own
+    prefix (``L['self'].``), and the class's own name (``LlamaDecoderLayer``)."""
+    found = []
+    for entry in _MODULE_ENTRY.finditer(stack):
+        path = _MODULE_ROOT.sub("", entry["single"] if entry["single"] is not None else entry["double"])
+        kind = (entry["type"] or entry["named"] or "").rpartition(".")[2]
+        if path:
+            found.append((path, kind or "module"))
+    return found
 
 
 def _attr_value(value: Message) -> AttrValue | None:
