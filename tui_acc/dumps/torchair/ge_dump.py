@@ -96,15 +96,14 @@ def _indexed(
 ) -> DumpIndex:
     nodes: dict[str, Node] = {ROOT: Node(ROOT, "model", None, 0)}
     stable: dict[str, str] = {}
-    files: dict[int, dict[str, str]] = {}  # token -> node -> its file
+    files: dict[int, tuple[str, dict[str, str]]] = {}  # token -> (its folder, node -> its file's name)
     for token, run in runs.items():
         if run.graph not in nodes:
             nodes[run.graph] = Node(run.graph, "graph", ROOT, 1)
             nodes[ROOT].children.append(run.graph)
         found: dict[str, tuple[int, str]] = {}
         duplicates = 0
-        for name in run.names:
-            parsed = _parsed(run.original(name))
+        for name, parsed in zip(run.names, run.parsed, strict=True):
             if parsed is None:
                 problems.append(Problem(f"{run.folder}/{name}", _NOT_GE_NAME))
                 continue
@@ -122,14 +121,16 @@ def _indexed(
             said = f"{duplicates} ops dumped twice in this run; the later file of each is read"
             problems.append(Problem(run.folder, said))
         graph = nodes[run.graph]
-        known = set(graph.children)
-        for node in sorted(found, key=lambda n: (found[n][0], n)):
-            if node not in known:
-                graph.children.append(node)
-        files[token] = {node: f"{run.folder}/{name}" for node, (_, name) in found.items()}
+        if found.keys() - set(graph.children):  # most runs add no op: their graph ran before
+            known = set(graph.children)
+            for node in sorted(found, key=lambda n: (found[n][0], n)):
+                if node not in known:
+                    graph.children.append(node)
+        files[token] = (run.folder, {node: name for node, (_, name) in found.items()})
 
     def tensors(token: int) -> dict[str, list[TensorRef]]:
-        return _tensors(files[token], policy, problems)
+        folder, names = files[token]
+        return _tensors({node: f"{folder}/{name}" for node, name in names.items()}, policy, problems)
 
     return DumpIndex(
         root=root,
@@ -148,13 +149,10 @@ def _indexed(
 _NOT_GE_NAME = "not a GE dump file name ({op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}); skipped"
 
 
-def _parsed(name: str) -> tuple[str, str, int] | None:
-    """(op type, op name, timestamp) of ``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}``; an op
-    name may hold dots (msprobe's reading: everything between the type and the last three parts)."""
-    parts = name.split(".")
-    if len(parts) < 5 or not all(_digits(p) for p in parts[-3:]) or not parts[0]:
-        return None
-    return parts[0], ".".join(parts[1:-3]), int(parts[-1][:20])
+# {op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}: (op type, op name, time); an op name may hold
+# dots (msprobe's reading: everything between the type and the last three parts), the last three
+# are ASCII digits
+_FILE_NAME = re.compile(r"([^.]+)\.(.*)\.[0-9]+\.[0-9]+\.([0-9]+)")
 
 
 def _digits(text: str) -> bool:
@@ -207,10 +205,18 @@ def _runs(leaves: list[str], policy: LoadPolicy, problems: list[Problem]) -> lis
             continue
         seen.add((graph, int(path.name)))
         names, aliases = _names(leaf, policy, problems)
-        times = [parsed[2] for name in names if (parsed := _parsed(aliases.get(name, name))) is not None]
+        match = _FILE_NAME.fullmatch  # a hundred thousand names: no call per name but the match
+        originals = [aliases.get(name, name) for name in names] if aliases else names
+        parsed = tuple(
+            (found[1], found[2], int(found[3][:20])) if (found := match(name)) else None for name in originals
+        )
+        if None in parsed:  # a folder among the files is none of them (only such names are looked at)
+            kept = [(n, p) for n, p in zip(names, parsed, strict=True) if p or not Path(leaf, n).is_dir()]
+            names, parsed = [n for n, _ in kept], tuple(p for _, p in kept)
+        times = [found[2] for found in parsed if found is not None]
         if names:
             first = min(times) if times else None
-            runs.append(Run(graph, int(path.name), leaf, first, tuple(names), aliases))
+            runs.append(Run(graph, int(path.name), leaf, first, tuple(names), aliases, parsed))
     return runs
 
 
@@ -218,11 +224,11 @@ def _names(folder: str, policy: LoadPolicy, problems: list[Problem]) -> tuple[li
     """The dump files' names in ``folder``, and what the hashed ones stand for (mapping.csv: a file
     keeps its hashed name on disk; the index reads the original name, the path keeps the hash)."""
     try:
-        with os.scandir(folder) as entries:
-            names = sorted(e.name for e in entries if not e.is_dir())
+        names = sorted(os.listdir(folder))  # noqa: PTH208 (names, not a Path per file: 100,000 of them)
     except OSError as exc:
         problems.append(Problem(folder, f"cannot list ({exc.strerror or exc})"))
         return [], {}
+
     if MAPPING not in names:
         return names, {}
     names.remove(MAPPING)

@@ -71,7 +71,8 @@ def _matched(index: DumpIndex, paths: list[Path], notes: list[str]) -> dict[str,
             common = ops & text.ops.keys()
             return len(common), _shapes_agreeing(index, graph, text, common) if common else 0
 
-        best = max(candidates, key=fit, default=None)
+        # the header reads of fit are for telling texts apart: one candidate needs none
+        best = candidates[0] if len(candidates) == 1 else max(candidates, key=fit, default=None)
         if best is not None and ops & best.ops.keys():
             found[graph] = best
         else:

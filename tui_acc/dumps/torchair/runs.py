@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Run:
     """One run of one graph: its label, its step (that graph's own count), its folder, the earliest
-    time its files name (None: none does), its files' names, and the names files stored under a
-    hash stand for (the GE dump's mapping.csv: name on disk -> original name)."""
+    time its files name (None: none does), its files' names, the names files stored under a hash
+    stand for (the GE dump's mapping.csv: name on disk -> original name), and what each name says."""
 
     graph: str
     step: int
@@ -28,6 +28,8 @@ class Run:
     first: int | None
     names: tuple[str, ...]
     aliases: Mapping[str, str] = field(default_factory=dict)
+    # the GE dump: each name read once, (op type, op name, time) or None, in ``names``' order
+    parsed: tuple[tuple[str, str, int] | None, ...] = ()
 
     def original(self, name: str) -> str:
         """The name a file on disk stands for."""
