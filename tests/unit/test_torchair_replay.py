@@ -21,7 +21,7 @@ from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps import open_dump
 from tui_acc.dumps.dtypes import bfloat16_if_exact
 from tui_acc.dumps.torchair.graph_text import read_graph
-from tui_acc.replay.call import Call
+from tui_acc.replay.call import Call, ReplayImpossible
 from tui_acc.replay.registry import Registry
 from tui_acc.reports.pair import build_report
 from tui_acc.verdicts.replay_check import replay_side
@@ -77,6 +77,32 @@ def test_rms_norm_swish_and_real_div_follow_their_formulas() -> None:
     _close(_replayed("GE.RmsNorm", x, gamma, epsilon=1e-5), expected)
     _close(_replayed("GE.Swish", x, scale=1.7), _t(x) * torch.sigmoid(1.7 * _t(x)))
     _close(_replayed("GE.RealDiv", x, np.array(2.5)), _t(x) / 2.5)
+
+
+def test_a_fused_op_is_its_constituents_in_turn() -> None:
+    """``Swish`` then ``Mul`` fused (the graph text's two ops, the second taking the first's output
+    and an outside input): silu(x) * y, as torch computes it; a constituent without a reference is
+    named."""
+    from tui_acc.dumps.torchair.graph_text import GraphOp
+    from tui_acc.replay.call import CONSTITUENTS
+
+    x, y = RNG.normal(size=(3, 8)), RNG.normal(size=(3, 8))
+    swish = GraphOp("Swish", "Swish", ["MatMulV2:0"], ["silu"], [0], [], attrs={"scale": 1.0})
+    mul = GraphOp("Mul_8", "Mul", ["Swish:0", "MatMulV2_1:0"], ["mul"], [0], [])
+    ours = _replayed("GE.fused", x, y, **{CONSTITUENTS: [swish, mul]})
+    _close(ours, torch.nn.functional.silu(_t(x)) * _t(y))
+    odd = GraphOp("Odd", "NoSuchOp", ["MatMulV2:0"], ["odd"], [0], [])
+    entry = REGISTRY.find("GE.fused")
+    assert entry is not None
+    call = Call(
+        name="OddMul_8",
+        type="X",
+        format="torchair-ge",
+        positional={0: x, 1: y},
+        keyword={CONSTITUENTS: [odd, mul]},
+    )
+    with pytest.raises(ReplayImpossible, match="NoSuchOp"):
+        entry.load()(call)
 
 
 def test_an_attribute_the_graph_text_lacks_takes_the_irs_default_and_says_so() -> None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from tui_acc.dumps.model import DumpError, DumpIndex, TensorRef
 from tui_acc.dumps.torchair.fx_dump import npy_shape
 from tui_acc.dumps.torchair.graph_text import GraphOp, GraphText
-from tui_acc.dumps.torchair.graph_texts import first_run, texts_by_graph
+from tui_acc.dumps.torchair.graph_texts import first_run, split_fused, texts_by_graph
 from tui_acc.lazy import LazyMapping
 from tui_acc.pairing.model import NodePair, TensorPair, Unmatched
 from tui_acc.pairing.module_tree import nested_by_module
@@ -236,23 +236,6 @@ def _ge_partner(golden: DumpIndex, graphs: _Graphs) -> Partner:
         return last, tensors
 
     return partner
-
-
-def split_fused(name: str, ops: Mapping[str, GraphOp | None]) -> list[GraphOp]:
-    """The ops whose names run together make ``name`` (``Add_2Cast_9ConcatV2``), the longest name at
-    each point; empty where the names do not make up all of it. An op known by name only (no graph
-    text) is described by its name."""
-    found: list[GraphOp] = []
-    position = 0
-    while position < len(name):
-        rest = name[position:]
-        length = next((n for n in range(len(rest), 0, -1) if rest[:n] in ops), 0)
-        if not length:
-            return []
-        op = ops[rest[:length]] or GraphOp(rest[:length], "", [], [], [], [])
-        found.append(op)
-        position += length
-    return found if len(found) > 1 else []
 
 
 def _graphs(golden: DumpIndex, test: DumpIndex) -> _Graphs:

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from tui_acc.dumps.model import Format
 
 Precision = type[np.floating[Any]]  # the arithmetic's float type
+# Call.keyword's key for a fused TorchAir GE op's constituents (graph_text.GraphOp, in order)
+CONSTITUENTS = "_constituents"
 
 
 class ReplayImpossible(TuiAccError):

@@ -20,7 +20,7 @@ from tui_acc.dumps.msprobe.records import dump_json_of, record_of
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 from tui_acc.replay import collective
-from tui_acc.replay.call import Call, ProcessGroup
+from tui_acc.replay.call import CONSTITUENTS, Call, ProcessGroup
 from tui_acc.replay.sampling import plan
 
 _POSITIONAL = re.compile(r"^(?:input[._]|intensor)(\d+)$")
@@ -372,14 +372,17 @@ def _add_atb_params(refs: list[TensorRef], policy: LoadPolicy, keyword: dict[str
 
 
 def _add_graph_attrs(index: DumpIndex, node: str, keyword: dict[str, Any]) -> None:
-    """A TorchAir GE op's attributes (``transpose_x2``, ``axes``), which its graph text holds."""
+    """A TorchAir GE op's attributes (``transpose_x2``, ``axes``), which its graph text holds; a fused
+    op's constituents (their ops, edges and attributes) under ``CONSTITUENTS``."""
     if index.format != "torchair-ge":
         return
-    from tui_acc.dumps.torchair.graph_texts import op_of
+    from tui_acc.dumps.torchair.graph_texts import constituents, op_of
 
     op = op_of(index, node)
     for key, value in (op.attrs if op is not None else {}).items():
         keyword.setdefault(key, value)
+    if op is None and (ops := constituents(index, node)):  # a fused op: what ge_ops.fused runs
+        keyword[CONSTITUENTS] = ops
 
 
 def _add_msit_weights(index: DumpIndex, node: str, policy: LoadPolicy, params: dict[str, np.ndarray]) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from tui_acc.replay import maths
-from tui_acc.replay.call import Call, NotSampleable, Replayed, ReplayImpossible
+from tui_acc.replay.call import CONSTITUENTS, Call, NotSampleable, Replayed, ReplayImpossible
+from tui_acc.replay.names import FUSED
 from tui_acc.replay.sampling import linear_columns
 from tui_acc.replay.torch_ops import add, mul, power, reduce_rows, sub
 
@@ -188,6 +189,45 @@ def cast(call: Call) -> Replayed:
     return Replayed(call.data(0, "x"), rows=call.rows)
 
 
+def fused(call: Call) -> Replayed:
+    """A fused GE op (``AutomaticBufferFusionOp.{a}{b}``, its constituents' names run together) as its
+    constituents one after another (``Call.keyword[CONSTITUENTS]``, from the graph text): each fed,
+    input by input, what an earlier constituent made or the fused op's next dumped input (its
+    inputs are the constituents' inputs from outside it, in order); the last one's first output.
+    The intermediates stay at the call's precision (a fused kernel keeps them on chip); each
+    constituent may round once."""
+    ops = call.keyword.get(CONSTITUENTS)
+    if not ops:
+        raise ReplayImpossible("a fused op whose constituents no graph text names")
+    inside = {op.name for op in ops}
+    dumped = iter(sorted(i for i, value in call.positional.items() if isinstance(value, np.ndarray)))
+    made: dict[str, np.ndarray] = {}
+    reduction, notes = 1, []
+    for op in ops:
+        reference = REFERENCES.get(f"GE.{op.type}")
+        if reference is None:
+            raise ReplayImpossible(f"type unknown: its constituent {op.name} is a {op.type or '?'}")
+        arguments: dict[int, Any] = {}
+        for position, edge in enumerate(op.inputs):
+            if edge.rpartition(":")[0] in inside:
+                if edge not in made:
+                    raise ReplayImpossible(f"{op.name} takes {edge}, which no constituent before it made")
+                arguments[position] = made[edge]
+            elif (slot := next(dumped, None)) is not None:
+                arguments[position] = call.positional[slot]
+            else:
+                raise ReplayImpossible(f"inputs missing: {op.name}'s input {position} was not dumped")
+        step = replace(
+            call, name=op.name, type=op.type, positional=arguments, keyword=dict(op.attrs), sample=None
+        )
+        result = reference(step)
+        made[f"{op.name}:0"] = np.asarray(result.values)
+        reduction = max(reduction, result.reduction)
+        notes += [f"{op.name}: {note}" for note in result.notes]
+    last = made[f"{ops[-1].name}:0"]
+    return Replayed(last, reduction=reduction, roundings=len(ops), notes=tuple(notes))
+
+
 REFERENCES = {
     "GE.MatMul": mat_mul,
     "GE.MatMulV2": mat_mul,
@@ -214,3 +254,5 @@ REFERENCES = {
     "GE.RmsNorm": rms_norm,
     "GE.Cast": cast,
 }
+# a fused op: its constituents' references in turn (after REFERENCES: it runs them)
+REFERENCES[FUSED] = fused

@@ -9,7 +9,7 @@ headers agree with. The pairing reads it to pair ops; a replay reads an op's att
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from tui_acc.dumps.model import DumpError, DumpIndex, Problem
@@ -44,6 +44,33 @@ def op_of(index: DumpIndex, node: str) -> GraphOp | None:
     graph, _, name = node.partition("/")
     text = texts_by_graph(index).get(graph)
     return text.ops.get(name) if text is not None else None
+
+
+def split_fused(name: str, ops: Mapping[str, GraphOp | None]) -> list[GraphOp]:
+    """The ops whose names run together make ``name`` (``Add_2Cast_9ConcatV2``), the longest name at
+    each point; empty where the names do not make up all of it. An op known by name only (no graph
+    text) is described by its name."""
+    found: list[GraphOp] = []
+    position = 0
+    while position < len(name):
+        rest = name[position:]
+        length = next((n for n in range(len(rest), 0, -1) if rest[:n] in ops), 0)
+        if not length:
+            return []
+        op = ops[rest[:length]] or GraphOp(rest[:length], "", [], [], [], [])
+        found.append(op)
+        position += length
+    return found if len(found) > 1 else []
+
+
+def constituents(index: DumpIndex, node: str) -> list[GraphOp]:
+    """A fused op's constituents in the graph text (``graph_2/SwishMul_8``: Swish, then Mul_8); empty
+    where the node is an op of the text, or its name is not made of the text's op names."""
+    graph, _, name = node.partition("/")
+    text = texts_by_graph(index).get(graph)
+    if text is None or name in text.ops:
+        return []
+    return split_fused(name, text.ops)
 
 
 def first_run(index: DumpIndex, graph: str) -> int | None:
