@@ -61,10 +61,33 @@ def test_a_file_cut_short_or_not_a_dump_is_refused_by_name(tmp_path: Path) -> No
             read_header(junk, body)
 
 
-def test_a_nano_dump_is_named_not_misread(tmp_path: Path) -> None:
-    body = struct.pack("<QI", 16, 0x5A5A5A5A) + b"\x00" * 16
-    with pytest.raises(GeDumpError, match="nano"):
-        read_header(tmp_path / "Add.Add_1.1.1.1", body)
+NANO = DATA / "nano"
+
+
+def test_a_nano_dump_reads_back_as_msprobes_parser_read_it(tmp_path: Path) -> None:
+    """The TLV header (scripts/make_ge_nano_fixture.py wrote it from msprobe's tables; msprobe's
+    NanoDumpDataParser read it back): nano's own data type numbers (float 0, int32 3) mapped, every
+    tensor's bytes after the header in order; through the file reader too."""
+    from tui_acc.dumps.policy import LoadPolicy
+    from tui_acc.dumps.torchair.ge_file import load_member, read_file_header
+
+    [path] = [p for p in NANO.iterdir() if p.name.startswith("Add.")]
+    with np.load(NANO / "expected.npz") as stored:
+        wanted = {key: stored[key] for key in stored.files}
+    content = path.read_bytes()
+    dump = read_header(path, content)
+    assert read_file_header(path, LoadPolicy(NANO)).tensors == dump.tensors
+    found = {f"{t.role}.{t.index}": load(dump, t, content) for t in dump.tensors}
+    assert sorted(found) == sorted(wanted)
+    assert [dtype_name(found[k]) for k in sorted(found)] == ["bfloat16", "float32", "int32", "bfloat16"]
+    for key, values in wanted.items():
+        ours = found[key].view(np.uint16) if found[key].dtype.itemsize == 2 else found[key]
+        np.testing.assert_array_equal(ours, values, err_msg=key)
+        np.testing.assert_array_equal(load_member(path, key, LoadPolicy(NANO)), found[key])
+    cut = tmp_path / path.name
+    for body in (content[:-1], content[:40]):
+        with pytest.raises(GeDumpError, match=r"Add_1.*nano"):
+            read_header(cut, body)
 
 
 def test_dims_one_varint_per_field_read_like_packed_ones(tmp_path: Path) -> None:

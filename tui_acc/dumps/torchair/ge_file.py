@@ -4,8 +4,9 @@ A file ``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}`` holds (docs/for
 ``msaccucmp/dump_parse/big_dump_data.py``): a little-endian uint64 header length, then that many bytes
 of a protobuf ``toolkit.dumpdata.DumpData`` whose tensors carry their sizes but no data, then the raw
 bytes of every input, output, buffer and workspace, in that order. The old layout is one
-``DumpData`` with the bytes inside each tensor's ``data`` field. The protobuf is read here by its wire
-format (no generated code): the few fields tui-acc needs, every length checked against the file.
+``DumpData`` with the bytes inside each tensor's ``data`` field; the "nano" layout a TLV header in the
+protobuf's place (``ge_nano.py``). The protobuf is read here by its wire format (no generated code):
+the few fields tui-acc needs, every length checked against the file.
 
 Field numbers and the dtype codes are the .proto's (``dump_data.proto``, kept at msprobe 313fa13
 ``resource/dump_data.proto``): ``DumpData`` version 1, dump_time 2, output 3, input 4, buffer 5,
@@ -31,6 +32,7 @@ from tui_acc.dumps.fs import settled
 from tui_acc.dumps.mapped import map_bytes
 from tui_acc.dumps.model import DumpError
 from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.torchair.ge_nano import NanoError, is_nano, tensors
 
 # dump_data.proto's OutputDataType (not ge::DataType's numbering) -> numpy; the rest are refused by name
 DTYPES: dict[int, np.dtype] = {
@@ -53,7 +55,6 @@ DTYPES: dict[int, np.dtype] = {
     34: np.dtype(ml_dtypes.float8_e5m2),
     35: np.dtype(ml_dtypes.float8_e4m3fn),
 }
-_NANO_MAGIC = 0x5A5A5A5A
 _ROLES = {4: "input", 3: "output", 5: "buffer", 8: "space"}
 # the order the raw bytes follow the header in
 _DATA_ORDER = ("input", "output", "buffer", "space")
@@ -99,8 +100,8 @@ class GeDump:
 
 def read_header(path: Path, content: bytes) -> GeDump:
     """The header of the GE dump file ``path`` (its bytes ``content``); GeDumpError where it is none."""
-    if len(content) >= 12 and struct.unpack_from("<I", content, 8)[0] == _NANO_MAGIC:
-        raise GeDumpError(f"{path}: a nano (TLV) GE dump, which tui-acc does not read yet")
+    if is_nano(content[:12]):
+        return _nano(path, content[8 : 8 + struct.unpack_from("<Q", content, 0)[0]], len(content))
     mismatch = ""
     if len(content) >= 8:
         (length,) = struct.unpack_from("<Q", content, 0)
@@ -161,6 +162,12 @@ def _header_of(handle: IO[Any], path: Path) -> GeDump:
     padded is named, not read whole."""
     size = os.fstat(handle.fileno()).st_size
     start = handle.read(12)
+    if is_nano(start):
+        (length,) = struct.unpack_from("<Q", start, 0)
+        if length >= _HEADER_LIMIT:
+            raise GeDumpError(f"{path}: a nano GE dump whose header length {length} is no header's")
+        handle.seek(8)
+        return _nano(path, handle.read(length), size)
     if len(start) >= 8:
         (length,) = struct.unpack_from("<Q", start, 0)
         if 8 + length <= size and length < _HEADER_LIMIT:
@@ -216,6 +223,21 @@ def _logical(
         whole = to_nd(values, None, tensor.primary_format)
         return np.ascontiguousarray(whole[:, : logical[1]] if len(logical) == 4 else whole)
     return values.reshape(logical) if math.prod(logical) == count else values
+
+
+def _nano(path: Path, header: bytes, size: int) -> GeDump:
+    """A nano file's header (``ge_nano.py``), its tensors placed after it and checked against the
+    file's size."""
+    try:
+        found = tensors(header)
+    except NanoError as exc:
+        raise GeDumpError(f"{path}: a nano GE dump whose header cannot be read ({exc})") from None
+    parts = path.name.split(".")
+    dump = GeDump(path, parts[1] if len(parts) > 1 else path.name, [GeTensor(*t) for t in found])
+    end = _placed(dump, 8 + len(header))
+    if end != size:
+        raise GeDumpError(f"{path}: its nano header's tensors take {end} bytes, the file holds {size}")
+    return dump
 
 
 def _placed(dump: GeDump, start: int) -> int:
