@@ -2,7 +2,9 @@
 
 Looked up, later ones overriding earlier ones: the user's config directory
 (``$XDG_CONFIG_HOME/tui-acc/tui-acc.toml``, else ``~/.config/tui-acc/tui-acc.toml``), then
-``./tui-acc.toml``, then ``--config FILE``; command-line flags override all of them::
+``./tui-acc.toml``, then ``--config FILE``; command-line flags override all of them. ``[replay]``
+names modules to import: it is read from the user's own file and ``--config`` only, never from a
+``./tui-acc.toml`` (which may have come with the dumps; a note says it was ignored)::
 
     [thresholds]
     stats_norm_rel = 0.01          # statistics-only dumps: every statistic within 1% (default by dtype)
@@ -84,6 +86,7 @@ class Config:
     thresholds: Thresholds = field(default_factory=Thresholds)
     sources: list[str] = field(default_factory=list)
     sections: dict[str, Any] = field(default_factory=dict)  # other tables, for other features
+    notes: list[str] = field(default_factory=list)  # what was read and left unused, said at start
 
     @property
     def source(self) -> str:
@@ -100,12 +103,14 @@ def user_config_path() -> Path:
 
 
 def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config:
-    """Defaults, then the user's file, then ./tui-acc.toml, then ``explicit``."""
+    """Defaults, then the user's file, then ./tui-acc.toml (without the tables that name code to
+    import: it may have come with the dumps), then ``explicit``."""
     config = Config()
-    candidates = [user_config_path(), (cwd or Path.cwd()) / FILE_NAME]
-    for path in candidates:
-        if path.is_file():
-            _merge(config, path)
+    if user_config_path().is_file():
+        _merge(config, user_config_path())
+    local = (cwd or Path.cwd()) / FILE_NAME
+    if local.is_file():
+        _merge(config, local, found_here=True)
     if explicit is not None:
         if not explicit.is_file():
             raise ConfigError(f"{explicit}: no such config file")
@@ -113,7 +118,11 @@ def load_config(explicit: Path | None = None, cwd: Path | None = None) -> Config
     return config
 
 
-def _merge(config: Config, path: Path) -> None:
+# tables that name code to import: only the user's own config and ``--config`` may set them
+OWN_FILES_ONLY = ("replay",)
+
+
+def _merge(config: Config, path: Path, found_here: bool = False) -> None:
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
@@ -123,6 +132,13 @@ def _merge(config: Config, path: Path) -> None:
     except RecursionError as exc:  # arrays or inline tables nested past what the parser follows
         raise ConfigError(f"{path}: not valid TOML (nested too deeply to read)") from exc
     config.sources.append(str(path))
+    for name in OWN_FILES_ONLY if found_here else ():
+        if raw.pop(name, None) is not None:
+            config.notes.append(
+                f"{path}: [{name}] ignored: it names code to import, and a tui-acc.toml in the folder "
+                f"tui-acc runs in may have come with the dumps; put it in {user_config_path()} or "
+                f"pass --config {path}"
+            )
     thresholds = config.thresholds
     table = raw.pop("thresholds", {})
     if not isinstance(table, dict):

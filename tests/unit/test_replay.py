@@ -307,3 +307,51 @@ def test_report_replay_never_imports_torch(l1) -> None:
         [sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=300, check=True
     )
     assert done.stdout.split() == ["1", "False"]
+
+
+# --- plug-ins come from the user's own config only ------------------------------------------------
+
+CHATTY = """
+import pathlib
+pathlib.Path(__file__).with_name("imported.marker").write_text("imported")
+print("PLUGIN MODULE SAYS HELLO")
+
+def replay_linear(call):
+    print("PLUGIN CALL SAYS HELLO")
+    raise RuntimeError("declines")
+"""
+
+
+@pytest.fixture
+def chatty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "chatty_plugin_for_tests.py").write_text(CHATTY, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("chatty_plugin_for_tests", None)
+
+
+def test_a_tui_acc_toml_beside_the_dumps_imports_nothing(l1, chatty, monkeypatch, capsys) -> None:
+    """A ./tui-acc.toml (it may have come with the dumps) whose [replay] names a module: the module is
+    never imported, a note says why and where the table belongs, stdout is the one JSON object."""
+    folder, case, _ = l1
+    _config(chatty, '[replay]\n"*" = "chatty_plugin_for_tests:replay_linear"\n')
+    monkeypatch.chdir(chatty)
+    argv = ["report", str(folder / "golden"), str(folder / "test"), "--no-cache", "--json"]
+    main([*argv, "--replay", case["fault_record"]])
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["replay"]["test"]["verdict"] == "disagrees"  # the built-in ran
+    assert not (chatty / "imported.marker").exists()
+    assert "[replay] ignored" in captured.err and "--config" in captured.err
+
+
+def test_a_plugins_prints_never_reach_the_reports_stdout(l1, chatty, capsys) -> None:
+    """The same table given by --config is the user's choice: the plug-in is imported and called, and
+    what it prints goes to stderr; stdout is still one JSON object."""
+    folder, case, _ = l1
+    config = _config(chatty, '[replay]\n"Functional.linear" = "chatty_plugin_for_tests:replay_linear"\n')
+    argv = ["report", str(folder / "golden"), str(folder / "test"), "--no-cache", "--json"]
+    main([*argv, "--replay", case["fault_record"], "--config", str(config)])
+    captured = capsys.readouterr()
+    replay = json.loads(captured.out)["replay"]
+    assert "declines" in replay["test"]["reason"] and (chatty / "imported.marker").exists()
+    assert "PLUGIN MODULE SAYS HELLO" in captured.err and "PLUGIN CALL SAYS HELLO" in captured.err

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+import contextlib
+import sys
+from typing import TYPE_CHECKING, TextIO
 
 from tui_acc.cli.compare import open_pair, open_single_dump, pair_opener, prepared, swapped_command
 from tui_acc.cli.toml_settings import Settings
@@ -23,24 +25,27 @@ def run(args: argparse.Namespace) -> int:
 
     settings, thresholds, redump = prepared(args)
     report: Report
-    if args.test is None:
-        from tui_acc.reports import single
+    out = sys.stdout
+    # a plug-in's print (or a library's) goes to stderr: stdout holds the report alone (--json's object)
+    with contextlib.redirect_stdout(sys.stderr):
+        if args.test is None:
+            from tui_acc.reports import single
 
-        one = open_single_dump(args, settings, thresholds)
-        report = exported(single.build_report(one, args.token), args.csv, overwrite=args.force)
-    else:
-        if not args.redump_command:
-            from tui_acc.metrics.kernel_loading import start_loading
+            one = open_single_dump(args, settings, thresholds)
+            report = exported(single.build_report(one, args.token), args.csv, overwrite=args.force)
+        else:
+            if not args.redump_command:
+                from tui_acc.metrics.kernel_loading import start_loading
 
-            start_loading()  # while the dumps are indexed and paired
-        cmp = open_pair(pair_opener(args, thresholds, settings), args)
-        if args.redump_command:
-            return _print_redump(cmp, redump, args)
-        report = _pair_report(cmp, args, settings)
-    return emit(report, args.json)
+                start_loading()  # while the dumps are indexed and paired
+            cmp = open_pair(pair_opener(args, thresholds, settings), args)
+            if args.redump_command:
+                return _print_redump(cmp, redump, args, out)
+            report = _pair_report(cmp, args, settings)
+        return emit(report, args.json, out)
 
 
-def _print_redump(cmp: Comparison, redump: RedumpSettings, args: argparse.Namespace) -> int:
+def _print_redump(cmp: Comparison, redump: RedumpSettings, args: argparse.Namespace, out: TextIO) -> int:
     """``report --redump-command``: what ``r`` in the TUI would run, for scripts."""
     from datetime import datetime
 
@@ -60,7 +65,7 @@ def _print_redump(cmp: Comparison, redump: RedumpSettings, args: argparse.Namesp
     elif node not in {n.golden for n in cmp.pairing.node_pairs(token)}:
         raise UsageError(f"--redump-node {node!r} is not a paired node at token {token}")
     plan = plan_for(cmp, redump, args.redump_side, token, node, datetime.now())
-    print(plan.describe())
+    print(plan.describe(), file=out)
     return 0
 
 

@@ -13,7 +13,7 @@ import sys
 from abc import ABC, abstractmethod
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TextIO, TypeVar
 
 if TYPE_CHECKING:
     import polars as pl
@@ -97,13 +97,13 @@ def exported(report: R, path: Path | None, overwrite: bool = False, frame: pl.Da
     return replace(report, csv=str(written))
 
 
-def emit(report: Report, as_json: bool) -> int:
-    """Print ``report`` (``--json``: one strict JSON object; else its text), then its problems on
-    stderr; the exit code to leave with."""
+def emit(report: Report, as_json: bool, out: TextIO | None = None) -> int:
+    """Print ``report`` to ``out`` (stdout by default; ``--json``: one strict JSON object; else its
+    text), then its problems on stderr; the exit code to leave with."""
     if as_json:
-        print(json.dumps(report.json(), indent=2, allow_nan=False))
+        print(json.dumps(report.json(), indent=2, allow_nan=False), file=out or sys.stdout)
     else:
-        print(report.text(), end="")
+        print(report.text(), end="", file=out or sys.stdout)
     for problem in report.problems:
         print(f"tui-acc: error: {problem}", file=sys.stderr)
     return report.exit_code
