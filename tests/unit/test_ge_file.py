@@ -99,3 +99,14 @@ def test_dims_one_varint_per_field_read_like_packed_ones(tmp_path: Path) -> None
     content = struct.pack("<Q", len(header)) + header + values.tobytes()
     dump = read_header(tmp_path / "X.x.1.1.1", content)
     np.testing.assert_array_equal(load(dump, dump.tensors[0], content), values.reshape(2, 3))
+
+
+def test_a_forged_nano_header_is_named_quickly(tmp_path: Path) -> None:
+    """A nano header claiming two billion inputs, or a header length past any header's: named, not
+    parsed for minutes or read into memory."""
+    path = tmp_path / "Add.Add_1.1.1.1"
+    header = struct.pack("<IIIII", 0x5A5A5A5A, 1, 4, 8, 2**31)
+    with pytest.raises(GeDumpError, match=r"Add_1.*nano.*2147483648 inputs"):
+        read_header(path, struct.pack("<Q", len(header)) + header)
+    with pytest.raises(GeDumpError, match=r"Add_1.*nano.*header length"):
+        read_header(path, struct.pack("<QI", 1 << 40, 0x5A5A5A5A) + b"\x00" * 16)

@@ -79,30 +79,106 @@ def test_rms_norm_swish_and_real_div_follow_their_formulas() -> None:
     _close(_replayed("GE.RealDiv", x, np.array(2.5)), _t(x) / 2.5)
 
 
+def _fused_call(parts, *inputs: np.ndarray) -> Call:
+    from tui_acc.replay.call import CONSTITUENTS
+
+    positional = dict(enumerate(inputs))
+    return Call(
+        name="F",
+        type="AutomaticBufferFusionOp",
+        format="torchair-ge",
+        positional=positional,
+        keyword={CONSTITUENTS: parts},
+    )  # type: ignore[arg-type]
+
+
 def test_a_fused_op_is_its_constituents_in_turn() -> None:
     """``Swish`` then ``Mul`` fused (the graph text's two ops, the second taking the first's output
-    and an outside input): silu(x) * y, as torch computes it; a constituent without a reference is
-    named."""
+    and an outside input): silu(x) * y, as torch computes it; ``Mul(y, y)`` takes its one outside
+    input once; a constituent without a reference, inputs that do not match the outside edges and a
+    fused op whose inner result leaves it too are refused by name."""
     from tui_acc.dumps.torchair.graph_text import GraphOp
-    from tui_acc.replay.call import CONSTITUENTS
+    from tui_acc.dumps.torchair.graph_texts import Fused, outside_inputs
 
     x, y = RNG.normal(size=(3, 8)), RNG.normal(size=(3, 8))
     swish = GraphOp("Swish", "Swish", ["MatMulV2:0"], ["silu"], [0], [], attrs={"scale": 1.0})
     mul = GraphOp("Mul_8", "Mul", ["Swish:0", "MatMulV2_1:0"], ["mul"], [0], [])
-    ours = _replayed("GE.fused", x, y, **{CONSTITUENTS: [swish, mul]})
-    _close(ours, torch.nn.functional.silu(_t(x)) * _t(y))
-    odd = GraphOp("Odd", "NoSuchOp", ["MatMulV2:0"], ["odd"], [0], [])
     entry = REGISTRY.find("GE.fused")
     assert entry is not None
+    reference = entry.load()
+    ops = (swish, mul)
+    assert outside_inputs(ops) == ["MatMulV2:0", "MatMulV2_1:0"]
+    ours = reference(_fused_call(Fused(ops, tuple(outside_inputs(ops)), False), x, y)).values
+    _close(np.asarray(ours), torch.nn.functional.silu(_t(x)) * _t(y))
+    square = GraphOp("Mul_9", "Mul", ["MatMulV2_1:0", "MatMulV2_1:0"], ["sq"], [0], [])
+    twice = (swish, square)
+    assert outside_inputs(twice) == ["MatMulV2:0", "MatMulV2_1:0"]
+    ours = reference(_fused_call(Fused(twice, tuple(outside_inputs(twice)), False), x, y)).values
+    _close(np.asarray(ours), _t(y) * _t(y))
+    odd = GraphOp("Odd", "NoSuchOp", ["MatMulV2:0"], ["odd"], [0], [])
+    refused = [
+        (Fused((odd, mul), ("MatMulV2:0", "MatMulV2_1:0"), False), (x, y), "NoSuchOp"),
+        (Fused(ops, tuple(outside_inputs(ops)), False), (x,), "1 inputs dumped"),
+        (Fused(ops, tuple(outside_inputs(ops)), True), (x, y), "inner results also leave it"),
+    ]
+    for parts, inputs, said in refused:
+        with pytest.raises(ReplayImpossible, match=said):
+            reference(_fused_call(parts, *inputs))
+
+
+@pytest.mark.parametrize(
+    ("key", "formula"),
+    [
+        ("GE.Neg", torch.neg),
+        ("GE.Exp", torch.exp),
+        ("GE.Sqrt", lambda t: torch.sqrt(t.abs())),
+        ("GE.Sigmoid", torch.sigmoid),
+        ("GE.Cos", torch.cos),
+        ("GE.Sin", torch.sin),
+        ("GE.Rsqrt", lambda t: torch.rsqrt(t.abs())),
+        ("GE.Cast", lambda t: t),
+    ],
+)
+def test_the_elementwise_references_follow_torch(key: str, formula) -> None:
+    x = RNG.normal(size=(3, 5))
+    argument = np.abs(x) if key in ("GE.Sqrt", "GE.Rsqrt") else x
+    _close(_replayed(key, argument), formula(_t(x)))
+
+
+def test_sub_and_reduce_sum_follow_torch_and_an_integer_cast_is_not_replayed() -> None:
+    x, y = RNG.normal(size=(3, 5)), RNG.normal(size=(3, 5))
+    _close(_replayed("GE.Sub", x, y), _t(x) - _t(y))
+    _close(_replayed("GE.ReduceSum", x, np.array([1]), keep_dims=False), _t(x).sum(dim=1))
+    with pytest.raises(ReplayImpossible, match="no axes"):
+        _replayed("GE.ReduceSum", x, np.array([], dtype=np.int64))
+    entry = REGISTRY.find("GE.Cast")
+    assert entry is not None
+    to_int = Call(name="Cast", type="Cast", format="torchair-ge", positional={0: x}, output_dtype="int32")
+    with pytest.raises(ReplayImpossible, match="int32 output"):
+        entry.load()(to_int)
+
+
+def test_a_sampled_matmul_with_a_bias_computes_the_sampled_rows_and_columns() -> None:
+    """A large output replayed on a sample of its rows and, for a large x2, of its columns: the
+    values are those rows and columns of the whole product, the bias's columns with them."""
+    from tui_acc.replay.sampling import Sample
+
+    a, b, bias = RNG.normal(size=(64, 48)), RNG.normal(size=(48, 40)), RNG.normal(size=40)
+    rows = np.array([3, 17, 40])
+    entry = REGISTRY.find("GE.MatMulV2")
+    assert entry is not None
     call = Call(
-        name="OddMul_8",
-        type="X",
-        format="torchair-ge",
-        positional={0: x, 1: y},
-        keyword={CONSTITUENTS: [odd, mul]},
-    )
-    with pytest.raises(ReplayImpossible, match="NoSuchOp"):
-        entry.load()(call)
+        name="MatMulV2", type="MatMulV2", format="torchair-ge", positional={0: a, 1: b, 2: bias},
+        keyword={"transpose_x1": False, "transpose_x2": False}, output_shape=(64, 40),
+        sample=Sample(rows, 64),
+    )  # fmt: skip
+    replayed = entry.load()(call)
+    whole = (_t(a) @ _t(b) + _t(bias)).numpy()
+    columns = replayed.columns if replayed.columns is not None else np.arange(40)
+    np.testing.assert_allclose(replayed.values, whole[np.ix_(rows, columns)], rtol=1e-12, atol=1e-12)
+    wrong_bias = dict(call.positional) | {2: RNG.normal(size=(2, 40))}
+    with pytest.raises(ReplayImpossible, match="bias"):
+        entry.load()(Call(**{**call.__dict__, "positional": wrong_bias}))
 
 
 def test_an_attribute_the_graph_text_lacks_takes_the_irs_default_and_says_so() -> None:
@@ -193,6 +269,7 @@ def test_every_op_of_a_clean_run_with_a_reference_agrees_with_it(llama: Path, si
             "Rsqrt",
             "Pow",
             "RealDiv",
+            "AutomaticBufferFusionOp",  # the fused silu * mul, as its constituents
         }
         if side == "ge-clean"
         else {
@@ -235,3 +312,35 @@ def test_the_graph_texts_attributes_reach_the_replay(llama: Path, tmp_path: Path
         replay_side(open_dump(llama / "ge-clean"), token, "graph_2/MatMulV2", REGISTRY, "test").verdict
         == "consistent"
     )
+
+
+def test_a_fault_inside_a_fused_op_is_named_by_its_replay(llama: Path, tmp_path: Path) -> None:
+    """The clean run's fused silu * mul at token 2 made wrong in place (its output's first columns
+    x4, its inputs as they were): the one local operator, by its replay as Swish then Mul."""
+    import shutil
+
+    from tui_acc.dumps.policy import LoadPolicy
+    from tui_acc.dumps.torchair.ge_file import read_file_header
+
+    case = json.loads((llama / "case.json").read_text(encoding="utf-8"))
+    ge = tmp_path / "ge"
+    shutil.copytree(llama / "ge-clean", ge)
+    op = case["fused"].split("/")[1]
+    [path] = [
+        p
+        for p in ge.rglob(f"*.{op}.*")
+        if p.parent.name == str(case["step"]) and p.parent.parent.parent.name == "graph_2"
+    ]
+    [output] = read_file_header(path, LoadPolicy(ge)).of("output")
+    content = bytearray(path.read_bytes())
+    values = np.frombuffer(
+        bytes(content[output.offset : output.offset + output.size]), dtype=ml_dtypes.bfloat16
+    )
+    values = values.reshape(-1, output.shape[-1]).astype(np.float32)
+    values[:, :8] *= 4.0
+    content[output.offset : output.offset + output.size] = values.astype(ml_dtypes.bfloat16).tobytes()
+    path.write_bytes(bytes(content))
+    comparison = open_comparison(llama / "fx", ge, CompareOptions(cache=False))
+    rows = comparison.verdicts.token(case["token"]).rows
+    local = [(r["test_node"], r["rule"]) for r in rows if r["label"] == "local"]
+    assert local == [(case["fused"], "replay")]

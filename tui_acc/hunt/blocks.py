@@ -14,14 +14,24 @@ def find_blocks(tree: NodeTree, within: str | None = None) -> list[str]:
     msit's own layer detection wants more than ten children, five of one type (docs/formats.md §4.2): a
     hunt on a two-layer test model must find its layers too, so two of one type suffice here. Ties
     go to the shallower node (a block's own repeated children, heads or experts, are not blocks), and
-    only nodes with children of their own count (a layer's repeated Transposes are operators).
+    nodes with children of their own come first (a layer's repeated Transposes are operators).
     ``within``: only below that node (a TorchAir token's graph: another graph's layers did not run).
     """
+    start = within if within in tree.nodes else None
+    # a block holds operators: a layer's five Transposes are not blocks where anything else repeats;
+    # where only leaves repeat (a dump of the layers' outputs alone), they are the blocks
+    return _repeated(tree, start, holders_only=True) or _repeated(tree, start, holders_only=False)
+
+
+def _repeated(tree: NodeTree, start: str | None, holders_only: bool) -> list[str]:
     best: tuple[int, int] = (1, 0)  # (count, -depth): at least two of one type
     chosen: list[str] = []
-    for node in tree.preorder(within if within in tree.nodes else None):
-        # a block holds operators: leaves (a layer's five Transposes) are not blocks
-        kinds = Counter(tree.nodes[child].type for child in node.children if tree.nodes[child].children)
+    for node in tree.preorder(start):
+        kinds = Counter(
+            tree.nodes[child].type
+            for child in node.children
+            if tree.nodes[child].children or not holders_only
+        )
         if not kinds:
             continue
         kind, count = kinds.most_common(1)[0]

@@ -19,7 +19,7 @@ from tui_acc.errors import TuiAccError
 from tui_acc.hunt.blocks import find_blocks
 from tui_acc.redump.plan import RedumpPlan, build_plan, unused_name
 from tui_acc.redump.runner import EXIT_GRACE, RedumpRun
-from tui_acc.redump.selection import RedumpError, Selection
+from tui_acc.redump.selection import RedumpError, Selection, graph_runs
 from tui_acc.redump.settings import RedumpSettings
 from tui_acc.reports.findings import op_summary
 from tui_acc.session import CompareOptions, Comparison, open_comparison
@@ -278,7 +278,7 @@ class Hunt:
         """The token as the side's dumper counts it (ATB's execution count, MindIE's warm-up shifts it)."""
         atb = index.format in ATB_FORMATS
         step = index.exec_counts.get(token, token)
-        runs = tuple((t, graph, graph_step) for t, (graph, graph_step) in sorted(index.runs.items()))
+        runs = graph_runs(index)  # TorchAir: its dump settings name each token's graph step
         return Selection(side, token, step, nodes, atb, subtree=subtree, outputs_only=outputs_only, runs=runs)
 
     # --- running one step ---------------------------------------------------------------------

@@ -22,6 +22,7 @@ def nested_by_module(tree: NodeTree, modules_of: Callable[[str], Modules]) -> No
     gives them; None where no node has one (the tree stays as it is)."""
     nodes: dict[str, Node] = {tree.root: Node(tree.root, tree.nodes[tree.root].type, None, 0)}
     nested = False
+    opened: dict[str, int] = {}
     for graph in tree.children(tree.root):
         nodes[tree.root].children.append(graph)
         nodes[graph] = Node(graph, tree.nodes[graph].type, tree.root, 1)
@@ -35,7 +36,7 @@ def nested_by_module(tree: NodeTree, modules_of: Callable[[str], Modules]) -> No
             del chain[kept:]
             for path, kind in wanted[kept:]:
                 parent = chain[-1][1] if chain else graph
-                module = _unused(nodes, f"{graph}/{path}")
+                module = _unused(nodes, f"{graph}/{path}", opened)
                 nodes[module] = Node(module, kind, parent, nodes[parent].depth + 1)
                 nodes[parent].children.append(module)
                 chain.append((path, module))
@@ -44,11 +45,15 @@ def nested_by_module(tree: NodeTree, modules_of: Callable[[str], Modules]) -> No
     return NodeTree(tree.root, nodes) if nested else None
 
 
-def _unused(nodes: dict[str, Node], name: str) -> str:
-    candidate, n = name, 1
+def _unused(nodes: dict[str, Node], name: str, opened: dict[str, int]) -> str:
+    """``name``, or ``name@2``, ``@3``... the first time it opens again (``opened`` counts: a module
+    entered a thousand times costs a thousand lookups, not a million)."""
+    n = opened.get(name, 0)
+    candidate = name if n == 0 else f"{name}@{n + 1}"
     while candidate in nodes:
         n += 1
-        candidate = f"{name}@{n}"
+        candidate = f"{name}@{n + 1}"
+    opened[name] = n + 1
     return candidate
 
 

@@ -29,7 +29,13 @@ from dataclasses import dataclass, replace
 from tui_acc.dumps.model import DumpError, DumpIndex, TensorRef
 from tui_acc.dumps.torchair.fx_dump import npy_shape
 from tui_acc.dumps.torchair.graph_text import GraphOp, GraphText
-from tui_acc.dumps.torchair.graph_texts import first_run, split_fused, texts_by_graph
+from tui_acc.dumps.torchair.graph_texts import (
+    first_output_shape,
+    first_run,
+    outside_inputs,
+    split_fused,
+    texts_by_graph,
+)
 from tui_acc.lazy import LazyMapping
 from tui_acc.pairing.model import NodePair, TensorPair, Unmatched
 from tui_acc.pairing.module_tree import nested_by_module
@@ -159,7 +165,7 @@ def _fx_partner(golden: DumpIndex, graphs: _Graphs) -> Partner:
         test_inputs = [ref for ref in refs if ref.role == "input"]
         # each input against the FX tensor its producer computes: the golden of what came in, whatever
         # order the aten op takes its arguments in (a fused op: its constituents' outside inputs)
-        for edge, ref in zip(_outside_inputs(ops), test_inputs, strict=False):
+        for edge, ref in zip(outside_inputs(ops), test_inputs, strict=False):
             producer, _, index = edge.rpartition(":")
             op = text.ops.get(producer)
             found = golden_output(op, int(index)) if op is not None and index.isdigit() else None
@@ -195,12 +201,6 @@ def _modules_of(golden: DumpIndex, graphs: _Graphs) -> Callable[[str], list[tupl
     return modules
 
 
-def _outside_inputs(ops: list[GraphOp]) -> list[str]:
-    """The data inputs of ``ops`` (one op, or a fused op's constituents) that none of them produced."""
-    inside = {op.name for op in ops}
-    return [edge for op in ops for edge in op.inputs if edge.rpartition(":")[0] not in inside]
-
-
 def _ge_partner(golden: DumpIndex, graphs: _Graphs) -> Partner:
     def partner(
         token: int, name: str, refs: list[TensorRef], golden_nodes: Mapping[str, list[TensorRef]]
@@ -221,12 +221,14 @@ def _ge_partner(golden: DumpIndex, graphs: _Graphs) -> Partner:
             return None
         inside = {op.name for op in constituents}
         golden_inputs: list[tuple[str, TensorRef]] = []
+        taken: set[str] = set()  # each outside edge once, as outside_inputs lists the fused op's inputs
         for op in constituents:
             node = ran[op.name]
             edges = described[op.name].inputs if op.name in described else []
             for position, ref in enumerate(r for r in golden_nodes[node] if r.role == "input"):
-                source = edges[position].split(":")[0] if position < len(edges) else ""
-                if source not in inside:
+                edge = edges[position] if position < len(edges) else f"{node}#{position}"
+                if edge.rpartition(":")[0] not in inside and edge not in taken:
+                    taken.add(edge)
                     golden_inputs.append((node, ref))
         last = ran[constituents[-1].name]
         test_inputs = [r for r in refs if r.role == "input"]
@@ -300,29 +302,12 @@ def _shapes_agreeing(
         shape = npy_shape(output.path, golden.load_policy) if output is not None else None
         if shape is None:
             continue
-        ran = _ge_output_shape(test, test_graph, op.name, position)
+        ran = first_output_shape(test, test_graph, op.name, position)
         if ran is not None:
             agreeing += ran == shape
         elif position < len(op.output_shapes) and len(op.output_shapes[position]) == len(shape):
             agreeing += all(d in (-1, s) for d, s in zip(op.output_shapes[position], shape, strict=True))
     return agreeing
-
-
-def _ge_output_shape(index: DumpIndex, graph: str, op_name: str, position: int) -> tuple[int, ...] | None:
-    """The shape output ``position`` of ``op_name`` had in ``graph``'s first run (its header)."""
-    from tui_acc.dumps.torchair.ge_file import GeDumpError, read_file_header
-
-    first = first_run(index, graph)
-    refs = index.tokens[first].get(f"{graph}/{op_name}", []) if first is not None else []
-    if not refs:
-        return None
-    try:
-        outputs = read_file_header(refs[0].path, index.load_policy).of("output")
-    except (GeDumpError, OSError):
-        return None
-    if position >= len(outputs):
-        return None
-    return tuple(outputs[position].original_shape or outputs[position].shape)
 
 
 def _run_name(index: DumpIndex, token: int) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tui_acc.dumps.model import ATB_FORMATS, TORCHAIR_FORMATS
 from tui_acc.redump.plan import RedumpPlan, build_plan, new_folder
-from tui_acc.redump.selection import Selection
+from tui_acc.redump.selection import Selection, graph_runs
 from tui_acc.redump.settings import RedumpSettings, runs_dir
 from tui_acc.session import Comparison
 
@@ -33,8 +33,8 @@ def selection_for(comparison: Comparison, side: str, token: int, golden_node: st
             holder = logits.golden_node if side == "golden" else logits.test_node
             if holder not in nodes and not any(holder.startswith(n + ".") for n in nodes):
                 nodes.append(holder)
-    runs = tuple((t, graph, step) for t, (graph, step) in sorted(index.runs.items()))
-    return Selection(side, token, index.exec_counts.get(token, token), tuple(nodes), atb, runs=runs)
+    step = index.exec_counts.get(token, token)
+    return Selection(side, token, step, tuple(nodes), atb, runs=graph_runs(index))
 
 
 def _torchair_module_ops(comparison: Comparison, token: int, golden_node: str, side: str) -> list[str]:

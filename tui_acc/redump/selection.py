@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tui_acc.dumps.model import DumpIndex
 from tui_acc.dumps.msprobe.passes import is_module
 from tui_acc.errors import TuiAccError
 
@@ -104,3 +105,8 @@ def msprobe_level(names: Sequence[str]) -> str:
 def msprobe_module(name: str) -> str:
     """``Module.model.layers.2.mlp.MLP.forward.3`` -> ``Module.model.layers.2.mlp.MLP.forward``."""
     return re.sub(r"\.\d+$", "", name)
+
+
+def graph_runs(index: DumpIndex) -> tuple[tuple[int, str, int], ...]:
+    """A TorchAir dump's runs as ``Selection.runs`` holds them: (token, graph, that graph's step)."""
+    return tuple((token, graph, step) for token, (graph, step) in sorted(index.runs.items()))

@@ -40,7 +40,9 @@ def ge_dump_config(
     steps = sorted({step for _, step in chosen})
     graphs = sorted({graph for graph, _ in chosen})
     arguments: dict[str, object] = {"dump_path": out, "dump_mode": "output" if outputs_only else "all"}
-    if tokens is not None:
+    if tokens is not None and not chosen:
+        notes.append("the dump names no graph run for these tokens: every step is dumped")
+    elif tokens is not None:
         arguments["dump_token"] = steps
         others = sorted({graph for _, graph, step in runs if step in steps} - set(graphs))
         if others:
@@ -51,6 +53,10 @@ def ge_dump_config(
     ops = [name.partition("/")[2] for name in nodes if "/" in name]
     if ops and len(ops) == len(nodes):
         arguments["dump_layer"] = ops
+        if len({graph for _, graph, _ in runs}) > 1:
+            notes.append(
+                "dump_layer names ops, not graphs: an op of the same name in another graph is dumped too"
+            )
     elif nodes:
         notes.append(f"{', '.join(n for n in nodes if '/' not in n)}: a whole graph; every op is dumped")
     notes.append(

@@ -32,6 +32,17 @@ def _numbers(reference: Callable[[Call], Replayed], *positions: int) -> Callable
     return replayed
 
 
+def _alpha_assumed(reference: Callable[[Call], Replayed]) -> Callable[[Call], Replayed]:
+    """``add.Tensor`` / ``sub.Tensor``: their keyword-only ``alpha`` is not dumped; 1 is assumed, said."""
+
+    def replayed(call: Call) -> Replayed:
+        result = reference(call)
+        return replace(result, notes=(*result.notes, "alpha not dumped (a keyword argument): 1 assumed"))
+
+    replayed.__doc__ = reference.__doc__
+    return replayed
+
+
 def addmm(call: Call) -> Replayed:
     """``aten.addmm(bias, mat1, mat2)``: ``bias + mat1 @ mat2`` (beta and alpha, keyword arguments no
     FX dump holds, are torch's 1)."""
@@ -46,8 +57,8 @@ REFERENCES = {
     "aten.bmm.default": torch_ops.matmul,
     "aten.matmul.default": torch_ops.matmul,
     "aten.addmm.default": addmm,
-    "aten.add.Tensor": torch_ops.add,
-    "aten.sub.Tensor": torch_ops.sub,
+    "aten.add.Tensor": _alpha_assumed(torch_ops.add),
+    "aten.sub.Tensor": _alpha_assumed(torch_ops.sub),
     "aten.mul.Tensor": torch_ops.mul,
     "aten.div.Tensor": ge_ops.real_div,
     "aten.pow.Tensor_Scalar": torch_ops.power,

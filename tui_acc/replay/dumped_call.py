@@ -58,7 +58,7 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
     params: dict[str, np.ndarray] = {}
 
     # TorchAir's FX dump saved bf16 as float32: a replay's tolerance is the bf16 kernel's
-    narrowed = bfloat16_if_exact if index.format == "torchair-fx" else _as_dumped
+    narrowed = bfloat16_if_exact if index.format == "torchair-fx" else np.asarray
 
     def load(ref: TensorRef) -> np.ndarray | None:
         try:
@@ -134,10 +134,6 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
     )
     statistics_only = bool(refs) and not any(r.has_data for r in refs)
     return Gathered(call, output, first.slot if first is not None else None, missing, statistics_only)
-
-
-def _as_dumped(values: np.ndarray) -> np.ndarray:
-    return values
 
 
 def _ranks_of(
@@ -376,13 +372,13 @@ def _add_graph_attrs(index: DumpIndex, node: str, keyword: dict[str, Any]) -> No
     op's constituents (their ops, edges and attributes) under ``CONSTITUENTS``."""
     if index.format != "torchair-ge":
         return
-    from tui_acc.dumps.torchair.graph_texts import constituents, op_of
+    from tui_acc.dumps.torchair.graph_texts import fused, op_of
 
     op = op_of(index, node)
     for key, value in (op.attrs if op is not None else {}).items():
         keyword.setdefault(key, value)
-    if op is None and (ops := constituents(index, node)):  # a fused op: what ge_ops.fused runs
-        keyword[CONSTITUENTS] = ops
+    if op is None and (parts := fused(index, node)) is not None:  # what ge_ops.fused runs
+        keyword[CONSTITUENTS] = parts
 
 
 def _add_msit_weights(index: DumpIndex, node: str, policy: LoadPolicy, params: dict[str, np.ndarray]) -> None:

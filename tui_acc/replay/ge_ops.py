@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from tui_acc.dumps.dtypes import numpy_dtype
 from tui_acc.replay import maths
 from tui_acc.replay.call import CONSTITUENTS, Call, NotSampleable, Replayed, ReplayImpossible
 from tui_acc.replay.names import FUSED
 from tui_acc.replay.sampling import linear_columns
-from tui_acc.replay.torch_ops import add, mul, power, reduce_rows, sub
+from tui_acc.replay.torch_ops import add, matmul, mul, power, reduce_rows, rsqrt, sub
 
 
 def _flag(call: Call, name: str, notes: list[str], default: Any = False) -> Any:
@@ -29,6 +30,25 @@ def _flag(call: Call, name: str, notes: list[str], default: Any = False) -> Any:
         notes.append(f"{name} not in the graph text: {default!r} assumed (the IR's default)")
         return default
     return value
+
+
+def _number(call: Call, name: str, notes: list[str], default: float) -> float:
+    """A numeric attribute (``epsilon``, ``scale``); ReplayImpossible naming it where the graph text
+    gives something else."""
+    value = _flag(call, name, notes, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ReplayImpossible(f"attribute {name} = {str(value)[:40]!r} in the graph text is not a number")
+    return float(value)
+
+
+def _float_output(call: Call, op: str) -> None:
+    """Integer and bool outputs round their own way (a Cast truncates or rounds by its mode): not
+    replayed rather than judged by a float formula."""
+    dtype = numpy_dtype(call.output_dtype) if call.output_dtype else None
+    if dtype is not None and dtype.kind in "iub":
+        raise ReplayImpossible(
+            f"a {op} with a {call.output_dtype} output: its rounding to integers is not replayed"
+        )
 
 
 def _float_operands(call: Call, op: str) -> None:
@@ -62,10 +82,15 @@ def mat_mul(call: Call) -> Replayed:
     weight_rows = weight if right else weight.T  # (N, K): one row per output column
     if x.shape[-1] != weight_rows.shape[-1]:
         raise ReplayImpossible(f"shape mismatch: x1 {list(raw.shape)} and x2 {list(weight.shape)}")
+    bias = call.raw(2)
+    if bias is not None and bias.size != weight_rows.shape[0]:
+        raise ReplayImpossible(
+            f"bias {list(bias.shape)} is not one value per output column ({weight_rows.shape[0]})"
+        )
     rows = int(np.prod(x.shape[:-1]))
     columns = linear_columns(weight_rows.shape[0], rows, weight_rows.shape[1], call.name)
     chosen = weight_rows if columns is None else weight_rows[columns]
-    return replace(reduce_rows(call, x, chosen, call.raw(2), columns), notes=tuple(notes))
+    return replace(reduce_rows(call, x, chosen, bias, columns), notes=tuple(notes))
 
 
 def batch_mat_mul(call: Call) -> Replayed:
@@ -80,23 +105,16 @@ def batch_mat_mul(call: Call) -> Replayed:
         a = np.swapaxes(a, -1, -2)
     if _flag(call, "adj_x2", notes):
         b = np.swapaxes(b, -1, -2)
-    try:
-        out = np.matmul(a, b)
-    except ValueError as exc:
-        raise ReplayImpossible(f"shape mismatch: {list(a.shape)} @ {list(b.shape)} ({exc})") from exc
+    product = matmul(replace(call, positional={0: a, 1: b}, keyword={}))
     bias = call.optional_tensor(2)
     if bias is not None:
-        out = out + bias
-    condition = 1.0
-    if call.precision is np.float64:  # a float32 output: its accumulation's rounding shows
-        size = float(np.linalg.norm(out))
-        magnitude = float(np.linalg.norm(np.matmul(np.abs(a), np.abs(b))))
-        condition = magnitude / size if size > 0 else 1.0
-    return Replayed(out, reduction=int(a.shape[-1]), condition=condition, notes=tuple(notes))
+        product = replace(product, values=product.values + bias)
+    return replace(product, notes=tuple(notes))
 
 
 def real_div(call: Call) -> Replayed:
     """``RealDiv`` / ``Div(x1, x2)``: ``x1 / x2``, element by element (broadcast)."""
+    _float_output(call, "RealDiv")
     return call.elementwise(np.divide(call.operand(0, "x1"), call.operand(1, "x2")))
 
 
@@ -108,26 +126,29 @@ def _unary(function: Callable[[np.ndarray], np.ndarray], name: str) -> Callable[
     return reference
 
 
-def _reciprocal_sqrt(x: np.ndarray) -> np.ndarray:
-    return 1.0 / np.sqrt(x)
-
-
 def swish(call: Call) -> Replayed:
     """``Swish(x; scale=1.0)``: ``x * sigmoid(scale * x)`` (aten's silu converts to it)."""
     notes: list[str] = []
-    scale = float(_flag(call, "scale", notes, 1.0))
+    scale = _number(call, "scale", notes, 1.0)
     x = call.data(0, "x")
     return Replayed(x * maths.sigmoid(scale * x), rows=call.rows, notes=tuple(notes))
 
 
 def _axes(call: Call, value: Any, ndim: int) -> tuple[int, ...]:
-    axes = [int(a) for a in np.asarray(value).reshape(-1)]
+    try:
+        axes = [int(a) for a in np.asarray(value).reshape(-1)]
+    except (TypeError, ValueError, OverflowError):
+        raise ReplayImpossible(f"axes {str(value)[:40]!r} are not integers") from None
     if any(not -ndim <= a < ndim for a in axes):
         raise ReplayImpossible(f"axes {axes} out of range for a {ndim}-d input")
     return tuple(sorted({a % ndim for a in axes}))
 
 
-def _reduce(how: Callable[..., np.ndarray], name: str) -> Callable[[Call], Replayed]:
+def _reduce(how: Callable[..., np.ndarray], name: str, noop_attr: bool) -> Callable[[Call], Replayed]:
+    """``ReduceMean`` / ``ReduceSum``: over ``axes`` (input 1, or an ``axes`` attribute where no input
+    was dumped). No axes: ReduceMean's ``noop_with_empty_axes`` (default true) makes it the input
+    itself; ReduceSum's IR has no such attribute and says nothing of it: refused."""
+
     def reference(call: Call) -> Replayed:
         if call.sample is not None:
             raise NotSampleable("a reduction's output rows are not its input's")
@@ -139,12 +160,15 @@ def _reduce(how: Callable[..., np.ndarray], name: str) -> Callable[[Call], Repla
             raise ReplayImpossible("inputs missing: axes (input 1) was not dumped")
         dims = _axes(call, axes, x.ndim)
         keep = bool(_flag(call, "keep_dims", notes))
-        if not dims and _flag(call, "noop_with_empty_axes", notes, True):
-            return Replayed(x, notes=tuple(notes))
+        if not dims:
+            if not noop_attr:
+                raise ReplayImpossible(f"{name} over no axes: what its IR does then is not documented")
+            if _flag(call, "noop_with_empty_axes", notes, True):
+                return Replayed(x, notes=tuple(notes))
         out = np.asarray(how(x, axis=dims or None, keepdims=keep))
         return Replayed(out, reduction=max(1, x.size // max(1, out.size)), notes=tuple(notes))
 
-    reference.__doc__ = f"``{name}(x, axes; keep_dims=False, noop_with_empty_axes=True)``: computed whole."
+    reference.__doc__ = f"``{name}(x, axes; keep_dims=False)``: computed whole."
     return reference
 
 
@@ -178,54 +202,64 @@ def rms_norm(call: Call) -> Replayed:
         raise ReplayImpossible(f"gamma {list(gamma.shape)} is not x's last dimensions {list(raw.shape)}")
     if call.sample is not None and width != raw.shape[-1]:
         raise NotSampleable("normalised over more than the last dimension")
-    eps = float(_flag(call, "epsilon", notes, 1e-6))
+    eps = _number(call, "epsilon", notes, 1e-6)
     x = call.data(0, "x")
-    out = maths.rms_norm(x, width, gamma.reshape(-1) if gamma.ndim > 1 else gamma, eps)
+    out = maths.rms_norm(x, width, gamma, eps)  # gamma broadcast over x's last dimensions
     return Replayed(out, rows=call.rows, reduction=width, notes=tuple(notes))
 
 
 def cast(call: Call) -> Replayed:
-    """``Cast(x; dst_type)``: the values themselves, rounded once to the output's dtype."""
+    """``Cast(x; dst_type)`` to a float type: the values themselves, rounded once to the output's dtype
+    (to an integer or bool type: not replayed, ``_float_output``)."""
+    _float_output(call, "Cast")
     return Replayed(call.data(0, "x"), rows=call.rows)
 
 
 def fused(call: Call) -> Replayed:
     """A fused GE op (``AutomaticBufferFusionOp.{a}{b}``, its constituents' names run together) as its
-    constituents one after another (``Call.keyword[CONSTITUENTS]``, from the graph text): each fed,
-    input by input, what an earlier constituent made or the fused op's next dumped input (its
-    inputs are the constituents' inputs from outside it, in order); the last one's first output.
-    The intermediates stay at the call's precision (a fused kernel keeps them on chip); each
-    constituent may round once."""
-    ops = call.keyword.get(CONSTITUENTS)
-    if not ops:
+    constituents one after another (``Call.keyword[CONSTITUENTS]``, graph_texts.Fused): each fed,
+    input by input, what an earlier constituent made or the fused op's dumped input for that outside
+    edge (its inputs are those edges, each once, in order); the last one's first output. Refused
+    where the counts disagree, or where an earlier constituent also feeds an op outside it (its
+    output 0 may then be that one's). The intermediates stay at the call's precision (a fused kernel
+    keeps them on chip); each constituent may round once."""
+    parts = call.keyword.get(CONSTITUENTS)
+    if parts is None:
         raise ReplayImpossible("a fused op whose constituents no graph text names")
-    inside = {op.name for op in ops}
-    dumped = iter(sorted(i for i, value in call.positional.items() if isinstance(value, np.ndarray)))
-    made: dict[str, np.ndarray] = {}
+    if parts.several_outputs:
+        raise ReplayImpossible(
+            "a fused op whose inner results also leave it: which output is which is not known"
+        )
+    dumped = sorted(i for i, value in call.positional.items() if isinstance(value, np.ndarray))
+    if len(dumped) != len(parts.inputs):
+        raise ReplayImpossible(
+            f"{len(dumped)} inputs dumped, its constituents take {len(parts.inputs)} from outside it"
+        )
+    made: dict[str, np.ndarray] = {
+        edge: call.positional[slot] for edge, slot in zip(parts.inputs, dumped, strict=True)
+    }
     reduction, notes = 1, []
-    for op in ops:
+    for op in parts.ops:
         reference = REFERENCES.get(f"GE.{op.type}")
         if reference is None:
             raise ReplayImpossible(f"type unknown: its constituent {op.name} is a {op.type or '?'}")
-        arguments: dict[int, Any] = {}
-        for position, edge in enumerate(op.inputs):
-            if edge.rpartition(":")[0] in inside:
-                if edge not in made:
-                    raise ReplayImpossible(f"{op.name} takes {edge}, which no constituent before it made")
-                arguments[position] = made[edge]
-            elif (slot := next(dumped, None)) is not None:
-                arguments[position] = call.positional[slot]
-            else:
-                raise ReplayImpossible(f"inputs missing: {op.name}'s input {position} was not dumped")
+        missing = [edge for edge in op.inputs if edge not in made]
+        if missing:
+            raise ReplayImpossible(f"{op.name} takes {missing[0]}, which no constituent before it made")
         step = replace(
-            call, name=op.name, type=op.type, positional=arguments, keyword=dict(op.attrs), sample=None
+            call,
+            name=op.name,
+            type=op.type,
+            positional=dict(enumerate(made[edge] for edge in op.inputs)),
+            keyword=dict(op.attrs),
+            sample=None,
         )
         result = reference(step)
         made[f"{op.name}:0"] = np.asarray(result.values)
         reduction = max(reduction, result.reduction)
         notes += [f"{op.name}: {note}" for note in result.notes]
-    last = made[f"{ops[-1].name}:0"]
-    return Replayed(last, reduction=reduction, roundings=len(ops), notes=tuple(notes))
+    last = made[f"{parts.ops[-1].name}:0"]
+    return Replayed(last, reduction=reduction, roundings=len(parts.ops), notes=tuple(notes))
 
 
 REFERENCES = {
@@ -241,15 +275,15 @@ REFERENCES = {
     "GE.Div": real_div,
     "GE.Pow": power,
     "GE.Neg": _unary(np.negative, "Neg"),
-    "GE.Rsqrt": _unary(_reciprocal_sqrt, "Rsqrt"),
+    "GE.Rsqrt": rsqrt,
     "GE.Sqrt": _unary(np.sqrt, "Sqrt"),
     "GE.Exp": _unary(np.exp, "Exp"),
     "GE.Cos": _unary(np.cos, "Cos"),
     "GE.Sin": _unary(np.sin, "Sin"),
     "GE.Sigmoid": _unary(maths.sigmoid, "Sigmoid"),
     "GE.Swish": swish,
-    "GE.ReduceMean": _reduce(np.mean, "ReduceMean"),
-    "GE.ReduceSum": _reduce(np.sum, "ReduceSum"),
+    "GE.ReduceMean": _reduce(np.mean, "ReduceMean", noop_attr=True),
+    "GE.ReduceSum": _reduce(np.sum, "ReduceSum", noop_attr=False),
     "GE.SoftmaxV2": softmax_v2,
     "GE.RmsNorm": rms_norm,
     "GE.Cast": cast,

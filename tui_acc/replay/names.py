@@ -1,4 +1,5 @@
-"""What the replay registry is asked for a node, in order (no data is read, no numpy imported)."""
+"""What the replay registry is asked for a node, in order (no tensor data is read, no numpy imported;
+a TorchAir GE dump's graph texts are read once per dump, dumps/torchair/graph_texts.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ def replay_names(index: DumpIndex, node: str) -> tuple[str | None, str | None]:
     if index.format in MSPROBE_FORMATS:
         return api_of(node), node_type
     if index.format == "torchair-ge" and node_type:
-        from tui_acc.dumps.torchair.graph_texts import constituents
+        from tui_acc.dumps.torchair.graph_texts import fused
 
         # a fused op: a reference of its own type first (a user's), else its constituents in turn
-        return (f"GE.{node_type}", FUSED) if constituents(index, node) else (None, f"GE.{node_type}")
+        return (f"GE.{node_type}", FUSED) if fused(index, node) else (None, f"GE.{node_type}")
     return None, node_type

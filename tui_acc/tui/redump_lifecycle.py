@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from textual.app import App
+from textual.app import App, ScreenStackError
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
@@ -114,7 +114,10 @@ class RedumpLifecycle:
         if run is None:
             return
         status = run_status(run)
-        screen = self._app.screen
+        try:
+            screen = self._app.screen
+        except ScreenStackError:  # the timer's last tick while the app closes: nothing to refresh
+            return
         if isinstance(screen, RedumpLogScreen):
             screen.show_status()
         for bar in screen.query("#redump-bar"):

@@ -83,7 +83,7 @@ class LocalChecks:
         self.replayed = 0  # how many nodes were replayed (for the benchmark)
 
     def has_reference(self, node: NodePair) -> bool:
-        """Whether a reference exists for the test node (no data is read)."""
+        """Whether a reference exists for the test node (no tensor data is read; replay/names.py)."""
         return self.registry.find(*replay_names(self.pairing.test, node.test)) is not None
 
     def known_replay(self, node: NodePair) -> tuple[bool, NodeReplay | None]:

@@ -32,6 +32,7 @@ from tui_acc.dumps.fs import settled
 from tui_acc.dumps.mapped import map_bytes
 from tui_acc.dumps.model import DumpError
 from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.torchair.ge_nano import HEADER_LIMIT as NANO_HEADER_LIMIT
 from tui_acc.dumps.torchair.ge_nano import NanoError, is_nano, tensors
 
 # dump_data.proto's OutputDataType (not ge::DataType's numbering) -> numpy; the rest are refused by name
@@ -101,7 +102,10 @@ class GeDump:
 def read_header(path: Path, content: bytes) -> GeDump:
     """The header of the GE dump file ``path`` (its bytes ``content``); GeDumpError where it is none."""
     if is_nano(content[:12]):
-        return _nano(path, content[8 : 8 + struct.unpack_from("<Q", content, 0)[0]], len(content))
+        (length,) = struct.unpack_from("<Q", content, 0)
+        if length >= NANO_HEADER_LIMIT:
+            raise GeDumpError(f"{path}: a nano GE dump whose header length {length} is no header's")
+        return _nano(path, content[8 : 8 + length], len(content))
     mismatch = ""
     if len(content) >= 8:
         (length,) = struct.unpack_from("<Q", content, 0)
@@ -164,7 +168,7 @@ def _header_of(handle: IO[Any], path: Path) -> GeDump:
     start = handle.read(12)
     if is_nano(start):
         (length,) = struct.unpack_from("<Q", start, 0)
-        if length >= _HEADER_LIMIT:
+        if length >= NANO_HEADER_LIMIT:
             raise GeDumpError(f"{path}: a nano GE dump whose header length {length} is no header's")
         handle.seek(8)
         return _nano(path, handle.read(length), size)

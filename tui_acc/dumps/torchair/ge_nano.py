@@ -42,6 +42,8 @@ _PROTO_DTYPE = {
 }
 _UNKNOWN = 1000  # a nano data type with no proto equivalent: refused by name when loaded
 _MAX_DIMS = 64
+_MAX_TENSORS = 4096  # an op's inputs and outputs: a count past this is no header's
+HEADER_LIMIT = 1 << 20  # a nano header is a few hundred bytes
 
 
 class NanoError(DumpError):
@@ -67,7 +69,10 @@ def tensors(header: bytes) -> list[tuple[str, int, int, int, list[int], list[int
         if reader.u32() != tag:
             raise NanoError(f"the {role}s' TLV does not carry tag {tag}")
         reader.u32()  # its length: msprobe reads by the count, as here
-        for index in range(reader.u32()):
+        count = reader.u32()
+        if count > _MAX_TENSORS:
+            raise NanoError(f"{count} {role}s")
+        for index in range(count):
             data_type, layout = reader.i32(), reader.i32()
             reader.i32()  # address type
             if role == "output":

@@ -295,7 +295,9 @@ def _attr_value(value: Message) -> AttrValue | None:
     for listed in _fields(value, "list"):
         for kind in _ATTR_KINDS:
             items = [_typed(kind, item) for item in _scalars(listed, kind)]
-            if items and None not in items:
+            if None in items:  # an item that is no number: the list is not read (never a shorter one)
+                return None
+            if items:
                 return [item for item in items if item is not None]
         return []
     return None

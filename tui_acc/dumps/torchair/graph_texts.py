@@ -9,30 +9,42 @@ headers agree with. The pairing reads it to pair ops; a replay reads an op's att
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tui_acc.dumps.model import DumpError, DumpIndex, Problem
+from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.torchair.ge_dump import graph_files
 from tui_acc.dumps.torchair.graph_text import GraphOp, GraphText, read_graph
 
 _SHAPE_SAMPLES = 8  # ops whose output shapes tell two texts of the same ops apart
-# (dump root, rank, each graph text's name, size and time) -> (texts by graph, notes)
-_CacheKey = tuple[str, int | None, tuple[tuple[str, int, int], ...]]
-_cache: dict[_CacheKey, tuple[dict[str, GraphText], tuple[str, ...]]] = {}
+_KEPT = 16  # dumps whose matches are kept (a hunt opens a few re-dumps; each reads its texts once)
+# (dump root, rank, where its files may lead, its graphs) -> (texts by graph, notes, problems)
+_CacheKey = tuple[str, int | None, LoadPolicy, tuple[str, ...]]
+_cache: OrderedDict[_CacheKey, tuple[dict[str, GraphText], tuple[str, ...], tuple[Problem, ...]]] = (
+    OrderedDict()
+)
 _lock = threading.Lock()
 
 
 def texts_by_graph(index: DumpIndex, notes: list[str] | None = None) -> dict[str, GraphText]:
     """Each GE graph (model folder) of ``index`` -> its graph text; what could not be matched is said
-    in ``notes``, a text that cannot be read in ``index.problems`` (once)."""
-    paths = graph_files(index)
-    key = (str(index.root), index.rank, tuple(_identity(path) for path in paths))
+    in ``notes``, a text that cannot be read in ``index.problems``. Read once per dump (its root,
+    rank, load policy and graphs; no file is looked at again), the last few dumps kept."""
+    key = (str(index.root), index.rank, index.load_policy, tuple(index.tree.children(index.tree.root)))
     with _lock:  # one reader per dump: the pairing and a worker's replay may ask at once
-        if key not in _cache:
+        if key in _cache:
+            _cache.move_to_end(key)
+        else:
             said: list[str] = []
-            _cache[key] = (_matched(index, paths, said), tuple(said))
-        found, said_then = _cache[key]
+            problems: list[Problem] = []
+            _cache[key] = (_matched(index, said, problems), tuple(said), tuple(problems))
+            while len(_cache) > _KEPT:
+                _cache.popitem(last=False)
+        found, said_then, problems_then = _cache[key]
+    index.problems.extend(p for p in problems_then if p not in index.problems)
     if notes is not None:
         notes.extend(said_then)
     return found
@@ -63,14 +75,45 @@ def split_fused(name: str, ops: Mapping[str, GraphOp | None]) -> list[GraphOp]:
     return found if len(found) > 1 else []
 
 
-def constituents(index: DumpIndex, node: str) -> list[GraphOp]:
-    """A fused op's constituents in the graph text (``graph_2/SwishMul_8``: Swish, then Mul_8); empty
-    where the node is an op of the text, or its name is not made of the text's op names."""
+@dataclass(frozen=True)
+class Fused:
+    """A fused op as its graph text describes it: its constituents in order, the edges it takes from
+    outside them (each once, in the order they are first taken: its dumped inputs), and whether a
+    constituent before the last feeds an op outside it too (then it has outputs besides the last
+    constituent's)."""
+
+    ops: tuple[GraphOp, ...]
+    inputs: tuple[str, ...]
+    several_outputs: bool
+
+
+def outside_inputs(ops: Sequence[GraphOp]) -> list[str]:
+    """The data inputs of ``ops`` (one op, or a fused op's constituents) that none of them produced,
+    each once, in the order they are first taken."""
+    inside = {op.name for op in ops}
+    edges = [edge for op in ops for edge in op.inputs if edge.rpartition(":")[0] not in inside]
+    return list(dict.fromkeys(edges))
+
+
+def fused(index: DumpIndex, node: str) -> Fused | None:
+    """A fused op of a GE dump (``graph_2/SwishMul_8``: Swish, then Mul_8); None where the node is an
+    op of its graph text, or its name is not made of the text's op names."""
     graph, _, name = node.partition("/")
     text = texts_by_graph(index).get(graph)
     if text is None or name in text.ops:
-        return []
-    return split_fused(name, text.ops)
+        return None
+    ops = split_fused(name, text.ops)
+    if not ops:
+        return None
+    inner = {op.name for op in ops[:-1]}
+    members = {op.name for op in ops}
+    several = any(
+        edge.rpartition(":")[0] in inner
+        for other in text.ops.values()
+        if other.name not in members
+        for edge in other.inputs
+    )
+    return Fused(tuple(ops), tuple(outside_inputs(ops)), several)
 
 
 def first_run(index: DumpIndex, graph: str) -> int | None:
@@ -78,16 +121,8 @@ def first_run(index: DumpIndex, graph: str) -> int | None:
     return next((token for token, (ran, _) in sorted(index.runs.items()) if ran == graph), None)
 
 
-def _identity(path: Path) -> tuple[str, int, int]:
-    try:
-        stat = path.stat()
-    except OSError:
-        return (path.name, -1, -1)
-    return (path.name, stat.st_size, stat.st_mtime_ns)
-
-
-def _matched(index: DumpIndex, paths: list[Path], notes: list[str]) -> dict[str, GraphText]:
-    texts = _readable(index, paths, notes)
+def _matched(index: DumpIndex, notes: list[str], problems: list[Problem]) -> dict[str, GraphText]:
+    texts = _readable(index, graph_files(index), notes, problems)
     found: dict[str, GraphText] = {}
     for graph in index.tree.children(index.tree.root):
         named = [t for t in texts if graph in (t.name, f"graph_{t.graph_id}")]
@@ -107,13 +142,15 @@ def _matched(index: DumpIndex, paths: list[Path], notes: list[str]) -> dict[str,
     return found
 
 
-def _readable(index: DumpIndex, paths: list[Path], notes: list[str]) -> list[GraphText]:
+def _readable(
+    index: DumpIndex, paths: list[Path], notes: list[str], problems: list[Problem]
+) -> list[GraphText]:
     texts = []
     for path in paths:
         try:
             texts.append(read_graph(path, index.load_policy))
         except DumpError as exc:
-            index.problems.append(Problem(str(path), str(exc).removeprefix(f"{path}: ")))
+            problems.append(Problem(str(path), str(exc).removeprefix(f"{path}: ")))
     if not texts:
         notes.append(f"{index.root}: no readable graph text (dynamo_original_graph_*.txt); nothing is paired")
     return texts
@@ -121,22 +158,29 @@ def _readable(index: DumpIndex, paths: list[Path], notes: list[str]) -> list[Gra
 
 def _shapes_agreeing(index: DumpIndex, graph: str, text: GraphText, common: Iterable[str]) -> int:
     """How many of a few ops have, in ``graph``'s first run, the output shape the graph text gives."""
+    agreeing = 0
+    for name in sorted(common)[:_SHAPE_SAMPLES]:
+        shapes = text.ops[name].output_shapes
+        ran = first_output_shape(index, graph, name) if shapes else None
+        agreeing += ran is not None and ran == shapes[0]
+    return agreeing
+
+
+def first_output_shape(
+    index: DumpIndex, graph: str, op_name: str, position: int = 0
+) -> tuple[int, ...] | None:
+    """The shape output ``position`` of ``op_name`` had in ``graph``'s first run (its file's header,
+    the logical shape); None where no file holds it."""
     from tui_acc.dumps.torchair.ge_file import GeDumpError, read_file_header
 
     first = first_run(index, graph)
-    if first is None:
-        return 0
-    agreeing = 0
-    for name in sorted(common)[:_SHAPE_SAMPLES]:
-        refs = index.tokens[first].get(f"{graph}/{name}", [])
-        shapes = text.ops[name].output_shapes
-        if not refs or not shapes:
-            continue
-        try:
-            header = read_file_header(refs[0].path, index.load_policy)
-        except (GeDumpError, OSError):
-            continue
-        outputs = header.of("output")
-        if outputs:
-            agreeing += tuple(outputs[0].original_shape or outputs[0].shape) == shapes[0]
-    return agreeing
+    refs = index.tokens[first].get(f"{graph}/{op_name}", []) if first is not None else []
+    if not refs:
+        return None
+    try:
+        outputs = read_file_header(refs[0].path, index.load_policy).of("output")
+    except (GeDumpError, OSError):
+        return None
+    if position >= len(outputs):
+        return None
+    return tuple(outputs[position].original_shape or outputs[position].shape)
