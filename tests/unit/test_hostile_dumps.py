@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import device_dir
 from tests.unit.test_bad_input import _atb_copy, _copy, _errors, _msprobe_copy, _report
 from tui_acc import CompareOptions, open_comparison
 
@@ -98,13 +99,30 @@ def test_a_fifo_dump_json_is_named_not_nothing_pairs(model_case, tmp_path: Path)
     assert "nothing pairs" not in stderr
 
 
+def test_a_token_folder_named_with_250_digits_is_named_and_the_rest_compared(
+    demo_pair, tmp_path: Path, capsys
+) -> None:
+    golden, test, _ = _copy(demo_pair, tmp_path)
+    odd = []
+    for side in (golden, test):
+        (token_dir,) = [p for p in device_dir(side).iterdir() if p.name == "0"]
+        odd.append(token_dir.rename(token_dir.with_name("9" * 250)))
+    report = _report(golden, test, capsys, "--token", "3")
+    assert all(
+        any(e.startswith(f"{folder}: a folder named with 250 digits") for e in _errors(report))
+        for folder in odd
+    )
+    assert report["first_failing_op"]["golden"] == FAULT_OP
+
+
 # --- JSON nested past the parser ------------------------------------------------------------------
 
 
 def test_a_deep_model_tree_is_named_and_rebuilt(demo_pair, tmp_path: Path, capsys) -> None:
     golden, test, device = _copy(demo_pair, tmp_path)
     (device / "model_tree.json").write_text(DEEP)
-    report = _report(golden, test, capsys, "--token", "3")
+    _, report, _ = _report_process(golden, test)  # its own process, bounded: a loop would never end
+    assert report is not None
     named = [
         e for e in _errors(report) if e.startswith(f"{device / 'model_tree.json'}: unreadable module tree")
     ]
@@ -119,6 +137,19 @@ def test_a_deep_topology_is_named(atb_pair, tmp_path: Path, capsys) -> None:
     report = _report(golden, test, capsys)
     named = [e for e in _errors(report) if e.startswith(f"{topology}: unreadable model topology")]
     assert named and "nested" in named[0], _errors(report)
+    assert report["first_failing_op"]["golden"] == FAULT_OP
+
+
+@pytest.mark.parametrize("nodes", [5, {"opName": "x_0"}, "abc"])
+def test_a_topology_whose_nodes_are_no_list_is_named(atb_pair, tmp_path: Path, capsys, nodes) -> None:
+    golden, test, _ = _atb_copy(atb_pair, tmp_path)
+    (topology,) = test.glob("model/*/*.json")
+    raw = json.loads(topology.read_text())
+    raw["nodes"] = nodes
+    topology.write_text(json.dumps(raw))
+    report = _report(golden, test, capsys)
+    named = [e for e in _errors(report) if e.startswith(f"{topology}: unreadable model topology")]
+    assert named and "not a list" in named[0], _errors(report)
     assert report["first_failing_op"]["golden"] == FAULT_OP
 
 
@@ -187,6 +218,42 @@ def test_a_tensor_shape_that_is_not_integers_is_named(model_case, tmp_path: Path
     report = _report(golden, test, capsys)
     assert f"{dump_json}: output.0: shape ['x', 2] is not a list of integers; skipped" in _errors(report)
     assert report["first_failing_token"] == 2
+
+
+def test_a_data_name_with_a_nul_byte_is_named_and_its_statistics_compared(
+    model_case, tmp_path: Path, capsys
+) -> None:
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
+    dump_json = rank / "dump.json"
+    dump = json.loads(dump_json.read_text())
+    output = dump["data"]["Functional.linear.0.forward"]["output"][0]
+    output["data_name"] = "Functional.linear.0.forward.output.0\u0000.pt"
+    dump_json.write_text(json.dumps(dump))
+    report = _report(golden, test, capsys)
+    assert report["exit"] == 1  # the fault's verdict, not a traceback's exit
+    named = [e for e in _errors(report) if e.startswith(f"{dump_json}: output.0: data_name ")]
+    assert named and "NUL byte" in named[0], _errors(report)
+    assert report["first_failing_token"] == 2
+
+
+def test_keyword_arguments_nested_past_the_recursion_limit_are_not_read(
+    model_case, tmp_path: Path, capsys
+) -> None:
+    """Every linear record of the test given a keyword argument of lists 900 deep (JSON reads it;
+    a recursive walk of it would not): the culprit is still replayed and named."""
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
+    dump_json = rank / "dump.json"
+    dump = json.loads(dump_json.read_text())
+    deep: list = []
+    for _ in range(900):
+        deep = [deep]
+    for name, record in dump["data"].items():
+        if name.startswith("Functional.linear."):
+            record["input_kwargs"] = {"deep": deep}
+    dump_json.write_text(json.dumps(dump))
+    report = _report(golden, test, capsys)
+    assert report["exit"] == 1 and report["first_failing_token"] == 2
+    assert report["first_failing_op"]["label"] == "local"
 
 
 # --- .bin headers and .npy headers ----------------------------------------------------------------
@@ -389,4 +456,25 @@ def test_an_unlisted_module_of_a_later_token_is_compared_or_listed(
         assert EXTRA in {row["golden_node"] for row in cmp.verdicts.token(3).rows}  # compared
     else:
         assert ("node", sides[0], 3, EXTRA) in unmatched
+    assert report["first_failing_op"]["golden"] == FAULT_OP
+
+
+@pytest.mark.parametrize("how", ["a child named like its parent", "a subtree listed twice"])
+def test_a_model_tree_naming_a_module_twice_is_named_and_rebuilt(demo_pair, tmp_path: Path, how: str) -> None:
+    """A module named twice in model_tree.json (as its own child: a loop a walk never leaves; or one
+    subtree under two parents) is named, the tree rebuilt from the folders, the fault still found."""
+    golden, test, device = _copy(demo_pair, tmp_path)
+    tree = json.loads((device / "model_tree.json").read_text())
+    module = tree["children"][0]
+    if how == "a child named like its parent":
+        module.setdefault("children", []).append({"name": module["name"], "type": "Loop", "children": []})
+    else:
+        tree["children"].append(json.loads(json.dumps(module)))
+    (device / "model_tree.json").write_text(json.dumps(tree))
+    _, report, _ = _report_process(golden, test)  # its own process, bounded: a loop would never end
+    assert report is not None
+    named = [
+        e for e in _errors(report) if e.startswith(f"{device / 'model_tree.json'}: unreadable module tree")
+    ]
+    assert named and "listed twice" in named[0], _errors(report)
     assert report["first_failing_op"]["golden"] == FAULT_OP

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -119,6 +120,23 @@ def test_custom_templates_fill_placeholders_as_whole_arguments() -> None:
     assert plan.argv == ("dumper", "--token=3", "--ids", "3_3_3", str(FOLDER / "dump"))
     with pytest.raises(RedumpError, match="unknown placeholder 'tokn'"):
         build_plan(_atb(), SideSettings("custom", command=("x", "{tokn}")), FOLDER)
+
+
+@pytest.mark.parametrize(
+    ("item", "said"),
+    [
+        ("{token.nosuchattr}", "unknown placeholder 'token.nosuchattr'"),
+        ("{token[0]}", "unknown placeholder 'token[0]'"),
+        ("{token:>999999999999}", "takes no format spec"),
+        ("{token!r}", "takes no format spec or conversion"),
+        ("{token", "expected '}'"),
+    ],
+)
+def test_a_template_placeholder_is_a_name_alone(item: str, said: str) -> None:
+    """Attribute and index access, format specs (a width of 10^12 builds that argument) and
+    conversions are refused by name before anything is formatted."""
+    with pytest.raises(RedumpError, match=re.escape(said)):
+        build_plan(_atb(), SideSettings("custom", command=("x", item)), FOLDER)
 
 
 def test_a_shell_template_never_gets_dump_contents_interpolated() -> None:

@@ -144,3 +144,23 @@ def read_ahead(file: Path | int, offset: int, length: int) -> None:
         read_ahead(fd, offset, length)
     finally:
         os.close(fd)
+
+
+# a folder numbered as dumpers number tokens and executions: ASCII digits (``²`` is a digit to
+# str.isdigit and not to int), at most 18 of them (a 250-digit "token" fits no 64-bit column)
+_NUMBER_NAME = 18
+
+
+def numbered(name: str) -> int | None:
+    """The number a token or execution folder's name is, or None where it is none."""
+    if name.isascii() and name.isdigit() and len(name) <= _NUMBER_NAME:
+        return int(name)
+    return None
+
+
+def number_problem(name: str) -> str | None:
+    """Why a folder named with digits is no token folder (too many of them), for the user; None for
+    a name that is a number, or no number at all (not a token folder, said nothing of)."""
+    if name.isascii() and name.isdigit() and len(name) > _NUMBER_NAME:
+        return f"a folder named with {len(name)} digits is no token folder; skipped"
+    return None

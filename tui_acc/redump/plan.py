@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import string
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -277,13 +278,22 @@ def _custom_argv(settings: SideSettings, values: dict[str, str]) -> list[str]:
     if not command:
         raise RedumpError('dumper = "custom" needs a command')
     argv = []
+    known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
     for item in command:
         try:
-            argv.append(item.format_map(_Strict(values)))
-        except (KeyError, ValueError, IndexError) as exc:
-            known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
-            problem = f"redump command item {item!r}: unknown placeholder {exc}; known: {known}"
-            raise RedumpError(problem) from exc
+            fields = list(string.Formatter().parse(item))
+        except ValueError as exc:  # a lone "{" or "}"
+            raise RedumpError(f"redump command item {item!r}: {exc}; known placeholders: {known}") from exc
+        for _, name, spec, conversion in fields:
+            # a placeholder is a name alone: no attribute or index ({token.x}), no format spec
+            # ({token:>999999999} would build a gigabyte argument), no conversion
+            if name is not None and name not in PLACEHOLDERS:
+                problem = f"unknown placeholder {name[:60]!r}"
+                raise RedumpError(f"redump command item {item[:80]!r}: {problem}; known: {known}")
+            if name is not None and (spec or conversion):
+                problem = f"{{{name}}} takes no format spec or conversion"
+                raise RedumpError(f"redump command item {item[:80]!r}: {problem}; known: {known}")
+        argv.append(item.format_map(_Strict(values)))
     return argv
 
 

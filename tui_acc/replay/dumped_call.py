@@ -29,6 +29,7 @@ _KEYWORD = re.compile(r"^input\.([A-Za-z_]\w*)$")
 _LISTED = re.compile(r"^input\.(\d+|[A-Za-z_]\w*)\.(\d+)$")
 _PARAMETER = re.compile(r"^parameters\.(\w+)$")
 _FIRST_OUTPUTS = ("output.0", "output", "output_0", "outtensor0")
+_LIST_DEPTH = 32  # nested argument lists read (a forged record nests them past the recursion limit)
 _OP_PARAMS = "op_param.json"  # ATB: beside before/ and after/ (Probe::SaveParam; docs/formats.md §2.2)
 
 
@@ -327,10 +328,11 @@ def _is_tensor(arg: Any) -> bool:
     return isinstance(arg, dict) and arg.get("type") == "torch.Tensor"
 
 
-def scalar_of(arg: Any) -> Any:
-    """A dump.json argument entry as a Python value (lists element by element; tensors as None)."""
+def scalar_of(arg: Any, depth: int = 0) -> Any:
+    """A dump.json argument entry as a Python value (lists element by element, to 32 levels: a
+    deeper one is no argument a reference reads, None; tensors as None)."""
     if isinstance(arg, list):
-        return [scalar_of(item) for item in arg]
+        return [scalar_of(item, depth + 1) for item in arg] if depth < _LIST_DEPTH else None
     if isinstance(arg, dict):
         if _is_tensor(arg):
             return None

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from tui_acc.dumps.atb.executions import Topology, token_folders, tokens_of_folder, tokens_walked_lazily
-from tui_acc.dumps.fs import folder_problem, names_a_file, subdir_names, subdirs
+from tui_acc.dumps.fs import folder_problem, names_a_file, number_problem, numbered, subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -86,12 +86,15 @@ def read(
     folders = {}
     blocked = []  # token folders that cannot be listed: named, their tokens left to the other side
     for name, folder in subdir_names(str(device_dir)):
-        if name.isdigit() and (only_dir is None or int(name) == only_dir):
+        number = numbered(name)
+        if number is None and (too_long := number_problem(name)) is not None:
+            blocked.append(Problem(folder, too_long))
+        if number is not None and (only_dir is None or number == only_dir):
             message = folder_problem(folder, f"folder {name}'s tokens are not compared")
             if message:
                 blocked.append(Problem(folder, message))
             else:
-                folders[int(name)] = folder
+                folders[number] = folder
     problems += blocked
     if not folders:
         unlisted = folder_problem(device_dir, "not read")
@@ -196,7 +199,10 @@ def _read_topology(model_dir: Path, policy: LoadPolicy) -> tuple[Topology, list[
             # msit parses NaN/Infinity constants as null; so do we
             raw = policy.read_json(file, parse_constant=lambda _c: None)
             nodes = raw.get("nodes") or []
-            suffix = str(nodes[0].get("opName", "0")).rsplit("_", 1)[-1] if nodes else "0"
+            if not isinstance(nodes, list):
+                raise ValueError(f'"nodes" is a {type(nodes).__name__}, not a list')
+            first = nodes[0] if nodes and isinstance(nodes[0], dict) else {}
+            suffix = str(first.get("opName", "0")).rsplit("_", 1)[-1]
             models.append(
                 (
                     str(raw.get("modelName", file.stem)),

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 from tui_acc.dumps.data_flow_order import order_by_data_flow
-from tui_acc.dumps.fs import folder_problem, names_a_file, subdir_names, subdirs
+from tui_acc.dumps.fs import folder_problem, names_a_file, number_problem, numbered, subdir_names, subdirs
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -61,12 +61,15 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     problems: list[Problem] = []
     folders = {}
     for name, folder in subdir_names(str(data_dir)):
-        if name.isdigit() and (only_token is None or int(name) == only_token):
+        number = numbered(name)
+        if number is None and (too_long := number_problem(name)) is not None:
+            problems.append(Problem(folder, too_long))
+        if number is not None and (only_token is None or number == only_token):
             blocked = folder_problem(folder, f"token {name} is not compared")
             if blocked:  # named, and the token left to the other side alone, not taken for empty
                 problems.append(Problem(folder, blocked))
             else:
-                folders[int(name)] = folder
+                folders[number] = folder
     # Only the first token with files is listed now: it tells the tree, the order and the kind of
     # dump; every other token is listed when it is first compared or opened (LazyMapping).
     sample: dict[int, dict[str, list[TensorRef]]] = {}
@@ -285,6 +288,8 @@ def _tree_from_json(raw: object) -> NodeTree:
     while stack:
         item, parent, depth = stack.pop()
         name = str(item["name"])
+        if name in nodes:  # a child named like its parent (a loop) or a subtree listed twice
+            raise ValueError(f"{name!r} is listed twice")
         nodes[name] = Node(name, str(item.get("type", "?")), parent, depth)
         if parent is not None:
             nodes[parent].children.append(name)

@@ -143,6 +143,12 @@ class RefBuilder:
             self.problems.append(Problem(str(self.dump_json), message))
             return
         data_name = arg.get("data_name")
+        if data_name and "\x00" in str(data_name):  # no file is named so: the OS refuses the name
+            message = (
+                f"{slot}: data_name {str(data_name)[:80]!r} holds a NUL byte; compared by its statistics"
+            )
+            self.problems.append(Problem(str(self.dump_json), message))
+            data_name = None
         if data_name and self._tensor_dir_readable():
             path = self.tensor_dir / str(data_name)
             if names_a_file(path):  # a FIFO too: its reader names it
