@@ -96,6 +96,16 @@ def test_int4_is_two_per_byte_low_nibble_first(tmp_path: Path) -> None:
     assert load_tensor(path, ANYWHERE).tolist() == values
 
 
+def test_an_int4_bin_whose_dims_overflow_any_float_is_refused_by_name(tmp_path: Path) -> None:
+    """dims=10^400 on a packed 4-bit type: its size is counted in integers (a float overflows) and
+    found not to be the file's."""
+    path = write_bin(tmp_path / "i4.bin", torch.zeros(5, dtype=torch.int8), dtype_code=29, payload=bytes(3))
+    raw = path.read_bytes()
+    path.write_bytes(raw.replace(b"dims=5\n", b"dims=1" + b"0" * 400 + b"\n", 1))
+    with pytest.raises(TensorLoadError, match=r"i4\.bin"):
+        load_tensor(path, ANYWHERE)
+
+
 def test_fp4_e2m1_decodes_the_ocp_table(tmp_path: Path) -> None:
     codes = [0b0001, 0b1011, 0b0111, 0b1000]  # 0.5, -1.5, 6.0, -0.0
     packed = bytes([codes[0] | codes[1] << 4, codes[2] | codes[3] << 4])

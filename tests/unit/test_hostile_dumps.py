@@ -115,6 +115,21 @@ def test_a_token_folder_named_with_250_digits_is_named_and_the_rest_compared(
     assert report["first_failing_op"]["golden"] == FAULT_OP
 
 
+def test_a_module_folder_named_in_another_encoding_is_named_and_the_rest_compared(
+    demo_pair, tmp_path: Path, capsys
+) -> None:
+    """A module folder whose name is not UTF-8 (Latin-1 bytes), on both sides: named (shown with
+    U+FFFD for the bytes), skipped, the report made and the fault still found."""
+    golden, test, _ = _copy(demo_pair, tmp_path)
+    for side in (golden, test):
+        token = device_dir(side) / "3"
+        module = next(p for p in sorted(token.iterdir()) if p.name.endswith("lm_head"))
+        os.rename(os.fsencode(module), os.fsencode(module) + b"_caf\xe9")  # noqa: PTH104 (a bytes name)
+    report = _report(golden, test, capsys, "--token", "3")
+    assert any("lm_head_caf\ufffd: its name is not UTF-8" in e for e in _errors(report)), _errors(report)
+    assert report["first_failing_op"]["golden"] == FAULT_OP
+
+
 # --- JSON nested past the parser ------------------------------------------------------------------
 
 
@@ -150,6 +165,35 @@ def test_a_topology_whose_nodes_are_no_list_is_named(atb_pair, tmp_path: Path, c
     report = _report(golden, test, capsys)
     named = [e for e in _errors(report) if e.startswith(f"{topology}: unreadable model topology")]
     assert named and "not a list" in named[0], _errors(report)
+    assert report["first_failing_op"]["golden"] == FAULT_OP
+
+
+def test_operations_nested_past_the_recursion_limit_are_walked(atb_pair, tmp_path: Path, capsys) -> None:
+    """1,100 operation folders each inside the last (made through directory descriptors: their path
+    outgrows PATH_MAX): no RecursionError, the fault still found."""
+    golden, test, device = _atb_copy(atb_pair, tmp_path)
+    token = min((p for p in device.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    (first,) = sorted(p for p in token.iterdir() if p.is_dir())[:1]
+    fd = os.open(first, os.O_RDONLY)
+    try:
+        for _ in range(1_100):
+            os.mkdir("0_N", dir_fd=fd)
+            inner = os.open("0_N", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+    try:
+        report = _report(golden, test, capsys)
+    finally:  # unnested a level at a time: pytest's recursive cleanup would stop at the recursion limit
+        top = first / "0_N"
+        while top.exists():
+            inner = top / "0_N"
+            if inner.exists():
+                inner.rename(first / "0_N.next")
+            top.rmdir()
+            if (first / "0_N.next").exists():
+                (first / "0_N.next").rename(top)
     assert report["first_failing_op"]["golden"] == FAULT_OP
 
 

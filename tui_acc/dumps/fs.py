@@ -164,3 +164,23 @@ def number_problem(name: str) -> str | None:
     if name.isascii() and name.isdigit() and len(name) > _NUMBER_NAME:
         return f"a folder named with {len(name)} digits is no token folder; skipped"
     return None
+
+
+def not_utf8(name: str) -> bool:
+    """Whether a file or folder name is not UTF-8 (Python keeps its bytes as surrogates, which no
+    frame, JSON reader or terminal takes): such an entry is named and skipped."""
+    if name.isascii():
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def shown(path: str) -> str:
+    """``path`` as it can be printed: bytes that are not UTF-8 as U+FFFD."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+NOT_UTF8 = "its name is not UTF-8 (another encoding's bytes); not compared"

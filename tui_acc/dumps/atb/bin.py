@@ -140,7 +140,10 @@ class BinHeader:
             KeyError: the dtype is not one ``ACL_DTYPES`` decodes (``load_bin`` refuses those first).
         """
         size = ACL_DTYPES[self.dtype_code][1]
-        return int(np.ceil(self.numel * size))
+        if size >= 1:
+            return self.numel * int(size)
+        per_byte = round(1 / size)  # integers only: a forged dims of 10^400 overflows any float
+        return -(-self.numel // per_byte)
 
 
 def read_header(path: Path) -> BinHeader:

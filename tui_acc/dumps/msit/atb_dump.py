@@ -23,7 +23,17 @@ import re
 from pathlib import Path
 
 from tui_acc.dumps.atb.executions import Topology, token_folders, tokens_of_folder, tokens_walked_lazily
-from tui_acc.dumps.fs import folder_problem, names_a_file, number_problem, numbered, subdir_names, subdirs
+from tui_acc.dumps.fs import (
+    NOT_UTF8,
+    folder_problem,
+    names_a_file,
+    not_utf8,
+    number_problem,
+    numbered,
+    shown,
+    subdir_names,
+    subdirs,
+)
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -227,27 +237,36 @@ def _walk(
     nodes: dict[str, list[TensorRef]],
 ) -> list[Problem]:
     """The operations below ``folder`` added to ``tree`` and their tensors to ``nodes``; returns the
-    folders and files that could not be read."""
+    folders and files that could not be read. Iterative: operations nested a thousand deep (a forged
+    dump) are walked without recursion."""
     problems: list[Problem] = []
-    children = []
-    for sub in subdirs(folder):
-        match = _NODE_DIR.match(sub.name)
-        if not match:
-            continue
-        blocked = folder_problem(sub, "this operation and those inside it are not compared")
-        if blocked:
-            problems.append(Problem(str(sub), blocked))
-        else:
-            children.append((int(match.group(1)), match.group(2), sub))
-    for _, op_type, sub in sorted(children):
-        name = f"{prefix}{sub.name}"
-        if name not in tree.nodes:
-            depth = tree.nodes[parent].depth + 1
-            tree.nodes[name] = Node(name, op_type, parent, depth)
-            _insert_child(tree, parent, name)
-        nodes[name], unread = _tensors(sub)
-        problems += unread
-        problems += _walk(sub, f"{name}/", name, tree, nodes)
+    pending = [(folder, prefix, parent)]
+    while pending:
+        here, here_prefix, here_parent = pending.pop()
+        children = []
+        for sub in subdirs(here):
+            match = _NODE_DIR.match(sub.name)
+            if not match:
+                continue
+            if not_utf8(sub.name):
+                problems.append(Problem(shown(str(sub)), NOT_UTF8))
+                continue
+            blocked = folder_problem(sub, "this operation and those inside it are not compared")
+            if blocked:
+                problems.append(Problem(str(sub), blocked))
+            else:
+                children.append((int(match.group(1)), match.group(2), sub))
+        below = []
+        for _, op_type, sub in sorted(children):
+            name = f"{here_prefix}{sub.name}"
+            if name not in tree.nodes:
+                depth = tree.nodes[here_parent].depth + 1
+                tree.nodes[name] = Node(name, op_type, here_parent, depth)
+                _insert_child(tree, here_parent, name)
+            nodes[name], unread = _tensors(sub)
+            problems += unread
+            below.append((sub, f"{name}/", name))
+        pending.extend(reversed(below))  # depth first, in order, as the recursive walk went
     return problems
 
 
@@ -265,8 +284,12 @@ def _tensors(node_dir: Path) -> tuple[list[TensorRef], list[Problem]]:
     before = {}
     for when in ("before", "after"):
         part = node_dir / when
-        if not part.is_dir():
-            continue
+        try:
+            if not part.is_dir():
+                continue
+        except OSError as exc:  # a path past PATH_MAX (operations nested a thousand deep)
+            problems.append(Problem(str(node_dir), f"cannot be read ({exc.strerror or exc}); not compared"))
+            break
         try:
             with os.scandir(part) as scanned:
                 entries = list(scanned)

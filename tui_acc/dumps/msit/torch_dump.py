@@ -18,7 +18,17 @@ import re
 from pathlib import Path
 
 from tui_acc.dumps.data_flow_order import order_by_data_flow
-from tui_acc.dumps.fs import folder_problem, names_a_file, number_problem, numbered, subdir_names, subdirs
+from tui_acc.dumps.fs import (
+    NOT_UTF8,
+    folder_problem,
+    names_a_file,
+    not_utf8,
+    number_problem,
+    numbered,
+    shown,
+    subdir_names,
+    subdirs,
+)
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -179,6 +189,9 @@ def _index_token(folder: str, policy: LoadPolicy) -> tuple[dict[str, list[Tensor
     nodes: dict[str, list[TensorRef]] = {}
     problems: list[Problem] = []
     for name, node_dir in subdir_names(folder):
+        if not_utf8(name):
+            problems.append(Problem(shown(node_dir), NOT_UTF8))
+            continue
         nodes[name], unread = _index_node(node_dir, policy)
         problems += unread
     return nodes, problems
