@@ -87,3 +87,35 @@ def test_a_damaged_cached_row_is_dropped_and_recomputed(demo_pair, tmp_path: Pat
     third = open_comparison(golden, test)
     third.engine.tensors_frame(3)
     assert third.engine.computed == 0 and third.engine.cache.problem is None  # type: ignore[union-attr]
+
+
+def test_a_planted_database_link_is_never_written_through(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rows.sqlite3 planted as a symlink to a file outside the cache: SQLite would write there. The
+    cache is not used (said), the file the link leads to is untouched, the verdict is the same."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine", encoding="utf-8")
+    (cache / "rows.sqlite3").symlink_to(outside)
+    monkeypatch.setenv("TUI_ACC_CACHE_DIR", str(cache))
+    golden, test, _ = _copy(demo_pair, tmp_path)
+    assert _first_failing_op(golden, test) == FAULT_OP
+    cmp = open_comparison(golden, test)
+    cmp.engine.tensors_frame(3)
+    cmp.engine.flush()
+    assert outside.read_text(encoding="utf-8") == "mine"
+    assert "not a regular file (a symbolic link)" in str(cmp.engine.cache.problem)  # type: ignore[union-attr]
+
+
+def test_a_cache_folder_others_may_write_becomes_the_users_alone(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(0o777)
+    monkeypatch.setenv("TUI_ACC_CACHE_DIR", str(cache))
+    golden, test, _ = _copy(demo_pair, tmp_path)
+    assert _first_failing_op(golden, test) == FAULT_OP
+    assert cache.stat().st_mode & 0o077 == 0 and (cache / "rows.sqlite3").is_file()

@@ -66,6 +66,7 @@ _KINDS = (
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
     (stat.S_ISDIR, "a folder"),
+    (stat.S_ISLNK, "a symbolic link"),  # from lstat: what a check that follows no link meets
 )
 
 

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -28,6 +29,7 @@ from typing import Any
 
 import polars as pl
 
+from tui_acc.dumps.fs import file_kind
 from tui_acc.dumps.model import TensorRef
 from tui_acc.metrics.schema import ANOMALY_COLUMNS, NOISE_COLUMNS, TENSOR_SCHEMA
 
@@ -134,6 +136,39 @@ def _parsed(data: object) -> dict[str, Any] | None:
     return row
 
 
+class UnsafeCache(OSError):
+    """A cache location SQLite must not open: the message says why (the cache is then not used)."""
+
+
+# the database and the files SQLite keeps beside it
+_DATABASE_FILES = ("", "-wal", "-shm", "-journal")
+
+
+def _check_location(path: Path) -> None:
+    """The database only in a folder of the user's own, made 0700, and only as regular files of the
+    user's: SQLite follows a planted symlink and writes where it leads (UnsafeCache otherwise)."""
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not hasattr(os, "getuid"):  # no owners to check (not POSIX)
+        return
+    found = folder.stat()
+    if found.st_uid != os.getuid():
+        raise UnsafeCache(f"{folder} is not yours (owner uid {found.st_uid}); the cache is not used there")
+    if found.st_mode & 0o077:  # others could plant files in it: the folder becomes the user's alone
+        folder.chmod(stat.S_IMODE(found.st_mode) & 0o700)
+    for suffix in _DATABASE_FILES:
+        file = folder / f"{path.name}{suffix}"
+        try:
+            entry = file.lstat()
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(entry.st_mode):
+            kind = file_kind(entry.st_mode)
+            raise UnsafeCache(f"{file} is not a regular file ({kind}); the cache is not used")
+        if entry.st_uid != os.getuid():
+            raise UnsafeCache(f"{file} is not yours (owner uid {entry.st_uid}); the cache is not used")
+
+
 class RowCache:
     """The cached rows of one golden/test pair of dumps."""
 
@@ -228,7 +263,7 @@ class RowCache:
         avoidance, and WAL's stale snapshot), while an immediate one waits its turn through the busy
         timeout. Creating the database and switching it to WAL can still be refused at once when two
         processes do it together; that first step is retried until ``_BUSY_SECONDS`` have passed."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _check_location(self.path)
         db = sqlite3.connect(self.path, timeout=_BUSY_SECONDS, isolation_level=None)
         try:
             _retry_while_busy(lambda: _prepare(db))
