@@ -31,6 +31,7 @@ import polars as pl
 
 from tui_acc.dumps.fs import file_kind
 from tui_acc.dumps.model import TensorRef
+from tui_acc.errors import TuiAccError
 from tui_acc.metrics.schema import ANOMALY_COLUMNS, NOISE_COLUMNS, TENSOR_SCHEMA
 
 # Bump when the kernels change what they compute: old rows are then simply not found.
@@ -136,7 +137,7 @@ def _parsed(data: object) -> dict[str, Any] | None:
     return row
 
 
-class UnsafeCache(OSError):
+class UnsafeCache(TuiAccError, OSError):
     """A cache location SQLite must not open: the message says why (the cache is then not used)."""
 
 
