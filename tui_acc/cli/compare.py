@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -61,8 +60,6 @@ def prepared(args: argparse.Namespace) -> tuple[Settings, Thresholds, RedumpSett
     """The config files, the thresholds and the re-dump settings in force, once a forced kernel is
     known to be there (ConfigError, SettingsError: a bad config)."""
     settings = Settings.load(args.config)
-    for note in settings.config.notes:
-        print(f"tui-acc: note: {note}", file=sys.stderr)
     thresholds, redump = settings.thresholds(args), settings.redump()
     _check_forced_kernel()
     return settings, thresholds, redump

@@ -4,6 +4,7 @@ command asks for them, each error naming the files it came from."""
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,8 +28,11 @@ class Settings:
 
     @classmethod
     def load(cls, explicit: Path | None) -> Settings:
-        """The config files, ``explicit`` last (ConfigError: one cannot be read or is malformed)."""
+        """The config files, ``explicit`` last (ConfigError: one cannot be read or is malformed); what
+        was read and left unused (a ./tui-acc.toml's [replay]) said on stderr, once per command."""
         config = load_config(explicit)
+        for note in config.notes:
+            print(f"tui-acc: note: {note}", file=sys.stderr)
         return cls(config, config.source)
 
     def table(self, name: str) -> Any:
