@@ -159,12 +159,19 @@ def numbered(name: str) -> int | None:
     return None
 
 
-def number_problem(name: str) -> str | None:
-    """Why a folder named with digits is no token folder (too many of them), for the user; None for
-    a name that is a number, or no number at all (not a token folder, said nothing of)."""
-    if name.isascii() and name.isdigit() and len(name) > _NUMBER_NAME:
-        return f"a folder named with {len(name)} digits is no token folder; skipped"
-    return None
+def numbered_subdirs(path: str) -> tuple[list[tuple[int, str, str]], list[tuple[str, str]]]:
+    """The folders in ``path`` named by a number, as (number, name, path); and those named with
+    more digits than a number may have, as (path, why), for the reader to name (others, not
+    numbered at all, are no token folders and said nothing of)."""
+    found: list[tuple[int, str, str]] = []
+    skipped: list[tuple[str, str]] = []
+    for name, folder in subdir_names(path):
+        number = numbered(name)
+        if number is not None:
+            found.append((number, name, folder))
+        elif name.isascii() and name.isdigit():
+            skipped.append((folder, f"a folder named with {len(name)} digits is no token folder; skipped"))
+    return found, skipped
 
 
 def not_utf8(name: str) -> bool:

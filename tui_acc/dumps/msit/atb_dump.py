@@ -28,10 +28,8 @@ from tui_acc.dumps.fs import (
     folder_problem,
     names_a_file,
     not_utf8,
-    number_problem,
-    numbered,
+    numbered_subdirs,
     shown,
-    subdir_names,
     subdirs,
 )
 from tui_acc.dumps.model import (
@@ -95,11 +93,10 @@ def read(
     tree = NodeTree(root=root_name, nodes={root_name: Node(root_name, "model", None, 0)})
     folders = {}
     blocked = []  # token folders that cannot be listed: named, their tokens left to the other side
-    for name, folder in subdir_names(str(device_dir)):
-        number = numbered(name)
-        if number is None and (too_long := number_problem(name)) is not None:
-            blocked.append(Problem(folder, too_long))
-        if number is not None and (only_dir is None or number == only_dir):
+    found, skipped = numbered_subdirs(str(device_dir))
+    blocked += [Problem(folder, why) for folder, why in skipped]
+    for number, name, folder in found:
+        if only_dir is None or number == only_dir:
             message = folder_problem(folder, f"folder {name}'s tokens are not compared")
             if message:
                 blocked.append(Problem(folder, message))

@@ -23,8 +23,7 @@ from tui_acc.dumps.fs import (
     folder_problem,
     names_a_file,
     not_utf8,
-    number_problem,
-    numbered,
+    numbered_subdirs,
     shown,
     subdir_names,
     subdirs,
@@ -70,11 +69,10 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     policy = LoadPolicy.for_dump(path, follow_links)
     problems: list[Problem] = []
     folders = {}
-    for name, folder in subdir_names(str(data_dir)):
-        number = numbered(name)
-        if number is None and (too_long := number_problem(name)) is not None:
-            problems.append(Problem(folder, too_long))
-        if number is not None and (only_token is None or number == only_token):
+    found, skipped = numbered_subdirs(str(data_dir))
+    problems += [Problem(folder, why) for folder, why in skipped]
+    for number, name, folder in found:
+        if only_token is None or number == only_token:
             blocked = folder_problem(folder, f"token {name} is not compared")
             if blocked:  # named, and the token left to the other side alone, not taken for empty
                 problems.append(Problem(folder, blocked))
