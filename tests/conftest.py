@@ -207,6 +207,16 @@ def device_dir(root: Path) -> Path:
     return found
 
 
+def local_operators(comparison) -> list[tuple[int, str, str]]:  # type: ignore[no-untyped-def]
+    """(token, golden node, test node) of every operator the verdicts label local, at every token."""
+    return [
+        (token, row["golden_node"], row["test_node"])
+        for token in comparison.pairing.tokens
+        for row in comparison.verdicts.token(token).rows
+        if row["label"] == "local"
+    ]
+
+
 def copy_without_weights(demo_pair, out: Path) -> tuple[Path, Path]:
     """The demo pair copied to ``out`` without its ``weights/``: what msit writes by default
     (``dump_weight=False``, docs/formats.md §1.4)."""

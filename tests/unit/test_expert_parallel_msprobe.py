@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import local_operators
 from tests.unit.ranks_dumps import case_of, rank_folder
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps.policy import LoadPolicy
@@ -93,15 +94,6 @@ def test_msprobe_recorded_the_faulty_expert_as_it_went(ep) -> None:
     assert not np.allclose(wrong_out, clean_out, rtol=2**-8, atol=0)
 
 
-def _local(comparison) -> list[tuple[int, str, str]]:
-    return [
-        (token, row["golden_node"], row["test_node"])
-        for token in comparison.pairing.tokens
-        for row in comparison.verdicts.token(token).rows
-        if row["label"] == "local"
-    ]
-
-
 def _construct(folder: Path) -> dict:
     return json.loads((folder / "construct.json").read_text(encoding="utf-8"))
 
@@ -110,7 +102,7 @@ def _nothing_local(folder: Path, world: int):
     """The clean run against the golden: no local operator at any token, none reported, and the
     first lines say how the test was split; the comparison, for more."""
     comparison = open_comparison(folder / "golden", folder / "clean", CompareOptions(cache=False))
-    assert _local(comparison) == []
+    assert local_operators(comparison) == []
     report = build_report(comparison, all_tokens=True)
     assert f"expert-parallel, {world} ranks, gathered" in report.text().splitlines()[2]
     assert report.body()["first_failing_op"] is None
@@ -129,7 +121,7 @@ def _the_faulty_expert_named(folder: Path, world: int, gather: bool = False) -> 
     first_lines = report.text().splitlines()[2]
     assert f"expert-parallel, {world} ranks, gathered" in first_lines
     assert "tensor-parallel" not in first_lines
-    [(token, golden_node, test_node)] = _local(comparison)
+    [(token, golden_node, test_node)] = local_operators(comparison)
     assert token == fault["token"]
     module = f"Module.{fault['linear_module']}.Linear.forward.{fault['call']}"
     assert _construct(folder / "golden" / "step0" / _golden_proc(folder))[golden_node] == module
@@ -303,6 +295,6 @@ def test_one_rank_s_wrong_shared_expert_is_the_one_local_operator(ep3rr) -> None
     comparison = open_comparison(ep3rr / "golden", ep3rr / "shared", CompareOptions(cache=False))
     report = build_report(comparison, all_tokens=True)
     assert "expert-parallel, 3 ranks, gathered" in report.text().splitlines()[2]
-    [(token, golden_node, _)] = _local(comparison)
+    [(token, golden_node, _)] = local_operators(comparison)
     assert token == fault["token"]
     assert _construct(ep3rr / "golden" / "step0" / _golden_proc(ep3rr))[golden_node] == module

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import local_operators
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps import open_dump
 from tui_acc.dumps.policy import LoadPolicy
@@ -55,15 +56,6 @@ def llama(torchair_case) -> Path:
 
 def _case(folder: Path) -> dict:
     return json.loads((folder / "case.json").read_text(encoding="utf-8"))
-
-
-def _local(comparison) -> list[tuple[int, str, str]]:
-    return [
-        (token, row["golden_node"], row["test_node"])
-        for token in comparison.pairing.tokens
-        for row in comparison.verdicts.token(token).rows
-        if row["label"] == "local"
-    ]
 
 
 def test_graph_text_gives_each_op_its_fx_node_inputs_and_module(tmp_path: Path) -> None:
@@ -146,7 +138,7 @@ def test_the_faulty_matmul_is_the_one_local_operator(llama: Path) -> None:
     operator over every token; the report names both."""
     case = _case(llama)
     comparison = open_comparison(llama / "fx", llama / "ge-fault", CompareOptions(cache=False))
-    assert _local(comparison) == [(case["token"], case["fx_node"], case["ge_op"])]
+    assert local_operators(comparison) == [(case["token"], case["fx_node"], case["ge_op"])]
     report = build_report(comparison)
     op = report.body()["first_failing_op"]
     assert (op["token"], op["golden"], op["test"], op["label"]) == (
@@ -160,7 +152,7 @@ def test_the_faulty_matmul_is_the_one_local_operator(llama: Path) -> None:
 
 def test_the_clean_ge_dump_labels_nothing_local(llama: Path) -> None:
     comparison = open_comparison(llama / "fx", llama / "ge-clean", CompareOptions(cache=False))
-    assert _local(comparison) == []
+    assert local_operators(comparison) == []
     assert build_report(comparison, all_tokens=True).body()["first_failing_op"] is None
 
 
@@ -192,7 +184,7 @@ def test_graphs_pair_by_content_not_by_name(llama: Path, tmp_path: Path) -> None
     case = _case(llama)
     comparison = open_comparison(fx, llama / "ge-fault", CompareOptions(cache=False))
     fx_node = case["fx_node"].replace("graph_2/", "graph_1/")
-    assert _local(comparison) == [(case["token"], fx_node, case["ge_op"])]
+    assert local_operators(comparison) == [(case["token"], fx_node, case["ge_op"])]
 
 
 def test_hashed_file_names_are_read_through_mapping_csv(llama: Path, tmp_path: Path) -> None:
@@ -208,7 +200,7 @@ def test_hashed_file_names_are_read_through_mapping_csv(llama: Path, tmp_path: P
     original.rename(folder / "1234567890")
     (folder / "mapping.csv").write_text(f"1234567890,{original.name}\n", encoding="utf-8")
     comparison = open_comparison(llama / "fx", ge, CompareOptions(cache=False))
-    assert _local(comparison) == [(case["token"], case["fx_node"], case["ge_op"])]
+    assert local_operators(comparison) == [(case["token"], case["fx_node"], case["ge_op"])]
 
 
 def test_the_older_layout_without_the_worldsize_folder_is_read(llama: Path, tmp_path: Path) -> None:
@@ -220,7 +212,7 @@ def test_the_older_layout_without_the_worldsize_folder_is_read(llama: Path, tmp_
     (base / "worldsize1_global_rank0").rmdir()
     case = _case(llama)
     comparison = open_comparison(llama / "fx", ge, CompareOptions(cache=False))
-    assert _local(comparison) == [(case["token"], case["fx_node"], case["ge_op"])]
+    assert local_operators(comparison) == [(case["token"], case["fx_node"], case["ge_op"])]
 
 
 def test_a_ge_dump_against_a_ge_dump_pairs_ops_by_name(llama: Path) -> None:
@@ -228,7 +220,7 @@ def test_a_ge_dump_against_a_ge_dump_pairs_ops_by_name(llama: Path) -> None:
     own name."""
     case = _case(llama)
     comparison = open_comparison(llama / "ge-clean", llama / "ge-fault", CompareOptions(cache=False))
-    assert _local(comparison) == [(case["token"], case["ge_op"], case["ge_op"])]
+    assert local_operators(comparison) == [(case["token"], case["ge_op"], case["ge_op"])]
 
 
 def test_a_fusion_off_ge_dump_is_the_golden_of_the_fused_run(llama: Path) -> None:
@@ -237,14 +229,14 @@ def test_a_fusion_off_ge_dump_is_the_golden_of_the_fused_run(llama: Path) -> Non
     faulty MatMul is the one local op, and the clean run has none."""
     case = _case(llama)
     comparison = open_comparison(llama / "ge-nofusion", llama / "ge-fault", CompareOptions(cache=False))
-    assert _local(comparison) == [(case["token"], case["ge_op"], case["ge_op"])]
+    assert local_operators(comparison) == [(case["token"], case["ge_op"], case["ge_op"])]
     first, last = case["unfused"]
     [pair] = [p for p in comparison.pairing.node_pairs(1) if p.test == case["fused"]]
     assert pair.golden == last
     sources = {t.golden.path.name.split(".")[1] for t in pair.inputs}
     assert first.split("/")[1] in sources and len(pair.inputs) == 2
     clean = open_comparison(llama / "ge-nofusion", llama / "ge-clean", CompareOptions(cache=False))
-    assert _local(clean) == []
+    assert local_operators(clean) == []
     assert build_report(clean, all_tokens=True).body()["first_failing_op"] is None
 
 
@@ -266,7 +258,7 @@ def test_a_damaged_ge_file_is_named_and_the_rest_compared(llama: Path, tmp_path:
     victim.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00junk")
     case = _case(llama)
     comparison = open_comparison(llama / "fx", ge, CompareOptions(cache=False))
-    assert _local(comparison) == [(case["token"], case["fx_node"], case["ge_op"])]
+    assert local_operators(comparison) == [(case["token"], case["fx_node"], case["ge_op"])]
     assert any(str(victim) == p.path for p in comparison.test.problems)
 
 
@@ -285,5 +277,5 @@ def test_odd_names_and_numbers_are_named_not_tracebacks(llama: Path, tmp_path: P
     )
     case = _case(llama)
     comparison = open_comparison(llama / "fx", ge, CompareOptions(cache=False))
-    assert _local(comparison) == [(case["token"], case["fx_node"], case["ge_op"])]
+    assert local_operators(comparison) == [(case["token"], case["fx_node"], case["ge_op"])]
     assert any(p.path.endswith("Add.Add_1.1.2.³") for p in comparison.test.problems)
