@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import NoReturn
 
@@ -89,6 +90,15 @@ class GraphText:
     rank: int | None
     name: str
     ops: dict[str, GraphOp] = field(default_factory=dict)
+
+    @cached_property
+    def consumers(self) -> dict[str, set[str]]:
+        """Op -> the ops that take one of its outputs (the graph's data edges), read once."""
+        found: dict[str, set[str]] = {}
+        for op in self.ops.values():
+            for edge in op.inputs:
+                found.setdefault(edge.rpartition(":")[0], set()).add(op.name)
+        return found
 
     def by_fx_node(self) -> dict[str, list[GraphOp]]:
         """FX node -> the ops that compute its outputs (most nodes one)."""

@@ -105,14 +105,10 @@ def fused(index: DumpIndex, node: str) -> Fused | None:
     ops = split_fused(name, text.ops)
     if not ops:
         return None
-    inner = {op.name for op in ops[:-1]}
     members = {op.name for op in ops}
-    several = any(
-        edge.rpartition(":")[0] in inner
-        for other in text.ops.values()
-        if other.name not in members
-        for edge in other.inputs
-    )
+    # an inner result an op outside takes too (the text's consumers, found once per text: this is
+    # asked for every fused node at every token)
+    several = any(text.consumers.get(op.name, set()) - members for op in ops[:-1])
     return Fused(tuple(ops), tuple(outside_inputs(ops)), several)
 
 
