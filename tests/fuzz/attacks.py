@@ -197,18 +197,26 @@ def torch_records(pickled: bytes, storages: dict[str, bytes]) -> list[Record]:
     return records + [stored(f"archive/data/{key}", data) for key, data in storages.items()]
 
 
-def zip_of(records: list[Record]) -> bytes:
-    """The archive, record after record, then its central directory (no zip64: all small here)."""
+def zip_of(records: list[Record], *, pointed: dict[str, str] | None = None) -> bytes:
+    """The archive, record after record, then its central directory (no zip64: all small here).
+    ``pointed`` forges the directory: entry name -> the record whose local header its offset names."""
     body, directory = b"", b""
+    offsets: dict[str, int] = {}  # by name: a record's first local header
+    entries: list[tuple[bytes, bytes, int]] = []
     for record in records:
         name = record.name.encode()
         # version needed, flags, method, time, date, CRC-32, compressed and uncompressed sizes
         sizes = (record.crc, len(record.data), record.size)
         common = struct.pack("<5H3L", 20, 0, record.method, 0, 0x21, *sizes)
+        offsets.setdefault(record.name, len(body))
+        entries.append((name, common, len(body)))
+        body += b"PK\x03\x04" + common + struct.pack("<2H", len(name), 0) + name + record.data
+    for record, (name, common, own) in zip(records, entries, strict=True):
+        target = (pointed or {}).get(record.name)
+        offset = own if target is None else offsets[target]
         # name and extra field lengths; the directory adds comment length, disk, attributes, offset
         directory += b"PK\x01\x02" + struct.pack("<H", 20) + common
-        directory += struct.pack("<5H2L", len(name), 0, 0, 0, 0, 0, len(body)) + name
-        body += b"PK\x03\x04" + common + struct.pack("<2H", len(name), 0) + name + record.data
+        directory += struct.pack("<5H2L", len(name), 0, 0, 0, 0, 0, offset) + name
     count = len(records)
     end = b"PK\x05\x06" + struct.pack("<4H2LH", 0, 0, count, count, len(directory), len(body), 0)
     return body + directory + end

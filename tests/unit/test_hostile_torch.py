@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import tracemalloc
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -207,6 +208,51 @@ def test_an_archive_naming_a_record_twice_is_refused(tmp_path: Path) -> None:
     for is_mapped_read in (True, False):
         with pytest.raises(TorchFileError, match="holds archive/data/0 twice"):
             read_torch_file(path, mapped=is_mapped_read)
+
+
+def test_a_directory_entry_pointing_at_another_records_header_is_refused(tmp_path: Path) -> None:
+    """data/0's directory entry names data.pkl's local header: read from there, the pickle's bytes
+    would be the tensor's values. zipfile refuses it too."""
+    pickled = attacks.pickle_of(attacks.float_tensor(1, 0, (1,), (1,)))
+    records = attacks.torch_records(pickled, {"0": struct.pack("<f", 1.0)})
+    path = tmp_path / "pointed.pt"
+    path.write_bytes(attacks.zip_of(records, pointed={"archive/data/0": "archive/data.pkl"}))
+    with zipfile.ZipFile(path) as archive, pytest.raises(zipfile.BadZipFile, match="differ"):
+        archive.read("archive/data/0")
+    for is_mapped_read in (True, False):
+        with pytest.raises(TorchFileError, match="data/0: the directory points at another record's header"):
+            read_torch_file(path, mapped=is_mapped_read)
+
+
+@pytest.mark.parametrize("size", [4, 2 << 20], ids=["read", "mapped"])
+def test_a_stored_storage_whose_bytes_miss_their_crc_is_named(tmp_path: Path, size: int) -> None:
+    """One flipped bit in a copy: the CRC-32 the directory lists no longer matches. A storage of
+    2 MiB is mapped where the file has settled, one of 4 bytes read: both are checked."""
+    values = np.ones(size // 4, dtype=np.float32).tobytes()
+    flipped = bytes([values[0] ^ 0x40]) + values[1:]
+    pickled = attacks.pickle_of(attacks.float_tensor(size // 4, 0, (size // 4,), (1,)))
+    records = attacks.torch_records(pickled, {})
+    path = tmp_path / "flipped.pt"
+    good = attacks.stored("archive/data/0", values)
+    path.write_bytes(attacks.zip_of([*records, good]))
+    assert float(np.asarray(read_torch_file(path, mapped=True))[0]) == 1.0  # the good copy reads
+    path.write_bytes(attacks.zip_of([*records, attacks.Record(good.name, flipped, size, good.crc)]))
+    for is_mapped_read in (True, False):
+        with pytest.raises(TorchFileError, match="data/0: its bytes do not match the CRC-32"):
+            read_torch_file(path, mapped=is_mapped_read)
+    with pytest.raises(TensorLoadError, match="CRC-32"):  # what a report says of it
+        load_tensor(path, ANYWHERE)
+    assert torch.load(path, weights_only=True)[0].item() != 1.0  # torch.load reads the flipped value
+
+
+def test_a_storage_saved_without_a_crc_is_read(tmp_path: Path) -> None:
+    """torch.serialization.set_crc32_options(False) writes 0 for every record: nothing to check."""
+    values = struct.pack("<f", 2.0)
+    pickled = attacks.pickle_of(attacks.float_tensor(1, 0, (1,), (1,)))
+    records = [*attacks.torch_records(pickled, {}), attacks.Record("archive/data/0", values, 4, 0)]
+    path = tmp_path / "nocrc.pt"
+    path.write_bytes(attacks.zip_of(records))
+    assert np.asarray(read_torch_file(path, mapped=False)).tolist() == [2.0]
 
 
 def test_a_large_data_pkl_is_refused_unread(tmp_path: Path) -> None:
