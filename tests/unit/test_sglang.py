@@ -9,6 +9,7 @@ two tensor-parallel ranks lay it out). ``case.json`` says where the fault is.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -21,7 +22,8 @@ from tui_acc import CompareOptions, open_comparison
 from tui_acc.cli.main import main
 from tui_acc.dumps import DumpError, TensorLoadError, load_tensor, open_dump
 from tui_acc.dumps.policy import ANYWHERE
-from tui_acc.dumps.sglang.dump import merge_of_dims, parse_name
+from tui_acc.dumps.sglang.dump import merge_of_dims
+from tui_acc.dumps.sglang.files import parse_name
 
 ARCHIVE = REPO / "tests" / "data" / "sglang" / "sglang-llama.tar.xz"
 
@@ -218,6 +220,20 @@ def test_a_file_name_that_does_not_parse_is_named_and_the_rest_compared(case_dir
     stray.write_bytes(b"")
     report = _report(case_dir / "golden", test, capsys)
     assert any(e.startswith(f"{stray}: file name does not parse") for e in _errors(report)), _errors(report)
+    _assert_fault_found(report, case)
+
+
+def test_a_fifo_named_like_a_dumper_file_is_named_and_the_rest_compared(case_dir, case, tmp_path, capsys):
+    """Listed as a file it would be skipped without a word, and its node paired by guesswork; opened,
+    it would wait for a writer forever."""
+    test = tmp_path / "test"
+    shutil.copytree(case_dir / "test", test)
+    step = f"step={case['fault_step'] + case['test_step_shift']}_"
+    target = next(p for p in _paths(test, "non_intrusive__model.norm.inputs.0") if step in p.name)
+    target.unlink()
+    os.mkfifo(target)
+    report = _report(case_dir / "golden", test, capsys)
+    assert f"{target}: not a regular file (a FIFO); not compared" in _errors(report), _errors(report)
     _assert_fault_found(report, case)
 
 

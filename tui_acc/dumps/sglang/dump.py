@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from tui_acc.dumps.fs import settled
@@ -47,18 +47,13 @@ from tui_acc.dumps.model import (
 )
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
+from tui_acc.dumps.sglang.files import Record, records_in
 
 FORMAT: Format = "sglang"
 ROOT = "root"
 NON_INTRUSIVE = "non_intrusive__"
 INPUT_IDS = "input_ids"
 
-# dumper.py:588-598: step, rank, dump_index, then the tags (name, recompute_status, the dump() call's
-# kwargs, the context such as layer_id), joined by "___" (dumper.py:1298-1299), then ".pt".
-_FILE = re.compile(
-    r"^step=(?P<step>\d+)___rank=(?P<rank>\d+)___dump_index=(?P<index>\d+)___name=(?P<rest>.+)\.pt$"
-)
-_RECOMPUTE = "___recompute_status="
 # dumper.py:722-756: "non_intrusive__" + module path + "inputs.{i|kwarg}" or "output", then the key
 # of one tensor of a tuple or plugin object ("output.0", "output.next_token_logits")
 _HOOK = re.compile(r"^(?:(?P<module>.+)\.)?(?P<slot>(?:inputs\.[^.]+|output)(?:\.[^.]+)?)$")
@@ -70,39 +65,6 @@ _LOGITS_SLOT = "next_token_logits"
 _LOGITS_MODULES = ("logits_processor", "lm_head")
 # Axes whose ranks are the file names' world ranks in a tensor-parallel run
 _TP_AXES = ("tp", "attn_tp", "moe_tp")
-
-
-@dataclass(frozen=True)
-class Record:
-    """One file, as its name describes it."""
-
-    path: str
-    step: int
-    rank: int
-    index: int
-    name: str
-    layer: int | None
-
-
-def parse_name(file_name: str, path: str) -> Record | None:
-    """The record a file name describes, or None when it is not one of SGLang's dumper names."""
-    found = _FILE.match(file_name)
-    if found is None or _RECOMPUTE not in found["rest"]:
-        return None
-    name, _, after = found["rest"].partition(_RECOMPUTE)
-    status, *tag_parts = after.split("___")
-    if not name or not status.isalpha() or not all("=" in part for part in tag_parts):
-        return None
-    tags = dict(part.split("=", 1) for part in tag_parts)
-    layer = tags.get("layer_id", "")
-    return Record(
-        path,
-        int(found["step"]),
-        int(found["rank"]),
-        int(found["index"]),
-        name,
-        int(layer) if layer.lstrip("-").isdigit() else None,
-    )
 
 
 def claims(path: Path) -> bool:
@@ -152,7 +114,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     if located is None:
         raise DumpError(f"{path}: not an SGLang dumper folder (expected step=*___rank=*___...pt files)")
     folder, notes = located
-    records, problems = _records(folder)
+    records, problems = records_in(folder)
     if not records:
         raise DumpError(f"{folder}: none of its step=... files has a name SGLang's dumper writes")
     all_ranks = sorted({r.rank for r in records})
@@ -200,32 +162,6 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         other_parallel=other_parallel,
         logits_hint=_logits(tree, tokens),
     )
-
-
-def _records(folder: Path) -> tuple[list[Record], list[Problem]]:
-    """The dumper's files in ``folder`` by their names, and those whose names do not parse."""
-    records = []
-    problems: list[Problem] = []
-    try:
-        with os.scandir(folder) as entries:
-            files = sorted((e.name, e.path) for e in entries if e.is_file())
-    except OSError as exc:
-        raise DumpError(f"{folder}: cannot list it ({exc.strerror or exc})") from exc
-    for name, file_path in files:
-        if not name.endswith(".pt"):
-            continue
-        record = parse_name(name, file_path)
-        if record is None:
-            problems.append(
-                Problem(
-                    file_path,
-                    "file name does not parse as SGLang's dumper names it "
-                    "(step=S___rank=R___dump_index=I___name=N___recompute_status=C...pt); not compared",
-                )
-            )
-            continue
-        records.append(record)
-    return records, problems
 
 
 def _node_and_slot(record: Record, layer_modules: dict[int, str]) -> tuple[str, str, Role]:
