@@ -449,6 +449,27 @@ def test_a_deep_construct_json_cycle_is_named_once(model_case, tmp_path, capsys)
     assert len(cycles) == 1 and str(rank / "construct.json") in cycles[0]
 
 
+def test_a_cycle_through_the_models_top_calls_loses_no_token(model_case, tmp_path, capsys):
+    """Each forward of the model made a child of the next, the last of the first: cut where the cycle
+    closes, every pass would nest under one and the dump read as one token. Every edge of a cycle is
+    cut instead, so each pass stays its own token and the fault at token 2 is still found."""
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-mix", tmp_path)
+    construct = rank / "construct.json"
+    parents = json.loads(construct.read_text())
+    calls = sorted(name for name, up in parents.items() if name.startswith("Module.model.") and not up)
+    assert len(calls) == 4, calls
+    parents.update(zip(calls, [*calls[1:], calls[0]], strict=True))
+    construct.write_text(json.dumps(parents))
+    report = _report(golden, test, capsys)
+    cycles = [e for e in _errors(report) if "form a cycle" in e]
+    assert len(cycles) == 1 and all(call in cycles[0] for call in calls), cycles
+    assert [row["token"] for row in report["tokens"]] == [0, 1, 2, 3]
+    case = json.loads((model_case("llama-msprobe-mix") / "case.json").read_text())
+    assert report["first_failing_token"] == case["fault_token"] == 2
+    op = report["first_failing_op"]
+    assert op is not None and op["golden"] == case["fault_record"] and op["label"] == "local", op
+
+
 def test_any_failure_of_one_pair_is_an_error_row_and_the_token_goes_on(demo_pair, tmp_path: Path) -> None:
     """A sparse tensor loads but cannot be compared like a dense one: that pair is an error, not a stop."""
     golden, test, device = _copy(demo_pair, tmp_path)

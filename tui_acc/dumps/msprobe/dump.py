@@ -361,21 +361,23 @@ def _check_construct(path: Path, parents: dict[str, str | None], data: dict[str,
         chain: dict[str, None] = {}  # the current walk, in order (a dict: ordered, and O(1) lookups)
         current: str | None = name
         while current is not None and current not in done:
-            if current in chain:  # cut the cycle where it closes: each cycle is found and named once
+            if current in chain:  # each cycle is found and named once
                 cycle = [*list(chain)[list(chain).index(current) :], current]
-                last = cycle[-2]
-                problems.append(
-                    Problem(
-                        str(path),
-                        f"parents form a cycle ({' -> '.join(cycle)}); {last} is shown at the top level",
-                    )
-                )
-                parents[last] = None
+                problems.append(Problem(str(path), _cycle_message(cycle)))
+                # every edge of it is cut: none can be told right, and cutting one only would nest
+                # the rest under it (the model's passes in a cycle would read as one token)
+                parents.update(dict.fromkeys(cycle, None))
                 break
             chain[current] = None
             current = parents.get(current)
         done.update(chain)
     return problems
+
+
+def _cycle_message(cycle: list[str]) -> str:
+    shown = cycle if len(cycle) <= 8 else [*cycle[:4], f"... {len(cycle) - 8} more ...", *cycle[-4:]]
+    members = len(cycle) - 1
+    return f"parents form a cycle ({' -> '.join(shown)}); its {members} members are shown at the top level"
 
 
 register(
