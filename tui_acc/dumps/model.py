@@ -208,10 +208,11 @@ class NodeTree:
         nodes = dict(self.nodes)
         for name in new:
             nodes[name] = replace(grown.nodes[name], children=list(grown.nodes[name].children))
-        for name in new:
-            parent = grown.nodes[name].parent
-            if parent is not None and parent in self.nodes:
-                nodes[parent] = replace(nodes[parent], children=list(grown.nodes[parent].children))
+        # each parent that gains children copied once, however many it gains (once per child is
+        # quadratic in a module of thousands)
+        gaining = {p for name in new if (p := grown.nodes[name].parent) is not None and p in self.nodes}
+        for parent in gaining:
+            nodes[parent] = replace(nodes[parent], children=list(grown.nodes[parent].children))
         self.nodes = nodes
 
     def leaf_chain_end(self) -> str:

@@ -24,27 +24,31 @@ def by_glue(facts: Facts, children: Sequence[Facts], also: float | None = None) 
     are allowed their rounding."""
     if facts.row.get("stats_only"):
         return None  # statistics are computed in each tensor's own dtype: too coarse for this
-    carried = [facts.input_error, also]
+    carried = _larger(facts.input_error, also)  # the most error anything before the child carries
     for child in children:
         error = child.input_error
-        known = [e for e in carried if e is not None and not math.isnan(e)]
         # an operator fed other token ids or other experts takes in a change, not an error
         dumped = (
             child.inputs_from == "files" and not child.row.get("stats_only") and not child.integers_differ
         )
-        if dumped and known and error is not None and not math.isnan(error):
+        if dumped and carried is not None and error is not None and not math.isnan(error):
             dtype = coarser(child.row.get("golden_dtype"), child.row.get("test_dtype"), facts.buffers)
-            bound = explained_bound(max(known), local_bound(dtype))
+            bound = explained_bound(carried, local_bound(dtype))
             if error > bound:
                 said = (
                     f"the input of {child.name} carries {number(error)}, more than "
-                    f"{GROWTH:g}x the {number(max(known))} of everything before it here plus rounding "
+                    f"{GROWTH:g}x the {number(carried)} of everything before it here plus rounding "
                     f"({number(bound)}): the error appears in this module's own code (glue, or a "
                     "tensor no operator made: a buffer)"
                 )
                 return Reading("error model", True, error, bound, said)
-        carried.append(child.output_error)
+        carried = _larger(carried, child.output_error)  # a running maximum: linear in the children
     return None
+
+
+def _larger(*errors: float | None) -> float | None:
+    """The largest of the errors that are known numbers (None and NaN left out); None without one."""
+    return max((e for e in errors if e is not None and not math.isnan(e)), default=None)
 
 
 def by_glue_thresholds(

@@ -52,6 +52,7 @@ from tui_acc.verdicts.rules import (
     pass_through,
     type_of,
 )
+from tui_acc.verdicts.sibling_scans import SiblingScans
 from tui_acc.verdicts.verdict import Label, NodeVerdict, TokenVerdict
 
 
@@ -81,6 +82,7 @@ class TokenWalk:
         self._cached = cached
         self.facts: dict[str, Facts] = {}
         self.verdicts: dict[str, NodeVerdict] = {}
+        self._siblings = SiblingScans(judging.tree, self._last_output)
 
     def judge(self, row: NodeRow, tensors: Tensors, node: NodePair | None = None) -> NodeVerdict | None:
         """Judge the next node in execution order from its row, its tensors' rows and what came
@@ -95,6 +97,7 @@ class TokenWalk:
         if reading is None:
             return None
         name = row["golden_node"]
+        self._siblings.forget(name)
         self.facts[name] = facts
         self.verdicts[name] = verdict = _verdict(facts, reading)
         return verdict
@@ -154,16 +157,12 @@ class TokenWalk:
             parent = tree.nodes[current].parent
             if parent is None:
                 return None
-            siblings = tree.children(parent)
-            before = [
-                f for s in siblings[: siblings.index(current)] if (f := self._last_output(s)) is not None
-            ]
             above = self.facts.get(parent)
             came_in = above.input_error if above is not None else None
-            for facts in reversed(before):
-                if facts.row["outputs_passed"] is not None and not facts.row.get("outputs_unknown"):
-                    known = [e for e in (facts.output_error, came_in) if e is not None]
-                    return _Fed(bool(facts.row["outputs_passed"]), max(known) if known else None, facts.name)
+            facts = self._siblings.handed_on_before(parent, current)
+            if facts is not None:
+                known = [e for e in (facts.output_error, came_in) if e is not None]
+                return _Fed(bool(facts.row["outputs_passed"]), max(known) if known else None, facts.name)
             if above is not None and above.inputs_passed is not None:
                 return _Fed(above.inputs_passed, came_in, parent)
             current = parent  # a parent with no rows (a container): look one level up

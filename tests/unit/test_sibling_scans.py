@@ -1,0 +1,94 @@
+"""What fed a node whose inputs were not dumped: the last earlier sibling with a verdict, found in time
+linear in a module's children (a dump with thousands of empty module folders under one module took
+minutes when each node looked back over all its siblings), and the trees a later token grows adopted
+without copying a parent's children once per child."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from tui_acc.dumps import model
+from tui_acc.dumps.model import Node, NodeTree
+from tui_acc.verdicts.sibling_scans import SiblingScans
+
+
+@dataclass
+class _Facts:
+    """What SiblingScans reads of a node's facts: its row's output verdict."""
+
+    name: str
+    row: dict[str, Any] = field(default_factory=dict)
+
+
+def _flat_tree(count: int) -> NodeTree:
+    tree = NodeTree("root", {"root": Node("root", "model", None, 0)})
+    for i in range(count):
+        tree.nodes[f"c{i}"] = Node(f"c{i}", "Module", "root", 1)
+        tree.nodes["root"].children.append(f"c{i}")
+    return tree
+
+
+def _naive(facts: dict[str, _Facts], children: list[str], child: str) -> str | None:
+    """The definition, looked up from scratch: the nearest earlier sibling whose outputs have a verdict."""
+    for sibling in reversed(children[: children.index(child)]):
+        row = facts[sibling].row if sibling in facts else None
+        if row is not None and row["outputs_passed"] is not None and not row.get("outputs_unknown"):
+            return sibling
+    return None
+
+
+def test_scans_agree_with_looking_back_from_scratch_as_facts_arrive_and_change() -> None:
+    rng = random.Random(7)
+    tree = _flat_tree(60)
+    children = tree.children("root")
+    facts: dict[str, _Facts] = {}
+    scans = SiblingScans(tree, facts.get)  # type: ignore[arg-type]
+    for _ in range(2000):
+        child = rng.choice(children)
+        if rng.random() < 0.3:  # judged (anew): a verdict, none, or outputs that could not be read
+            scans.forget(child)
+            passed = rng.choice([True, False, None])
+            facts[child] = _Facts(child, {"outputs_passed": passed, "outputs_unknown": rng.random() < 0.1})
+        found = scans.handed_on_before("root", child)
+        assert (found.name if found is not None else None) == _naive(facts, children, child)
+
+
+def test_a_module_of_thousands_of_children_without_outputs_is_scanned_once() -> None:
+    """In execution order, each child asks about the ones before it: every child is looked at a
+    bounded number of times in all, not once per later sibling."""
+    count = 5000
+    tree = _flat_tree(count)
+    looked: list[str] = []
+    facts = {"c0": _Facts("c0", {"outputs_passed": True})}
+
+    def last_output(name: str) -> _Facts | None:
+        looked.append(name)
+        return facts.get(name)
+
+    scans = SiblingScans(tree, last_output)  # type: ignore[arg-type]
+    for child in tree.children("root")[1:]:
+        scans.forget(child)
+        found = scans.handed_on_before("root", child)
+        assert found is not None and found.name == "c0"
+    assert len(looked) <= 3 * count, len(looked)
+
+
+def test_adopting_a_grown_tree_copies_each_parent_that_gains_children_once(monkeypatch) -> None:
+    tree = _flat_tree(1)
+    grown = tree.copy()
+    for i in range(1, 2001):
+        grown.nodes[f"c{i}"] = Node(f"c{i}", "Module", "root", 1)
+        grown.nodes["root"].children.append(f"c{i}")
+    copies: list[str] = []
+    real_replace = model.replace
+
+    def counting_replace(node: Node, **changes: Any) -> Node:
+        copies.append(node.name)
+        return real_replace(node, **changes)
+
+    monkeypatch.setattr(model, "replace", counting_replace)
+    tree.adopt(grown)
+    assert tree.children("root") == grown.children("root") and len(tree.nodes) == 2002
+    assert copies.count("root") == 1 and len(copies) == 2001  # the new nodes, and their parent once
