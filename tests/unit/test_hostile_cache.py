@@ -59,7 +59,9 @@ DAMAGE = {
     "not JSON": "{'cosine': 1",
     "a metric of the wrong type": None,  # filled in below: a real row with cosine = "high"
     "nested past the parser": "[" * 100_000,
+    "megabytes long": "[" + "0," * 1_000_000 + "0]",
 }
+MAC_CHARS = 64  # the seal in front of each stored row's JSON (cache_seal.py)
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
@@ -74,14 +76,15 @@ def test_a_damaged_cached_row_is_dropped_and_recomputed(demo_pair, tmp_path: Pat
         for key, data in rows:
             text = DAMAGE[damage]
             if text is None:
-                text = json.dumps({**json.loads(data), "cosine": "high"})
+                text = json.dumps({**json.loads(data[MAC_CHARS:]), "cosine": "high"})
             db.execute("UPDATE rows SET data = ? WHERE key = ?", (text, key))
     db.close()
     second = open_comparison(golden, test)
     again = _tensor_verdicts(second)
     assert again == expected
     assert second.engine.from_cache == 0 and second.engine.computed > 0
-    assert f"{path}: {len(rows)} damaged cached rows ignored" in str(second.engine.cache.problem)  # type: ignore[union-attr]
+    said = f"{path}: {len(rows)} cached rows ignored (damaged, edited, or not sealed"
+    assert said in str(second.engine.cache.problem)  # type: ignore[union-attr]
     assert second.verdicts.culprit(3)["golden_node"] == FAULT_OP  # type: ignore[index]
     second.engine.flush()  # the recomputed rows replace the damaged ones
     third = open_comparison(golden, test)
@@ -119,3 +122,108 @@ def test_a_cache_folder_others_may_write_becomes_the_users_alone(
     golden, test, _ = _copy(demo_pair, tmp_path)
     assert _first_failing_op(golden, test) == FAULT_OP
     assert cache.stat().st_mode & 0o077 == 0 and (cache / "rows.sqlite3").is_file()
+
+
+def _cached(golden: Path, test: Path) -> tuple[Path, dict[str, str]]:
+    """The comparison run once with the cache: the database, and each stored row's text by key."""
+    first = open_comparison(golden, test)
+    first.engine.tensors_frame(3)
+    first.engine.flush()
+    path = first.engine.cache.path  # type: ignore[union-attr]
+    with sqlite3.connect(path) as db:
+        rows = dict(db.execute("SELECT key, data FROM rows").fetchall())
+    db.close()
+    return path, rows
+
+
+def _faulty_output_key(rows: dict[str, str]) -> str:
+    (key,) = [k for k in rows if f"/3/{FAULT_OP}/output.pth" in k]
+    return key
+
+
+def test_a_row_edited_to_pass_is_not_believed(demo_pair, tmp_path: Path) -> None:
+    """The faulty operator's row made perfect by hand (cosine 1.0, no error), its seal kept: the seal no
+    longer matches, the row is recomputed and the culprit is still named."""
+    golden, test, _ = _copy(demo_pair, tmp_path)
+    path, rows = _cached(golden, test)
+    key = _faulty_output_key(rows)
+    stored = rows[key]
+    row = json.loads(stored[MAC_CHARS:])
+    forged = {
+        k: (1.0 if k == "cosine" else 0.0 if "err" in k and isinstance(v, float) else v)
+        for k, v in row.items()
+    }
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE rows SET data = ? WHERE key = ?", (stored[:MAC_CHARS] + json.dumps(forged), key))
+    db.close()
+    second = open_comparison(golden, test)
+    assert second.verdicts.culprit(3)["golden_node"] == FAULT_OP  # type: ignore[index]
+    assert "1 cached rows ignored" in str(second.engine.cache.problem)  # type: ignore[union-attr]
+
+
+def test_a_passing_row_moved_onto_the_faulty_tensors_key_is_not_believed(demo_pair, tmp_path: Path) -> None:
+    """A row sealed for one tensor is not that of another: the seal covers its key and its pair."""
+    golden, test, _ = _copy(demo_pair, tmp_path)
+    path, rows = _cached(golden, test)
+    key = _faulty_output_key(rows)
+    passing = next(
+        text for k, text in rows.items() if json.loads(text[MAC_CHARS:])["cosine"] == 1.0 and k != key
+    )
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE rows SET data = ? WHERE key = ?", (passing, key))
+    db.close()
+    second = open_comparison(golden, test)
+    assert second.verdicts.culprit(3)["golden_node"] == FAULT_OP  # type: ignore[index]
+    assert "1 cached rows ignored" in str(second.engine.cache.problem)  # type: ignore[union-attr]
+
+
+def test_a_database_copied_from_another_cache_is_recomputed(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another cache's secret: none of its rows is believed here (a colleague's, another machine's)."""
+    golden, test, _ = _copy(demo_pair, tmp_path)
+    path, rows = _cached(golden, test)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (elsewhere / path.name).write_bytes(path.read_bytes())
+    monkeypatch.setenv("TUI_ACC_CACHE_DIR", str(elsewhere))
+    second = open_comparison(golden, test)
+    second.engine.tensors_frame(3)
+    assert second.engine.from_cache == 0 and second.engine.computed > 0
+    assert f"{len(rows)} cached rows ignored" in str(second.engine.cache.problem)  # type: ignore[union-attr]
+    assert (elsewhere / "secret").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_secret_others_can_read_is_not_used(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    (cache / "secret").write_bytes(bytes(32))
+    (cache / "secret").chmod(0o644)
+    monkeypatch.setenv("TUI_ACC_CACHE_DIR", str(cache))
+    golden, test, _ = _copy(demo_pair, tmp_path)
+    cmp = open_comparison(golden, test)
+    assert cmp.verdicts.culprit(3)["golden_node"] == FAULT_OP  # type: ignore[index]
+    cmp.engine.flush()
+    assert f"{cache / 'secret'} can be read by others (mode 644)" in str(cmp.engine.cache.problem)  # type: ignore[union-attr]
+
+
+def test_the_seal_binds_a_rows_pair_key_and_values_and_only_the_secret_can_make_it(tmp_path: Path) -> None:
+    from tui_acc.metrics.cache_seal import cache_secret, seal, unsealed
+
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o700)
+    secret = cache_secret(folder)
+    assert cache_secret(folder) == secret and len(secret) == 32  # made once, then read
+    stored = seal(secret, "pair", "key", '{"cosine": 0.5}')
+    assert unsealed(secret, "pair", "key", stored) == '{"cosine": 0.5}'
+    assert unsealed(secret, "pair", "other key", stored) is None
+    assert unsealed(secret, "other pair", "key", stored) is None
+    assert unsealed(secret, "pair", "key", stored.replace("0.5", "1.0")) is None
+    assert unsealed(bytes(32), "pair", "key", stored) is None
+    assert unsealed(secret, "pair", "key", None) is None
+    # what it cannot stop: whoever reads the user's secret seals what they like (docs/bad-input.md)
+    assert (
+        unsealed(secret, "pair", "key", seal(secret, "pair", "key", '{"cosine": 1.0}')) == '{"cosine": 1.0}'
+    )

@@ -32,13 +32,17 @@ import polars as pl
 from tui_acc.dumps.fs import file_kind
 from tui_acc.dumps.model import TensorRef
 from tui_acc.errors import TuiAccError
+from tui_acc.metrics.cache_seal import cache_secret, seal, unsealed
 from tui_acc.metrics.schema import ANOMALY_COLUMNS, NOISE_COLUMNS, TENSOR_SCHEMA
 
 # Bump when the kernels change what they compute: old rows are then simply not found.
-VERSION = 6  # 6: a gathered tensor rank by rank (by_rank)
+VERSION = 7  # 7: rows sealed (cache_seal.py); 6: a gathered tensor rank by rank (by_rank)
 # what a row is apart from its verdict and the baseline it was judged against (--baseline)
 _STORED = [k for k in TENSOR_SCHEMA if k != "passed" and k not in NOISE_COLUMNS and k not in ANOMALY_COLUMNS]
 FILE_NAME = "rows.sqlite3"
+# a row is about 2 KB of JSON (one tensor's metrics); a stored value past this is not one, and is
+# dropped unread (SQLite measures it): a forged row of megabytes costs nothing to refuse
+_MAX_ROW_CHARS = 1 << 16
 KEEP_DAYS = 30
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rows (
@@ -211,6 +215,8 @@ class RowCache:
             self._unsaved.clear()
         try:
             with self._connect() as db:
+                secret = cache_secret(self.path.parent)
+                rows = [(pair, key, seal(secret, pair, key, data)) for pair, key, data in rows]
                 db.executemany(
                     "INSERT INTO rows (pair, key, data) VALUES (?, ?, ?) "
                     "ON CONFLICT (pair, key) DO UPDATE SET data = excluded.data",
@@ -234,7 +240,11 @@ class RowCache:
                 gone = [p for (p,) in db.execute("SELECT pair FROM pairs WHERE used < ?", (stale,))]
                 db.executemany("DELETE FROM rows WHERE pair = ?", [(p,) for p in gone])
                 db.executemany("DELETE FROM pairs WHERE pair = ?", [(p,) for p in gone])
-                found = db.execute("SELECT key, data FROM rows WHERE pair = ?", (self.pair,)).fetchall()
+                secret = cache_secret(self.path.parent)
+                found = db.execute(
+                    "SELECT key, CASE WHEN length(data) <= ? THEN data END FROM rows WHERE pair = ?",
+                    (_MAX_ROW_CHARS, self.pair),
+                ).fetchall()
                 db.execute("UPDATE pairs SET used = ? WHERE pair = ?", (time.time(), self.pair))
         except sqlite3.OperationalError as exc:  # locked past the timeout, a full disk: not damage
             self.problem = f"{self.path}: cache not read ({exc}); rows are computed"
@@ -246,13 +256,16 @@ class RowCache:
             self.problem = f"{self.path}: cache not read ({exc}); rows are computed"
             return {}
         rows = {}
-        for key, data in found:
-            row = _parsed(data)
+        for key, stored in found:
+            row = _parsed(unsealed(secret, self.pair, key, stored))
             if row is not None:
                 rows[key] = row
-        if len(rows) < len(found):  # a damaged row is dropped, recomputed and written over
+        if len(rows) < len(found):  # a damaged, edited or foreign row is dropped, recomputed, written over
             damaged = len(found) - len(rows)
-            self.problem = f"{self.path}: {damaged} damaged cached rows ignored; they are computed again"
+            self.problem = (
+                f"{self.path}: {damaged} cached rows ignored (damaged, edited, or not sealed by this "
+                "cache's secret); they are computed again"
+            )
         return rows
 
     @contextmanager
