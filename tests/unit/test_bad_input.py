@@ -133,6 +133,30 @@ def test_a_file_that_changes_while_read_is_an_error_and_not_cached(
     assert again["error"] is None and again["cosine"] < 0.99
 
 
+def test_a_file_rewritten_while_read_is_said_so_not_called_damaged(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dumper writing the file again while it is read: its bytes then miss their CRC-32, which alone
+    would read as a damaged copy. The file changed meanwhile, so it is said to have changed."""
+    from tui_acc.dumps.torchfile import reader
+
+    golden, test, device = _copy(demo_pair, tmp_path)
+    target = device / "3" / FAULT_OP / "output.pth"
+
+    def rewritten_meanwhile(info, data):  # type: ignore[no-untyped-def]
+        if info.filename.endswith("/data/0") and target.stat().st_mtime_ns != 10**9:
+            os.utime(target, ns=(10**9, 10**9))
+            raise reader.TorchFileError(f"{info.filename}: its bytes do not match the CRC-32")
+
+    monkeypatch.setattr(reader, "_check_crc", rewritten_meanwhile)
+    cmp = open_comparison(golden, test, CompareOptions(cache=False))
+    pair = next(
+        p for n in cmp.pairing.node_pairs(3) if n.golden == FAULT_OP for p in n.tensors if p.role == "output"
+    )
+    row = cmp.engine.tensor_row(pair)
+    assert row["error"] == f"{target}: changed while being read; compare again when it is complete"
+
+
 def test_an_unreadable_file_is_named(demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Permissions (simulated: the tests may run as root, who reads everything)."""
     from tui_acc.dumps import tensors

@@ -17,6 +17,7 @@ from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import load_tensor
 from tui_acc.dumps.writers.torch_file import write_torch_file
+from tui_acc.metrics.cache_seal import cache_secret, seal
 
 
 def _first_failing_op(golden: Path, test: Path, **options: object) -> str | None:
@@ -59,7 +60,7 @@ DAMAGE = {
     "not JSON": "{'cosine': 1",
     "a metric of the wrong type": None,  # filled in below: a real row with cosine = "high"
     "nested past the parser": "[" * 100_000,
-    "megabytes long": "[" + "0," * 1_000_000 + "0]",
+    "megabytes long": None,  # filled in below: a real row whose operator name runs to 1.1 M characters
 }
 MAC_CHARS = 64  # the seal in front of each stored row's JSON (cache_seal.py)
 
@@ -71,13 +72,17 @@ def test_a_damaged_cached_row_is_dropped_and_recomputed(demo_pair, tmp_path: Pat
     expected = _tensor_verdicts(first)
     first.engine.flush()
     path = first.engine.cache.path  # type: ignore[union-attr]
+    secret = cache_secret(path.parent)
     with sqlite3.connect(path) as db:
-        rows = db.execute("SELECT key, data FROM rows").fetchall()
-        for key, data in rows:
+        rows = db.execute("SELECT pair, key, data FROM rows").fetchall()
+        for pair, key, data in rows:
             text = DAMAGE[damage]
-            if text is None:
+            if damage == "a metric of the wrong type":
                 text = json.dumps({**json.loads(data[MAC_CHARS:]), "cosine": "high"})
-            db.execute("UPDATE rows SET data = ? WHERE key = ?", (text, key))
+            elif text is None:  # well formed and sealed, only far too long for a row
+                text = json.dumps({**json.loads(data[MAC_CHARS:]), "golden_node": "x" * 1_100_000})
+            # sealed with the cache's own secret: the damage reaches the parser, not just the seal
+            db.execute("UPDATE rows SET data = ? WHERE key = ?", (seal(secret, pair, key, text), key))
     db.close()
     second = open_comparison(golden, test)
     again = _tensor_verdicts(second)
@@ -161,6 +166,19 @@ def test_a_row_edited_to_pass_is_not_believed(demo_pair, tmp_path: Path) -> None
     assert "1 cached rows ignored" in str(second.engine.cache.problem)  # type: ignore[union-attr]
 
 
+def test_a_seal_edited_into_other_characters_is_not_believed(demo_pair, tmp_path: Path) -> None:
+    """Non-ASCII text where the seal stands (compare_digest refuses such strings): dropped, no crash."""
+    golden, test, _ = _copy(demo_pair, tmp_path)
+    path, rows = _cached(golden, test)
+    key = _faulty_output_key(rows)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE rows SET data = ? WHERE key = ?", ("é" + rows[key][1:], key))
+    db.close()
+    second = open_comparison(golden, test)
+    assert second.verdicts.culprit(3)["golden_node"] == FAULT_OP  # type: ignore[index]
+    assert "1 cached rows ignored" in str(second.engine.cache.problem)  # type: ignore[union-attr]
+
+
 def test_a_passing_row_moved_onto_the_faulty_tensors_key_is_not_believed(demo_pair, tmp_path: Path) -> None:
     """A row sealed for one tensor is not that of another: the seal covers its key and its pair."""
     golden, test, _ = _copy(demo_pair, tmp_path)
@@ -210,7 +228,7 @@ def test_a_secret_others_can_read_is_not_used(
 
 
 def test_the_seal_binds_a_rows_pair_key_and_values_and_only_the_secret_can_make_it(tmp_path: Path) -> None:
-    from tui_acc.metrics.cache_seal import cache_secret, seal, unsealed
+    from tui_acc.metrics.cache_seal import unsealed
 
     folder = tmp_path / "cache"
     folder.mkdir(mode=0o700)

@@ -69,3 +69,13 @@ def test_damaged_json_yields_the_records_before_the_damage(tmp_path: Path) -> No
     path.write_text(text[:cut], encoding="utf-8")  # a dump cut short while it was written
     assert record_of(path, "Functional.linear.0.forward", ANYWHERE) == data["Functional.linear.0.forward"]
     assert record_of(path, "Functional.linear.2.forward", ANYWHERE) is None
+
+
+def test_a_name_or_data_given_twice_reads_as_json_load_reads_it(tmp_path: Path) -> None:
+    """json.load (the reader) keeps the last of a repeated key: so does the index."""
+    path = tmp_path / "dump.json"
+    path.write_text('{"data": {"A": {"x": 1}, "A": {"x": 2}}, "data": {"A": {"x": 3}, "B": {"y": 0}}}')
+    assert record_of(path, "A", ANYWHERE) == _whole(path)["A"] == {"x": 3}
+    path.write_text('{"data": {"A": {"x": 1}, "B": {"y": 0}, "A": {"x": 2}}}')
+    assert record_of(path, "A", ANYWHERE) == _whole(path)["A"] == {"x": 2}
+    assert record_of(path, "B", ANYWHERE) == {"y": 0}

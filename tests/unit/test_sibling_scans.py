@@ -55,6 +55,27 @@ def test_scans_agree_with_looking_back_from_scratch_as_facts_arrive_and_change()
         assert (found.name if found is not None else None) == _naive(facts, children, child)
 
 
+def test_a_child_adopted_between_old_ones_mid_walk_is_seen() -> None:
+    """A later token's nodes adopted while a token is judged (another worker pairs it, or the walk
+    asks what fed the token): the parent's children are a new list, maybe with a node between old
+    ones, and every answer is as if looked up from scratch."""
+    tree = _flat_tree(0)
+    for name in ("1_a", "3_c", "4_d"):
+        tree.nodes[name] = Node(name, "Module", "root", 1)
+        tree.nodes["root"].children.append(name)
+    facts = {"3_c": _Facts("3_c", {"outputs_passed": True})}
+    scans = SiblingScans(tree, facts.get)  # type: ignore[arg-type]
+    assert scans.handed_on_before("root", "4_d").name == "3_c"  # type: ignore[union-attr]
+    grown = tree.copy()
+    grown.nodes["2_b"] = Node("2_b", "Module", "root", 1)
+    grown.nodes["root"].children.insert(1, "2_b")  # kept in id order, as the ATB readers keep them
+    tree.adopt(grown)
+    facts["2_b"] = _Facts("2_b", {"outputs_passed": False})
+    for child in ("4_d", "3_c", "2_b"):
+        found = scans.handed_on_before("root", child)
+        assert (found.name if found else None) == _naive(facts, tree.children("root"), child), child
+
+
 def test_a_module_of_thousands_of_children_without_outputs_is_scanned_once() -> None:
     """In execution order, each child asks about the ones before it: every child is looked at a
     bounded number of times in all, not once per later sibling."""

@@ -40,9 +40,9 @@ VERSION = 7  # 7: rows sealed (cache_seal.py); 6: a gathered tensor rank by rank
 # what a row is apart from its verdict and the baseline it was judged against (--baseline)
 _STORED = [k for k in TENSOR_SCHEMA if k != "passed" and k not in NOISE_COLUMNS and k not in ANOMALY_COLUMNS]
 FILE_NAME = "rows.sqlite3"
-# a row is about 2 KB of JSON (one tensor's metrics); a stored value past this is not one, and is
-# dropped unread (SQLite measures it): a forged row of megabytes costs nothing to refuse
-_MAX_ROW_CHARS = 1 << 16
+# a row is about 2 KB of JSON (one tensor's metrics, its by_rank ~80 characters a rank); a stored
+# value past this (characters, as SQLite counts them) is not one, and is dropped unread
+_MAX_ROW_CHARS = 1 << 20
 KEEP_DAYS = 30
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rows (

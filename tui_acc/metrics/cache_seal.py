@@ -54,7 +54,9 @@ def unsealed(secret: bytes, pair: str, key: str, stored: object) -> str | None:
     if not isinstance(stored, str) or len(stored) < _MAC_CHARS:
         return None
     mac, data = stored[:_MAC_CHARS], stored[_MAC_CHARS:]
-    return data if hmac.compare_digest(mac, _mac(secret, pair, key, data)) else None
+    # compared as bytes: compare_digest refuses str holding anything but ASCII (an edited row may)
+    expected = _mac(secret, pair, key, data).encode("ascii")
+    return data if hmac.compare_digest(mac.encode("utf-8", "surrogatepass"), expected) else None
 
 
 def _mac(secret: bytes, pair: str, key: str, data: str) -> str:

@@ -21,13 +21,14 @@ class SiblingScans:
     def __init__(self, tree: NodeTree, last_output: Callable[[str], Facts | None]) -> None:
         self._tree = tree
         self._last_output = last_output
-        self._positions: dict[str, dict[str, int]] = {}  # by parent: each child's index
+        # by parent: the children list the positions were taken from, and each child's index there
+        self._positions: dict[str, tuple[list[str], dict[str, int]]] = {}
         self._scans: dict[str, tuple[int, int | None]] = {}  # by parent: scanned up to, found at
 
     def handed_on_before(self, parent: str, child: str) -> Facts | None:
         """The last of ``parent``'s children before ``child`` whose outputs have a verdict."""
-        siblings = self._tree.children(parent)
         position = self._position(parent, child)
+        siblings = self._tree.children(parent)
         scanned, found = self._scans.get(parent, (0, None))
         if scanned > position:  # asked about an earlier child than last time: scan from the start
             scanned, found = 0, None
@@ -50,11 +51,15 @@ class SiblingScans:
             current, parent = parent, self._tree.nodes[parent].parent
 
     def _position(self, parent: str, child: str) -> int:
-        positions = self._positions.get(parent)
-        if positions is None:  # list.index per node would be quadratic too
-            children = self._tree.children(parent)
-            positions = self._positions[parent] = {c: i for i, c in enumerate(children)}
-        return positions[child]
+        """``child``'s index among ``parent``'s children (list.index per node would be quadratic too).
+        A later token's nodes adopted into the tree mid-walk (``NodeTree.adopt``) give the parent a new
+        list, where a new child may sit between old ones: positions and the scan are then taken anew."""
+        children = self._tree.children(parent)
+        known = self._positions.get(parent)
+        if known is None or known[0] is not children:
+            known = self._positions[parent] = (children, {c: i for i, c in enumerate(children)})
+            self._scans.pop(parent, None)
+        return known[1][child]
 
 
 def _has_verdict(facts: Facts) -> bool:

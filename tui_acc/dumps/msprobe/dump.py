@@ -377,6 +377,8 @@ def _check_construct(path: Path, parents: dict[str, str | None], data: dict[str,
 def _cycle_message(cycle: list[str]) -> str:
     shown = cycle if len(cycle) <= 8 else [*cycle[:4], f"... {len(cycle) - 8} more ...", *cycle[-4:]]
     members = len(cycle) - 1
+    if members == 1:
+        return f"{cycle[0]} is its own parent; it is shown at the top level"
     return f"parents form a cycle ({' -> '.join(shown)}); its {members} members are shown at the top level"
 
 

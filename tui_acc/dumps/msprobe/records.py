@@ -100,9 +100,10 @@ def _walk_object(text: str, pos: int, starts: dict[str, int], records: bool = Fa
         if text[pos] != ":":
             raise ValueError("no colon")
         pos = _at(text, pos + 1)
-        if records:
-            starts.setdefault(key, pos)
+        if records:  # a name given twice: the last, as json.load (the reader) keeps the last
+            starts[key] = pos
         if not records and key == "data" and text[pos] == "{":
+            starts.clear()  # so is a second "data"
             pos = _walk_object(text, pos, starts, records=True)
         else:
             _, pos = _DECODER.raw_decode(text, pos)

@@ -65,10 +65,11 @@ def records_in(folder: Path) -> tuple[list[Record], list[Problem]]:
     except OSError as exc:
         raise DumpError(f"{folder}: cannot list it ({exc.strerror or exc})") from exc
     for name, file_path, regular in files:
-        if not regular:  # a FIFO named like a tensor: skipped silently, its node would pair by guesswork
-            problems.append(Problem(file_path, f"not a regular file ({_kind(file_path)}); not compared"))
-            continue
         record = parse_name(name, file_path)
+        if not regular:  # a FIFO named like a dumper file, skipped silently, had its node paired by guesswork
+            if record is not None:
+                problems.append(Problem(file_path, f"not a regular file ({_kind(file_path)}); not compared"))
+            continue
         if record is None:
             problems.append(
                 Problem(

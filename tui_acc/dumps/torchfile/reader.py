@@ -360,15 +360,16 @@ def _name_bytes(info: zipfile.ZipInfo) -> bytes:
     encoding = "utf-8" if info.flag_bits & 0x800 else "cp437"
     try:
         return info.orig_filename.encode(encoding)
-    except UnicodeEncodeError:  # a name zipfile decoded otherwise: no header can match it byte for byte
-        return b""
+    except UnicodeEncodeError as exc:  # zipfile decoded it otherwise: no header can match it
+        raise TorchFileError(f"{info.filename[:80]}: a name its headers cannot spell") from exc
 
 
 def _check_crc(info: zipfile.ZipInfo, data: np.ndarray) -> None:
-    """A stored record's bytes against the CRC-32 its directory lists, as torch.load's reader (miniz)
-    and zipfile check them: a flipped bit is named, not compared. A CRC of 0 is what torch writes when
-    told not to compute them (``set_crc32_options(False)``): nothing to check. Mapped pages are
-    read here, which the comparison would do next anyway (zlib's CRC: several GB/s)."""
+    """A stored record's bytes against the CRC-32 its directory lists, as zipfile checks them (torch.load
+    does not: docs/formats.md §6.2): a flipped bit is named, not compared. A CRC of 0 is what torch
+    writes when told not to compute them (``set_crc32_options(False)``): nothing to check. Mapped
+    pages are read here, which the comparison of a whole tensor does next anyway (zlib's CRC: several
+    GB/s); a small view of a large storage (``logits[:, -1]`` saved as it is) reads its whole record."""
     if info.CRC != 0 and zlib.crc32(data.data) != info.CRC:
         raise TorchFileError(
             f"{info.filename}: its bytes do not match the CRC-32 the archive lists (damaged in copying?)"
