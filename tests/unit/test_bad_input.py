@@ -494,6 +494,26 @@ def test_a_cycle_through_the_models_top_calls_loses_no_token(model_case, tmp_pat
     assert op is not None and op["golden"] == case["fault_record"] and op["label"] == "local", op
 
 
+def test_a_call_chain_deeper_than_a_run_nests_is_named_and_left_out(model_case, tmp_path, capsys):
+    """5,000 modules without records, each the next one's parent, above the model's first pass: no
+    run nests calls that deep (each is Python frames, under the recursion limit), so those modules
+    are left out, named once; the records keep their own tree and the fault is found as before."""
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-mix", tmp_path)
+    construct = rank / "construct.json"
+    parents = json.loads(construct.read_text())
+    chain = [f"Module.model.deep{i}.Deep.forward.0" for i in range(5000)]
+    parents.update(zip(chain, [*chain[1:], None], strict=True))
+    parents["Module.model.LlamaModel.forward.0"] = chain[0]
+    construct.write_text(json.dumps(parents))
+    report = _report(golden, test, capsys)
+    said = [e for e in _errors(report) if e.startswith(f"{construct}: nests calls 5,00")]  # and the model
+    assert len(said) == 1 and "the modules it lists without records are left out" in said[0], _errors(report)
+    assert not any("deep" in u["name"] for u in report["unmatched"])
+    case = json.loads((model_case("llama-msprobe-mix") / "case.json").read_text())
+    assert report["first_failing_op"]["golden"] == case["fault_record"]
+    assert report["first_failing_op"]["label"] == "local"
+
+
 def test_any_failure_of_one_pair_is_an_error_row_and_the_token_goes_on(demo_pair, tmp_path: Path) -> None:
     """A sparse tensor loads but cannot be compared like a dense one: that pair is an error, not a stop."""
     golden, test, device = _copy(demo_pair, tmp_path)

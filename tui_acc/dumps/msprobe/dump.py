@@ -32,6 +32,7 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
+from tui_acc.dumps.msprobe.construct import check_construct, read_construct
 from tui_acc.dumps.msprobe.passes import (
     api_of,
     is_module,
@@ -156,9 +157,9 @@ def _read_rank_dir(
             )
         )
     construct = rank_dir / "construct.json"
-    parents, unread = _read_construct(construct, policy)
+    parents, unread = read_construct(construct, policy)
     problems += unread
-    problems += _check_construct(construct, parents, data)
+    problems += check_construct(construct, parents, data)
     task = str(dump.get("task", "tensor"))
     tensor_dir = rank_dir / "dump_tensor_data"
     # construct.json also names API calls that recorded nothing (Tensor.__bool__): no nodes for them
@@ -272,25 +273,6 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, list[str], list[str], i
 # --- the call tree ------------------------------------------------------------------------------
 
 
-def _read_construct(path: Path, policy: LoadPolicy) -> tuple[dict[str, str | None], list[Problem]]:
-    """construct.json's call -> parent, and the problem that left it empty, if one did."""
-    try:
-        raw = policy.read_json(path)
-    except FileNotFoundError:
-        return {}, [Problem(str(path), "missing; calls are shown flat, without their modules")]
-    except (OSError, ValueError) as exc:
-        return {}, [Problem(str(path), f"unreadable call tree ({exc}); calls are shown flat")]
-    if not isinstance(raw, dict):
-        message = f"holds a JSON {_json_kind(raw)}, not an object of call -> parent; calls are shown flat"
-        return {}, [Problem(str(path), message)]
-    return {str(k): (str(v) if v else None) for k, v in raw.items()}, []
-
-
-def _json_kind(value: object) -> str:
-    """What a JSON value is, in JSON's words (a list is an array)."""
-    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
-
-
 def _build_tree(completed: list[str], parents: dict[str, str | None]) -> NodeTree:
     """The call tree, children in execution order.
 
@@ -333,53 +315,6 @@ def _type_of(name: str) -> str:
     if api:
         return name[: api.start()].rsplit(".", 1)[-1]
     return name.rsplit(".", 1)[-1]
-
-
-def _check_construct(path: Path, parents: dict[str, str | None], data: dict[str, Any]) -> list[Problem]:
-    """construct.json must agree with dump.json: every record placed, parents that are modules, no
-    cycles. Where it does not, the record is shown at the top level (its parent in ``parents`` cut)
-    and the problem returned names the file."""
-    problems: list[Problem] = []
-    if not parents:
-        return problems  # L1 writes {}; a missing file is reported where it is read
-    unplaced = [name for name in data if name not in parents]
-    if unplaced:
-        problems.append(
-            Problem(
-                str(path),
-                f"{len(unplaced)} records of dump.json are not in it (e.g. {unplaced[0]}); "
-                "they are shown at the top level",
-            )
-        )
-    for name, parent in list(parents.items()):
-        if parent is not None and not is_module(parent):
-            message = f"{name}: its parent {parent} is not a module call; shown at the top level"
-            problems.append(Problem(str(path), message))
-            parents[name] = None
-    done: set[str] = set()  # each record's chain is walked once: linear even for a malformed tree
-    for name in list(parents):
-        chain: dict[str, None] = {}  # the current walk, in order (a dict: ordered, and O(1) lookups)
-        current: str | None = name
-        while current is not None and current not in done:
-            if current in chain:  # each cycle is found and named once
-                cycle = [*list(chain)[list(chain).index(current) :], current]
-                problems.append(Problem(str(path), _cycle_message(cycle)))
-                # every edge of it is cut: none can be told right, and cutting one only would nest
-                # the rest under it (the model's passes in a cycle would read as one token)
-                parents.update(dict.fromkeys(cycle, None))
-                break
-            chain[current] = None
-            current = parents.get(current)
-        done.update(chain)
-    return problems
-
-
-def _cycle_message(cycle: list[str]) -> str:
-    shown = cycle if len(cycle) <= 8 else [*cycle[:4], f"... {len(cycle) - 8} more ...", *cycle[-4:]]
-    members = len(cycle) - 1
-    if members == 1:
-        return f"{cycle[0]} is its own parent; it is shown at the top level"
-    return f"parents form a cycle ({' -> '.join(shown)}); its {members} members are shown at the top level"
 
 
 register(

@@ -1,0 +1,125 @@
+"""msprobe's construct.json (call -> the module call it ran in): read, and checked against dump.json
+before the call tree is built from it (docs/formats.md §3).
+
+Where it disagrees with dump.json (records it does not place, a parent that is an API call, parents in
+a cycle, calls nested deeper than a run can nest them), the problem names the file and the records
+concerned are shown at the top level, where their own names still say which pass they belong to.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tui_acc.dumps.model import Problem
+from tui_acc.dumps.msprobe.passes import is_module
+from tui_acc.dumps.policy import LoadPolicy
+
+# Module calls nest as Python frames (several each: __call__, _call_impl, forward), under Python's
+# default recursion limit of 1000: a deeper chain is no run's call tree
+MAX_CALL_DEPTH = 1000
+
+
+def read_construct(path: Path, policy: LoadPolicy) -> tuple[dict[str, str | None], list[Problem]]:
+    """construct.json's call -> parent, checked (``check_construct``) by the caller against dump.json,
+    and the problem that left it empty, if one did."""
+    try:
+        raw = policy.read_json(path)
+    except FileNotFoundError:
+        return {}, [Problem(str(path), "missing; calls are shown flat, without their modules")]
+    except (OSError, ValueError) as exc:
+        return {}, [Problem(str(path), f"unreadable call tree ({exc}); calls are shown flat")]
+    if not isinstance(raw, dict):
+        message = f"holds a JSON {_json_kind(raw)}, not an object of call -> parent; calls are shown flat"
+        return {}, [Problem(str(path), message)]
+    return {str(k): (str(v) if v else None) for k, v in raw.items()}, []
+
+
+def _json_kind(value: object) -> str:
+    """What a JSON value is, in JSON's words (a list is an array)."""
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+
+
+def check_construct(path: Path, parents: dict[str, str | None], data: dict[str, Any]) -> list[Problem]:
+    """construct.json must agree with dump.json: every record placed, parents that are modules, no
+    cycles, no deeper than a run nests calls. Where it does not, the record is shown at the top level
+    (its parent in ``parents`` cut; ``parents`` is changed in place) and the problem returned names
+    the file."""
+    problems: list[Problem] = []
+    if not parents:
+        return problems  # L1 writes {}; a missing file is reported where it is read
+    unplaced = [name for name in data if name not in parents]
+    if unplaced:
+        problems.append(
+            Problem(
+                str(path),
+                f"{len(unplaced)} records of dump.json are not in it (e.g. {unplaced[0]}); "
+                "they are shown at the top level",
+            )
+        )
+    for name, parent in list(parents.items()):
+        if parent is not None and not is_module(parent):
+            message = f"{name}: its parent {parent} is not a module call; shown at the top level"
+            problems.append(Problem(str(path), message))
+            parents[name] = None
+    done: set[str] = set()  # each record's chain is walked once: linear even for a malformed tree
+    for name in list(parents):
+        chain: dict[str, None] = {}  # the current walk, in order (a dict: ordered, and O(1) lookups)
+        current: str | None = name
+        while current is not None and current not in done:
+            if current in chain:  # each cycle is found and named once
+                cycle = [*list(chain)[list(chain).index(current) :], current]
+                problems.append(Problem(str(path), _cycle_message(cycle)))
+                # every edge of it is cut: none can be told right, and cutting one only would nest
+                # the rest under it (the model's passes in a cycle would read as one token)
+                parents.update(dict.fromkeys(cycle, None))
+                break
+            chain[current] = None
+            current = parents.get(current)
+        done.update(chain)
+    problems += _bounded_depth(path, parents, data)
+    return problems
+
+
+def _bounded_depth(path: Path, parents: dict[str, str | None], data: dict[str, Any]) -> list[Problem]:
+    """A chain of calls deeper than a run can nest them (``MAX_CALL_DEPTH``): the modules it lists
+    without records are left out (a forged chain of 200,000 of them made every later step pay for
+    each), and where the records alone still nest that deep, they are shown flat."""
+    deepest = _deepest(parents)
+    if deepest <= MAX_CALL_DEPTH:
+        return []
+    for name in list(parents):
+        if name not in data:
+            del parents[name]
+        elif parents[name] not in data:
+            parents[name] = None
+    said = f"nests calls {deepest:,} deep, deeper than a run nests them ({MAX_CALL_DEPTH:,}: Python frames)"
+    if _deepest(parents) > MAX_CALL_DEPTH:
+        parents.update(dict.fromkeys(parents, None))
+        return [Problem(str(path), f"{said}; calls are shown flat")]
+    return [Problem(str(path), f"{said}; the modules it lists without records are left out")]
+
+
+def _deepest(parents: dict[str, str | None]) -> int:
+    """The longest chain of parents (no cycles: ``check_construct`` cut them), each call's depth
+    found once."""
+    depth: dict[str, int] = {}
+    for name in parents:
+        chain: list[str] = []
+        current: str | None = name
+        while current is not None and current not in depth and len(chain) <= len(parents):
+            chain.append(current)
+            current = parents.get(current)
+        below = depth.get(current, 0) if current is not None else 0
+        for link in reversed(chain):
+            below += 1
+            depth[link] = below
+    return max(depth.values(), default=0)
+
+
+def _cycle_message(cycle: list[str]) -> str:
+    shown = cycle if len(cycle) <= 8 else [*cycle[:4], f"... {len(cycle) - 8} more ...", *cycle[-4:]]
+    members = len(cycle) - 1
+    if members == 1:
+        return f"{cycle[0]} is its own parent; it is shown at the top level"
+    return f"parents form a cycle ({' -> '.join(shown)}); its {members} members are shown at the top level"
