@@ -264,19 +264,20 @@ def test_a_tensor_shape_that_is_not_integers_is_named(model_case, tmp_path: Path
     assert report["first_failing_token"] == 2
 
 
-def test_a_data_name_with_a_nul_byte_is_named_and_its_statistics_compared(
-    model_case, tmp_path: Path, capsys
+@pytest.mark.parametrize(("char", "said"), [("\u0000", "NUL byte"), ("\ud800", "unpaired surrogate")])
+def test_a_data_name_no_file_can_have_is_named_and_its_statistics_compared(
+    model_case, tmp_path: Path, capsys, char: str, said: str
 ) -> None:
     golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
     dump_json = rank / "dump.json"
     dump = json.loads(dump_json.read_text())
     output = dump["data"]["Functional.linear.0.forward"]["output"][0]
-    output["data_name"] = "Functional.linear.0.forward.output.0\u0000.pt"
-    dump_json.write_text(json.dumps(dump))
+    output["data_name"] = f"Functional.linear.0.forward.output.0{char}.pt"
+    dump_json.write_text(json.dumps(dump))  # json escapes both: the file holds them as \\u escapes
     report = _report(golden, test, capsys)
     assert report["exit"] == 1  # the fault's verdict, not a traceback's exit
     named = [e for e in _errors(report) if e.startswith(f"{dump_json}: output.0: data_name ")]
-    assert named and "NUL byte" in named[0], _errors(report)
+    assert named and said in named[0], _errors(report)
     assert report["first_failing_token"] == 2
 
 

@@ -237,6 +237,24 @@ def test_a_fifo_named_like_a_dumper_file_is_named_and_the_rest_compared(case_dir
     _assert_fault_found(report, case)
 
 
+def test_names_that_are_not_utf8_are_named_and_the_rest_compared(case_dir, case, tmp_path, capsys):
+    """A second experiment folder, and a dumper file, named in another encoding's bytes: their paths
+    would reach no frame and no JSON (a traceback once); each is named, the rest compared."""
+    test = tmp_path / "test"
+    shutil.copytree(case_dir / "test", test)
+    (exp,) = test.iterdir()
+    foreign = os.fsdecode(bytes(test) + b"/dump_\xff")
+    shutil.copytree(exp, foreign)  # sorts after the real one: it would be the experiment read
+    stray = os.fsdecode(
+        bytes(exp) + b"/step=9___rank=0___dump_index=1___name=x\xff___recompute_status=disabled.pt"
+    )
+    Path(stray).write_bytes(b"")
+    report = _report(case_dir / "golden", test, capsys)
+    assert any("dump_\ufffd" in note and "not UTF-8" in note for note in report["notes"]), report["notes"]
+    assert any(e.endswith("not UTF-8 (another encoding's bytes); not compared") for e in _errors(report))
+    _assert_fault_found(report, case)
+
+
 def test_a_dict_without_value_is_an_error_naming_the_file_and_the_rest_compared(
     case_dir, case, tmp_path, capsys
 ):

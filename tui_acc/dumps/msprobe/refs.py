@@ -11,6 +11,7 @@ See docs/formats.md §3.3.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -143,10 +144,9 @@ class RefBuilder:
             self.problems.append(Problem(str(self.dump_json), message))
             return
         data_name = arg.get("data_name")
-        if data_name and "\x00" in str(data_name):  # no file is named so: the OS refuses the name
-            message = (
-                f"{slot}: data_name {str(data_name)[:80]!r} holds a NUL byte; compared by its statistics"
-            )
+        unnamable = _no_file_name(str(data_name)) if data_name else None
+        if unnamable:  # the OS refuses such a name: no file holds it
+            message = f"{slot}: data_name {str(data_name)[:80]!r} {unnamable}; compared by its statistics"
             self.problems.append(Problem(str(self.dump_json), message))
             data_name = None
         if data_name and self._tensor_dir_readable():
@@ -197,3 +197,15 @@ def stats_of_entry(arg: dict[str, Any], null_is_non_finite: bool = False) -> Sta
         tuple(int(d) for d in shape) if isinstance(shape, list) else None,
         checksum=str(checksum) if isinstance(checksum, (str, int)) else None,
     )
+
+
+def _no_file_name(name: str) -> str | None:
+    """Why no file can be named ``name`` (a NUL byte; a lone surrogate, which no file system encoding
+    spells), or None."""
+    if "\x00" in name:
+        return "holds a NUL byte"
+    try:
+        os.fsencode(name)
+    except UnicodeEncodeError:
+        return "holds a character no file name can (an unpaired surrogate)"
+    return None

@@ -31,7 +31,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from tui_acc.dumps.fs import settled
+from tui_acc.dumps.fs import NOT_UTF8, not_utf8, settled, shown
 from tui_acc.dumps.model import (
     CONCAT,
     SUM,
@@ -90,9 +90,10 @@ def _experiment(path: Path) -> tuple[Path, list[str]] | None:
             found = sorted(Path(e.path) for e in entries if e.is_dir() and _has_dumper_files(e.path))
     except OSError:
         return None
+    notes = [f"{shown(str(f))}: {NOT_UTF8}" for f in found if not_utf8(f.name)]
+    found = [f for f in found if not not_utf8(f.name)]  # its paths would reach no frame, no JSON
     if not found:
         return None
-    notes = []
     if len(found) > 1:  # default names are dump_{UTC time}_{ms}{random} (dumper.py:1160-1172): sortable
         notes.append(f"{path} holds {len(found)} experiments; reading the last, {found[-1].name}")
     return found[-1], notes

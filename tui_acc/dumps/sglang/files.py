@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tui_acc.dumps.fs import file_kind
+from tui_acc.dumps.fs import NOT_UTF8, file_kind, not_utf8, shown
 from tui_acc.dumps.model import DumpError, Problem
 
 # dumper.py:588-598: step, rank, dump_index, then the tags (name, recompute_status, the dump() call's
@@ -65,6 +65,9 @@ def records_in(folder: Path) -> tuple[list[Record], list[Problem]]:
     except OSError as exc:
         raise DumpError(f"{folder}: cannot list it ({exc.strerror or exc})") from exc
     for name, file_path, regular in files:
+        if not_utf8(name):  # its path would reach no frame, no JSON
+            problems.append(Problem(shown(file_path), NOT_UTF8))
+            continue
         record = parse_name(name, file_path)
         if not regular:  # a FIFO named like a dumper file, skipped silently, had its node paired by guesswork
             if record is not None:
