@@ -3,6 +3,7 @@ token and operator, as JSON, text or a CSV table, and its exit code."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -227,7 +228,7 @@ def build_report(
     cache_notes = [engine.cache.problem] if engine.cache is not None and engine.cache.problem else []
     errors = [p.as_dict() for p in cmp.golden.problems + cmp.test.problems]
     errors += [
-        {"file": r["golden_path"], "message": error}
+        {"file": _file_at_fault(r, error), "message": error}
         for r in engine.cached_rows()
         if (error := r.get("error"))
     ]
@@ -295,3 +296,12 @@ def build_report(
         node_table=nodes,
         provenance=provenance(cmp),
     )
+
+
+def _file_at_fault(row: Mapping[str, Any], error: str) -> str:
+    """The file a row's error is about: the one its message names first (a damaged test file names
+    the test's), else the golden's."""
+    test_path = row.get("test_path")
+    if test_path and error.startswith(f"{test_path}:") and not error.startswith(f"{row['golden_path']}:"):
+        return str(test_path)
+    return str(row["golden_path"])
