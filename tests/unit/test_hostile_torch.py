@@ -247,6 +247,30 @@ def test_a_stored_storage_whose_bytes_miss_their_crc_is_named(tmp_path: Path, si
     assert torch.load(path, weights_only=True)[0].item() != 1.0  # torch.load reads the flipped value
 
 
+def test_a_crc_zeroed_in_the_directory_alone_is_still_checked(tmp_path: Path) -> None:
+    """torch.save's own file, one bit of its storage flipped and the central directory's CRC-32 set to
+    0 (what torch writes when told not to compute them): the local header, or the data descriptor
+    after the data, still lists the real one, and it is checked."""
+    path = tmp_path / "zeroed.pt"
+    torch.save(torch.arange(1024, dtype=torch.float32), path)
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as archive:
+        (info,) = [i for i in archive.infolist() if i.filename.endswith("/data/0")]
+    name_length, extra_length = struct.unpack_from("<2H", raw, info.header_offset + 26)
+    raw[info.header_offset + 30 + name_length + extra_length + 5] ^= 0x40  # a bit of element 1
+    entry = raw.index(b"PK\x01\x02" + raw[info.header_offset + 4 : info.header_offset + 6])
+    while raw[entry + 46 : entry + 46 + len(info.filename)] != info.filename.encode():
+        entry = raw.index(b"PK\x01\x02", entry + 4)
+    raw[entry + 16 : entry + 20] = bytes(4)  # the directory's CRC-32 field
+    path.write_bytes(bytes(raw))
+    with zipfile.ZipFile(path) as archive:
+        assert archive.getinfo(info.filename).CRC == 0
+    assert torch.load(path, weights_only=True)[1].item() != 1.0  # torch.load reads the flipped value
+    for is_mapped_read in (True, False):
+        with pytest.raises(TorchFileError, match="its bytes do not match the CRC-32"):
+            read_torch_file(path, mapped=is_mapped_read)
+
+
 def test_a_storage_saved_without_a_crc_is_read(tmp_path: Path) -> None:
     """torch.serialization.set_crc32_options(False) writes 0 for every record: nothing to check."""
     values = struct.pack("<f", 2.0)

@@ -232,7 +232,8 @@ class _Archive(RestrictedUnpickler):
         header = _pread(self._handle, info.header_offset, _LOCAL_HEADER.size)
         if len(header) != _LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
             raise TorchFileError(f"{info.filename}: no local header where the directory says")
-        name_length, extra_length = _LOCAL_HEADER.unpack(header)[-2:]
+        fields = _LOCAL_HEADER.unpack(header)
+        name_length, extra_length = fields[-2:]
         name_at = info.header_offset + _LOCAL_HEADER.size
         if _pread(self._handle, name_at, name_length) != _name_bytes(info):
             # zipfile refuses the same (BadZipFile "File name in directory ... and header ... differ"):
@@ -249,8 +250,22 @@ class _Archive(RestrictedUnpickler):
             data = map_bytes(self._handle.fileno(), start, size)
         if data is None:
             data = self._read_stored(info, start)
-        _check_crc(info, data)
+        _check_crc(info, data, self._listed_crc(info, fields, start + size))
         return data
+
+    def _listed_crc(self, info: zipfile.ZipInfo, local: tuple[int, ...], end: int) -> int:
+        """The CRC-32 the archive lists for a record: the central directory's, else (0 there) the
+        local header's, else (bit 3: sizes and CRC after the data) its data descriptor's. A copy
+        zeroed in one place only still has the others (zipfile reads the directory's alone)."""
+        if info.CRC:
+            return info.CRC
+        local_flags, local_crc = local[2], local[6]
+        if local_crc or not local_flags & 0x8:
+            return local_crc
+        descriptor = _pread(self._handle, end, 8)  # optional signature PK\x07\x08, then the CRC
+        offset = 4 if descriptor[:4] == b"PK\x07\x08" else 0
+        found = descriptor[offset : offset + 4]
+        return int.from_bytes(found, "little") if len(found) == 4 else 0
 
     def _read_stored(self, info: zipfile.ZipInfo, start: int) -> np.ndarray:
         data = np.empty(info.file_size, dtype=np.uint8)
@@ -364,13 +379,13 @@ def _name_bytes(info: zipfile.ZipInfo) -> bytes:
         raise TorchFileError(f"{info.filename[:80]}: a name its headers cannot spell") from exc
 
 
-def _check_crc(info: zipfile.ZipInfo, data: np.ndarray) -> None:
+def _check_crc(info: zipfile.ZipInfo, data: np.ndarray, listed: int) -> None:
     """A stored record's bytes against the CRC-32 its directory lists, as zipfile checks them (torch.load
     does not: docs/formats.md §6.2): a flipped bit is named, not compared. A CRC of 0 is what torch
     writes when told not to compute them (``set_crc32_options(False)``): nothing to check. Mapped
     pages are read here, which the comparison of a whole tensor does next anyway (zlib's CRC: several
     GB/s); a small view of a large storage (``logits[:, -1]`` saved as it is) reads its whole record."""
-    if info.CRC != 0 and zlib.crc32(data.data) != info.CRC:
+    if listed != 0 and zlib.crc32(data.data) != listed:
         raise TorchFileError(
             f"{info.filename}: its bytes do not match the CRC-32 the archive lists (damaged in copying?)"
         )
