@@ -497,6 +497,21 @@ def test_a_cycle_through_the_models_top_calls_loses_no_token(model_case, tmp_pat
     assert op is not None and op["golden"] == case["fault_record"] and op["label"] == "local", op
 
 
+def test_parents_construct_json_does_not_list_are_named_and_cut(model_case, tmp_path, capsys):
+    """Every call's parent made one module no key names: all four passes would nest under it and read
+    as token 0 alone, a pass (exit 0) with three tokens never compared. msprobe lists every module it
+    saw as a key, so such a parent is named and cut: each pass is its own token, the fault found."""
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-mix", tmp_path)
+    construct = rank / "construct.json"
+    parents = json.loads(construct.read_text())
+    construct.write_text(json.dumps(dict.fromkeys(parents, "Module.nowhere.Missing.forward.0")))
+    report = _report(golden, test, capsys)
+    said = [e for e in _errors(report) if e.startswith(f"{construct}: ") and "does not list" in e]
+    assert len(said) == 1 and "Module.nowhere.Missing.forward.0" in said[0], _errors(report)
+    assert [row["token"] for row in report["tokens"]] == [0, 1, 2, 3]
+    assert report["exit"] == 1 and report["first_failing_token"] == 2
+
+
 def test_a_call_chain_deeper_than_a_run_nests_is_named_and_left_out(model_case, tmp_path, capsys):
     """5,000 modules without records, each the next one's parent, above the model's first pass: no
     run nests calls that deep (each is Python frames, under the recursion limit), so those modules

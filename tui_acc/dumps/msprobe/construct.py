@@ -62,6 +62,16 @@ def check_construct(path: Path, parents: dict[str, str | None], data: dict[str, 
             message = f"{name}: its parent {parent} is not a module call; shown at the top level"
             problems.append(Problem(str(path), message))
             parents[name] = None
+    # msprobe lists every module it saw as a key (data_collector.py update_construct: the module stack
+    # before any filter): a parent that is neither a key nor a record is no call of the run
+    unknown = [n for n, up in parents.items() if up is not None and up not in parents and up not in data]
+    if unknown:
+        example = f"{unknown[0]}: {parents[unknown[0]]}"
+        message = (
+            f"{len(unknown)} calls name a parent it does not list (e.g. {example}); shown at the top level"
+        )
+        problems.append(Problem(str(path), message))
+        parents.update(dict.fromkeys(unknown, None))
     done: set[str] = set()  # each record's chain is walked once: linear even for a malformed tree
     for name in list(parents):
         chain: dict[str, None] = {}  # the current walk, in order (a dict: ordered, and O(1) lookups)
