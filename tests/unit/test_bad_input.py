@@ -99,6 +99,16 @@ def test_empty_and_missing_token_folders(demo_pair, tmp_path: Path, capsys) -> N
     assert report["first_failing_token"] == 3
 
 
+def test_a_model_tree_json_that_is_a_folder_is_named_and_rebuilt(demo_pair, tmp_path: Path, capsys) -> None:
+    golden, test, device = _copy(demo_pair, tmp_path)
+    (device / "model_tree.json").unlink()
+    (device / "model_tree.json").mkdir()
+    report = _report(golden, test, capsys)
+    named = [e for e in report["errors"] if e["file"] == str(device / "model_tree.json")]
+    assert named and "unreadable module tree" in named[0]["message"], _errors(report)
+    assert report["first_failing_op"]["golden"] == FAULT_OP
+
+
 @pytest.mark.parametrize("text", ["{", '{"name": "root", "children": [NaN]}', "", "[1, 2]"])
 def test_a_bad_model_tree_is_reported_and_rebuilt(demo_pair, tmp_path: Path, capsys, text: str) -> None:
     golden, test, device = _copy(demo_pair, tmp_path)

@@ -169,7 +169,9 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], 
             notes.append(f"{path} holds {len(dumps)} msit_dump_* folders; reading the newest, {search.name}")
     if search.name != "torch_tensors":
         search = search / "torch_tensors"
-    devices = [p for p in subdirs(search) if names_a_file(p / MODEL_TREE)]
+    # any entry so named marks a device folder: one that is a folder itself is then named, and the
+    # tree rebuilt from the module folders, as for a damaged file
+    devices = [p for p in subdirs(search) if os.path.lexists(p / MODEL_TREE)]
     if not devices:
         blocked = next(((p, m) for p in subdirs(search) if (m := folder_problem(p, "not read"))), None)
         if blocked:  # a rank folder that cannot be read looks like one without a model_tree.json
