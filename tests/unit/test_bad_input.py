@@ -507,6 +507,29 @@ def test_a_cycle_through_the_models_top_calls_loses_no_token(model_case, tmp_pat
     assert op is not None and op["golden"] == case["fault_record"] and op["label"] == "local", op
 
 
+@pytest.mark.parametrize(
+    ("side", "damage"), [("test", "missing"), ("golden", "missing"), ("test", "chained")]
+)
+def test_one_side_without_its_call_tree_still_pairs_call_for_call(model_case, tmp_path, capsys, side, damage):
+    """One side's construct.json lost (read flat), or chaining every record to the one before (each
+    cut, named once): its records are aligned with the other side's in the order they completed,
+    which no call tree changes, so the fault is still the one named."""
+    golden, test, _ = _msprobe_copy(model_case, "llama-msprobe-mix", tmp_path)
+    (rank,) = (golden if side == "golden" else test).glob("step0/*")
+    construct = rank / "construct.json"
+    if damage == "missing":
+        construct.unlink()
+    else:
+        names = list(json.loads((rank / "dump.json").read_text())["data"])
+        construct.write_text(json.dumps(dict(zip(names, [None, *names[:-1]], strict=True))))
+    report = _report(golden, test, capsys)
+    said = [e for e in _errors(report) if e.startswith(f"{construct}: ")]
+    assert len(said) == 1, _errors(report)
+    case = json.loads((model_case("llama-msprobe-mix") / "case.json").read_text())
+    op = report["first_failing_op"]
+    assert op is not None and op["golden"] == case["fault_record"] and op["label"] == "local", op
+
+
 def test_parents_construct_json_does_not_list_are_named_and_cut(model_case, tmp_path, capsys):
     """Every call's parent made one module no key names: all four passes would nest under it and read
     as token 0 alone, a pass (exit 0) with three tokens never compared. msprobe lists every module it
