@@ -524,6 +524,28 @@ def test_one_side_without_its_call_tree_still_pairs_call_for_call(model_case, tm
         construct.write_text(json.dumps(dict(zip(names, [None, *names[:-1]], strict=True))))
     report = _report(golden, test, capsys)
     said = [e for e in _errors(report) if e.startswith(f"{construct}: ")]
+    assert 1 <= len(said) <= 2, _errors(report)  # once per kind of damage, not once per record
+    case = json.loads((model_case("llama-msprobe-mix") / "case.json").read_text())
+    op = report["first_failing_op"]
+    assert op is not None and op["golden"] == case["fault_record"] and op["label"] == "local", op
+
+
+@pytest.mark.parametrize("move", ["into the pass before", "two passes swapped"])
+def test_a_call_put_in_another_pass_s_module_is_named_and_cut(model_case, tmp_path, capsys, move):
+    """A module's record is written when it returns, after every call inside it: a parent recorded
+    before its call (another pass's module) is named and cut, and the fault at token 2 is still the
+    operator named, not the module it was moved into."""
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-mix", tmp_path)
+    construct = rank / "construct.json"
+    parents = json.loads(construct.read_text())
+    mlp = "Module.model.layers.1.mlp.LlamaMLP.forward."
+    if move == "into the pass before":
+        parents["Module.model.layers.1.mlp.down_proj.Linear.forward.2"] = f"{mlp}1"
+    else:
+        parents[f"{mlp}1"], parents[f"{mlp}2"] = parents[f"{mlp}2"], parents[f"{mlp}1"]
+    construct.write_text(json.dumps(parents))
+    report = _report(golden, test, capsys)
+    said = [e for e in _errors(report) if e.startswith(f"{construct}: ") and "returned before them" in e]
     assert len(said) == 1, _errors(report)
     case = json.loads((model_case("llama-msprobe-mix") / "case.json").read_text())
     op = report["first_failing_op"]

@@ -89,6 +89,18 @@ def check_construct(path: Path, parents: dict[str, str | None], data: dict[str, 
             chain[current] = None
             current = parents.get(current)
         done.update(chain)
+    # a module's record is written when it returns, after every call inside it (dump.json's order):
+    # a parent recorded before its call is another pass's module, or none the call ran in
+    order = {name: i for i, name in enumerate(data)}
+    early = [n for n, up in parents.items() if up in order and n in order and order[up] < order[n]]
+    if early:
+        example = f"{early[0]}: {parents[early[0]]}"
+        message = (
+            f"{len(early)} calls name a parent that returned before them (e.g. {example}); "
+            "shown at the top level"
+        )
+        problems.append(Problem(str(path), message))
+        parents.update(dict.fromkeys(early, None))
     problems += _bounded_depth(path, parents, data)
     return problems
 
