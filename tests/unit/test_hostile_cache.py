@@ -146,6 +146,19 @@ def _faulty_output_key(rows: dict[str, str]) -> str:
     return key
 
 
+def _stored_instead(path: Path, key: str, text: str) -> None:
+    """The stored text of ``key``'s row replaced by hand."""
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE rows SET data = ? WHERE key = ?", (text, key))
+    db.close()
+
+
+def _assert_one_row_ignored_and_the_fault_named(golden: Path, test: Path) -> None:
+    second = open_comparison(golden, test)
+    assert second.verdicts.culprit(3)["golden_node"] == FAULT_OP  # type: ignore[index]
+    assert "1 cached rows ignored" in str(second.engine.cache.problem)  # type: ignore[union-attr]
+
+
 def test_a_row_edited_to_pass_is_not_believed(demo_pair, tmp_path: Path) -> None:
     """The faulty operator's row made perfect by hand (cosine 1.0, no error), its seal kept: the seal no
     longer matches, the row is recomputed and the culprit is still named."""
@@ -158,12 +171,8 @@ def test_a_row_edited_to_pass_is_not_believed(demo_pair, tmp_path: Path) -> None
         k: (1.0 if k == "cosine" else 0.0 if "err" in k and isinstance(v, float) else v)
         for k, v in row.items()
     }
-    with sqlite3.connect(path) as db:
-        db.execute("UPDATE rows SET data = ? WHERE key = ?", (stored[:MAC_CHARS] + json.dumps(forged), key))
-    db.close()
-    second = open_comparison(golden, test)
-    assert second.verdicts.culprit(3)["golden_node"] == FAULT_OP  # type: ignore[index]
-    assert "1 cached rows ignored" in str(second.engine.cache.problem)  # type: ignore[union-attr]
+    _stored_instead(path, key, stored[:MAC_CHARS] + json.dumps(forged))
+    _assert_one_row_ignored_and_the_fault_named(golden, test)
 
 
 def test_a_seal_edited_into_other_characters_is_not_believed(demo_pair, tmp_path: Path) -> None:
@@ -171,12 +180,8 @@ def test_a_seal_edited_into_other_characters_is_not_believed(demo_pair, tmp_path
     golden, test, _ = _copy(demo_pair, tmp_path)
     path, rows = _cached(golden, test)
     key = _faulty_output_key(rows)
-    with sqlite3.connect(path) as db:
-        db.execute("UPDATE rows SET data = ? WHERE key = ?", ("é" + rows[key][1:], key))
-    db.close()
-    second = open_comparison(golden, test)
-    assert second.verdicts.culprit(3)["golden_node"] == FAULT_OP  # type: ignore[index]
-    assert "1 cached rows ignored" in str(second.engine.cache.problem)  # type: ignore[union-attr]
+    _stored_instead(path, key, "é" + rows[key][1:])
+    _assert_one_row_ignored_and_the_fault_named(golden, test)
 
 
 def test_a_passing_row_moved_onto_the_faulty_tensors_key_is_not_believed(demo_pair, tmp_path: Path) -> None:
@@ -187,12 +192,8 @@ def test_a_passing_row_moved_onto_the_faulty_tensors_key_is_not_believed(demo_pa
     passing = next(
         text for k, text in rows.items() if json.loads(text[MAC_CHARS:])["cosine"] == 1.0 and k != key
     )
-    with sqlite3.connect(path) as db:
-        db.execute("UPDATE rows SET data = ? WHERE key = ?", (passing, key))
-    db.close()
-    second = open_comparison(golden, test)
-    assert second.verdicts.culprit(3)["golden_node"] == FAULT_OP  # type: ignore[index]
-    assert "1 cached rows ignored" in str(second.engine.cache.problem)  # type: ignore[union-attr]
+    _stored_instead(path, key, passing)
+    _assert_one_row_ignored_and_the_fault_named(golden, test)
 
 
 def test_a_database_copied_from_another_cache_is_recomputed(
