@@ -70,7 +70,10 @@ class PairReader:
                     if len(pair.test.parts) > 1:  # which rank's shard is off
                         metrics["by_rank"] = by_rank(golden, pair.test, self.pairing.test.load_policy)
                     del golden  # the mapped files go before the next large pair comes in
-                _raise_if_changed(before)
+                changed = _change_said(before)
+                if changed:  # a dump still being written (or copied): these numbers mix two versions
+                    transient = True
+                    raise DumpError(changed)
             else:
                 metrics = compare_stats(
                     _stats(pair.golden, self.pairing.golden.load_policy),
@@ -80,8 +83,6 @@ class PairReader:
             # a file rewritten while it was read fails its own checks (a CRC, a size): said as what it is
             changed = _change_said(before)
             row["error"], transient = (changed, True) if changed else (str(exc), transient)
-        except _Changed as changed:
-            row["error"], transient = str(changed), True
         except DumpError as exc:
             row["error"] = str(exc)
         except ShapeMismatch as exc:
@@ -135,16 +136,6 @@ def _shape(dims: object) -> str:
     return "[" + ", ".join(str(d) for d in dims) + "]" if isinstance(dims, list) else str(dims)
 
 
-class _Changed(DumpError):
-    """A file of the pair changed while it was read: what was computed from it mixes two versions."""
-
-
 def _change_said(before: dict[Path, FileState]) -> str | None:
     changed = changed_since(before)
     return f"{changed[0]}: changed while being read; compare again when it is complete" if changed else None
-
-
-def _raise_if_changed(before: dict[Path, FileState]) -> None:
-    said = _change_said(before)
-    if said:  # a dump still being written (or copied)
-        raise _Changed(said)
