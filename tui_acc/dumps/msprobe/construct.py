@@ -67,13 +67,7 @@ def check_construct(path: Path, parents: dict[str, str | None], data: dict[str, 
     # msprobe lists every module it saw as a key (data_collector.py update_construct: the module stack
     # before any filter): a parent that is neither a key nor a record is no call of the run
     unknown = [n for n, up in parents.items() if up is not None and up not in parents and up not in data]
-    if unknown:
-        example = f"{unknown[0]}: {parents[unknown[0]]}"
-        message = (
-            f"{len(unknown)} calls name a parent it does not list (e.g. {example}); shown at the top level"
-        )
-        problems.append(Problem(str(path), message))
-        parents.update(dict.fromkeys(unknown, None))
+    problems += _cut(path, parents, unknown, "name a parent it does not list")
     done: set[str] = set()  # each record's chain is walked once: linear even for a malformed tree
     for name in list(parents):
         chain: dict[str, None] = {}  # the current walk, in order (a dict: ordered, and O(1) lookups)
@@ -93,16 +87,18 @@ def check_construct(path: Path, parents: dict[str, str | None], data: dict[str, 
     # a parent recorded before its call is another pass's module, or none the call ran in
     order = {name: i for i, name in enumerate(data)}
     early = [n for n, up in parents.items() if up in order and n in order and order[up] < order[n]]
-    if early:
-        example = f"{early[0]}: {parents[early[0]]}"
-        message = (
-            f"{len(early)} calls name a parent that returned before them (e.g. {example}); "
-            "shown at the top level"
-        )
-        problems.append(Problem(str(path), message))
-        parents.update(dict.fromkeys(early, None))
+    problems += _cut(path, parents, early, "name a parent that returned before them")
     problems += _bounded_depth(path, parents, data)
     return problems
+
+
+def _cut(path: Path, parents: dict[str, str | None], calls: list[str], what: str) -> list[Problem]:
+    """``calls``' parents cut (shown at the top level), said once with a count and an example."""
+    if not calls:
+        return []
+    example = f"{calls[0]}: {parents[calls[0]]}"
+    parents.update(dict.fromkeys(calls, None))
+    return [Problem(str(path), f"{len(calls)} calls {what} (e.g. {example}); shown at the top level")]
 
 
 def _bounded_depth(path: Path, parents: dict[str, str | None], data: dict[str, Any]) -> list[Problem]:
