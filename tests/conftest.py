@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+
+from tests.archives import unpack as unpack_archive
 
 REPO = Path(__file__).resolve().parents[1]
 COMPACT_REFERENCE = REPO / "tests" / "data" / "reference"
@@ -83,11 +84,7 @@ def _unpacker(cases: Path, root: Path) -> Callable[[str], Path]:
     def unpack(name: str) -> Path:
         target = root / name
         if not target.is_dir():
-            with tarfile.open(cases / f"{name}.tar.xz") as archive:
-                if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4
-                    archive.extractall(root, filter="data")
-                else:  # pragma: no cover - our own archives, on an older patch release
-                    archive.extractall(root)
+            unpack_archive(cases / f"{name}.tar.xz", root)
         return target
 
     return unpack

@@ -11,12 +11,11 @@ weight at every token; the clean port is blamed for nothing. No baseline run is 
 from __future__ import annotations
 
 import json
-import lzma
-import tarfile
 from pathlib import Path
 
 import pytest
 
+from tests.archives import unpack as unpack_archive
 from tests.conftest import full_reference_dir
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.anomalies.session import open_single
@@ -33,8 +32,7 @@ pytestmark = pytest.mark.skipif(
 def port(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert ARCHIVE is not None
     target = tmp_path_factory.mktemp("gpu")
-    with lzma.open(ARCHIVE) as stream, tarfile.open(fileobj=stream) as archive:
-        archive.extractall(target, filter="data")
+    unpack_archive(ARCHIVE, target)
     return target / "gpu-msprobe-L0"
 
 

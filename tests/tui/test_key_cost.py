@@ -200,11 +200,19 @@ async def test_leaving_the_operators_leaves_nothing_of_them_alive(demo_app: AccA
     from textual._styles_cache import StylesCache
     from textual.widgets import Header
 
-    def alive(kind: type) -> int:
+    kinds = (Header, OperatorScreen, StylesCache)
+
+    def alive() -> dict[type, int]:
+        """How many of each kind live, in one walk of every object (each walk takes seconds)."""
         gc.collect()
-        # by type(), not isinstance(): isinstance reads __class__, which some of torch's deprecated
-        # module attributes answer with a warning
-        return sum(1 for thing in gc.get_objects() if kind in type(thing).__mro__)
+        counts = dict.fromkeys(kinds, 0)
+        for thing in gc.get_objects():
+            # by type(), not isinstance(): isinstance reads __class__, which some of torch's
+            # deprecated module attributes answer with a warning
+            mro = type(thing).__mro__
+            for kind in kinds:
+                counts[kind] += kind in mro
+        return counts
 
     async with demo_app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
@@ -222,12 +230,12 @@ async def test_leaving_the_operators_leaves_nothing_of_them_alive(demo_app: AccA
             assert not left.is_attached
 
         await visit_and_leave()  # once, so that what is made once is made before counting
-        before = {kind: alive(kind) for kind in (Header, OperatorScreen, StylesCache)}
+        before = alive()
         for _ in range(3):
             await visit_and_leave()
-        after = {kind: alive(kind) for kind in before}
+        after = alive()
         # none more (fewer where an earlier test's leftovers went meanwhile)
-        assert all(after[kind] <= before[kind] for kind in before), (before, after)
+        assert all(after[kind] <= before[kind] for kind in kinds), (before, after)
 
 
 async def test_a_held_key_moves_the_cursor_and_the_detail_follows_where_it_rests(

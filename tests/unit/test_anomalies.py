@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.archives import unpack as unpack_archive
 from tui_acc.anomalies.rules import AnomalySettings, Inputs, anomaly
 from tui_acc.anomalies.session import open_single
 from tui_acc.cli.main import main
@@ -38,8 +38,7 @@ def unpacked(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], P
     def unpack(folder: str, name: str) -> Path:
         target = root / folder / name
         if not target.is_dir():
-            with tarfile.open(DATA / folder / f"{name}.tar.xz") as archive:
-                archive.extractall(root / folder, filter="data")
+            unpack_archive(DATA / folder / f"{name}.tar.xz", root / folder)
         return target
 
     return unpack

@@ -530,26 +530,42 @@ def test_one_side_without_its_call_tree_still_pairs_call_for_call(model_case, tm
     assert op is not None and op["golden"] == case["fault_record"] and op["label"] == "local", op
 
 
-@pytest.mark.parametrize("move", ["into the pass before", "two passes swapped"])
-def test_a_call_put_in_another_pass_s_module_is_named_and_cut(model_case, tmp_path, capsys, move):
-    """A module's record is written when it returns, after every call inside it: a parent recorded
-    before its call (another pass's module) is named and cut, and the fault at token 2 is still the
-    operator named, not the module it was moved into."""
+@pytest.mark.parametrize(
+    ("move", "said_as"),
+    [
+        ("into the pass before", "returned before them"),
+        ("two passes swapped", "returned before them"),
+        ("into the pass after", "before the module call they name began"),
+        ("the faulty call into the pass after", "before the module call they name began"),
+    ],
+)
+def test_a_call_put_in_another_pass_s_module_is_named_and_cut(model_case, tmp_path, capsys, move, said_as):
+    """A module's record is written when it returns, after every call inside it, and its calls are
+    the records since its previous sibling returned: a call put under another pass's module (before
+    or after its own) is named and cut, and the fault at token 2 is still the operator named, not
+    counted in the pass it was moved into."""
     golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-mix", tmp_path)
     construct = rank / "construct.json"
     parents = json.loads(construct.read_text())
     mlp = "Module.model.layers.1.mlp.LlamaMLP.forward."
+    down_proj = "Module.model.layers.1.mlp.down_proj.Linear.forward."
+    case = json.loads((model_case("llama-msprobe-mix") / "case.json").read_text())
     if move == "into the pass before":
-        parents["Module.model.layers.1.mlp.down_proj.Linear.forward.2"] = f"{mlp}1"
-    else:
+        parents[f"{down_proj}2"] = f"{mlp}1"
+    elif move == "two passes swapped":
         parents[f"{mlp}1"], parents[f"{mlp}2"] = parents[f"{mlp}2"], parents[f"{mlp}1"]
+    elif move == "into the pass after":
+        parents[f"{down_proj}2"] = f"{mlp}3"
+    else:
+        assert parents[case["fault_record"]] == f"{down_proj}2"
+        parents[case["fault_record"]] = f"{down_proj}3"
     construct.write_text(json.dumps(parents))
     report = _report(golden, test, capsys)
-    said = [e for e in _errors(report) if e.startswith(f"{construct}: ") and "returned before them" in e]
+    said = [e for e in _errors(report) if e.startswith(f"{construct}: ") and said_as in e]
     assert len(said) == 1, _errors(report)
-    case = json.loads((model_case("llama-msprobe-mix") / "case.json").read_text())
     op = report["first_failing_op"]
     assert op is not None and op["golden"] == case["fault_record"] and op["label"] == "local", op
+    assert report["first_failing_token"] == 2
 
 
 def test_parents_construct_json_does_not_list_are_named_and_cut(model_case, tmp_path, capsys):

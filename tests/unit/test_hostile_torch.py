@@ -8,6 +8,7 @@ are tests/fuzz/test_attacks.py.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import struct
@@ -296,9 +297,10 @@ def test_a_large_data_pkl_is_refused_unread(tmp_path: Path) -> None:
 
 
 def test_a_deflated_storage_is_inflated_as_far_as_its_views_reach(tmp_path: Path) -> None:
-    """64 MiB of zeros deflated to 64 KB, under a 16-element view: 64 bytes inflated, straight into
-    the array; a second view reaching further inflates that far; a record declaring less than it
-    holds stops at what it declares (its CRC then fails)."""
+    """64 MiB of zeros deflated to 64 KB, under a 16-element view: 64 bytes kept, inflated straight
+    into the array (the rest inflated a chunk at a time for the CRC, and dropped); a second view
+    reaching further keeps that much; a record declaring less than it holds stops at what it
+    declares (its CRC then fails)."""
     storage = attacks.deflated_zeros("archive/data/0", 64 << 20)
     view = attacks.pickle_of(attacks.float_tensor(16 << 20, 0, (16,), (1,)))
     path = tmp_path / "inflated.pt"
@@ -319,6 +321,24 @@ def test_a_deflated_storage_is_inflated_as_far_as_its_views_reach(tmp_path: Path
     short = attacks.Record(storage.name, storage.data, 1 << 20, storage.crc, 8)  # declares 1 MiB
     view = attacks.pickle_of(attacks.float_tensor(1 << 18, 0, (1 << 18,), (1,)))
     path.write_bytes(attacks.zip_of([*attacks.torch_records(view, {}), short]))
+    with pytest.raises(TorchFileError, match="Bad CRC-32"):
+        _read(path)
+
+
+def test_a_small_view_of_a_deflated_storage_still_checks_its_crc(tmp_path: Path) -> None:
+    """A deflated storage whose bytes differ from the CRC-32 listed for them (a bit flipped inside
+    the part a 4-element view reads): refused, as a stored one is, though the view needs only its
+    first 16 bytes; the same record with its own CRC reads."""
+    values = np.arange(1 << 16, dtype="<f4")
+    flipped = bytearray(values.tobytes())
+    flipped[5] ^= 0x10
+    honest = attacks.deflated("archive/data/0", values.tobytes())
+    forged = dataclasses.replace(honest, data=attacks.deflated(honest.name, bytes(flipped)).data)
+    view = attacks.pickle_of(attacks.float_tensor(1 << 16, 0, (4,), (1,)))
+    path = tmp_path / "flipped.pt"
+    path.write_bytes(attacks.zip_of([*attacks.torch_records(view, {}), honest]))
+    assert np.asarray(_read(path)).tolist() == [0.0, 1.0, 2.0, 3.0]
+    path.write_bytes(attacks.zip_of([*attacks.torch_records(view, {}), forged]))
     with pytest.raises(TorchFileError, match="Bad CRC-32"):
         _read(path)
 

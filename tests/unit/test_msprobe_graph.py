@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.archives import unpack as unpack_archive
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.dumps import DumpError, open_dump
 from tui_acc.dumps.registry import expected
@@ -38,11 +38,7 @@ def graph_case(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path
     def unpack(name: str) -> Path:
         target = root / name
         if not target.is_dir():
-            with tarfile.open(CASES / f"{name}.tar.xz") as archive:
-                if hasattr(tarfile, "data_filter"):
-                    archive.extractall(root, filter="data")
-                else:  # pragma: no cover - older Pythons
-                    archive.extractall(root)
+            unpack_archive(CASES / f"{name}.tar.xz", root)
         return target
 
     return unpack

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tarfile
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.archives import unpack as unpack_archive
 from tests.conftest import REPO
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.cli.main import main
@@ -31,11 +31,7 @@ ARCHIVE = REPO / "tests" / "data" / "sglang" / "sglang-llama.tar.xz"
 @pytest.fixture(scope="module")
 def case_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("sglang")
-    with tarfile.open(ARCHIVE) as archive:
-        if hasattr(tarfile, "data_filter"):
-            archive.extractall(root, filter="data")
-        else:  # pragma: no cover - our own archive, on an older patch release
-            archive.extractall(root)
+    unpack_archive(ARCHIVE, root)
     return root / "sglang-llama"
 
 

@@ -2,8 +2,9 @@
 before the call tree is built from it (docs/formats.md §3).
 
 Where it disagrees with dump.json (records it does not place, a parent that is an API call, parents in
-a cycle, calls nested deeper than a run can nest them), the problem names the file and the records
-concerned are shown at the top level, where their own names still say which pass they belong to.
+a cycle, a call recorded outside its parent's call, calls nested deeper than a run can nest them), the
+problem names the file and the records concerned are shown at the top level, where their own names
+still say which pass they belong to.
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ def _json_kind(value: object) -> str:
 
 def check_construct(path: Path, parents: dict[str, str | None], data: dict[str, Any]) -> list[Problem]:
     """construct.json must agree with dump.json: every record placed, parents that are modules, no
-    cycles, no deeper than a run nests calls. Where it does not, the record is shown at the top level
-    (its parent in ``parents`` cut; ``parents`` is changed in place) and the problem returned names
-    the file."""
+    cycles, each call recorded inside its parent's call, no deeper than a run nests calls. Where it
+    does not, the record is shown at the top level (its parent in ``parents`` cut; ``parents`` is
+    changed in place) and the problem returned names the file."""
     problems: list[Problem] = []
     if not parents:
         return problems  # L1 writes {}; a missing file is reported where it is read
@@ -88,8 +89,37 @@ def check_construct(path: Path, parents: dict[str, str | None], data: dict[str, 
     order = {name: i for i, name in enumerate(data)}
     early = [n for n, up in parents.items() if up in order and n in order and order[up] < order[n]]
     problems += _cut(path, parents, early, "name a parent that returned before them")
+    outside = _recorded_outside_parent(parents, order)
+    problems += _cut(path, parents, outside, "were recorded before the module call they name began")
     problems += _bounded_depth(path, parents, data)
     return problems
+
+
+def _recorded_outside_parent(parents: dict[str, str | None], order: dict[str, int]) -> list[str]:
+    """Calls recorded outside the span of the module call they name. Records are written as calls
+    return, so a module call spans the records after its previous sibling's and up to its own: a
+    call moved under a later pass's module (which returned after it, so passes the check before)
+    lies before that span, and would be counted in the wrong pass. A module without a record is
+    given its parent's span: where it began is not known."""
+    children: dict[str | None, list[str]] = {}
+    for name, up in parents.items():
+        children.setdefault(up, []).append(name)
+    outside: list[str] = []
+    spans: list[tuple[str | None, int, int]] = [(None, -1, len(order))]  # module, (after, before)
+    while spans:
+        module, after, before = spans.pop()
+        kids = children.get(module, [])
+        recorded = sorted((order[k], k) for k in kids if k in order)
+        began = after  # each recorded call began after its previous recorded sibling returned
+        for position, kid in recorded:
+            if not after < position < before:
+                outside.append(kid)
+                continue
+            if kid in children:
+                spans.append((kid, began, position))
+            began = position
+        spans += [(kid, after, before) for kid in kids if kid not in order and kid in children]
+    return outside
 
 
 def _cut(path: Path, parents: dict[str, str | None], calls: list[str], what: str) -> list[Problem]:

@@ -199,8 +199,9 @@ class _Archive(RestrictedUnpickler):
 
     def _record(self, info: zipfile.ZipInfo, *, mapped: bool, end: int | None = None) -> np.ndarray:
         """A record's bytes (uint8): mapped or read in place when stored, through zipfile when
-        compressed, then only its first ``end`` bytes (all when None), inflated straight into the
-        array: a small view of a deflated storage never inflates the rest of it."""
+        compressed, then only its first ``end`` bytes (all when None) kept, inflated straight into the
+        array. The rest of a deflated storage is inflated a chunk at a time and dropped, for zipfile to
+        check the CRC-32 at its end: a flipped bit inside a view would be compared as the run's."""
         if info.flag_bits & 0x1:
             raise TorchFileError(f"{info.filename} is encrypted")
         if info.compress_type == zipfile.ZIP_STORED:
@@ -219,6 +220,8 @@ class _Archive(RestrictedUnpickler):
                         break
                     data[done : done + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
                     done += len(chunk)
+                while stream.read(_INFLATE_CHUNK):  # to the end, where zipfile checks the CRC-32
+                    pass
         except Exception as exc:  # BadZipFile (CRC), zlib.error, NotImplementedError (method) ...
             raise TorchFileError(f"{info.filename}: {_reason(exc)}") from exc
         if done != size:
