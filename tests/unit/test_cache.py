@@ -260,7 +260,8 @@ def test_asking_again_for_rows_not_computed_touches_no_file(demo_pair, tmp_path:
 def test_a_cache_another_process_holds_too_long_is_skipped_not_set_aside(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Locked past the wait is not damage: the shared file stays where it is, for the next launch."""
+    """Locked past the wait is not damage: the shared file stays where it is, for the next launch; and
+    it is waited for once, not again to write the rows computed meanwhile."""
     import sqlite3
 
     from tui_acc.metrics import cache
@@ -276,6 +277,11 @@ def test_a_cache_another_process_holds_too_long_is_skipped_not_set_aside(
         second = RowCache(tmp_path / "g", tmp_path / "t", tmp_path)
         assert second.get("a") is None
         assert second.problem is not None and "cache not read (database is locked)" in second.problem
+        connections = []
+        monkeypatch.setattr(cache, "_check_location", connections.append)  # the first step of each
+        second.put("b", {"cosine": 0.25})
+        second.flush()
+        assert connections == [] and "nor written" in second.problem
     finally:
         holder.execute("ROLLBACK")
         holder.close()

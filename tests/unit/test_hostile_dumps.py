@@ -270,21 +270,53 @@ def test_a_tensor_shape_that_is_not_integers_is_named(model_case, tmp_path: Path
     assert report["first_failing_token"] == 2
 
 
-@pytest.mark.parametrize(("char", "said"), [("\u0000", "NUL byte"), ("\ud800", "unpaired surrogate")])
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("Functional.linear.0.forward.output.0\u0000.pt", "NUL byte"),
+        ("Functional.linear.0.forward.output.0\ud800.pt", "unpaired surrogate"),
+        # the golden's own file, which exists: a path is no name msprobe writes, and is not followed
+        ("../../../../golden/{golden_file}", "is a path"),
+        ("{golden}/{golden_file}", "is a path"),
+    ],
+    ids=["NUL", "surrogate", "relative path", "absolute path"],
+)
 def test_a_data_name_no_file_can_have_is_named_and_its_statistics_compared(
-    model_case, tmp_path: Path, capsys, char: str, said: str
+    model_case, tmp_path: Path, capsys, name: str, said: str
 ) -> None:
     golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
+    (golden_file,) = golden.glob("*/*/dump_tensor_data/Functional.linear.0.forward.output.0.pt")
+    assert test in rank.parents and len(rank.relative_to(test).parts) == 2  # step0/proc*
     dump_json = rank / "dump.json"
     dump = json.loads(dump_json.read_text())
     output = dump["data"]["Functional.linear.0.forward"]["output"][0]
-    output["data_name"] = f"Functional.linear.0.forward.output.0{char}.pt"
+    output["data_name"] = name.format(golden=golden, golden_file=golden_file.relative_to(golden))
     dump_json.write_text(json.dumps(dump))  # json escapes both: the file holds them as \\u escapes
     report = _report(golden, test, capsys)
     assert report["exit"] == 1  # the fault's verdict, not a traceback's exit
     named = [e for e in _errors(report) if e.startswith(f"{dump_json}: output.0: data_name ")]
     assert named and said in named[0], _errors(report)
     assert report["first_failing_token"] == 2
+
+
+def test_a_record_or_field_given_twice_in_dump_json_is_named(model_case, tmp_path: Path, capsys) -> None:
+    """JSON keeps the last copy of a key, at the first one's place, without a word: a record pasted
+    in twice (here a later one's values under an earlier call's name) and a statistic given twice are
+    named; the fault is still found."""
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
+    dump_json = rank / "dump.json"
+    dump = json.loads(dump_json.read_text())
+    records = [f"{json.dumps(name)}: {json.dumps(record)}" for name, record in dump["data"].items()]
+    later = json.dumps(dump["data"]["Functional.linear.1.forward"])
+    records.append(f'"Functional.linear.0.forward": {later}')
+    head = {key: value for key, value in dump.items() if key != "data"}
+    text = json.dumps(head)[:-1] + ', "data": {' + ", ".join(records) + "}}"
+    dump_json.write_text(text.replace('"Max": ', '"Max": 0, "Max": ', 1))
+    report = _report(golden, test, capsys)
+    said = [e for e in _errors(report) if e.startswith(f"{dump_json}: ")]
+    assert any("names 1 records twice (e.g. Functional.linear.0.forward)" in e for e in said), said
+    assert any("gives 1 fields twice in one object (e.g. 'Max')" in e for e in said), said
+    assert report["first_failing_token"] == 2 and report["first_failing_op"]["label"] == "local"
 
 
 def test_keyword_arguments_nested_past_the_recursion_limit_are_not_read(

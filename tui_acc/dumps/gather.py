@@ -96,6 +96,7 @@ def gather(
         origins=dict(origins or {}),
         # the same operator at every token: rank 0's key, else the rank that ran it
         stable={key: value for index in reversed(ranks) for key, value in index.stable.items()},
+        call_tree_doubted=any(index.call_tree_doubted for index in ranks),
     )
 
 

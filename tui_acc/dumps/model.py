@@ -259,6 +259,9 @@ class DumpIndex:
     origins: Mapping[str, tuple[int, str]] = field(default_factory=dict)
     # TorchAir: each token's graph and that graph's own step (dumps/torchair/runs.py)
     runs: Mapping[int, tuple[str, int]] = field(default_factory=dict)
+    # msprobe: its call tree is not construct.json as written (missing, unreadable, or cut where it
+    # disagreed with dump.json), so its order is not the other side's (pairing/by_name.py)
+    call_tree_doubted: bool = False
 
     @property
     def load_policy(self) -> LoadPolicy:

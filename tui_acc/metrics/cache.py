@@ -72,11 +72,15 @@ def _retry_while_busy(step: Callable[[], None]) -> None:
             step()
             return
         except sqlite3.OperationalError as exc:
-            busy = "locked" in str(exc) or "busy" in str(exc)
-            if not busy or time.monotonic() > deadline:
+            if not _busy(exc) or time.monotonic() > deadline:
                 raise
         time.sleep(pause)
         pause = min(pause * 2, 0.2)
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused because another connection holds the database."""
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def cache_dir() -> Path:
@@ -186,6 +190,9 @@ class RowCache:
         self._unsaved: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self.problem: str | None = None
+        # another process held the database past the wait when it was read: it is not waited for
+        # again to write (that would double the stall), and rows are computed without it
+        self._locked_out = False
 
     def get(self, key: str) -> dict[str, Any] | None:
         """A copy of the cached row of ``key``, or None; the first call reads this pair's rows from disk
@@ -209,7 +216,8 @@ class RowCache:
         """Add the new rows (an upsert each: what another process added stays); an error is kept in
         ``problem``, not raised."""
         with self._lock:
-            if not self._unsaved:
+            if not self._unsaved or self._locked_out:
+                self._unsaved.clear()
                 return
             rows = [(self.pair, key, json.dumps(row)) for key, row in self._unsaved.items()]
             self._unsaved.clear()
@@ -247,7 +255,9 @@ class RowCache:
                 ).fetchall()
                 db.execute("UPDATE pairs SET used = ? WHERE pair = ?", (time.time(), self.pair))
         except sqlite3.OperationalError as exc:  # locked past the timeout, a full disk: not damage
-            self.problem = f"{self.path}: cache not read ({exc}); rows are computed"
+            self._locked_out = _busy(exc)
+            written = "; nor written" if self._locked_out else ""
+            self.problem = f"{self.path}: cache not read ({exc}); rows are computed{written}"
             return {}
         except sqlite3.DatabaseError as exc:  # damaged: set aside, recomputed, never trusted
             self._set_aside(exc)

@@ -23,7 +23,7 @@ def pair_token_by_name(token: int, golden: DumpIndex, test: DumpIndex) -> TokenP
     golden_order = [node.name for node in golden.tree.preorder() if node.name in golden_nodes]
     if golden_nodes.keys() == test_nodes.keys():
         partner = {name: name for name in golden_order}
-    elif golden.format == test.format == "msprobe" and _call_tree_doubted(golden) != _call_tree_doubted(test):
+    elif golden.format == test.format == "msprobe" and golden.call_tree_doubted != test.call_tree_doubted:
         # one side's call tree lost or damaged (its construct.json missing, or cut where it was
         # wrong): its tree's order is not the other's; both are aligned in dump.json's order
         # instead (each token's records are kept in it: the order calls completed), which no call
@@ -59,12 +59,6 @@ def pair_token_by_name(token: int, golden: DumpIndex, test: DumpIndex) -> TokenP
 def differing_names(token: int, golden: DumpIndex, test: DumpIndex) -> bool:
     """Whether ``token``'s records are named differently on the two sides (and so were aligned)."""
     return golden.tokens[token].keys() != test.tokens[token].keys()
-
-
-def _call_tree_doubted(index: DumpIndex) -> bool:
-    """Whether the dump's call tree was not read as msprobe wrote it: its construct.json is named
-    among the dump's problems (missing, unreadable, or cut where it disagreed with dump.json)."""
-    return any(problem.path.endswith("construct.json") for problem in index.problems)
 
 
 def _kind(name: str) -> str:

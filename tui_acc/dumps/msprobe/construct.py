@@ -49,6 +49,7 @@ def check_construct(path: Path, parents: dict[str, str | None], data: dict[str, 
     problems: list[Problem] = []
     if not parents:
         return problems  # L1 writes {}; a missing file is reported where it is read
+    given = dict(parents)
     unplaced = [name for name in data if name not in parents]
     if unplaced:
         problems.append(
@@ -89,18 +90,22 @@ def check_construct(path: Path, parents: dict[str, str | None], data: dict[str, 
     order = {name: i for i, name in enumerate(data)}
     early = [n for n, up in parents.items() if up in order and n in order and order[up] < order[n]]
     problems += _cut(path, parents, early, "name a parent that returned before them")
-    outside = _recorded_outside_parent(parents, order)
+    cut = {name for name, up in parents.items() if up is None and given[name] is not None}
+    outside = _recorded_outside_parent(parents, order, cut)
     problems += _cut(path, parents, outside, "were recorded before the module call they name began")
     problems += _bounded_depth(path, parents, data)
     return problems
 
 
-def _recorded_outside_parent(parents: dict[str, str | None], order: dict[str, int]) -> list[str]:
+def _recorded_outside_parent(
+    parents: dict[str, str | None], order: dict[str, int], cut: set[str]
+) -> list[str]:
     """Calls recorded outside the span of the module call they name. Records are written as calls
     return, so a module call spans the records after its previous sibling's and up to its own: a
     call moved under a later pass's module (which returned after it, so passes the check before)
     lies before that span, and would be counted in the wrong pass. A module without a record is
-    given its parent's span: where it began is not known."""
+    given its parent's span: where it began is not known; nor is where the calls ``cut`` to the top
+    level by the checks before ran, so they bound no sibling's span."""
     children: dict[str | None, list[str]] = {}
     for name, up in parents.items():
         children.setdefault(up, []).append(name)
@@ -117,7 +122,8 @@ def _recorded_outside_parent(parents: dict[str, str | None], order: dict[str, in
                 continue
             if kid in children:
                 spans.append((kid, began, position))
-            began = position
+            if kid not in cut:
+                began = position
         spans += [(kid, after, before) for kid in kids if kid not in order and kid in children]
     return outside
 

@@ -14,6 +14,7 @@ The statistics task records Max/Min/Mean/Norm instead of files; those become sta
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,7 +64,7 @@ _FOCUS_EVIDENCE = 50  # records: a tiny dump may simply not call any of them
 def claims(path: Path) -> bool:
     """Whether ``path`` is or holds a dump.json, or holds ``step*/rank*|proc*`` folders (cheap: names
     and folder listings, no file opened)."""
-    if names_a_file(path / "dump.json") or (path.name == "dump.json" and names_a_file(path)):
+    if _holds_dump_json(path) or (path.name == "dump.json" and names_a_file(path)):
         return True
     # a rank folder that cannot be listed is still msprobe's: read() names it
     return bool(_rank_dirs(path)) or any(unreadable(p) for p in _rank_like(path))
@@ -121,12 +122,12 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
 
 def _steps_of(path: Path, rank_dir: Path) -> list[tuple[int, Path]]:
     """(N, the rank folder of that name in step N) for every step, when ``path`` is the dump_path."""
-    if path.name == "dump.json" or names_a_file(path / "dump.json") or STEP_FOLDER.match(path.name):
+    if path.name == "dump.json" or _holds_dump_json(path) or STEP_FOLDER.match(path.name):
         return [(0, rank_dir)]
     found = []
     for step in path.iterdir():
         folder = step / rank_dir.name
-        if step.is_dir() and STEP_FOLDER.match(step.name) and names_a_file(folder / "dump.json"):
+        if step.is_dir() and STEP_FOLDER.match(step.name) and _holds_dump_json(folder):
             found.append((int(step.name[4:]), folder))
     return sorted(found)
 
@@ -139,7 +140,7 @@ def _read_rank_dir(
     problems: list[Problem] = []
     dump_json = rank_dir / "dump.json"
     try:
-        dump = policy.read_json(dump_json)
+        dump, doubled = policy.read_json_doubled(dump_json)
     except (OSError, ValueError) as exc:
         raise DumpError(f"{dump_json}: unreadable msprobe dump.json ({exc})") from exc
     if not isinstance(dump, dict) or not isinstance(dump.get("data"), dict):
@@ -147,6 +148,7 @@ def _read_rank_dir(
     if dump.get("framework") not in (None, "pytorch"):
         raise DumpError(f"{dump_json}: a {dump.get('framework')} dump; only PyTorch msprobe dumps are read")
     data: dict[str, Any] = dump["data"]
+    problems += _doubled_keys(dump_json, data, doubled)
     level = str(dump.get("level") or "")
     if level and level not in LEVELS:
         problems.append(
@@ -158,8 +160,8 @@ def _read_rank_dir(
         )
     construct = rank_dir / "construct.json"
     parents, unread = read_construct(construct, policy)
-    problems += unread
-    problems += check_construct(construct, parents, data)
+    disagreements = check_construct(construct, parents, data)
+    problems += unread + disagreements
     task = str(dump.get("task", "tensor"))
     tensor_dir = rank_dir / "dump_tensor_data"
     # construct.json also names API calls that recorded nothing (Tensor.__bool__): no nodes for them
@@ -217,13 +219,38 @@ def _read_rank_dir(
         ),
         between_tokens=passes.between,
         logits_hint=passes.logits,
+        call_tree_doubted=bool(unread or disagreements),
     )
+
+
+def _doubled_keys(
+    dump_json: Path, data: dict[str, Any], doubled: list[tuple[dict[str, Any], list[str]]]
+) -> list[Problem]:
+    """msprobe writes each record, and each field of one, once: a name given twice is said, since the
+    copy read (the last, at the first one's place) may not be the run's."""
+    records = [name for built, names in doubled if built is data for name in names]
+    fields = [name for built, names in doubled if built is not data for name in names]
+    problems = []
+    if records:
+        message = f"names {len(records)} records twice (e.g. {records[0]}); the last copy of each is read"
+        problems.append(Problem(str(dump_json), message))
+    if fields:
+        message = f"gives {len(fields)} fields twice in one object (e.g. {fields[0]!r}); the last is read"
+        problems.append(Problem(str(dump_json), message))
+    return problems
+
+
+def _holds_dump_json(folder: Path) -> bool:
+    """Whether ``folder`` has an entry named dump.json, whatever it is: one that is a folder, a FIFO or
+    a dangling link is then read, and refused by name, rather than the rank taken for graph mode's
+    (its tensors without a dump.json) or not seen at all."""
+    return os.path.lexists(folder / "dump.json")
 
 
 def _rank_dirs(path: Path) -> list[Path]:
     """rank*/proc* folders holding a dump.json, at or below ``path`` (dump_path/step*/rank*)."""
     found = []
-    if RANK_FOLDER.match(path.name) and names_a_file(path / "dump.json"):
+    if RANK_FOLDER.match(path.name) and _holds_dump_json(path):
         return [path]
     steps = (
         [path]
@@ -237,9 +264,7 @@ def _rank_dirs(path: Path) -> list[Path]:
     )
     for step in steps[-1:]:
         found += sorted(
-            p
-            for p in step.iterdir()
-            if p.is_dir() and RANK_FOLDER.match(p.name) and names_a_file(p / "dump.json")
+            p for p in step.iterdir() if p.is_dir() and RANK_FOLDER.match(p.name) and _holds_dump_json(p)
         )
     return found
 
@@ -258,7 +283,7 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, list[str], list[str], i
     notes: list[str] = []
     if path.name == "dump.json":
         return path.parent, notes, [], None
-    if names_a_file(path / "dump.json"):
+    if _holds_dump_json(path):
         return path, notes, [], None
     ranks = _rank_dirs(path)
     if not ranks:

@@ -194,6 +194,8 @@ def _is_graph_rank(folder: Path) -> bool:
     if unreadable(folder):  # not known to be graph mode: eager msprobe's reader names it
         return False
     dump_json = folder / "dump.json"
+    if os.path.lexists(dump_json) and not names_a_file(dump_json):
+        return False  # a folder named dump.json: eager msprobe's reader names it
     if names_a_file(dump_json):
         beside = (folder / "construct.json").exists() or (folder / "stack.json").exists()
         return not beside and not _written_eagerly(dump_json)

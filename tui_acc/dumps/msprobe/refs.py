@@ -200,10 +200,13 @@ def stats_of_entry(arg: dict[str, Any], null_is_non_finite: bool = False) -> Sta
 
 
 def _no_file_name(name: str) -> str | None:
-    """Why no file can be named ``name`` (a NUL byte; a lone surrogate, which no file system encoding
-    spells), or None."""
+    """Why no file of dump_tensor_data/ can be named ``name`` (a NUL byte; a lone surrogate, which no
+    file system encoding spells; a path: msprobe writes the file's own name, so ``../`` or ``/`` is a
+    forged way out of the dump, not followed even under --follow-links), or None."""
     if "\x00" in name:
         return "holds a NUL byte"
+    if "/" in name or name in (".", ".."):
+        return "is a path, not the name of a file in dump_tensor_data/"
     try:
         os.fsencode(name)
     except UnicodeEncodeError:

@@ -64,6 +64,7 @@ def merge_steps(
         between_tokens=between,
         exec_counts=dict(enumerate(numbers)),
         float_dtypes=frozenset().union(*(index.float_dtypes for _, index in steps)),
+        call_tree_doubted=any(index.call_tree_doubted for _, index in steps),
     )
 
 
