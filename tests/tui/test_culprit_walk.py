@@ -145,3 +145,33 @@ async def test_f_names_the_faulty_ge_op_and_its_fx_node(torchair_case, tmp_path:
         row = screen._rows[_cursor(screen.query_one("#ops", DataTable))]
         named = (row["golden_node"], row["test_node"], row["label"])
         assert named == (case["fx_node"], case["ge_op"], "local")
+
+
+async def test_the_token_list_pairs_no_token_on_the_event_loop(
+    torchair_case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pairing a GE token reads every op's file header (a thousand in a real graph): the token list
+    leaves it to its worker, and names the test's logits op in its own column once a row says the
+    two sides name the logits differently (the FX node against the GE op)."""
+    import threading
+
+    from tui_acc.pairing import torchair
+
+    folder = torchair_case("llama")
+    paired_on: list[bool] = []
+    pair_token = torchair._pair_token
+
+    def recorded(*args, **kwargs):  # type: ignore[no-untyped-def]
+        paired_on.append(threading.current_thread() is threading.main_thread())
+        return pair_token(*args, **kwargs)
+
+    monkeypatch.setattr(torchair, "_pair_token", recorded)
+    comparison = open_comparison(folder / "fx", folder / "ge-fault", CompareOptions(cache=False))
+    app = AccApp(comparison)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        tokens = app.screen.query_one("#tokens", DataTable)
+        logits = comparison.pairing.logits_pair(0)
+        assert logits is not None and logits.golden_node != logits.test_node
+        assert str(tokens.get_cell("0", "test_node")) == logits.test_node
+    assert paired_on and not any(paired_on), paired_on

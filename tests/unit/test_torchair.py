@@ -105,6 +105,38 @@ def test_each_token_is_one_run_of_one_graph_in_time_order(llama: Path) -> None:
     assert [r.slot for r in fx.tensors(2, softmax)] == ["input.0", "input.1", "input.2", "output.0"]
 
 
+def test_a_ge_dump_is_listed_a_run_at_a_time(llama: Path, tmp_path: Path, monkeypatch) -> None:
+    """Opening lists each graph's first run only (one file name orders every run: a device runs one
+    graph at a time); a later run is listed when its token is first asked for, and an op only it
+    ran joins its graph's tree then, after the ops that ran before it."""
+    from tui_acc.dumps.torchair import ge_dump
+
+    ge = tmp_path / "ge"
+    shutil.copytree(llama / "ge-fault", ge)
+    [decode] = [p for p in ge.rglob("graph_2") if p.is_dir()]
+    step_1 = decode / "1" / "1"
+    last = max(step_1.iterdir(), key=lambda p: int(p.name.rsplit(".", 1)[-1]))
+    later = int(last.name.rsplit(".", 1)[-1]) + 1
+    shutil.copy(last, step_1 / f"MatMulV2.MatMulV2_99.1.2.{later}")
+    listed: list[str] = []
+    names = ge_dump._names
+
+    def recorded(folder, *rest):  # type: ignore[no-untyped-def]
+        listed.append(folder)
+        return names(folder, *rest)
+
+    monkeypatch.setattr(ge_dump, "_names", recorded)
+    index = open_dump(ge)
+    assert dict(index.runs) == {0: ("graph_1", 0), 1: ("graph_2", 0), 2: ("graph_2", 1)}
+    assert [Path(f).parts[-3::2] for f in listed] == [("graph_1", "0"), ("graph_2", "0")]
+    assert "graph_2/MatMulV2_99" not in index.tree.nodes
+    assert "graph_2/MatMulV2_99" in index.tokens[2]
+    assert Path(listed[-1]) == step_1 and len(listed) == 3
+    assert index.tree.children("graph_2")[-1] == "graph_2/MatMulV2_99"
+    assert index.tree.nodes["graph_2/MatMulV2_99"].type == "MatMulV2"
+    assert index.stable_name("graph_2/MatMulV2_99") == "MatMulV2_99"
+
+
 def test_fx_input_indices_sort_as_numbers_and_list_arguments_flatten(tmp_path: Path) -> None:
     """``INPUT.10`` after ``INPUT.2`` (msprobe sorts them as strings); ``INPUT.1.0``, a list's
     first tensor, between ``INPUT.0`` and ``INPUT.2``; the old layout's folder counts from 1."""

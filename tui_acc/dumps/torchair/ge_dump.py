@@ -21,6 +21,8 @@ from __future__ import annotations
 import csv
 import os
 import re
+import threading
+from dataclasses import replace
 from pathlib import Path
 
 from tui_acc.dumps.fs import subdir_names
@@ -37,6 +39,7 @@ MAPPING = "mapping.csv"
 _WRAPPERS = ("msprobe_ge_dump", "msit_ge_dump")
 _RANK_FOLDER = re.compile(r"^worldsize(\d+)_global_rank(\d+)$")
 _DEPTH = 5  # {time}/{device}/{model}/{model_id}/{data_index} below a rank folder
+_SAMPLED = 64  # entries of a run folder looked at for a name saying its time, before listing it all
 
 
 def claims(root: Path) -> bool:
@@ -94,49 +97,42 @@ def graph_files(index: DumpIndex) -> list[Path]:
 def _indexed(
     root: Path, folder: Path, runs: dict[int, Run], policy: LoadPolicy, problems: list[Problem]
 ) -> DumpIndex:
+    """The tree from each graph's first run (a graph runs the same ops every time); every other run's
+    files are listed when its token is first asked for, and an op only it ran is added then."""
     nodes: dict[str, Node] = {ROOT: Node(ROOT, "model", None, 0)}
     stable: dict[str, str] = {}
-    files: dict[int, tuple[str, dict[str, str]]] = {}  # token -> (its folder, node -> its file's name)
-    for token, run in runs.items():
+    for run in runs.values():
         if run.graph not in nodes:
             nodes[run.graph] = Node(run.graph, "graph", ROOT, 1)
             nodes[ROOT].children.append(run.graph)
-        found: dict[str, tuple[int, str]] = {}
-        duplicates = 0
-        for name, parsed in zip(run.names, run.parsed, strict=True):
-            if parsed is None:
-                problems.append(Problem(f"{run.folder}/{name}", _NOT_GE_NAME))
-                continue
-            op_type, op_name, written = parsed
-            node = f"{run.graph}/{op_name}"
-            if node in found:  # the same op twice in one run: the later file is the one kept
-                duplicates += 1
-                if written < found[node][0]:
-                    continue
-            found[node] = (written, name)
-            if node not in nodes:
-                nodes[node] = Node(node, op_type, run.graph, 2)
-                stable[node] = op_name
-        if duplicates:
-            said = f"{duplicates} ops dumped twice in this run; the later file of each is read"
-            problems.append(Problem(run.folder, said))
-        graph = nodes[run.graph]
-        if found.keys() - set(graph.children):  # most runs add no op: their graph ran before
-            known = set(graph.children)
-            for node in sorted(found, key=lambda n: (found[n][0], n)):
-                if node not in known:
-                    graph.children.append(node)
-        files[token] = (run.folder, {node: name for node, (_, name) in found.items()})
+    tree = NodeTree(ROOT, nodes)
+    listed: dict[int, tuple[str, dict[str, str]]] = {}  # token -> (its folder, node -> its file's name)
+    lock = threading.Lock()
+
+    def files(token: int) -> tuple[str, dict[str, str]]:
+        with lock:  # a token is listed once, though the pairing and a worker may ask at once
+            if token not in listed:
+                run = _listed(runs[token], policy, problems)
+                found = _ops_of(run, problems)
+                _grow(tree, stable, run.graph, found)
+                listed[token] = (run.folder, {node: found[node][1] for node in found})
+            return listed[token]
+
+    graphs_seen: set[str] = set()
+    for token, run in runs.items():  # each graph's first run now: it tells the tree
+        if run.graph not in graphs_seen:
+            graphs_seen.add(run.graph)
+            files(token)
 
     def tensors(token: int) -> dict[str, list[TensorRef]]:
-        folder, names = files[token]
+        folder, names = files(token)
         return _tensors({node: f"{folder}/{name}" for node, name in names.items()}, policy, problems)
 
     return DumpIndex(
         root=root,
         data_dir=folder,
         format=FORMAT,
-        tree=NodeTree(ROOT, nodes),
+        tree=tree,
         tokens=LazyMapping(sorted(runs), tensors),
         order_source="file times",
         order_is_execution=True,
@@ -144,6 +140,42 @@ def _indexed(
         stable=stable,
         runs={token: (run.graph, run.step) for token, run in runs.items()},
     )
+
+
+def _ops_of(run: Run, problems: list[Problem]) -> dict[str, tuple[int, str, str]]:
+    """A listed run's ops: node -> (the time its file names, the file's name, the op's type); a name
+    that is no GE dump file's, and ops dumped twice, said."""
+    found: dict[str, tuple[int, str, str]] = {}
+    duplicates = 0
+    for name, parsed in zip(run.names, run.parsed, strict=True):
+        if parsed is None:
+            problems.append(Problem(f"{run.folder}/{name}", _NOT_GE_NAME))
+            continue
+        op_type, op_name, written = parsed
+        node = f"{run.graph}/{op_name}"
+        if node in found:  # the same op twice in one run: the later file is the one kept
+            duplicates += 1
+            if written < found[node][0]:
+                continue
+        found[node] = (written, name, op_type)
+    if duplicates:
+        said = f"{duplicates} ops dumped twice in this run; the later file of each is read"
+        problems.append(Problem(run.folder, said))
+    return found
+
+
+def _grow(tree: NodeTree, stable: dict[str, str], graph: str, found: dict[str, tuple[int, str, str]]) -> None:
+    """The ops of ``found`` the tree lacks, added under their graph in the order they ran (copy on
+    write: the UI may be walking the tree). Most runs add none: their graph ran before."""
+    if not found.keys() - set(tree.nodes[graph].children):
+        return
+    grown = tree.copy()
+    for node in sorted(found, key=lambda n: (found[n][0], n)):
+        if node not in grown.nodes:
+            grown.nodes[node] = Node(node, found[node][2], graph, 2)
+            grown.nodes[graph].children.append(node)
+            stable[node] = node.partition("/")[2]
+    tree.adopt(grown)
 
 
 _NOT_GE_NAME = "not a GE dump file name ({op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}); skipped"
@@ -186,8 +218,11 @@ def _tensors(
 
 
 def _runs(leaves: list[str], policy: LoadPolicy, problems: list[Problem]) -> list[Run]:
-    """One run per data_index folder: labelled by its model folder (and model id where a model has
-    several), hashed names resolved through mapping.csv."""
+    """One run per data_index folder that holds files, labelled by its model folder (and model id
+    where a model has several). Its time is read from one file's name: a device runs one graph at a
+    time, so runs do not overlap and any one time orders them; the other names are read when the
+    run is first asked for (``_listed``). A folder whose first names say no time (hashed names,
+    mapping.csv) or that cannot be read is listed whole now."""
     ids: dict[str, set[str]] = {}
     for leaf in leaves:
         model_folder = Path(leaf).parent
@@ -204,20 +239,47 @@ def _runs(leaves: list[str], policy: LoadPolicy, problems: list[Problem]) -> lis
             problems.append(Problem(leaf, said))
             continue
         seen.add((graph, int(path.name)))
-        names, aliases = _names(leaf, policy, problems)
-        match = _FILE_NAME.fullmatch  # a hundred thousand names: no call per name but the match
-        originals = [aliases.get(name, name) for name in names] if aliases else names
-        parsed = tuple(
-            (found[1], found[2], int(found[3][:20])) if (found := match(name)) else None for name in originals
-        )
-        if None in parsed:  # a folder among the files is none of them (only such names are looked at)
-            kept = [(n, p) for n, p in zip(names, parsed, strict=True) if p or not Path(leaf, n).is_dir()]
-            names, parsed = [n for n, _ in kept], tuple(p for _, p in kept)
-        times = [found[2] for found in parsed if found is not None]
-        if names:
-            first = min(times) if times else None
-            runs.append(Run(graph, int(path.name), leaf, first, tuple(names), aliases, parsed))
+        held, time = _one_time(leaf)
+        run = Run(graph, int(path.name), leaf, time, ())
+        if time is None and held:
+            run = _listed(run, policy, problems)
+        if run.first is not None or run.names:
+            runs.append(run)
     return runs
+
+
+def _one_time(folder: str) -> tuple[bool, int | None]:
+    """Whether ``folder`` holds anything, and the time the first GE dump file name among its first
+    few entries says (None: none says one, or it cannot be listed: it is then listed whole)."""
+    held = False
+    try:
+        with os.scandir(folder) as entries:
+            for looked, entry in enumerate(entries):
+                held = True
+                if looked >= _SAMPLED:
+                    break
+                found = _FILE_NAME.fullmatch(entry.name)
+                if found and not entry.is_dir():
+                    return True, int(found[3][:20])
+    except OSError:
+        return True, None
+    return held, None
+
+
+def _listed(run: Run, policy: LoadPolicy, problems: list[Problem]) -> Run:
+    """``run`` with its files' names read: hashed ones resolved through mapping.csv, each parsed."""
+    names, aliases = _names(run.folder, policy, problems)
+    match = _FILE_NAME.fullmatch  # a hundred thousand names: no call per name but the match
+    originals = [aliases.get(name, name) for name in names] if aliases else names
+    parsed = tuple(
+        (found[1], found[2], int(found[3][:20])) if (found := match(name)) else None for name in originals
+    )
+    if None in parsed:  # a folder among the files is none of them (only such names are looked at)
+        kept = [(n, p) for n, p in zip(names, parsed, strict=True) if p or not Path(run.folder, n).is_dir()]
+        names, parsed = [n for n, _ in kept], tuple(p for _, p in kept)
+    times = [found[2] for found in parsed if found is not None]
+    first = run.first if run.first is not None else min(times) if times else None
+    return replace(run, first=first, names=tuple(names), aliases=aliases, parsed=parsed)
 
 
 def _names(folder: str, policy: LoadPolicy, problems: list[Problem]) -> tuple[list[str], dict[str, str]]:

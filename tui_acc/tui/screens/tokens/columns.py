@@ -66,23 +66,30 @@ STATS_COLUMNS: Columns = (
 )
 
 _VERDICT_RANK = {"fail": 0, "error": 1, "near-tie": 2, "pass": 3}
+# the test's logits node, where it is named otherwise than the golden's (14_LmHead beside root.lm_head)
+TEST_LOGITS_COLUMN = ("test_node", "Test logits", 22)
 
 
 def columns_for(cmp: Comparison, all_tokens: bool = False) -> Columns:
-    """The token list's columns for the pair: statistics only, one dump, a baseline, logits named
-    differently on each side; with ``all_tokens``, each token's local operators after its verdict."""
+    """The token list's columns for the pair: statistics only, one dump, a baseline; with
+    ``all_tokens``, each token's local operators after its verdict. Whether the logits are named
+    differently on each side is known once a token is paired (a GE dump's token: a thousand file
+    headers), which is the worker's job: the screen adds ``TEST_LOGITS_COLUMN`` when a row says so
+    (``names_logits_apart``)."""
     columns = STATS_COLUMNS if cmp.golden.statistics_only or cmp.test.statistics_only else COLUMNS
     if cmp.single:
         return SINGLE_COLUMNS
-    first = next((p for t in cmp.pairing.tokens if (p := cmp.pairing.logits_pair(t)) is not None), None)
     if cmp.baseline is not None:  # the logits' error over the baseline's: what the verdict weighs
         at = next(i for i, (key, _, _) in enumerate(columns) if key in ("kl", "norm_rel_diff"))
         columns = (*columns[: at + 1], ("noise_ratio", "×noise", 8), *columns[at + 1 :])
-    if first is not None and first.golden_node != first.test_node:
-        columns = (*columns, ("test_node", "Test logits", 22))  # e.g. 14_LmHead beside root.lm_head
     if all_tokens:
         columns = (*columns[:2], LOCAL_COLUMN, *columns[2:])
     return columns
+
+
+def names_logits_apart(row: Row) -> bool:
+    """Whether a token's row holds logits the two sides name differently."""
+    return bool(row.get("test_node")) and row.get("test_node") != row.get("node")
 
 
 def token_cells(row: Row, columns: Columns, pending: bool = False) -> list[Text | str]:

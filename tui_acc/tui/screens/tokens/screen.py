@@ -18,7 +18,14 @@ from textual.worker import get_current_worker
 from tui_acc.rows import Row
 from tui_acc.sides import Swapped, less_precise, swapped_sides
 from tui_acc.tui.bounds import number, run_floor, strip_bound
-from tui_acc.tui.screens.tokens.columns import columns_for, token_cells, token_frame, token_sort_value
+from tui_acc.tui.screens.tokens.columns import (
+    TEST_LOGITS_COLUMN,
+    columns_for,
+    names_logits_apart,
+    token_cells,
+    token_frame,
+    token_sort_value,
+)
 from tui_acc.tui.screens.tokens.sweep import OperatorSweep
 from tui_acc.tui.title import shown_path
 from tui_acc.tui.token_tally import TokenTally
@@ -147,6 +154,7 @@ class TokenScreen(OperatorSweep):
         """One token's row: its cells, the summary and the strip; nothing asked of the engine."""
         table = self.query_one("#tokens", DataTable)
         key = str(message.row["token"])
+        self._name_test_logits(message.row)
         cells = token_cells(self.shown_row(message.row["token"]) or message.row, self.table_columns)
         for (column, _, _), cell in zip(self.table_columns, cells, strict=True):
             table.update_cell(key, column, cell)
@@ -175,6 +183,18 @@ class TokenScreen(OperatorSweep):
             self.prefetch_operators(failing)
 
     _sides_known = False  # whether a row has told which side's logits are the more precise
+
+    def _name_test_logits(self, row: Row) -> None:
+        """The test's logits node as a column, once a row shows it named otherwise than the golden's."""
+        key, label, width = TEST_LOGITS_COLUMN
+        if not names_logits_apart(row) or any(column == key for column, _, _ in self.table_columns):
+            return
+        self.table_columns = (*self.table_columns, TEST_LOGITS_COLUMN)
+        table = self.query_one("#tokens", DataTable)
+        table.add_column(label, key=key, width=width, default="")
+        for shown in table.rows:
+            known = self.shown_row(int(str(shown.value))) or {}
+            table.update_cell(shown, key, known.get("test_node") or "")
 
     def _check_sides(self, row: Row) -> None:
         """The first row whose logits have floating types on both sides says whether the golden is
@@ -212,6 +232,8 @@ class TokenScreen(OperatorSweep):
         table = self.query_one("#tokens", DataTable)
         for key in keys:
             cached = self.shown_row(int(key))
+            if cached:
+                self._name_test_logits(cached)
             row = cached or {"token": int(key)}
             table.add_row(*token_cells(row, self.table_columns, pending=cached is None), key=key)
 
