@@ -137,6 +137,38 @@ def test_a_ge_dump_is_listed_a_run_at_a_time(llama: Path, tmp_path: Path, monkey
     assert index.stable_name("graph_2/MatMulV2_99") == "MatMulV2_99"
 
 
+def test_an_fx_dump_is_listed_a_run_at_a_time(llama: Path, tmp_path: Path, monkeypatch) -> None:
+    """The FX golden as the GE dump: each graph's first run listed at opening, a later one when its
+    token is first asked for, a node only it ran added to its graph then; the logits stay named by
+    each graph's last node with an output."""
+    from tui_acc.dumps.torchair import fx_dump
+
+    fx = tmp_path / "fx"
+    shutil.copytree(llama / "fx", fx)
+    [decode] = [p for p in fx.rglob("graph_2") if p.is_dir()]
+    step_1 = decode / "1"
+    last = max(step_1.glob("*.OUTPUT.*.npy"), key=lambda p: int(p.name.rsplit(".", 2)[-2]))
+    later = int(last.name.rsplit(".", 2)[-2]) + 1
+    shutil.copy(last, step_1 / f"add_99-aten.add.Tensor.OUTPUT.0.{later}.npy")
+    listed: list[str] = []
+    listing = fx_dump._listing
+
+    def recorded(folder: str) -> tuple[str, ...]:
+        listed.append(folder)
+        return listing(folder)
+
+    monkeypatch.setattr(fx_dump, "_listing", recorded)
+    index = open_dump(fx)
+    assert [Path(f).parts[-2:] for f in listed] == [("graph_1", "0"), ("graph_2", "0")]
+    logits = index.logits_hint
+    assert logits is not None and index.stable_name(logits) == "logits"
+    assert "graph_2/add_99-aten.add.Tensor" not in index.tree.nodes
+    assert [r.slot for r in index.tokens[2]["graph_2/add_99-aten.add.Tensor"]] == ["output.0"]
+    assert Path(listed[-1]) == step_1 and len(listed) == 3
+    assert index.tree.children("graph_2")[-1] == "graph_2/add_99-aten.add.Tensor"
+    assert index.tree.nodes["graph_2/add_99-aten.add.Tensor"].type == "aten.add.Tensor"
+
+
 def test_fx_input_indices_sort_as_numbers_and_list_arguments_flatten(tmp_path: Path) -> None:
     """``INPUT.10`` after ``INPUT.2`` (msprobe sorts them as strings); ``INPUT.1.0``, a list's
     first tensor, between ``INPUT.0`` and ``INPUT.2``; the old layout's folder counts from 1."""

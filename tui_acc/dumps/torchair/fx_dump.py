@@ -12,13 +12,16 @@ the same for every file of one call). Layouts::
 The tree is the model, one node per graph, and the graph's FX nodes in the order they ran
 (``graph_1/mm-aten.mm.default``); a node's stable name is its FX name (``mm-aten.mm.default``), the
 same operator in every graph. Slots are ``input.{i}``, ``input.{i}.{j}`` and ``output.{k}``, in
-numeric order.
+numeric order. As for the GE dump, opening reads one file name per run folder and lists each graph's
+first run; a token's files are listed when it is first asked for (runs.py).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 from tui_acc.dumps.fs import subdir_names
@@ -35,7 +38,8 @@ from tui_acc.dumps.model import (
 )
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
-from tui_acc.dumps.torchair.runs import Run, numbered
+from tui_acc.dumps.torchair.runs import Run, add_ops, numbered, one_time
+from tui_acc.lazy import LazyMapping
 
 FORMAT: Format = "torchair-fx"
 ROOT = "model"
@@ -85,39 +89,33 @@ def read(root: Path, rank: int | None = None, follow_links: bool = False) -> Dum
 
 
 def _indexed(root: Path, folder: Path, runs: dict[int, Run], problems: list[Problem]) -> DumpIndex:
+    """The tree from each graph's first run (a graph runs the same nodes every time); every other
+    run's files are listed when its token is first asked for, and a node only it ran is added then."""
     nodes: dict[str, Node] = {ROOT: Node(ROOT, "model", None, 0)}
-    tokens: dict[int, dict[str, list[TensorRef]]] = {}
-    stable: dict[str, str] = {}
-    for token, run in runs.items():
+    for run in runs.values():
         if run.graph not in nodes:
             nodes[run.graph] = Node(run.graph, "graph", ROOT, 1)
             nodes[ROOT].children.append(run.graph)
-        found: dict[str, list[TensorRef]] = {}
-        started: dict[str, int] = {}
-        for name in run.names:
-            matched = _FILE.match(name)
-            if matched is None:
-                if name.endswith(".npy") or "." in name:
-                    problems.append(Problem(f"{run.folder}/{name}", _NOT_FX_NAME))
-                continue
-            key = matched["key"]
-            node = f"{run.graph}/{key}"
-            slot = _slot(matched)
-            role: Role = "input" if matched["role"] == "INPUT" else "output"
-            found.setdefault(node, []).append(TensorRef(slot, role, f"{run.folder}/{name}"))
-            started[node] = min(started.get(node, int(matched["time"])), int(matched["time"]))
-        graph_node = nodes[run.graph]
-        for node in sorted(found, key=lambda n: (started[n], n)):
-            found[node].sort(key=lambda ref: (ref.role != "input", _numbers(ref.slot)))
-            if node not in nodes:
-                key = node.split("/", 1)[1]
-                nodes[node] = Node(node, key.split("-", 1)[1] if "-" in key else key, run.graph, 2)
-                graph_node.children.append(node)
-                stable[node] = key
-        tokens[token] = found
+    tree = NodeTree(ROOT, nodes)
+    stable: dict[str, str] = {}
+    listed: dict[int, dict[str, list[TensorRef]]] = {}
+    lock = threading.Lock()
+
+    def calls(token: int) -> dict[str, list[TensorRef]]:
+        with lock:  # a token is listed once, though the pairing and a worker may ask at once
+            if token not in listed:
+                run = runs[token]
+                found, started = _calls(run, run.names or _listing(run.folder), problems)
+                ran = sorted(found, key=lambda n: (started[n], n))
+                add_ops(tree, stable, run.graph, ((n, _target(n), n.split("/", 1)[1]) for n in ran))
+                listed[token] = found
+            return listed[token]
+
     logits_hint = None
-    for graph in nodes[ROOT].children:
-        with_output = [c for c in nodes[graph].children if any(_has_output(tokens, c))]
+    firsts = {run.graph: token for token, run in sorted(runs.items(), reverse=True)}
+    for graph in nodes[ROOT].children:  # each graph's first run now: it tells the tree and the logits
+        ran = calls(firsts[graph])
+        with_output = [c for c in tree.children(graph) if any(r.role == "output" for r in ran.get(c, []))]
         if with_output:
             stable[with_output[-1]] = LOGITS
             logits_hint = logits_hint or with_output[-1]
@@ -125,8 +123,8 @@ def _indexed(root: Path, folder: Path, runs: dict[int, Run], problems: list[Prob
         root=root,
         data_dir=folder,
         format=FORMAT,
-        tree=NodeTree(ROOT, nodes),
-        tokens=tokens,
+        tree=tree,
+        tokens=LazyMapping(sorted(runs), calls),
         order_source="file times",
         order_is_execution=True,
         problems=problems,
@@ -134,6 +132,34 @@ def _indexed(root: Path, folder: Path, runs: dict[int, Run], problems: list[Prob
         logits_hint=logits_hint,
         runs={token: (run.graph, run.step) for token, run in runs.items()},
     )
+
+
+def _calls(
+    run: Run, names: Iterable[str], problems: list[Problem]
+) -> tuple[dict[str, list[TensorRef]], dict[str, int]]:
+    """A run's nodes and their tensors (inputs, then outputs, in numeric order), and the time each
+    node's call started; a name that is no FX dump file's said."""
+    found: dict[str, list[TensorRef]] = {}
+    started: dict[str, int] = {}
+    for name in names:
+        matched = _FILE.match(name)
+        if matched is None:
+            if name.endswith(".npy") or "." in name:
+                problems.append(Problem(f"{run.folder}/{name}", _NOT_FX_NAME))
+            continue
+        node = f"{run.graph}/{matched['key']}"
+        role: Role = "input" if matched["role"] == "INPUT" else "output"
+        found.setdefault(node, []).append(TensorRef(_slot(matched), role, f"{run.folder}/{name}"))
+        started[node] = min(started.get(node, int(matched["time"])), int(matched["time"]))
+    for refs in found.values():
+        refs.sort(key=lambda ref: (ref.role != "input", _numbers(ref.slot)))
+    return found, started
+
+
+def _target(node: str) -> str:
+    """A node's type: its aten target (``graph_1/mm-aten.mm.default`` -> ``aten.mm.default``)."""
+    key = node.split("/", 1)[1]
+    return key.split("-", 1)[1] if "-" in key else key
 
 
 _NOT_FX_NAME = "not an FX dump file name ({node}-{target}.INPUT|OUTPUT.{i}.{time}.npy); skipped"
@@ -154,10 +180,6 @@ def npy_shape(path: Path, policy: LoadPolicy) -> tuple[int, ...] | None:
 
 _NPY_HEAD = 512  # numpy pads its header to a multiple of 64 bytes; a shape fits in the first 512
 _NPY_SHAPE = re.compile(rb"'shape':\s*\(([0-9, ]*)\)")
-
-
-def _has_output(tokens: dict[int, dict[str, list[TensorRef]]], node: str) -> list[bool]:
-    return [any(ref.role == "output" for ref in refs.get(node, [])) for refs in tokens.values()]
 
 
 def _slot(matched: re.Match[str]) -> str:
@@ -214,7 +236,7 @@ def _new_runs(rank_folder: str) -> list[Run]:
             for step, step_path in subdir_names(graph_path):
                 if step.isascii() and step.isdigit() and len(step) < 12:
                     runs.append(_run(graph, int(step), step_path))
-    return [run for run in runs if run.names]
+    return [run for run in runs if run.first is not None or run.names]
 
 
 def _old_runs(data_dump: str) -> list[Run]:
@@ -225,17 +247,32 @@ def _old_runs(data_dump: str) -> list[Run]:
             for graph, graph_path in subdir_names(counter_path):
                 if _OLD_GRAPH.match(graph):
                     runs.append(_run(graph, int(counter) - 1, graph_path))
-    return [run for run in runs if run.names]
+    return [run for run in runs if run.first is not None or run.names]
 
 
 def _run(graph: str, step: int, folder: str) -> Run:
+    """A run, its time from one file's name (``runs.one_time``): its other names are read when its
+    token is first asked for. A folder whose first names say no time is listed whole now."""
+    held, time = one_time(folder, _time_of)
+    names = _listing(folder) if held and time is None else ()
+    if time is None:
+        times = [int(m["time"]) for m in map(_FILE.match, names) if m is not None]
+        time = min(times) if times else None
+    return Run(graph, step, folder, time, names)
+
+
+def _listing(folder: str) -> tuple[str, ...]:
+    """The files' names of a run folder, sorted (none where it cannot be listed)."""
     try:
         with os.scandir(folder) as entries:
-            names = tuple(sorted(e.name for e in entries if not e.is_dir()))
+            return tuple(sorted(e.name for e in entries if not e.is_dir()))
     except OSError:
-        names = ()
-    times = [int(m["time"]) for m in map(_FILE.match, names) if m is not None]
-    return Run(graph, step, folder, min(times) if times else None, names)
+        return ()
+
+
+def _time_of(name: str) -> int | None:
+    matched = _FILE.match(name)
+    return int(matched["time"]) if matched else None
 
 
 register(

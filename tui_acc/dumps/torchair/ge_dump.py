@@ -11,9 +11,11 @@ msprobe's ``set_ge_dump_config`` (TorchAir's ``dump_config``) writes, below ``ms
 torch_npu 7.1.0 and older write no ``worldsize…`` level (several devices are then several ranks).
 Each ``{data_index}`` folder is one run of one graph (a token: runs.py). The tree is the model, one
 node per graph (its model folder), and the ops in the order their files were written (the
-timestamp); a node is ``{graph}/{op_name}``, its stable name the op's. A token's files are listed
-when the dump is opened, their headers read (tensor counts, not data) when the token is first
-asked for, off the UI thread; a tensor is a member of its file (``TensorRef.member``).
+timestamp); a node is ``{graph}/{op_name}``, its stable name the op's. Opening reads one file name
+per run folder (runs do not overlap in time: one time orders a run) and lists each graph's first
+run (the tree); a token's files are listed, and their headers read (tensor counts, not data), when
+the token is first asked for, off the UI thread; a tensor is a member of its file
+(``TensorRef.member``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from tui_acc.dumps.model import DumpError, DumpIndex, Format, Node, NodeTree, Pr
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
 from tui_acc.dumps.torchair.graph_text import is_graph_file
-from tui_acc.dumps.torchair.runs import Run, numbered
+from tui_acc.dumps.torchair.runs import Run, add_ops, numbered, one_time
 from tui_acc.lazy import LazyMapping
 
 FORMAT: Format = "torchair-ge"
@@ -39,7 +41,6 @@ MAPPING = "mapping.csv"
 _WRAPPERS = ("msprobe_ge_dump", "msit_ge_dump")
 _RANK_FOLDER = re.compile(r"^worldsize(\d+)_global_rank(\d+)$")
 _DEPTH = 5  # {time}/{device}/{model}/{model_id}/{data_index} below a rank folder
-_SAMPLED = 64  # entries of a run folder looked at for a name saying its time, before listing it all
 
 
 def claims(root: Path) -> bool:
@@ -114,7 +115,8 @@ def _indexed(
             if token not in listed:
                 run = _listed(runs[token], policy, problems)
                 found = _ops_of(run, problems)
-                _grow(tree, stable, run.graph, found)
+                ran = sorted(found, key=lambda n: (found[n][0], n))
+                add_ops(tree, stable, run.graph, ((n, found[n][2], n.partition("/")[2]) for n in ran))
                 listed[token] = (run.folder, {node: found[node][1] for node in found})
             return listed[token]
 
@@ -164,20 +166,6 @@ def _ops_of(run: Run, problems: list[Problem]) -> dict[str, tuple[int, str, str]
     return found
 
 
-def _grow(tree: NodeTree, stable: dict[str, str], graph: str, found: dict[str, tuple[int, str, str]]) -> None:
-    """The ops of ``found`` the tree lacks, added under their graph in the order they ran (copy on
-    write: the UI may be walking the tree). Most runs add none: their graph ran before."""
-    if not found.keys() - set(tree.nodes[graph].children):
-        return
-    grown = tree.copy()
-    for node in sorted(found, key=lambda n: (found[n][0], n)):
-        if node not in grown.nodes:
-            grown.nodes[node] = Node(node, found[node][2], graph, 2)
-            grown.nodes[graph].children.append(node)
-            stable[node] = node.partition("/")[2]
-    tree.adopt(grown)
-
-
 _NOT_GE_NAME = "not a GE dump file name ({op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}); skipped"
 
 
@@ -185,6 +173,12 @@ _NOT_GE_NAME = "not a GE dump file name ({op_type}.{op_name}.{task_id}.{stream_i
 # dots (msprobe's reading: everything between the type and the last three parts), the last three
 # are ASCII digits
 _FILE_NAME = re.compile(r"([^.]+)\.(.*)\.[0-9]+\.[0-9]+\.([0-9]+)")
+
+
+def _time_of(name: str) -> int | None:
+    """The time a GE dump file's name says, or None for a name that is no GE dump file's."""
+    found = _FILE_NAME.fullmatch(name)
+    return int(found[3][:20]) if found else None
 
 
 def _digits(text: str) -> bool:
@@ -239,31 +233,13 @@ def _runs(leaves: list[str], policy: LoadPolicy, problems: list[Problem]) -> lis
             problems.append(Problem(leaf, said))
             continue
         seen.add((graph, int(path.name)))
-        held, time = _one_time(leaf)
+        held, time = one_time(leaf, _time_of)
         run = Run(graph, int(path.name), leaf, time, ())
         if time is None and held:
             run = _listed(run, policy, problems)
         if run.first is not None or run.names:
             runs.append(run)
     return runs
-
-
-def _one_time(folder: str) -> tuple[bool, int | None]:
-    """Whether ``folder`` holds anything, and the time the first GE dump file name among its first
-    few entries says (None: none says one, or it cannot be listed: it is then listed whole)."""
-    held = False
-    try:
-        with os.scandir(folder) as entries:
-            for looked, entry in enumerate(entries):
-                held = True
-                if looked >= _SAMPLED:
-                    break
-                found = _FILE_NAME.fullmatch(entry.name)
-                if found and not entry.is_dir():
-                    return True, int(found[3][:20])
-    except OSError:
-        return True, None
-    return held, None
 
 
 def _listed(run: Run, policy: LoadPolicy, problems: list[Problem]) -> Run:

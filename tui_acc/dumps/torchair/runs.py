@@ -12,8 +12,13 @@ re-dump names the step (``dump_step``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+
+from tui_acc.dumps.model import Node, NodeTree
+
+SAMPLED = 64  # entries of a run folder looked at for a name saying its time, before listing it all
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,41 @@ def numbered(runs: Iterable[Run]) -> dict[int, Run]:
     else:
         found.sort(key=lambda run: (_graph_key(run.graph), run.step))
     return dict(enumerate(found))
+
+
+def one_time(folder: str, time_of: Callable[[str], int | None]) -> tuple[bool, int | None]:
+    """Whether ``folder`` holds anything, and the time the first dump file name among its first few
+    entries says (``time_of``: None for a name that is no dump file's). A device runs one graph at a
+    time, so runs do not overlap and any one time orders a run: its other names need not be read to
+    number the tokens. None: no name says one, or the folder cannot be listed (then list it whole)."""
+    held = False
+    try:
+        with os.scandir(folder) as entries:
+            for looked, entry in enumerate(entries):
+                held = True
+                if looked >= SAMPLED:
+                    break
+                time = time_of(entry.name)
+                if time is not None and not entry.is_dir():
+                    return True, time
+    except OSError:
+        return True, None
+    return held, None
+
+
+def add_ops(tree: NodeTree, stable: dict[str, str], graph: str, ops: Iterable[tuple[str, str, str]]) -> None:
+    """The ops of a run, in the order they ran as (node, type, stable name), that ``tree`` lacks,
+    added under their graph copy-on-write (the UI may be walking the tree: ``NodeTree.adopt``). Most
+    runs add none: their graph ran before."""
+    new = [op for op in ops if op[0] not in tree.nodes]
+    if not new:
+        return
+    grown = tree.copy()
+    for node, kind, name in new:
+        grown.nodes[node] = Node(node, kind, graph, 2)
+        grown.nodes[graph].children.append(node)
+        stable.setdefault(node, name)
+    tree.adopt(grown)
 
 
 def described(run: Run) -> str:
