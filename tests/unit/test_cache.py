@@ -287,3 +287,45 @@ def test_a_cache_another_process_holds_too_long_is_skipped_not_set_aside(
         holder.close()
     assert not first.path.with_name(f"{first.path.name}.damaged").exists()
     assert RowCache(tmp_path / "g", tmp_path / "t", tmp_path).get("a")["cosine"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("planted", "named"),
+    [
+        # a recursive view under the name of a table: unbounded, it grew memory for ever
+        (
+            "CREATE VIEW pairs AS WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n "
+            "WHERE x < 50) SELECT 'p' || x AS pair, 1.0 AS used FROM n",
+            "view pairs",
+        ),
+        ("CREATE TABLE pairs (pair TEXT PRIMARY KEY, used REAL NOT NULL, extra TEXT)", "other columns"),
+        ("CREATE TRIGGER t AFTER INSERT ON rows BEGIN DELETE FROM rows; END", "trigger t"),
+    ],
+    ids=["view", "columns", "trigger"],
+)
+def test_a_database_that_is_not_the_caches_schema_is_set_aside(
+    tmp_path: Path, planted: str, named: str
+) -> None:
+    """The cache runs its own queries on what the file holds: a file whose tables are views,
+    triggers or other columns is not the cache's, and is set aside as damage is, never queried."""
+    import sqlite3
+
+    from tui_acc.metrics.cache import RowCache
+
+    path = tmp_path / "rows.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE rows (pair TEXT NOT NULL, key TEXT NOT NULL, data TEXT NOT NULL, "
+        "PRIMARY KEY (pair, key))"
+    )
+    db.execute(planted)
+    db.commit()
+    db.close()
+    cache = RowCache(tmp_path / "g", tmp_path / "t", tmp_path)
+    assert cache.get("a") is None
+    assert cache.problem is not None and "unreadable cache ignored" in cache.problem, cache.problem
+    assert f"not tui-acc's row cache ({named}" in cache.problem
+    assert path.with_name("rows.sqlite3.damaged").is_file() and not path.exists()
+    cache.put("a", {"cosine": 0.5})
+    cache.flush()
+    assert RowCache(tmp_path / "g", tmp_path / "t", tmp_path).get("a")["cosine"] == 0.5

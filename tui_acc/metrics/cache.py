@@ -58,9 +58,26 @@ CREATE TABLE IF NOT EXISTS pairs (pair TEXT PRIMARY KEY, used REAL NOT NULL);
 _BUSY_SECONDS = 10  # how long a process waits for another one's write before giving up on the cache
 
 
+# what _SCHEMA makes, and nothing else: a view, a trigger or another table under these names (a
+# planted "pairs" view that recurses for ever) would make each query do what it says, not ours
+_OBJECTS = {
+    ("table", "rows"),
+    ("table", "pairs"),
+    ("index", "sqlite_autoindex_rows_1"),
+    ("index", "sqlite_autoindex_pairs_1"),
+}
+_COLUMNS = {"rows": ["pair", "key", "data"], "pairs": ["pair", "used"]}
+
+
 def _prepare(db: sqlite3.Connection) -> None:
     db.execute("PRAGMA journal_mode=WAL")  # readers never block the writer, nor it them
     db.executescript(_SCHEMA)
+    found = set(db.execute("SELECT type, name FROM sqlite_master"))
+    columns = {table: [row[1] for row in db.execute(f"PRAGMA table_info({table})")] for table in _COLUMNS}
+    if found != _OBJECTS or columns != _COLUMNS:  # set aside, as damage is (RowCache._load)
+        odd = [f"{kind} {name}" for kind, name in sorted(found - _OBJECTS)]
+        odd = odd or [f"no {kind} {name}" for kind, name in sorted(_OBJECTS - found)] or ["other columns"]
+        raise sqlite3.DatabaseError(f"not tui-acc's row cache ({', '.join(odd[:3])})")
 
 
 def _retry_while_busy(step: Callable[[], None]) -> None:
@@ -309,4 +326,4 @@ class RowCache:
             where = f"moved to {damaged}"
         except OSError:
             where = "left in place"
-        self.problem = f"{self.path}: unreadable cache ignored ({type(exc).__name__}; {where})"
+        self.problem = f"{self.path}: unreadable cache ignored ({type(exc).__name__}: {exc}; {where})"
