@@ -224,6 +224,12 @@ ATB_FILE_CASES = {
     "malformed line": (_header() + b"garbage line\n$End=1\n", "malformed header line"),
     "data= outside the dump": (_header(extra="data=/etc/hostname\n") + b"$End=1\n", "outside the dump"),
     "not a number in dims": (_header("1,x,64") + b"$End=1\n", "dims"),
+    # which line the writer meant is not known: bf16 bytes read as fp16 by the last one
+    "a key given twice": (_header(dtype=27) + b"dtype=1\n$End=1\n" + b"\x00" * 128, "gives dtype twice"),
+    "101 dims": (
+        _header(",".join(["1"] * 101)) + b"$End=1\n",
+        "dims has 101 entries; at most 64",
+    ),
 }
 
 
@@ -239,6 +245,36 @@ def test_a_damaged_bin_file_is_named_and_the_rest_goes_on(
     report = _report(golden, test, capsys, "--token", "3")
     named = [e for e in _errors(report) if str(target) in e]
     assert named and problem in named[0], _errors(report)
+    assert report["first_failing_op"]["golden"] == FAULT_OP
+
+
+def test_a_data_file_that_is_itself_an_atb_tensor_file_is_refused(atb_pair, tmp_path: Path, capsys) -> None:
+    """msit's data= names a raw payload: one naming another .bin would decode that file's header
+    text as values (3e32 against the golden), and is refused by name."""
+    golden, test, device = _atb_copy(atb_pair, tmp_path)
+    layers = sorted((device / "3").glob("*_LlamaLayer"), key=lambda d: int(d.name.split("_")[0]))
+    target = next(layers[-1].glob("*_Attention/after/outtensor0.bin"))
+    shutil.copy(target, target.with_name("another.bin"))
+    target.write_bytes(_header(extra="data=another.bin\n$Object.data=0,256\n") + b"$End=1\n")
+    report = _report(golden, test, capsys, "--token", "3")
+    named = [e for e in _errors(report) if str(target) in e]
+    assert named and "is itself an ATB tensor file, not a payload" in named[0], _errors(report)
+    assert report["first_failing_op"]["golden"] == FAULT_OP
+
+
+@pytest.mark.parametrize("replaced", ["operation", "after"])
+def test_a_file_where_an_atb_folder_belongs_is_named(atb_pair, tmp_path: Path, capsys, replaced: str) -> None:
+    """An operation's folder, or its after/, replaced by a file: its tensors were lost without a
+    word (the operation only listed unmatched); now named, and the fault still found."""
+    golden, test, device = _atb_copy(atb_pair, tmp_path)
+    layers = sorted((device / "3").glob("*_LlamaLayer"), key=lambda d: int(d.name.split("_")[0]))
+    attention = next(layers[-1].glob("*_Attention"))
+    target = attention if replaced == "operation" else attention / "after"
+    shutil.rmtree(target)
+    target.write_text("x")
+    report = _report(golden, test, capsys, "--token", "3")
+    named = [e for e in _errors(report) if e.startswith(f"{target}: ")]
+    assert named and ("folder belongs" in named[0] or "not a folder" in named[0]), _errors(report)
     assert report["first_failing_op"]["golden"] == FAULT_OP
 
 

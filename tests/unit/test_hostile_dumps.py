@@ -259,6 +259,20 @@ def test_a_malformed_dump_json_record_is_named_and_the_rest_compared(
     assert report["first_failing_token"] == 2
 
 
+def test_a_bare_value_where_msprobe_writes_an_object_is_named(model_case, tmp_path: Path, capsys) -> None:
+    """msprobe writes every argument as an object ({"type": "int", "value": 5}) and None as null: an
+    output list holding a bare number lost the record's output without a word."""
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
+    dump_json = rank / "dump.json"
+    dump = json.loads(dump_json.read_text())
+    dump["data"]["Functional.linear.0.forward"]["output"] = [5]
+    dump_json.write_text(json.dumps(dump))
+    report = _report(golden, test, capsys)
+    expected = f"{dump_json}: output.0: a bare int, not what msprobe writes (an object); skipped"
+    assert expected in _errors(report), _errors(report)
+    assert report["first_failing_token"] == 2
+
+
 def test_a_tensor_shape_that_is_not_integers_is_named(model_case, tmp_path: Path, capsys) -> None:
     golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
     dump_json = rank / "dump.json"

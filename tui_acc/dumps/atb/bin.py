@@ -30,6 +30,8 @@ from tui_acc.dumps.mapped import map_bytes
 from tui_acc.dumps.policy import LoadPolicy, OutsideDump
 
 END_LINE = b"$End=1\n"
+_VERSION_LINE = b"$Version="  # how an ATB tensor file begins (a raw data= payload does not)
+_MAX_DIMS = 64  # numpy's limit; no ATB tensor has more than 8
 _MAX_ALIAS_HOPS = 4
 _HEADER_LIMIT = 1 << 20
 
@@ -171,6 +173,8 @@ def read_header(path: Path) -> BinHeader:
         key, sep, value = line.partition("=")
         if not sep or "=" in value:
             raise BinFileError(path, f"malformed header line {line[:80]!r} (expected name=value)")
+        if key in fields:  # which one the writer meant is not known: a dtype given twice misreads bytes
+            raise BinFileError(path, f"header gives {key[:40]} twice; refused rather than read by either")
         fields[key] = value
     header = BinHeader(
         path=path,
@@ -305,6 +309,15 @@ def _payload_source(header: BinHeader, policy: LoadPolicy) -> tuple[Path, int]:
         raise BinFileError(header.path, str(exc)) from exc
     if not external.exists():
         raise BinFileError(header.path, f"its data= file {external} does not exist")
+    try:
+        with open_regular(external) as handle:
+            another = handle.read(len(_VERSION_LINE)) == _VERSION_LINE
+    except OSError:
+        another = False  # said where it is read
+    if another:  # its header's own text would be read as values
+        raise BinFileError(
+            header.path, f"its data= file {external} is itself an ATB tensor file, not a payload"
+        )
     return external, header.data_offset
 
 
@@ -375,6 +388,8 @@ def _dims(path: Path, value: str | None) -> list[int]:
     if value == "":
         return []
     dims = [_to_int(path, "dims", d) for d in value.split(",")]
+    if len(dims) > _MAX_DIMS:
+        raise BinFileError(path, f"dims has {len(dims)} entries; at most {_MAX_DIMS} (numpy's limit)")
     if any(d < 0 for d in dims):
         raise BinFileError(path, f"negative dimension in dims={value}")
     return dims

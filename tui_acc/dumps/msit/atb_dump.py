@@ -241,7 +241,11 @@ def _walk(
     while pending:
         here, here_prefix, here_parent = pending.pop()
         children = []
-        for sub in subdirs(here):
+        folders, files = _listed(here)
+        problems += [
+            Problem(str(f), _NOT_A_FOLDER) for f in files if _NODE_DIR.match(f.name) and "." not in f.name
+        ]
+        for sub in folders:
             match = _NODE_DIR.match(sub.name)
             if not match:
                 continue
@@ -267,6 +271,22 @@ def _walk(
     return problems
 
 
+_NOT_A_FOLDER = "a file where an operation's folder belongs (named like one); not compared"
+
+
+def _listed(folder: Path) -> tuple[list[Path], list[Path]]:
+    """The folders in ``folder`` (links followed, as dumps made with -symlink need) and its other
+    entries; none where it cannot be listed (said where its tensors are read)."""
+    folders, files = [], []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                (folders if entry.is_dir() else files).append(Path(entry.path))
+    except OSError:
+        pass
+    return folders, files
+
+
 def _insert_child(tree: NodeTree, parent: str, name: str) -> None:
     """Keep siblings in folder-id order even when tokens contribute different nodes."""
     siblings = tree.nodes[parent].children
@@ -283,6 +303,10 @@ def _tensors(node_dir: Path) -> tuple[list[TensorRef], list[Problem]]:
         part = node_dir / when
         try:
             if not part.is_dir():
+                if os.path.lexists(part):  # its tensors would be lost without a word
+                    problems.append(
+                        Problem(str(part), "not a folder; this operation's tensors there are not compared")
+                    )
                 continue
         except OSError as exc:  # a path past PATH_MAX (operations nested a thousand deep)
             problems.append(Problem(str(node_dir), f"cannot be read ({exc.strerror or exc}); not compared"))

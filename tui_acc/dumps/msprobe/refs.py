@@ -132,6 +132,10 @@ class RefBuilder:
                 self.collect(refs, f"{slot}.{index}", role, item)
             return
         if not isinstance(arg, dict):
+            # msprobe writes a value as an object ({"type": "int", "value": 5}), None as null
+            if arg is not None:
+                message = f"{slot}: a bare {type(arg).__name__}, not what msprobe writes (an object); skipped"
+                self.problems.append(Problem(str(self.dump_json), message))
             return
         if arg.get("type") != "torch.Tensor":
             if "type" not in arg:  # a dict output such as a ModelOutput: {field: tensor}
