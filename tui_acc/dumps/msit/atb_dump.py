@@ -277,7 +277,8 @@ _NOT_A_FOLDER = "a file where an operation's folder belongs (named like one); no
 def _listed(folder: Path) -> tuple[list[Path], list[Path]]:
     """The folders in ``folder`` (links followed, as dumps made with -symlink need) and its other
     entries; none where it cannot be listed (said where its tensors are read)."""
-    folders, files = [], []
+    folders: list[Path] = []
+    files: list[Path] = []
     try:
         with os.scandir(folder) as entries:
             for entry in entries:
