@@ -22,6 +22,29 @@ from tui_acc.cli.main import main
 FAULT_OP = "root.model.layers.2.mlp.down_proj"
 
 
+@pytest.mark.parametrize("copied_as", [["03"], ["03", "003"]], ids=["beside the dumper's", "two spellings"])
+def test_two_folders_naming_one_token_are_named(demo_pair, tmp_path: Path, capsys, copied_as) -> None:
+    """The golden's token 3 copied into the test as 03 (beside the test's own 3, where the fault
+    starts): both read as token 3, the copy replaced the test's token and the run passed (exit 0).
+    The dumper's spelling is read and the copy named; two spellings that are neither: neither."""
+    golden, test, device = _copy(demo_pair, tmp_path)
+    for name in copied_as:
+        shutil.copytree(device_dir(golden) / "3", device / name)
+    if len(copied_as) > 1:
+        shutil.rmtree(device / "3")
+    report = _report(golden, test, capsys)
+    named = [e for e in _errors(report) if "names token 3, as " in e]
+    assert len(named) == len(copied_as), _errors(report)
+    assert all(
+        e.startswith(str(device / name)) for e, name in zip(sorted(named), sorted(copied_as), strict=True)
+    )
+    if len(copied_as) == 1:
+        assert report["exit"] == 1 and report["first_failing_token"] == 3
+    else:  # the test's token 3 is not compared: listed unmatched, and no pass claimed for it
+        assert ("token", "golden", 3) in {(u["kind"], u["side"], u["token"]) for u in report["unmatched"]}
+        assert report["exit"] == 1
+
+
 def _copy(demo_pair, tmp_path: Path) -> tuple[Path, Path, Path]:
     golden, test = tmp_path / "golden", tmp_path / "test"
     shutil.copytree(demo_pair.golden, golden)
@@ -607,6 +630,20 @@ def test_a_call_put_in_another_pass_s_module_is_named_and_cut(model_case, tmp_pa
     op = report["first_failing_op"]
     assert op is not None and op["golden"] == case["fault_record"] and op["label"] == "local", op
     assert report["first_failing_token"] == 2
+
+
+def test_a_step_folder_msprobe_does_not_name_is_named_and_not_read(model_case, tmp_path, capsys):
+    """The golden's step0 copied into the test as step00: read as the test's step (or as a second
+    step beside it), the fault vanished without a word. msprobe writes step{n}: step00 is named and
+    not read; the fault is found as before."""
+    golden, test, _rank = _msprobe_copy(model_case, "llama-msprobe-mix", tmp_path)
+    shutil.copytree(golden / "step0", test / "step00")
+    report = _report(golden, test, capsys)
+    said = [e for e in _errors(report) if e.startswith(f"{test / 'step00'}: ")]
+    assert said and "without leading zeros" in said[0], _errors(report)
+    case = json.loads((model_case("llama-msprobe-mix") / "case.json").read_text())
+    op = report["first_failing_op"]
+    assert op is not None and op["golden"] == case["fault_record"] and report["first_failing_token"] == 2
 
 
 def test_parents_construct_json_does_not_list_are_named_and_cut(model_case, tmp_path, capsys):

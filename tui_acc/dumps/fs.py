@@ -163,14 +163,24 @@ def numbered_subdirs(path: str) -> tuple[list[tuple[int, str, str]], list[tuple[
     """The folders in ``path`` named by a number, as (number, name, path); and those named with
     more digits than a number may have, as (path, why), for the reader to name (others, not
     numbered at all, are no token folders and said nothing of)."""
-    found: list[tuple[int, str, str]] = []
+    by_number: dict[int, list[tuple[str, str]]] = {}
     skipped: list[tuple[str, str]] = []
     for name, folder in subdir_names(path):
         number = numbered(name)
         if number is not None:
-            found.append((number, name, folder))
+            by_number.setdefault(number, []).append((name, folder))
         elif name.isascii() and name.isdigit():
             skipped.append((folder, f"a folder named with {len(name)} digits is no token folder; skipped"))
+    found: list[tuple[int, str, str]] = []
+    for number, named in by_number.items():
+        # "2" and "02" are one token: the dumper's spelling is read (a copy beside it would else
+        # replace it without a word), and where neither is its spelling, neither is believed
+        kept = [(name, folder) for name, folder in named if name == str(number)] if len(named) > 1 else named
+        found += [(number, name, folder) for name, folder in kept]
+        for name, folder in named:
+            if (name, folder) not in kept:
+                said = ", ".join(sorted(n for n, _ in named if n != name))
+                skipped.append((folder, f"names token {number}, as {said} beside it does; not compared"))
     return found, skipped
 
 

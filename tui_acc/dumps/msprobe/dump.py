@@ -50,7 +50,8 @@ from tui_acc.dumps.registry import DumpReader, register
 FORMAT: Format = "msprobe"
 ROOT = "model"
 # step{N}/ and {rank{R} | proc{pid} | pid{pid}}/ (pid: graph mode, and any run without torch.distributed)
-STEP_FOLDER = re.compile(r"^step(\d+)$")
+STEP_FOLDER = re.compile(r"^step(0|[1-9][0-9]*)$")  # as msprobe names them: step03 is none of its
+_ODD_STEP = re.compile(r"^step0[0-9]+$")
 RANK_FOLDER = re.compile(r"^(rank|proc|pid)(\d+)$")
 _CALL = re.compile(r"\.(forward|backward)\.(\d+)$")
 _API_CALL = re.compile(r"\.(\d+)\.(forward|backward)$")
@@ -76,9 +77,13 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     policy = LoadPolicy.for_dump(path, follow_links)
     rank_dir, notes, ranks, rank = _locate(path, rank)
     steps = _steps_of(path, rank_dir)
+    # a copy named step03 beside step3 was read in its place without a word: named, and not read
+    odd = [Problem(str(p), _NOT_A_STEP) for p in subdirs(path) if _ODD_STEP.match(p.name)]
     if len(steps) < 2:
-        return _read_rank_dir(path, rank_dir, notes, ranks, rank, policy)
-    problems: list[Problem] = []
+        index = _read_rank_dir(path, rank_dir, notes, ranks, rank, policy)
+        index.problems[:0] = odd
+        return index
+    problems: list[Problem] = [*odd]
 
     def attempt(number: int, folder: Path) -> DumpIndex | None:
         try:
@@ -118,6 +123,9 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         f"{path} holds {len(steps)} steps; reading the last, {last} (pass a step* folder to pick one)",
     ]
     return newest
+
+
+_NOT_A_STEP = "named like a step folder, but msprobe writes step{n} without leading zeros; not read"
 
 
 def _steps_of(path: Path, rank_dir: Path) -> list[tuple[int, Path]]:
