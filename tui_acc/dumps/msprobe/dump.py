@@ -80,9 +80,9 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     # a copy named step03 beside step3 was read in its place without a word: named, and not read
     odd = [Problem(str(p), _NOT_A_STEP) for p in subdirs(path) if _ODD_STEP.match(p.name)]
     if len(steps) < 2:
-        index = _read_rank_dir(path, rank_dir, notes, ranks, rank, policy)
-        index.problems[:0] = odd
-        return index
+        alone = _read_rank_dir(path, rank_dir, notes, ranks, rank, policy)
+        alone.problems[:0] = odd
+        return alone
     problems: list[Problem] = [*odd]
 
     def attempt(number: int, folder: Path) -> DumpIndex | None:
