@@ -646,6 +646,26 @@ def test_a_step_folder_msprobe_does_not_name_is_named_and_not_read(model_case, t
     assert op is not None and op["golden"] == case["fault_record"] and report["first_failing_token"] == 2
 
 
+@pytest.mark.parametrize("parent", [None, ""])
+def test_a_call_given_no_parent_inside_a_module_is_the_one_named(model_case, tmp_path, capsys, parent):
+    """The faulty call given no parent in the middle of its pass: it is the call named (it completed
+    inside a module call it does not name), not the fifteen calls of that pass recorded before it;
+    the fault is still found."""
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-mix", tmp_path)
+    construct = rank / "construct.json"
+    parents = json.loads(construct.read_text())
+    case = json.loads((model_case("llama-msprobe-mix") / "case.json").read_text())
+    parents[case["fault_record"]] = parent
+    construct.write_text(json.dumps(parents))
+    report = _report(golden, test, capsys)
+    said = [e for e in _errors(report) if e.startswith(f"{construct}: ")]
+    assert len(said) == 1, said
+    assert (
+        f"1 calls were recorded inside a module call they do not name (e.g. {case['fault_record']}" in said[0]
+    )
+    assert report["first_failing_token"] == 2 and report["first_failing_op"]["label"] == "local"
+
+
 def test_parents_construct_json_does_not_list_are_named_and_cut(model_case, tmp_path, capsys):
     """Every call's parent made one module no key names: all four passes would nest under it and read
     as token 0 alone, a pass (exit 0) with three tokens never compared. msprobe lists every module it

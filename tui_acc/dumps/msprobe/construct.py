@@ -9,6 +9,7 @@ still say which pass they belong to.
 
 from __future__ import annotations
 
+import bisect
 from pathlib import Path
 from typing import Any
 
@@ -91,41 +92,58 @@ def check_construct(path: Path, parents: dict[str, str | None], data: dict[str, 
     early = [n for n, up in parents.items() if up in order and n in order and order[up] < order[n]]
     problems += _cut(path, parents, early, "name a parent that returned before them")
     cut = {name for name, up in parents.items() if up is None and given[name] is not None}
-    outside = _recorded_outside_parent(parents, order, cut)
+    outside, inside = _recorded_outside_parent(parents, order, cut)
     problems += _cut(path, parents, outside, "were recorded before the module call they name began")
+    if inside:  # already where the file puts them: said, as the calls it most likely misplaced
+        example = f"{inside[0]}, given " + (f"{given[inside[0]]}" if given[inside[0]] else "no parent")
+        message = f"{len(inside)} calls were recorded inside a module call they do not name (e.g. {example})"
+        problems.append(Problem(str(path), message))
     problems += _bounded_depth(path, parents, data)
     return problems
 
 
 def _recorded_outside_parent(
     parents: dict[str, str | None], order: dict[str, int], cut: set[str]
-) -> list[str]:
-    """Calls recorded outside the span of the module call they name. Records are written as calls
-    return, so a module call spans the records after its previous sibling's and up to its own: a
-    call moved under a later pass's module (which returned after it, so passes the check before)
-    lies before that span, and would be counted in the wrong pass. A module without a record is
-    given its parent's span: where it began is not known; nor is where the calls ``cut`` to the top
-    level by the checks before ran, so they bound no sibling's span."""
+) -> tuple[list[str], list[str]]:
+    """Calls recorded outside the span of the module call they name, and calls recorded inside a
+    sibling module's call they do not name. Records are written as calls return, so a module call
+    spans the records after its previous sibling module's and up to its own: a call moved under a
+    later pass's module (which returned after it, so passes the check before) lies before that span,
+    and would be counted in the wrong pass. Only modules bound the spans: an API call given no
+    parent in the middle of a pass (a forged null) would else put the calls before it outside.
+    A module without a record is given its parent's span: where it began is not known; nor is where
+    the calls ``cut`` to the top level by the checks before ran, so they bound no span."""
     children: dict[str | None, list[str]] = {}
     for name, up in parents.items():
         children.setdefault(up, []).append(name)
     outside: list[str] = []
+    inside: list[str] = []
     spans: list[tuple[str | None, int, int]] = [(None, -1, len(order))]  # module, (after, before)
     while spans:
         module, after, before = spans.pop()
         kids = children.get(module, [])
         recorded = sorted((order[k], k) for k in kids if k in order)
-        began = after  # each recorded call began after its previous recorded sibling returned
+        began = after  # each recorded call began after its previous recorded sibling module returned
+        opened: list[tuple[int, int]] = []  # each sibling module's (first recorded call in it, its own)
         for position, kid in recorded:
             if not after < position < before:
                 outside.append(kid)
                 continue
+            below = [order[k] for k in children.get(kid, []) if k in order]
             if kid in children:
                 spans.append((kid, began, position))
-            if kid not in cut:
+            if kid not in cut and is_module(kid):
                 began = position
+                if below:
+                    opened.append((min(below), position))
+        bounds = sorted(opened)
+        for position, kid in recorded:
+            if not is_module(kid) and kid not in cut and after < position < before:
+                at = bisect.bisect_left(bounds, (position, position))
+                if at and bounds[at - 1][0] < position < bounds[at - 1][1]:
+                    inside.append(kid)
         spans += [(kid, after, before) for kid in kids if kid not in order and kid in children]
-    return outside
+    return outside, inside
 
 
 def _cut(path: Path, parents: dict[str, str | None], calls: list[str], what: str) -> list[Problem]:
