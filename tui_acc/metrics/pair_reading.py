@@ -85,8 +85,10 @@ class PairReader:
             row["error"], transient = (changed, True) if changed else (str(exc), transient)
         except DumpError as exc:
             row["error"] = str(exc)
-        except ShapeMismatch as exc:
-            row["error"] = f"{pair.golden_node}/{pair.slot}: {exc}"
+        except ShapeMismatch as exc:  # either file may be the odd one: both named
+            row["error"] = (
+                f"{pair.golden_node}/{pair.slot}: {exc} ({pair.golden.path} against {pair.test.path})"
+            )
         except Exception as exc:  # one odd pair (a sparse tensor, a record torch chokes on) is its own error
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             row["error"] = f"{pair.test.path} against {pair.golden.path}: {type(exc).__name__}: {first}"
