@@ -208,12 +208,23 @@ def test_load_tensor_unwraps_the_dumpers_dict(tmp_path):
 # --- bad input -------------------------------------------------------------------------------------
 
 
-def test_a_file_name_that_does_not_parse_is_named_and_the_rest_compared(case_dir, case, tmp_path, capsys):
+@pytest.mark.parametrize("leading_zero", [False, True], ids=["no dump_index", "dump_index=0345"])
+def test_a_file_name_that_does_not_parse_is_named_and_the_rest_compared(
+    case_dir, case, tmp_path, capsys, leading_zero
+):
+    """A name without a dump_index; and a copy of a dumper file under its index spelled with a
+    leading zero (read as the same index, it replaced the test's own file without a word): the
+    dumper writes its numbers as integers, so neither is its name."""
     test = tmp_path / "test"
     shutil.copytree(case_dir / "test", test)
     (exp,) = test.iterdir()
-    stray = exp / "step=1___rank=0___name=lost.pt"
-    stray.write_bytes(b"")
+    if leading_zero:
+        original = next(p for p in exp.glob("step=*___dump_index=*.pt"))
+        stray = original.with_name(original.name.replace("___dump_index=", "___dump_index=0", 1))
+        shutil.copy(next((case_dir / "golden").glob(f"*/{original.name}"), original), stray)
+    else:
+        stray = exp / "step=1___rank=0___name=lost.pt"
+        stray.write_bytes(b"")
     report = _report(case_dir / "golden", test, capsys)
     assert any(e.startswith(f"{stray}: file name does not parse") for e in _errors(report)), _errors(report)
     _assert_fault_found(report, case)

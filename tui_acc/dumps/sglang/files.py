@@ -15,9 +15,12 @@ from tui_acc.dumps.fs import NOT_UTF8, file_kind, not_utf8, shown
 from tui_acc.dumps.model import DumpError, Problem
 
 # dumper.py:588-598: step, rank, dump_index, then the tags (name, recompute_status, the dump() call's
-# kwargs, the context such as layer_id), joined by "___" (dumper.py:1298-1299), then ".pt".
+# kwargs, the context such as layer_id), joined by "___" (dumper.py:1298-1299), then ".pt". The
+# numbers are f-string integers: "0345" is none of its names (a copy named so read as 345 silently)
+_NUMBER = "(?:0|[1-9][0-9]*)"
 _FILE = re.compile(
-    r"^step=(?P<step>\d+)___rank=(?P<rank>\d+)___dump_index=(?P<index>\d+)___name=(?P<rest>.+)\.pt$"
+    rf"^step=(?P<step>{_NUMBER})___rank=(?P<rank>{_NUMBER})___dump_index=(?P<index>{_NUMBER})"
+    r"___name=(?P<rest>.+)\.pt$"
 )
 _RECOMPUTE = "___recompute_status="
 
