@@ -341,7 +341,7 @@ def check_comparable(cmp: Comparison) -> None:
     if not cmp.pairing.tokens:
         raise DumpError(f"no token is in both dumps ({sides})")
     # pairs token by token and stops at the first that has a pair: only a useless pair costs them all
-    if not any(cmp.pairing.node_pairs(token) for token in cmp.pairing.tokens):
+    if not any(cmp.pairing.has_pairs(token) for token in cmp.pairing.tokens):
         hint = ""
         if (golden.format == "tensor") != (test.format == "tensor"):
             hint = "; a single tensor file compares only with another single tensor file"

@@ -64,3 +64,24 @@ def test_two_tensor_files_and_a_real_pair_still_compare(demo_pair, capsys) -> No
     assert main(["report", *map(str, tensors)]) == 1  # the faulty operator's output: compared, fails
     assert main(["report", str(demo_pair.golden), str(demo_pair.test)]) == 1
     assert "error" not in capsys.readouterr().err
+
+
+def test_a_torchair_pair_is_checked_without_pairing_a_token(torchair_case, monkeypatch, tmp_path) -> None:
+    """Pairing a GE token reads every op's file header: the check before the TUI opens asks whether
+    the token's graph has a golden graph (graphs pair only by the ops they share) instead. A GE dump
+    whose graph text shares no op with the golden's is still refused: none of its tokens pairs."""
+    from tui_acc import CompareOptions, open_comparison
+    from tui_acc.dumps.model import DumpError
+    from tui_acc.session import check_comparable
+
+    folder = torchair_case("llama")
+    comparison = open_comparison(folder / "fx", folder / "ge-fault", CompareOptions(cache=False))
+    check_comparable(comparison)
+    assert not any(comparison.pairing.is_paired(t) for t in comparison.pairing.tokens)
+    ge = tmp_path / "ge"
+    shutil.copytree(folder / "ge-fault", ge)
+    for text in ge.glob("msprobe_ge_dump/dynamo_original_graph_*.txt"):  # no op computes an FX node
+        text.write_text(text.read_text().replace("_fx_tensor_name", "_other_attr"))
+    unrelated = open_comparison(folder / "fx", ge, CompareOptions(cache=False))
+    with pytest.raises(DumpError, match="no token is in both dumps"):
+        check_comparable(unrelated)

@@ -3,7 +3,7 @@ for), what stayed unpaired, and the lookups the views make of it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from tui_acc.dumps.model import DumpIndex
@@ -28,10 +28,19 @@ class Pairing:
     logits_node: str
     unmatched_found: list[Unmatched] = field(default_factory=list)  # so far: tokens pair when asked
     notes: list[str] = field(default_factory=list)
+    # whether a token has pairs, told without pairing it, where that is cheaper (a GE token's pairs
+    # read a thousand file headers; its graph's partner says as much): see ``has_pairs``
+    pairs_without_pairing: Callable[[int], bool] | None = field(default=None, repr=False, compare=False)
     _logits_cache: dict[int, TensorPair | None] = field(default_factory=dict, repr=False, compare=False)
     _absent_cache: dict[int, dict[str, list[Unmatched]]] = field(
         default_factory=dict, repr=False, compare=False
     )
+
+    def has_pairs(self, token: int) -> bool:
+        """Whether ``token`` has any node pair: without pairing it where the pairing can tell."""
+        if self.pairs_without_pairing is not None and not self.is_paired(token):
+            return self.pairs_without_pairing(token)
+        return bool(self.node_pairs(token))
 
     def node_pairs(self, token: int) -> list[NodePair]:
         """The node pairs of ``token`` (empty for a token not in both dumps); on a lazy pairing the token

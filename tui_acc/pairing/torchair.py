@@ -97,6 +97,8 @@ def pair_torchair(golden: DumpIndex, test: DumpIndex, logits_node: str | None = 
         logits_node=logits_node or golden.logits_hint or golden.tree.leaf_chain_end(),
         unmatched_found=unmatched,
         notes=graphs.notes,
+        # a token pairs where its graph has a golden graph: graphs pair only by ops they share
+        pairs_without_pairing=lambda token: view.runs[token][0] in graphs.golden_of,
     )
 
 
