@@ -2,13 +2,14 @@
 
 ``pip install tui-acc`` must not bring torch: on a fresh Linux x86-64 machine pip's torch is the CUDA
 build (about 2.5 GB), and on an NPU host it would replace the torch that torch_npu was built for. So
-the project is installed into a fresh virtual environment, from a copy of its sources, the way the
-README says; what pip put there is read back (no torch, no triton, no CUDA libraries), and
-``tui-acc demo`` and ``tui-acc report`` run there with no torch importable.
+pip's own resolution of the README's install is read, unpinned (``--dry-run --report``: no torch,
+no CUDA libraries), then the project is installed for real into a fresh virtual environment, from
+a copy of its sources, what pip put there read back, and ``tui-acc demo`` and ``tui-acc report`` run
+there with no torch importable.
 
-Cost: about 15 s here (the install, at the suite's pinned versions, takes its wheels from pip's
-cache or index, which the README's test command has just filled, and compiles the C kernel once;
-the demo and the report about 3 s).
+Cost: about 20 s here (the dry run about 5 s; the install, at the suite's pinned versions, takes its
+wheels from pip's cache or index, which the README's test command has just filled, and compiles the
+C kernel once; the demo and the report about 3 s).
 """
 
 from __future__ import annotations
@@ -54,6 +55,17 @@ def test_the_readme_installs_no_torch_and_the_demo_runs_without_it(tmp_path: Pat
     install = _readme_install()
     assert "torch" not in " ".join(install) and install[-1] == "."  # the command itself asks for none
     source = _copy_sources(tmp_path / "src")
+
+    # what pip would install for the README's command, unpinned, on a machine that has nothing yet:
+    # what a user gets, whatever the newest releases of its dependencies need
+    report = tmp_path / "resolution.json"
+    resolve = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
+    done = _run([*resolve, "--report", str(report), *install[:-1], str(source)], tmp_path, _INSTALL_TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    resolved = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
+    assert "tui-acc" in resolved and {"numpy", "polars", "textual"} <= resolved
+    heavy = {name for name in resolved if name in ("torch", "triton") or name.startswith("nvidia-")}
+    assert heavy == set(), heavy
 
     # installed into a fresh environment, a machine that has nothing yet (the suite's pins: pip's
     # wheel cache serves them), and what pip put there read back

@@ -268,7 +268,9 @@ def test_a_bare_value_where_msprobe_writes_an_object_is_named(model_case, tmp_pa
     dump["data"]["Functional.linear.0.forward"]["output"] = [5]
     dump_json.write_text(json.dumps(dump))
     report = _report(golden, test, capsys)
-    expected = f"{dump_json}: output.0: a bare int, not what msprobe writes (an object); skipped"
+    expected = (
+        f"{dump_json}: Functional.linear.0.forward: output.0: a bare int, not what msprobe writes; skipped"
+    )
     assert expected in _errors(report), _errors(report)
     assert report["first_failing_token"] == 2
 
@@ -280,7 +282,9 @@ def test_a_tensor_shape_that_is_not_integers_is_named(model_case, tmp_path: Path
     dump["data"]["Functional.linear.0.forward"]["output"][0]["shape"] = ["x", 2]
     dump_json.write_text(json.dumps(dump))
     report = _report(golden, test, capsys)
-    assert f"{dump_json}: output.0: shape ['x', 2] is not a list of integers; skipped" in _errors(report)
+    record = f"{dump_json}: Functional.linear.0.forward"
+    said = f"{record}: output.0: shape ['x', 2] is not a list of integers; skipped"
+    assert said in _errors(report)
     assert report["first_failing_token"] == 2
 
 
@@ -308,7 +312,11 @@ def test_a_data_name_no_file_can_have_is_named_and_its_statistics_compared(
     dump_json.write_text(json.dumps(dump))  # json escapes both: the file holds them as \\u escapes
     report = _report(golden, test, capsys)
     assert report["exit"] == 1  # the fault's verdict, not a traceback's exit
-    named = [e for e in _errors(report) if e.startswith(f"{dump_json}: output.0: data_name ")]
+    named = [
+        e
+        for e in _errors(report)
+        if e.startswith(f"{dump_json}: Functional.linear.0.forward: output.0: data_name ")
+    ]
     assert named and said in named[0], _errors(report)
     assert report["first_failing_token"] == 2
 

@@ -169,6 +169,28 @@ def test_an_fx_dump_is_listed_a_run_at_a_time(llama: Path, tmp_path: Path, monke
     assert index.tree.nodes["graph_2/add_99-aten.add.Tensor"].type == "aten.add.Tensor"
 
 
+def test_a_golden_op_only_a_later_run_holds_is_paired_at_that_token(llama: Path, tmp_path: Path) -> None:
+    """The FX golden's add_10 left out of decode's first run: it joins the golden's tree when token 2
+    (decode's second run) is listed, and the pairing's module tree too, so token 2 pairs as it did
+    with every run listed at opening (its pairs once named a node the module tree lacked, and the
+    token read as having none)."""
+    fx = tmp_path / "fx"
+    shutil.copytree(llama / "fx", fx)
+    [decode] = [p for p in fx.rglob("graph_2") if p.is_dir()]
+    removed = list((decode / "0").glob("add_10-aten.add.Tensor.*"))
+    assert removed
+    for path in removed:
+        path.unlink()
+    whole = open_comparison(llama / "fx", llama / "ge-fault", CompareOptions(cache=False))
+    late = open_comparison(fx, llama / "ge-fault", CompareOptions(cache=False))
+    assert "graph_2/add_10-aten.add.Tensor" not in late.pairing.golden.tree.nodes
+    pairs = late.pairing.node_pairs(2)
+    assert {p.golden for p in pairs} == {p.golden for p in whole.pairing.node_pairs(2)}
+    assert "graph_2/add_10-aten.add.Tensor" in late.pairing.golden.tree.nodes
+    case = _case(llama)
+    assert local_operators(late) == [(case["token"], case["fx_node"], case["ge_op"])]
+
+
 def test_fx_input_indices_sort_as_numbers_and_list_arguments_flatten(tmp_path: Path) -> None:
     """``INPUT.10`` after ``INPUT.2`` (msprobe sorts them as strings); ``INPUT.1.0``, a list's
     first tensor, between ``INPUT.0`` and ``INPUT.2``; the old layout's folder counts from 1."""

@@ -28,8 +28,8 @@ class Pairing:
     logits_node: str
     unmatched_found: list[Unmatched] = field(default_factory=list)  # so far: tokens pair when asked
     notes: list[str] = field(default_factory=list)
-    # whether a token has pairs, told without pairing it, where that is cheaper (a GE token's pairs
-    # read a thousand file headers; its graph's partner says as much): see ``has_pairs``
+    # whether a token's pairs are evident without pairing it (a GE token's pairs read a thousand
+    # file headers; its ops' names may say as much): see ``has_pairs``
     pairs_without_pairing: Callable[[int], bool] | None = field(default=None, repr=False, compare=False)
     _logits_cache: dict[int, TensorPair | None] = field(default_factory=dict, repr=False, compare=False)
     _absent_cache: dict[int, dict[str, list[Unmatched]]] = field(
@@ -37,15 +37,19 @@ class Pairing:
     )
 
     def has_pairs(self, token: int) -> bool:
-        """Whether ``token`` has any node pair: without pairing it where the pairing can tell."""
-        if self.pairs_without_pairing is not None and not self.is_paired(token):
-            return self.pairs_without_pairing(token)
+        """Whether ``token`` has any node pair: without pairing it where the names make it evident."""
+        quick = self.pairs_without_pairing
+        if quick is not None and not self.is_paired(token) and quick(token):
+            return True
         return bool(self.node_pairs(token))
 
     def node_pairs(self, token: int) -> list[NodePair]:
         """The node pairs of ``token`` (empty for a token not in both dumps); on a lazy pairing the token
-        is paired on first ask, its files listed then, once."""
-        return self.nodes.get(token, [])
+        is paired on first ask, its files listed then, once. A pairing that fails raises: ``get``
+        would take its KeyError for "no such token" and say the token has no pairs."""
+        if token not in self.nodes:
+            return []
+        return self.nodes[token]
 
     @property
     def unmatched(self) -> list[Unmatched]:

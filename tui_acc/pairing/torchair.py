@@ -80,10 +80,18 @@ def pair_torchair(golden: DumpIndex, test: DumpIndex, logits_node: str | None = 
     )
     lock = threading.Lock()
     pair_node = _fx_partner(golden, graphs) if golden.format == "torchair-fx" else _ge_partner(golden, graphs)
-    nested = nested_by_module(golden.tree, _modules_of(golden, graphs))
+    read_tree, modules = golden.tree, _modules_of(golden, graphs)
+    evident = _pairs_evident(golden, view, graphs)
+    nested = nested_by_module(read_tree, modules)
     golden = replace(golden, tree=nested) if nested is not None else golden
 
     def build(token: int) -> list[NodePair]:
+        # listing a later run adds the ops only it ran to the reader's tree: the nested tree takes
+        # them too (copy-on-write), else the pairs of that token would name nodes it lacks
+        if nested is not None and any(n not in nested.nodes for n in golden.tokens.get(token, {})):
+            grown = nested_by_module(read_tree, modules)
+            if grown is not None:
+                nested.adopt(grown)
         pairs, alone = _pair_token(token, golden, view, pair_node)
         with lock:
             unmatched.extend(alone)
@@ -97,9 +105,34 @@ def pair_torchair(golden: DumpIndex, test: DumpIndex, logits_node: str | None = 
         logits_node=logits_node or golden.logits_hint or golden.tree.leaf_chain_end(),
         unmatched_found=unmatched,
         notes=graphs.notes,
-        # a token pairs where its graph has a golden graph: graphs pair only by ops they share
-        pairs_without_pairing=lambda token: view.runs[token][0] in graphs.golden_of,
+        pairs_without_pairing=evident,
     )
+
+
+def _pairs_evident(golden: DumpIndex, test: DumpIndex, graphs: _Graphs) -> Callable[[int], bool]:
+    """Whether a token's pairs are evident from names alone (no file header read): an op its graph
+    ran (each graph's first run, listed at opening) computes a node its golden graph ran (the graph
+    text's FX node), or has the same name there (a GE golden). False says only "not evident"."""
+    golden_names = {
+        g: {n.partition("/")[2] for n in golden.tree.children(g)}
+        for g in golden.tree.children(golden.tree.root)
+    }
+
+    def evident(token: int) -> bool:
+        graph = test.runs[token][0]
+        theirs = golden_names.get(graphs.golden_of.get(graph, ""), set())
+        text = graphs.texts.get(graph)
+        for node in test.tree.children(graph):
+            op = node.partition("/")[2]
+            if golden.format == "torchair-fx":
+                described = text.ops.get(op) if text is not None else None
+                if described is not None and any(fx in theirs for fx in described.fx_outputs if fx):
+                    return True
+            elif op in theirs:
+                return True
+        return False
+
+    return evident
 
 
 # (the golden node a test node pairs with, its tensors: (golden node, golden tensor, test tensor))

@@ -77,6 +77,7 @@ class RefBuilder:
         self.checksums = 0  # tensors with a checksum (summary_mode md5 or xor)
         self.numbered = 0  # tensors with a statistic (xor writes none)
         self._tensor_dir_problem: bool | None = None  # whether the tensor folder cannot be listed
+        self.record = ""  # the record being read: what a problem with one of its values names
 
     def _tensor_dir_readable(self) -> bool:
         """Whether the tensor folder can be listed; one that cannot is named once, and its
@@ -94,6 +95,7 @@ class RefBuilder:
         Triton kernel's arguments before the run are left out. An entry that is not as msprobe writes
         it adds a problem to ``problems`` and gives no tensor."""
         refs: list[TensorRef] = []
+        self.record = name
         if not isinstance(entry, dict):
             self.problems.append(Problem(str(self.dump_json), f"{name}: entry is not an object; skipped"))
             return refs
@@ -134,7 +136,9 @@ class RefBuilder:
         if not isinstance(arg, dict):
             # msprobe writes a value as an object ({"type": "int", "value": 5}), None as null
             if arg is not None:
-                message = f"{slot}: a bare {type(arg).__name__}, not what msprobe writes (an object); skipped"
+                message = (
+                    f"{self.record}: {slot}: a bare {type(arg).__name__}, not what msprobe writes; skipped"
+                )
                 self.problems.append(Problem(str(self.dump_json), message))
             return
         if arg.get("type") != "torch.Tensor":
@@ -144,13 +148,14 @@ class RefBuilder:
             return
         shape = arg.get("shape")
         if shape is not None and not (isinstance(shape, list) and all(_is_int(d) for d in shape)):
-            message = f"{slot}: shape {str(shape)[:80]} is not a list of integers; skipped"
+            message = f"{self.record}: {slot}: shape {str(shape)[:80]} is not a list of integers; skipped"
             self.problems.append(Problem(str(self.dump_json), message))
             return
         data_name = arg.get("data_name")
         unnamable = _no_file_name(str(data_name)) if data_name else None
         if unnamable:  # the OS refuses such a name: no file holds it
-            message = f"{slot}: data_name {str(data_name)[:80]!r} {unnamable}; compared by its statistics"
+            said = f"data_name {str(data_name)[:80]!r} {unnamable}; compared by its statistics"
+            message = f"{self.record}: {slot}: {said}"
             self.problems.append(Problem(str(self.dump_json), message))
             data_name = None
         if data_name and self._tensor_dir_readable():

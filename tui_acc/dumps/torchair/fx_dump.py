@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -99,17 +98,17 @@ def _indexed(root: Path, folder: Path, runs: dict[int, Run], problems: list[Prob
     tree = NodeTree(ROOT, nodes)
     stable: dict[str, str] = {}
     listed: dict[int, dict[str, list[TensorRef]]] = {}
-    lock = threading.Lock()
 
     def calls(token: int) -> dict[str, list[TensorRef]]:
-        with lock:  # a token is listed once, though the pairing and a worker may ask at once
-            if token not in listed:
-                run = runs[token]
-                found, started = _calls(run, run.names or _listing(run.folder), problems)
-                ran = sorted(found, key=lambda n: (started[n], n))
-                add_ops(tree, stable, run.graph, ((n, _target(n), n.split("/", 1)[1]) for n in ran))
-                listed[token] = found
-            return listed[token]
+        # once per token: at opening (each graph's first run), else from the tokens' LazyMapping,
+        # which builds one token at a time
+        if token not in listed:
+            run = runs[token]
+            found, started = _calls(run, run.names or _listing(run.folder), problems)
+            ran = sorted(found, key=lambda n: (started[n], n))
+            add_ops(tree, stable, run.graph, ((n, _target(n), n.split("/", 1)[1]) for n in ran))
+            listed[token] = found
+        return listed[token]
 
     logits_hint = None
     firsts = {run.graph: token for token, run in sorted(runs.items(), reverse=True)}

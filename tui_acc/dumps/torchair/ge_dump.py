@@ -23,7 +23,6 @@ from __future__ import annotations
 import csv
 import os
 import re
-import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -108,17 +107,17 @@ def _indexed(
             nodes[ROOT].children.append(run.graph)
     tree = NodeTree(ROOT, nodes)
     listed: dict[int, tuple[str, dict[str, str]]] = {}  # token -> (its folder, node -> its file's name)
-    lock = threading.Lock()
 
     def files(token: int) -> tuple[str, dict[str, str]]:
-        with lock:  # a token is listed once, though the pairing and a worker may ask at once
-            if token not in listed:
-                run = _listed(runs[token], policy, problems)
-                found = _ops_of(run, problems)
-                ran = sorted(found, key=lambda n: (found[n][0], n))
-                add_ops(tree, stable, run.graph, ((n, found[n][2], n.partition("/")[2]) for n in ran))
-                listed[token] = (run.folder, {node: found[node][1] for node in found})
-            return listed[token]
+        # once per token: at opening (each graph's first run), else from the tokens' LazyMapping,
+        # which builds one token at a time
+        if token not in listed:
+            run = _listed(runs[token], policy, problems)
+            found = _ops_of(run, problems)
+            ran = sorted(found, key=lambda n: (found[n][0], n))
+            add_ops(tree, stable, run.graph, ((n, found[n][2], n.partition("/")[2]) for n in ran))
+            listed[token] = (run.folder, {node: found[node][1] for node in found})
+        return listed[token]
 
     graphs_seen: set[str] = set()
     for token, run in runs.items():  # each graph's first run now: it tells the tree

@@ -2,10 +2,11 @@
 
 TorchAir compiles one graph per shape (a prefill graph, a decode graph) and counts each graph's runs
 on its own: the FX dump's ``graph_N/{step}``, the GE dump's ``{model}/{model_id}/{data_index}``.
-A token here is one forward pass: the runs of every graph, ordered by the earliest time stamp in
-their files' names (both dumps name each file with the time it was written), so that the prefill
-run is token 0 and the decode graph's step s is token s + 1 in a prefill-then-decode run. Where no
-file names a time, runs are ordered by graph, then step. ``DumpIndex.runs`` keeps each token's
+A token here is one forward pass: the runs of every graph, ordered by a time stamp in their files'
+names (both dumps name each file with the time it was written; a device runs one graph at a time,
+so runs do not overlap and any one file's time orders its run: ``one_time`` reads one name), so
+that the prefill run is token 0 and the decode graph's step s is token s + 1 in a prefill-then-decode
+run. Where no file names a time, runs are ordered by graph, then step. ``DumpIndex.runs`` keeps each token's
 graph and step: pairing matches the two sides' graphs by content and their runs by step, and a
 re-dump names the step (``dump_step``).
 """
@@ -23,9 +24,10 @@ SAMPLED = 64  # entries of a run folder looked at for a name saying its time, be
 
 @dataclass(frozen=True)
 class Run:
-    """One run of one graph: its label, its step (that graph's own count), its folder, the earliest
-    time its files name (None: none does), its files' names, the names files stored under a hash
-    stand for (the GE dump's mapping.csv: name on disk -> original name), and what each name says."""
+    """One run of one graph: its label, its step (that graph's own count), its folder, a time one of
+    its files names (None: none does), its files' names (empty until listed: readers list a run
+    when its token is first asked for), the names files stored under a hash stand for (the GE
+    dump's mapping.csv: name on disk -> original name), and what each name says."""
 
     graph: str
     step: int
