@@ -261,7 +261,8 @@ def test_a_cache_another_process_holds_too_long_is_skipped_not_set_aside(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Locked past the wait is not damage: the shared file stays where it is, for the next launch; and
-    it is waited for once, not again to write the rows computed meanwhile."""
+    it is waited for once: the rows computed meanwhile are written only if it is free at once (a
+    second wait doubled the stall), and are written once the other process lets go."""
     import sqlite3
 
     from tui_acc.metrics import cache
@@ -277,16 +278,22 @@ def test_a_cache_another_process_holds_too_long_is_skipped_not_set_aside(
         second = RowCache(tmp_path / "g", tmp_path / "t", tmp_path)
         assert second.get("a") is None
         assert second.problem is not None and "cache not read (database is locked)" in second.problem
-        connections = []
-        monkeypatch.setattr(cache, "_check_location", connections.append)  # the first step of each
+        waits = []
+        connect = sqlite3.connect
+        monkeypatch.setattr(
+            cache.sqlite3, "connect", lambda *a, **k: waits.append(k["timeout"]) or connect(*a, **k)
+        )
         second.put("b", {"cosine": 0.25})
         second.flush()
-        assert connections == [] and "nor written" in second.problem
+        assert waits == [0] and "cache not written (database is locked)" in second.problem
     finally:
         holder.execute("ROLLBACK")
         holder.close()
     assert not first.path.with_name(f"{first.path.name}.damaged").exists()
-    assert RowCache(tmp_path / "g", tmp_path / "t", tmp_path).get("a")["cosine"] == 0.5
+    second.put("c", {"cosine": 0.75})
+    second.flush()  # the other process let go: written, without waiting
+    third = RowCache(tmp_path / "g", tmp_path / "t", tmp_path)
+    assert third.get("a")["cosine"] == 0.5 and third.get("c")["cosine"] == 0.75
 
 
 @pytest.mark.parametrize(

@@ -80,9 +80,10 @@ def _prepare(db: sqlite3.Connection) -> None:
         raise sqlite3.DatabaseError(f"not tui-acc's row cache ({', '.join(odd[:3])})")
 
 
-def _retry_while_busy(step: Callable[[], None]) -> None:
-    """Run ``step``, again after a short pause while another process holds the database."""
-    deadline = time.monotonic() + _BUSY_SECONDS
+def _retry_while_busy(step: Callable[[], None], wait: float = _BUSY_SECONDS) -> None:
+    """Run ``step``, again after a short pause while another process holds the database (for up to
+    ``wait`` seconds)."""
+    deadline = time.monotonic() + wait
     pause = 0.005
     while True:
         try:
@@ -208,7 +209,7 @@ class RowCache:
         self._lock = threading.Lock()
         self.problem: str | None = None
         # another process held the database past the wait when it was read: it is not waited for
-        # again to write (that would double the stall), and rows are computed without it
+        # again to write (that would double the stall); a write is tried without waiting
         self._locked_out = False
 
     def get(self, key: str) -> dict[str, Any] | None:
@@ -233,13 +234,12 @@ class RowCache:
         """Add the new rows (an upsert each: what another process added stays); an error is kept in
         ``problem``, not raised."""
         with self._lock:
-            if not self._unsaved or self._locked_out:
-                self._unsaved.clear()
+            if not self._unsaved:
                 return
             rows = [(self.pair, key, json.dumps(row)) for key, row in self._unsaved.items()]
             self._unsaved.clear()
         try:
-            with self._connect() as db:
+            with self._connect(wait=0 if self._locked_out else _BUSY_SECONDS) as db:
                 secret = cache_secret(self.path.parent)
                 rows = [(pair, key, seal(secret, pair, key, data)) for pair, key, data in rows]
                 db.executemany(
@@ -254,6 +254,8 @@ class RowCache:
                 )
         except (OSError, sqlite3.Error) as exc:
             self.problem = f"{self.path}: cache not written ({exc}); rows are computed again next time"
+        else:
+            self._locked_out = False  # the other process let go
 
     def _load(self) -> dict[str, dict[str, Any]]:
         """This pair's rows; the pairs not used for KEEP_DAYS go."""
@@ -273,8 +275,7 @@ class RowCache:
                 db.execute("UPDATE pairs SET used = ? WHERE pair = ?", (time.time(), self.pair))
         except sqlite3.OperationalError as exc:  # locked past the timeout, a full disk: not damage
             self._locked_out = _busy(exc)
-            written = "; nor written" if self._locked_out else ""
-            self.problem = f"{self.path}: cache not read ({exc}); rows are computed{written}"
+            self.problem = f"{self.path}: cache not read ({exc}); rows are computed"
             return {}
         except sqlite3.DatabaseError as exc:  # damaged: set aside, recomputed, never trusted
             self._set_aside(exc)
@@ -296,18 +297,18 @@ class RowCache:
         return rows
 
     @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
+    def _connect(self, wait: float = _BUSY_SECONDS) -> Iterator[sqlite3.Connection]:
         """One write transaction on the database (committed on success), the connection closed after.
 
         Taken with ``BEGIN IMMEDIATE``: a transaction that starts as a reader and later writes can be
         refused at once, without waiting, when another process wrote in between (SQLite's deadlock
         avoidance, and WAL's stale snapshot), while an immediate one waits its turn through the busy
         timeout. Creating the database and switching it to WAL can still be refused at once when two
-        processes do it together; that first step is retried until ``_BUSY_SECONDS`` have passed."""
+        processes do it together; that first step is retried until ``wait`` seconds have passed."""
         _check_location(self.path)
-        db = sqlite3.connect(self.path, timeout=_BUSY_SECONDS, isolation_level=None)
+        db = sqlite3.connect(self.path, timeout=wait, isolation_level=None)
         try:
-            _retry_while_busy(lambda: _prepare(db))
+            _retry_while_busy(lambda: _prepare(db), wait)
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
