@@ -275,6 +275,24 @@ def test_a_bare_value_where_msprobe_writes_an_object_is_named(model_case, tmp_pa
     assert report["first_failing_token"] == 2
 
 
+def test_a_file_holding_another_dtype_than_its_record_says_is_named(
+    model_case, tmp_path: Path, capsys
+) -> None:
+    """gate_proj's output (correct) saved again as float64 while dump.json still says float16: judged
+    at float64's rounding, it was named the culprit (its replay off by 1.7e-4, float64 "explaining"
+    3e-15). The file is named and not compared; the fault is still the one named."""
+    import torch
+
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-mix", tmp_path)
+    case = json.loads((model_case("llama-msprobe-mix") / "case.json").read_text())
+    target = rank / "dump_tensor_data" / "Functional.linear.41.forward.output.0.pt"
+    torch.save(torch.load(target).to(torch.float64), target)
+    report = _report(golden, test, capsys)
+    said = [e for e in _errors(report) if e.startswith(f"{target}: ")]
+    assert said and "holds float64, but the dump's own record says float16" in said[0], _errors(report)
+    assert report["first_failing_op"]["golden"] == case["fault_record"]
+
+
 def test_a_tensor_shape_that_is_not_integers_is_named(model_case, tmp_path: Path, capsys) -> None:
     golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
     dump_json = rank / "dump.json"

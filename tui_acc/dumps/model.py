@@ -116,6 +116,9 @@ class TensorRef:
     merge: str = field(default="", compare=False)
     # a file holding several tensors (a GE dump file): which of them (``input.0``, ``output.1``)
     member: str = field(default="", compare=False)
+    # the dtype the dumper's own record gives the file (msprobe's dump.json), as torch names it: a
+    # file that holds another is named, not judged at the wrong precision (dumps/loading.py)
+    declared: str = field(default="", compare=False)
 
     @property
     def path(self) -> Path:

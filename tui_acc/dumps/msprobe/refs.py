@@ -161,7 +161,8 @@ class RefBuilder:
         if data_name and self._tensor_dir_readable():
             path = self.tensor_dir / str(data_name)
             if names_a_file(path):  # a FIFO too: its reader names it
-                refs.append(TensorRef(slot=slot, role=role, location=str(path)))
+                declared = str(arg.get("dtype") or "").removeprefix("torch.")
+                refs.append(TensorRef(slot=slot, role=role, location=str(path), declared=declared))
                 return
             self.problems.append(
                 Problem(str(path), "listed in dump.json but missing; compared by its statistics")
