@@ -28,8 +28,6 @@ from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
     Format,
-    Node,
-    NodeTree,
     Problem,
     Role,
     TensorRef,
@@ -37,7 +35,7 @@ from tui_acc.dumps.model import (
 )
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
-from tui_acc.dumps.torchair.runs import Run, add_ops, numbered, one_time
+from tui_acc.dumps.torchair.runs import Run, add_ops, first_runs, graph_tree, numbered, one_time
 from tui_acc.lazy import LazyMapping
 
 FORMAT: Format = "torchair-fx"
@@ -90,12 +88,7 @@ def read(root: Path, rank: int | None = None, follow_links: bool = False) -> Dum
 def _indexed(root: Path, folder: Path, runs: dict[int, Run], problems: list[Problem]) -> DumpIndex:
     """The tree from each graph's first run (a graph runs the same nodes every time); every other
     run's files are listed when its token is first asked for, and a node only it ran is added then."""
-    nodes: dict[str, Node] = {ROOT: Node(ROOT, "model", None, 0)}
-    for run in runs.values():
-        if run.graph not in nodes:
-            nodes[run.graph] = Node(run.graph, "graph", ROOT, 1)
-            nodes[ROOT].children.append(run.graph)
-    tree = NodeTree(ROOT, nodes)
+    tree = graph_tree(ROOT, runs)
     stable: dict[str, str] = {}
     listed: dict[int, dict[str, list[TensorRef]]] = {}
 
@@ -111,9 +104,8 @@ def _indexed(root: Path, folder: Path, runs: dict[int, Run], problems: list[Prob
         return listed[token]
 
     logits_hint = None
-    firsts = {run.graph: token for token, run in sorted(runs.items(), reverse=True)}
-    for graph in nodes[ROOT].children:  # each graph's first run now: it tells the tree and the logits
-        ran = calls(firsts[graph])
+    for graph, first in first_runs(runs).items():  # each graph's first run now: the tree, the logits
+        ran = calls(first)
         with_output = [c for c in tree.children(graph) if any(r.role == "output" for r in ran.get(c, []))]
         if with_output:
             stable[with_output[-1]] = LOGITS

@@ -27,11 +27,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from tui_acc.dumps.fs import subdir_names
-from tui_acc.dumps.model import DumpError, DumpIndex, Format, Node, NodeTree, Problem, TensorRef, pick_rank
+from tui_acc.dumps.model import DumpError, DumpIndex, Format, Problem, TensorRef, pick_rank
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
 from tui_acc.dumps.torchair.graph_text import is_graph_file
-from tui_acc.dumps.torchair.runs import Run, add_ops, numbered, one_time
+from tui_acc.dumps.torchair.runs import Run, add_ops, first_runs, graph_tree, numbered, one_time
 from tui_acc.lazy import LazyMapping
 
 FORMAT: Format = "torchair-ge"
@@ -99,13 +99,8 @@ def _indexed(
 ) -> DumpIndex:
     """The tree from each graph's first run (a graph runs the same ops every time); every other run's
     files are listed when its token is first asked for, and an op only it ran is added then."""
-    nodes: dict[str, Node] = {ROOT: Node(ROOT, "model", None, 0)}
+    tree = graph_tree(ROOT, runs)
     stable: dict[str, str] = {}
-    for run in runs.values():
-        if run.graph not in nodes:
-            nodes[run.graph] = Node(run.graph, "graph", ROOT, 1)
-            nodes[ROOT].children.append(run.graph)
-    tree = NodeTree(ROOT, nodes)
     listed: dict[int, tuple[str, dict[str, str]]] = {}  # token -> (its folder, node -> its file's name)
 
     def files(token: int) -> tuple[str, dict[str, str]]:
@@ -119,11 +114,8 @@ def _indexed(
             listed[token] = (run.folder, {node: found[node][1] for node in found})
         return listed[token]
 
-    graphs_seen: set[str] = set()
-    for token, run in runs.items():  # each graph's first run now: it tells the tree
-        if run.graph not in graphs_seen:
-            graphs_seen.add(run.graph)
-            files(token)
+    for token in first_runs(runs).values():  # each graph's first run now: it tells the tree
+        files(token)
 
     def tensors(token: int) -> dict[str, list[TensorRef]]:
         folder, names = files(token)

@@ -53,6 +53,25 @@ def numbered(runs: Iterable[Run]) -> dict[int, Run]:
     return dict(enumerate(found))
 
 
+def graph_tree(root: str, runs: Mapping[int, Run]) -> NodeTree:
+    """The model's tree before any op is known: ``root`` and one node per graph, in the order the
+    graphs first ran (each reader adds a graph's ops as its runs are listed: ``add_ops``)."""
+    nodes = {root: Node(root, "model", None, 0)}
+    for graph in first_runs(runs):
+        nodes[graph] = Node(graph, "graph", root, 1)
+        nodes[root].children.append(graph)
+    return NodeTree(root, nodes)
+
+
+def first_runs(runs: Mapping[int, Run]) -> dict[str, int]:
+    """Each graph's first run: graph -> its token, in token order (a graph runs the same ops every
+    time, so its first run tells its ops)."""
+    found: dict[str, int] = {}
+    for token in sorted(runs):
+        found.setdefault(runs[token].graph, token)
+    return found
+
+
 def one_time(folder: str, time_of: Callable[[str], int | None]) -> tuple[bool, int | None]:
     """Whether ``folder`` holds anything, and the time the first dump file name among its first few
     entries says (``time_of``: None for a name that is no dump file's). A device runs one graph at a
