@@ -172,6 +172,6 @@ async def test_the_token_list_pairs_no_token_on_the_event_loop(
         await settle(pilot)
         tokens = app.screen.query_one("#tokens", DataTable)
         logits = comparison.pairing.logits_pair(0)
-        assert logits is not None and logits.golden_node != logits.test_node
+        assert logits is not None and logits.golden.path != logits.test.path
         assert str(tokens.get_cell("0", "test_node")) == logits.test_node
     assert paired_on and not any(paired_on), paired_on

@@ -46,12 +46,13 @@ def test_the_ge_side_dumps_the_tokens_graph_step_and_the_chosen_ops(llama: Path,
     config = _config(plan)
     assert plan.dumper == "torchair-ge" and plan.argv == ("python", "infer.py")
     assert set(config) <= GE_ARGUMENTS
-    logits_op = comparison.pairing.logits_pair(case["token"]).test_node.split("/")[1]
+    # the logits: the lm_head's MatMul and GE's Cast of its output, what the graph returned
+    logits_ops = [case["nz_weight_of"].split("/")[1], case["inserted_cast"]]
     assert config == {
         "dump_path": str(plan.out),
         "dump_mode": "all",
         "dump_token": [case["step"]],  # graph_2's own step, not the token
-        "dump_layer": [case["ge_op"].split("/")[1], logits_op],
+        "dump_layer": [case["ge_op"].split("/")[1], *logits_ops],
     }
     assert "TUI_ACC_TORCHAIR_CONFIG" in plan.describe()
 

@@ -94,7 +94,7 @@ def test_the_verdict_still_names_the_one_local_operator_in_the_nested_tree(llama
 
 def test_a_modules_redump_names_the_ge_ops_inside_it(llama: Path, tmp_path: Path) -> None:
     """dump_layer for layer 1's MLP: its GE ops at that token (the faulty MatMul among them), and the
-    logits op; none of attention's."""
+    logits op with GE's Cast of its output (what the token's logits are); none of attention's."""
     case = _case(llama)
     comparison = open_comparison(llama / "fx", llama / "ge-fault", CompareOptions(cache=False))
     module = "graph_2/model.layers.1.mlp"
@@ -107,6 +107,7 @@ def test_a_modules_redump_names_the_ge_ops_inside_it(llama: Path, tmp_path: Path
     inside = {p.test.split("/")[1] for p in comparison.pairing.node_pairs(case["token"]) if p.golden in
               {n.name for n in tree.preorder(module)}}  # fmt: skip
     assert case["ge_op"].split("/")[1] in layer and set(layer) - inside == {
-        case["nz_weight_of"].split("/")[1]
+        case["nz_weight_of"].split("/")[1],
+        case["inserted_cast"],
     }
     assert not any(op.startswith("BatchMatMul") or op.startswith("SoftmaxV2") for op in layer)

@@ -184,7 +184,8 @@ class MetricsEngine:
         """The token's row from its logits' row: their metrics and the logits' verdict."""
         row = cast(TokenRow, {key: tensor.get(key) for key in TOKEN_SCHEMA})
         row["token"] = token
-        row["node"] = tensor["golden_node"]
+        held = self.pairing.logits_at.get(token)  # GE's Cast of the logits: the golden's are its op's
+        row["node"] = held.golden[-1] if held is not None else tensor["golden_node"]
         row["test_node"] = tensor["test_node"]
         row["shape"] = tensor.get("golden_shape")
         row["passed"], row["verdict"] = self.pass_fail.token_verdict(tensor)

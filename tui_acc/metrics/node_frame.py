@@ -9,7 +9,7 @@ gets the aggregate of every output inside it (``add_within``) once its insides a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import cast
 
 import polars as pl
@@ -70,7 +70,9 @@ def node_rows_of(nodes: Sequence[tuple[int, NodePair]], tensor_rows: Sequence[Te
         ],
         NODE_META_SCHEMA,
     )
-    return cast(list[NodeRow], node_frame(to_frame(tensor_rows, TENSOR_SCHEMA), meta).to_dicts())
+    inserted = {node.golden for _, node in nodes if node.inserted}
+    frame = node_frame(to_frame(tensor_rows, TENSOR_SCHEMA), meta, inserted)
+    return cast(list[NodeRow], frame.to_dicts())
 
 
 def add_within(rows: dict[str, NodeRow], tensor_rows: Sequence[TensorRow], tree: NodeTree) -> list[NodeRow]:
@@ -86,7 +88,7 @@ def add_within(rows: dict[str, NodeRow], tensor_rows: Sequence[TensorRow], tree:
     return changed
 
 
-def node_frame(tensors: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+def node_frame(tensors: pl.DataFrame, nodes: pl.DataFrame, inserted: Collection[str] = ()) -> pl.DataFrame:
     """One row per node of ``nodes`` (NODE_META_SCHEMA, in execution order) from its tensor rows.
 
     ``tensors`` holds the rows of those nodes (TENSOR_SCHEMA), in each node's slot order.
@@ -131,7 +133,8 @@ def node_frame(tensors: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
         *[pl.col("_worst").struct.field(c).alias(c) for c in FROM_WORST_OUTPUT],
     ).drop("_worst")
     joined = nodes.join(per_node, on="golden_node", how="left", maintain_order="left")
-    return joined.join(_in_place(rows), on="golden_node", how="left", maintain_order="left").with_columns(
+    in_place = _in_place(rows, inserted)
+    return joined.join(in_place, on="golden_node", how="left", maintain_order="left").with_columns(
         outputs_unknown=pl.col("outputs_unknown").fill_null(False)
     )
 
@@ -142,7 +145,7 @@ def _all_passed(mask: pl.Expr) -> pl.Expr:
     return pl.when(chosen.len() > 0).then(chosen.all())
 
 
-def _in_place(rows: pl.DataFrame) -> pl.DataFrame:
+def _in_place(rows: pl.DataFrame, inserted: Collection[str]) -> pl.DataFrame:
     """``"input_0=output (golden)"`` where a dumped input is its op's output, bit for bit.
 
     That is what an in-place op (``SiLU(inplace=True)``, ``add_``) leaves in a dump, because the
@@ -151,14 +154,18 @@ def _in_place(rows: pl.DataFrame) -> pl.DataFrame:
     (on a tensor that is not constant: equal by coincidence too often) identify the same data.
     An msprobe record of a tensor method or torch function is in place only by its name (``add_``,
     ``__iadd__``): ``x * (1 + w)`` with a zero ``w`` gives back its input bit for bit, and is no
-    in-place op.
+    in-place op. ``inserted``: ops GE inserted, whose golden output is their golden input by
+    construction (pairing/ge_inserted.py): only their test side is looked at.
     """
     rows = rows.filter(~pl.col("golden_node").str.contains(_OUT_OF_PLACE_API))
     found = []
     for order, side in enumerate(("golden", "test")):
         print_ = [f"{side}_{key}" for key in SAME_DATA_FIELDS]
-        known = pl.all_horizontal(pl.col(c).is_not_null() for c in print_) & (
-            pl.col(f"{side}_max") != pl.col(f"{side}_min")
+        own = pl.col("golden_node").is_in(list(inserted)) if side == "golden" and inserted else pl.lit(False)
+        known = (
+            ~own
+            & pl.all_horizontal(pl.col(c).is_not_null() for c in print_)
+            & (pl.col(f"{side}_max") != pl.col(f"{side}_min"))
         )
         fields = rows.filter(known).select("golden_node", "_i", "slot", "role", *print_)
         inputs = fields.filter(_ROLE == "input").drop("role")

@@ -76,7 +76,7 @@ class PairReader:
                     raise DumpError(changed)
             else:
                 metrics = compare_stats(
-                    _stats(pair.golden, self.pairing.golden.load_policy),
+                    _stats(pair.golden, self._golden_policy(pair)),
                     _stats(pair.test, self.pairing.test.load_policy),
                 )
         except TensorLoadError as exc:
@@ -102,11 +102,16 @@ class PairReader:
     def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
         """Both tensors of ``pair``, each under its dump's load policy (links may not leave a dump
         unless --follow-links): every reader of a comparison's tensor data goes through here."""
-        golden = load_side(pair.golden, None, self.pairing.golden.load_policy)
+        golden = load_side(pair.golden, None, self._golden_policy(pair))
         same_file = pair.test.location == pair.golden.location and not pair.golden.parts
         if self.pairing.golden is self.pairing.test and same_file:
             return golden, golden  # one dump checked on its own (anomalies/): each file read once
         return golden, load_side(pair.test, golden, self.pairing.test.load_policy)
+
+    def _golden_policy(self, pair: TensorPair) -> LoadPolicy:
+        """The load policy of the dump ``pair``'s golden tensor lies in (the test's, for an op GE
+        inserted, held against its own input)."""
+        return (self.pairing.test if pair.golden_from_test else self.pairing.golden).load_policy
 
     @contextmanager
     def held_pair(self, pair: TensorPair) -> Iterator[tuple[np.ndarray, np.ndarray]]:

@@ -17,6 +17,9 @@ class TensorPair:
     test_node: str
     golden: TensorRef
     test: TensorRef
+    # the "golden" is a tensor of the test dump: an op GE inserted, held against its own input
+    # (pairing/ge_inserted.py); it is read under the test's load policy
+    golden_from_test: bool = False
 
     @property
     def slot(self) -> str:
@@ -40,6 +43,9 @@ class NodePair:
     test_type: str
     depth: int
     tensors: tuple[TensorPair, ...]
+    # an op GE inserted, paired with itself (pairing/ge_inserted.py): its golden input is its golden
+    # output by construction, no in-place op
+    inserted: bool = False
 
     @property
     def inputs(self) -> tuple[TensorPair, ...]:
@@ -50,6 +56,17 @@ class NodePair:
     def outputs(self) -> tuple[TensorPair, ...]:
         """The output tensor pairs, in slot order."""
         return tuple(t for t in self.tensors if t.role == "output")
+
+
+@dataclass(frozen=True)
+class CarriedLogits:
+    """A token's logits as ops after the op computing them carried them (GE's Cast of the logits to
+    float32, pairing/ge_inserted.py): the golden node whose pair holds them, and each side's nodes
+    a dump needs for them (the logits' op and the ops after it)."""
+
+    holder: str
+    golden: tuple[str, ...]
+    test: tuple[str, ...]
 
 
 @dataclass(frozen=True)

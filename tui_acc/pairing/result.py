@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from tui_acc.dumps.model import DumpIndex
 from tui_acc.lazy import LazyMapping
 from tui_acc.pairing.absent import absent_before
-from tui_acc.pairing.model import NodePair, TensorPair, Unmatched
+from tui_acc.pairing.model import CarriedLogits, NodePair, TensorPair, Unmatched
 
 
 @dataclass
@@ -31,6 +31,9 @@ class Pairing:
     # whether a token's pairs are evident without pairing it (a GE token's pairs read a thousand
     # file headers; its ops' names may say as much): see ``has_pairs``
     pairs_without_pairing: Callable[[int], bool] | None = field(default=None, repr=False, compare=False)
+    # token -> the golden node holding its logits where another than ``logits_node`` does: a TorchAir
+    # graph whose logits GE converted after the op computing them (pairing/ge_inserted.py)
+    logits_at: Mapping[int, CarriedLogits] = field(default_factory=dict, repr=False, compare=False)
     _logits_cache: dict[int, TensorPair | None] = field(default_factory=dict, repr=False, compare=False)
     _absent_cache: dict[int, dict[str, list[Unmatched]]] = field(
         default_factory=dict, repr=False, compare=False
@@ -71,12 +74,28 @@ class Pairing:
     def logits_pair(self, token: int) -> TensorPair | None:
         """The output tensor holding the token's logits, if both sides dumped it (looked up once)."""
         if token not in self._logits_cache:
-            wanted = self.golden.stable_name(self.logits_node)
-            stable = self.golden.stable_name
-            node = next((n for n in self.nodes.get(token, []) if stable(n.golden) == wanted), None)
+            pairs = self.nodes.get(token, [])  # pairs the token first: that may settle logits_at
+            held = self.logits_at.get(token)
+            if held is not None:
+                node = next((n for n in pairs if n.golden == held.holder), None)
+            else:
+                wanted = self.golden.stable_name(self.logits_node)
+                stable = self.golden.stable_name
+                node = next((n for n in pairs if stable(n.golden) == wanted), None)
             outputs = node.outputs if node is not None else ()
             self._logits_cache[token] = outputs[0] if outputs else None
         return self._logits_cache[token]
+
+    def logits_nodes(self, token: int, side: str) -> tuple[str, ...]:
+        """The nodes of ``side`` a dump of ``token`` needs for its logits (a re-dump adds them): the
+        logits pair's node, or the ops that carried the logits to where the pair holds them."""
+        pair = self.logits_pair(token)
+        if pair is None:
+            return ()
+        held = self.logits_at.get(token)
+        if held is not None:
+            return held.golden if side == "golden" else held.test
+        return (pair.golden_node if side == "golden" else pair.test_node,)
 
     def absent_before(self, token: int) -> dict[str, list[Unmatched]]:
         """Golden node -> the records of ``token`` only one side holds, just before it (absent.py)."""

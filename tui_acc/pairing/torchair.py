@@ -37,7 +37,8 @@ from tui_acc.dumps.torchair.graph_texts import (
     texts_by_graph,
 )
 from tui_acc.lazy import LazyMapping
-from tui_acc.pairing.model import NodePair, TensorPair, Unmatched
+from tui_acc.pairing.ge_inserted import GoldenTreeView, judge_inserted
+from tui_acc.pairing.model import CarriedLogits, NodePair, TensorPair, Unmatched
 from tui_acc.pairing.module_tree import nested_by_module
 from tui_acc.pairing.result import Pairing
 
@@ -80,19 +81,21 @@ def pair_torchair(golden: DumpIndex, test: DumpIndex, logits_node: str | None = 
     )
     lock = threading.Lock()
     pair_node = _fx_partner(golden, graphs) if golden.format == "torchair-fx" else _ge_partner(golden, graphs)
-    read_tree, modules = golden.tree, _modules_of(golden, graphs)
+    modules = _modules_of(golden, graphs)
     evident = _pairs_evident(golden, view, graphs)
-    nested = nested_by_module(read_tree, modules)
-    golden = replace(golden, tree=nested) if nested is not None else golden
+    tree_view = GoldenTreeView(golden.tree, lambda tree: nested_by_module(tree, modules))
+    golden = replace(golden, tree=tree_view.tree)  # the pairing's view: its tree follows tree_view's
+    logits = logits_node or golden.logits_hint or golden.tree.leaf_chain_end()
+    logits_at: dict[int, CarriedLogits] = {}  # token -> the ops that carried its logits past ``logits``
 
     def build(token: int) -> list[NodePair]:
-        # listing a later run adds the ops only it ran to the reader's tree: the nested tree takes
+        # listing a later run adds the ops only it ran to the reader's tree: the pairing's tree takes
         # them too (copy-on-write), else the pairs of that token would name nodes it lacks
-        if nested is not None and any(n not in nested.nodes for n in golden.tokens.get(token, {})):
-            grown = nested_by_module(read_tree, modules)
-            if grown is not None:
-                nested.adopt(grown)
+        tree_view.catch_up(golden.tokens.get(token, {}))
         pairs, alone = _pair_token(token, golden, view, pair_node)
+        if golden.format == "torchair-fx":
+            pairs = _with_inserted(token, golden, view, graphs, pairs, alone, logits, tree_view, logits_at)
+        golden.tree = tree_view.tree
         with lock:
             unmatched.extend(alone)
         return pairs
@@ -102,11 +105,41 @@ def pair_torchair(golden: DumpIndex, test: DumpIndex, logits_node: str | None = 
         test=view,
         tokens=tokens,
         nodes=LazyMapping(tokens, build),
-        logits_node=logits_node or golden.logits_hint or golden.tree.leaf_chain_end(),
+        logits_node=logits,
         unmatched_found=unmatched,
         notes=graphs.notes,
         pairs_without_pairing=evident,
+        logits_at=logits_at,
     )
+
+
+def _with_inserted(
+    token: int,
+    golden: DumpIndex,
+    test: DumpIndex,
+    graphs: _Graphs,
+    pairs: list[NodePair],
+    alone: list[Unmatched],
+    logits: str,
+    tree_view: GoldenTreeView,
+    logits_at: dict[int, CarriedLogits],
+) -> list[NodePair]:
+    """``pairs`` with the ops GE inserted in the token's run, each against itself (ge_inserted.py),
+    in the golden tree's order; ``logits_at`` takes the op that carries the token's logits."""
+    graph = test.runs[token][0]
+    text, golden_graph = graphs.texts.get(graph), graphs.golden_of.get(graph)
+    if text is None or golden_graph is None:
+        return pairs
+    wanted = golden.stable_name(logits)
+    holder = next((p for p in pairs if golden.stable_name(p.golden) == wanted and p.outputs), None)
+    carried = (holder.golden, holder.outputs[0].golden) if holder is not None else None
+    found = judge_inserted(token, golden_graph, test, graph, text, pairs, alone, carried, tree_view)
+    if not found.pairs:
+        return pairs
+    if found.logits is not None:
+        logits_at[token] = found.logits
+    by_name = {p.golden: p for p in (*pairs, *found.pairs)}
+    return [by_name[n.name] for n in tree_view.tree.preorder() if n.name in by_name]
 
 
 def _pairs_evident(golden: DumpIndex, test: DumpIndex, graphs: _Graphs) -> Callable[[int], bool]:

@@ -28,9 +28,7 @@ def selection_for(comparison: Comparison, side: str, token: int, golden_node: st
         inside = _torchair_module_ops(comparison, token, golden_node, side) if pair is None else []
         # a gathered rank's own call (an expert it owns): the name its rank's records give it
         nodes += inside or [index.origins.get(name, (0, name))[1]]
-        logits = comparison.pairing.logits_pair(token)
-        if logits is not None and not atb:
-            holder = logits.golden_node if side == "golden" else logits.test_node
+        for holder in comparison.pairing.logits_nodes(token, side) if not atb else ():
             if holder not in nodes and not any(holder.startswith(n + ".") for n in nodes):
                 nodes.append(holder)
     step = index.exec_counts.get(token, token)

@@ -1,0 +1,123 @@
+"""Ops GE inserted into a TorchAir graph (a Cast, a TransData: in no graph text, with no golden)
+judged against their own input, and the Cast of the logits GE inserted at the end of a run held
+against the golden's logits (tui_acc/pairing/ge_inserted.py).
+
+The fixture is tests/data/torchair/llama.tar.xz (scripts/make_torchair_fixtures.py): its GE dumps
+end each run with ``trans_Cast_0``, the bf16 logits cast to float32 (case.json's ``inserted_cast``).
+A GE dump file holds its header, then its inputs' bytes, then its outputs' (docs/formats.md §7.2):
+the Cast's float32 output is the file's last 256 bytes (a [1, 64] decode logits row), which the
+faults below scale without reading the header.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import local_operators
+from tui_acc import CompareOptions, open_comparison
+from tui_acc.reports.pair import build_report
+
+LOGITS_BYTES = 64 * 4  # the decode graph's logits row, float32
+
+
+@pytest.fixture(scope="module")
+def llama(torchair_case) -> Path:
+    return torchair_case("llama")
+
+
+def _case(folder: Path) -> dict:
+    return json.loads((folder / "case.json").read_text(encoding="utf-8"))
+
+
+def _run_folder(ge: Path, graph: str, step: int) -> Path:
+    [folder] = [p for p in ge.rglob(str(step)) if p.is_dir() and p.parent.parent.name == graph]
+    return folder
+
+
+def _scale_output(path: Path, factor: float) -> None:
+    """The file's float32 output, its last LOGITS_BYTES, its first 8 values times ``factor``."""
+    content = bytearray(path.read_bytes())
+    values = np.frombuffer(bytes(content[-LOGITS_BYTES:]), dtype="<f4").copy()
+    values[:8] *= factor
+    content[-LOGITS_BYTES:] = values.tobytes()
+    path.write_bytes(bytes(content))
+
+
+def test_a_wrong_cast_of_the_logits_fails_its_token_and_is_the_culprit(llama: Path, tmp_path: Path) -> None:
+    """GE's Cast of the logits to float32 wrong at token 2 (decode step 1), every op of the graph
+    text right: the token fails on the logits the graph returned, and the Cast is the one local
+    operator, paired with itself, its input held against the golden's logits."""
+    case = _case(llama)
+    ge = tmp_path / "ge"
+    shutil.copytree(llama / "ge-clean", ge)
+    [cast] = _run_folder(ge, case["graph"], case["step"]).glob(f"Cast.{case['inserted_cast']}.*")
+    _scale_output(cast, 1.25)
+    comparison = open_comparison(llama / "fx", ge, CompareOptions(cache=False))
+    culprit = f"{case['graph']}/{case['inserted_cast']}"
+    assert [(t, test) for t, _, test in local_operators(comparison)] == [(case["token"], culprit)]
+    body = build_report(comparison).body()
+    assert body["first_failing_token"] == case["token"]
+    assert (body["first_failing_op"]["test"], body["first_failing_op"]["label"]) == (culprit, "local")
+    [pair] = [p for p in comparison.pairing.node_pairs(case["token"]) if p.test == culprit]
+    fx_logits = comparison.pairing.logits_pair(case["token"])
+    assert fx_logits is not None and fx_logits.test.path == cast
+    assert {t.golden.path for t in pair.tensors} == {fx_logits.golden.path}
+    assert "-aten.mm.default.OUTPUT.0." in fx_logits.golden.path.name
+
+
+def test_the_clean_run_still_passes_with_its_casts_paired(llama: Path) -> None:
+    """Clean: every token passes on the Cast's output, nothing is local, and the Cast is paired at
+    every token (not named unpaired)."""
+    case = _case(llama)
+    comparison = open_comparison(llama / "fx", llama / "ge-clean", CompareOptions(cache=False))
+    assert local_operators(comparison) == []
+    body = build_report(comparison, all_tokens=True).body()
+    assert body["first_failing_token"] is None and body["first_failing_op"] is None
+    unpaired = {u.name for u in comparison.pairing.unmatched if u.side == "test"}
+    assert not any(name.endswith(case["inserted_cast"]) for name in unpaired)
+
+
+def _insert_cast(ge: Path, graph: str, after: str, name: str, source: str) -> list[Path]:
+    """A copy of the logits' Cast file as an op GE inserted right after ``after`` in every run of
+    ``graph`` (its file time, its name sorting after it): a Cast in the middle of the graph."""
+    written = []
+    for step in (0, 1):
+        folder = _run_folder(ge, graph, step)
+        [anchor] = folder.glob(f"*.{after}.*")
+        [cast] = folder.glob(f"Cast.{source}.*")
+        time = anchor.name.rsplit(".", 1)[1]
+        target = folder / f"Cast.{name}.999.6.{time}"
+        target.write_bytes(cast.read_bytes())
+        written.append(target)
+    return written
+
+
+def test_a_wrong_cast_in_the_middle_is_judged_against_its_own_input(llama: Path, tmp_path: Path) -> None:
+    """A Cast GE inserted after layer 0's first Add (no golden: not the logits' op), wrong at token
+    2 only: it is the one local operator, its output held against its own input; right at token 1,
+    it is not."""
+    case = _case(llama)
+    ge = tmp_path / "ge"
+    shutil.copytree(llama / "ge-clean", ge)
+    _, wrong = _insert_cast(ge, case["graph"], "Add", "trans_Cast_7", case["inserted_cast"])
+    _scale_output(wrong, 3.0)
+    comparison = open_comparison(llama / "fx", ge, CompareOptions(cache=False))
+    culprit = f"{case['graph']}/trans_Cast_7"
+    assert [(t, test) for t, _, test in local_operators(comparison)] == [(case["token"], culprit)]
+    [pair] = [p for p in comparison.pairing.node_pairs(case["token"]) if p.test == culprit]
+    assert pair.inserted and all(t.golden_from_test for t in pair.tensors)
+    assert {t.golden.path for t in pair.tensors} == {t.test.path for t in pair.tensors} == {wrong}
+    assert [t.golden.member for t in pair.outputs] == ["input.0"]
+    # in execution order: right after the golden node of the Add it followed
+    order = [p.test for p in comparison.pairing.node_pairs(case["token"])]
+    assert order[order.index(culprit) - 1] == f"{case['graph']}/Add"
+    golden_tree = comparison.pairing.golden.tree
+    assert golden_tree.nodes[pair.golden].type == pair.golden_type == "Cast, inserted by GE"
+    # its golden input is its golden output by construction: no in-place op, and replayed
+    [row] = [r for r in comparison.verdicts.token(case["token"]).rows if r["test_node"] == culprit]
+    assert row["in_place"] is None and "replay" in row["reason"]
