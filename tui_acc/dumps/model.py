@@ -119,6 +119,9 @@ class TensorRef:
     # the dtype the dumper's own record gives the file (msprobe's dump.json), as torch names it: a
     # file that holds another is named, not judged at the wrong precision (dumps/loading.py)
     declared: str = field(default="", compare=False)
+    # the Max and Min the same record gives the file's values (msprobe's dump.json, where both are
+    # finite numbers): a file holding other values (another tensor's file) is named, not compared
+    recorded: tuple[float, float] | None = field(default=None, compare=False)
 
     @property
     def path(self) -> Path:

@@ -16,7 +16,7 @@ from typing import cast
 
 import numpy as np
 
-from tui_acc.dumps.loading import FileState, changed_since, file_states, load_side
+from tui_acc.dumps.loading import FileState, changed_since, check_recorded, file_states, load_side
 from tui_acc.dumps.model import DumpError, Stats, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import TensorLoadError
@@ -66,6 +66,8 @@ class PairReader:
                 with self._alone_if_large(before):
                     golden, test = self.load_pair(pair)
                     metrics = compare_tensors(golden, test, kl=kl)
+                    for side, ref in (("golden", pair.golden), ("test", pair.test)):
+                        check_recorded(ref, metrics[f"{side}_max"], metrics[f"{side}_min"])  # type: ignore[arg-type]
                     del test
                     if len(pair.test.parts) > 1:  # which rank's shard is off
                         metrics["by_rank"] = by_rank(golden, pair.test, self.pairing.test.load_policy)
@@ -136,7 +138,9 @@ def _stats(ref: TensorRef, policy: LoadPolicy) -> Stats:
         return ref.stats
     from tui_acc.metrics.stats import stats_of
 
-    return stats_of(load_side(ref, None, policy))
+    found = stats_of(load_side(ref, None, policy))
+    check_recorded(ref, found.max, found.min)
+    return found
 
 
 def _shape(dims: object) -> str:

@@ -162,7 +162,8 @@ class RefBuilder:
             path = self.tensor_dir / str(data_name)
             if names_a_file(path):  # a FIFO too: its reader names it
                 declared = str(arg.get("dtype") or "").removeprefix("torch.")
-                refs.append(TensorRef(slot=slot, role=role, location=str(path), declared=declared))
+                recorded = _extremes(arg)
+                refs.append(TensorRef(slot, role, str(path), declared=declared, recorded=recorded))
                 return
             self.problems.append(
                 Problem(str(path), "listed in dump.json but missing; compared by its statistics")
@@ -222,3 +223,15 @@ def _no_file_name(name: str) -> str | None:
     except UnicodeEncodeError:
         return "holds a character no file name can (an unpaired surrogate)"
     return None
+
+
+def _extremes(arg: dict[str, Any]) -> tuple[float, float] | None:
+    """The record's Max and Min where both are finite numbers (not a bool tensor's true / false)."""
+    found = arg.get("Max"), arg.get("Min")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in found):
+        return None
+    try:
+        high, low = float(found[0]), float(found[1])  # type: ignore[arg-type]
+    except OverflowError:  # an integer of 400 digits
+        return None
+    return (high, low) if math.isfinite(high) and math.isfinite(low) else None
