@@ -1,18 +1,27 @@
-"""A tensor file whose values are not those its own dump.json record gives (Max and Min): another
-tensor's file under its name, bytes of another dtype or byte order. msprobe writes each tensor's
-Max and Min beside its file name, from the tensor it saves (every file of our real msprobe dumps
-holds them exactly); a file that does not is named and not compared, not judged as the record's
-tensor. The pairs are real msprobe dumps (tests/data/models, scripts/make_model_fixtures.py)."""
+"""What dump.json records against what is on disk and in it.
+
+A tensor file whose values are not those its own record gives (Max and Min): another tensor's file
+under its name, bytes of another dtype or byte order. msprobe writes each tensor's Max and Min
+beside its file name, from the tensor it saves (every file of our real msprobe dumps holds them
+exactly); a file that does not is named and not compared, not judged as the record's tensor.
+
+Records in another order than msprobe wrote them (its counters rise through the file): named, and
+the order taken from the other side where that one's is msprobe's own.
+
+The pairs are real msprobe dumps (tests/data/models, scripts/make_model_fixtures.py)."""
 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.unit.test_bad_input import _errors, _msprobe_copy, _report
+from tui_acc import CompareOptions, open_comparison
+from tui_acc.dumps.msprobe.record_order import first_disorder
 from tui_acc.numbers import number
 
 # token 2 of llama-msprobe-L1: layer 0's gate_proj and up_proj (Functional.linear 34 and 35), same
@@ -72,3 +81,59 @@ def test_an_untouched_dump_names_no_file(model_case, tmp_path: Path, capsys) -> 
     golden, test, _ = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
     report = _report(golden, test, capsys)
     assert not [e for e in _errors(report) if "own record says" in e], _errors(report)
+
+
+def _reorder(rank: Path, first: str, last: str) -> None:
+    """dump.json's records from ``first`` to ``last`` shuffled (seeded), as a tool re-sorting the
+    file leaves them; the rest in place."""
+    dump_json = rank / "dump.json"
+    dump = json.loads(dump_json.read_text())
+    items = list(dump["data"].items())
+    names = [name for name, _ in items]
+    start, end = names.index(first), names.index(last) + 1
+    middle = items[start:end]
+    random.Random(3).shuffle(middle)
+    dump["data"] = dict(items[:start] + middle + items[end:])
+    dump_json.write_text(json.dumps(dump))
+
+
+def test_reordered_golden_records_are_named_and_the_tests_order_taken(
+    model_case, tmp_path: Path, capsys
+) -> None:
+    """The golden's records of token 2 (decode step 1) shuffled: the file is named (an operator's
+    later call before its earlier one), and the golden's calls are put in the order the test's
+    records of the same names ran, which msprobe wrote."""
+    golden, test, _ = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
+    case = json.loads((model_case("llama-msprobe-L1") / "case.json").read_text())
+    (golden_rank,) = golden.glob("step0/*")
+    _reorder(golden_rank, "Functional.linear.31.forward", case["fault_record"])
+    report = _report(golden, test, capsys)
+    said = [e for e in _errors(report) if e.startswith(f"{golden_rank / 'dump.json'}: ")]
+    assert said and "not in the order msprobe writes them" in said[0], _errors(report)
+    assert report["golden"]["order"] == "borrowed from the test's dump.json"
+    assert report["first_failing_op"]["golden"] == case["fault_record"]
+    comparison = open_comparison(golden, test, CompareOptions(cache=False))
+    test_order = [n.name for n in comparison.test.tree.preorder()]
+    paired = [p.test for p in comparison.pairing.node_pairs(case["fault_token"])]
+    assert paired == sorted(paired, key=test_order.index)
+
+
+def test_both_sides_reordered_say_the_order_is_unknown(model_case, tmp_path: Path, capsys) -> None:
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
+    (golden_rank,) = golden.glob("step0/*")
+    for folder in (golden_rank, rank):
+        _reorder(folder, "Functional.linear.31.forward", "Functional.linear.43.forward")
+    report = _report(golden, test, capsys)
+    for folder in (golden_rank, rank):
+        assert any(e.startswith(f"{folder / 'dump.json'}: its records are not in") for e in _errors(report))
+    assert report["golden"]["order"] == "dump.json order, not the order the calls ran in"
+
+
+@pytest.mark.parametrize("name", ["llama-msprobe-L1", "llama-msprobe-mix", "qwen2moe-msprobe-L0"])
+def test_every_real_dump_json_is_in_counter_order(model_case, name: str) -> None:
+    """msprobe's own files (L1, mix, L0 with experts): no record of an operator comes before an
+    earlier call of it."""
+    files = sorted(model_case(name).rglob("dump.json"))
+    assert files
+    for dump_json in files:
+        assert first_disorder(list(json.loads(dump_json.read_text())["data"])) is None, dump_json

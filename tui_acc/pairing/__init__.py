@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
-from tui_acc.dumps.model import ATB_FORMATS, TORCHAIR_FORMATS, DumpError, DumpIndex
+from tui_acc.dumps.model import ATB_FORMATS, TORCHAIR_FORMATS, DumpError, DumpIndex, NodeTree
 from tui_acc.lazy import LazyMapping
 from tui_acc.pairing.by_name import differing_names, pair_token_by_name
 from tui_acc.pairing.mapping import MappingError, OpMapping, load_mapping
@@ -67,6 +67,13 @@ def pair_dumps(
         # by name, token by token when asked: the first screen never waits for every token
         lock = threading.Lock()
         notes = [f"operator mapping: built-in types plus {mapping.source}"] if mapping.source else []
+        reordered = _msprobe_order_borrowed(golden, test)
+        if reordered is not None:
+            golden = reordered
+            notes.append(
+                "golden execution order taken from the test's dump.json (the golden's records were "
+                "reordered after the run)"
+            )
         notes += translation.notes if translation is not None else []
         aligned: list[int] = []
 
@@ -148,8 +155,8 @@ def _borrowed_execution_order(
     """The golden with its tree's siblings sorted by the ATB order of what they were paired with, and
     the node pairs in that order (None: nothing was paired with an ATB node).
 
-    ATB folder ids are execution order; msit's model_tree.json is not. A module with no partner
-    keeps its place right after the sibling it followed. ``golden`` itself is left as it is.
+    ATB folder ids are execution order; msit's model_tree.json is not. ``golden`` itself is left as
+    it is.
     """
     atb_order = {n.name: i for i, n in enumerate(test.tree.preorder())}
     partner_order: dict[str, int] = {}
@@ -159,25 +166,51 @@ def _borrowed_execution_order(
                 partner_order.setdefault(pair.golden, atb_order[pair.test])
     if not partner_order:
         return None
-    earliest: dict[str, float] = {}
-    for node in reversed(list(golden.tree.preorder())):
-        keys = [earliest[c] for c in node.children if c in earliest]
-        if node.name in partner_order:
-            keys.append(partner_order[node.name])
-        if keys:
-            earliest[node.name] = min(keys)
-    tree = golden.tree.copy()
-    for node in tree.nodes.values():
-        keyed, previous = [], -1.0
-        for child in node.children:
-            previous = earliest.get(child, previous + 1e-6)
-            keyed.append((previous, child))
-        node.children = [child for _, child in sorted(keyed, key=lambda k: k[0])]
+    tree = _sorted_like(golden.tree, partner_order)
     order = {n.name: i for i, n in enumerate(tree.preorder())}
     in_order = {token: sorted(pairs, key=lambda p: order[p.golden]) for token, pairs in nodes.items()}
     return replace(
         golden, tree=tree, order_source="borrowed from the ATB dump", order_is_execution=True
     ), in_order
+
+
+def _msprobe_order_borrowed(golden: DumpIndex, test: DumpIndex) -> DumpIndex | None:
+    """An msprobe golden whose dump.json records were reordered (``record_order.py``) against a test
+    whose records are as msprobe wrote them: the golden's tree with its siblings in the order the
+    test's records of the same names ran (None where the orders are not so, or no name is shared)."""
+    if not (golden.format == test.format == "msprobe") or golden.order_is_execution:
+        return None
+    if not test.order_is_execution:
+        return None
+    test_order = {n.name: i for i, n in enumerate(test.tree.preorder())}
+    shared = {name: test_order[name] for name in golden.tree.nodes if name in test_order}
+    if not shared:
+        return None
+    tree = _sorted_like(golden.tree, shared)
+    return replace(
+        golden, tree=tree, order_source="borrowed from the test's dump.json", order_is_execution=True
+    )
+
+
+def _sorted_like(tree: NodeTree, partner_order: dict[str, int]) -> NodeTree:
+    """A copy of ``tree`` with each node's children sorted by the earliest place ``partner_order``
+    gives them or anything inside them; a child with none keeps its place right after the sibling it
+    followed."""
+    earliest: dict[str, float] = {}
+    for node in reversed(list(tree.preorder())):
+        keys = [earliest[c] for c in node.children if c in earliest]
+        if node.name in partner_order:
+            keys.append(partner_order[node.name])
+        if keys:
+            earliest[node.name] = min(keys)
+    sorted_tree = tree.copy()
+    for node in sorted_tree.nodes.values():
+        keyed, previous = [], -1.0
+        for child in node.children:
+            previous = earliest.get(child, previous + 1e-6)
+            keyed.append((previous, child))
+        node.children = [child for _, child in sorted(keyed, key=lambda k: k[0])]
+    return sorted_tree
 
 
 def _pair_single_files(token: int, golden: DumpIndex, test: DumpIndex) -> list[NodePair]:

@@ -42,6 +42,7 @@ from tui_acc.dumps.msprobe.passes import (
     split_passes,
     tops,
 )
+from tui_acc.dumps.msprobe.record_order import first_disorder
 from tui_acc.dumps.msprobe.refs import RefBuilder, content_notes
 from tui_acc.dumps.msprobe.steps import merge_steps
 from tui_acc.dumps.policy import LoadPolicy
@@ -125,6 +126,12 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     return newest
 
 
+_REORDERED = (
+    "its records are not in the order msprobe writes them ({} before {}, a later call of the same "
+    "operator): reordered after the run, so their order is not the order the calls ran in (a "
+    "comparison takes the other side's where that one is as msprobe wrote it; else the first failing "
+    "operator in this order may not be the first that ran)"
+)
 _NOT_A_STEP = "named like a step folder, but msprobe writes step{n} without leading zeros; not read"
 
 
@@ -157,6 +164,9 @@ def _read_rank_dir(
         raise DumpError(f"{dump_json}: a {dump.get('framework')} dump; only PyTorch msprobe dumps are read")
     data: dict[str, Any] = dump["data"]
     problems += _doubled_keys(dump_json, data, doubled)
+    disorder = first_disorder(list(data))
+    if disorder is not None:
+        problems.append(Problem(str(dump_json), _REORDERED.format(*disorder)))
     level = str(dump.get("level") or "")
     if level and level not in LEVELS:
         problems.append(
@@ -214,8 +224,10 @@ def _read_rank_dir(
         format=FORMAT,
         tree=tree,
         tokens=dict(sorted(tokens.items())),
-        order_source="dump.json order",
-        order_is_execution=True,
+        order_source="dump.json order"
+        if disorder is None
+        else "dump.json order, not the order the calls ran in",
+        order_is_execution=disorder is None,
         problems=problems,
         notes=notes,
         statistics_only=statistics_only,

@@ -1,0 +1,44 @@
+"""Whether dump.json's records are in the order msprobe wrote them: a tool may have re-sorted them
+(``jq -S``, ``json.dump(sort_keys=True)``, a hand edit).
+
+msprobe numbers each API's calls, and each module's, as they run (``Functional.linear.34.forward``,
+``Module.model.layers.0.forward.2``) and adds a call's record to dump.json when the call returns
+(docs/formats.md §3.2): within one API or module, the counters rise through the file. A file where
+they fall was reordered, and its order, which tui-acc takes for the order the calls ran in, is not
+that. Nothing else gives it back with certainty: the files' times of a copy are the copy's (in
+name order, which agrees with every counter below 10), an archive's are seconds. So the order is
+said to be unknown, and a comparison takes the other side's where that one is msprobe's own.
+"""
+
+from __future__ import annotations
+
+import re
+
+_API = re.compile(r"^(?P<base>.+)\.(?P<count>\d{1,12})\.(?P<direction>forward|backward)$")
+_MODULE = re.compile(r"^(?P<base>Module\..+\.(?:forward|backward))\.(?P<count>\d{1,12})$")
+
+
+def _counted(name: str) -> tuple[str, int] | None:
+    """(what the counter counts, the counter) of a record's name; None where it carries none."""
+    found = _MODULE.match(name)
+    if found is not None:
+        return found["base"], int(found["count"])
+    found = _API.match(name)
+    if found is not None:
+        return f"{found['base']}.{found['direction']}", int(found["count"])
+    return None
+
+
+def first_disorder(names: list[str]) -> tuple[str, str] | None:
+    """The first two records of one API or module whose counters fall in this order (the earlier
+    named first); None where every counter rises."""
+    last: dict[str, tuple[int, str]] = {}
+    for name in names:
+        counted = _counted(name)
+        if counted is None:
+            continue
+        base, count = counted
+        if base in last and last[base][0] >= count:
+            return last[base][1], name
+        last[base] = (count, name)
+    return None
