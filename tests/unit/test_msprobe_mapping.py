@@ -47,6 +47,10 @@ def renamed_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
     dump = json.loads((source / "dump.json").read_text(encoding="utf-8"))
     dump["data"] = {_renamed(k): rename_files(v) for k, v in dump["data"].items()}
+    for record in (_renamed(FAULTY), "Module.lm_head.Linear.forward.1"):  # negated below, as msprobe saw it
+        output = dump["data"][record]["output"][0]
+        output["Max"], output["Min"] = -output["Min"], -output["Max"]
+        output["Mean"] = -output["Mean"]
     (target / "dump.json").write_text(json.dumps(dump, indent=1), encoding="utf-8")
     construct = json.loads((source / "construct.json").read_text(encoding="utf-8"))
     renamed = {_renamed(k): _renamed(v) if v else v for k, v in construct.items()}

@@ -168,3 +168,27 @@ def test_a_wrong_shard_of_a_column_parallel_linear_is_the_one_local_operator(tp)
     assert culprit["inputs_passed"] is True
     assert body["counts"]["local"] == 1
     assert body["errors"] == [] and "element counts differ" not in text
+
+
+def test_a_rank_folder_msprobe_does_not_name_is_named_and_not_gathered(tp, tmp_path: Path) -> None:
+    """rank 1's folder copied beside it as rank01 was gathered as a third rank. msprobe writes
+    rank{n}: rank01 is named and not read; the two ranks are gathered and the fault found as before."""
+    import shutil
+
+    case = case_of(tp)
+    fault = case["fault"]
+    copy = tmp_path / "tp"
+    for side in ("golden", "allreduce"):
+        shutil.copytree(tp / side, copy / side)
+    rank1 = rank_folder(copy, "allreduce", 1)
+    odd = rank1.parent / "rank01"
+    shutil.copytree(rank1, odd)
+    report = _report(copy, "allreduce")
+    body, text = report.body(), report.text()
+    assert "tensor-parallel, 2 ranks, gathered" in text.splitlines()[2]
+    assert any(e["file"] == str(odd) and "without leading zeros" in e["message"] for e in body["errors"])
+    culprit = body["first_failing_op"]
+    assert culprit is not None and (culprit["token"], culprit["operator"]) == (
+        fault["token"],
+        fault["record"],
+    )

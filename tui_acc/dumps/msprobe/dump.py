@@ -53,7 +53,8 @@ ROOT = "model"
 # step{N}/ and {rank{R} | proc{pid} | pid{pid}}/ (pid: graph mode, and any run without torch.distributed)
 STEP_FOLDER = re.compile(r"^step(0|[1-9][0-9]*)$")  # as msprobe names them: step03 is none of its
 _ODD_STEP = re.compile(r"^step0[0-9]+$")
-RANK_FOLDER = re.compile(r"^(rank|proc|pid)(\d+)$")
+RANK_FOLDER = re.compile(r"^(rank|proc|pid)(0|[1-9][0-9]*)$")  # rank01 is none of msprobe's
+_ODD_RANK = re.compile(r"^(rank|proc|pid)0[0-9]+$")
 _CALL = re.compile(r"\.(forward|backward)\.(\d+)$")
 _API_CALL = re.compile(r"\.(\d+)\.(forward|backward)$")
 LEVELS = ("L0", "L1", "mix")
@@ -80,6 +81,8 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     steps = _steps_of(path, rank_dir)
     # a copy named step03 beside step3 was read in its place without a word: named, and not read
     odd = [Problem(str(p), _NOT_A_STEP) for p in subdirs(path) if _ODD_STEP.match(p.name)]
+    # a copy named rank01 beside rank1 was gathered as one more rank: named, and not read
+    odd += [Problem(str(p), _NOT_A_RANK) for p in subdirs(rank_dir.parent) if _ODD_RANK.match(p.name)]
     if len(steps) < 2:
         alone = _read_rank_dir(path, rank_dir, notes, ranks, rank, policy)
         alone.problems[:0] = odd
@@ -133,6 +136,7 @@ _REORDERED = (
     "operator in this order may not be the first that ran)"
 )
 _NOT_A_STEP = "named like a step folder, but msprobe writes step{n} without leading zeros; not read"
+_NOT_A_RANK = "named like a rank folder, but msprobe writes rank{n} without leading zeros; not read"
 
 
 def _steps_of(path: Path, rank_dir: Path) -> list[tuple[int, Path]]:
