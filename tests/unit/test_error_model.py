@@ -321,7 +321,7 @@ def test_only_a_sampled_replay_that_agrees_yields_to_the_error_model(sampled, ru
         def has_reference(self, node):
             return True
 
-        def replay(self, node):
+        def replay(self, node, focus=None):
             return NodeReplay(agrees, None)
 
         def inner(self, node):

@@ -109,6 +109,6 @@ def _replayed(cmp: Comparison, args: argparse.Namespace, settings: Settings, rep
     if not isinstance(token, int):
         raise UsageError("--replay needs a token: no token fails; give --token N")
     try:
-        return replay_node(cmp, token, args.replay, settings.replay_registry())
+        return replay_node(cmp, token, args.replay, settings.replay_registry(), cmp.engine.tensor_row)
     except (RegistryError, UnknownNode) as exc:
         raise UsageError(f"--replay: {exc}") from exc

@@ -70,7 +70,9 @@ def linear(call: Call) -> Replayed:
     x = call.data(0, "x")
     if x.shape[-1] != by_row.shape[1]:
         raise _mismatch(x, weight, bool(transpose_b))
-    columns = linear_columns(by_row.shape[0], int(np.prod(x.shape[:-1])), by_row.shape[1], call.name)
+    columns = linear_columns(
+        by_row.shape[0], int(np.prod(x.shape[:-1])), by_row.shape[1], call.name, call.focus_column
+    )
     bias = call.raw(2) if _param(call, "hasBias") is not False else None
     replayed = reduce_rows(call, x, by_row if columns is None else by_row[columns], bias, columns)
     return Replayed(

@@ -110,6 +110,8 @@ class Call:
     output_shape: tuple[int, ...] = ()
     precision: Precision = np.float64
     sample: Sample | None = None
+    # the flat output index where the two sides differ most: a sample holds its row and column
+    focus: int | None = None
     # an in-place write that returns nothing (a KV-cache write): what the next record that reads the
     # written tensors took in (``key``, ``value``: its arguments 1 and 2), and that record's name
     after: Mapping[str, np.ndarray] = field(default_factory=dict)
@@ -208,6 +210,13 @@ class Call:
     def columns(self) -> np.ndarray | None:
         """The output columns to compute (a reference that can compute some only), or None: all."""
         return self.sample.columns if self.sample is not None else None
+
+    @property
+    def focus_column(self) -> int | None:
+        """The output column ``focus`` lies in (a linear's sampled columns hold it), or None."""
+        if self.focus is None or not self.output_shape or self.output_shape[-1] <= 0:
+            return None
+        return self.focus % self.output_shape[-1]
 
     @property
     def rows(self) -> np.ndarray | None:

@@ -1,9 +1,7 @@
 """A node's call at one token, collected from a dump: its tensors by argument, and what the dump
 records besides them (msprobe's scalar arguments in dump.json, ATB's op_param.json, msit's weights/).
-
 Read when a node is replayed, never at index time: the readers keep names only, and one record of
-dump.json is decoded from where its name stands, not the whole file.
-"""
+dump.json is decoded from where its name stands, not the whole file."""
 
 from __future__ import annotations
 
@@ -44,11 +42,12 @@ class Gathered:
     statistics_only: bool = False
 
 
-def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gathered:
+def gather(
+    index: DumpIndex, token: int, node: str, sample: bool = True, focus: int | None = None
+) -> Gathered:
     """The call of ``node`` at ``token`` in ``index``; tensors that fail to load are named in ``missing``.
-
-    ``sample``: a large output is replayed on a seeded sample of its rows (replay/sampling.py).
-    """
+    ``sample``: a large output is replayed on a seeded sample of its rows (replay/sampling.py), which
+    holds ``focus`` (a flat output index: where the two sides differ most)."""
     found = index.tree.nodes.get(node)
     node_type = found.type if found is not None else "?"
     refs = index.tensors(token, node)
@@ -126,7 +125,8 @@ def gather(index: DumpIndex, token: int, node: str, sample: bool = True) -> Gath
         output_dtype=dtype_name(output) if output is not None else "",
         output_shape=shape,
         precision=_precision(output),
-        sample=plan(shape, node) if sample else None,
+        sample=plan(shape, node, focus) if sample else None,
+        focus=focus,
         after=after,
         after_by=after_by,
         outputs=every_output,

@@ -88,7 +88,7 @@ def mat_mul(call: Call) -> Replayed:
             f"bias {list(bias.shape)} is not one value per output column ({weight_rows.shape[0]})"
         )
     rows = int(np.prod(x.shape[:-1]))
-    columns = linear_columns(weight_rows.shape[0], rows, weight_rows.shape[1], call.name)
+    columns = linear_columns(weight_rows.shape[0], rows, weight_rows.shape[1], call.name, call.focus_column)
     chosen = weight_rows if columns is None else weight_rows[columns]
     return replace(reduce_rows(call, x, chosen, bias, columns), notes=tuple(notes))
 

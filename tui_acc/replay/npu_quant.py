@@ -107,7 +107,7 @@ def npu_quant_matmul(call: Call) -> Replayed:
         raise ReplayImpossible(f"shape mismatch: x1 {list(x1.shape)} @ x2 {list(x2.shape)}")
     n = x2.shape[1]
     rows = x1.reshape(-1, x1.shape[-1]).astype(np.float64)
-    columns = linear_columns(n, rows.shape[0], x2.shape[0], call.name)
+    columns = linear_columns(n, rows.shape[0], x2.shape[0], call.name, call.focus_column)
     weight = (x2 if columns is None else x2[:, columns]).astype(np.float64)
     # both operands rounded to integers, independently: their relative errors add in quadrature
     noise = math.hypot(rounding_noise(rows), rounding_noise(weight))
@@ -209,7 +209,7 @@ def npu_weight_quant_batchmatmul(call: Call) -> Replayed:
         )
     dequantised = dequantised * _antiquant(scale, k, n, group, "antiquant_scale")
     rows = x.reshape(-1, k)
-    columns = linear_columns(n, rows.shape[0], k, call.name)
+    columns = linear_columns(n, rows.shape[0], k, call.name, call.focus_column)
     used = dequantised if columns is None else dequantised[:, columns]
     out = rows @ used.astype(call.precision)
     bias = call.raw(6, "bias")

@@ -47,7 +47,7 @@ def linear(call: Call) -> Replayed:
     if bias is None and "bias" in call.params:
         bias = call.raw_param("bias")
     rows = int(np.prod(x.shape[:-1]))
-    columns = linear_columns(weight.shape[0], rows, weight.shape[1], call.name)
+    columns = linear_columns(weight.shape[0], rows, weight.shape[1], call.name, call.focus_column)
     return reduce_rows(call, x, weight if columns is None else weight[columns], bias, columns)
 
 

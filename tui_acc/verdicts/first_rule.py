@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from tui_acc.dumps.gather import SUM
 from tui_acc.pairing import NodePair
+from tui_acc.replay.sampling import output_focus
 from tui_acc.tolerances.errors import error_of
 from tui_acc.tolerances.thresholds import gains_non_finite, is_float
 from tui_acc.verdicts.judging import Judging, integer_differs
@@ -112,7 +113,11 @@ def _rules(
         by_inner = by_inner_replays(inner, facts.output_error, explained)
     if _replayable(facts, judging, node):
         assert judging.checks is not None and node is not None  # _replayable says so
-        known, replay = (True, judging.checks.replay(node)) if compute else judging.checks.known_replay(node)
+        known, replay = (
+            (True, judging.checks.replay(node, output_focus(facts.tensors)))
+            if compute
+            else judging.checks.known_replay(node)
+        )
         if not known:
             return None
         found = by_replay(replay) if replay is not None else None

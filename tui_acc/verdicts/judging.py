@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from tui_acc.dumps.model import NodeTree
 from tui_acc.pairing import NodePair
+from tui_acc.replay.sampling import output_focus
 from tui_acc.rows import TensorRow
 from tui_acc.tolerances.errors import error_of
 from tui_acc.tolerances.thresholds import gains_non_finite, is_float
@@ -47,7 +48,7 @@ class Judging:
             return
         weights = by_weights(tensors, node.test_type or node.golden_type)
         if weights is None or not weights.local:
-            self.checks.replay(node)
+            self.checks.replay(node, output_focus(tensors))
 
 
 @dataclass(frozen=True)

@@ -91,20 +91,24 @@ class LocalChecks:
         key = (node.token, node.golden)
         return key in self._replays, self._replays.get(key)
 
-    def replay(self, node: NodePair) -> NodeReplay | None:
-        """The node's replay (None where no reference exists), computed on first use."""
-        return self._replays.once((node.token, node.golden), lambda: self._replay(node))
+    def replay(self, node: NodePair, focus: int | None = None) -> NodeReplay | None:
+        """The node's replay (None where no reference exists), computed on first use. ``focus``: the
+        flat output index where the sides differ most (``replay_check.output_focus`` of its rows),
+        which a sample holds: every caller passes the same for a node, from the same rows."""
+        return self._replays.once((node.token, node.golden), lambda: self._replay(node, focus))
 
-    def _replay(self, node: NodePair) -> NodeReplay | None:
+    def _replay(self, node: NodePair, focus: int | None) -> NodeReplay | None:
         if not self.has_reference(node):
             return None
         with self._lock:
             self.replayed += 1
         with one_blas_thread():
-            test = replay_side(self.pairing.test, node.token, node.test, self.registry, "test")
+            test = replay_side(self.pairing.test, node.token, node.test, self.registry, "test", focus=focus)
             golden = None
             if test.verdict == "disagrees":
-                golden = replay_side(self.pairing.golden, node.token, node.golden, self.registry, "golden")
+                golden = replay_side(
+                    self.pairing.golden, node.token, node.golden, self.registry, "golden", focus=focus
+                )
         return NodeReplay(test, golden, self._differing_arguments(node))
 
     def _differing_arguments(self, node: NodePair) -> tuple[str, ...]:

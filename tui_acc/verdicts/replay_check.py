@@ -10,6 +10,7 @@ key and ``report --replay`` show both sides and read them together.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -18,13 +19,14 @@ import numpy as np
 from tui_acc.dumps.dtypes import dtype_name
 from tui_acc.dumps.model import DumpIndex
 from tui_acc.numbers import cosine, number
-from tui_acc.pairing import Pairing
+from tui_acc.pairing import Pairing, TensorPair
 from tui_acc.replay.call import NotSampleable, Replayed, ReplayImpossible
 from tui_acc.replay.distance import Distance, distance, within_steps
 from tui_acc.replay.dumped_call import Gathered, gather
 from tui_acc.replay.names import replay_names
 from tui_acc.replay.registry import Entry, PluginError, Registry
 from tui_acc.replay.remedy import remedy
+from tui_acc.replay.sampling import output_focus
 from tui_acc.tolerances.rounding import MARGIN, expected_local, local_bound
 from tui_acc.verdicts.test_only import test_only_inside
 
@@ -205,29 +207,42 @@ class Replay:
         return lines
 
 
-def replay_node(cmp: Compared, token: int, golden_node: str, registry: Registry | None = None) -> Replay:
-    """Replay ``golden_node`` and its test partner at ``token``. UnknownNode if it is not paired there."""
+def replay_node(
+    cmp: Compared,
+    token: int,
+    golden_node: str,
+    registry: Registry | None = None,
+    row_of: Callable[[TensorPair], Mapping[str, Any]] | None = None,
+) -> Replay:
+    """Replay ``golden_node`` and its test partner at ``token``. UnknownNode if it is not paired there.
+    ``row_of``: the metrics' row of a tensor pair: a sample holds its ``worst_index`` (``output_focus``)."""
     pair = next((p for p in cmp.pairing.node_pairs(token) if p.golden == golden_node), None)
     if pair is None:
         raise UnknownNode(f"{golden_node!r} is not a paired node at token {token}")
     registry = registry or Registry()
     paired = frozenset(p.test for p in cmp.pairing.node_pairs(token))
     inside = test_only_inside(cmp.test, token, pair.test, paired, registry)
+    focus = output_focus([row_of(t) for t in pair.outputs[:1]]) if row_of is not None else None
     return Replay(
         token,
-        replay_side(cmp.golden, token, pair.golden, registry, "golden"),
-        replay_side(cmp.test, token, pair.test, registry, "test"),
+        replay_side(cmp.golden, token, pair.golden, registry, "golden", focus=focus),
+        replay_side(cmp.test, token, pair.test, registry, "test", focus=focus),
         tuple(replay_side(cmp.test, token, name, registry, "test") for name in inside),
     )
 
 
 def replay_side(
-    index: DumpIndex, token: int, node: str, registry: Registry, side: str, sample: bool = True
+    index: DumpIndex,
+    token: int,
+    node: str,
+    registry: Registry,
+    side: str,
+    sample: bool = True,
+    focus: int | None = None,
 ) -> SideReplay:
     """One side's replay of ``node`` at ``token`` (never raises for what the dump lacks: impossible).
-
-    ``sample``: a large output is replayed on a seeded sample of its rows (``replay/sampling.py``).
-    """
+    ``sample``: a large output is replayed on a seeded sample of its rows (``replay/sampling.py``),
+    which holds ``focus`` (a flat output index) and its column."""
     found = index.tree.nodes.get(node)
     node_type = found.type if found is not None else "?"
 
@@ -242,7 +257,7 @@ def replay_side(
         return impossible(
             f"type unknown: {api or asked_type} (no reference; [replay] in tui-acc.toml adds one)"
         )
-    gathered = gather(index, token, node, sample)
+    gathered = gather(index, token, node, sample, focus)
     if gathered.statistics_only:
         return impossible("inputs missing: a statistics-only dump holds no tensor data", entry.describe())
     if gathered.output is None and not gathered.call.after:  # an in-place write: read back after it

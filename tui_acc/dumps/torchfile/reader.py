@@ -30,7 +30,6 @@ import stat
 import struct
 import sys
 import zipfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -39,6 +38,7 @@ import numpy as np
 
 from tui_acc.dumps.fs import read_ahead
 from tui_acc.dumps.mapped import map_bytes
+from tui_acc.dumps.torchfile.crc import check_crc
 from tui_acc.dumps.torchfile.pickle_bounds import MAX_PICKLE_BYTES
 from tui_acc.dumps.torchfile.pickle_globals import StorageType, find_global
 from tui_acc.dumps.torchfile.refusals import NeedsTorch, RefusedGlobal, TorchFileError, brief
@@ -253,7 +253,7 @@ class _Archive(RestrictedUnpickler):
             data = map_bytes(self._handle.fileno(), start, size)
         if data is None:
             data = self._read_stored(info, start)
-        _check_crc(info, data, self._listed_crc(info, fields, start + size))
+        check_crc(info, data, self._listed_crc(info, fields, start + size))
         return data
 
     def _listed_crc(self, info: zipfile.ZipInfo, local: tuple[int, ...], end: int) -> int:
@@ -380,18 +380,6 @@ def _name_bytes(info: zipfile.ZipInfo) -> bytes:
         return info.orig_filename.encode(encoding)
     except UnicodeEncodeError as exc:  # zipfile decoded it otherwise: no header can match it
         raise TorchFileError(f"{info.filename[:80]}: a name its headers cannot spell") from exc
-
-
-def _check_crc(info: zipfile.ZipInfo, data: np.ndarray, listed: int) -> None:
-    """A stored record's bytes against the CRC-32 its directory lists, as zipfile checks them (torch.load
-    does not: docs/formats.md §6.2): a flipped bit is named, not compared. A CRC of 0 is what torch
-    writes when told not to compute them (``set_crc32_options(False)``): nothing to check. Mapped
-    pages are read here, which the comparison of a whole tensor does next anyway (zlib's CRC: several
-    GB/s); a small view of a large storage (``logits[:, -1]`` saved as it is) reads its whole record."""
-    if listed != 0 and zlib.crc32(data.data) != listed:
-        raise TorchFileError(
-            f"{info.filename}: its bytes do not match the CRC-32 the archive lists (damaged in copying?)"
-        )
 
 
 def _pread(handle: IO[bytes], offset: int, count: int) -> bytes:

@@ -48,7 +48,8 @@ class ReplayKey(OperatorScreenBase):
         try:
             config = load_config(config_file if config_file.is_file() else None)
             registry = Registry.from_config(config.sections.get("replay"), config.source)
-            replay = replay_node(self.acc.comparison, self.token, name, registry)
+            comparison = self.acc.comparison
+            replay = replay_node(comparison, self.token, name, registry, comparison.engine.tensor_row)
         except (ConfigError, RegistryError, UnknownNode) as exc:
             self.post_message(self.ReplayFinished(name, None, str(exc)))
             return
