@@ -12,6 +12,7 @@ faults below scale without reading the header.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -121,3 +122,73 @@ def test_a_wrong_cast_in_the_middle_is_judged_against_its_own_input(llama: Path,
     # its golden input is its golden output by construction: no in-place op, and replayed
     [row] = [r for r in comparison.verdicts.token(case["token"]).rows if r["test_node"] == culprit]
     assert row["in_place"] is None and "replay" in row["reason"]
+
+
+def test_without_module_stacks_an_inserted_cast_is_judged_and_nothing_crashes(
+    llama: Path, tmp_path: Path
+) -> None:
+    """Graph texts without ``nn_module_stack`` (no module to nest under): the pairing's tree is the
+    reader's until an inserted op is placed, and the judge keeps the same tree object (it crashed on
+    the placed Cast); the clean run labels nothing local at any token, the wrong Cast is named."""
+    case = _case(llama)
+    ge = tmp_path / "ge"
+    shutil.copytree(llama / "ge-clean", ge)
+    for text in ge.glob("msprobe_ge_dump/dynamo_original_graph_*.txt"):
+        flat = re.sub(
+            r'\n *attr \{\n *key: "nn_module_stack"\n *value \{ s: "(?:[^"\\]|\\.)*" \}\n *\}',
+            "",
+            text.read_text(),
+        )
+        assert "nn_module_stack" not in flat
+        text.write_text(flat)
+    clean = open_comparison(llama / "fx", ge, CompareOptions(cache=False))
+    assert local_operators(clean) == []
+    [cast] = _run_folder(ge, case["graph"], case["step"]).glob(f"Cast.{case['inserted_cast']}.*")
+    _scale_output(cast, 1.25)
+    comparison = open_comparison(llama / "fx", ge, CompareOptions(cache=False))
+    assert comparison.pairing.golden.tree is comparison.pairing.golden.tree  # one object
+    culprit = f"{case['graph']}/{case['inserted_cast']}"
+    assert [(t, test) for t, _, test in local_operators(comparison)] == [(case["token"], culprit)]
+
+
+@pytest.mark.parametrize("where", ["between", "after"])
+def test_the_logits_cast_is_found_by_its_input_not_by_its_place(
+    llama: Path, tmp_path: Path, where: str
+) -> None:
+    """A paired op (the KV cache's Scatter) run between the logits' MatMul and GE's Cast of its
+    output, or after the Cast: the Cast still carries the logits (its input is what the MatMul
+    wrote, by the headers), and a wrong one fails its token (it passed, exit 0)."""
+    case = _case(llama)
+    ge = tmp_path / "ge"
+    shutil.copytree(llama / "ge-clean", ge)
+    for step in (0, 1):
+        folder = _run_folder(ge, case["graph"], step)
+        [scatter] = folder.glob("Scatter.Scatter_3.*")
+        [cast] = folder.glob(f"Cast.{case['inserted_cast']}.*")
+        time = int(cast.name.rsplit(".", 1)[1])
+        scatter.rename(
+            folder / f"{scatter.name.rsplit('.', 1)[0]}.{time if where == 'between' else time + 1}"
+        )
+        if where == "between":
+            cast.rename(folder / f"{cast.name.rsplit('.', 1)[0]}.{time + 1}")
+    [cast] = _run_folder(ge, case["graph"], case["step"]).glob(f"Cast.{case['inserted_cast']}.*")
+    _scale_output(cast, 1.25)
+    body = build_report(open_comparison(llama / "fx", ge, CompareOptions(cache=False))).body()
+    assert body["first_failing_token"] == case["token"]
+    assert body["first_failing_op"]["test"] == f"{case['graph']}/{case['inserted_cast']}"
+
+
+def test_carried_logits_are_judged_as_logits_at_the_dtype_the_matmul_wrote(llama: Path) -> None:
+    """The token's logits are the Cast's float32 output, judged as logits (a KL, the logits'
+    bounds) at bfloat16's class, what the lm_head's MatMul wrote, not float32's."""
+    case = _case(llama)
+    comparison = open_comparison(llama / "fx", llama / "ge-clean", CompareOptions(cache=False))
+    row = comparison.engine.token_row(case["token"])
+    assert row["kl"] is not None and row["test_dtype"] == "float32"
+    assert comparison.pairing.logits_at[case["token"]].dtype == "bfloat16"
+    assert comparison.engine.pass_fail.computed_in(row) == "bfloat16"
+    thresholds = comparison.engine.thresholds
+    bf16 = thresholds.for_logits("float32", "float32", "bfloat16")
+    assert (
+        bf16 == thresholds.for_logits("bfloat16", "bfloat16") != thresholds.for_logits("float32", "float32")
+    )

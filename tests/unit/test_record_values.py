@@ -137,3 +137,35 @@ def test_every_real_dump_json_is_in_counter_order(model_case, name: str) -> None
     assert files
     for dump_json in files:
         assert first_disorder(list(json.loads(dump_json.read_text())["data"])) is None, dump_json
+
+
+def test_extremes_recorded_at_float32_are_accepted_and_others_named_in_full() -> None:
+    """Other msprobe releases take Max and Min after ``.float()``: an int64 beyond 2**24 recorded
+    rounded to float32 is what the file holds; a value off by one where four digits cannot tell is
+    named with every digit."""
+    from tui_acc.dumps.loading import check_recorded
+    from tui_acc.dumps.model import TensorRef
+    from tui_acc.dumps.tensors import TensorLoadError
+
+    big = 2**24 + 1  # float32 holds 2**24, not this
+    ref = TensorRef("output.0", "output", "/x.pt", declared="int64", recorded=(float(np.float32(big)), 3.0))
+    check_recorded(ref, float(big), 3.0)  # accepted
+    exact = TensorRef("output.0", "output", "/x.pt", declared="float64", recorded=(16777217.0, 3.0))
+    with pytest.raises(TensorLoadError, match=r"to 16777219\.0, but .* to 16777217\.0"):
+        check_recorded(exact, 16777219.0, 3.0)
+
+
+def test_backward_records_count_down_and_are_not_taken_for_a_reordered_file() -> None:
+    """A backward call takes its forward call's number and they run in reverse: only the forward
+    records' counters must rise."""
+    names = [
+        "Functional.linear.0.forward",
+        "Functional.linear.1.forward",
+        "Functional.linear.1.backward",
+        "Functional.linear.0.backward",
+    ]
+    assert first_disorder(names) is None
+    assert first_disorder(list(reversed(names[:2]))) == (
+        "Functional.linear.1.forward",
+        "Functional.linear.0.forward",
+    )

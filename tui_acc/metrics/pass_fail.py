@@ -8,6 +8,9 @@ those alone. This is a tensor's own verdict: a node's label (local, inherited) i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from tui_acc.metrics.schema import TensorRow
 from tui_acc.pairing import Pairing, TensorPair
 from tui_acc.tolerances.noise import judged, noise_fields
@@ -42,7 +45,7 @@ class PassFail:
         if against_noise is not None:
             row["passed"] = against_noise
         elif self.holds_logits(pair):
-            row["passed"] = logits_passed(row, self.thresholds, self.stats_floor)
+            row["passed"] = logits_passed(row, self.thresholds, self.stats_floor, self.computed_in(row))
         else:
             row["passed"] = tensor_passed(row, self.thresholds, self.stats_floor)
 
@@ -51,7 +54,7 @@ class PassFail:
         passed = (
             bool(logits.get("passed"))  # judged against the noise floor, or as logits: see judge
             if self.noise_floor
-            else logits_passed(logits, self.thresholds, self.stats_floor)
+            else logits_passed(logits, self.thresholds, self.stats_floor, self.computed_in(logits))
         )
         if logits.get("error"):
             return passed, "error"
@@ -66,9 +69,22 @@ class PassFail:
         return self.holds_logits(pair)
 
     def holds_logits(self, pair: TensorPair) -> bool:
-        """Whether ``pair`` is an output that ends in the logits (judged as logits)."""
-        stable = self.pairing.golden.stable_name(pair.golden_node)
-        return pair.role == "output" and stable in self._logits_holders
+        """Whether ``pair`` is an output that ends in the logits (judged as logits): also the output
+        of an op that carried them past the logits' op (``Pairing.logits_at``)."""
+        if pair.role != "output":
+            return False
+        held = self.pairing.logits_at.get(pair.token)
+        if held is not None and held.holder == pair.golden_node:
+            return True
+        return self.pairing.golden.stable_name(pair.golden_node) in self._logits_holders
+
+    def computed_in(self, row: Mapping[str, Any]) -> str:
+        """The dtype the logits in ``row`` (a tensor's row, or a token's) were computed in where a Cast
+        carried them on (``Pairing.logits_at``); "" otherwise."""
+        held = self.pairing.logits_at.get(row.get("token"))  # type: ignore[arg-type]
+        if held is None or row.get("golden_node", held.holder) != held.holder:
+            return ""
+        return held.dtype
 
 
 def _logits_holders(pairing: Pairing) -> set[str]:

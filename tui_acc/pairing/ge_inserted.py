@@ -15,10 +15,12 @@ golden node of the op that ran before it), paired with itself: its inputs agains
 output against its input (``TensorPair.golden_from_test``). A Cast that is wrong is then the one
 operator whose inputs match and whose output does not.
 
-One exception: the ops GE inserted after the logits, at the end of a run (a Cast of the logits to
-float32, the graph's output), carry the logits: their input and output are held against the
-golden's logits, and the last of them is the token's logits (a wrong Cast there changes the answer
-while every op the graph text holds is right).
+One exception: the ops GE inserted after the logits' op whose first input is what it wrote (by
+their files' headers: shape and dtype; a Cast of the logits to float32, the graph's output) carry
+the logits: their input and output are held against the golden's logits, and the last of them is
+the token's logits, judged as logits at the dtype the logits' op wrote (a wrong Cast there changes
+the answer while every op the graph text holds is right). A TransData or Reformat is judged only
+where the reader reads both its formats in the logical order (not FRACTAL_Z, not NHWC).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from tui_acc.dumps.model import DumpIndex, Node, NodeTree, TensorRef
 from tui_acc.dumps.torchair.graph_text import GraphText
@@ -34,6 +37,9 @@ from tui_acc.pairing.model import CarriedLogits, NodePair, TensorPair, Unmatched
 
 # GE's inserted ops whose output holds its input's values element for element
 VALUE_KEEPING = frozenset({"Cast", "TransData", "Reformat", "Reshape", "SqueezeV2", "UnsqueezeV2"})
+# formats the GE reader reads in the logical (ND / NCHW) element order (ge_file.decode): NCHW, ND,
+# NC1HWC0, NC1HWC0_C04, FRACTAL_NZ (dumps/atb/tiled.py)
+_READ_AS_LOGICAL = frozenset({0, 2, 3, 12, 29})
 
 
 @dataclass(frozen=True)
@@ -44,9 +50,10 @@ class _Placed:
 
 
 class GoldenTreeView:
-    """The golden tree a TorchAir pairing walks: the reader's (nested by module where ``grow`` nests
-    it), grown as later runs list their nodes, with the ops GE inserted placed in it. The reader's own
-    tree is never changed: a tree of the pairing's own is made the first time it needs one."""
+    """The golden tree a TorchAir pairing walks: the reader's (nested by module where ``nest`` nests
+    it), grown as later runs list their nodes, with the ops GE inserted placed in it. ``tree`` is one
+    object for the pairing's life (the judge and the screens hold it): its node table follows the
+    reader's until an op is placed, then is the pairing's own. The reader's tree is never changed."""
 
     def __init__(self, read_tree: NodeTree, nest: Callable[[NodeTree], NodeTree | None]) -> None:
         self._read, self._nest = read_tree, nest
@@ -54,14 +61,17 @@ class GoldenTreeView:
         self._lock = threading.Lock()
         nested = nest(read_tree)
         self._own = nested is not None
-        self.tree: NodeTree = nested if nested is not None else read_tree
+        self.tree: NodeTree = nested if nested is not None else NodeTree(read_tree.root, read_tree.nodes)
 
     def catch_up(self, names: Mapping[str, object]) -> None:
         """Take in the nodes a later run added to the reader's tree (``names``: a token's nodes)."""
-        if not self._own or all(n in self.tree.nodes for n in names):
-            return  # the reader's own tree grows by itself
+        if all(n in self.tree.nodes for n in names):
+            return
         with self._lock:
-            self.tree.adopt(self._grown())
+            if self._own:
+                self.tree.adopt(self._grown())
+            else:  # the reader replaced its table (copy-on-write): the newer one
+                self.tree.nodes = self._read.nodes
 
     def place(self, placed: list[tuple[str, str | None, str, str]]) -> None:
         """Put each (name, after, graph, type) of ``placed`` (ops GE inserted) right after ``after``
@@ -72,10 +82,10 @@ class GoldenTreeView:
             if not new:
                 return
             self._placed.update(new)
-            if not self._own:  # the first ops placed: from now on the pairing's own tree
-                self.tree, self._own = self._grown(), True
-            else:
+            if self._own:
                 self.tree.adopt(self._grown())
+            else:  # the first ops placed: the table is the pairing's own from now on
+                self.tree.nodes, self._own = self._grown().nodes, True
 
     def _grown(self) -> NodeTree:
         grown = self._nest(self._read) or self._read.copy()
@@ -96,6 +106,27 @@ class InsertedOps:
 
     pairs: list[NodePair]
     logits: CarriedLogits | None
+    after: dict[str, str | None]  # each one's golden node -> the golden node it follows (None: first)
+
+    def spliced(self, pairs: list[NodePair]) -> list[NodePair]:
+        """``pairs`` (the token's, in the golden tree's order) with these in their places: each right
+        after the node it follows (a leaf: nothing of its subtree between)."""
+        following: dict[str | None, list[NodePair]] = {}
+        for pair in self.pairs:
+            following.setdefault(self.after[pair.golden], []).append(pair)
+        out = list(following.get(None, []))
+        for pair in pairs:
+            out.append(pair)
+            out += following.get(pair.golden, [])
+        placed = {p.golden for p in out}
+        # one that follows another inserted one: after it (``self.pairs`` is in the order they ran)
+        for pair in self.pairs:
+            if pair.golden not in placed:
+                anchor = self.after[pair.golden]
+                at = next((i for i, p in enumerate(out) if p.golden == anchor), len(out) - 1)
+                out.insert(at + 1, pair)
+                placed.add(pair.golden)
+        return out
 
 
 def judge_inserted(
@@ -112,41 +143,41 @@ def judge_inserted(
     """Pair the ops GE inserted in ``test_graph``'s run at ``token`` (among ``alone``, the test's
     unpaired nodes: those paired here leave it) with themselves, placing each in ``view`` after the
     golden node of the op before it; ``logits``: the golden's logits node and output, where this
-    token's pairs hold them."""
+    token's pairs hold them. An op after the logits' op whose first input is what the logits' op
+    (or the last such op) wrote, by its file's header (shape and dtype), carries the logits."""
     unpaired = {u.name for u in alone if u.kind == "node" and u.side == "test"}
     golden_of = {p.test: p.golden for p in pairs}
     logits_op = next((p.test for p in pairs if logits is not None and p.golden == logits[0]), None)
-    order = test.tree.children(test_graph)
     ran = test.tokens[token]
+    headers = _Headers(test)
     found: list[NodePair] = []
     placed: list[tuple[str, str | None, str, str]] = []  # (node, after, graph, type), as place takes them
     before: str | None = None  # the golden node of the last op that ran
-    carrying = False  # only ops GE inserted ran since the logits' op
+    carried_so_far: tuple[tuple[int, ...], int] | None = None  # what the logits last became
     carriers: list[NodePair] = []
-    for position, name in enumerate(order):
+    for name in test.tree.children(test_graph):
         if name in golden_of:
-            before, carrying = golden_of[name], name == logits_op
+            before = golden_of[name]
+            if name == logits_op:
+                carried_so_far = headers.written(ran.get(name, []), "output")
             continue
-        if name not in ran:
+        if name not in ran or name not in unpaired:
             continue
         kind = test.tree.nodes[name].type
         op = name.partition("/")[2]
-        if name not in unpaired or not _inserted(op, kind, text):
-            carrying = False
+        if not _inserted(op, kind, text) or not headers.readable_alike(ran[name], kind):
             continue
-        golden_name = f"{golden_graph}/{op}"
-        trailing = carrying and all(n not in golden_of for n in order[position + 1 :])
-        carried = None
-        if trailing and logits is not None and logits_op is not None:
-            carried = logits[1] if _same_shape(ran[name], ran.get(logits_op, []), test) else None
-        pair = _self_pair(token, golden_name, name, kind, ran[name], carried)
+        carries = carried_so_far is not None and headers.written(ran[name], "input") == carried_so_far
+        carried = logits[1] if carries and logits is not None else None
+        pair = _self_pair(token, f"{golden_graph}/{op}", name, kind, ran[name], carried)
         if pair is None:
-            carrying = False
             continue
-        placed.append((golden_name, before, golden_graph, f"{kind}, inserted by GE"))
+        placed.append((pair.golden, before, golden_graph, pair.golden_type))
         found.append(pair)
-        before, carrying = golden_name, carried is not None
-        carriers += [pair] if carried is not None else []
+        before = pair.golden
+        if carried is not None:
+            carriers.append(pair)
+            carried_so_far = headers.written(ran[name], "output")
     if found:
         view.place(placed)
         found = [replace(p, depth=view.tree.nodes[p.golden].depth) for p in found]
@@ -154,25 +185,62 @@ def judge_inserted(
         alone[:] = [u for u in alone if not (u.kind == "node" and u.side == "test" and u.name in taken)]
     held = None
     if carriers and logits is not None and logits_op is not None:
-        held = CarriedLogits(carriers[-1].golden, (logits[0],), (logits_op, *(p.test for p in carriers)))
-    return InsertedOps(found, held)
+        held = CarriedLogits(
+            carriers[-1].golden,
+            (logits[0],),
+            (logits_op, *(p.test for p in carriers)),
+            headers.dtype(ran.get(logits_op, []), "output"),
+        )
+    return InsertedOps(found, held, {name: after for name, after, _, _ in placed})
 
 
-def _same_shape(inserted: list[TensorRef], logits: list[TensorRef], test: DumpIndex) -> bool:
-    """Whether the inserted op's first input has the shape of the logits op's first output (their
-    files' headers): what it converts is the logits."""
-    from tui_acc.dumps.torchair.ge_file import GeDumpError, read_file_header
+class _Headers:
+    """The GE file headers the inserted ops are judged by, each read once (the reader imported here:
+    numpy is not on the first screen's path)."""
 
-    source = next((r for r in inserted if r.role == "input"), None)
-    target = next((r for r in logits if r.role == "output"), None)
-    if source is None or target is None:
-        return False
-    try:
-        given = read_file_header(source.path, test.load_policy).of("input")[0]
-        made = read_file_header(target.path, test.load_policy).of("output")[0]
-    except (GeDumpError, OSError, IndexError):
-        return False
-    return (given.original_shape or given.shape) == (made.original_shape or made.shape)
+    def __init__(self, test: DumpIndex) -> None:
+        self._test = test
+        self._read: dict[str, Any] = {}  # path -> its GeDump, or None where it cannot be read
+
+    def _of(self, refs: list[TensorRef]) -> Any:
+        from tui_acc.dumps.torchair.ge_file import GeDumpError, read_file_header
+
+        if not refs:
+            return None
+        path = refs[0].location
+        if path not in self._read:
+            try:
+                self._read[path] = read_file_header(refs[0].path, self._test.load_policy)
+            except (GeDumpError, OSError):
+                self._read[path] = None
+        return self._read[path]
+
+    def dtype(self, refs: list[TensorRef], role: str) -> str:
+        """The dtype of the first ``role`` tensor of a node's file, as numpy names it ("" unknown)."""
+        from tui_acc.dumps.torchair.ge_file import DTYPES
+
+        written = self.written(refs, role)
+        return str(DTYPES[written[1]]) if written is not None and written[1] in DTYPES else ""
+
+    def written(self, refs: list[TensorRef], role: str) -> tuple[tuple[int, ...], int] | None:
+        """The logical shape and GE data type of the first ``role`` tensor of a node's file."""
+        header = self._of(refs)
+        tensors = header.of(role) if header is not None else []
+        if not tensors:
+            return None
+        return tuple(tensors[0].original_shape or tensors[0].shape), tensors[0].data_type
+
+    def readable_alike(self, refs: list[TensorRef], kind: str) -> bool:
+        """Whether the op's first input and output read in the same element order: a Cast in one
+        format on both sides, or each in a format the reader brings back to ND / NCHW (a TransData
+        from ND to FRACTAL_NZ); not one the reader leaves as laid out (FRACTAL_Z, NHWC)."""
+        header = self._of(refs)
+        if header is None or not header.of("input") or not header.of("output"):
+            return False
+        given, made = header.of("input")[0].primary_format, header.of("output")[0].primary_format
+        if kind == "Cast" and given == made:
+            return True
+        return given in _READ_AS_LOGICAL and made in _READ_AS_LOGICAL
 
 
 def _inserted(op: str, kind: str, text: GraphText) -> bool:

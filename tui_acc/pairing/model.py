@@ -67,6 +67,7 @@ class CarriedLogits:
     holder: str
     golden: tuple[str, ...]
     test: tuple[str, ...]
+    dtype: str = ""  # what the logits' op wrote (the logits are judged at it, not the Cast's float32)
 
 
 @dataclass(frozen=True)

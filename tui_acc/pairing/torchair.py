@@ -9,8 +9,8 @@ What msprobe's ``compare -m torchair`` does (``core/compare/torchair_acc_cmp.py`
   takes its arguments in. A fused op, named by its constituents' names run together, is split by the
   longest op name of the graph at each point: its inputs are its constituents' inputs from outside
   them, its outputs the last one's. An op the graph text does not hold and that fuses none of its
-  ops (a Cast or TransData GE inserted) has no golden and is named unpaired, as are ops that
-  compute no FX node (graph inputs, constants).
+  ops (a Cast or TransData GE inserted) has no golden: it is judged against its own input
+  (``ge_inserted.py``); ops that compute no FX node (graph inputs, constants) are named unpaired.
 - **GE against GE.** Ops pair by name; a fused op's inputs are its constituents' inputs that no
   other constituent produced (the graph's edges), in order, and its outputs the last one's.
 - **Graphs by content, not position.** Each GE graph (model folder) is the graph text whose ops it
@@ -84,7 +84,7 @@ def pair_torchair(golden: DumpIndex, test: DumpIndex, logits_node: str | None = 
     modules = _modules_of(golden, graphs)
     evident = _pairs_evident(golden, view, graphs)
     tree_view = GoldenTreeView(golden.tree, lambda tree: nested_by_module(tree, modules))
-    golden = replace(golden, tree=tree_view.tree)  # the pairing's view: its tree follows tree_view's
+    golden = replace(golden, tree=tree_view.tree)  # the pairing's view: one tree object throughout
     logits = logits_node or golden.logits_hint or golden.tree.leaf_chain_end()
     logits_at: dict[int, CarriedLogits] = {}  # token -> the ops that carried its logits past ``logits``
 
@@ -95,7 +95,6 @@ def pair_torchair(golden: DumpIndex, test: DumpIndex, logits_node: str | None = 
         pairs, alone = _pair_token(token, golden, view, pair_node)
         if golden.format == "torchair-fx":
             pairs = _with_inserted(token, golden, view, graphs, pairs, alone, logits, tree_view, logits_at)
-        golden.tree = tree_view.tree
         with lock:
             unmatched.extend(alone)
         return pairs
@@ -138,8 +137,7 @@ def _with_inserted(
         return pairs
     if found.logits is not None:
         logits_at[token] = found.logits
-    by_name = {p.golden: p for p in (*pairs, *found.pairs)}
-    return [by_name[n.name] for n in tree_view.tree.preorder() if n.name in by_name]
+    return found.spliced(pairs)
 
 
 def _pairs_evident(golden: DumpIndex, test: DumpIndex, graphs: _Graphs) -> Callable[[int], bool]:

@@ -26,8 +26,10 @@ def selection_for(comparison: Comparison, side: str, token: int, golden_node: st
         pair = next((n for n in comparison.pairing.node_pairs(token) if n.golden == golden_node), None)
         name = golden_node if side == "golden" or pair is None else pair.test
         inside = _torchair_module_ops(comparison, token, golden_node, side) if pair is None else []
+        # an op GE inserted has no FX node: the golden side dumps what the token's logits need
+        inserted_on_golden = pair is not None and pair.inserted and side == "golden"
         # a gathered rank's own call (an expert it owns): the name its rank's records give it
-        nodes += inside or [index.origins.get(name, (0, name))[1]]
+        nodes += inside or ([] if inserted_on_golden else [index.origins.get(name, (0, name))[1]])
         for holder in comparison.pairing.logits_nodes(token, side) if not atb else ():
             if holder not in nodes and not any(holder.startswith(n + ".") for n in nodes):
                 nodes.append(holder)

@@ -220,7 +220,12 @@ def build_report(
     )
     suspect = verdict_at.culprit_row if verdict_at is not None else None
     why = (
-        token_failure(token_rows[failing], engine.thresholds, engine.stats_floor)
+        token_failure(
+            token_rows[failing],
+            engine.thresholds,
+            engine.stats_floor,
+            engine.pass_fail.computed_in(token_rows[failing]),
+        )
         if failing is not None
         else None
     )

@@ -96,10 +96,11 @@ class Thresholds:
         precision = precision_class(golden_dtype, test_dtype)
         return self.noise_factor[precision], self.noise_epsilon[precision]
 
-    def for_logits(self, golden_dtype: object, test_dtype: object) -> dict[str, float]:
-        """The logits' bounds (metric -> bound) for the less precise of the two dtypes (the table
-        itself: do not mutate it)."""
-        return self.logits[precision_class(golden_dtype, test_dtype)]
+    def for_logits(self, *dtypes: object) -> dict[str, float]:
+        """The logits' bounds (metric -> bound) for the least precise of the dtypes (the golden's, the
+        test's, and what the logits were computed in where a Cast followed: the table itself, do not
+        mutate it)."""
+        return self.logits[precision_class(*dtypes)]
 
     def for_stats(self, golden_dtype: object, test_dtype: object, floor: str | None = None) -> float:
         """``floor``: the least precise dtype of the runs. A float32 tensor of a bfloat16 model
@@ -293,15 +294,18 @@ def tensor_passed(row: Mapping[str, object], thresholds: Thresholds, floor: str 
     return within(row, thresholds.for_op(golden_dtype, test_dtype, names))
 
 
-def logits_passed(row: Mapping[str, object], thresholds: Thresholds, floor: str | None = None) -> bool:
-    """Verdict for a token: its logits against the golden logits."""
+def logits_passed(
+    row: Mapping[str, object], thresholds: Thresholds, floor: str | None = None, computed_in: str = ""
+) -> bool:
+    """Verdict for a token: its logits against the golden logits. ``computed_in``: the dtype the test
+    computed them in where a Cast to a wider one followed (TorchAir's Cast of the logits)."""
     if row.get("stats_only"):
         return stats_passed(row, thresholds, floor)
     if row.get("error") or gains_non_finite(row):
         return False
     if not isinstance(row.get("cosine"), float):
         return False
-    return within(row, thresholds.for_logits(row.get("golden_dtype"), row.get("test_dtype")))
+    return within(row, thresholds.for_logits(row.get("golden_dtype"), row.get("test_dtype"), computed_in))
 
 
 def near_tie(row: Mapping[str, object], thresholds: Thresholds) -> bool:

@@ -36,8 +36,11 @@ def broken_bounds(row: Mapping[str, Any], bounds: Mapping[str, float]) -> list[s
     return broken
 
 
-def token_failure(row: Mapping[str, Any], thresholds: Thresholds, floor: str | None = None) -> str | None:
-    """Why a token's logits fail, in words with the numbers; None where they pass."""
+def token_failure(
+    row: Mapping[str, Any], thresholds: Thresholds, floor: str | None = None, computed_in: str = ""
+) -> str | None:
+    """Why a token's logits fail, in words with the numbers; None where they pass. ``computed_in``:
+    the dtype the test computed them in where a Cast followed (``PassFail.computed_in``)."""
     if row.get("passed") is not False:
         return None
     if row.get("error"):
@@ -50,7 +53,7 @@ def token_failure(row: Mapping[str, Any], thresholds: Thresholds, floor: str | N
         return f"statistics: norm rel diff {number(row.get('norm_rel_diff'))} (tolerance {number(tolerance)})"
     if row.get("noise_ratio") is not None:
         return f"its error is {number(row['noise_ratio'])}x the baseline's"
-    broken = broken_bounds(row, thresholds.for_logits(golden, test))
+    broken = broken_bounds(row, thresholds.for_logits(golden, test, computed_in))
     return "; ".join(broken) if broken else None
 
 

@@ -82,7 +82,11 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     # a copy named step03 beside step3 was read in its place without a word: named, and not read
     odd = [Problem(str(p), _NOT_A_STEP) for p in subdirs(path) if _ODD_STEP.match(p.name)]
     # a copy named rank01 beside rank1 was gathered as one more rank: named, and not read
-    odd += [Problem(str(p), _NOT_A_RANK) for p in subdirs(rank_dir.parent) if _ODD_RANK.match(p.name)]
+    odd += [
+        Problem(str(p), _NOT_A_RANK)
+        for p in subdirs(rank_dir.parent)
+        if _ODD_RANK.match(p.name) and p != rank_dir
+    ]
     if len(steps) < 2:
         alone = _read_rank_dir(path, rank_dir, notes, ranks, rank, policy)
         alone.problems[:0] = odd

@@ -30,12 +30,13 @@ def _counted(name: str) -> tuple[str, int] | None:
 
 
 def first_disorder(names: list[str]) -> tuple[str, str] | None:
-    """The first two records of one API or module whose counters fall in this order (the earlier
-    named first); None where every counter rises."""
+    """The first two forward records of one API or module whose counters fall in this order (the
+    earlier named first); None where every counter rises. Backward records are left out: a backward
+    call takes its forward call's number and they run in reverse."""
     last: dict[str, tuple[int, str]] = {}
     for name in names:
         counted = _counted(name)
-        if counted is None:
+        if counted is None or not counted[0].endswith(".forward"):
             continue
         base, count = counted
         if base in last and last[base][0] >= count:
