@@ -158,6 +158,9 @@ class TokenRow(TypedDict, total=False):
     topk_overlap: float | None
     golden_dtype: str | None
     test_dtype: str | None
+    # the dtype the test computed its logits in where a Cast to a wider one carried them (TorchAir's
+    # Cast of the logits to float32): the logits' bounds are that dtype's
+    computed_in: str | None
     shape: str | None
     node: str | None
     test_node: str | None

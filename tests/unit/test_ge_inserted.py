@@ -186,7 +186,7 @@ def test_carried_logits_are_judged_as_logits_at_the_dtype_the_matmul_wrote(llama
     row = comparison.engine.token_row(case["token"])
     assert row["kl"] is not None and row["test_dtype"] == "float32"
     assert comparison.pairing.logits_at[case["token"]].dtype == "bfloat16"
-    assert comparison.engine.pass_fail.computed_in(row) == "bfloat16"
+    assert comparison.engine.pass_fail.computed_in(row) == row["computed_in"] == "bfloat16"
     thresholds = comparison.engine.thresholds
     bf16 = thresholds.for_logits("float32", "float32", "bfloat16")
     assert (

@@ -80,10 +80,10 @@ def _prepare(db: sqlite3.Connection) -> None:
         raise sqlite3.DatabaseError(f"not tui-acc's row cache ({', '.join(odd[:3])})")
 
 
-def _retry_while_busy(step: Callable[[], None], wait: float = _BUSY_SECONDS) -> None:
+def _retry_while_busy(step: Callable[[], None], wait: float | None = None) -> None:
     """Run ``step``, again after a short pause while another process holds the database (for up to
-    ``wait`` seconds)."""
-    deadline = time.monotonic() + wait
+    ``wait`` seconds; None: _BUSY_SECONDS, read when called)."""
+    deadline = time.monotonic() + (_BUSY_SECONDS if wait is None else wait)
     pause = 0.005
     while True:
         try:
@@ -297,7 +297,7 @@ class RowCache:
         return rows
 
     @contextmanager
-    def _connect(self, wait: float = _BUSY_SECONDS) -> Iterator[sqlite3.Connection]:
+    def _connect(self, wait: float | None = None) -> Iterator[sqlite3.Connection]:
         """One write transaction on the database (committed on success), the connection closed after.
 
         Taken with ``BEGIN IMMEDIATE``: a transaction that starts as a reader and later writes can be
@@ -306,6 +306,7 @@ class RowCache:
         timeout. Creating the database and switching it to WAL can still be refused at once when two
         processes do it together; that first step is retried until ``wait`` seconds have passed."""
         _check_location(self.path)
+        wait = _BUSY_SECONDS if wait is None else wait  # read when called: a test shortens it
         db = sqlite3.connect(self.path, timeout=wait, isolation_level=None)
         try:
             _retry_while_busy(lambda: _prepare(db), wait)

@@ -188,6 +188,7 @@ class MetricsEngine:
         row["node"] = held.golden[-1] if held is not None else tensor["golden_node"]
         row["test_node"] = tensor["test_node"]
         row["shape"] = tensor.get("golden_shape")
+        row["computed_in"] = self.pass_fail.computed_in(tensor) or None
         row["passed"], row["verdict"] = self.pass_fail.token_verdict(tensor)
         return row
 

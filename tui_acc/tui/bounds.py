@@ -47,7 +47,7 @@ def strip_bound(row: Row, thresholds: Thresholds, floor: str | None) -> tuple[st
     """(what the token strip plots for ``row``, the threshold it is judged against)."""
     golden, test = row.get("golden_dtype"), row.get("test_dtype")
     if row.get("kl") is not None or not row.get("stats_only"):
-        return "KL", thresholds.for_logits(golden, test).get("kl")
+        return "KL", thresholds.for_logits(golden, test, row.get("computed_in")).get("kl")
     return "NormRel", thresholds.for_stats(golden, test, floor)
 
 

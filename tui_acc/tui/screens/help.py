@@ -184,4 +184,5 @@ def _logits_dtypes(comparison: Comparison) -> tuple[str, str] | None:
     row = engine.cached_token_row(tokens[0]) if tokens and engine is not None else None
     if row is None or not row.get("golden_dtype") or not row.get("test_dtype"):
         return None
-    return str(row["golden_dtype"]), str(row["test_dtype"])
+    # where a Cast carried the logits on, the dtype they were computed in is what they are judged at
+    return str(row["golden_dtype"]), str(row.get("computed_in") or row["test_dtype"])
