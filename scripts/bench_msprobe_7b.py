@@ -60,8 +60,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SEED = 1234
-HIDDEN, FFN, HEADS, VOCAB = 4096, 11008, 32, 32000
+sys.path.insert(0, str(REPO / "scripts"))
+
+from seeded_llama import SEED, seeded_llama  # noqa: E402  (scripts/, beside this one)
+
 FAULT_MODULE = "model.layers.1.mlp.down_proj"
 TILE = 8  # the fault: the last TILE output columns of the faulty F.linear call come out doubled
 RECORD = "pair.json"  # written last into --out: the pair there is complete, and by whom
@@ -80,24 +82,8 @@ OURS = (
 def dump_side(side: str, out: Path, layers: int, prompt: int, fault: bool) -> None:
     """Dump one forward pass of the seeded model with msprobe L1 into ``out`` (run by the tools venv)."""
     import torch
-    import transformers as tf
 
-    torch.manual_seed(SEED)
-    config = tf.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=FFN,
-        num_hidden_layers=layers,
-        num_attention_heads=HEADS,
-        num_key_value_heads=HEADS,
-        max_position_embeddings=max(4096, prompt + 1),
-        tie_word_embeddings=False,
-        attn_implementation="eager",
-    )
-    model = tf.LlamaForCausalLM(config).eval()  # float32 weights, the same on both sides (seeded)
-    if side == "test":
-        model = model.to(torch.bfloat16)
-    ids = torch.randint(1, VOCAB, (1, prompt), generator=torch.Generator().manual_seed(SEED))
+    model, ids = seeded_llama(layers, prompt, side, attn_implementation="eager")
     record: dict[str, Any] = {}
     if side == "test" and fault:
         install_fault(model, record)  # before msprobe wraps F.linear: its record sees the fault

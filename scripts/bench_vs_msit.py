@@ -45,9 +45,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from seeded_llama import FFN, HIDDEN, SEED, VOCAB, seeded_llama  # noqa: E402  (scripts/, beside this one)
+
 VENV_VARIABLE = "TUI_ACC_MSIT_VENV"
-SEED = 1234
-HIDDEN, FFN, HEADS, VOCAB = 4096, 11008, 32, 32000
 # the pair's size (GB, both sides) -> (decoder layers, prompt tokens); measured sizes are printed
 SHAPES: dict[str, tuple[int, int]] = {"0.5": (4, 150), "1": (4, 256), "4": (4, 1200)}
 MAIN_SIZE = "1"
@@ -59,24 +61,9 @@ MAIN_SIZE = "1"
 def dump_side(layers: int, prompt: int, side: str, out: Path) -> None:
     """Dump one forward pass of the seeded model with msit into ``out`` (run by the tools venv)."""
     import torch
-    import transformers as tf
     from msit_llm import DumpConfig, register_hook
 
-    torch.manual_seed(SEED)
-    config = tf.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=FFN,
-        num_hidden_layers=layers,
-        num_attention_heads=HEADS,
-        num_key_value_heads=HEADS,
-        max_position_embeddings=max(4096, prompt + 1),
-        tie_word_embeddings=False,
-    )
-    model = tf.LlamaForCausalLM(config).eval()  # float32 weights, the same on both sides (seeded)
-    if side == "test":
-        model = model.to(torch.bfloat16)
-    ids = torch.randint(1, VOCAB, (1, prompt), generator=torch.Generator().manual_seed(SEED))
+    model, ids = seeded_llama(layers, prompt, side)
     out.mkdir(parents=True)
     register_hook(model, DumpConfig(dump_path=str(out), token_range=[0]))
     with torch.no_grad():
