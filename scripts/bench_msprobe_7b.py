@@ -63,6 +63,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from seeded_llama import SEED, seeded_llama  # noqa: E402  (scripts/, beside this one)
+from tools_venv import checkout_state, load, tool_versions, tools_env  # noqa: E402
 
 FAULT_MODULE = "model.layers.1.mlp.down_proj"
 TILE = 8  # the fault: the last TILE output columns of the faulty F.linear call come out doubled
@@ -243,15 +244,6 @@ def _data_dir(side: Path) -> Path:
     return found[0].parent
 
 
-def tools_env(venv: Path) -> dict[str, str]:
-    """The environment a user of the tools venv has after ``activate``; nothing of ours leaks in."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    env["VIRTUAL_ENV"] = str(venv)
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONHASHSEED"] = "0"
-    return env
-
-
 # --- whole processes, timed --------------------------------------------------------------------
 
 
@@ -301,11 +293,6 @@ class TreeRss:
             except (OSError, ValueError, IndexError):
                 continue  # it exited between two reads
         return total
-
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{time.strftime('%H:%M:%S')} load {one:.2f} {five:.2f} {fifteen:.2f}"
 
 
 def timed(
@@ -462,21 +449,8 @@ def ratios(figures: dict[str, Any], pair: Pair) -> dict[str, Any]:
 
 
 def versions(venv: Path) -> dict[str, str]:
-    code = (
-        "from importlib.metadata import version as v; import json; "
-        "print(json.dumps({p: v(p) for p in ('mindstudio-probe', 'torch', 'transformers')}))"
-    )
-    tools = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=tools_env(venv)
-    )
-    found: dict[str, str] = json.loads(tools.stdout) if tools.returncode == 0 else {}
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    )
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True)
-    found["tui-acc checkout"] = head.stdout.strip() + (
-        " + uncommitted changes" if dirty.stdout.strip() else ""
-    )
+    found = tool_versions(venv, ("mindstudio-probe", "torch", "transformers"))
+    found["tui-acc checkout"] = checkout_state(REPO)
     return found
 
 

@@ -48,6 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from seeded_llama import FFN, HIDDEN, SEED, VOCAB, seeded_llama  # noqa: E402  (scripts/, beside this one)
+from tools_venv import checkout_state, load, tool_versions, tools_env  # noqa: E402
 
 VENV_VARIABLE = "TUI_ACC_MSIT_VENV"
 # the pair's size (GB, both sides) -> (decoder layers, prompt tokens); measured sizes are printed
@@ -114,7 +115,7 @@ def ensure_pair(work: Path, venv: Path, label: str, layers: int, prompt: int) ->
                     cwd=partial,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    env=_tools_env(venv),
+                    env=tools_env(venv),
                 )
         generate_s = time.perf_counter() - start
         _settle(partial)
@@ -154,15 +155,6 @@ def _settle(root: Path) -> None:
     from settle import settle
 
     settle(root)
-
-
-def _tools_env(venv: Path) -> dict[str, str]:
-    """The environment a user of the tools venv has after ``activate``; nothing of ours leaks in."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    env["VIRTUAL_ENV"] = str(venv)
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONHASHSEED"] = "0"
-    return env
 
 
 def _our_env(repo: Path) -> dict[str, str]:
@@ -238,7 +230,7 @@ class Tools:
         out.mkdir()
         command = [str(self.venv / "bin" / "msit"), "llm", "compare", "-gp", str(pair.golden)]
         command += ["-mp", str(pair.test), "-cl", "api", "-o", str(out)]
-        env = _tools_env(self.venv)
+        env = tools_env(self.venv)
         if one_thread:
             env["OMP_NUM_THREADS"] = "1"
         run = timed(command, env, out, out / "console.log")
@@ -358,12 +350,6 @@ class Terminal:
 
 
 # --- the measurements ----------------------------------------------------------------------
-
-
-def load() -> str:
-    """``uptime``'s load averages: others share this machine, and the figures depend on it."""
-    one, five, fifteen = os.getloadavg()
-    return f"{time.strftime('%H:%M:%S')} load {one:.2f} {five:.2f} {fifteen:.2f}"
 
 
 def drop_caches() -> None:
@@ -504,14 +490,7 @@ def measure_scaling(
 
 
 def versions(venv: Path, repo: Path) -> dict[str, str]:
-    code = (
-        "from importlib.metadata import version as v; import json; "
-        "print(json.dumps({p: v(p) for p in ('msit', 'torch', 'transformers')}))"
-    )
-    tools = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=_tools_env(venv)
-    )
-    found: dict[str, str] = json.loads(tools.stdout) if tools.returncode == 0 else {}
+    found = tool_versions(venv, ("msit", "torch", "transformers"))
     where = subprocess.run(
         [sys.executable, "-c", "import tui_acc; print(tui_acc.__file__)"],
         capture_output=True,
@@ -522,20 +501,6 @@ def versions(venv: Path, repo: Path) -> dict[str, str]:
     found["tui_acc imported from"] = where.stdout.strip()
     found["tui-acc checkout"] = checkout_state(repo)
     return found
-
-
-def checkout_state(repo: Path) -> str:
-    """The commit and a digest of uncommitted changes: a checkout edited during the run is told apart."""
-    import hashlib
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True).stdout
-
-    head = git("rev-parse", "--short", "HEAD").strip() or "unknown"
-    changes = git("diff", "HEAD")
-    if not changes:
-        return head
-    return f"{head} + uncommitted changes {hashlib.sha1(changes.encode()).hexdigest()[:10]}"
 
 
 def machine() -> dict[str, Any]:
