@@ -81,6 +81,20 @@ def split_passes(order: list[str], data: Mapping[str, Any], parents: Mapping[str
     return passes
 
 
+def forward_counter(name: str) -> tuple[str, int] | None:
+    """What a forward record's counter counts (the API, or the module without its call index) and
+    the counter: ``Functional.linear.5.forward`` -> (``Functional.linear``, 5),
+    ``Module.model.norm.RMSNorm.forward.2`` -> (``Module.model.norm.RMSNorm.forward``, 2); None for
+    a backward record or a name that carries none."""
+    call = _MODULE_CALL.match(name)
+    if call is not None:
+        return (name[: call.start(2) - 1], int(call.group(2))) if call.group(1) == "forward" else None
+    api = _API_CALL.match(name)
+    if api is not None and api.group(3) == "forward":
+        return api.group(1), int(api.group(2))
+    return None
+
+
 def module_call_index(name: str) -> int | None:
     """``Module.model.LlamaModel.forward.3`` -> 3; None for anything but a module call."""
     call = _MODULE_CALL.match(name)

@@ -12,21 +12,7 @@ said to be unknown, and a comparison takes the other side's where that one is ms
 
 from __future__ import annotations
 
-import re
-
-_API = re.compile(r"^(?P<base>.+)\.(?P<count>\d{1,12})\.(?P<direction>forward|backward)$")
-_MODULE = re.compile(r"^(?P<base>Module\..+\.(?:forward|backward))\.(?P<count>\d{1,12})$")
-
-
-def _counted(name: str) -> tuple[str, int] | None:
-    """(what the counter counts, the counter) of a record's name; None where it carries none."""
-    found = _MODULE.match(name)
-    if found is not None:
-        return found["base"], int(found["count"])
-    found = _API.match(name)
-    if found is not None:
-        return f"{found['base']}.{found['direction']}", int(found["count"])
-    return None
+from tui_acc.dumps.msprobe.passes import forward_counter
 
 
 def first_disorder(names: list[str]) -> tuple[str, str] | None:
@@ -35,8 +21,8 @@ def first_disorder(names: list[str]) -> tuple[str, str] | None:
     call takes its forward call's number and they run in reverse."""
     last: dict[str, tuple[int, str]] = {}
     for name in names:
-        counted = _counted(name)
-        if counted is None or not counted[0].endswith(".forward"):
+        counted = forward_counter(name)
+        if counted is None:
             continue
         base, count = counted
         if base in last and last[base][0] >= count:
