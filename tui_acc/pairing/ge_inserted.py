@@ -228,7 +228,7 @@ class _Headers:
         tensors = header.of(role) if header is not None else []
         if not tensors:
             return None
-        return tuple(tensors[0].original_shape or tensors[0].shape), tensors[0].data_type
+        return tensors[0].logical_shape, tensors[0].data_type
 
     def readable_alike(self, refs: list[TensorRef], kind: str) -> bool:
         """Whether the op's first input and output read in the same element order: a Cast in one

@@ -82,6 +82,12 @@ class GeTensor:
     inline: bytes | None = field(default=None, repr=False)  # the old layout's bytes
 
     @property
+    def logical_shape(self) -> tuple[int, ...]:
+        """The shape its values have once read (``original_shape`` where GE recorded one: a tiled
+        format's padding cut), as its header says it."""
+        return tuple(self.original_shape or self.shape)
+
+    @property
     def primary_format(self) -> int:
         """The format without the sub-format bits C++ packs above it (``format & 0xff``)."""
         return self.format & 0xFF

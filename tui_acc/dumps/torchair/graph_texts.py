@@ -179,4 +179,4 @@ def first_output_shape(
         return None
     if position >= len(outputs):
         return None
-    return tuple(outputs[position].original_shape or outputs[position].shape)
+    return outputs[position].logical_shape
