@@ -110,22 +110,24 @@ class InsertedOps:
 
     def spliced(self, pairs: list[NodePair]) -> list[NodePair]:
         """``pairs`` (the token's, in the golden tree's order) with these in their places: each right
-        after the node it follows (a leaf: nothing of its subtree between)."""
+        after the node it follows (a leaf: nothing of its subtree between), which may be another
+        inserted op (ops GE inserted in a row)."""
         following: dict[str | None, list[NodePair]] = {}
         for pair in self.pairs:
             following.setdefault(self.after[pair.golden], []).append(pair)
-        out = list(following.get(None, []))
+        out: list[NodePair] = []
+
+        def put(after: str | None) -> None:
+            waiting = list(reversed(following.get(after, [])))
+            while waiting:  # no recursion: a run may hold thousands in a row
+                pair = waiting.pop()
+                out.append(pair)
+                waiting += reversed(following.get(pair.golden, []))
+
+        put(None)
         for pair in pairs:
             out.append(pair)
-            out += following.get(pair.golden, [])
-        placed = {p.golden for p in out}
-        # one that follows another inserted one: after it (``self.pairs`` is in the order they ran)
-        for pair in self.pairs:
-            if pair.golden not in placed:
-                anchor = self.after[pair.golden]
-                at = next((i for i, p in enumerate(out) if p.golden == anchor), len(out) - 1)
-                out.insert(at + 1, pair)
-                placed.add(pair.golden)
+            put(pair.golden)
         return out
 
 
