@@ -78,12 +78,20 @@ def test_graph_text_gives_each_op_its_fx_node_inputs_and_module(tmp_path: Path) 
         ("op { name: 'x' ", "ends inside"),
         ("op } ", "unbalanced"),
         ("op { name 'x' }", "a string without"),
-        ("a: ~", "~"),
+        ("a: ~", "line 1: unexpected character '~'"),
+        ('# one\na: 1 # two\n\n  b: "c\n', "line 4: unexpected character '\"'"),
+        ("a {\n b: 1\n}\n}", "line 4: unbalanced '}'"),
     ],
 )
 def test_a_broken_graph_text_is_named_with_its_line(tmp_path: Path, text: str, problem: str) -> None:
     with pytest.raises(GraphTextError, match=problem):
         parse(text, tmp_path / "g.txt")
+
+
+def test_comments_and_white_space_anywhere_are_skipped(tmp_path: Path) -> None:
+    # the trailing run is long: a tokenizer that retried it at each character would take minutes
+    text = "# head\n a { b: 'x' 'y' # mid\n c: 2 }" + " \n# tail" * 200_000
+    assert parse(text, tmp_path / "g.txt") == [("a", [("b", "xy"), ("c", "2")])]
 
 
 def test_a_graph_text_nested_a_hundred_thousand_deep_is_read_without_recursion(tmp_path: Path) -> None:

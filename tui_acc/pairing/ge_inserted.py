@@ -155,7 +155,7 @@ def judge_inserted(
     found: list[NodePair] = []
     placed: list[tuple[str, str | None, str, str]] = []  # (node, after, graph, type), as place takes them
     before: str | None = None  # the golden node of the last op that ran
-    carried_so_far: tuple[tuple[int, ...], int] | None = None  # what the logits last became
+    carried_so_far: tuple[tuple[int, ...], int | str] | None = None  # what the logits last became
     carriers: list[NodePair] = []
     for name in test.tree.children(test_graph):
         if name in golden_of:
@@ -222,10 +222,18 @@ class _Headers:
         from tui_acc.dumps.torchair.ge_file import DTYPES
 
         written = self.written(refs, role)
-        return str(DTYPES[written[1]]) if written is not None and written[1] in DTYPES else ""
+        if written is None:
+            return ""
+        if isinstance(written[1], str):  # a statistics file's, by torch's name (numpy's, for floats)
+            return written[1]
+        return str(DTYPES[written[1]]) if written[1] in DTYPES else ""
 
-    def written(self, refs: list[TensorRef], role: str) -> tuple[tuple[int, ...], int] | None:
-        """The logical shape and GE data type of the first ``role`` tensor of a node's file."""
+    def written(self, refs: list[TensorRef], role: str) -> tuple[tuple[int, ...], int | str] | None:
+        """The logical shape and data type of the first ``role`` tensor of a node's file: GE's number
+        from a dump file's header, torch's name from a statistics file (ge_stats.py)."""
+        stats = next((r.stats for r in refs if r.role == role), None)
+        if stats is not None:
+            return (stats.shape, stats.dtype) if stats.shape is not None and stats.dtype else None
         header = self._of(refs)
         tensors = header.of(role) if header is not None else []
         if not tensors:
@@ -236,6 +244,8 @@ class _Headers:
         """Whether the op's first input and output read in the same element order: a Cast in one
         format on both sides, or each in a format the reader brings back to ND / NCHW (a TransData
         from ND to FRACTAL_NZ); not one the reader leaves as laid out (FRACTAL_Z, NHWC)."""
+        if refs and refs[0].stats is not None:  # statistics are the same in any element order
+            return {r.role for r in refs} >= {"input", "output"}
         header = self._of(refs)
         if header is None or not header.of("input") or not header.of("output"):
             return False

@@ -79,9 +79,7 @@ class Pairing:
             if held is not None:
                 node = next((n for n in pairs if n.golden == held.holder), None)
             else:
-                wanted = self.golden.stable_name(self.logits_node)
-                stable = self.golden.stable_name
-                node = next((n for n in pairs if stable(n.golden) == wanted), None)
+                node = logits_holder(pairs, self.golden, self.logits_node)
             outputs = node.outputs if node is not None else ()
             self._logits_cache[token] = outputs[0] if outputs else None
         return self._logits_cache[token]
@@ -111,3 +109,10 @@ class Pairing:
         """How many tensor pairs the run holds, every token's (a token not yet paired is paired here: its
         files are listed)."""
         return sum(len(n.tensors) for nodes in self.nodes.values() for n in nodes)
+
+
+def logits_holder(pairs: list[NodePair], golden: DumpIndex, logits_node: str) -> NodePair | None:
+    """The pair of the golden's logits node among a token's ``pairs`` (by its stable name: the same
+    node at every token), where it dumped an output."""
+    wanted = golden.stable_name(logits_node)
+    return next((n for n in pairs if golden.stable_name(n.golden) == wanted and n.outputs), None)

@@ -40,7 +40,7 @@ from tui_acc.lazy import LazyMapping
 from tui_acc.pairing.ge_inserted import GoldenTreeView, judge_inserted
 from tui_acc.pairing.model import CarriedLogits, NodePair, TensorPair, Unmatched
 from tui_acc.pairing.module_tree import nested_by_module
-from tui_acc.pairing.result import Pairing
+from tui_acc.pairing.result import Pairing, logits_holder
 
 _SHAPE_SAMPLES = 8  # FX nodes whose output shapes tell two graphs of the same nodes apart
 
@@ -129,8 +129,7 @@ def _with_inserted(
     text, golden_graph = graphs.texts.get(graph), graphs.golden_of.get(graph)
     if text is None or golden_graph is None:
         return pairs
-    wanted = golden.stable_name(logits)
-    holder = next((p for p in pairs if golden.stable_name(p.golden) == wanted and p.outputs), None)
+    holder = logits_holder(pairs, golden, logits)
     carried = (holder.golden, holder.outputs[0].golden) if holder is not None else None
     found = judge_inserted(token, golden_graph, test, graph, text, pairs, alone, carried, tree_view)
     if not found.pairs:

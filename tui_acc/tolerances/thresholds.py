@@ -300,12 +300,19 @@ def logits_passed(
     """Verdict for a token: its logits against the golden logits. ``computed_in``: the dtype the test
     computed them in where a Cast to a wider one followed (TorchAir's Cast of the logits)."""
     if row.get("stats_only"):
-        return stats_passed(row, thresholds, floor)
+        return stats_passed(row, thresholds, logits_floor(floor, computed_in))
     if row.get("error") or gains_non_finite(row):
         return False
     if not isinstance(row.get("cosine"), float):
         return False
     return within(row, thresholds.for_logits(row.get("golden_dtype"), row.get("test_dtype"), computed_in))
+
+
+def logits_floor(floor: str | None, computed_in: str) -> str | None:
+    """The floor a token's logits' statistics are judged at: ``floor`` (the runs' least precise dtype)
+    or, where less precise, the dtype the logits were computed in before a Cast widened them: their
+    statistics drift as that dtype's do."""
+    return precision_class(floor, computed_in) if computed_in else floor
 
 
 def near_tie(row: Mapping[str, object], thresholds: Thresholds) -> bool:

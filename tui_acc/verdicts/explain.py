@@ -13,6 +13,7 @@ from tui_acc.tolerances.thresholds import (
     Thresholds,
     effective_bounds,
     gains_non_finite,
+    logits_floor,
     precision_class,
 )
 
@@ -49,7 +50,7 @@ def token_failure(
         return "the test's logits hold NaN or Inf the golden's do not"
     golden, test = row.get("golden_dtype"), row.get("test_dtype")
     if row.get("stats_only"):
-        tolerance = thresholds.for_stats(golden, test, floor)
+        tolerance = thresholds.for_stats(golden, test, logits_floor(floor, computed_in))
         return f"statistics: norm rel diff {number(row.get('norm_rel_diff'))} (tolerance {number(tolerance)})"
     if row.get("noise_ratio") is not None:
         return f"its error is {number(row['noise_ratio'])}x the baseline's"

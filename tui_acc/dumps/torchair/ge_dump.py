@@ -30,6 +30,7 @@ from tui_acc.dumps.fs import subdir_names
 from tui_acc.dumps.model import DumpError, DumpIndex, Format, Problem, TensorRef, pick_rank
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
+from tui_acc.dumps.torchair.ge_stats import is_stats_file, read_stats
 from tui_acc.dumps.torchair.graph_text import is_graph_file
 from tui_acc.dumps.torchair.runs import Run, add_ops, first_runs, graph_tree, numbered, one_time
 from tui_acc.lazy import LazyMapping
@@ -102,6 +103,7 @@ def _indexed(
     tree = graph_tree(ROOT, runs)
     stable: dict[str, str] = {}
     listed: dict[int, tuple[str, dict[str, str]]] = {}  # token -> (its folder, node -> its file's name)
+    notes: list[str] = []  # the index's: a token's statistics files may add one when it is listed
 
     def files(token: int) -> tuple[str, dict[str, str]]:
         # once per token: at opening (each graph's first run), else from the tokens' LazyMapping,
@@ -119,7 +121,7 @@ def _indexed(
 
     def tensors(token: int) -> dict[str, list[TensorRef]]:
         folder, names = files(token)
-        return _tensors({node: f"{folder}/{name}" for node, name in names.items()}, policy, problems)
+        return _tensors({node: f"{folder}/{name}" for node, name in names.items()}, policy, problems, notes)
 
     return DumpIndex(
         root=root,
@@ -130,6 +132,7 @@ def _indexed(
         order_source="file times",
         order_is_execution=True,
         problems=problems,
+        notes=notes,
         stable=stable,
         runs={token: (run.graph, run.step) for token, run in runs.items()},
     )
@@ -162,8 +165,8 @@ _NOT_GE_NAME = "not a GE dump file name ({op_type}.{op_name}.{task_id}.{stream_i
 
 # {op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}: (op type, op name, time); an op name may hold
 # dots (msprobe's reading: everything between the type and the last three parts), the last three
-# are ASCII digits
-_FILE_NAME = re.compile(r"([^.]+)\.(.*)\.[0-9]+\.[0-9]+\.([0-9]+)")
+# are ASCII digits; a statistics file (ge_stats.py) adds ``.csv``
+_FILE_NAME = re.compile(r"([^.]+)\.(.*)\.[0-9]+\.[0-9]+\.([0-9]+)(?:\.csv)?")
 
 
 def _time_of(name: str) -> int | None:
@@ -178,13 +181,17 @@ def _digits(text: str) -> bool:
 
 
 def _tensors(
-    files: dict[str, str], policy: LoadPolicy, problems: list[Problem]
+    files: dict[str, str], policy: LoadPolicy, problems: list[Problem], notes: list[str]
 ) -> dict[str, list[TensorRef]]:
-    """Each op's inputs and outputs, from its file's header (buffers and workspaces are not compared)."""
+    """Each op's inputs and outputs, from its file's header (buffers and workspaces are not compared),
+    or its statistics file's rows (ge_stats.py)."""
     from tui_acc.dumps.torchair.ge_file import GeDumpError, read_file_header
 
     found: dict[str, list[TensorRef]] = {}
     for node, path in files.items():
+        if is_stats_file(path):
+            found[node] = read_stats(path, policy, problems, notes)
+            continue
         try:
             header = read_file_header(Path(path), policy)
         except GeDumpError as exc:

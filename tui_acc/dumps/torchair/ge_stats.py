@@ -1,0 +1,163 @@
+"""GE statistics files: what a GE dump holds in place of an op's tensors with ``dump_data="stats"``.
+
+The runtime writes, per op and run, ``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}.csv``: a
+header row ``Input/Output,Index,Data Size,Data Type,Format,Shape`` and the statistics asked for,
+each column named (``Max Value``, ``Min Value``, ``Avg Value``, ``l2norm``, ``Nan Count``,
+``Negative Inf Count``, ``Positive Inf Count``, ``MD5 Value``), then a row per input and output
+(docs/formats.md §7.2; the header names are the ones msprobe's own reader of these chunks matches,
+ccsrc ``AclDumpDataProcessor.cpp`` ``ParseTensorSummary``). Columns are found by name, not place.
+
+What no public source spells, the runtime's strings for a data type and a shape, is read where it
+takes a form known elsewhere (GE's ``DT_BF16``, the dump proto's number, torch's ``bfloat16``; a shape
+as its integers) and left unknown otherwise: the statistics are compared all the same. A tensor
+stored in a padded device format (FRACTAL_NZ, NC1HWC0...) has statistics of its padding too: only
+its NaN count is kept, and the file is named.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+from tui_acc.dumps.model import Problem, Stats, TensorRef
+from tui_acc.dumps.policy import LoadPolicy
+
+SUFFIX = ".csv"
+_LIMIT = 1 << 20  # an op's statistics are a few hundred bytes: a file past this is not one
+
+# dump_data.proto's OutputDataType numbers and GE's DT_ names -> torch's names
+_CODES = {
+    1: "float32", 2: "float16", 3: "int8", 4: "uint8", 5: "int16", 6: "uint16", 7: "int32",
+    8: "int64", 9: "uint32", 10: "uint64", 11: "bool", 12: "float64", 16: "complex64",
+    17: "complex128", 27: "bfloat16",
+}  # fmt: skip
+_GE_NAMES = {
+    "FLOAT": "float32", "FLOAT16": "float16", "BF16": "bfloat16", "DOUBLE": "float64", "INT8": "int8",
+    "UINT8": "uint8", "INT16": "int16", "UINT16": "uint16", "INT32": "int32", "INT64": "int64",
+    "UINT32": "uint32", "UINT64": "uint64", "BOOL": "bool", "COMPLEX64": "complex64",
+    "COMPLEX128": "complex128",
+}  # fmt: skip
+_TORCH_NAMES = frozenset(_CODES.values())
+# formats that hold the logical elements and nothing else (a permutation at most: the statistics of
+# a permutation are the same), by name or by ge::Format's number (hicann/ge
+# ``inc/framework/executor_c/types.h``; ``format & 0xff``); every other format pads (FRACTAL_NZ 29,
+# NC1HWC0 3, FRACTAL_Z 4...)
+_UNPADDED = frozenset(
+    {"NCHW", "NHWC", "ND", "CHWN", "HWCN", "NDHWC", "NCDHW", "DHWCN", "CN", "NC", "DHWNC"}
+    | {"0", "1", "2", "14", "16", "27", "30", "31", "34", "35", "36"}
+)
+_FIELDS = {  # statistic -> the header names that hold it (the device's and msprobe's spellings)
+    "max": ("max value",),
+    "min": ("min value",),
+    "mean": ("avg value",),
+    "norm": ("l2norm", "l2norm value"),
+    "nan": ("nan count",),
+    "md5": ("md5 value",),
+}
+_ROLES = {"input": "input", "output": "output"}
+_PADDED_NOTE = (
+    "GE statistics of tensors in a padded device format count the padding: only their NaN counts are compared"
+)
+
+
+def is_stats_file(name: str) -> bool:
+    """Whether a GE dump file's name is a statistics file's."""
+    return name.endswith(SUFFIX)
+
+
+def read_stats(path: str, policy: LoadPolicy, problems: list[Problem], notes: list[str]) -> list[TensorRef]:
+    """The inputs and outputs of the op whose statistics file is ``path``; each problem named in
+    ``problems`` (a file that cannot be read, a row that is not one), never raised; ``notes`` says
+    once that tensors in a padded format are compared by their NaN counts alone."""
+    try:
+        with policy.open(Path(path), "r", encoding="utf-8") as handle:
+            text = handle.read(_LIMIT + 1)
+    except (OSError, ValueError) as exc:  # ValueError: bytes that are not UTF-8
+        problems.append(Problem(path, f"cannot read this statistics file ({exc})"))
+        return []
+    if len(text) > _LIMIT:
+        problems.append(Problem(path, f"a statistics file over {_LIMIT} characters is not one; skipped"))
+        return []
+    rows = list(csv.reader(text.splitlines()))
+    header = [cell.strip().lower() for cell in rows[0]] if rows else []
+    if "input/output" not in header or "index" not in header:
+        problems.append(Problem(path, "not a GE statistics file (no Input/Output,Index header); skipped"))
+        return []
+    column = {name: header.index(name) for name in header}
+    refs: list[TensorRef] = []
+    bad = 0
+    padded: set[str] = set()
+    for row in rows[1:]:
+        cells = {name: row[at].strip() for name, at in column.items() if at < len(row)}
+        role = _ROLES.get(cells.get("input/output", "").lower())
+        index = cells.get("index", "")
+        if role is None or not (index.isascii() and index.isdigit()) or len(index) > 9:
+            bad += bool(any(cell.strip() for cell in row))
+            continue
+        slot = f"{role}.{int(index)}"
+        stats = _stats(cells)
+        fmt = cells.get("format", "ND")
+        if fmt.upper().removeprefix("FORMAT_") not in _UNPADDED:
+            padded.add(fmt)
+            nan_count = _number(cells.get("nan count", ""))
+            is_nan = None if nan_count is None else nan_count > 0
+            stats = Stats(None, None, None, None, stats.dtype, stats.shape, is_nan=is_nan)
+        refs.append(TensorRef(slot, role, path, stats=stats))  # type: ignore[arg-type]
+    if bad:
+        problems.append(Problem(path, f"{bad} rows name no Input or Output and index; not read"))
+    if padded and not any(note.startswith(_PADDED_NOTE) for note in notes):  # once per dump
+        notes.append(f"{_PADDED_NOTE} ({', '.join(sorted(padded))}, first in {path})")
+    return refs
+
+
+def _stats(cells: dict[str, str]) -> Stats:
+    found: dict[str, str] = {}
+    for field, names in _FIELDS.items():
+        found[field] = next((cells[n] for n in names if cells.get(n)), "")
+    nan = _number(found["nan"])
+    high, low, mean, norm = numbers = [_number(found[field]) for field in ("max", "min", "mean", "norm")]
+    # a NaN count decides alone where it is all there is, or where it is not 0 (a NaN only the test
+    # produced fails); else the statistics do (metrics/stats.py: a NaN flag overrides them)
+    is_nan = None if nan is None or (nan == 0 and any(v is not None for v in numbers)) else nan > 0
+    return Stats(
+        max=high,
+        min=low,
+        mean=mean,
+        norm=norm,
+        dtype=dtype_of(cells.get("data type", "")),
+        shape=_shape(cells.get("shape", "")),
+        checksum=found["md5"] or None,
+        is_nan=is_nan,
+    )
+
+
+def dtype_of(text: str) -> str | None:
+    """Torch's name for a data type as a statistics file may write it; None where it is none known."""
+    word = text.strip()
+    if word.isascii() and word.isdigit() and len(word) < 4:
+        return _CODES.get(int(word))
+    upper = word.upper().removeprefix("DT_")
+    if upper in _GE_NAMES:
+        return _GE_NAMES[upper]
+    lower = word.lower().removeprefix("torch.")
+    return lower if lower in _TORCH_NAMES else None
+
+
+def _shape(text: str) -> tuple[int, ...] | None:
+    """A shape's dims, whatever separates them (``[2, 3]``, ``2x3``, ``2;3``); None for text holding
+    anything but dims and separators."""
+    if re.fullmatch(r"[\s\[\]()x,;:0-9]*", text) is None:
+        return None
+    dims = re.findall(r"[0-9]{1,18}", text)
+    return tuple(int(d) for d in dims)
+
+
+def _number(text: str) -> float | None:
+    """A statistic's value; None where it is blank or not a number (``N/A``)."""
+    if not text or len(text) > 64:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
