@@ -311,3 +311,33 @@ def test_debug_saves_of_ranks_that_saved_different_things_are_not_merged(model_c
     )
     assert comparison.test.format == "msprobe-debug" and comparison.test.rank == 0
     assert any("did not all run the same calls" in note for note in comparison.test.notes)
+
+
+# --- outputs written as an object ---------------------------------------------------------------
+
+
+def test_an_object_of_outputs_names_each_by_its_key_as_msprobe_does(tmp_path: Path) -> None:
+    """msprobe's compare names an object's items by their keys and a list's by their indices
+    (core/compare/utils.py ``op_item_parse``): ``{"0": t}`` is ``output.0``, as ``[t]`` is, and a
+    list holding ``{"logits": t}`` is ``output.0.logits``."""
+    from tui_acc.dumps.msprobe.refs import RefBuilder
+
+    tensor = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": 1.0, "Min": 0.0,
+              "Mean": 0.5, "Norm": 1.0}  # fmt: skip
+    builder = RefBuilder(tmp_path, tmp_path / "dump.json")
+    slots = {
+        written: [r.slot for r in builder.refs("Module.m.M.forward.0", {"output": output})]
+        for written, output in (
+            ("object", {"0": tensor, "1": tensor}),
+            ("list", [tensor, tensor]),
+            ("list of objects", [{"logits": tensor}]),
+            ("one tensor", tensor),
+        )
+    }
+    assert slots == {
+        "object": ["output.0", "output.1"],
+        "list": ["output.0", "output.1"],
+        "list of objects": ["output.0.logits"],
+        "one tensor": ["output.0"],
+    }
+    assert builder.problems == []

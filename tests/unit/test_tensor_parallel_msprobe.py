@@ -192,3 +192,20 @@ def test_a_rank_folder_msprobe_does_not_name_is_named_and_not_gathered(tp, tmp_p
         fault["token"],
         fault["record"],
     )
+
+
+def test_a_rank_whose_dump_json_is_another_ranks_is_named(tp, tmp_path: Path) -> None:
+    """rank 1's dump.json replaced by rank 0's: its files are still rank 1's own, but their records
+    are not. Each rank's file of a gathered tensor is checked against its own rank's record (the Max
+    and Min msprobe wrote beside it), so rank 1's shards are named, not compared under rank 0's
+    record without a word."""
+    import shutil
+
+    copy = tmp_path / "tp"
+    for side in ("golden", "allreduce"):
+        shutil.copytree(tp / side, copy / side)
+    rank0, rank1 = (rank_folder(copy, "allreduce", r) for r in (0, 1))
+    shutil.copyfile(rank0 / "dump.json", rank1 / "dump.json")
+    body = _report(copy, "allreduce").body()
+    named = [e["message"] for e in body["errors"] if "but the dump's own record says" in e["message"]]
+    assert named and all(m.startswith(f"{rank1}/") for m in named)

@@ -68,7 +68,8 @@ def gather(
                 parts = (ref.path, *(o.path for o in others if o is not None))
                 # a reader that knows how its ranks split a tensor (SGLang's dims annotation) says so
                 merge = ref.merge or _merge_kind(first, name, ref)
-                gathered.append(replace(ref, parts=parts, merge=merge))
+                records = (ref.recorded, *(o.recorded for o in others if o is not None))
+                gathered.append(replace(ref, parts=parts, merge=merge, part_records=records))
             nodes[name] = gathered
         for index in ranks[1:]:  # what rank 0 did not run at this token: the first holder's, whole
             for name, refs in index.tokens[token].items():

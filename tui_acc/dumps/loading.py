@@ -3,12 +3,13 @@ read under the dump's ``LoadPolicy``; and the files' states, to tell a file chan
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tui_acc.dumps.dtypes import dtype_name
+from tui_acc.dumps.dtypes import dtype_name, is_float
 from tui_acc.dumps.model import TensorRef
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
@@ -33,7 +34,26 @@ def load_side(ref: TensorRef, like: Any, policy: LoadPolicy) -> np.ndarray:
         return values
     from tui_acc.dumps.gather import merge_parts
 
-    return merge_parts([load_tensor(p, policy) for p in ref.parts], ref.merge, like, ref.path)
+    parts = [load_tensor(p, policy) for p in ref.parts]
+    for path, values, record in zip(ref.parts, parts, ref.part_records, strict=False):
+        if record is not None:  # each rank's file against its own rank's record
+            extremes = _finite_extremes(values)
+            part = replace(ref, location=str(path), parts=(), part_records=(), recorded=record)
+            check_recorded(part, *(extremes or (None, None)))
+    return merge_parts(parts, ref.merge, like, ref.path)
+
+
+def _finite_extremes(values: np.ndarray) -> tuple[float, float] | None:
+    """The largest and smallest finite values (as the metrics pass gives a whole tensor's); None for
+    a tensor of none, or of no real floats or integers."""
+    floats = is_float(values)
+    if not floats and values.dtype.kind not in "biu":
+        return None
+    if floats and not (finite := np.isfinite(values)).all():
+        values = values[finite]
+    if values.size == 0:
+        return None
+    return float(values.max()), float(values.min())
 
 
 def check_recorded(ref: TensorRef, high: float | None, low: float | None) -> None:

@@ -122,6 +122,9 @@ class TensorRef:
     # the Max and Min the same record gives the file's values (msprobe's dump.json, where both are
     # finite numbers): a file holding other values (another tensor's file) is named, not compared
     recorded: tuple[float, float] | None = field(default=None, compare=False)
+    # a gathered tensor's parts' own ``recorded``, in ``parts``' order: each rank's file is checked
+    # against its rank's record (a rank whose dump.json is another rank's is named)
+    part_records: tuple[tuple[float, float] | None, ...] = field(default=(), compare=False)
 
     @property
     def path(self) -> Path:

@@ -117,8 +117,15 @@ class RefBuilder:
             for key, arg in (entry.get("input_kwargs") or {}).items():
                 self.collect(refs, f"input.{key}", "input", arg)
         output = entry.get("output")
-        for index, arg in enumerate(output if isinstance(output, list) else [output] if output else []):
-            self.collect(refs, f"output.{index}", "output", arg)
+        if isinstance(output, dict) and "type" not in output:
+            # an object of outputs ({"0": tensor}): msprobe's compare names each by its key, as it
+            # names a list's items by their index (core/compare/utils.py op_item_parse), so that
+            # {"0": t} on one side pairs with [t] on the other
+            for key, arg in output.items():
+                self.collect(refs, f"output.{key}", "output", arg)
+        else:
+            for index, arg in enumerate(output if isinstance(output, list) else [output] if output else []):
+                self.collect(refs, f"output.{index}", "output", arg)
         for key, arg in (entry.get("parameters") or {}).items():
             self.collect(refs, f"parameters.{key}", "param", arg)
         flag = entry.get("is_nan")
