@@ -341,3 +341,15 @@ def test_an_object_of_outputs_names_each_by_its_key_as_msprobe_does(tmp_path: Pa
         "one tensor": ["output.0"],
     }
     assert builder.problems == []
+
+
+def test_debug_copies_named_step01_or_rank01_are_named_and_not_read(model_case, tmp_path):
+    source = model_case("llama-msprobe-debug")
+    shutil.copytree(source / "test", tmp_path / "test")
+    rank = next((tmp_path / "test").glob("step1/*/debug.json")).parent
+    shutil.copytree(rank, rank.with_name("rank01"))
+    shutil.copytree(rank.parent, rank.parent.with_name("step01"))
+    index = open_dump(tmp_path / "test")
+    said = {Path(p.path).name: p.message for p in index.problems}
+    assert "without leading zeros" in said["rank01"] and "without leading zeros" in said["step01"]
+    assert sorted(index.tokens) == [0, 1, 2, 3]

@@ -290,3 +290,21 @@ def _discordant(truth: list[str], order: list[str]) -> int:
     place = {name: i for i, name in enumerate(order)}
     ranks = [place[name] for name in truth]
     return sum(1 for i, a in enumerate(ranks) for b in ranks[i + 1 :] if a > b)
+
+
+def test_copies_named_step03_or_rank01_are_named_and_not_read(graph_case, tmp_path: Path) -> None:
+    """Graph mode's reader, as the eager one: msprobe writes step{n} and rank{n} without leading
+    zeros, so a copy so named beside its folder is named, and the tokens and rank read are as before."""
+    folder = _copy(graph_case, L1_TENSOR, tmp_path)
+    test = folder / "test"
+    _two_ranks(test)
+    step = sorted(test.glob("step*"))[0]
+    shutil.copytree(step / "rank1", step / "rank01")
+    shutil.copytree(step, step.with_name(f"step0{step.name[4:]}"))
+    before = open_dump(graph_case(L1_TENSOR) / "test")
+    index = open_dump(test)
+    said = {Path(p.path).name: p.message for p in index.problems}
+    assert (
+        "without leading zeros" in said["rank01"] and "without leading zeros" in said[f"step0{step.name[4:]}"]
+    )
+    assert sorted(index.tokens) == sorted(before.tokens) and index.ranks == ["rank0", "rank1"]

@@ -30,7 +30,7 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
-from tui_acc.dumps.msprobe.dump import RANK_FOLDER, STEP_FOLDER
+from tui_acc.dumps.msprobe.dump import RANK_FOLDER, STEP_FOLDER, odd_copies
 from tui_acc.dumps.msprobe.refs import RefBuilder
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
@@ -63,6 +63,8 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         ranks: list[str] = []
     else:
         steps, ranks, rank, notes = _choose_rank(path, rank)
+        # step03, rank01 (copies beside msprobe's own folders): named, not read
+        problems += odd_copies({path, *(folder.parent for folder in steps.values())})
     tree = NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "saves", None, 0)})
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
     builders = []

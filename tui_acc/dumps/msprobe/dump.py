@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,14 +79,9 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
     policy = LoadPolicy.for_dump(path, follow_links)
     rank_dir, notes, ranks, rank = _locate(path, rank)
     steps = _steps_of(path, rank_dir)
-    # a copy named step03 beside step3 was read in its place without a word: named, and not read
-    odd = [Problem(str(p), _NOT_A_STEP) for p in subdirs(path) if _ODD_STEP.match(p.name)]
-    # a copy named rank01 beside rank1 was gathered as one more rank: named, and not read
-    odd += [
-        Problem(str(p), _NOT_A_RANK)
-        for p in subdirs(rank_dir.parent)
-        if _ODD_RANK.match(p.name) and p != rank_dir
-    ]
+    # a copy named step03 beside step3 was read in its place, one named rank01 beside rank1 was
+    # gathered as one more rank, without a word: named, and not read
+    odd = [p for p in odd_copies({path, rank_dir.parent}) if p.path != str(rank_dir)]
     if len(steps) < 2:
         alone = _read_rank_dir(path, rank_dir, notes, ranks, rank, policy)
         alone.problems[:0] = odd
@@ -139,6 +134,19 @@ _REORDERED = (
     "comparison takes the other side's where that one is as msprobe wrote it; else the first failing "
     "operator in this order may not be the first that ran)"
 )
+
+
+def odd_copies(folders: Iterable[Path]) -> list[Problem]:
+    """The folders in ``folders`` named like msprobe's step or rank folders with a leading zero (a copy
+    put beside the dumper's own, which no reader takes): each named."""
+    found = []
+    for folder in sorted(folders):
+        for sub in subdirs(folder):
+            if _ODD_STEP.match(sub.name) or _ODD_RANK.match(sub.name):
+                found.append(Problem(str(sub), _NOT_A_STEP if sub.name.startswith("step") else _NOT_A_RANK))
+    return found
+
+
 _NOT_A_STEP = "named like a step folder, but msprobe writes step{n} without leading zeros; not read"
 _NOT_A_RANK = "named like a rank folder, but msprobe writes rank{n} without leading zeros; not read"
 

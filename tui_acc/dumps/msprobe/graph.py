@@ -40,7 +40,7 @@ from tui_acc.dumps.model import (
     pick_rank,
     rank_sort_key,
 )
-from tui_acc.dumps.msprobe.dump import RANK_FOLDER, STEP_FOLDER
+from tui_acc.dumps.msprobe.dump import RANK_FOLDER, STEP_FOLDER, odd_copies
 from tui_acc.dumps.msprobe.graph_order import (
     ROOT,
     Record,
@@ -106,6 +106,7 @@ def read(path: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         names = sorted({d.name for _, step in steps for d in _rank_dirs_in(step)}, key=rank_sort_key)
     where = path if len(steps) > 1 or not STEP_FOLDER.match(path.name) else path.parent
     chosen, picked, notes = pick_rank(where, [where / n for n in names], rank)
+    problems += odd_copies({where, *(step for _, step in steps)})  # step03, rank01: named, not read
     tokens: dict[int, dict[str, list[TensorRef]]] = {}
     tree = NodeTree(root=ROOT, nodes={ROOT: Node(ROOT, "model", None, 0)})
     stable: dict[str, str] = {}
