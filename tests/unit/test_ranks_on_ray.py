@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.ranks_dumps import write_atb_run
 from tui_acc.cli.main import main
 from tui_acc.cluster.ray_check import open_on_ray
 from tui_acc.collectives.check import RanksCheck, decide
@@ -55,6 +56,17 @@ def _spread(case: Path, root: Path, layout: dict[str, tuple[str, ...]]) -> dict[
     return roots
 
 
+def _spread_atb(tensors: Path, root: Path) -> dict[str, Path]:
+    """The same for an msit ATB run's ``tensors/{device}_{pid}`` folders, device r as rank r."""
+    roots = {}
+    for name, ranks in LAYOUT.items():
+        for rank in ranks:
+            (folder,) = tensors.glob(f"{rank[4:]}_*")
+            shutil.copytree(folder, root / name / "tensors" / folder.name)
+        roots[name] = root / name / "tensors"
+    return roots
+
+
 def _places(nodes: dict[str, Any], roots: dict[str, Path]) -> list[str]:
     return [f"{nodes[name].node_id}:{root}" for name, root in roots.items()]
 
@@ -63,18 +75,26 @@ def _local(case: Path) -> RanksReport:
     return build_report(RanksCheck(open_ranks(str(case / "step0"))))
 
 
-@pytest.mark.parametrize("name", ["msprobe-tp4", "msprobe-tp2x2"])
+@pytest.mark.parametrize("name", ["msprobe-tp4", "msprobe-tp2x2", "atb-wide"])
 def test_the_rows_are_the_local_runs_row_for_row(cluster, ranks_case, tmp_path: Path, name: str) -> None:
+    """atb-wide: tensors long enough for BLAS to split a dot product over its threads (one on each
+    node, more on the head): the metrics are numpy's sums, the same bits everywhere."""
     _made, nodes = cluster
-    case = ranks_case(name)
-    roots = _spread(case, tmp_path, LAYOUT)
+    if name == "atb-wide":
+        tensors = write_atb_run(tmp_path / "run", 4, tokens=2, layers=2, fault=(0, 1, 3), shape=(64, 4096))
+        roots, local = (
+            _spread_atb(tensors, tmp_path / "nodes"),
+            build_report(RanksCheck(open_ranks(str(tensors)))),
+        )
+    else:
+        case = ranks_case(name)
+        roots, local = _spread(case, tmp_path, LAYOUT), _local(case)
     lines: list[str] = []
     check = open_on_ray(_places(nodes, roots), None, 2.0, progress=lines.append)
     try:
         report = build_report(check)
     finally:
         check.close()
-    local = _local(case)
     assert report.collectives == local.collectives  # every number, every verdict, in the same order
     assert (report.first_bad, report.failed, report.unjudged) == (
         local.first_bad,
@@ -83,8 +103,8 @@ def test_the_rows_are_the_local_runs_row_for_row(cluster, ranks_case, tmp_path: 
     )
     assert report.ranks == local.ranks and report.exit_code == local.exit_code == 1
     assert report.ray is not None and report.ray["not_compared"] == []
-    held = {node["node_id"]: (node["ranks"], node["state"]) for node in report.ray["nodes"]}
-    assert held == {nodes[n].node_id: (list(r), "done") for n, r in LAYOUT.items()}
+    held = {node["node_id"]: (len(node["ranks"]), node["state"]) for node in report.ray["nodes"]}
+    assert held == {nodes[n].node_id: (len(r), "done") for n, r in LAYOUT.items()}
     assert sum(" done: " in line for line in lines) == 3 and "crossed between nodes" in lines[-1]
 
 
