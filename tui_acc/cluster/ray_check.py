@@ -83,6 +83,8 @@ class RayRanksCheck(RanksCheck):
                 waiting.append(collective)
             for done, rows in self._jobs.rows(waiting).items():
                 self._rows.setdefault(done, rows)
+            if len(self._rows) >= sum(len(self.collectives(t)) for t in self.tokens()):
+                self.finish()  # the last token (the screen never asks for all_rows)
             return self._rows[key]
 
     def all_rows(self, should_stop: Callable[[], bool] | None = None) -> list[RankRow]:
