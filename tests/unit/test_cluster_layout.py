@@ -125,3 +125,20 @@ def test_ray_address_alone_never_switches_a_run_to_ray(ranks_case, tmp_path: Pat
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_ADDRESS": "10.0.0.1:6379"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
     assert done.stdout.strip() == "1 []", done.stderr  # the fault found (exit 1), locally, without Ray
+
+
+def test_an_address_nobody_answers_at_is_said_at_once(ranks_case, monkeypatch, capsys) -> None:
+    """ray.init would retry for minutes; the head is probed first (the port just freed: refused)."""
+    import socket
+
+    pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dump = ranks_case("msprobe-tp2") / "step0"
+    assert main(["ranks", str(dump), "--ray", f"127.0.0.1:{port}", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"tui-acc: error: --ray 127.0.0.1:{port}: no Ray head answers at 127.0.0.1:{port} ("
+    )

@@ -264,3 +264,16 @@ def test_the_command_line_prints_the_bytes_and_a_line_per_node(
     lines = err.splitlines()
     assert sum(line.startswith("node ") and " done: " in line for line in lines) == 3
     assert any(line.startswith("ray: ") and "crossed between nodes" in line for line in lines)
+
+
+def test_a_path_no_node_holds_is_refused_naming_each_node(cluster, tmp_path: Path, capsys) -> None:
+    _made, nodes = cluster
+    missing = tmp_path / "nowhere"
+    assert (
+        main(["ranks", "--ray", "auto", *(f"{n.node_id}:{missing}" for n in nodes.values()), "--json"]) == 2
+    )
+    out, err = capsys.readouterr()
+    *lines, said = err.splitlines()  # a line a node as its listing comes back, then the error
+    assert out == "" and len(lines) == 3 and all("no rank folder here" in line for line in lines)
+    assert said.startswith("tui-acc: error: ") and "hold 0 rank folder(s) between them" in said
+    assert all(n.node_id[:8] in said for n in nodes.values())

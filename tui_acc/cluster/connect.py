@@ -9,7 +9,9 @@ matches several nodes names each of them).
 from __future__ import annotations
 
 import logging
+import os
 import re
+import socket
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -20,6 +22,8 @@ RAY_EXTRA = "pip install 'tui-acc[ray]'"
 # what ray.init takes as an address: auto / local, ray://..., host:port, [ipv6]:port
 _ADDRESS = re.compile(r"^(auto|local|ray://.+|[^/:\[\]]+:\d+|\[[0-9A-Fa-f:.]+\]:\d+)$")
 _HOST_PATH = re.compile(r"^([^/:]+):(.+)$")
+_HOST_PORT = re.compile(r"^([^/:\[\]]+|\[[0-9A-Fa-f:.]+\]):(\d+)$")
+CONNECT_SECONDS = 10  # a head that does not take a TCP connection in this long is not there
 
 
 class RayMissing(TuiAccError, ImportError):
@@ -81,6 +85,7 @@ class Connection:
         self.address = address or "auto"
         self._joined = False
         if not self.ray.is_initialized():
+            _reachable(self.address)
             try:
                 self.ray.init(
                     address=self.address,
@@ -113,6 +118,21 @@ class Connection:
         if self._joined and self.ray.is_initialized():
             self.ray.shutdown()
             self._joined = False
+
+
+def _reachable(address: str) -> None:
+    """A head at ``host:port`` (or RAY_ADDRESS's, for auto) that answers: ray.init would retry an
+    address nobody listens at for minutes; ClusterError at once instead."""
+    target = os.environ.get("RAY_ADDRESS", "") if address == "auto" else address
+    found = _HOST_PORT.match(target)
+    if found is None:  # ray://, local, or auto without RAY_ADDRESS: ray.init says itself, at once
+        return
+    host, port = found.group(1).strip("[]"), int(found.group(2))
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_SECONDS).close()
+    except OSError as exc:
+        said = f" (RAY_ADDRESS={target})" if target != address else ""
+        raise ClusterError(f"--ray {address}{said}: no Ray head answers at {target} ({exc})") from exc
 
 
 def places_of(arguments: list[str], nodes: list[Node]) -> list[Place]:
