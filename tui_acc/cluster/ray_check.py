@@ -110,7 +110,7 @@ class RayRanksCheck(RanksCheck):
     def not_compared(self) -> list[dict[str, Any]]:
         """The ranks no node read to the end: absent from every node, or their node lost."""
         named = [
-            {"rank": rank, "rank_folder": self.layout.names[rank], "reason": why}
+            {"rank": rank, "rank_folder": self.layout.names[rank], "node": None, "reason": why}
             for rank, why in sorted(self.layout.absent.items())
         ]
         for rank, place in sorted(self.layout.reader.items()):
