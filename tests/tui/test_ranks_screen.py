@@ -201,3 +201,21 @@ async def test_at_80_columns_each_row_names_its_operator_and_right_keeps_it(
             await pilot.pause()
             assert table.scroll_x > 0 and table.scroll_x + pinned in starts  # on a column's edge
         assert pinned < room  # the key columns are still drawn, at the left
+
+
+class _OnNodes(RanksCheck):
+    """A check whose rows come from a cluster's nodes, as far as the screen can tell."""
+
+    def status(self) -> str:
+        return "nodes: host-a [a1b2c3d4] 0_5100 done · host-b [ffee0011] 1_5101 lost (its worker died)"
+
+
+async def test_a_run_on_ray_shows_a_line_of_nodes(ranks_demo, tmp_path: Path) -> None:
+    app = RanksApp(_OnNodes(open_ranks(str(ranks_demo.dump))), export_dir=tmp_path)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        assert _text(app, "#nodes") == _OnNodes.status(app.check)
+    local = RanksApp(RanksCheck(open_ranks(str(ranks_demo.dump))), export_dir=tmp_path)
+    async with local.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        assert not local.screen.query("#nodes")  # a local run has no such line

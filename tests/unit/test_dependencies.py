@@ -48,17 +48,46 @@ def _project() -> dict:
 
 
 def _declared() -> set[str]:
-    """The runtime dependencies, the torch extra (imported only where torch is asked for) and the
-    xlsx extra (imported only where an .xlsx is written: reports/export.py)."""
+    """The runtime dependencies, the torch extra (imported only where torch is asked for), the
+    xlsx extra (imported only where an .xlsx is written: reports/export.py) and the ray extra
+    (imported only by ``ranks --ray``: tui_acc/cluster)."""
     project = _project()
     extras = project["optional-dependencies"]
-    return _names(project["dependencies"]) | _names(extras["torch"]) | _names(extras["xlsx"])
+    return (
+        _names(project["dependencies"])
+        | _names(extras["torch"])
+        | _names(extras["xlsx"])
+        | _names(extras["ray"])
+    )
 
 
 def test_torch_is_an_extra_not_a_dependency() -> None:
     project = _project()
     assert "torch" not in _names(project["dependencies"])
     assert _names(project["optional-dependencies"]["torch"]) == {"torch"}
+
+
+def test_ray_is_an_extra_imported_by_the_cluster_package_alone() -> None:
+    """``pip install tui-acc`` never brings Ray; only tui_acc/cluster names it, and only in functions."""
+    project = _project()
+    assert "ray" not in _names(project["dependencies"])
+    assert _names(project["optional-dependencies"]["ray"]) == {"ray"}
+    for path in (REPO / "tui_acc").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        named = [
+            node
+            for node in ast.walk(tree)
+            if (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "ray" for a in node.names))
+            or (
+                isinstance(node, ast.ImportFrom)
+                and node.level == 0
+                and (node.module or "").split(".")[0] == "ray"
+            )
+        ]
+        if path.parent.name != "cluster":
+            assert named == [], path
+        at_top = [node for node in tree.body if node in named]
+        assert at_top == [], path  # a module-level import would load Ray with the module
 
 
 def test_every_imported_package_is_declared() -> None:

@@ -30,6 +30,8 @@ INTERNAL = {
     # a node --replay or the replay dialog names: the CLI says it as the UsageError "--replay: ...", the
     # TUI on its status line
     "tui_acc.verdicts.replay_check.UnknownNode",
+    # a call to a Ray node's worker that failed: said in the rows of the ranks it held (not compared)
+    "tui_acc.cluster.workers.CallFailed",
 }
 
 

@@ -1,12 +1,15 @@
 """``tui-acc ranks DUMP`` (the TUI) and ``report --ranks DUMP`` (text, --json, --csv): one run's
-collectives checked across its ranks."""
+collectives checked across its ranks; with ``--ray ADDRESS``, each rank folder read on the Ray node that
+holds it (``tui_acc/cluster``, imported only then: Ray is an optional extra)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 from tui_acc.cli.toml_settings import Settings
+from tui_acc.errors import UsageError
 
 if TYPE_CHECKING:
     from tui_acc.collectives.check import RanksCheck
@@ -17,14 +20,53 @@ def run(args: argparse.Namespace) -> int:
     from tui_acc.collectives.check import RanksCheck
     from tui_acc.collectives.rank_set import open_ranks
 
+    arguments, address = _where(args)
     margin = Settings.load(args.config).margin(args.margin)
-    check = RanksCheck(open_ranks(str(args.dump), follow_links=args.follow_links), margin)
-    if args.report or args.json or args.csv is not None:
-        return _report_ranks(check, args)
-    from tui_acc.tui.ranks_app import RanksApp
+    headless = args.report or args.json or args.csv is not None
+    check: RanksCheck
+    if address is None:
+        check = RanksCheck(open_ranks(arguments[0], follow_links=args.follow_links), margin)
+    else:
+        from tui_acc.cluster.ray_check import open_on_ray
 
-    RanksApp(check).run()
-    return 0
+        # stderr gets a line per node as it finishes (the TUI shows them on its own line instead)
+        progress = _said_on_stderr if headless else None
+        check = open_on_ray(arguments, address, margin, args.follow_links, progress)
+    try:
+        if headless:
+            return _report_ranks(check, args)
+        from tui_acc.tui.ranks_app import RanksApp
+
+        RanksApp(check).run()
+        return 0
+    finally:
+        check.close()
+
+
+def _where(args: argparse.Namespace) -> tuple[list[str], str | None]:
+    """The dump's arguments (DUMP, or HOST:PATH pairs) and the Ray address (None: read here).
+
+    ``--ray`` takes an optional value, so ``--ray DUMP`` (or ``--ray HOST:PATH ...``) gives the dump
+    to it: a value that is no Ray address is taken back as the first of the dump's arguments."""
+    arguments = [str(a) for a in ([args.dump] if args.dump is not None else []) + list(args.places)]
+    address = args.ray
+    if address is not None:
+        from tui_acc.cluster.connect import is_address
+
+        if not is_address(address):
+            arguments, address = [address, *arguments], "auto"
+    if not arguments:
+        raise UsageError("ranks: give DUMP, the run's folder holding its rank folders")
+    if address is None and len(arguments) > 1:
+        raise UsageError(
+            f"ranks: {' '.join(arguments[1:])}: one DUMP without --ray (HOST:PATH pairs name each Ray "
+            "node's folder, with --ray)"
+        )
+    return arguments, address
+
+
+def _said_on_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _report_ranks(check: RanksCheck, args: argparse.Namespace) -> int:

@@ -171,8 +171,24 @@ def _add_ranks_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "dump",
         type=Path,
         metavar="DUMP",
+        nargs="?",  # required, said by check_ranks.py: `--ray DUMP` takes DUMP for the address first
         help="the run's folder holding its rank folders (msit's tensors/, msprobe's step*), "
-        "or the dump above it",
+        "or the dump above it; with --ray, the same path on every node, or HOST:PATH for each node",
+    )
+    ranks.add_argument(
+        "places",
+        nargs="*",
+        metavar="HOST:PATH",
+        help="with --ray: each further node's folder (docs/cluster.md)",
+    )
+    ranks.add_argument(
+        "--ray",
+        nargs="?",
+        const="auto",
+        metavar="ADDRESS",
+        help="read each rank folder on the Ray node that holds it (needs tui-acc[ray]): ADDRESS as ray.init "
+        "takes it (auto, the default: RAY_ADDRESS or the cluster started here; host:port; ray://host:port). "
+        "RAY_ADDRESS alone never switches a run to Ray",
     )
     ranks.add_argument("--report", action="store_true", help=argparse.SUPPRESS)  # `report --ranks`
     ranks.add_argument(

@@ -16,21 +16,23 @@ and ``all_gather*(out, in)`` (a list argument's items are concatenated). ATB ope
 The verdict is ``bound.beyond_bound``'s; the four metrics are msit's (``metrics.compat``), reported
 alongside. A rank lacking the operator or the token, a damaged file, a shape that does not fit:
 that rank's row says so (``error``) and the rest is still checked.
+
+A collective is checked in steps that a Ray run (``tui_acc/cluster``) spreads over the hosts holding
+the rank folders: each rank read (``rank_reading.py``), the reduction and groups decided from what the
+ranks record (``decide``), each group's golden (``tensors.goldens_of``; ``partial_sums.py`` on the
+hosts), each rank's output judged against it (``judge_ranks``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from tui_acc.collectives.bound import DEFAULT_MARGIN, Reduction, beyond_bound, element_bound
+from tui_acc.collectives.rank_reading import RankReader, RankReading
 from tui_acc.collectives.rank_set import Collective, RankSet
-from tui_acc.collectives.tensors import CheckFailed, goldens_of, load_slot, slots_of
-from tui_acc.dumps import TensorRef
-from tui_acc.dumps.sharding import reduction_named
-from tui_acc.replay.dumped_call import all_to_all_arguments
+from tui_acc.collectives.tensors import CheckFailed, goldens_of
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,7 +71,7 @@ class RanksCheck:
         self._collectives: dict[int, list[Collective]] = {}
         self._rows: dict[tuple[int, str], list[RankRow]] = {}
         self._lock = threading.Lock()
-        self._records: dict[int, dict[str, Any]] = {}  # msprobe: each rank's dump.json records
+        self._reader = RankReader(ranks)
 
     def tokens(self) -> list[int]:
         """Every token any readable rank holds, in order."""
@@ -105,205 +107,182 @@ class RanksCheck:
         """The rows of every token, in token order (``should_stop`` as in ``token_rows``)."""
         return [row for token in self.tokens() for row in self.token_rows(token, should_stop)]
 
+    def said(self) -> dict[str, Any] | None:
+        """What the run says of where it was computed, for ``report --json`` (a Ray run's hosts and
+        the bytes that crossed between them); None here: one process read every rank."""
+        return None
+
+    def status(self) -> str | None:
+        """A line on how the hosts of a Ray run are doing, for the screen; None here."""
+        return None
+
+    def close(self) -> None:
+        """Release what the check holds beyond its rows (a Ray run's workers); nothing here."""
+
     # --- one collective ---------------------------------------------------------------------------
 
     def _compute(self, collective: Collective) -> list[RankRow]:
-        size = self.ranks.size
-        rows = [self._row(collective, rank) for rank in range(size)]
-        inputs: list[np.ndarray | None] = [None] * size
-        outputs: list[np.ndarray | None] = [None] * size
-        copies = collective.kind in ("all_gather", "all_to_all")
-        reduction: Reduction = "gather" if copies else "sum"
-        groups: dict[int, tuple[int, ...]] = {}  # a rank's reduction group, where the dump records one
-        params: list[dict[str, Any]] = [{} for _ in range(size)]  # an all-to-all's split on each rank
-        for rank in range(size):
-            refs = self.ranks.refs(rank, collective.token, collective.op)
-            if refs is None:
-                rows[rank]["error"] = self.ranks.missing(rank, collective.token)
-                continue
-            in_slot, out_slot = slots_of(refs, collective)
-            try:
-                inputs[rank] = load_slot(self.ranks, rank, refs, in_slot, "input")
-                outputs[rank] = load_slot(self.ranks, rank, refs, out_slot, "output")
-            except CheckFailed as exc:
-                rows[rank]["error"] = str(exc)
-            recorded, group, params[rank] = self._recorded(rank, refs, collective)
-            if not copies and recorded is not None:
-                reduction = recorded
-            if group is not None:
-                groups[rank] = group
+        readings = [self._reader.read(rank, collective) for rank in range(self.ranks.size)]
+        rows = new_rows(collective, readings, self.ranks.names)
+        reduction, groups = decide(collective, readings, self.ranks.size)
         for row in rows:
             row["reduction"] = reduction
-        for group in self._partition(groups):
-            self._judge_group(collective, group, rows, inputs, outputs, reduction, params)
+        for group in groups:
+            if refuse_lacking(group, rows, readings):
+                continue
+            try:
+                goldens, magnitude = goldens_of(
+                    [x for x in (readings[r].input for r in group) if x is not None],
+                    collective,
+                    reduction,
+                    [readings[r].params for r in group],
+                )
+            except CheckFailed as exc:
+                refuse(group, rows, exc)
+                continue
+            judge_ranks(group, group, rows, readings, goldens, magnitude, reduction, self.margin)
         return rows
 
-    def _partition(self, recorded: dict[int, tuple[int, ...]]) -> list[tuple[int, ...]]:
-        """The reduction groups, disjoint: each as its first rank records it (msprobe's ProcessGroup
-        ranks, ATB's rankSize), every rank in one group where nothing says otherwise."""
-        everyone = tuple(range(self.ranks.size))
-        taken: set[int] = set()
-        groups: list[tuple[int, ...]] = []
-        for rank in everyone:
-            if rank in taken:
-                continue
-            group = tuple(r for r in recorded.get(rank, everyone) if r not in taken)
-            if rank not in group:  # a record that leaves its own rank out: judged alone
-                group = (rank,)
-            taken.update(group)
-            groups.append(group)
-        return groups
 
-    def _judge_group(
-        self,
-        collective: Collective,
-        group: tuple[int, ...],
-        rows: list[RankRow],
-        inputs: list[np.ndarray | None],
-        outputs: list[np.ndarray | None],
-        reduction: Reduction,
-        params: list[dict[str, Any]],
-    ) -> None:
-        """Every rank of one reduction group against the golden of the group's inputs (``params``:
-        what each rank records of its call, for an all-to-all's split)."""
-        lacking = [rank for rank in group if inputs[rank] is None]
-        if lacking:
-            why = "; ".join(rows[r]["error"] or "" for r in lacking)
-            for rank in group:
-                if rows[rank]["error"] is None:
-                    rows[rank]["error"] = f"no golden: the input of rank {lacking[0]} is missing ({why})"
-            return
-        present = [x for x in (inputs[r] for r in group) if x is not None]
+# --- the steps, shared with a Ray run (tui_acc/cluster) -----------------------------------------------
+
+
+def new_rows(collective: Collective, readings: Sequence[RankReading], names: Sequence[str]) -> list[RankRow]:
+    """A row per rank, not yet judged: each with its reading's error."""
+    rows = [empty_row(collective, rank, names[rank]) for rank in range(len(names))]
+    for reading in readings:
+        rows[reading.rank]["error"] = reading.error
+    return rows
+
+
+def decide(
+    collective: Collective, readings: Sequence[RankReading], size: int
+) -> tuple[Reduction, list[tuple[int, ...]]]:
+    """The reduction (as the ranks record it; a copy for all-gather and all-to-all) and the disjoint
+    reduction groups, from the readings' summaries alone (no tensor)."""
+    copies = collective.kind in ("all_gather", "all_to_all")
+    reduction: Reduction = "gather" if copies else "sum"
+    groups: dict[int, tuple[int, ...]] = {}  # a rank's reduction group, where the dump records one
+    for reading in readings:
+        if not copies and reading.reduction is not None:
+            reduction = reading.reduction
+        if reading.group is not None:
+            groups[reading.rank] = reading.group
+    return reduction, partition(groups, size)
+
+
+def partition(recorded: dict[int, tuple[int, ...]], size: int) -> list[tuple[int, ...]]:
+    """The reduction groups, disjoint: each as its first rank records it (msprobe's ProcessGroup
+    ranks, ATB's rankSize), every rank in one group where nothing says otherwise."""
+    everyone = tuple(range(size))
+    taken: set[int] = set()
+    groups: list[tuple[int, ...]] = []
+    for rank in everyone:
+        if rank in taken:
+            continue
+        group = tuple(r for r in recorded.get(rank, everyone) if r not in taken)
+        if rank not in group:  # a record that leaves its own rank out: judged alone
+            group = (rank,)
+        taken.update(group)
+        groups.append(group)
+    return groups
+
+
+def refuse_lacking(group: tuple[int, ...], rows: list[RankRow], readings: Sequence[RankReading]) -> bool:
+    """Where a rank of ``group`` has no input there is no golden: every row of the group says which
+    rank's input is missing and why (True); False where every input is there."""
+    lacking = [rank for rank in group if not readings[rank].has_input]
+    if not lacking:
+        return False
+    why = "; ".join(rows[r]["error"] or "" for r in lacking)
+    for rank in group:
+        if rows[rank]["error"] is None:
+            rows[rank]["error"] = f"no golden: the input of rank {lacking[0]} is missing ({why})"
+    return True
+
+
+def refuse(ranks: Collection[int], rows: list[RankRow], exc: CheckFailed) -> None:
+    """No golden for these ranks (inputs that do not reduce together): their rows say why."""
+    for rank in ranks:
+        rows[rank]["error"] = rows[rank]["error"] or str(exc)
+
+
+def judge_ranks(
+    group: tuple[int, ...],
+    own: Collection[int],
+    rows: list[RankRow],
+    readings: Sequence[RankReading],
+    goldens: Sequence[np.ndarray],
+    magnitude: Sequence[np.ndarray],
+    reduction: Reduction,
+    margin: float,
+) -> None:
+    """Each rank of ``group`` in ``own`` whose output was read, against its golden (``goldens`` and
+    ``magnitude`` by position in the group)."""
+    for position, rank in enumerate(group):
+        output = readings[rank].output
+        if rank not in own or output is None:
+            continue
         try:
-            goldens, magnitude = goldens_of(present, collective, reduction, [params[r] for r in group])
+            judge(rows[rank], goldens[position], magnitude[position], output, reduction, len(group), margin)
         except CheckFailed as exc:
-            for rank in group:
-                rows[rank]["error"] = rows[rank]["error"] or str(exc)
-            return
-        for position, rank in enumerate(group):
-            output = outputs[rank]
-            if output is None:
-                continue
-            try:
-                self._judge(rows[rank], goldens[position], magnitude[position], output, reduction, len(group))
-            except CheckFailed as exc:
-                rows[rank]["error"] = str(exc)
+            rows[rank]["error"] = str(exc)
 
-    def _row(self, collective: Collective, rank: int) -> RankRow:
-        return RankRow(
-            token=collective.token,
-            op=collective.op,
-            rank=rank,
-            rank_folder=self.ranks.names[rank],
-            kind=collective.kind,
-            reduction="",
-            dtype=None,
-            numel=None,
-            cosine_similarity=None,
-            max_relative_error=None,
-            mean_relative_error=None,
-            relative_euclidean_distance=None,
-            beyond_bound=None,
-            worst_ratio=None,
-            passed=None,
-            error=None,
+
+def empty_row(collective: Collective, rank: int, folder: str) -> RankRow:
+    """Rank ``rank``'s row of ``collective``, nothing judged yet."""
+    return RankRow(
+        token=collective.token,
+        op=collective.op,
+        rank=rank,
+        rank_folder=folder,
+        kind=collective.kind,
+        reduction="",
+        dtype=None,
+        numel=None,
+        cosine_similarity=None,
+        max_relative_error=None,
+        mean_relative_error=None,
+        relative_euclidean_distance=None,
+        beyond_bound=None,
+        worst_ratio=None,
+        passed=None,
+        error=None,
+    )
+
+
+def judge(
+    row: RankRow,
+    golden: np.ndarray,
+    magnitude: np.ndarray,
+    output: np.ndarray,
+    reduction: Reduction,
+    ranks: int,
+    margin: float,
+) -> None:
+    """``row`` filled from ``output`` against ``golden``: the bound's verdict and the four metrics."""
+    import numpy as np
+
+    from tui_acc.collectives.metrics import collective_metrics
+    from tui_acc.dumps.dtypes import dtype_name, widened
+
+    flat = widened(output).astype(np.float64).reshape(-1)
+    if flat.size != golden.size:
+        raise CheckFailed(
+            f"rank {row['rank']} ({row['rank_folder']}): output {list(output.shape)} holds {flat.size} "
+            f"elements, its golden {golden.size}"
         )
-
-    def _judge(
-        self,
-        row: RankRow,
-        golden: np.ndarray,
-        magnitude: np.ndarray,
-        output: np.ndarray,
-        reduction: Reduction,
-        ranks: int,
-    ) -> None:
-        import numpy as np
-
-        from tui_acc.collectives.metrics import collective_metrics
-        from tui_acc.dumps.dtypes import dtype_name, widened
-
-        flat = widened(output).astype(np.float64).reshape(-1)
-        if flat.size != golden.size:
-            raise CheckFailed(
-                f"rank {row['rank']} ({row['rank_folder']}): output {list(output.shape)} holds {flat.size} "
-                f"elements, its golden {golden.size}"
-            )
-        dtype = dtype_name(output)
-        bound = element_bound(reduction, dtype, ranks, magnitude, self.margin)
-        beyond, worst = beyond_bound(golden, flat, bound)
-        metrics = collective_metrics(golden.reshape(-1).astype(np.float64), flat)
-        row["dtype"] = dtype
-        row["numel"] = int(flat.size)
-        row["beyond_bound"] = beyond
-        row["worst_ratio"] = worst
-        row["passed"] = beyond == 0
-        for name in METRICS:
-            row[name] = _number(metrics.get(name))  # type: ignore[literal-required]
-
-    def _recorded(
-        self, rank: int, refs: list[TensorRef], collective: Collective
-    ) -> tuple[Reduction | None, tuple[int, ...] | None, dict[str, Any]]:
-        """The reduction and the group (rank indexes) the dump records for this operator, where it does,
-        and its parameters by name (ATB's op_param.json; msprobe's non-tensor arguments)."""
-        index = self.ranks.indexes[rank]
-        if index is None or not refs:
-            return None, None, {}
-        policy = index.load_policy
-        if refs[0].slot.startswith(("intensor", "outtensor")):  # ATB: the node folder's op_param.json
-            param = Path(refs[0].location).parent.parent / "op_param.json"
-            try:
-                raw = policy.read_json(param)
-            except (OSError, ValueError):
-                return None, None, {}
-            if not isinstance(raw, dict):
-                return None, None, {}
-            value = raw.get("allReduceType") or raw.get("reduceType")
-            named = reduction_named(str(value)) if value else None
-            return named, self._block(rank, raw.get("rankSize")), raw
-        records = self._records.get(rank)
-        if records is None:
-            try:
-                dump = policy.read_json(index.data_dir / "dump.json")
-                records = dump.get("data", {}) if isinstance(dump, dict) else {}
-            except (OSError, ValueError):
-                records = {}
-            self._records[rank] = records
-        entry = records.get(collective.op) if isinstance(records, dict) else None
-        if not isinstance(entry, dict):
-            return None, None, {}
-        reduction: Reduction | None = None
-        group: tuple[int, ...] | None = None
-        for arg in [*(entry.get("input_args") or []), *(entry.get("input_kwargs") or {}).values()]:
-            if not isinstance(arg, dict):
-                continue
-            if arg.get("type") == "torch.distributed.ReduceOp":
-                reduction = reduction_named(str(arg.get("value", "")))
-            elif arg.get("type") == "torch.ProcessGroup" and isinstance(arg.get("group_ranks"), list):
-                group = self._indexes_of(arg["group_ranks"])
-        return reduction, group, all_to_all_arguments(entry) if collective.kind == "all_to_all" else {}
-
-    def _block(self, rank: int, size: object) -> tuple[int, ...] | None:
-        """ATB's ``rankSize`` smaller than the run: the block of that many consecutive ranks holding
-        ``rank`` (tensor-parallel groups are consecutive devices; the dump says no more)."""
-        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size < self.ranks.size:
-            return None
-        if self.ranks.size % size:
-            return None
-        start = rank - rank % size
-        return tuple(range(start, start + size))
-
-    def _indexes_of(self, global_ranks: list[object]) -> tuple[int, ...] | None:
-        """msprobe's group ranks (global ranks, as its rank{R} folders name them) as rank indexes."""
-        by_global: dict[int, int] = {}
-        for position, name in enumerate(self.ranks.names):
-            digits = "".join(ch for ch in name if ch.isdigit())
-            if digits:
-                by_global[int(digits)] = position
-        found = [by_global.get(r) for r in global_ranks if isinstance(r, int)]
-        if not found or any(f is None for f in found):
-            return None
-        return tuple(f for f in found if f is not None)
+    dtype = dtype_name(output)
+    bound = element_bound(reduction, dtype, ranks, magnitude, margin)
+    beyond, worst = beyond_bound(golden, flat, bound)
+    metrics = collective_metrics(golden.reshape(-1).astype(np.float64), flat)
+    row["dtype"] = dtype
+    row["numel"] = int(flat.size)
+    row["beyond_bound"] = beyond
+    row["worst_ratio"] = worst
+    row["passed"] = beyond == 0
+    for name in METRICS:
+        row[name] = _number(metrics.get(name))  # type: ignore[literal-required]
 
 
 def _number(value: object) -> float | None:

@@ -7,13 +7,13 @@ same tokens and node names a comparison does: msit ATB ``tensors/{device}_{pid}`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tui_acc.dumps import DumpError, DumpIndex, Format, Problem, TensorRef, open_dump
 from tui_acc.dumps.sharding import Kind, kind_of
 
-__all__ = ["Collective", "Kind", "RankSet", "kind_of", "open_ranks"]
+__all__ = ["Collective", "Kind", "RankSet", "kind_of", "merged_collectives", "open_ranks"]
 
 
 @dataclass
@@ -58,18 +58,21 @@ class RankSet:
 
     def collectives(self, token: int) -> list[Collective]:
         """The collectives at ``token``, in the execution order of the first rank that holds each."""
-        found: dict[str, Collective] = {}
-        for rank, index in enumerate(self.indexes):
-            if index is None or token not in index.tokens:
-                continue
-            for name in index.tokens[token]:
-                node = index.tree.nodes.get(name)
-                kind = kind_of(node.type) if node is not None and not name.endswith(".backward") else None
-                if kind is None:
-                    continue
-                entry = found.setdefault(name, Collective(token, name, kind, []))
-                entry.ranks.append(rank)
-        return list(found.values())
+        return merged_collectives(token, [self.rank_collectives(rank, token) for rank in range(self.size)])
+
+    def rank_collectives(self, rank: int, token: int) -> list[tuple[str, Kind]] | None:
+        """The collective operators rank ``rank`` recorded at ``token``, in its execution order, with
+        their kinds; None where it has no such token (or could not be read)."""
+        index = self.indexes[rank]
+        if index is None or token not in index.tokens:
+            return None
+        found: list[tuple[str, Kind]] = []
+        for name in index.tokens[token]:
+            node = index.tree.nodes.get(name)
+            kind = kind_of(node.type) if node is not None and not name.endswith(".backward") else None
+            if kind is not None:
+                found.append((name, kind))
+        return found
 
     def refs(self, rank: int, token: int, op: str) -> list[TensorRef] | None:
         """The tensors rank ``rank`` recorded for ``op`` at ``token``; None where it has no such record."""
@@ -87,6 +90,17 @@ class RankSet:
         if token not in index.tokens:
             return f"rank {rank} ({index.data_dir}) has no token {token}"
         return f"rank {rank} ({index.data_dir}) has no such operator at token {token}"
+
+
+def merged_collectives(token: int, per_rank: Sequence[Sequence[tuple[str, Kind]] | None]) -> list[Collective]:
+    """The collectives at ``token`` from each rank's own list (``RankSet.rank_collectives``, in rank
+    order; None: the rank has no such token): each in the execution order of the first rank that
+    holds it, with the ranks that hold it."""
+    found: dict[str, Collective] = {}
+    for rank, names in enumerate(per_rank):
+        for name, kind in names or ():
+            found.setdefault(name, Collective(token, name, kind, [])).ranks.append(rank)
+    return list(found.values())
 
 
 def open_ranks(

@@ -28,7 +28,16 @@ import numpy as np
 from tui_acc.dumps.sharding import Kind, Reduction, collective_kind, kind_of, reduction_named
 from tui_acc.replay.call import Call, ProcessGroup, Replayed, ReplayImpossible
 
-__all__ = ["Kind", "Reduction", "across_ranks", "collective_kind", "kind_of", "reduction_named", "shares"]
+__all__ = [
+    "Kind",
+    "Reduction",
+    "across_ranks",
+    "collective_kind",
+    "kind_of",
+    "reduction_named",
+    "shares",
+    "split_shares",
+]
 
 
 # how a rank's input is split among the ranks of an all-to-all: (start, count) in its flat input for
@@ -132,6 +141,18 @@ def shares(
             total, magnitude = stacked.sum(axis=0), np.abs(stacked).sum(axis=0)
             if reduction == "avg":
                 total, magnitude = total / size, magnitude / size
+    return split_shares(total, magnitude, kind, size)
+
+
+def split_shares(
+    total: np.ndarray, magnitude: np.ndarray, kind: Kind, size: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The reduction of ``size`` ranks' inputs as each rank's share: the whole for an all-reduce,
+    chunk r (dimension 0, flat) for rank r of a reduce-scatter.
+
+    Raises:
+        ValueError: a reduce-scatter whose reduction does not split into ``size`` equal chunks.
+    """
     if kind != "reduce_scatter":
         return [total] * size, [magnitude] * size
     if total.size % size:

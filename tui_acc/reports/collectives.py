@@ -55,6 +55,7 @@ class RanksReport(Said):
     # not in the JSON: the export's source_* columns
     provenance: dict[str, str] = field(repr=False)
     csv: str | None = None
+    ray: dict[str, Any] | None = None  # a Ray run's nodes, ranks not compared and bytes (docs/cluster.md)
 
     def body(self) -> dict[str, Any]:
         """The report as ``--json`` gives it (before ``strict_json``): the run, its ranks and margin,
@@ -72,6 +73,8 @@ class RanksReport(Said):
             "notes": self.notes,
             **self.csv_said(),
         }
+        if self.ray is not None:  # only where the run was spread over a cluster
+            said["ray"] = self.ray
         return said
 
     def text(self) -> str:
@@ -108,6 +111,7 @@ def build_report(check: RanksCheck, should_stop: Callable[[], bool] | None = Non
         errors=[p.as_dict() for p in check.ranks.problems],
         notes=list(check.ranks.notes),
         provenance=provenance(check),
+        ray=check.said(),
     )
 
 
@@ -208,4 +212,21 @@ def _format_text(report: dict[str, Any]) -> str:
     lines.append(f"rows: {len(rows)}   disagree: {failed}   not judged: {unjudged}")
     lines += [f"error: {e['file']}: {e['message']}" for e in report["errors"][:20]]
     lines += [f"note: {n}" for n in report["notes"]]
+    if "ray" in report:
+        lines += _ray_lines(report["ray"])
     return "\n".join(lines)
+
+
+def _ray_lines(ray: dict[str, Any]) -> list[str]:
+    """A Ray run's nodes, the ranks not compared and the bytes that crossed between nodes."""
+    lines = [f"ray     {ray['address']}: {len(ray['nodes'])} nodes"]
+    for node in ray["nodes"]:
+        held = ", ".join(node["ranks"]) or "no ranks"
+        why = f" ({node['reason']})" if node["reason"] else ""
+        lines.append(f"  node {node['node']}: {node['state']}{why}: {held}")
+    lines += [
+        f"  not compared: rank {n['rank']} ({n['rank_folder']}): {n['reason']}" for n in ray["not_compared"]
+    ]
+    sizes = ", ".join(f"{k} {v}" for k, v in ray["bytes"].items())
+    lines.append(f"  bytes: {sizes}")
+    return lines

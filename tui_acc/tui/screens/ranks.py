@@ -97,6 +97,8 @@ class RanksScreen(TableScreen):
             yield MetricTable(id="rank-tokens", cursor_type="row", zebra_stripes=True)
             yield MetricTable(id="collectives", cursor_type="row", zebra_stripes=True)
         yield Static(id="detail")
+        if self.check.status() is not None:  # a Ray run: each node's ranks and how it is doing
+            yield Static(id="nodes")
         yield Static(id="status")
         yield Footer(compact=True)
 
@@ -112,8 +114,15 @@ class RanksScreen(TableScreen):
             table.add_column(label, key=key, width=width)
         table.fixed_columns = FIXED
         self.update_summary()
+        self.update_nodes()
         table.focus()
         self.compute()
+
+    def update_nodes(self) -> None:
+        """A Ray run's line of nodes: each one's ranks and state (working, done, lost and why)."""
+        line = self.check.status()
+        if line is not None:
+            self.query_one("#nodes", Static).update(Text(line))  # node labels hold [ids]: not markup
 
     # --- the worker -------------------------------------------------------------------------------
 
@@ -179,6 +188,7 @@ class RanksScreen(TableScreen):
         if table.row_count == len(message.rows):
             self.show_detail()  # the first rows: the cursor is on one
         self.update_summary()
+        self.update_nodes()
         if self.jump_pending:
             self._jump_when_known()
 
@@ -188,6 +198,7 @@ class RanksScreen(TableScreen):
         if self.sort.column is not None:  # sorted while computing: settle the order now
             self.apply_sort(self.sort)
         self.update_summary()
+        self.update_nodes()
         if self.jump_pending:
             self._jump_when_known()
 
