@@ -115,18 +115,44 @@ def test_a_nan_count_decides_only_when_not_zero_or_alone(tmp_path: Path) -> None
     assert [r.stats.is_nan for r in refs] == [None, True, False]
 
 
+_HEAD = "Input/Output,Index,Data Type,Format,Shape,Max Value,Min Value,Avg Value,l2norm,Nan Count\n"
+_ROW = "Output,0,DT_FLOAT,ND,4,1.5,-1.0,0.25,2.0,0\n"
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
         ("a,b\n1,2\n", "not a GE statistics file"),
-        ("Input/Output,Index,Max Value\nsideways,0,1\nOutput,x,2\n", "2 rows name no Input or Output"),
         ("Input/Output,Index\n" + "Output,0\n" * 200_000, "over"),
+        (_HEAD + "Output,0," + "x" * 200_000 + "\n", "not a CSV file"),  # past the csv module's limit
+        (_HEAD + 'Output,0,"DT_FLOAT,ND\n', "not a CSV file"),  # a quote left open
+        ("Input/Output,Index,Maximum,Minimum,L2\n" + "Output,0,1,2,3\n", "no statistic column"),
+        (_HEAD.replace("l2norm", "Max Value") + _ROW, "column 'max value' named twice"),
+        (_HEAD + _ROW + _ROW, "output.0 given in more than one row"),
     ],
 )
-def test_a_broken_statistics_file_is_named_not_raised(tmp_path: Path, text: str, problem: str) -> None:
+def test_a_broken_statistics_file_is_named_and_its_op_not_compared(
+    tmp_path: Path, text: str, problem: str
+) -> None:
     refs, problems, _ = _read(tmp_path, text)
-    assert refs == [] or problem.startswith("2 rows")
+    assert refs == []
     assert len(problems) == 1 and problem in problems[0].message and problems[0].path.endswith(".csv")
+
+
+@pytest.mark.parametrize(
+    ("row", "problem"),
+    [
+        ("sideways,0,DT_FLOAT,ND,4,1,1,1,1,0\n", "naming no Input or Output"),
+        ("Output,x,DT_FLOAT,ND,4,1,1,1,1,0\n", "naming no Input or Output"),
+        ("Output,999999999,DT_FLOAT,ND,4,1,1,1,1,0\n", "index up to 9999"),
+        ("Output,1,DT_FLOAT,ND,4,nan,1,1,1,-1\n", "NaN count '-1', not a count"),
+        ("Output,1,DT_FLOAT,ND,4,1,1,1,1,0.5\n", "NaN count '0.5', not a count"),
+    ],
+)
+def test_a_row_that_is_not_one_is_named_and_the_others_read(tmp_path: Path, row: str, problem: str) -> None:
+    refs, problems, _ = _read(tmp_path, _HEAD + _ROW + row)
+    assert [r.slot for r in refs] == ["output.0"]
+    assert len(problems) == 1 and problem in problems[0].message
 
 
 def test_data_types_known_by_any_of_their_names() -> None:

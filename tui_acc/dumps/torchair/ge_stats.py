@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections import Counter
 from pathlib import Path
 
 from tui_acc.dumps.model import Problem, Stats, TensorRef
@@ -25,6 +26,7 @@ from tui_acc.dumps.policy import LoadPolicy
 
 SUFFIX = ".csv"
 _LIMIT = 1 << 20  # an op's statistics are a few hundred bytes: a file past this is not one
+_MAX_INDEX = 9999  # an op's inputs or outputs: a row numbering one past this is not one
 
 # dump_data.proto's OutputDataType numbers and GE's DT_ names -> torch's names
 _CODES = {
@@ -79,43 +81,80 @@ def read_stats(path: str, policy: LoadPolicy, problems: list[Problem], notes: li
     if len(text) > _LIMIT:
         problems.append(Problem(path, f"a statistics file over {_LIMIT} characters is not one; skipped"))
         return []
-    rows = list(csv.reader(text.splitlines()))
-    header = [cell.strip().lower() for cell in rows[0]] if rows else []
-    if "input/output" not in header or "index" not in header:
-        problems.append(Problem(path, "not a GE statistics file (no Input/Output,Index header); skipped"))
+    try:  # strict: a quote left open is an error, not a row that swallows the rest of the file
+        rows = list(csv.reader(text.splitlines(), strict=True))
+    except csv.Error as exc:  # a field over the csv module's limit too
+        problems.append(Problem(path, f"not a CSV file ({exc}); skipped"))
         return []
-    column = {name: header.index(name) for name in header}
+    header = [cell.strip().lower() for cell in rows[0]] if rows else []
+    why = _header_problem(header)
+    if why:
+        problems.append(Problem(path, f"{why}; skipped"))
+        return []
+    column = {name: at for at, name in enumerate(header)}
     refs: list[TensorRef] = []
-    bad = 0
+    bad: list[str] = []
     padded: set[str] = set()
     for row in rows[1:]:
+        if not any(cell.strip() for cell in row):
+            continue
         cells = {name: row[at].strip() for name, at in column.items() if at < len(row)}
         role = _ROLES.get(cells.get("input/output", "").lower())
         index = cells.get("index", "")
-        if role is None or not (index.isascii() and index.isdigit()) or len(index) > 9:
-            bad += bool(any(cell.strip() for cell in row))
+        if role is None or not (index.isascii() and index.isdigit()) or int(index) > _MAX_INDEX:
+            bad.append(f"a row naming no Input or Output and index up to {_MAX_INDEX}")
             continue
         slot = f"{role}.{int(index)}"
+        nan_count = cells.get("nan count", "")
+        if nan_count and _count(nan_count) is None:
+            bad.append(f"{slot}'s NaN count {nan_count[:20]!r}, not a count")
+            continue
         stats = _stats(cells)
         fmt = cells.get("format", "ND")
         if fmt.upper().removeprefix("FORMAT_") not in _UNPADDED:
             padded.add(fmt)
-            nan_count = _number(cells.get("nan count", ""))
-            is_nan = None if nan_count is None else nan_count > 0
+            counted = _count(nan_count)
+            is_nan = None if counted is None else counted > 0
             stats = Stats(None, None, None, None, stats.dtype, stats.shape, is_nan=is_nan)
         refs.append(TensorRef(slot, role, path, stats=stats))  # type: ignore[arg-type]
+    twice = sorted(slot for slot, rows_of in Counter(r.slot for r in refs).items() if rows_of > 1)
+    if twice:  # which of two rows is the op's cannot be told: neither is
+        said = f"{', '.join(twice[:3])} given in more than one row; the op is not compared"
+        problems.append(Problem(path, said))
+        return []
     if bad:
-        problems.append(Problem(path, f"{bad} rows name no Input or Output and index; not read"))
+        more = " ..." if len(bad) > 1 else ""
+        problems.append(Problem(path, f"{len(bad)} rows not read: {bad[0]}{more}"))
     if padded and not any(note.startswith(_PADDED_NOTE) for note in notes):  # once per dump
         notes.append(f"{_PADDED_NOTE} ({', '.join(sorted(padded))}, first in {path})")
     return refs
+
+
+def _header_problem(header: list[str]) -> str | None:
+    """Why a header row is not a statistics file's: its two fixed columns or every statistic missing,
+    or a column named twice (which of the two holds the value cannot be told)."""
+    if "input/output" not in header or "index" not in header:
+        return "not a GE statistics file (no Input/Output,Index header)"
+    twice = sorted({name for name in header if name and header.count(name) > 1})
+    if twice:
+        return f"column {twice[0]!r} named twice"
+    if not any(name in header for names in _FIELDS.values() for name in names):
+        known = ", ".join(names[0] for names in _FIELDS.values())
+        return f"no statistic column tui-acc knows ({known}; any case)"
+    return None
+
+
+def _count(text: str) -> int | None:
+    """A NaN count: a whole number, not negative; None for anything else."""
+    value = _number(text)
+    return int(value) if value is not None and value >= 0 and value.is_integer() else None
 
 
 def _stats(cells: dict[str, str]) -> Stats:
     found: dict[str, str] = {}
     for field, names in _FIELDS.items():
         found[field] = next((cells[n] for n in names if cells.get(n)), "")
-    nan = _number(found["nan"])
+    nan = _count(found["nan"])
     high, low, mean, norm = numbers = [_number(found[field]) for field in ("max", "min", "mean", "norm")]
     # a NaN count decides alone where it is all there is, or where it is not 0 (a NaN only the test
     # produced fails); else the statistics do (metrics/stats.py: a NaN flag overrides them)
