@@ -117,6 +117,26 @@ def test_a_planted_database_link_is_never_written_through(
     assert "not a regular file (a symbolic link)" in str(cmp.engine.cache.problem)  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("planted", ["rows.sqlite3", "rows.sqlite3-wal", "rows.sqlite3-shm"])
+def test_a_planted_hard_link_is_never_written_through(
+    demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, planted: str
+) -> None:
+    """The database or its journal files planted as a hard link to a file elsewhere: a regular file
+    of the user's, but SQLite's writes would change the other file. Refused as the symlink is."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine", encoding="utf-8")
+    os.link(outside, cache / planted)
+    monkeypatch.setenv("TUI_ACC_CACHE_DIR", str(cache))
+    golden, test, _ = _copy(demo_pair, tmp_path)
+    cmp = open_comparison(golden, test)
+    cmp.engine.tensors_frame(3)
+    cmp.engine.flush()
+    assert outside.read_text(encoding="utf-8") == "mine"
+    assert "2 hard links" in str(cmp.engine.cache.problem)  # type: ignore[union-attr]
+
+
 def test_a_cache_folder_others_may_write_becomes_the_users_alone(
     demo_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

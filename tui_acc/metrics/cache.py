@@ -173,7 +173,8 @@ _DATABASE_FILES = ("", "-wal", "-shm", "-journal")
 
 def _check_location(path: Path) -> None:
     """The database only in a folder of the user's own, made 0700, and only as regular files of the
-    user's: SQLite follows a planted symlink and writes where it leads (UnsafeCache otherwise)."""
+    user's with one link each: SQLite follows a planted symlink, and writes through a planted hard
+    link, to a file elsewhere (UnsafeCache otherwise)."""
     folder = path.parent
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not hasattr(os, "getuid"):  # no owners to check (not POSIX)
@@ -194,6 +195,10 @@ def _check_location(path: Path) -> None:
             raise UnsafeCache(f"{file} is not a regular file ({kind}); the cache is not used")
         if entry.st_uid != os.getuid():
             raise UnsafeCache(f"{file} is not yours (owner uid {entry.st_uid}); the cache is not used")
+        if entry.st_nlink > 1:  # a hard link: SQLite's writes would land in a file elsewhere too
+            raise UnsafeCache(
+                f"{file} has {entry.st_nlink} hard links (a file elsewhere); the cache is not used"
+            )
 
 
 class RowCache:
