@@ -18,6 +18,7 @@ token k. With one topology, folder k is token k. ``token_offset`` overrides: tok
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from pathlib import Path
@@ -290,9 +291,12 @@ def _listed(folder: Path) -> tuple[list[Path], list[Path]]:
 
 def _insert_child(tree: NodeTree, parent: str, name: str) -> None:
     """Keep siblings in folder-id order even when tokens contribute different nodes."""
-    siblings = tree.nodes[parent].children
-    siblings.append(name)
-    siblings.sort(key=lambda n: int(n.rsplit("/", 1)[-1].split("_", 1)[0]))
+    # inserted in place (the list is kept sorted): a sort per insert made 20,000 folders quadratic
+    bisect.insort(tree.nodes[parent].children, name, key=_folder_id)
+
+
+def _folder_id(name: str) -> int:
+    return int(name.rsplit("/", 1)[-1].split("_", 1)[0])
 
 
 def _tensors(node_dir: Path) -> tuple[list[TensorRef], list[Problem]]:

@@ -25,6 +25,7 @@ report one that does not parse); ``.bin`` headers wait until a tensor is compare
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from pathlib import Path
@@ -253,9 +254,8 @@ def _walk(
         if name not in tree.nodes:
             kind = topology.types.get(chain, op_name)
             tree.nodes[name] = Node(name, kind, parent, tree.nodes[parent].depth + 1)
-            siblings = tree.nodes[parent].children
-            siblings.append(name)
-            siblings.sort(key=_id_of)
+            # inserted in place (the list is kept sorted): a sort per insert was quadratic
+            bisect.insort(tree.nodes[parent].children, name, key=_id_of)
         types[name] = tree.nodes[name].type
         nodes[name], unread = _tensors(sub)
         problems += unread
