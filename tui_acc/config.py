@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from tui_acc.errors import TuiAccError
+from tui_acc.numbers import shown_value
 from tui_acc.tolerances.thresholds import DTYPES, Rule, Thresholds
 
 if sys.version_info >= (3, 11):
@@ -127,7 +128,7 @@ def _merge(config: Config, path: Path, found_here: bool = False) -> None:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read ({exc})") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, ValueError) as exc:  # ValueError: an integer past Python's digit limit
         raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
     except RecursionError as exc:  # arrays or inline tables nested past what the parser follows
         raise ConfigError(f"{path}: not valid TOML (nested too deeply to read)") from exc
@@ -223,10 +224,7 @@ def _number(path: Path, where: str, value: Any, low: float = 0.0, high: float = 
         raise ConfigError(f"{path}: {where} must be a number, not {value!r}")
     wanted = _unfit(value, low, high)
     if wanted:
-        shown = (
-            repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} digits)"
-        )
-        raise ConfigError(f"{path}: {where} must be {wanted}, not {shown}")
+        raise ConfigError(f"{path}: {where} must be {wanted}, not {shown_value(value)}")
     return float(value)
 
 

@@ -48,3 +48,27 @@ def ratio(value: float | None) -> str:
     if not math.isfinite(value):
         return f"{value}x"  # infx: the baseline reproduces the golden exactly, the test does not
     return f"{value:.1f}x" if value < 1000 else f"{value:.1e}x"
+
+
+def as_finite(value: object) -> float | None:
+    """``value`` as a finite float where it is an int or float (not a bool) that is one; None for
+    anything else, an integer past float's range included (float() and math.isfinite raise
+    OverflowError on a 400-digit integer)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, int) and abs(value) >= 2**1023:
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def shown_value(value: object) -> str:
+    """``value`` for a message, short, whatever it is: repr() of an integer over 4,300 digits raises
+    ValueError (Python's limit on converting one)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value.bit_length() > 14_000:  # some 4,200 digits
+            return f"an integer of some {int(value.bit_length() * math.log10(2)) + 1} digits"
+        unit = "digits"
+    else:
+        unit = "characters"
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} {unit})"

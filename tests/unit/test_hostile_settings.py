@@ -65,6 +65,13 @@ BAD_BOUNDS = {
         "a = " + "{b = " * 100_000 + "\n",
         "not valid TOML (nested too deeply to read)",
     ),
+    # past Python's 4,300-digit limit: repr() and tomllib's int() raise ValueError on them
+    "a 5,000-digit hexadecimal integer": (
+        "[thresholds.ops]\nmax_abs_err = 0x" + "f" * 5000 + "\n",
+        "thresholds.ops.max_abs_err must be a finite number >= 0, not an integer of some 6021 digits",
+    ),
+    "a 20,000-digit binary integer": ('[[rules]]\npattern = "*"\nrmse = 0b' + "1" * 20_000 + "\n", "must be"),
+    "a 5,000-digit decimal integer": ("[thresholds.logits]\ncosine = " + "9" * 5000 + "\n", "not valid TOML"),
 }
 
 
@@ -185,3 +192,26 @@ def test_the_cli_writes_a_csv_to_a_device_and_names_what_it_refuses(
     assert f"{tmp_path / 'view.json'}: tui-acc does not write .json files" in capsys.readouterr().err
     assert main([*base, "--csv", str(tmp_path / ("y" * 300 + ".csv"))]) == 2
     assert "File name too long" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("table", ["[anomalies]\njump_factor", "[collectives]\nmargin"])
+def test_a_setting_past_floats_range_is_refused_by_name(tmp_path: Path, table: str) -> None:
+    """A 401-digit integer: no float holds it (float() and math.isfinite raise OverflowError)."""
+    from tui_acc.anomalies.rules import AnomalySettingsError
+    from tui_acc.cli.toml_settings import Settings
+    from tui_acc.collectives.margin import SettingError
+
+    config = tmp_path / "tui-acc.toml"
+    config.write_text(f"{table} = 1{'0' * 400}\n")
+    settings = Settings.load(config)
+    with pytest.raises((AnomalySettingsError, SettingError), match=r"must be a (positive )?number"):
+        settings.anomaly_rules() if "anomalies" in table else settings.margin(None)
+
+
+def test_an_atb_op_name_ending_in_thousands_of_digits_is_no_id() -> None:
+    """``LlamaLayer_`` and 5,000 digits in an ATB topology: int() of them raises ValueError (Python's
+    digit limit); an id has 18 digits at most."""
+    from tui_acc.dumps.msprobe.atb_topology import _suffix_id
+
+    assert _suffix_id({"opName": "LlamaLayer_" + "1" * 5000}) is None
+    assert _suffix_id({"opName": "LlamaLayer_12"}) == 12

@@ -28,6 +28,7 @@ from typing import Any
 
 from tui_acc.anomalies.calls import Expected
 from tui_acc.errors import TuiAccError
+from tui_acc.numbers import as_finite, shown_value
 from tui_acc.tolerances.masks import saturates
 
 FLOAT16_MAX = 65504.0
@@ -57,11 +58,12 @@ class AnomalySettings:
             )
         values = {}
         for key, value in table.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            finite = as_finite(value)
+            if finite is None or not finite > 0:
                 raise AnomalySettingsError(
-                    f"{where}: anomalies.{key} must be a positive number, not {value!r}"
+                    f"{where}: anomalies.{key} must be a positive number, not {shown_value(value)}"
                 )
-            values[key] = float(value)
+            values[key] = finite
         return cls(**values)
 
 

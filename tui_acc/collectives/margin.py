@@ -6,11 +6,11 @@ margin = 2      # an element fails beyond margin x its rounding bound (docs/rank
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from tui_acc.collectives.bound import DEFAULT_MARGIN
 from tui_acc.errors import TuiAccError
+from tui_acc.numbers import as_finite, shown_value
 
 
 class SettingError(TuiAccError, ValueError):
@@ -33,11 +33,8 @@ def margin_of(section: Any, source: str) -> float:
 def checked_margin(value: Any, where: str) -> float:
     """``value`` as a float; SettingError naming ``where`` unless it is a finite number >= 1 (a bool is
     not)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < 1
-    ):
-        raise SettingError(f"{where} must be a number >= 1 (a multiple of the rounding bound), not {value!r}")
-    return float(value)
+    finite = as_finite(value)
+    if finite is None or finite < 1:
+        said = shown_value(value)
+        raise SettingError(f"{where} must be a number >= 1 (a multiple of the rounding bound), not {said}")
+    return finite

@@ -87,7 +87,8 @@ def _load(file: Path, policy: LoadPolicy) -> tuple[Any, list[Problem]]:
 def _suffix_id(node: Any) -> int | None:
     name = node.get("opName") if isinstance(node, dict) else None
     suffix = str(name).rsplit("_", 1)[-1] if isinstance(name, str) and "_" in name else ""
-    return int(suffix) if suffix.isascii() and suffix.isdigit() else None
+    # 18 digits at most: an id, not a number past Python's limit on converting digits (ValueError)
+    return int(suffix) if suffix.isascii() and suffix.isdigit() and len(suffix) <= 18 else None
 
 
 def _collect(node: dict[str, Any], chain: IdChain, types: dict[IdChain, str]) -> None:
