@@ -165,3 +165,19 @@ def test_data_types_known_by_any_of_their_names() -> None:
         None,
         None,
     ]
+
+
+def test_a_statistics_files_shapes_tell_the_prefill_graph_from_the_decode_graph(
+    llama: Path, stats: Path
+) -> None:
+    """Graph texts are matched to GE graphs by their ops' output shapes in the first run: a statistics
+    file gives them by its rows (the FX golden's .npy of the same node has the same shape)."""
+    import numpy as np
+
+    from tui_acc.dumps.torchair.graph_texts import first_output_shape
+
+    case = json.loads((llama / "case.json").read_text(encoding="utf-8"))
+    ge = open_dump(stats / "fault")
+    op = case["ge_op"].partition("/")[2]
+    fx_file = next((llama / "fx").rglob("graph_2/0/mm_13-aten.mm.default.OUTPUT.0.*.npy"))
+    assert first_output_shape(ge, "graph_2", op) == np.load(fx_file).shape

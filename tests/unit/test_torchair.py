@@ -371,3 +371,20 @@ def test_odd_names_and_numbers_are_named_not_tracebacks(llama: Path, tmp_path: P
     comparison = open_comparison(llama / "fx", ge, CompareOptions(cache=False))
     assert local_operators(comparison) == [(case["token"], case["fx_node"], case["ge_op"])]
     assert any(p.path.endswith("Add.Add_1.1.2.³") for p in comparison.test.problems)
+
+
+def test_a_graph_whose_text_is_gone_is_named_not_described_by_another_graphs(
+    llama: Path, tmp_path: Path
+) -> None:
+    """The decode graph's text deleted: the prefill graph's holds the same op names, and describing
+    the decode graph with it had paired its ops with the wrong FX nodes (a view named the culprit).
+    Where the texts are named for the dump's graphs, a graph none is named for is not compared, and
+    a note says so."""
+    test = tmp_path / "ge-fault"
+    shutil.copytree(llama / "ge-fault", test)
+    next(test.glob("msprobe_ge_dump/dynamo_original_graph_2_*.txt")).unlink()
+    comparison = open_comparison(llama / "fx", test, CompareOptions(cache=False))
+    body = build_report(comparison, all_tokens=True).body()
+    assert any("GE graph graph_2: no graph text named for it" in n for n in body["notes"])
+    assert body["first_failing_op"] is None
+    assert local_operators(comparison) == []

@@ -120,9 +120,20 @@ def first_run(index: DumpIndex, graph: str) -> int | None:
 def _matched(index: DumpIndex, notes: list[str], problems: list[Problem]) -> dict[str, GraphText]:
     texts = _readable(index, graph_files(index), notes, problems)
     found: dict[str, GraphText] = {}
-    for graph in index.tree.children(index.tree.root):
-        named = [t for t in texts if graph in (t.name, f"graph_{t.graph_id}")]
+    graphs = index.tree.children(index.tree.root)
+    named_for = {graph: [t for t in texts if graph in (t.name, f"graph_{t.graph_id}")] for graph in graphs}
+    # where texts are named for the dump's graphs, a graph none is named for has lost its own (a
+    # prefill and a decode graph hold the same op names: another graph's text would pair it wrong)
+    aligned = any(named_for.values())
+    for graph in graphs:
+        named = named_for[graph]
         ops = {index.stable_name(n) for n in index.tree.children(graph)}
+        if aligned and not named:
+            notes.append(
+                f"GE graph {graph}: no graph text named for it (the dump's texts are named for its other "
+                "graphs); not compared"
+            )
+            continue
         candidates = [t for t in named if ops & t.ops.keys()] or texts
 
         def fit(text: GraphText, ops: set[str] = ops, graph: str = graph) -> tuple[int, int]:
@@ -173,6 +184,9 @@ def first_output_shape(
     refs = index.tokens[first].get(f"{graph}/{op_name}", []) if first is not None else []
     if not refs:
         return None
+    if refs[0].stats is not None:  # a statistics file (ge_stats.py): the shape its row gives
+        held = {r.slot: r.stats.shape for r in refs if r.stats is not None}
+        return held.get(f"output.{position}")
     try:
         outputs = read_file_header(refs[0].path, index.load_policy).of("output")
     except (GeDumpError, OSError):
