@@ -159,7 +159,7 @@ def _merge(config: Config, path: Path, found_here: bool = False) -> None:
     for kind, target in (("logits", logits), ("ops", ops)):
         section = table.pop(kind, {})
         if not isinstance(section, dict):
-            raise ConfigError(f"{path}: [thresholds.{kind}] must be a table, not {section!r}")
+            raise ConfigError(f"{path}: [thresholds.{kind}] must be a table, not {shown_value(section)}")
         for key, value in section.items():
             if key in DTYPES:
                 target[key].update(_bounds(path, f"thresholds.{kind}.{key}", value))
@@ -171,7 +171,9 @@ def _merge(config: Config, path: Path, found_here: bool = False) -> None:
     rules = list(thresholds.rules)
     given = raw.pop("rules", [])
     if not isinstance(given, list):
-        raise ConfigError(f'{path}: rules must be [[rules]] tables (pattern = "...", bounds), not {given!r}')
+        raise ConfigError(
+            f'{path}: rules must be [[rules]] tables (pattern = "...", bounds), not {shown_value(given)}'
+        )
     for index, rule in enumerate(given):
         if not isinstance(rule, dict) or not isinstance(rule.get("pattern"), str):
             raise ConfigError(f'{path}: [[rules]] #{index + 1} needs a pattern = "..."')
@@ -221,7 +223,7 @@ def _bounds(path: Path, where: str, table: Any) -> dict[str, float]:
 def _number(path: Path, where: str, value: Any, low: float = 0.0, high: float = math.inf) -> float:
     """``value`` as a bound: a finite number in [low, high]."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{path}: {where} must be a number, not {value!r}")
+        raise ConfigError(f"{path}: {where} must be a number, not {shown_value(value)}")
     wanted = _unfit(value, low, high)
     if wanted:
         raise ConfigError(f"{path}: {where} must be {wanted}, not {shown_value(value)}")

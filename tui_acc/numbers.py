@@ -52,13 +52,15 @@ def ratio(value: float | None) -> str:
 
 def as_finite(value: object) -> float | None:
     """``value`` as a finite float where it is an int or float (not a bool) that is one; None for
-    anything else, an integer past float's range included (float() and math.isfinite raise
-    OverflowError on a 400-digit integer)."""
+    anything else, an integer past float's range included (float() raises OverflowError on a
+    400-digit integer, as math.isfinite does)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if isinstance(value, int) and abs(value) >= 2**1023:
+    try:
+        number = float(value)
+    except OverflowError:
         return None
-    return float(value) if math.isfinite(value) else None
+    return number if math.isfinite(number) else None
 
 
 def shown_value(value: object) -> str:
@@ -70,5 +72,8 @@ def shown_value(value: object) -> str:
         unit = "digits"
     else:
         unit = "characters"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # a list or table holding such an integer (tomllib reads hex ones past the limit)
+        return f"a {type(value).__name__} holding an integer of over 4,300 digits"
     return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} {unit})"

@@ -215,3 +215,20 @@ def test_an_atb_op_name_ending_in_thousands_of_digits_is_no_id() -> None:
 
     assert _suffix_id({"opName": "LlamaLayer_" + "1" * 5000}) is None
     assert _suffix_id({"opName": "LlamaLayer_12"}) == 12
+
+
+def test_a_list_holding_a_hexadecimal_integer_past_the_digit_limit_is_named(tmp_path: Path) -> None:
+    """tomllib reads ``0x`` and 4,000 f's (Python's digit limit is on decimal conversion): the message
+    names the value without repr() of it, which raises ValueError."""
+    config = tmp_path / "tui-acc.toml"
+    config.write_text("[thresholds.ops]\ncosine = [0x" + "f" * 4000 + "]\n")
+    with pytest.raises(
+        ConfigError, match="must be a number, not a list holding an integer of over 4,300 digits"
+    ):
+        load_config(config, cwd=tmp_path)
+
+
+def test_an_integer_a_float_holds_is_finite() -> None:
+    from tui_acc.numbers import as_finite
+
+    assert as_finite(10**308) == 1e308 and as_finite(10**309) is None and as_finite(True) is None

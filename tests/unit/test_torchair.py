@@ -388,3 +388,29 @@ def test_a_graph_whose_text_is_gone_is_named_not_described_by_another_graphs(
     assert any("GE graph graph_2: no graph text named for it" in n for n in body["notes"])
     assert body["first_failing_op"] is None
     assert local_operators(comparison) == []
+
+
+def test_a_model_folder_with_two_model_ids_keeps_its_graph_text(llama: Path, tmp_path: Path) -> None:
+    """A model folder holding two model ids is two GE graphs named ``graph_2_1`` and ``graph_2_2``:
+    the text named for ``graph_2`` describes both (not taken for a graph without a text of its own)."""
+    from tui_acc.dumps.torchair.graph_texts import texts_by_graph
+
+    test = tmp_path / "ge-fault"
+    shutil.copytree(llama / "ge-fault", test)
+    model = next(test.glob("msprobe_ge_dump/worldsize1_global_rank0/*/0/graph_2"))
+    (model / "2").mkdir()
+    (model / "1" / "1").rename(model / "2" / "1")
+    index = open_dump(test)
+    found = {graph: text.graph_id for graph, text in texts_by_graph(index).items()}
+    assert found == {"graph_1": 1, "graph_2_1": 2, "graph_2_2": 2}
+
+
+def test_a_string_left_open_is_one_token_to_the_end_of_its_line(tmp_path: Path) -> None:
+    """Refused at once, with its line; a line of escaped quotes after it is not tokenized again at each
+    character (that was quadratic: 40 kB took 7 s)."""
+    from tui_acc.dumps.torchair.graph_text import _TOKEN
+
+    text = 'a: 1\nb: "' + '\\"' * 20_000 + "\nc: 2\n"
+    assert len(_TOKEN.findall(text)) < 20  # a handful (the open string one of them), not 40,000
+    with pytest.raises(GraphTextError, match="line 2: unexpected character '\"'"):
+        parse(text, tmp_path / "g.txt")

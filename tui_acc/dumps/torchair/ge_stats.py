@@ -135,7 +135,7 @@ def _header_problem(header: list[str]) -> str | None:
     or a column named twice (which of the two holds the value cannot be told)."""
     if "input/output" not in header or "index" not in header:
         return "not a GE statistics file (no Input/Output,Index header)"
-    twice = sorted({name for name in header if name and header.count(name) > 1})
+    twice = sorted(name for name, times in Counter(header).items() if name and times > 1)
     if twice:
         return f"column {twice[0]!r} named twice"
     if not any(name in header for names in _FIELDS.values() for name in names):

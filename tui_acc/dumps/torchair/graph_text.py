@@ -34,9 +34,11 @@ _OUTPUT_SUFFIX = re.compile(r"\.OUTPUT\.(\d{1,9})$", re.ASCII)
 # strings, not a Match per token: twice as fast on a graph text of 1,000 ops): strings (with their
 # escapes), words and numbers, braces, colons, the brackets of a repeated field, commas; the end (an
 # empty token, so that trailing white space is skipped in one match, not retried at each of its
-# characters); any other single character is one the format does not have
+# characters); any other single character is one the format does not have. A string left open is a
+# token to the end of its line (refused as such): tried again at each character after it, a line of
+# escaped quotes took quadratic time
 _TOKEN = re.compile(
-    r'(?:\s+|#[^\n]*)*("(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|[A-Za-z0-9_.+\-]+|[{}:<>\[\],;]|\Z|.)'
+    r'(?:\s+|#[^\n]*)*("(?:[^"\\\n]|\\.)*"?|\'(?:[^\'\\\n]|\\.)*\'?|[A-Za-z0-9_.+\-]+|[{}:<>\[\],;]|\Z|.)'
 )
 _PUNCTUATION = frozenset("{}:<>[],;")
 _WORD = re.compile(r"[A-Za-z0-9_.+\-]")
@@ -157,6 +159,8 @@ def parse(text: str, path: Path) -> Message:
             continue  # the end
         if len(token) == 1 and token not in _PUNCTUATION and not _WORD.match(token):
             _fail(path, text, at, f"unexpected character {token!r}")
+        if token[0] in "\"'" and not _closed(token):
+            _fail(path, text, at, f"unexpected character {token[0]!r}")
         if token in ",;[]":
             continue  # a repeated field's list brackets: each value is added as it comes
         current = stack[-1][0]
@@ -201,6 +205,13 @@ def parse(text: str, path: Path) -> Message:
         raise GraphTextError(f"{path}: ends inside a message or a field")
     _join(stack[-1][0], pieces)
     return root
+
+
+def _closed(string: str) -> bool:
+    """Whether a string token ends with its own quote, not an escaped one (an even run of
+    backslashes before it)."""
+    body = string[:-1]
+    return len(string) >= 2 and string[-1] == string[0] and (len(body) - len(body.rstrip("\\"))) % 2 == 0
 
 
 def _join(current: Message, pieces: list[str]) -> None:

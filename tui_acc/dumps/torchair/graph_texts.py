@@ -121,7 +121,7 @@ def _matched(index: DumpIndex, notes: list[str], problems: list[Problem]) -> dic
     texts = _readable(index, graph_files(index), notes, problems)
     found: dict[str, GraphText] = {}
     graphs = index.tree.children(index.tree.root)
-    named_for = {graph: [t for t in texts if graph in (t.name, f"graph_{t.graph_id}")] for graph in graphs}
+    named_for = {graph: [t for t in texts if _named_for(t, graph)] for graph in graphs}
     # where texts are named for the dump's graphs, a graph none is named for has lost its own (a
     # prefill and a decode graph hold the same op names: another graph's text would pair it wrong)
     aligned = any(named_for.values())
@@ -147,6 +147,13 @@ def _matched(index: DumpIndex, notes: list[str], problems: list[Problem]) -> dic
         else:
             notes.append(f"GE graph {graph}: no graph text (dynamo_original_graph_*.txt) holds its ops")
     return found
+
+
+def _named_for(text: GraphText, graph: str) -> bool:
+    """Whether the text names the GE graph: its model folder (``graph_2``), or that folder's runs of one
+    model id (``graph_2_1``: ge_dump.py names them so where a model folder holds several)."""
+    folder = f"graph_{text.graph_id}"
+    return graph in (text.name, folder) or graph.startswith(f"{folder}_")
 
 
 def _readable(
