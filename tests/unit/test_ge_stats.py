@@ -145,6 +145,7 @@ def test_a_broken_statistics_file_is_named_and_its_op_not_compared(
         ("sideways,0,DT_FLOAT,ND,4,1,1,1,1,0\n", "naming no Input or Output"),
         ("Output,x,DT_FLOAT,ND,4,1,1,1,1,0\n", "naming no Input or Output"),
         ("Output,999999999,DT_FLOAT,ND,4,1,1,1,1,0\n", "index up to 9999"),
+        ("Output," + "9" * 5000 + ",DT_FLOAT,ND,4,1,1,1,1,0\n", "index up to 9999"),
         ("Output,1,DT_FLOAT,ND,4,nan,1,1,1,-1\n", "NaN count '-1', not a count"),
         ("Output,1,DT_FLOAT,ND,4,1,1,1,1,0.5\n", "NaN count '0.5', not a count"),
     ],

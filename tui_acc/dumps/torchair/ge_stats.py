@@ -101,7 +101,12 @@ def read_stats(path: str, policy: LoadPolicy, problems: list[Problem], notes: li
         cells = {name: row[at].strip() for name, at in column.items() if at < len(row)}
         role = _ROLES.get(cells.get("input/output", "").lower())
         index = cells.get("index", "")
-        if role is None or not (index.isascii() and index.isdigit()) or int(index) > _MAX_INDEX:
+        # the length first: int() of thousands of digits raises ValueError (Python's digit limit)
+        if (
+            role is None
+            or not (index.isascii() and index.isdigit() and len(index) <= 9)
+            or int(index) > _MAX_INDEX
+        ):
             bad.append(f"a row naming no Input or Output and index up to {_MAX_INDEX}")
             continue
         slot = f"{role}.{int(index)}"
