@@ -342,3 +342,19 @@ def test_a_warm_up_step_that_shares_a_decode_token_does_not_pull_the_alignment_p
     assert match_steps(golden, test) == {1: 0, 2: 1, 3: 2, 4: 3}
     # without the prompt anywhere on the test side, steps still match in order
     assert match_steps(golden, {0: (9,), 1: (42,)}) == {0: 1, 1: 2}
+
+
+def test_a_step_without_input_ids_is_set_apart_and_the_others_still_aligned(case_dir, case, tmp_path, capsys):
+    """One file of the test's first step moved under a step number of its own (a stray step): the
+    first step may have lost its input_ids. Alignment had been dropped for every step (a step paired
+    by number with another's tokens, the fault lost); now the steps holding input_ids are aligned,
+    and a step without them is named and set apart."""
+    import shutil
+
+    test = tmp_path / "test"
+    shutil.copytree(case_dir / "test", test)
+    stray = sorted(test.glob("*/step=0___*"))[0]
+    stray.rename(stray.with_name(stray.name.replace("step=0", "step=4", 1)))
+    report = _report(case_dir / "golden", test, capsys)
+    _assert_fault_found(report, case)
+    assert any("test step 3 is golden step 2" in note for note in report["notes"]), report["notes"]

@@ -25,25 +25,30 @@ def align_steps(golden: DumpIndex, test: DumpIndex) -> DumpIndex:
     with a note). Without ``input_ids`` on both sides the steps pair by number, as dumped.
     """
     golden_ids, test_ids = _tokens_by_step(golden), _tokens_by_step(test)
-    if golden_ids is None or test_ids is None:
+    if golden_ids is None or test_ids is None or not golden_ids or not test_ids:
         return test
-    golden_steps = sorted(golden_ids)
     matched = match_steps(golden_ids, test_ids)
+    # a step without input_ids (a file lost, a stray step folder) cannot be placed: where the others
+    # align as numbered it keeps its number, else it is set apart, named (alignment had been dropped
+    # for every step, and a step paired by number with another's tokens, without a word)
+    unplaced = sorted(set(test.tokens) - set(test_ids))
     if all(matched.get(step) == step for step in test_ids):
-        return test
-    spare = max([*golden_steps, *matched.values()], default=-1) + 1
+        return test  # numbered alike: a step without input_ids pairs by its number too
+    spare = max([*golden.tokens, *matched.values()], default=-1) + 1  # past every golden step
     numbering: dict[int, int] = {}
     notes: list[str] = []
-    for step in sorted(test_ids):
+    for step in sorted([*test_ids, *unplaced]):
         if step in matched:
             numbering[step] = matched[step]
-        else:
-            numbering[step] = spare
-            notes.append(
-                f"test step {step} processes tokens no golden step does (a warm-up or another request?); "
-                f"listed as token {spare}, not compared"
-            )
-            spare += 1
+            continue
+        numbering[step] = spare
+        why = (
+            "holds no input_ids, so the tokens it processes are unknown"
+            if step in unplaced
+            else "processes tokens no golden step does (a warm-up or another request?)"
+        )
+        notes.append(f"test step {step} {why}; listed as token {spare}, not compared")
+        spare += 1
     shifted = [f"test step {step} is golden step {matched[step]}" for step in sorted(matched)]
     notes.insert(0, "steps aligned by the input_ids they process: " + ", ".join(shifted))
     return replace(
@@ -83,7 +88,8 @@ def match_steps(
 
 
 def _tokens_by_step(index: DumpIndex) -> dict[int, tuple[int, ...]] | None:
-    """Each step's ``input_ids``, or None where a step lacks them or they cannot be read.
+    """Each step's ``input_ids``, for the steps that dumped them; None where they cannot be read or
+    are not integers (the comparison names the file).
 
     This loads tensors while pairing (the readers never do): which tokens a step processed is
     written nowhere else. They are a few integers per step.
@@ -92,7 +98,7 @@ def _tokens_by_step(index: DumpIndex) -> dict[int, tuple[int, ...]] | None:
     for step, nodes in index.tokens.items():
         refs = [ref for ref in nodes.get(INPUT_IDS, []) if ref.has_data]
         if not refs:
-            return None
+            continue  # placed by align_steps
         try:
             ids = load_tensor(refs[0].path, index.load_policy)
         except TensorLoadError:
