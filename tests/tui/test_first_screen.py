@@ -1,6 +1,7 @@
 """The token list is drawn before anything it does not need is imported or listed (so that a
 100,000-file dump's token list is on screen in under 0.5 s): the engine and its polars, numpy, torch and
-numba come after the first frame, as do the rows below the screen's edge; then all works as before.
+numba come after the first frame, as do the screens behind a key and the rows below the screen's
+edge; then all works as before.
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ from tui_acc.tui import app as app_module
 from tui_acc.tui.screens.tokens import TokenScreen
 
 HEAVY = {"polars", "numpy", "torch", "numba", "ml_dtypes", "pyarrow", "pandas"}
+LATER_SCREENS = ("tui_acc.tui.screens.operators", "tui_acc.tui.screens.redump_log")
 seen = {}
 after_first_frame = TokenScreen._after_first_frame
 
 def observed(screen):
     seen["imported"] = sorted(HEAVY & {name.split(".")[0] for name in sys.modules})
+    seen["screens"] = [name for name in LATER_SCREENS if name in sys.modules]
     seen["listed"] = screen.query_one("#tokens").row_count
     after_first_frame(screen)
 
@@ -48,6 +51,7 @@ def run_headless(app):
             seen["compared after"] = screen.tally.compared
             seen["tokens"] = len(app.comparison.pairing.tokens)
             seen["imported after"] = sorted(HEAVY & {name.split(".")[0] for name in sys.modules})
+            seen["screens after"] = [name for name in LATER_SCREENS if name in sys.modules]
 
     asyncio.run(main())
 
@@ -72,6 +76,9 @@ def test_the_first_frame_imports_no_engine_and_all_works_after(demo_pair) -> Non
     seen = json.loads(run.stdout.strip().splitlines()[-1])
     assert seen["imported"] == []  # none of them before the token list is drawn
     assert "polars" in seen["imported after"]  # the engine's, once its worker compares the tokens
+    # nor the screens behind a key (Enter's operators, L's re-dump log); Enter's is ready by then
+    assert seen["screens"] == []
+    assert seen["screens after"] == ["tui_acc.tui.screens.operators"]
     assert seen["listed"] == seen["listed after"] == seen["compared after"] == seen["tokens"]
 
 

@@ -26,7 +26,6 @@ from tui_acc.tui import formatting as fmt
 from tui_acc.tui.redump_lifecycle import RedumpLifecycle
 from tui_acc.tui.screens.help import HelpScreen
 from tui_acc.tui.screens.host import Host
-from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.screens.problems import ProblemsScreen
 from tui_acc.tui.screens.redump_dialog import RedumpChoice
 from tui_acc.tui.screens.tokens import TokenScreen
@@ -104,6 +103,8 @@ class AccApp(TerminalApp):
         every second, and end on SIGHUP/SIGTERM as q does."""
         self.push_screen(TokenScreen())
         if self.start_at is not None:
+            from tui_acc.tui.screens.operators import OperatorScreen
+
             self.push_screen(OperatorScreen(self.start_at, at_first_failure=True))
         self.set_interval(1.0, self.redumps.show_state)
         # ended as q ends it: a re-dump in progress is stopped and computed rows are saved
@@ -225,6 +226,8 @@ class AccApp(TerminalApp):
             self.pop_screen()
         self.push_screen(TokenScreen())
         if token is not None and token in comparison.pairing.tokens:
+            from tui_acc.tui.screens.operators import OperatorScreen
+
             self.push_screen(OperatorScreen(token, select=operator))
 
     # --- re-dump: the keys and what the screens use, RedumpLifecycle's --------------------------

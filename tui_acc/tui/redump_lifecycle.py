@@ -25,9 +25,7 @@ from tui_acc.redump.runner import EXIT_GRACE, STOP_GRACE, RedumpRun
 from tui_acc.redump.settings import SettingsError
 from tui_acc.session import Comparison
 from tui_acc.tui.messages import OneInFlight
-from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.screens.redump_dialog import QuitDialog, RedumpChoice
-from tui_acc.tui.screens.redump_log import RedumpLogScreen, run_status
 
 
 class _Session(Protocol):
@@ -91,6 +89,8 @@ class RedumpLifecycle:
 
     def _new_lines(self) -> None:
         """New re-dump output: the log screen, if shown, appends it."""
+        from tui_acc.tui.screens.redump_log import RedumpLogScreen
+
         self._log_news.handled()  # lines after this point post a new message
         if isinstance(self._app.screen, RedumpLogScreen):
             self._app.screen.show_new_lines()
@@ -113,6 +113,8 @@ class RedumpLifecycle:
         run = self.run
         if run is None:
             return
+        from tui_acc.tui.screens.redump_log import RedumpLogScreen, run_status
+
         status = run_status(run)
         try:
             screen = self._app.screen
@@ -127,6 +129,8 @@ class RedumpLifecycle:
 
     def show_log(self) -> None:
         """``L``: the re-dump log (its output as it comes, and its status)."""
+        from tui_acc.tui.screens.redump_log import RedumpLogScreen
+
         if not isinstance(self._app.screen, RedumpLogScreen):
             self._app.push_screen(RedumpLogScreen())
 
@@ -213,6 +217,8 @@ class RedumpLifecycle:
         if self.opened is None:
             self._app.notify("The original dumps are the ones open.")
             return
+        from tui_acc.tui.screens.operators import OperatorScreen
+
         screen = self._app.screen
         token = screen.token if isinstance(screen, OperatorScreen) else None
         operator = screen.cursor_key() if isinstance(screen, OperatorScreen) else None

@@ -7,7 +7,6 @@ from __future__ import annotations
 from textual.widgets import DataTable
 
 from tui_acc.tui.screens.base import ViewScreen
-from tui_acc.tui.screens.operators import OperatorScreen
 from tui_acc.tui.token_tally import TokenTally
 
 
@@ -90,5 +89,7 @@ class FirstFailingToken(ViewScreen):
         """Open ``token``'s operators (``at_first_failure``: at ◆, once it is known)."""
         # The operator screen computes the token it opens itself, what is on screen first; what
         # the prefetch finished is kept, the rest of it would only compete for the cores.
+        from tui_acc.tui.screens.operators import OperatorScreen
+
         self.workers.cancel_group(self, "prefetch")
         self.app.push_screen(OperatorScreen(token, at_first_failure=at_first_failure))

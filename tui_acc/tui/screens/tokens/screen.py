@@ -3,6 +3,7 @@ rows that fit; the workers start once it is drawn."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -124,9 +125,11 @@ class TokenScreen(OperatorSweep):
     def compute_tokens(self) -> None:
         """Worker thread: each token's logits metrics from the engine, posted to the screen one row at a time
         (``TokenComputed``, then ``TokensFinished``); a cancelled worker stops between tokens."""
-        # the engine's modules (polars, numpy) are imported here, after the first frame
+        # the engine's modules (polars, numpy) are imported here, after the first frame, and so is
+        # the operator screen (Enter's): the token list's first frame does without both
         from tui_acc.metrics.engine import Cancelled
 
+        importlib.import_module("tui_acc.tui.screens.operators")
         worker = get_current_worker()
 
         def publish(row: Row) -> None:
