@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 # each tool's package imports its readers, and each reader registers itself (registry.py)
 from tui_acc.dumps import msit, msprobe, sglang, single, torchair  # noqa: F401
-from tui_acc.dumps.fs import folder_problem
+from tui_acc.dumps.fs import NOT_UTF8_PATH, folder_problem, not_utf8, shown
 from tui_acc.dumps.hints import did_you_mean, holds_dumps
 from tui_acc.dumps.model import (
     ATB_FORMATS,
@@ -69,6 +69,8 @@ def open_dump(
             ``load_policy`` says so to every later read.
     """
     root = Path(path).expanduser()
+    if not_utf8(str(root)):  # every path below it would carry those bytes into frames and the terminal
+        raise DumpError(f"{shown(str(root))}: {NOT_UTF8_PATH}")
     if not root.exists():
         raise DumpError(f"{root}: no such file or directory{did_you_mean(root)}")
     blocked = folder_problem(root, "not read") if root.is_dir() else None

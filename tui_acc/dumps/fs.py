@@ -9,22 +9,44 @@ import errno
 import os
 import stat
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
 
-def subdirs(path: Path) -> list[Path]:
-    """The folders directly in ``path`` (following symlinks, as dumps made with -symlink need)."""
-    return [Path(p) for _, p in subdir_names(str(path))]
+def subdirs(path: Path, skipped: list[str] | None = None) -> list[Path]:
+    """The folders directly in ``path`` (following symlinks, as dumps made with -symlink need); those
+    whose names are not UTF-8 left out (``subdir_names``)."""
+    return [Path(p) for _, p in subdir_names(str(path), skipped)]
 
 
-def subdir_names(path: str) -> list[tuple[str, str]]:
-    """(name, path) of the folders in ``path``, as strings: cheap at 100,000 folders."""
+def subdir_names(path: str, skipped: list[str] | None = None) -> list[tuple[str, str]]:
+    """(name, path) of the folders in ``path``, as strings: cheap at 100,000 folders. A folder whose
+    name is not UTF-8 is left out, its path (as ``shown``) added to ``skipped`` where the caller
+    names it: nothing of a dump reaches a frame, a JSON reader or a terminal with such a name."""
     try:
         with os.scandir(path) as entries:
-            return [(e.name, e.path) for e in entries if e.is_dir()]
+            found = [(e.name, e.path) for e in entries if e.is_dir()]
     except OSError:
         return []
+    if all(name.isascii() for name, _ in found):
+        return found
+    kept = [(name, folder) for name, folder in found if not not_utf8(name)]
+    if skipped is not None:
+        skipped += [shown(folder) for name, folder in found if not_utf8(name)]
+    return kept
+
+
+def text_names(names: Iterable[str], folder: str, skipped: list[str]) -> list[str]:
+    """``names`` of entries in ``folder`` less those that are not UTF-8, whose paths (as ``shown``)
+    are added to ``skipped``: the reader names them (``NOT_UTF8``)."""
+    kept = []
+    for name in names:
+        if name.isascii() or not not_utf8(name):
+            kept.append(name)
+        else:
+            skipped.append(shown(str(Path(folder, name))))
+    return kept
 
 
 def unreadable(folder: Path | str) -> str | None:
@@ -202,3 +224,7 @@ def shown(path: str) -> str:
 
 
 NOT_UTF8 = "its name is not UTF-8 (another encoding's bytes); not compared"
+NOT_UTF8_PATH = (
+    "the path is not UTF-8 (another encoding's bytes, shown as U+FFFD), which no frame, JSON reader or "
+    "terminal takes: rename the folder, or give a link to it named in UTF-8"
+)

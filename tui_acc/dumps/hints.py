@@ -11,6 +11,7 @@ import itertools
 import shlex
 from pathlib import Path
 
+from tui_acc.dumps.fs import NOT_UTF8_PATH, not_utf8, shown
 from tui_acc.dumps.model import DumpError
 from tui_acc.dumps.registry import reader_for
 
@@ -45,6 +46,9 @@ def holds_dumps(root: Path) -> str | None:
     found = dumps_inside(root)
     if not found:
         return None
+    unnamed = [p for p in found if not_utf8(p.name)]
+    if unnamed:  # no use passing it: such a path is refused (open_dump)
+        return f"{shown(str(unnamed[0]))}: a dump whose name is not UTF-8: {NOT_UTF8_PATH}"
     names = [f"{p.name}/" for p in found]
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
     if len(found) == 1:

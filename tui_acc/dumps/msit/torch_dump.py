@@ -22,9 +22,7 @@ from tui_acc.dumps.fs import (
     NOT_UTF8,
     folder_problem,
     names_a_file,
-    not_utf8,
     numbered_subdirs,
-    shown,
     subdir_names,
     subdirs,
 )
@@ -157,8 +155,9 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], 
         return path.parent, int(path.name), [f"only token {path.name} of {path.parent} is read"], [], None
     notes: list[str] = []
     search = path
+    skipped: list[str] = []  # folders whose names are not UTF-8: named, not read
     if not (path.name == "torch_tensors" or (path / "torch_tensors").is_dir()):
-        dumps = sorted(p for p in subdirs(path) if _DUMP_DIR.match(p.name))
+        dumps = sorted(p for p in subdirs(path, skipped) if _DUMP_DIR.match(p.name))
         if not dumps:
             raise DumpError(
                 f"{path}: not an msit torch dump (expected {MODEL_TREE}, a torch_tensors/ folder, "
@@ -171,7 +170,10 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], 
         search = search / "torch_tensors"
     # any entry so named marks a device folder: one that is a folder itself is then named, and the
     # tree rebuilt from the module folders, as for a damaged file
-    devices = [p for p in subdirs(search) if os.path.lexists(p / MODEL_TREE)]
+    devices = [p for p in subdirs(search, skipped) if os.path.lexists(p / MODEL_TREE)]
+    notes += [f"{folder}: {NOT_UTF8}" for folder in skipped]
+    if not devices and skipped:
+        raise DumpError(f"{skipped[0]}: {NOT_UTF8}")
     if not devices:
         blocked = next(((p, m) for p in subdirs(search) if (m := folder_problem(p, "not read"))), None)
         if blocked:  # a rank folder that cannot be read looks like one without a model_tree.json
@@ -188,13 +190,11 @@ def _index_token(folder: str, policy: LoadPolicy) -> tuple[dict[str, list[Tensor
     """A token folder's modules and their tensors, and what could not be read."""
     nodes: dict[str, list[TensorRef]] = {}
     problems: list[Problem] = []
-    for name, node_dir in subdir_names(folder):
-        if not_utf8(name):
-            problems.append(Problem(shown(node_dir), NOT_UTF8))
-            continue
+    skipped: list[str] = []  # module folders whose names are not UTF-8
+    for name, node_dir in subdir_names(folder, skipped):
         nodes[name], unread = _index_node(node_dir, policy)
         problems += unread
-    return nodes, problems
+    return nodes, problems + [Problem(path, NOT_UTF8) for path in skipped]
 
 
 def _index_node(node_dir: str, policy: LoadPolicy) -> tuple[list[TensorRef], list[Problem]]:

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from tui_acc.dumps.fs import subdir_names
+from tui_acc.dumps.fs import NOT_UTF8, not_utf8, shown, subdir_names
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -133,6 +133,9 @@ def _calls(
     found: dict[str, list[TensorRef]] = {}
     started: dict[str, int] = {}
     for name in names:
+        if not name.isascii() and not_utf8(name):
+            problems.append(Problem(shown(f"{run.folder}/{name}"), NOT_UTF8))
+            continue
         matched = _FILE.match(name)
         if matched is None:
             if name.endswith(".npy") or "." in name:

@@ -26,7 +26,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from tui_acc.dumps.fs import subdir_names
+from tui_acc.dumps.fs import NOT_UTF8, subdir_names, text_names
 from tui_acc.dumps.model import DumpError, DumpIndex, Format, Problem, TensorRef, pick_rank
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.registry import DumpReader, register
@@ -58,20 +58,21 @@ def read(root: Path, rank: int | None = None, follow_links: bool = False) -> Dum
         )
     policy = LoadPolicy.for_dump(root, follow_links)
     rank_folders = [path for name, path in subdir_names(str(base)) if _RANK_FOLDER.match(name)]
+    unnamed: list[str] = []  # folders whose names are not UTF-8: named, not read
     notes: list[str] = []
     chosen: int | None = None
     if rank_folders:
         folder, chosen, notes = pick_rank(base, [Path(p) for p in rank_folders], rank)
-        leaves = _leaves(str(folder), _DEPTH)
+        leaves = _leaves(str(folder), _DEPTH, unnamed)
     else:  # torch_npu <= 7.1.0: {time}/{device}/...; several devices are several ranks
         folder = base
-        leaves = _leaves(str(base), _DEPTH)
+        leaves = _leaves(str(base), _DEPTH, unnamed)
         # {time}/{device}/{model}/{model_id}/{data_index}: the device two levels above the leaf's model
         devices = sorted({Path(leaf).parents[2].name for leaf in leaves})
         if len(devices) > 1:
             device, chosen, notes = pick_rank(base, [Path(d) for d in devices], rank)
             leaves = [leaf for leaf in leaves if Path(leaf).parents[2].name == device.name]
-    problems: list[Problem] = []
+    problems = [Problem(path, NOT_UTF8) for path in unnamed]
     runs = _runs(leaves, policy, problems)
     if not runs:
         raise DumpError(f"{folder}: a GE dump folder without a dump file in any data_index folder")
@@ -260,10 +261,13 @@ def _names(folder: str, policy: LoadPolicy, problems: list[Problem]) -> tuple[li
     """The dump files' names in ``folder``, and what the hashed ones stand for (mapping.csv: a file
     keeps its hashed name on disk; the index reads the original name, the path keeps the hash)."""
     try:
-        names = sorted(os.listdir(folder))  # noqa: PTH208 (names, not a Path per file: 100,000 of them)
+        listed = os.listdir(folder)  # noqa: PTH208 (names, not a Path per file: 100,000 of them)
     except OSError as exc:
         problems.append(Problem(folder, f"cannot list ({exc.strerror or exc})"))
         return [], {}
+    unnamed: list[str] = []
+    names = sorted(text_names(listed, folder, unnamed))
+    problems += [Problem(path, NOT_UTF8) for path in unnamed]
 
     if MAPPING not in names:
         return names, {}
@@ -280,11 +284,12 @@ def _mapping(path: Path, policy: LoadPolicy, problems: list[Problem]) -> dict[st
     return {row[0].strip(): row[1].strip() for row in rows if len(row) >= 2 and row[0].strip().isdigit()}
 
 
-def _leaves(folder: str, depth: int) -> list[str]:
-    """The data_index folders ``depth`` levels below ``folder`` (digit names at the last two levels)."""
+def _leaves(folder: str, depth: int, unnamed: list[str]) -> list[str]:
+    """The data_index folders ``depth`` levels below ``folder`` (digit names at the last two levels);
+    ``unnamed`` takes those on the way whose names are not UTF-8."""
     level = [(folder, "")]
     for _ in range(depth):
-        level = [(path, name) for parent, _ in level for name, path in subdir_names(parent)]
+        level = [(path, name) for parent, _ in level for name, path in subdir_names(parent, unnamed)]
     return [
         path for path, name in level if _digits(name) and len(name) < 12 and _digits(Path(path).parent.name)
     ]
