@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
-from tui_acc.dumps.model import ATB_FORMATS, TORCHAIR_FORMATS, DumpError, DumpIndex, NodeTree
+from tui_acc.dumps.model import ATB_FORMATS, TORCHAIR_FORMATS, DumpError, DumpIndex, Node, NodeTree
 from tui_acc.lazy import LazyMapping
 from tui_acc.pairing.by_name import differing_names, pair_token_by_name
 from tui_acc.pairing.mapping import MappingError, OpMapping, load_mapping
@@ -73,6 +73,13 @@ def pair_dumps(
             notes.append(
                 "golden execution order taken from the test's dump.json (the golden's records were "
                 "reordered after the run)"
+            )
+        nested = _msprobe_calls_nested_as_the_test(golden, test)
+        if nested is not None:
+            golden = nested
+            notes.append(
+                "golden calls nested as the test's construct.json nests the calls of the same names "
+                "(the golden's own was lost or not trusted)"
             )
         notes += translation.notes if translation is not None else []
         aligned: list[int] = []
@@ -190,6 +197,27 @@ def _msprobe_order_borrowed(golden: DumpIndex, test: DumpIndex) -> DumpIndex | N
     return replace(
         golden, tree=tree, order_source="borrowed from the test's dump.json", order_is_execution=True
     )
+
+
+def _msprobe_calls_nested_as_the_test(golden: DumpIndex, test: DumpIndex) -> DumpIndex | None:
+    """An msprobe golden whose call tree was lost or not trusted (construct.json missing, or shown
+    flat) against a test whose call tree is intact: the golden with the test's tree, its own calls
+    the test lacks at the top level after them (None where that is not so). Both sides ran one
+    model, and a call's name says its module and its count: the calls of one name nest alike. A
+    flat golden judged each module as an operator of its own (its inputs pass, its output fails:
+    "local"), beside the operator inside it that made the error."""
+    if not (golden.format == test.format == "msprobe") or not golden.call_tree_doubted:
+        return None
+    if test.call_tree_doubted or not any(
+        test.tree.children(name) for name in test.tree.children(test.tree.root)
+    ):
+        return None
+    tree = test.tree.copy()
+    for node in golden.tree.preorder():
+        if node.name not in tree.nodes:
+            tree.nodes[node.name] = Node(node.name, node.type, tree.root, 1)
+            tree.nodes[tree.root].children.append(node.name)
+    return replace(golden, tree=tree)
 
 
 def _sorted_like(tree: NodeTree, partner_order: dict[str, int]) -> NodeTree:

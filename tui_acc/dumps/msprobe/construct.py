@@ -71,21 +71,17 @@ def check_construct(path: Path, parents: dict[str, str | None], data: dict[str, 
     # before any filter): a parent that is neither a key nor a record is no call of the run
     unknown = [n for n, up in parents.items() if up is not None and up not in parents and up not in data]
     problems += _cut(path, parents, unknown, "name a parent it does not list")
-    done: set[str] = set()  # each record's chain is walked once: linear even for a malformed tree
-    for name in list(parents):
-        chain: dict[str, None] = {}  # the current walk, in order (a dict: ordered, and O(1) lookups)
-        current: str | None = name
-        while current is not None and current not in done:
-            if current in chain:  # each cycle is found and named once
-                cycle = [*list(chain)[list(chain).index(current) :], current]
-                problems.append(Problem(str(path), _cycle_message(cycle)))
-                # every edge of it is cut: none can be told right, and cutting one only would nest
-                # the rest under it (the model's passes in a cycle would read as one token)
-                parents.update(dict.fromkeys(cycle, None))
-                break
-            chain[current] = None
-            current = parents.get(current)
-        done.update(chain)
+    cycles = _cycles(parents)
+    if cycles:
+        # No edge of a cycle can be told right, nor any edge around it: a forged or corrupted file.
+        # Cutting the cycle alone left modules emptied of the calls it moved (a decoder layer
+        # without its MLP reads as the error's source) and calls nested under modules of another
+        # pass (a pass's forward hung under a cycle member counted in that member's pass): the
+        # calls are shown flat instead, as where the file is missing, and each side paired in
+        # the order its calls completed.
+        problems += [Problem(str(path), _cycle_message(cycle)) for cycle in cycles]
+        parents.clear()
+        return problems
     # a module's record is written when it returns, after every call inside it (dump.json's order):
     # a parent recorded before its call is another pass's module, or none the call ran in
     order = {name: i for i, name in enumerate(data)}
@@ -191,9 +187,26 @@ def _deepest(parents: dict[str, str | None]) -> int:
     return max(depth.values(), default=0)
 
 
+def _cycles(parents: dict[str, str | None]) -> list[list[str]]:
+    """Each cycle of ``parents``, once, as its members and the first again; each record's chain is
+    walked once: linear even for a malformed tree."""
+    cycles = []
+    done: set[str] = set()
+    for name in parents:
+        chain: dict[str, None] = {}  # the current walk, in order (a dict: ordered, and O(1) lookups)
+        current: str | None = name
+        while current is not None and current not in done:
+            if current in chain:
+                cycles.append([*list(chain)[list(chain).index(current) :], current])
+                break
+            chain[current] = None
+            current = parents.get(current)
+        done.update(chain)
+    return cycles
+
+
 def _cycle_message(cycle: list[str]) -> str:
     shown = cycle if len(cycle) <= 8 else [*cycle[:4], f"... {len(cycle) - 8} more ...", *cycle[-4:]]
-    members = len(cycle) - 1
-    if members == 1:
-        return f"{cycle[0]} is its own parent; it is shown at the top level"
-    return f"parents form a cycle ({' -> '.join(shown)}); its {members} members are shown at the top level"
+    if len(cycle) == 2:
+        return f"{cycle[0]} is its own parent; the file is not trusted: calls are shown flat"
+    return f"parents form a cycle ({' -> '.join(shown)}); the file is not trusted: calls are shown flat"
