@@ -6,6 +6,8 @@ registry's plug-ins (tui-acc.toml, entry points; a broken one is named, not a cr
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from importlib.metadata import EntryPoint
 from pathlib import Path
@@ -355,3 +357,42 @@ def test_a_plugins_prints_never_reach_the_reports_stdout(l1, chatty, capsys) -> 
     replay = json.loads(captured.out)["replay"]
     assert "declines" in replay["test"]["reason"] and (chatty / "imported.marker").exists()
     assert "PLUGIN MODULE SAYS HELLO" in captured.err and "PLUGIN CALL SAYS HELLO" in captured.err
+
+
+# Every road to standard output a plug-in has besides print: the interpreter's own stdout object,
+# descriptor 1, and a process it starts (which inherits descriptor 1)
+LOUD = """
+import os, sys
+sys.__stdout__.write("LOUD STDOUT OBJECT\\n")
+os.write(1, b"LOUD DESCRIPTOR AT IMPORT\\n")
+def replay_linear(*args, **kwargs):
+    os.write(1, b"LOUD DESCRIPTOR AT CALL\\n")
+    os.system("echo LOUD CHILD PROCESS")
+    raise RuntimeError("declines")
+"""
+
+
+def test_nothing_a_plugin_writes_to_descriptor_1_reaches_the_reports_stdout(l1, tmp_path: Path) -> None:
+    """In a process of its own (descriptor 1 is then the report's stdout): stdout parses as the one
+    JSON object, and each thing the plug-in wrote is on stderr."""
+    folder, case, _ = l1
+    (tmp_path / "loud_plugin_for_tests.py").write_text(LOUD, encoding="utf-8")
+    config = _config(tmp_path, '[replay]\n"Functional.linear" = "loud_plugin_for_tests:replay_linear"\n')
+    argv = ["report", str(folder / "golden"), str(folder / "test"), "--no-cache", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "tui_acc", *argv, "--replay", case["fault_record"], "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr  # the fault: the report itself, not an error
+    assert "declines" in json.loads(done.stdout)["replay"]["test"]["reason"]
+    for said in (
+        "LOUD STDOUT OBJECT",
+        "LOUD DESCRIPTOR AT IMPORT",
+        "LOUD DESCRIPTOR AT CALL",
+        "LOUD CHILD PROCESS",
+    ):
+        assert said in done.stderr, said

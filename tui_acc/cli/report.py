@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import sys
 from typing import TYPE_CHECKING, TextIO
 
 from tui_acc.cli.compare import open_pair, open_single_dump, pair_opener, prepared, swapped_command
+from tui_acc.cli.stdout_guard import report_stdout
 from tui_acc.cli.toml_settings import Settings
 from tui_acc.errors import UsageError
 from tui_acc.redump.settings import RedumpSettings
@@ -25,9 +24,9 @@ def run(args: argparse.Namespace) -> int:
 
     settings, thresholds, redump = prepared(args)
     report: Report
-    out = sys.stdout
-    # a plug-in's print (or a library's) goes to stderr: stdout holds the report alone (--json's object)
-    with contextlib.redirect_stdout(sys.stderr):
+    # what a plug-in (or a library, or a process either starts) writes goes to stderr: stdout holds
+    # the report alone (--json's object)
+    with report_stdout() as out:
         if args.test is None:
             from tui_acc.reports import single
 
