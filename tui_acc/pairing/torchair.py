@@ -307,7 +307,7 @@ def _ge_partner(golden: DumpIndex, graphs: _Graphs) -> Partner:
 
 def _graphs(golden: DumpIndex, test: DumpIndex) -> _Graphs:
     notes: list[str] = []
-    text_of = texts_by_graph(test, notes)
+    text_of = texts_by_graph(test)
     test_graphs = test.tree.children(test.tree.root)
     golden_graphs = golden.tree.children(golden.tree.root)
     scores: list[tuple[int, float, str, str]] = []

@@ -21,32 +21,27 @@ from tui_acc.dumps.torchair.graph_text import GraphOp, GraphText, read_graph
 
 _SHAPE_SAMPLES = 8  # ops whose output shapes tell two texts of the same ops apart
 _KEPT = 16  # dumps whose matches are kept (a hunt opens a few re-dumps; each reads its texts once)
-# (dump root, rank, where its files may lead, its graphs) -> (texts by graph, notes, problems)
+# (dump root, rank, where its files may lead, its graphs) -> (texts by graph, problems)
 _CacheKey = tuple[str, int | None, LoadPolicy, tuple[str, ...]]
-_cache: OrderedDict[_CacheKey, tuple[dict[str, GraphText], tuple[str, ...], tuple[Problem, ...]]] = (
-    OrderedDict()
-)
+_cache: OrderedDict[_CacheKey, tuple[dict[str, GraphText], tuple[Problem, ...]]] = OrderedDict()
 _lock = threading.Lock()
 
 
-def texts_by_graph(index: DumpIndex, notes: list[str] | None = None) -> dict[str, GraphText]:
-    """Each GE graph (model folder) of ``index`` -> its graph text; what could not be matched is said
-    in ``notes``, a text that cannot be read in ``index.problems``. Read once per dump (its root,
-    rank, load policy and graphs; no file is looked at again), the last few dumps kept."""
+def texts_by_graph(index: DumpIndex) -> dict[str, GraphText]:
+    """Each GE graph (model folder) of ``index`` -> its graph text; a text that cannot be read, or a
+    graph left without one, is said in ``index.problems``. Read once per dump (its root, rank, load
+    policy and graphs; no file is looked at again), the last few dumps kept."""
     key = (str(index.root), index.rank, index.load_policy, tuple(index.tree.children(index.tree.root)))
     with _lock:  # one reader per dump: the pairing and a worker's replay may ask at once
         if key in _cache:
             _cache.move_to_end(key)
         else:
-            said: list[str] = []
             problems: list[Problem] = []
-            _cache[key] = (_matched(index, said, problems), tuple(said), tuple(problems))
+            _cache[key] = (_matched(index, problems), tuple(problems))
             while len(_cache) > _KEPT:
                 _cache.popitem(last=False)
-        found, said_then, problems_then = _cache[key]
+        found, problems_then = _cache[key]
     index.problems.extend(p for p in problems_then if p not in index.problems)
-    if notes is not None:
-        notes.extend(said_then)
     return found
 
 
@@ -117,8 +112,12 @@ def first_run(index: DumpIndex, graph: str) -> int | None:
     return next((token for token, (ran, _) in sorted(index.runs.items()) if ran == graph), None)
 
 
-def _matched(index: DumpIndex, notes: list[str], problems: list[Problem]) -> dict[str, GraphText]:
-    texts = _readable(index, graph_files(index), notes, problems)
+def _matched(index: DumpIndex, problems: list[Problem]) -> dict[str, GraphText]:
+    """Each graph's text. A graph left without one is a problem, not a note: its runs are not
+    compared, and a run of the rest that passes must not read as the whole dump passing."""
+    paths = graph_files(index)
+    texts = _readable(index, paths, problems)
+    where = str(paths[0].parent if paths else index.root)  # the folder its text would be in
     found: dict[str, GraphText] = {}
     graphs = index.tree.children(index.tree.root)
     named_for = {graph: [t for t in texts if _named_for(t, graph)] for graph in graphs}
@@ -129,10 +128,8 @@ def _matched(index: DumpIndex, notes: list[str], problems: list[Problem]) -> dic
         named = named_for[graph]
         ops = {index.stable_name(n) for n in index.tree.children(graph)}
         if aligned and not named:
-            notes.append(
-                f"GE graph {graph}: no graph text named for it (the dump's texts are named for its other "
-                "graphs); not compared"
-            )
+            said = f"GE graph {graph}: no graph text named for it (the texts here are named for the dump's "
+            problems.append(Problem(where, said + "other graphs); its runs are not compared"))
             continue
         candidates = [t for t in named if ops & t.ops.keys()] or texts
 
@@ -145,7 +142,8 @@ def _matched(index: DumpIndex, notes: list[str], problems: list[Problem]) -> dic
         if best is not None and ops & best.ops.keys():
             found[graph] = best
         else:
-            notes.append(f"GE graph {graph}: no graph text (dynamo_original_graph_*.txt) holds its ops")
+            said = f"GE graph {graph}: no graph text (dynamo_original_graph_*.txt) holds its ops"
+            problems.append(Problem(where, f"{said}; its runs are not compared"))
     return found
 
 
@@ -156,9 +154,7 @@ def _named_for(text: GraphText, graph: str) -> bool:
     return graph in (text.name, folder) or graph.startswith(f"{folder}_")
 
 
-def _readable(
-    index: DumpIndex, paths: list[Path], notes: list[str], problems: list[Problem]
-) -> list[GraphText]:
+def _readable(index: DumpIndex, paths: list[Path], problems: list[Problem]) -> list[GraphText]:
     texts = []
     for path in paths:
         try:
@@ -166,7 +162,8 @@ def _readable(
         except DumpError as exc:
             problems.append(Problem(str(path), str(exc).removeprefix(f"{path}: ")))
     if not texts:
-        notes.append(f"{index.root}: no readable graph text (dynamo_original_graph_*.txt); nothing is paired")
+        said = "no readable graph text (dynamo_original_graph_*.txt); nothing is paired"
+        problems.append(Problem(str(index.root), said))
     return texts
 
 
