@@ -387,7 +387,8 @@ def test_a_graph_whose_text_is_gone_is_named_not_described_by_another_graphs(
     report = build_report(comparison, all_tokens=True)
     body = report.body()
     said = [f"{e['file']}: {e['message']}" for e in body["errors"]]
-    assert any(f"{test}/msprobe_ge_dump: GE graph graph_2: no graph text named for it" in e for e in said), said
+    missing = f"{test}/msprobe_ge_dump: GE graph graph_2: no graph text named for it"
+    assert any(missing in e for e in said), said
     assert body["first_failing_op"] is None
     assert local_operators(comparison) == []
     assert report.exit_code == 1
