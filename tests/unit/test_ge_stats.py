@@ -128,6 +128,10 @@ def test_statistics_in_columns_it_does_not_know_are_named_not_passed_by_the_nan_
     extra = "Input/Output,Index,Data Type,Format,Shape,Count,Max Value,Vendor Thing,Nan Count\n"
     refs, problems, _ = _read(tmp_path, extra + "Output,0,DT_FLOAT,ND,4,4,9.5,7,0\n")
     assert problems == [] and refs[0].stats.max == 9.5
+    # an overflow check's dump: the runtime's own Inf counts beside the NaN count are no unknown
+    overflow = "Input/Output,Index,Data Type,Format,Shape,Nan Count,Negative Inf Count,Positive Inf Count\n"
+    refs, problems, _ = _read(tmp_path, overflow + "Output,0,DT_FLOAT,ND,4,0,0,0\n")
+    assert problems == [] and [r.slot for r in refs] == ["output.0"]
 
 
 _HEAD = "Input/Output,Index,Data Type,Format,Shape,Max Value,Min Value,Avg Value,l2norm,Nan Count\n"

@@ -283,6 +283,9 @@ class DumpIndex:
     # msprobe: its call tree is not construct.json as written (missing, unreadable, or cut where it
     # disagreed with dump.json), so its order is not the other side's (pairing/by_name.py)
     call_tree_doubted: bool = False
+    # msprobe: its construct.json lost whole (missing, unreadable, or distrusted for a cycle): its
+    # calls are flat, where the other side's tree may nest them (pairing/__init__.py)
+    call_tree_lost: bool = False
 
     @property
     def load_policy(self) -> LoadPolicy:

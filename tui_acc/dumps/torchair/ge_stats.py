@@ -57,7 +57,12 @@ _FIELDS = {  # statistic -> the header names that hold it (the device's and mspr
     "nan": ("nan count",),
     "md5": ("md5 value",),
 }
-_FIXED = ("input/output", "index", "data size", "data type", "format", "shape", "count")  # no statistics
+# columns read as the tensor's description, or written and not compared (the Inf counts: an overflow
+# check's, AclDumpDataProcessor.cpp STATS_HEADER_*); any other beside a NaN count alone is named
+_FIXED = (
+    "input/output", "index", "data size", "data type", "format", "shape", "count",
+    "negative inf count", "positive inf count",
+)  # fmt: skip
 _ROLES = {"input": "input", "output": "output"}
 _PADDED_NOTE = (
     "GE statistics of tensors in a padded device format count the padding: only their NaN counts are compared"
