@@ -123,3 +123,15 @@ def test_a_dump_json_record_named_with_a_lone_surrogate_is_named_not_read(
     report = _report(golden, test, capsys)
     assert any("records named with an unpaired surrogate" in e for e in _errors(report)), _errors(report)
     assert report["tokens"]
+
+
+def test_a_folder_of_dumps_beside_one_named_in_another_encoding_still_points_at_the_others(
+    demo_pair, tmp_path: Path, capsys
+) -> None:
+    golden, test, _ = _copy(demo_pair, tmp_path)
+    shutil.copytree(test, Path(os.fsdecode(os.fsencode(tmp_path / "copy") + LATIN1)))
+    code = main(["report", str(tmp_path), "--json", "--no-cache"])
+    said = capsys.readouterr().err
+    assert code == 2
+    assert "compare them with tui-acc" in said and str(golden) in said and str(test) in said, said
+    assert "copycaf\ufffd/ beside them is named in another encoding" in said, said
