@@ -36,7 +36,10 @@ def read_construct(path: Path, policy: LoadPolicy) -> tuple[dict[str, str | None
         message = f"holds a JSON {_json_kind(raw)}, not an object of call -> parent; calls are shown flat"
         return {}, [Problem(str(path), message)]
     parents = {str(k): (str(v) if v else None) for k, v in raw.items()}
-    # names with an unpaired surrogate (JSON escapes; none msprobe writes): no node may carry one
+    # names with an unpaired surrogate (JSON escapes; none msprobe writes): no node may carry one.
+    # One pass in C over every name first: a file of 200,000 entries is all ASCII
+    if "".join(parents).isascii() and "".join(v for v in parents.values() if v).isascii():
+        return parents, []
     odd = [k for k, v in parents.items() if not_utf8(k) or (v is not None and not_utf8(v))]
     if not odd:
         return parents, []
