@@ -6,6 +6,7 @@ refused with the reason and what to do. Before, each ended in polars' "surrogate
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -135,3 +136,19 @@ def test_a_folder_of_dumps_beside_one_named_in_another_encoding_still_points_at_
     assert code == 2
     assert "compare them with tui-acc" in said and str(golden) in said and str(test) in said, said
     assert "copycaf\ufffd/ beside them is named in another encoding" in said, said
+
+
+def test_a_construct_json_call_named_with_a_lone_surrogate_is_named(
+    model_case, tmp_path: Path, capsys
+) -> None:
+    folder = model_case("llama-msprobe-mix")
+    golden = shutil.copytree(folder / "golden", tmp_path / "golden")
+    test = shutil.copytree(folder / "test", tmp_path / "test")
+    (construct,) = test.glob("step0/*/construct.json")
+    text = construct.read_text(encoding="utf-8")
+    construct.write_text(text.replace("{", '{"Module.x\\udce9.X.forward.0": null, ', 1), encoding="utf-8")
+    report = _report(golden, test, capsys)
+    said = [e for e in _errors(report) if e.startswith(f"{construct}: ")]
+    assert len(said) == 1 and "name a call with an unpaired surrogate" in said[0], _errors(report)
+    key = json.loads((folder / "case.json").read_text())
+    assert report["first_failing_op"]["golden"] == key["fault_record"]
