@@ -103,13 +103,13 @@ def test_adopting_a_grown_tree_copies_each_parent_that_gains_children_once(monke
         grown.nodes[f"c{i}"] = Node(f"c{i}", "Module", "root", 1)
         grown.nodes["root"].children.append(f"c{i}")
     copies: list[str] = []
-    real_replace = model.replace
+    real_copy = Node.copy
 
-    def counting_replace(node: Node, **changes: Any) -> Node:
+    def counting_copy(node: Node, children: list[str] | None = None) -> Node:
         copies.append(node.name)
-        return real_replace(node, **changes)
+        return real_copy(node, children)
 
-    monkeypatch.setattr(model, "replace", counting_replace)
+    monkeypatch.setattr(Node, "copy", counting_copy)
     tree.adopt(grown)
     assert tree.children("root") == grown.children("root") and len(tree.nodes) == 2002
     assert copies.count("root") == 1 and len(copies) == 2001  # the new nodes, and their parent once
