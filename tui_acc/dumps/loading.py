@@ -32,9 +32,14 @@ def load_side(ref: TensorRef, like: Any, policy: LoadPolicy) -> np.ndarray:
             said = f"holds {held}, but the dump's own record says {ref.declared}; not compared"
             raise TensorLoadError(ref.path, said)
         return values
+    return merged(ref, [load_tensor(p, policy) for p in ref.parts], like)
+
+
+def merged(ref: TensorRef, parts: list[np.ndarray], like: Any) -> np.ndarray:
+    """A gathered ``ref``'s parts, as read (here, or on the Ray nodes that hold them), each checked
+    against its rank's record, then merged like the golden (``gather.merge_parts``)."""
     from tui_acc.dumps.gather import merge_parts
 
-    parts = [load_tensor(p, policy) for p in ref.parts]
     for path, values, record in zip(ref.parts, parts, ref.part_records, strict=False):
         if record is not None:  # each rank's file against its own rank's record
             extremes = _finite_extremes(values)

@@ -17,13 +17,17 @@ from tui_acc.dumps.tensors import load_tensor
 from tui_acc.metrics.kernels import compare_tensors
 
 
-def by_rank(golden: np.ndarray, ref: TensorRef, policy: LoadPolicy) -> str | None:
+def by_rank(
+    golden: np.ndarray, ref: TensorRef, policy: LoadPolicy, parts: list[np.ndarray] | None = None
+) -> str | None:
     """``rank 0 [:, 0:16]: cosine 0.999998, max abs 1.2e-03; rank 1 [:, 16:32]: ...``, or None where the
     test side is one file, partial sums, or parts that do not lie in the golden's shape. Each part is
-    read again (mapped: the pages the merge read) and compared with its region alone."""
+    read again (mapped: the pages the merge read) and compared with its region alone; ``parts``: the
+    parts already at hand (on a Ray node, some sent from the nodes holding them)."""
     if len(ref.parts) < 2:
         return None
-    parts = [load_tensor(path, policy) for path in ref.parts]
+    if parts is None:
+        parts = [load_tensor(path, policy) for path in ref.parts]
     layout = part_regions([p.shape for p in parts], ref.merge, golden.shape)
     if layout is None or math.prod(layout[0]) != golden.size:
         return None

@@ -70,7 +70,7 @@ class PairReader:
                         check_recorded(ref, metrics[f"{side}_max"], metrics[f"{side}_min"])  # type: ignore[arg-type]
                     del test
                     if len(pair.test.parts) > 1:  # which rank's shard is off
-                        metrics["by_rank"] = by_rank(golden, pair.test, self.pairing.test.load_policy)
+                        metrics["by_rank"] = self.by_rank(golden, pair)
                     del golden  # the mapped files go before the next large pair comes in
                 changed = _change_said(before)
                 if changed:  # a dump still being written (or copied): these numbers mix two versions
@@ -109,6 +109,10 @@ class PairReader:
         if self.pairing.golden is self.pairing.test and same_file:
             return golden, golden  # one dump checked on its own (anomalies/): each file read once
         return golden, load_side(pair.test, golden, self.pairing.test.load_policy)
+
+    def by_rank(self, golden: np.ndarray, pair: TensorPair) -> str | None:
+        """Each rank's part of a gathered test against its region of the golden (``by_rank.py``)."""
+        return by_rank(golden, pair.test, self.pairing.test.load_policy)
 
     def _golden_policy(self, pair: TensorPair) -> LoadPolicy:
         """The load policy of the dump ``pair``'s golden tensor lies in (the test's, for an op GE

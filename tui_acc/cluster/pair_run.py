@@ -1,0 +1,180 @@
+"""The head's side of a pair's Ray run: where each tensor pair's row is computed, and what crosses
+between nodes for it.
+
+A test tensor's files are its ranks' (a gathered tensor: one part per rank), each on the node holding
+that rank folder. Its row is computed on its **home**: the node holding most of its parts (the lowest
+rank's among equals). The head reads the golden (GOLDEN is on the head) and sends it there; each other
+node holding a part sends it there as read (a bfloat16 shard: 2 bytes an element, no wider than a
+running sum would be); the home merges the parts and compares them with the local comparison's own
+code, so the row is a local ``--gather`` run's to the last bit. Only the row comes back to the head.
+A node lost (or a call that failed on it) leaves the rows of the tensors it held parts of as errors
+that say so: the rest stand.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tui_acc.cluster.pair_worker import PairWorker
+from tui_acc.cluster.workers import CallFailed, Workers
+from tui_acc.dumps.loading import load_side
+from tui_acc.metrics.pair_reading import PairReader
+from tui_acc.metrics.schema import TensorRow
+from tui_acc.pairing import Pairing, TensorPair
+
+
+class PairWorkers(Workers):
+    """``Workers`` whose actors are ``PairWorker``s."""
+
+    worker_class = PairWorker
+
+
+class PairRun:
+    """The tensor pairs' rows computed on the nodes; the bytes and tensors each node handled."""
+
+    def __init__(self, workers: Workers, owners: dict[Path, int]) -> None:
+        """``owners``: each rank folder (as its node names it) -> the place (node and path) holding it."""
+        self.workers = workers
+        self.owners = owners
+        self.computed = [0] * len(workers.places)  # rows computed on each place
+        self.fetched = 0  # test tensors fetched whole to the head (error map, plots)
+        self.fetched_bytes = 0
+        self._lock = threading.Lock()  # the engine's worker threads ask at once
+
+    def owner(self, path: Path) -> int | None:
+        """The place holding the file ``path``, or None: no rank folder holds it."""
+        return next((place for root, place in self.owners.items() if path.is_relative_to(root)), None)
+
+    def row(self, pair: TensorPair, kl: bool, golden: np.ndarray) -> tuple[TensorRow, bool]:
+        """``pair``'s row (not yet judged) computed on its home, and whether it is transient."""
+        paths = list(pair.test.parts or (pair.test.path,))
+        home, sent, why = self._plan(paths)
+        if why is not None:
+            return _error_row(pair, why), False
+        call = self.workers.actors[home].row.remote(pair, golden, kl, [p for p, _ in sent], *[r for _, r in sent])
+        try:
+            row, transient, sent_bytes = self.workers.result(home, call)
+        except CallFailed as exc:
+            return _error_row(pair, f"not compared: {exc}"), False
+        self._count(home, golden, sent_bytes)
+        with self._lock:
+            self.computed[home] += 1
+        return row, transient
+
+    def tensor(self, pair: TensorPair, golden: np.ndarray) -> np.ndarray:
+        """The test's tensor of ``pair``, merged on its home and fetched to the head (counted)."""
+        from tui_acc.dumps import DumpError
+
+        paths = list(pair.test.parts or (pair.test.path,))
+        home, sent, why = self._plan(paths)
+        if why is not None:
+            raise DumpError(why)
+        call = self.workers.actors[home].tensor.remote(
+            pair, golden, [p for p, _ in sent], *[r for _, r in sent]
+        )
+        try:
+            values, sent_bytes = self.workers.result(home, call)
+        except CallFailed as exc:
+            raise DumpError(f"{pair.test.path}: not fetched: {exc}") from exc
+        self._count(home, golden, sent_bytes)
+        with self._lock:
+            self.fetched += 1
+            self.fetched_bytes += values.nbytes
+        return values
+
+    def _plan(self, paths: list[Path]) -> tuple[int, list[tuple[list[str], Any]], str | None]:
+        """The home of a tensor whose files are ``paths``, and what each other holder sends it (paths,
+        and the call that reads them there); or why it cannot be compared."""
+        owners = [self.owner(p) for p in paths]
+        if any(o is None for o in owners):
+            missing = next(p for p, o in zip(paths, owners, strict=True) if o is None)
+            return 0, [], f"not compared: {missing} is in no rank folder a node holds"
+        held = [o for o in owners if o is not None]
+        lost = [o for o in dict.fromkeys(held) if o in self.workers.lost]
+        if lost:
+            said = "; ".join(f"node {self.workers.states[o].label}: {self.workers.lost[o]}" for o in lost)
+            return 0, [], f"not compared: a node holding its ranks was lost ({said})"
+        home = max(dict.fromkeys(held), key=lambda o: (held.count(o), -held.index(o)))
+        sent = []
+        for other in dict.fromkeys(held):
+            if other != home:
+                mine = [str(p) for p, o in zip(paths, held, strict=True) if o == other]
+                sent.append((mine, self.workers.actors[other].parts.remote(mine)))
+        return home, sent, None
+
+    def _count(self, home: int, golden: np.ndarray, sent_bytes: int) -> None:
+        """The golden sent to the home where the home is not the head's node, and the parts the other
+        nodes sent it (``sent_bytes``, as the home received them)."""
+        workers = self.workers
+        with self._lock:
+            if workers.places[home].node.node_id != workers.connection.head:
+                workers.traffic.add("goldens", golden.nbytes)
+            workers.traffic.add("inputs", sent_bytes)
+
+    def finish(self, started: float) -> None:
+        """Each place that computed rows marked done, its line on stderr."""
+        for place, state in enumerate(self.workers.states):
+            if state.state in ("working", "listing") and place not in self.workers.lost:
+                state.state, state.ended = "done", time.monotonic()
+                state.collectives = self.computed[place]
+                if self.workers.progress is not None:
+                    self.workers.progress(
+                        f"node {state.label}: done: {', '.join(state.ranks) or 'no ranks'}, "
+                        f"{self.computed[place]} tensor rows computed, {time.monotonic() - started:.1f} s"
+                    )
+
+    def said(self) -> dict[str, Any]:
+        """``--json``'s ``ray``: each node's state, the bytes, the tensors fetched whole."""
+        bytes_said = self.workers.traffic.said()
+        bytes_said["fetched_to_head"] = self.fetched_bytes
+        return {
+            "nodes": [
+                {**state.said(), "rows": self.computed[i]} for i, state in enumerate(self.workers.states)
+            ],
+            "bytes": bytes_said,
+            "fetched_tensors": self.fetched,
+        }
+
+
+class RayPairReader(PairReader):
+    """``PairReader`` at the head of a pair's Ray run: the golden read here, the test's row computed
+    on the node holding its files (``PairRun.row``)."""
+
+    def __init__(self, pairing: Pairing, run: PairRun) -> None:
+        super().__init__(pairing)
+        self.run = run
+
+    def compare(self, pair: TensorPair, kl: bool) -> tuple[TensorRow, bool]:
+        """The pair's row, computed where its test files are (statistics-only pairs: here)."""
+        if not (pair.golden.has_data and pair.test.has_data) or pair.golden_from_test:
+            return super().compare(pair, kl)
+        try:
+            golden = load_side(pair.golden, None, self._golden_policy(pair))
+        except Exception:  # the golden's own error row, as the local comparison words it
+            return super().compare(pair, kl)
+        return self.run.row(pair, kl, golden)
+
+    def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
+        """Both tensors whole at the head (the error map, a plot): the test's fetched from its home."""
+        golden = load_side(pair.golden, None, self._golden_policy(pair))
+        if pair.golden_from_test:
+            return super().load_pair(pair)
+        return golden, self.run.tensor(pair, golden)
+
+
+def _error_row(pair: TensorPair, error: str) -> TensorRow:
+    return {
+        "token": pair.token,
+        "golden_node": pair.golden_node,
+        "test_node": pair.test_node,
+        "slot": pair.slot,
+        "role": pair.role,
+        "golden_path": str(pair.golden.path),
+        "test_path": str(pair.test.path),
+        "error": error,
+    }
