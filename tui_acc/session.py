@@ -14,8 +14,8 @@ from tui_acc.pairing import MappingError, Pairing, load_mapping, load_msprobe_ma
 from tui_acc.tolerances.thresholds import Thresholds
 
 if TYPE_CHECKING:
-    from tui_acc.metrics.pair_reading import PairReader
     from tui_acc.metrics.engine import MetricsEngine
+    from tui_acc.metrics.pair_reading import PairReader
     from tui_acc.replay.registry import Registry
     from tui_acc.verdicts.judge import Judge
 

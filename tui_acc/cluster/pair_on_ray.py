@@ -139,8 +139,8 @@ def _policy_over(indexes: list[DumpIndex]) -> LoadPolicy:
     nodes' folders: a shared file system, or a test's cluster on one machine): the one root every
     rank's dump shares, or the folder the roots have in common, never the file system's root (rank
     0's then: the other ranks' files are refused, their replays said impossible)."""
-    roots = [index.policy.root for index in indexes]
+    roots = [index.load_policy.root for index in indexes]
     if any(root is None for root in roots):
         return LoadPolicy.anywhere()  # --follow-links
     common = Path(os.path.commonpath([str(root) for root in roots if root is not None]))
-    return LoadPolicy(common) if common.parent != common else indexes[0].policy
+    return LoadPolicy(common) if common.parent != common else indexes[0].load_policy

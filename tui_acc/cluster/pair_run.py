@@ -53,14 +53,16 @@ class PairRun:
     def row(self, pair: TensorPair, kl: bool, golden: np.ndarray) -> tuple[TensorRow, bool]:
         """``pair``'s row (not yet judged) computed on its home, and whether it is transient."""
         paths = list(pair.test.parts or (pair.test.path,))
-        home, sent, why = self._plan(paths)
+        home, sent, why = self._plan(pair, paths)
         if why is not None:
             return _error_row(pair, why), False
-        call = self.workers.actors[home].row.remote(pair, golden, kl, [p for p, _ in sent], *[r for _, r in sent])
+        call = self.workers.actors[home].row.remote(
+            pair, golden, kl, [p for p, _ in sent], *[r for _, r in sent]
+        )
         try:
             row, transient, sent_bytes = self.workers.result(home, call)
         except CallFailed as exc:
-            return _error_row(pair, f"not compared: {exc}"), False
+            return _error_row(pair, self._failed(paths, exc)), False
         self._count(home, golden, sent_bytes)
         with self._lock:
             self.computed[home] += 1
@@ -71,7 +73,7 @@ class PairRun:
         from tui_acc.dumps import DumpError
 
         paths = list(pair.test.parts or (pair.test.path,))
-        home, sent, why = self._plan(paths)
+        home, sent, why = self._plan(pair, paths)
         if why is not None:
             raise DumpError(why)
         call = self.workers.actors[home].tensor.remote(
@@ -80,14 +82,16 @@ class PairRun:
         try:
             values, sent_bytes = self.workers.result(home, call)
         except CallFailed as exc:
-            raise DumpError(f"{pair.test.path}: not fetched: {exc}") from exc
+            raise DumpError(f"{pair.test.path}: {self._failed(paths, exc)}") from exc
         self._count(home, golden, sent_bytes)
         with self._lock:
             self.fetched += 1
             self.fetched_bytes += values.nbytes
         return values
 
-    def _plan(self, paths: list[Path]) -> tuple[int, list[tuple[list[str], Any]], str | None]:
+    def _plan(
+        self, pair: TensorPair, paths: list[Path]
+    ) -> tuple[int, list[tuple[list[str], Any]], str | None]:
         """The home of a tensor whose files are ``paths``, and what each other holder sends it (paths,
         and the call that reads them there); or why it cannot be compared."""
         owners = [self.owner(p) for p in paths]
@@ -95,17 +99,28 @@ class PairRun:
             missing = next(p for p, o in zip(paths, owners, strict=True) if o is None)
             return 0, [], f"not compared: {missing} is in no rank folder a node holds"
         held = [o for o in owners if o is not None]
-        lost = [o for o in dict.fromkeys(held) if o in self.workers.lost]
-        if lost:
-            said = "; ".join(f"node {self.workers.states[o].label}: {self.workers.lost[o]}" for o in lost)
-            return 0, [], f"not compared: a node holding its ranks was lost ({said})"
+        if any(o in self.workers.lost for o in held):
+            return 0, [], self._lost_said(held)
         home = max(dict.fromkeys(held), key=lambda o: (held.count(o), -held.index(o)))
         sent = []
         for other in dict.fromkeys(held):
             if other != home:
                 mine = [str(p) for p, o in zip(paths, held, strict=True) if o == other]
-                sent.append((mine, self.workers.actors[other].parts.remote(mine)))
+                sent.append((mine, self.workers.actors[other].parts.remote(pair, mine)))
         return home, sent, None
+
+    def _failed(self, paths: list[Path], exc: CallFailed) -> str:
+        """Why a tensor whose files are ``paths`` was not compared: the nodes of them lost (named), or
+        the call that failed on a node alive."""
+        held = [o for o in (self.owner(p) for p in paths) if o is not None]
+        if any(o in self.workers.lost for o in held):
+            return self._lost_said(held)
+        return f"not compared: {exc}"
+
+    def _lost_said(self, held: list[int]) -> str:
+        lost = [o for o in dict.fromkeys(held) if o in self.workers.lost]
+        said = "; ".join(f"node {self.workers.states[o].label}: {self.workers.lost[o]}" for o in lost)
+        return f"not compared: a node holding its ranks was lost ({said})"
 
     def _count(self, home: int, golden: np.ndarray, sent_bytes: int) -> None:
         """The golden sent to the home where the home is not the head's node, and the parts the other

@@ -41,8 +41,9 @@ class PairWorker(NodeWorker):
             return self._first
         return open_dump(self.path, rank=local, follow_links=self.follow_links)
 
-    def parts(self, paths: list[str]) -> list[np.ndarray]:
-        """The tensor files ``paths`` as read here, for the node that computes their tensor's row."""
+    def parts(self, pair: TensorPair, paths: list[str]) -> list[np.ndarray]:
+        """``pair``'s test files ``paths`` as read here, for the node that computes its row."""
+        self._gate(pair)
         policy = self._policy()
         return [np.ascontiguousarray(load_tensor(Path(p), policy)) for p in paths]
 
@@ -57,8 +58,7 @@ class PairWorker(NodeWorker):
         """``pair``'s row, not yet judged, whether it is transient (``PairReader.compare``), and the
         bytes of the parts sent here: ``golden`` sent by the head, the test's files read here but for
         ``sent`` (each other node's files, ``sent_paths``, as that node read them)."""
-        if self.before_read is not None:
-            cast(BeforeCompare, self.before_read)(self.node_id, pair)
+        self._gate(pair)
         arrays = {
             Path(path): values
             for paths, group in zip(sent_paths, sent, strict=True)
@@ -79,6 +79,11 @@ class PairWorker(NodeWorker):
         }
         values = SentGoldenReader(self._policy(), like, arrays).test_side(pair)
         return values, sum(part.nbytes for part in arrays.values())
+
+    def _gate(self, pair: TensorPair) -> None:
+        """A test's hook (``before_read``, given a pair here) before this node reads ``pair``'s files."""
+        if self.before_read is not None:
+            cast(BeforeCompare, self.before_read)(self.node_id, pair)
 
     def _policy(self) -> LoadPolicy:
         return LoadPolicy.for_dump(Path(self.path), self.follow_links)

@@ -1,0 +1,209 @@
+"""``report GOLDEN TEST --ray``: the real msprobe tensor-parallel run of tests/data/tp (a tiny Llama on 2
+ranks in bfloat16, one-device float32 golden) with each rank folder on its own node of a Ray cluster on
+this machine (``ray.cluster_utils.Cluster``: a head holding nothing, nodes a and b), against the local
+``--gather`` of the same folders: the same token rows, operator rows, first failing token and culprit;
+the bytes that crossed between nodes counted; a node lost mid-run (removed once its worker reaches a
+gate the test holds: no sleep, no timing) naming the tensors it held as not compared, the rest
+standing."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import math
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tui_acc import CompareOptions, open_comparison
+from tui_acc.cli.main import main
+from tui_acc.cluster.pair_on_ray import open_pair_on_ray
+from tui_acc.pairing import TensorPair
+from tui_acc.reports.pair import PairReport, build_report
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+NAME = "llama-tp2-msprobe"
+LAYOUT = {"a": "rank0", "b": "rank1"}
+# what differs by construction: the test's path (the nodes' folders) and the notes naming it
+PLACES_SAID = ("test", "notes", "ray")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[Any, dict[str, Any]]]:
+    """A head that holds no rank folder (the driver's node) and two nodes a, b."""
+    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    try:
+        nodes = {name: made.add_node(num_cpus=1) for name in LAYOUT}
+        ray.init(address=made.address, log_to_driver=False, include_dashboard=False)
+        made.wait_for_nodes()
+        yield made, nodes
+    finally:
+        ray.shutdown()
+        made.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tp(tp_case) -> Path:
+    return tp_case(NAME)
+
+
+def _spread(tp: Path, case: str, root: Path) -> dict[str, Path]:
+    """Each node's own copy of its rank folder (``root/<node>/step0/rank*``)."""
+    for node, rank in LAYOUT.items():
+        shutil.copytree(tp / case / "step0" / rank, root / node / "step0" / rank)
+    return {node: root / node for node in LAYOUT}
+
+
+def _places(nodes: dict[str, Any], roots: dict[str, Path]) -> list[str]:
+    return [f"{nodes[name].node_id}:{root}" for name, root in roots.items()]
+
+
+@functools.cache
+def _local(tp: Path, case: str) -> PairReport:
+    """The local ``--gather`` report of ``case``, made once for the file."""
+    cmp = open_comparison(tp / "golden", tp / case, CompareOptions(cache=False, gather=True))
+    return build_report(cmp, all_tokens=True)
+
+
+def _same(ray_body: dict[str, Any], local_body: dict[str, Any]) -> None:
+    """Every field of the two reports equal but those naming the test's folders."""
+    assert {k: v for k, v in ray_body.items() if k not in PLACES_SAID} == {
+        k: v for k, v in local_body.items() if k not in PLACES_SAID
+    }
+
+
+@pytest.mark.parametrize("case", ["allreduce", "column"])
+def test_the_report_is_the_local_gathers_row_for_row(cluster, tp, tmp_path: Path, case: str) -> None:
+    """allreduce: rank 1's all-reduce left its peer out, the culprit found by a replay of the two
+    ranks' call; column: rank 1's column-parallel shard wrong, found once the ranks' columns are
+    concatenated. Both on rank 1's node, which the head reads nothing of."""
+    _made, nodes = cluster
+    local = _local(tp, case)
+    lines: list[str] = []
+    pair = open_pair_on_ray(
+        tp / "golden", _places(nodes, _spread(tp, case, tmp_path)), None, progress=lines.append
+    )
+    try:
+        report = build_report(pair.comparison, all_tokens=True)
+        pair.finish()
+        said = pair.said()
+    finally:
+        pair.close()
+    _same(report.body(), local.body())
+    assert report.token_table.equals(local.token_table) and report.node_table.equals(local.node_table)
+    culprit = report.body()["first_failing_op"]
+    assert culprit is not None and culprit["label"] == "local"
+    assert report.exit_code == local.exit_code == 1
+    assert [n["state"] for n in said["nodes"]] == ["done", "done"] and said["not_compared"] == []
+    moved = said["bytes"]
+    assert (
+        moved["inputs"] > 0
+        and moved["goldens"] > 0
+        and moved["crossed"] == sum(moved[k] for k in ("partial_sums", "goldens", "inputs", "results"))
+    )
+    assert sum(line.startswith("node ") and ": done: " in line for line in lines) == 2
+    assert "crossed between nodes" in lines[-1]
+
+
+def test_report_ray_on_the_command_line(cluster, tp, capsys) -> None:
+    """``report GOLDEN TEST --ray auto --json``: the same folder on every node (the test's nodes share
+    this machine's disk): stdout one JSON object, the same as the local report's, with ``ray``; a line
+    per node on stderr."""
+    code = main(["report", str(tp / "golden"), str(tp / "column"), "--ray", "auto", "--json", "--all-tokens"])
+    out, err = capsys.readouterr()
+    body = json.loads(out)
+    _same(body, json.loads(json.dumps(_local(tp, "column").json())))
+    assert code == 1 and body["ray"]["bytes"]["crossed"] > 0
+    assert "Traceback" not in err and "crossed between nodes" in err.splitlines()[-1]
+
+
+def test_a_node_lost_mid_run_names_what_it_held_and_the_rest_stand(cluster, tp, tmp_path: Path) -> None:
+    """Node b (rank 1) is removed while its worker waits, at token 2's first tensor, on a FIFO the test
+    never opens: the logits rows of tokens 0 and 1 (computed first, never gated) are the local run's;
+    every row that needs rank 1's files from then on says it was not compared, naming the lost node."""
+    made, nodes = cluster
+    victim = made.add_node(num_cpus=1)
+    made.wait_for_nodes()
+    roots = _spread(tp, "column", tmp_path / "nodes")
+    reached, release = tmp_path / "reached", tmp_path / "release"
+    os.mkfifo(reached)
+    os.mkfifo(release)
+
+    def kill_once_reached() -> None:
+        with reached.open() as gate:  # returns once the victim's worker opens it to write
+            if gate.read():
+                made.remove_node(victim, allow_graceful=False)
+
+    killer = threading.Thread(target=kill_once_reached)
+    killer.start()
+    lines: list[str] = []
+    try:
+        pair = open_pair_on_ray(
+            tp / "golden",
+            _places({"a": nodes["a"], "b": victim}, roots),
+            None,
+            progress=lines.append,
+            before_compare=_gate(victim.node_id, str(reached), str(release)),
+        )
+        try:
+            report = build_report(pair.comparison, all_tokens=True)
+            pair.finish()
+            said = pair.said()
+        finally:
+            pair.close()
+    finally:
+        _unblock(reached)  # the gate never reached (a failure below): the killer reads EOF and ends
+        killer.join()
+        _unblock(release)  # a worker still waiting there, should its node outlive the removal
+    local_report = _local(tp, "column")
+    local = {r["token"]: r for r in local_report.token_table.to_dicts()}
+    rows = {r["token"]: r for r in report.token_table.to_dicts()}
+    errors = report.body()["errors"]
+    assert errors and all(
+        victim.node_id[:8] in e["message"] and "not compared" in e["message"] for e in errors
+    )
+    assert rows.keys() == local.keys()
+    for token, row in rows.items():  # the logits: what was computed before the loss stands
+        if token < 2:
+            assert _equal(row, local[token])
+        else:
+            assert row["passed"] is not True and "not compared" in str(row["error"])
+    assert report.exit_code == 1
+    states = {n["node_id"]: n["state"] for n in said["nodes"]}
+    assert states == {nodes["a"].node_id: "done", victim.node_id: "lost"}
+    assert said["not_compared"] and any(" lost after " in line for line in lines)
+
+
+def _equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(
+        a[k] == b[k]
+        or (isinstance(a[k], float) and isinstance(b[k], float) and math.isnan(a[k]) and math.isnan(b[k]))
+        for k in a
+    )
+
+
+def _gate(victim: str, reached: str, release: str) -> Any:
+    """Run on every node before it reads or computes a tensor: the victim, at token 2, says so and waits."""
+
+    def before_compare(node_id: str, pair: TensorPair) -> None:
+        if node_id == victim and pair.token >= 2:
+            with open(reached, "w") as said:  # noqa: PTH123 -- a FIFO: blocks until the test reads
+                said.write("reached\n")
+            with open(release) as wait:  # noqa: PTH123 -- never written: the node goes first
+                wait.read()
+
+    return before_compare
+
+
+def _unblock(fifo: Path) -> None:
+    """Open ``fifo`` for writing and close it, where someone is waiting to read it (else nothing)."""
+    with contextlib.suppress(OSError):  # ENXIO: no reader waiting
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
