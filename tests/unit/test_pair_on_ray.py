@@ -25,6 +25,7 @@ from tui_acc import CompareOptions, open_comparison
 from tui_acc.cli.main import main
 from tui_acc.cluster.pair_on_ray import open_pair_on_ray
 from tui_acc.pairing import TensorPair
+from tui_acc.reports.output import strict_json
 from tui_acc.reports.pair import PairReport, build_report
 
 ray = pytest.importorskip("ray")
@@ -70,14 +71,49 @@ def _places(nodes: dict[str, Any], roots: dict[str, Path]) -> list[str]:
 def _local(tp: Path, case: str) -> PairReport:
     """The local ``--gather`` report of ``case``, made once for the file."""
     cmp = open_comparison(tp / "golden", tp / case, CompareOptions(cache=False, gather=True))
-    return build_report(cmp, all_tokens=True)
+    report = build_report(cmp, all_tokens=True)
+    _rows[id(report)] = [dict(row) for row in cmp.engine.tensors.rows()]
+    return report
 
 
-def _same(ray_body: dict[str, Any], local_body: dict[str, Any]) -> None:
-    """Every field of the two reports equal but those naming the test's folders."""
-    assert {k: v for k, v in ray_body.items() if k not in PLACES_SAID} == {
-        k: v for k, v in local_body.items() if k not in PLACES_SAID
-    }
+_rows: dict[int, list[dict[str, Any]]] = {}  # each local report's tensor rows
+
+
+def _same(ray_body: dict[str, Any], local: PairReport, local_body: dict[str, Any] | None = None) -> None:
+    """Every field of the two reports equal but those naming the test's folders, and each float within
+    the reassociation of its float64 sums: a concatenated tensor's sums are its parts' sums added
+    (``metrics/region_sums.py``), not one sweep over the whole. A sum of n terms reassociated moves by
+    at most (n - 1) * 2**-53 * the sum of their magnitudes, which for every metric here is at most its
+    largest tensor's element count N, times the largest value compared (the scale) or, for a ratio
+    of sums (cosine, relative errors), times the ratio itself; a few roundings more for the
+    quotients and square roots after: 8 N 2**-53."""
+    rows = [r for r in _rows[id(local)] if not r.get("error")]
+    numel = max(int(r["numel"]) for r in rows)
+    scale = max(
+        abs(float(r[k]))
+        for r in rows
+        for k in ("golden_max", "golden_min", "test_max", "test_min")
+        if r[k] is not None
+    )
+    tolerance = 8 * numel * 2**-53
+    local_body = local_body or local.body()
+    for key in local_body.keys() - set(PLACES_SAID):
+        _close(ray_body[key], local_body[key], tolerance, scale, key)
+
+
+def _close(a: Any, b: Any, tolerance: float, scale: float, where: str) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            _close(a[key], b[key], tolerance, scale, f"{where}.{key}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _close(x, y, tolerance, scale, f"{where}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float) and a != b:
+        assert math.isclose(a, b, rel_tol=tolerance, abs_tol=tolerance * scale), (where, a, b)
+    else:
+        assert a == b, (where, a, b)
 
 
 @pytest.mark.parametrize("case", ["allreduce", "column"])
@@ -97,8 +133,9 @@ def test_the_report_is_the_local_gathers_row_for_row(cluster, tp, tmp_path: Path
         said = pair.said()
     finally:
         pair.close()
-    _same(report.body(), local.body())
-    assert report.token_table.equals(local.token_table) and report.node_table.equals(local.node_table)
+    _same(report.body(), local)
+    tables = {"tokens": report.token_table.to_dicts(), "operators": report.node_table.to_dicts()}
+    _same(tables, local, {"tokens": local.token_table.to_dicts(), "operators": local.node_table.to_dicts()})
     culprit = report.body()["first_failing_op"]
     assert culprit is not None and culprit["label"] == "local"
     assert report.exit_code == local.exit_code == 1
@@ -120,7 +157,8 @@ def test_report_ray_on_the_command_line(cluster, tp, capsys) -> None:
     code = main(["report", str(tp / "golden"), str(tp / "column"), "--ray", "auto", "--json", "--all-tokens"])
     out, err = capsys.readouterr()
     body = json.loads(out)
-    _same(body, json.loads(json.dumps(_local(tp, "column").json())))
+    local = _local(tp, "column")
+    _same(body, local, json.loads(json.dumps(strict_json(local.body()))))
     assert code == 1 and body["ray"]["bytes"]["crossed"] > 0
     assert "Traceback" not in err and "crossed between nodes" in err.splitlines()[-1]
 

@@ -13,6 +13,7 @@ that say so: the rest stand.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from pathlib import Path
@@ -20,10 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from tui_acc.cluster.pair_worker import PairWorker
+from tui_acc.cluster.pair_worker import PairSurvey, PairWorker
 from tui_acc.cluster.workers import CallFailed, Workers
-from tui_acc.dumps.loading import load_side
-from tui_acc.metrics.pair_reading import PairReader
+from tui_acc.dumps.loading import check_recorded, load_side
+from tui_acc.dumps.tensors import TensorLoadError
+from tui_acc.metrics.by_rank import rank_said
+from tui_acc.metrics.pair_reading import PairReader, base_row, with_metrics
+from tui_acc.metrics.region_sums import PartSums, Split, combined_row, golden_regions, split_plan
 from tui_acc.metrics.schema import TensorRow
 from tui_acc.pairing import Pairing, TensorPair
 
@@ -44,6 +48,9 @@ class PairRun:
         self.computed = [0] * len(workers.places)  # rows computed on each place
         self.fetched = 0  # test tensors fetched whole to the head (error map, plots)
         self.fetched_bytes = 0
+        # how each row was made: from its parts' sums, on the first rank's node (every rank a copy of
+        # it), on its home with the other nodes' parts sent there, or on the one node holding it all
+        self.ways = {"split": 0, "copies": 0, "sent": 0, "one_node": 0}
         self._lock = threading.Lock()  # the engine's worker threads ask at once
 
     def owner(self, path: Path) -> int | None:
@@ -51,18 +58,104 @@ class PairRun:
         return next((place for root, place in self.owners.items() if path.is_relative_to(root)), None)
 
     def row(self, pair: TensorPair, kl: bool, golden: np.ndarray) -> tuple[TensorRow, bool]:
-        """``pair``'s row (not yet judged) computed on its home, and whether it is transient."""
+        """``pair``'s row (not yet judged), and whether it is transient: from its parts' sums where
+        it splits, else computed on its home."""
         paths = list(pair.test.parts or (pair.test.path,))
-        home, sent, why = self._plan(pair, paths)
+        held = [self.owner(p) for p in paths]
+        if len(set(held)) > 1 and None not in held and not any(o in self.workers.lost for o in held):
+            try:
+                survey = self._survey(pair, paths, [o for o in held if o is not None])
+            except CallFailed as exc:
+                return base_row(pair, self._failed(paths, exc)), False
+            float_pair = all(s.real_float for s in survey)
+            split = split_plan(
+                [s.shape for s in survey], [s.dtype for s in survey], pair.test.merge, golden, kl
+            )
+            if split is not None and float_pair:
+                self._tally("split")
+                return self._split_row(pair, kl, golden, paths, split)
+            copies = (
+                all(s.digest == survey[0].digest for s in survey)
+                and survey[0].shape
+                and (math.prod(survey[0].shape) == golden.size)
+            )
+            if copies:  # every rank holds the whole tensor, bit for bit: the first rank's node alone
+                self._tally("copies")
+                return self._home_row(pair, kl, golden, paths, copies=True)
+        self._tally("sent" if len(set(held)) > 1 else "one_node")
+        return self._home_row(pair, kl, golden, paths, copies=False)
+
+    def _tally(self, way: str) -> None:
+        with self._lock:
+            self.ways[way] += 1
+
+    def _survey(self, pair: TensorPair, paths: list[Path], held: list[int]) -> list[PairSurvey]:
+        """Each part's shape, dtype and digest, from its node, in rank order."""
+        calls = {
+            place: self.workers.actors[place].survey.remote(
+                pair, [str(p) for p, o in zip(paths, held, strict=True) if o == place]
+            )
+            for place in dict.fromkeys(held)
+        }
+        answers = {place: iter(self.workers.result(place, call)) for place, call in calls.items()}
+        return [next(answers[place]) for place in held]
+
+    def _split_row(
+        self, pair: TensorPair, kl: bool, golden: np.ndarray, paths: list[Path], split: Split
+    ) -> tuple[TensorRow, bool]:
+        """The row from each part's sums on its node, each sent only its region of the golden."""
+        held = [o for o in (self.owner(p) for p in paths) if o is not None]
+        regions = golden_regions(golden, split)
+        calls = {}
+        for place in dict.fromkeys(held):
+            mine = [i for i, o in enumerate(held) if o == place]
+            calls[place] = self.workers.actors[place].region_sums.remote(
+                pair, [str(paths[i]) for i in mine], [regions[i] for i in mine], kl
+            )
+        sums: dict[int, PartSums] = {}
+        for place, call in calls.items():
+            try:
+                found, error, transient = self.workers.result(place, call)
+            except CallFailed as exc:
+                return base_row(pair, self._failed(paths, exc)), False
+            if error is not None:
+                return base_row(pair, error), transient
+            mine = [i for i, o in enumerate(held) if o == place]
+            sums.update(zip(mine, found, strict=True))
+            with self._lock:
+                self.computed[place] += 1
+                if self.workers.places[place].node.node_id != self.workers.connection.head:
+                    self.workers.traffic.add("goldens", sum(regions[i].nbytes for i in mine))
+        parts = [sums[i] for i in range(len(held))]
+        row = base_row(pair)
+        try:
+            metrics = combined_row(golden, split, parts, kl)
+            check_recorded(pair.golden, metrics["golden_max"], metrics["golden_min"])  # type: ignore[arg-type]
+        except TensorLoadError as exc:
+            row["error"] = str(exc)
+            return row, False
+        metrics["by_rank"] = "; ".join(
+            rank_said(rank, region, part.said)
+            for rank, (region, part) in enumerate(zip(split.regions, parts, strict=True))
+        )
+        with_metrics(row, metrics)
+        return row, False
+
+    def _home_row(
+        self, pair: TensorPair, kl: bool, golden: np.ndarray, paths: list[Path], copies: bool
+    ) -> tuple[TensorRow, bool]:
+        """The row computed on the tensor's home, the golden sent there, and the other nodes' parts
+        too unless they are ``copies`` of the home's."""
+        home, sent, why = self._plan(pair, paths, send=not copies)
         if why is not None:
-            return _error_row(pair, why), False
+            return base_row(pair, why), False
         call = self.workers.actors[home].row.remote(
-            pair, golden, kl, [p for p, _ in sent], *[r for _, r in sent]
+            pair, golden, kl, copies, [p for p, _ in sent], *[r for _, r in sent]
         )
         try:
             row, transient, sent_bytes = self.workers.result(home, call)
         except CallFailed as exc:
-            return _error_row(pair, self._failed(paths, exc)), False
+            return base_row(pair, self._failed(paths, exc)), False
         self._count(home, golden, sent_bytes)
         with self._lock:
             self.computed[home] += 1
@@ -90,10 +183,11 @@ class PairRun:
         return values
 
     def _plan(
-        self, pair: TensorPair, paths: list[Path]
+        self, pair: TensorPair, paths: list[Path], send: bool = True
     ) -> tuple[int, list[tuple[list[str], Any]], str | None]:
-        """The home of a tensor whose files are ``paths``, and what each other holder sends it (paths,
-        and the call that reads them there); or why it cannot be compared."""
+        """The home of a tensor whose files are ``paths`` (with ``send=False``, the first rank's node),
+        and what each other holder sends it (paths, and the call that reads them there); or why it
+        cannot be compared."""
         owners = [self.owner(p) for p in paths]
         if any(o is None for o in owners):
             missing = next(p for p, o in zip(paths, owners, strict=True) if o is None)
@@ -101,10 +195,10 @@ class PairRun:
         held = [o for o in owners if o is not None]
         if any(o in self.workers.lost for o in held):
             return 0, [], self._lost_said(held)
-        home = max(dict.fromkeys(held), key=lambda o: (held.count(o), -held.index(o)))
+        home = max(dict.fromkeys(held), key=lambda o: (held.count(o), -held.index(o))) if send else held[0]
         sent = []
         for other in dict.fromkeys(held):
-            if other != home:
+            if other != home and send:
                 mine = [str(p) for p, o in zip(paths, held, strict=True) if o == other]
                 sent.append((mine, self.workers.actors[other].parts.remote(pair, mine)))
         return home, sent, None
@@ -153,6 +247,7 @@ class PairRun:
             ],
             "bytes": bytes_said,
             "fetched_tensors": self.fetched,
+            "rows_made": dict(self.ways),
         }
 
 
@@ -180,16 +275,3 @@ class RayPairReader(PairReader):
         if pair.golden_from_test:
             return super().load_pair(pair)
         return golden, self.run.tensor(pair, golden)
-
-
-def _error_row(pair: TensorPair, error: str) -> TensorRow:
-    return {
-        "token": pair.token,
-        "golden_node": pair.golden_node,
-        "test_node": pair.test_node,
-        "slot": pair.slot,
-        "role": pair.role,
-        "golden_path": str(pair.golden.path),
-        "test_path": str(pair.test.path),
-        "error": error,
-    }

@@ -9,6 +9,7 @@ A plain class, as ``NodeWorker``: ``pair_run.py`` makes it a Ray actor.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +18,14 @@ from typing import cast
 import numpy as np
 
 from tui_acc.cluster.node_worker import NodeWorker
-from tui_acc.dumps import DumpIndex, open_dump
-from tui_acc.dumps.loading import load_side, merged
+from tui_acc.dumps import DumpError, DumpIndex, open_dump
+from tui_acc.dumps.dtypes import dtype_name, is_complex, is_float
+from tui_acc.dumps.loading import changed_since, check_part, file_state, load_side, merged
 from tui_acc.dumps.policy import LoadPolicy
-from tui_acc.dumps.tensors import load_tensor
+from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 from tui_acc.metrics.by_rank import by_rank
 from tui_acc.metrics.pair_reading import PairReader
+from tui_acc.metrics.region_sums import PartSums, part_sums
 from tui_acc.metrics.schema import TensorRow
 from tui_acc.pairing import Pairing, TensorPair
 
@@ -47,24 +50,64 @@ class PairWorker(NodeWorker):
         policy = self._policy()
         return [np.ascontiguousarray(load_tensor(Path(p), policy)) for p in paths]
 
+    def survey(self, pair: TensorPair, paths: list[str]) -> list[PairSurvey]:
+        """What the head decides a split by, of each of ``pair``'s test files here: no tensor."""
+        self._gate(pair)
+        policy = self._policy()
+        found = []
+        for path in paths:
+            values = load_tensor(Path(path), policy)
+            digest = hashlib.blake2b(values.tobytes(), digest_size=16)
+            digest.update(f"{dtype_name(values)}{values.shape}".encode())
+            real = is_float(values) and not is_complex(values)
+            found.append(PairSurvey(list(values.shape), dtype_name(values), real, digest.hexdigest()))
+        return found
+
+    def region_sums(
+        self, pair: TensorPair, paths: list[str], regions: list[np.ndarray], kl: bool
+    ) -> tuple[list[PartSums], str | None, bool]:
+        """Each of ``pair``'s test files here against its region of the golden (sent by the head):
+        its sums (``region_sums.part_sums``); or why it was not compared, and whether that is
+        transient (a file that changed while it was read), as the local comparison says it."""
+        self._gate(pair)
+        policy = self._policy()
+        before = {Path(p): file_state(Path(p)) for p in paths}
+        sums = []
+        try:
+            for path, region in zip(paths, regions, strict=True):
+                values = load_tensor(Path(path), policy)
+                check_part(pair.test, Path(path), values)
+                sums.append(part_sums(region, values, kl))
+        except (TensorLoadError, DumpError) as exc:
+            changed = changed_since(before)
+            if changed:
+                return [], f"{changed[0]}: changed while being read; compare again when it is complete", True
+            return [], str(exc), False
+        changed = changed_since(before)
+        if changed:
+            return [], f"{changed[0]}: changed while being read; compare again when it is complete", True
+        return sums, None, False
+
     def row(
         self,
         pair: TensorPair,
         golden: np.ndarray,
         kl: bool,
+        copies: bool,
         sent_paths: list[list[str]],
         *sent: list[np.ndarray],
     ) -> tuple[TensorRow, bool, int]:
         """``pair``'s row, not yet judged, whether it is transient (``PairReader.compare``), and the
         bytes of the parts sent here: ``golden`` sent by the head, the test's files read here but for
-        ``sent`` (each other node's files, ``sent_paths``, as that node read them)."""
+        ``sent`` (each other node's files, ``sent_paths``, as that node read them); ``copies``: every
+        other rank's file is, bit for bit, the first's (read here), as their digests said."""
         self._gate(pair)
         arrays = {
             Path(path): values
             for paths, group in zip(sent_paths, sent, strict=True)
             for path, values in zip(paths, group, strict=True)
         }
-        row, transient = SentGoldenReader(self._policy(), golden, arrays).compare(pair, kl)
+        row, transient = SentGoldenReader(self._policy(), golden, arrays, copies).compare(pair, kl)
         return row, transient, sum(values.nbytes for values in arrays.values())
 
     def tensor(
@@ -90,6 +133,17 @@ class PairWorker(NodeWorker):
 
 
 @dataclass(frozen=True)
+class PairSurvey:
+    """One test file as a node read it: its shape, dtype, whether it is real floats, and a digest of
+    its bytes (the ranks' copies of one tensor are the same where their digests are)."""
+
+    shape: list[int]
+    dtype: str
+    real_float: bool
+    digest: str
+
+
+@dataclass(frozen=True)
 class _Side:
     load_policy: LoadPolicy
 
@@ -106,11 +160,14 @@ class SentGoldenReader(PairReader):
     """``PairReader`` on a node: the golden is the one the head sent, the test's parts those read here
     or sent from the nodes holding them (``sent``, by path)."""
 
-    def __init__(self, policy: LoadPolicy, golden: np.ndarray, sent: dict[Path, np.ndarray]) -> None:
+    def __init__(
+        self, policy: LoadPolicy, golden: np.ndarray, sent: dict[Path, np.ndarray], copies: bool = False
+    ) -> None:
         super().__init__(cast(Pairing, _Sides(_Side(policy), _Side(policy))))
         self.policy = policy
         self.golden = golden
         self.sent = sent
+        self.copies = copies
         self._parts: list[np.ndarray] | None = None
 
     def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
@@ -122,7 +179,11 @@ class SentGoldenReader(PairReader):
         ref = pair.test
         if not ref.parts:
             return load_side(ref, self.golden, self.policy)
-        self._parts = [self.sent[p] if p in self.sent else load_tensor(p, self.policy) for p in ref.parts]
+        if self.copies:  # the other ranks' files are the first's, bit for bit: read once, here
+            first = load_tensor(ref.parts[0], self.policy)
+            self._parts = [first] * len(ref.parts)
+        else:
+            self._parts = [self.sent[p] if p in self.sent else load_tensor(p, self.policy) for p in ref.parts]
         return merged(ref, self._parts, self.golden)
 
     def by_rank(self, golden: np.ndarray, pair: TensorPair) -> str | None:

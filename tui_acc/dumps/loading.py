@@ -40,12 +40,18 @@ def merged(ref: TensorRef, parts: list[np.ndarray], like: Any) -> np.ndarray:
     against its rank's record, then merged like the golden (``gather.merge_parts``)."""
     from tui_acc.dumps.gather import merge_parts
 
-    for path, values, record in zip(ref.parts, parts, ref.part_records, strict=False):
-        if record is not None:  # each rank's file against its own rank's record
-            extremes = _finite_extremes(values)
-            part = replace(ref, location=str(path), parts=(), part_records=(), recorded=record)
-            check_recorded(part, *(extremes or (None, None)))
+    for path, values in zip(ref.parts, parts, strict=False):
+        check_part(ref, path, values)
     return merge_parts(parts, ref.merge, like, ref.path)
+
+
+def check_part(ref: TensorRef, path: Path, values: np.ndarray) -> None:
+    """A gathered ``ref``'s part at ``path``, as read, against its own rank's record (``check_recorded``)."""
+    record = dict(zip(ref.parts, ref.part_records, strict=False)).get(path)
+    if record is not None:
+        extremes = _finite_extremes(values)
+        part = replace(ref, location=str(path), parts=(), part_records=(), recorded=record)
+        check_recorded(part, *(extremes or (None, None)))
 
 
 def _finite_extremes(values: np.ndarray) -> tuple[float, float] | None:

@@ -6,6 +6,7 @@ took) stand for no region: none."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -34,15 +35,19 @@ def by_rank(
     if not any(layout[1]) and not any(merge_parts(parts, ref.merge, golden, ref.path) is p for p in parts):
         return None  # every rank holds as many elements, and the merge took their sum: partial sums
     shaped = golden.reshape(layout[0])
-    said = []
-    for rank, (part, region) in enumerate(zip(parts, layout[1], strict=True)):
-        found = compare_tensors(shaped[region], part, kl=False)
-        where = f" {_indexed(region)}" if region else ""
-        said.append(
-            f"rank {rank}{where}: cosine {numbers.cosine(_float(found['cosine']))}, "
-            f"max abs {numbers.number(_float(found['max_abs_err']))}"
-        )
-    return "; ".join(said)
+    return "; ".join(
+        rank_said(rank, region, compare_tensors(shaped[region], part, kl=False))
+        for rank, (part, region) in enumerate(zip(parts, layout[1], strict=True))
+    )
+
+
+def rank_said(rank: int, region: tuple[slice, ...], found: Mapping[str, object]) -> str:
+    """``rank 1 [:, 16:32]: cosine 0.999998, max abs 1.2e-03``: one part's row (``found``) said."""
+    where = f" {_indexed(region)}" if region else ""
+    return (
+        f"rank {rank}{where}: cosine {numbers.cosine(_float(found['cosine']))}, "
+        f"max abs {numbers.number(_float(found['max_abs_err']))}"
+    )
 
 
 def _float(value: object) -> float | None:

@@ -49,16 +49,7 @@ class PairReader:
         from tui_acc.metrics.stats import compare_stats
 
         transient = False
-        row: TensorRow = {
-            "token": pair.token,
-            "golden_node": pair.golden_node,
-            "test_node": pair.test_node,
-            "slot": pair.slot,
-            "role": pair.role,
-            "golden_path": str(pair.golden.path),
-            "test_path": str(pair.test.path),
-            "error": None,
-        }
+        row = base_row(pair)
         before: dict[Path, FileState] = {}
         try:
             if pair.golden.has_data and pair.test.has_data:
@@ -95,10 +86,7 @@ class PairReader:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             row["error"] = f"{pair.test.path} against {pair.golden.path}: {type(exc).__name__}: {first}"
         else:
-            metrics["golden_shape"] = _shape(metrics["golden_shape"])
-            metrics["test_shape"] = _shape(metrics["test_shape"])
-            row.update(cast(TensorRow, metrics))
-            row.setdefault("stats_only", False)
+            with_metrics(row, metrics)
         return row, transient
 
     def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
@@ -134,6 +122,28 @@ class PairReader:
         """The lock large pairs are read under, one at a time (memory), or nothing for a small one."""
         large = sum(state[0] for state in before.values() if state) > LARGE_PAIR_BYTES
         return self._one_large_pair if large else contextlib.nullcontext()
+
+
+def base_row(pair: TensorPair, error: str | None = None) -> TensorRow:
+    """A pair's row before its metrics: which tensors, and ``error`` where it was not compared."""
+    return {
+        "token": pair.token,
+        "golden_node": pair.golden_node,
+        "test_node": pair.test_node,
+        "slot": pair.slot,
+        "role": pair.role,
+        "golden_path": str(pair.golden.path),
+        "test_path": str(pair.test.path),
+        "error": error,
+    }
+
+
+def with_metrics(row: TensorRow, metrics: dict[str, object]) -> None:
+    """``row`` with a comparison's metrics (``compare_tensors``' or ``compare_stats``'), shapes said."""
+    metrics["golden_shape"] = _shape(metrics["golden_shape"])
+    metrics["test_shape"] = _shape(metrics["test_shape"])
+    row.update(cast(TensorRow, metrics))
+    row.setdefault("stats_only", False)
 
 
 def _stats(ref: TensorRef, policy: LoadPolicy) -> Stats:
