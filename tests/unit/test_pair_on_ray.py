@@ -20,13 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.widgets import DataTable
 
+from tests.tui.conftest import settle
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.cli.main import main
 from tui_acc.cluster.pair_on_ray import open_pair_on_ray
 from tui_acc.pairing import TensorPair
 from tui_acc.reports.output import strict_json
 from tui_acc.reports.pair import PairReport, build_report
+from tui_acc.tui.app import AccApp
+from tui_acc.tui.screens.operators import OperatorScreen
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -245,3 +249,26 @@ def _unblock(fifo: Path) -> None:
     """Open ``fifo`` for writing and close it, where someone is waiting to read it (else nothing)."""
     with contextlib.suppress(OSError):  # ENXIO: no reader waiting
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+async def test_the_view_on_ray_reaches_the_same_culprit(cluster, tp, tmp_path: Path) -> None:
+    """``tui-acc GOLDEN TEST --ray``: the view gets the Ray rows through the engine's reader, so ``f``
+    twice (the first failing token, then its culprit) lands where the local report's culprit is."""
+    _made, nodes = cluster
+    expected = _local(tp, "allreduce").body()["first_failing_op"]
+    pair = open_pair_on_ray(tp / "golden", _places(nodes, _spread(tp, "allreduce", tmp_path)), None)
+    try:
+        app = AccApp(pair.comparison, export_dir=tmp_path)
+        async with app.run_test(size=(200, 45)) as pilot:
+            await settle(pilot)
+            await pilot.press("f")
+            await settle(pilot)
+            await pilot.press("f")
+            await settle(pilot)
+            screen = app.screen
+            assert isinstance(screen, OperatorScreen) and screen.token == expected["token"]
+            table = screen.query_one("#ops", DataTable)
+            row = screen._rows[str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)]
+            assert (row["golden_node"], row["label"]) == (expected["golden"], "local")
+    finally:
+        pair.close()
