@@ -26,6 +26,7 @@ from tests.tui.conftest import settle
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.cli.main import main
 from tui_acc.cluster.pair_on_ray import open_pair_on_ray
+from tui_acc.dumps.loading import load_side
 from tui_acc.pairing import TensorPair
 from tui_acc.reports.output import strict_json
 from tui_acc.reports.pair import PairReport, build_report
@@ -120,11 +121,10 @@ def _close(a: Any, b: Any, tolerance: float, scale: float, where: str) -> None:
         assert a == b, (where, a, b)
 
 
-@pytest.mark.parametrize("case", ["allreduce", "column"])
-def test_the_report_is_the_local_gathers_row_for_row(cluster, tp, tmp_path: Path, case: str) -> None:
+def test_the_report_is_the_local_gathers_row_for_row(cluster, tp, tmp_path: Path) -> None:
     """allreduce: rank 1's all-reduce left its peer out, the culprit found by a replay of the two
-    ranks' call; column: rank 1's column-parallel shard wrong, found once the ranks' columns are
-    concatenated. Both on rank 1's node, which the head reads nothing of."""
+    ranks' call; each rank folder on its own node (HOST:PATH), the head holding none."""
+    case = "allreduce"
     _made, nodes = cluster
     local = _local(tp, case)
     lines: list[str] = []
@@ -133,10 +133,17 @@ def test_the_report_is_the_local_gathers_row_for_row(cluster, tp, tmp_path: Path
     )
     try:
         report = build_report(pair.comparison, all_tokens=True)
+        # the error map's and a plot's tensors: the gathered test fetched whole from its home, counted
+        cmp = pair.comparison
+        gathered = next(t for n in cmp.pairing.node_pairs(0) for t in n.tensors if len(t.test.parts) > 1)
+        golden, fetched = cmp.engine.load_pair(gathered)
+        read_here = load_side(gathered.test, golden, cmp.test.load_policy)  # the test's disk is shared
         pair.finish()
         said = pair.said()
     finally:
         pair.close()
+    assert fetched.dtype == read_here.dtype and fetched.tobytes() == read_here.tobytes()
+    assert said["fetched_tensors"] == 1 and said["bytes"]["fetched_to_head"] == fetched.nbytes
     _same(report.body(), local)
     tables = {"tokens": report.token_table.to_dicts(), "operators": report.node_table.to_dicts()}
     _same(tables, local, {"tokens": local.token_table.to_dicts(), "operators": local.node_table.to_dicts()})
@@ -155,15 +162,17 @@ def test_the_report_is_the_local_gathers_row_for_row(cluster, tp, tmp_path: Path
 
 
 def test_report_ray_on_the_command_line(cluster, tp, capsys) -> None:
-    """``report GOLDEN TEST --ray auto --json``: the same folder on every node (the test's nodes share
-    this machine's disk): stdout one JSON object, the same as the local report's, with ``ray``; a line
-    per node on stderr."""
+    """``report GOLDEN TEST --ray auto --json`` on ``column`` (rank 1's column-parallel shard wrong,
+    found once the ranks' columns are concatenated: those rows made from the slices' sums), the
+    same folder on every node (the test's nodes share this machine's disk): stdout one JSON object,
+    the local report's row for row, with ``ray``; a line per node on stderr."""
     code = main(["report", str(tp / "golden"), str(tp / "column"), "--ray", "auto", "--json", "--all-tokens"])
     out, err = capsys.readouterr()
     body = json.loads(out)
     local = _local(tp, "column")
     _same(body, local, json.loads(json.dumps(strict_json(local.body()))))
-    assert code == 1 and body["ray"]["bytes"]["crossed"] > 0
+    assert code == 1 and body["ray"]["bytes"]["crossed"] > 0 and body["ray"]["rows_made"]["split"] > 0
+    assert body["first_failing_op"]["label"] == "local"
     assert "Traceback" not in err and "crossed between nodes" in err.splitlines()[-1]
 
 
