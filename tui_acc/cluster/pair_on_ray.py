@@ -64,15 +64,14 @@ class RayPair:
             self.run.workers.progress(self.run.workers.traffic.line())
 
     def said(self) -> dict[str, Any]:
-        """``--json``'s ``ray``: the address, each node, the bytes, the rows not compared."""
+        """``--json``'s ``ray``: the address, each node, the bytes, and the ranks whose files were not
+        compared from when their node was lost (each such row is in the report's ``errors``)."""
         said = {"address": self.address, **self.run.said()}
-        said["not_compared"] = sorted(
-            {
-                state.label: state.ranks
-                for place, state in enumerate(self.run.workers.states)
-                if place in self.run.workers.lost
-            }.items()
-        )
+        said["not_compared"] = [
+            {"node": state.label, "ranks": list(state.ranks), "reason": state.reason}
+            for place, state in enumerate(self.run.workers.states)
+            if place in self.run.workers.lost
+        ]
         return said
 
     def close(self) -> None:

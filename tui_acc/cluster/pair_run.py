@@ -2,13 +2,20 @@
 between nodes for it.
 
 A test tensor's files are its ranks' (a gathered tensor: one part per rank), each on the node holding
-that rank folder. Its row is computed on its **home**: the node holding most of its parts (the lowest
-rank's among equals). The head reads the golden (GOLDEN is on the head) and sends it there; each other
-node holding a part sends it there as read (a bfloat16 shard: 2 bytes an element, no wider than a
-running sum would be); the home merges the parts and compares them with the local comparison's own
-code, so the row is a local ``--gather`` run's to the last bit. Only the row comes back to the head.
-A node lost (or a call that failed on it) leaves the rows of the tensors it held parts of as errors
-that say so: the rest stand.
+that rank folder; the golden is read here (GOLDEN is on the head). Where its parts are on several
+nodes, each node first says what it holds (``PairWorker.survey``: shapes, dtypes, digests; no tensor):
+
+* parts that are slices of a concatenation (``region_sums.split_plan``): each node is sent its slices'
+  regions of the golden and sends back their sums; the row is made here from them. No part moves.
+* parts that are each the whole tensor, bit for bit the same: the first rank's node alone compares
+  its copy with the golden, sent there: the local run's row to the last bit.
+* anything else (partial sums, copies that differ, rows KL needs whole): the row is computed on the
+  tensor's **home**, the node holding most of its parts (the lowest rank's among equals); the golden
+  is sent there and each other node's parts, as read (a bfloat16 part: 2 bytes an element); the home
+  merges and compares them with the local comparison's own code: its row to the last bit.
+
+A tensor on one node is computed there, the golden sent to it. A node lost (or a call that failed on
+it) leaves the rows of the tensors it held parts of as errors that say so: the rest stand.
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ from tui_acc.metrics.region_sums import PartSums, Split, combined_row, golden_re
 from tui_acc.metrics.schema import TensorRow
 from tui_acc.pairing import Pairing, TensorPair
 
+# a line per node on stderr this often while rows are computed (the last ones when the report is made)
+PROGRESS_SECONDS = 10.0
+
 
 class PairWorkers(Workers):
     """``Workers`` whose actors are ``PairWorker``s."""
@@ -52,6 +62,7 @@ class PairRun:
         # it), on its home with the other nodes' parts sent there, or on the one node holding it all
         self.ways = {"split": 0, "copies": 0, "sent": 0, "one_node": 0}
         self._lock = threading.Lock()  # the engine's worker threads ask at once
+        self._said_at = time.monotonic()
 
     def owner(self, path: Path) -> int | None:
         """The place holding the file ``path``, or None: no rank folder holds it."""
@@ -86,8 +97,17 @@ class PairRun:
         return self._home_row(pair, kl, golden, paths, copies=False)
 
     def _tally(self, way: str) -> None:
+        """Count a row made ``way``; every PROGRESS_SECONDS, a line per node on stderr."""
         with self._lock:
             self.ways[way] += 1
+            now = time.monotonic()
+            due = now - self._said_at >= PROGRESS_SECONDS
+            if due:
+                self._said_at = now
+        if due and self.workers.progress is not None:
+            for place, state in enumerate(self.workers.states):
+                if state.state == "working":
+                    self.workers.progress(f"node {state.label}: {self.computed[place]} tensor rows so far")
 
     def _survey(self, pair: TensorPair, paths: list[Path], held: list[int]) -> list[PairSurvey]:
         """Each part's shape, dtype and digest, from its node, in rank order."""
