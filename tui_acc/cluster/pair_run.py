@@ -7,8 +7,9 @@ nodes, each node first says what it holds (``PairWorker.survey``: shapes, dtypes
 
 * parts that are slices of a concatenation (``region_sums.split_plan``): each node is sent its slices'
   regions of the golden and sends back their sums; the row is made here from them. No part moves.
-* parts that are each the whole tensor, bit for bit the same: the first rank's node alone compares
-  its copy with the golden, sent there: the local run's row to the last bit.
+* parts that are each the whole tensor, bit for bit the same: one node alone (the head's own where
+  it holds a copy, else the first rank's) compares its copy with the golden, sent there: the local
+  run's row to the last bit.
 * anything else (partial sums, copies that differ, rows KL needs whole): the row is computed on the
   tensor's **home**, the node holding most of its parts (the lowest rank's among equals); the golden
   is sent there and each other node's parts, as read (a bfloat16 part: 2 bytes an element); the home
@@ -90,7 +91,7 @@ class PairRun:
                 and survey[0].shape
                 and (math.prod(survey[0].shape) == golden.size)
             )
-            if copies:  # every rank holds the whole tensor, bit for bit: the first rank's node alone
+            if copies:  # every rank holds the whole tensor, bit for bit: one node alone
                 self._tally("copies")
                 return self._home_row(pair, kl, golden, paths, copies=True)
         self._tally("sent" if len(set(held)) > 1 else "one_node")
@@ -165,12 +166,14 @@ class PairRun:
         self, pair: TensorPair, kl: bool, golden: np.ndarray, paths: list[Path], copies: bool
     ) -> tuple[TensorRow, bool]:
         """The row computed on the tensor's home, the golden sent there, and the other nodes' parts
-        too unless they are ``copies`` of the home's."""
+        too unless they are ``copies`` of the home's (then read on the head's node where it holds
+        one: the golden then crosses no network)."""
         home, sent, why = self._plan(pair, paths, send=not copies)
         if why is not None:
             return base_row(pair, why), False
+        copy = next(str(p) for p in paths if self.owner(p) == home) if copies else None
         call = self.workers.actors[home].row.remote(
-            pair, golden, kl, copies, [p for p, _ in sent], *[r for _, r in sent]
+            pair, golden, kl, copy, [p for p, _ in sent], *[r for _, r in sent]
         )
         try:
             row, transient, sent_bytes = self.workers.result(home, call)
@@ -205,9 +208,9 @@ class PairRun:
     def _plan(
         self, pair: TensorPair, paths: list[Path], send: bool = True
     ) -> tuple[int, list[tuple[list[str], Any]], str | None]:
-        """The home of a tensor whose files are ``paths`` (with ``send=False``, the first rank's node),
-        and what each other holder sends it (paths, and the call that reads them there); or why it
-        cannot be compared."""
+        """The home of a tensor whose files are ``paths`` (with ``send=False``, the first holder on the
+        head's node, else the first rank's), and what each other holder sends it (paths, and the call
+        that reads them there); or why it cannot be compared."""
         owners = [self.owner(p) for p in paths]
         if any(o is None for o in owners):
             missing = next(p for p, o in zip(paths, owners, strict=True) if o is None)
@@ -215,7 +218,11 @@ class PairRun:
         held = [o for o in owners if o is not None]
         if any(o in self.workers.lost for o in held):
             return 0, [], self._lost_said(held)
-        home = max(dict.fromkeys(held), key=lambda o: (held.count(o), -held.index(o))) if send else held[0]
+        head = self.workers.connection.head
+        if send:
+            home = max(dict.fromkeys(held), key=lambda o: (held.count(o), -held.index(o)))
+        else:
+            home = next((o for o in held if self.workers.places[o].node.node_id == head), held[0])
         sent = []
         for other in dict.fromkeys(held):
             if other != home and send:

@@ -93,21 +93,21 @@ class PairWorker(NodeWorker):
         pair: TensorPair,
         golden: np.ndarray,
         kl: bool,
-        copies: bool,
+        copy: str | None,
         sent_paths: list[list[str]],
         *sent: list[np.ndarray],
     ) -> tuple[TensorRow, bool, int]:
         """``pair``'s row, not yet judged, whether it is transient (``PairReader.compare``), and the
         bytes of the parts sent here: ``golden`` sent by the head, the test's files read here but for
-        ``sent`` (each other node's files, ``sent_paths``, as that node read them); ``copies``: every
-        other rank's file is, bit for bit, the first's (read here), as their digests said."""
+        ``sent`` (each other node's files, ``sent_paths``, as that node read them); ``copy``: every
+        rank's file is, bit for bit, this one here, as their digests said (it alone is read)."""
         self._gate(pair)
         arrays = {
             Path(path): values
             for paths, group in zip(sent_paths, sent, strict=True)
             for path, values in zip(paths, group, strict=True)
         }
-        row, transient = SentGoldenReader(self._policy(), golden, arrays, copies).compare(pair, kl)
+        row, transient = SentGoldenReader(self._policy(), golden, arrays, copy).compare(pair, kl)
         return row, transient, sum(values.nbytes for values in arrays.values())
 
     def tensor(
@@ -161,13 +161,13 @@ class SentGoldenReader(PairReader):
     or sent from the nodes holding them (``sent``, by path)."""
 
     def __init__(
-        self, policy: LoadPolicy, golden: np.ndarray, sent: dict[Path, np.ndarray], copies: bool = False
+        self, policy: LoadPolicy, golden: np.ndarray, sent: dict[Path, np.ndarray], copy: str | None = None
     ) -> None:
         super().__init__(cast(Pairing, _Sides(_Side(policy), _Side(policy))))
         self.policy = policy
         self.golden = golden
         self.sent = sent
-        self.copies = copies
+        self.copy = copy
         self._parts: list[np.ndarray] | None = None
 
     def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
@@ -179,9 +179,9 @@ class SentGoldenReader(PairReader):
         ref = pair.test
         if not ref.parts:
             return load_side(ref, self.golden, self.policy)
-        if self.copies:  # the other ranks' files are the first's, bit for bit: read once, here
-            first = load_tensor(ref.parts[0], self.policy)
-            self._parts = [first] * len(ref.parts)
+        if self.copy is not None:  # every rank's file is this one, bit for bit: read once, here
+            same = load_tensor(Path(self.copy), self.policy)
+            self._parts = [same] * len(ref.parts)
         else:
             self._parts = [self.sent[p] if p in self.sent else load_tensor(p, self.policy) for p in ref.parts]
         return merged(ref, self._parts, self.golden)
