@@ -115,6 +115,25 @@ def test_a_nan_count_decides_only_when_not_zero_or_alone(tmp_path: Path) -> None
     assert [r.stats.is_nan for r in refs] == [None, True, False]
 
 
+def test_statistics_in_columns_it_does_not_know_are_named_not_passed_by_the_nan_count(tmp_path: Path) -> None:
+    """Max/Min/Avg/L2 spelled another way beside a NaN count: read by the NaN count alone, a wrong
+    value would pass without a word; the columns are named. Known columns beside others are read
+    as they are, and the writer's own Count (elements) is no statistic."""
+    renamed = "Input/Output,Index,Data Type,Format,Shape,Count,Maximum,Minimum,Average,L2,Nan Count\n"
+    refs, problems, _ = _read(tmp_path, renamed + "Output,0,DT_FLOAT,ND,4,4,9.5,-1.0,0.25,2.0,0\n")
+    assert [r.slot for r in refs] == ["output.0"]
+    assert len(problems) == 1 and "columns tui-acc does not know ('maximum', 'minimum', 'average', 'l2')" in (
+        problems[0].message
+    )
+    extra = "Input/Output,Index,Data Type,Format,Shape,Count,Max Value,Vendor Thing,Nan Count\n"
+    refs, problems, _ = _read(tmp_path, extra + "Output,0,DT_FLOAT,ND,4,4,9.5,7,0\n")
+    assert problems == [] and refs[0].stats.max == 9.5
+    # an overflow check's dump: the runtime's own Inf counts beside the NaN count are no unknown
+    overflow = "Input/Output,Index,Data Type,Format,Shape,Nan Count,Negative Inf Count,Positive Inf Count\n"
+    refs, problems, _ = _read(tmp_path, overflow + "Output,0,DT_FLOAT,ND,4,0,0,0\n")
+    assert problems == [] and [r.slot for r in refs] == ["output.0"]
+
+
 _HEAD = "Input/Output,Index,Data Type,Format,Shape,Max Value,Min Value,Avg Value,l2norm,Nan Count\n"
 _ROW = "Output,0,DT_FLOAT,ND,4,1.5,-1.0,0.25,2.0,0\n"
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from tui_acc.cli.compare import open_pair, open_single_dump, pair_opener, prepared, swapped_command
-from tui_acc.cli.stdout_guard import report_stdout
+from tui_acc.cli.stdout_guard import names_stdout, report_stdout
 from tui_acc.cli.toml_settings import Settings
 from tui_acc.errors import UsageError
 from tui_acc.redump.settings import RedumpSettings
@@ -27,8 +29,13 @@ def run(args: argparse.Namespace) -> int:
     settings, thresholds, redump = prepared(args)
     report: Report
     # what a plug-in (or a library, or a process either starts) writes goes to stderr: stdout holds
-    # the report alone (--json's object)
-    with report_stdout() as out:
+    # the report alone (--json's object), and a --csv that names stdout is written there
+    named_csv = args.csv
+    to_stdout = names_stdout(named_csv)
+    with report_stdout() as guarded:
+        out = guarded.stream
+        if to_stdout and guarded.path is not None:
+            args.csv = Path(guarded.path)  # the real stdout, which descriptor 1 no longer is
         if args.test is None:
             from tui_acc.reports import single
 
@@ -40,12 +47,18 @@ def run(args: argparse.Namespace) -> int:
 
                 start_loading()  # while the dumps are indexed and paired
             if args.ray is not None:
-                return emit(_ray_report(args, settings, thresholds), args.json, out)
-            cmp = open_pair(pair_opener(args, thresholds, settings), args)
-            if args.redump_command:
-                return _print_redump(cmp, redump, args, out)
-            report = _pair_report(cmp, args, settings)
-        return emit(report, args.json, out)
+                report = _ray_report(args, settings, thresholds)
+            else:
+                cmp = open_pair(pair_opener(args, thresholds, settings), args)
+                if args.redump_command:
+                    return _print_redump(cmp, redump, args, out)
+                report = _pair_report(cmp, args, settings)
+        if report.csv is not None and args.csv != named_csv:
+            report = replace(report, csv=str(named_csv))  # said as the user named it
+        try:
+            return emit(report, args.json, out)
+        except BrokenPipeError:  # the reader left (``| head``): what it took was the report's start
+            return report.exit_code
 
 
 def _print_redump(cmp: Comparison, redump: RedumpSettings, args: argparse.Namespace, out: TextIO) -> int:
@@ -76,8 +89,6 @@ def _ray_report(args: argparse.Namespace, settings: Settings, thresholds: Thresh
     """``report GOLDEN TEST --ray``: the pair's report with the test's rows computed on the cluster's
     nodes; a line per node on stderr as the report is made, then the bytes that crossed; ``ray`` in
     the JSON."""
-    from dataclasses import replace
-
     from tui_acc.cli.compare import open_ray_pair
 
     if args.redump_command:
@@ -97,8 +108,6 @@ def _said_on_stderr(line: str) -> None:
 
 def _pair_report(cmp: Comparison, args: argparse.Namespace, settings: Settings) -> PairReport:
     """The pair's report with what the command line asked besides: the replay, the CSV, the plots."""
-    from dataclasses import replace
-
     from tui_acc.reports import pair as rpt
     from tui_acc.reports.output import exported
 

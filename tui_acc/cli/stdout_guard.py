@@ -5,7 +5,8 @@ output by any road: ``print`` (``sys.stdout``), ``sys.__stdout__``, ``os.write(1
 process inheriting descriptor 1. Redirecting ``sys.stdout`` catches only the first. Here descriptor 1
 itself points at stderr until the report is written, and the report goes to a duplicate of the real
 stdout made before: whatever else is written lands on stderr, and ``--json``'s stdout stays one
-object a script can parse.
+object a script can parse. A file the command line names that is the process's stdout (``--csv
+/dev/stdout``) is written to that duplicate too (``ReportStdout.path``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,34 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 
+@dataclass(frozen=True)
+class ReportStdout:
+    """Where the report goes: ``stream``; ``path``: a name for the real stdout that ``open`` takes
+    (``/dev/fd/N``), or None where stdout was not redirected."""
+
+    stream: TextIO
+    path: str | None
+
+
+def names_stdout(path: str | os.PathLike[str] | None) -> bool:
+    """Whether ``path`` is the process's standard output (``/dev/stdout``, the pipe or terminal it
+    leads to): asked before ``report_stdout`` points descriptor 1 elsewhere."""
+    if path is None:
+        return False
+    try:
+        named, out = Path(path).stat(), os.fstat(1)
+    except (OSError, ValueError):
+        return False
+    return (named.st_dev, named.st_ino) == (out.st_dev, out.st_ino)
+
+
 @contextlib.contextmanager
-def report_stdout() -> Iterator[TextIO]:
+def report_stdout() -> Iterator[ReportStdout]:
     """Within: descriptor 1 and ``sys.stdout`` lead to stderr; yields where the report is written.
     Where stdout is not the process's descriptor 1 (a test's captured stream, a closed stdout), only
     ``sys.stdout`` is redirected and the report goes to the stdout that was."""
@@ -26,7 +50,7 @@ def report_stdout() -> Iterator[TextIO]:
     saved = _duplicate_of_descriptor_1(real)
     if saved is None:
         with contextlib.redirect_stdout(sys.stderr):
-            yield real
+            yield ReportStdout(real, None)
         return
     real.flush()
     sys.stderr.flush()
@@ -34,14 +58,17 @@ def report_stdout() -> Iterator[TextIO]:
     out = open(saved, "w", encoding=real.encoding, errors=real.errors, closefd=False)  # noqa: SIM115
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            yield out
+            yield ReportStdout(out, f"/dev/fd/{saved}")
     finally:
-        out.flush()
-        for stream in {id(s): s for s in (real, sys.__stdout__) if s is not None}.values():
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()  # what a plug-in left in their buffers goes to stderr, before 1 is back
-        os.dup2(saved, 1)
-        os.close(saved)
+        try:
+            with contextlib.suppress(BrokenPipeError):  # the reader left (``| head``): nothing to tell it
+                out.flush()
+        finally:
+            for stream in {id(s): s for s in (real, sys.__stdout__) if s is not None}.values():
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()  # what a plug-in left in their buffers goes to stderr, before 1 is back
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def _duplicate_of_descriptor_1(stream: TextIO) -> int | None:

@@ -7,6 +7,7 @@ naming the path and what it expected.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,8 +70,11 @@ def open_dump(
             ``load_policy`` says so to every later read.
     """
     root = Path(path).expanduser()
-    if not_utf8(str(root)):  # every path below it would carry those bytes into frames and the terminal
-        raise DumpError(f"{shown(str(root))}: {NOT_UTF8_PATH}")
+    # every path below it would carry those bytes into frames and the terminal: the path as given, and
+    # where it leads (a link named in UTF-8, a relative path from a folder that is not)
+    for spelled in (str(root), os.path.realpath(root)):
+        if not_utf8(spelled):
+            raise DumpError(f"{shown(spelled)}: {NOT_UTF8_PATH}")
     if not root.exists():
         raise DumpError(f"{root}: no such file or directory{did_you_mean(root)}")
     blocked = folder_problem(root, "not read") if root.is_dir() else None

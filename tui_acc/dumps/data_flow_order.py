@@ -24,10 +24,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Mapping
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 from tui_acc.dumps.model import NodeTree, Order, TensorRef
 from tui_acc.dumps.policy import LoadPolicy
-from tui_acc.dumps.torchfile.storage_digest import StorageListing, list_storage
+
+if TYPE_CHECKING:
+    from tui_acc.dumps.torchfile.storage_digest import StorageListing
 
 Edge = tuple[str, str]  # (ran first, ran after)
 
@@ -85,6 +88,10 @@ def producer_edges(
     ``maker`` picks the one that made a value among those holding it as an output (and not as an
     input), or None when it cannot be told; by default the deepest, when they are one module and
     its ancestors in ``tree``."""
+    # imported here: the graph helpers below are every launch's (msprobe's graph order), the zip and
+    # hash modules this one needs are not (the first screen's imports)
+    from tui_acc.dumps.torchfile.storage_digest import list_storage
+
     pick = maker or (lambda makers: _innermost_maker(tree, makers))
     listed: list[tuple[str, str, StorageListing]] = []
     for name, refs in nodes.items():

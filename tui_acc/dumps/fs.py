@@ -37,6 +37,16 @@ def subdir_names(path: str, skipped: list[str] | None = None) -> list[tuple[str,
     return kept
 
 
+def unnamed_subdirs(path: Path) -> list[Path]:
+    """The folders in ``path`` whose names are not UTF-8, as they are on disk: for a reader to tell
+    whether one would have been what it looks for, and name it (``shown``)."""
+    try:
+        with os.scandir(path) as entries:
+            return [Path(e.path) for e in entries if not e.name.isascii() and not_utf8(e.name) and e.is_dir()]
+    except OSError:
+        return []
+
+
 def text_names(names: Iterable[str], folder: str, skipped: list[str]) -> list[str]:
     """``names`` of entries in ``folder`` less those that are not UTF-8, whose paths (as ``shown``)
     are added to ``skipped``: the reader names them (``NOT_UTF8``)."""
@@ -226,5 +236,5 @@ def shown(path: str) -> str:
 NOT_UTF8 = "its name is not UTF-8 (another encoding's bytes); not compared"
 NOT_UTF8_PATH = (
     "the path is not UTF-8 (another encoding's bytes, shown as U+FFFD), which no frame, JSON reader or "
-    "terminal takes: rename the folder, or give a link to it named in UTF-8"
+    "terminal takes: rename the folders so named (or copy the dump to a folder named in UTF-8)"
 )

@@ -98,6 +98,7 @@ def gather(
         # the same operator at every token: rank 0's key, else the rank that ran it
         stable={key: value for index in reversed(ranks) for key, value in index.stable.items()},
         call_tree_doubted=any(index.call_tree_doubted for index in ranks),
+        call_tree_lost=any(index.call_tree_lost for index in ranks),
     )
 
 

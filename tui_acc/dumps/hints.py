@@ -47,18 +47,20 @@ def holds_dumps(root: Path) -> str | None:
     if not found:
         return None
     unnamed = [p for p in found if not_utf8(p.name)]
-    if unnamed:  # no use passing it: such a path is refused (open_dump)
+    found = [p for p in found if p not in unnamed]  # no use passing one: such a path is refused
+    if not found:
         return f"{shown(str(unnamed[0]))}: a dump whose name is not UTF-8: {NOT_UTF8_PATH}"
+    beside = f" ({shown(unnamed[0].name)}/ beside them is named in another encoding)" if unnamed else ""
     names = [f"{p.name}/" for p in found]
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
     if len(found) == 1:
-        return f"{root}: not a dump itself; it holds one, {listed}: pass {found[0]}"
+        return f"{root}: not a dump itself; it holds one, {listed}: pass {found[0]}{beside}"
     command = shlex.join(["tui-acc", str(found[0]), str(found[1])])
     if len(found) == 2:
-        return f"{root}: not a dump itself; it holds two, {listed}: compare them with {command}"
+        return f"{root}: not a dump itself; it holds two, {listed}: compare them with {command}{beside}"
     return (
         f"{root}: not a dump itself; it holds {len(found)}, {listed}: pass two of them, golden first "
-        f"({command})"
+        f"({command}){beside}"
     )
 
 

@@ -200,17 +200,23 @@ def _msprobe_order_borrowed(golden: DumpIndex, test: DumpIndex) -> DumpIndex | N
 
 
 def _msprobe_calls_nested_as_the_test(golden: DumpIndex, test: DumpIndex) -> DumpIndex | None:
-    """An msprobe golden whose call tree was lost or not trusted (construct.json missing, or shown
-    flat) against a test whose call tree is intact: the golden with the test's tree, its own calls
-    the test lacks at the top level after them (None where that is not so). Both sides ran one
-    model, and a call's name says its module and its count: the calls of one name nest alike. A
-    flat golden judged each module as an operator of its own (its inputs pass, its output fails:
-    "local"), beside the operator inside it that made the error."""
-    if not (golden.format == test.format == "msprobe") or not golden.call_tree_doubted:
+    """An msprobe golden whose call tree was lost (construct.json missing, unreadable, or distrusted
+    for a cycle: its calls flat) against a test whose call tree is intact, both having made the same
+    calls in the same order at every token: the golden with the test's tree, its calls outside the
+    tokens the test lacks at the top level after them (None where that is not so). A call's name
+    says its module and its count: where the calls are the same, they nest alike. A flat golden
+    judged each module as an operator of its own (its inputs pass, its output fails: "local"),
+    beside the operator inside it that made the error."""
+    if not (golden.format == test.format == "msprobe") or not golden.call_tree_lost or test.call_tree_doubted:
         return None
-    if test.call_tree_doubted or not any(
-        test.tree.children(name) for name in test.tree.children(test.tree.root)
-    ):
+    if not any(test.tree.children(name) for name in test.tree.children(test.tree.root)):
+        return None  # the test's calls are flat too
+    # API counters are global: one call more on a side gives every later call of that API another's
+    # name and place, so both sides must have recorded the same calls (a flat side splits its
+    # passes by other rules: which token holds a call may differ, the calls may not)
+    if not (isinstance(golden.tokens, dict) and isinstance(test.tokens, dict)):
+        return None
+    if _recorded(golden) != _recorded(test):
         return None
     tree = test.tree.copy()
     for node in golden.tree.preorder():
@@ -218,6 +224,11 @@ def _msprobe_calls_nested_as_the_test(golden: DumpIndex, test: DumpIndex) -> Dum
             tree.nodes[node.name] = Node(node.name, node.type, tree.root, 1)
             tree.nodes[tree.root].children.append(node.name)
     return replace(golden, tree=tree)
+
+
+def _recorded(index: DumpIndex) -> set[str]:
+    """Every call an msprobe index holds a record of: its tokens' and those between them."""
+    return {name for nodes in index.tokens.values() for name in nodes} | set(index.between_tokens)
 
 
 def _sorted_like(tree: NodeTree, partner_order: dict[str, int]) -> NodeTree:

@@ -32,6 +32,7 @@ from tui_acc.dumps.fs import (
     numbered_subdirs,
     shown,
     subdirs,
+    unnamed_subdirs,
 )
 from tui_acc.dumps.model import (
     DumpError,
@@ -167,15 +168,18 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, Path, int | None, list[
     elif path.name == "tensors":
         candidate = path.parent
     if not (candidate / "tensors").is_dir():
-        skipped: list[str] = []  # folders whose names are not UTF-8: named, not read
         dumps = sorted(
-            p
-            for p in subdirs(candidate, skipped)
-            if p.name.startswith(_DUMP_PREFIXES) and (p / "tensors").is_dir()
+            p for p in subdirs(candidate) if p.name.startswith(_DUMP_PREFIXES) and (p / "tensors").is_dir()
         )
-        notes += [f"{folder}: {NOT_UTF8}" for folder in skipped]
-        if not dumps and skipped:
-            raise DumpError(f"{skipped[0]}: {NOT_UTF8}")
+        # an ATB dump folder whose name is not UTF-8: named, not read
+        unnamed = [
+            shown(str(p))
+            for p in unnamed_subdirs(candidate)
+            if p.name.startswith(_DUMP_PREFIXES) and (p / "tensors").is_dir()
+        ]
+        notes += [f"{folder}: {NOT_UTF8}" for folder in unnamed]
+        if not dumps and unnamed:
+            raise DumpError(f"{unnamed[0]}: {NOT_UTF8}")
         if not dumps:
             raise DumpError(f"{path}: not an msit ATB dump (expected tensors/{{device}}_{{pid}}/ below it)")
         if len(dumps) > 1:

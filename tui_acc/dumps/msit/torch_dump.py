@@ -23,8 +23,10 @@ from tui_acc.dumps.fs import (
     folder_problem,
     names_a_file,
     numbered_subdirs,
+    shown,
     subdir_names,
     subdirs,
+    unnamed_subdirs,
 )
 from tui_acc.dumps.model import (
     DumpError,
@@ -155,9 +157,8 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], 
         return path.parent, int(path.name), [f"only token {path.name} of {path.parent} is read"], [], None
     notes: list[str] = []
     search = path
-    skipped: list[str] = []  # folders whose names are not UTF-8: named, not read
     if not (path.name == "torch_tensors" or (path / "torch_tensors").is_dir()):
-        dumps = sorted(p for p in subdirs(path, skipped) if _DUMP_DIR.match(p.name))
+        dumps = sorted(p for p in subdirs(path) if _DUMP_DIR.match(p.name))
         if not dumps:
             raise DumpError(
                 f"{path}: not an msit torch dump (expected {MODEL_TREE}, a torch_tensors/ folder, "
@@ -170,10 +171,12 @@ def _locate(path: Path, rank: int | None) -> tuple[Path, int | None, list[str], 
         search = search / "torch_tensors"
     # any entry so named marks a device folder: one that is a folder itself is then named, and the
     # tree rebuilt from the module folders, as for a damaged file
-    devices = [p for p in subdirs(search, skipped) if os.path.lexists(p / MODEL_TREE)]
-    notes += [f"{folder}: {NOT_UTF8}" for folder in skipped]
-    if not devices and skipped:
-        raise DumpError(f"{skipped[0]}: {NOT_UTF8}")
+    devices = [p for p in subdirs(search) if os.path.lexists(p / MODEL_TREE)]
+    # a device folder whose name is not UTF-8: named, not read (nothing with its name reaches a frame)
+    unnamed = [shown(str(p)) for p in unnamed_subdirs(search) if os.path.lexists(p / MODEL_TREE)]
+    notes += [f"{folder}: {NOT_UTF8}" for folder in unnamed]
+    if not devices and unnamed:
+        raise DumpError(f"{unnamed[0]}: {NOT_UTF8}")
     if not devices:
         blocked = next(((p, m) for p in subdirs(search) if (m := folder_problem(p, "not read"))), None)
         if blocked:  # a rank folder that cannot be read looks like one without a model_tree.json

@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 
 from tui_acc.dumps.atb import executions
-from tui_acc.dumps.fs import subdir_names, subdirs
+from tui_acc.dumps.fs import NOT_UTF8, not_utf8, shown, subdir_names, subdirs, unnamed_subdirs
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -111,7 +111,8 @@ def read(
     for name, folder in subdir_names(str(device_dir)):
         if not _NUMBER.match(name) or (only_exec is not None and int(name) != only_exec):
             continue
-        if not subdirs(Path(folder)) and not (Path(folder) / atb_csv.FILE).is_file():
+        held = subdirs(Path(folder)) or unnamed_subdirs(Path(folder))  # the latter named by the walk
+        if not held and not (Path(folder) / atb_csv.FILE).is_file():
             problems.append(Problem(folder, "an execution folder without any operation or statistic.csv"))
             continue
         folders[int(name)] = Path(folder)
@@ -242,12 +243,13 @@ def _walk(
     ``types``; returns what could not be read."""
     if len(ids) >= _MAX_DEPTH:
         return [Problem(str(folder), f"nested over {_MAX_DEPTH} deep (a link loop?); not read")]
-    problems: list[Problem] = []
+    unnamed: list[str] = []  # operation folders whose names are not UTF-8: named, not read
     children = []
-    for sub in subdirs(folder):
+    for sub in subdirs(folder, unnamed):
         match = _NODE_DIR.match(sub.name)
         if match and sub.name not in ("before", "after"):
             children.append((int(match.group(1)), match.group(2), sub))
+    problems = [Problem(path, NOT_UTF8) for path in unnamed]
     for op_id, op_name, sub in sorted(children):
         name = f"{prefix}{sub.name}"
         chain = (*ids, op_id)
@@ -280,6 +282,9 @@ def _tensors(node_dir: Path) -> tuple[list[TensorRef], list[Problem]]:
             continue
         for entry in entries:
             if not entry.name.endswith(".bin"):
+                continue
+            if not entry.name.isascii() and not_utf8(entry.name):
+                problems.append(Problem(shown(entry.path), NOT_UTF8))
                 continue
             match = pattern.match(entry.name)
             if match is None:

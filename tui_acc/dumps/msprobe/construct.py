@@ -1,10 +1,10 @@
 """msprobe's construct.json (call -> the module call it ran in): read, and checked against dump.json
 before the call tree is built from it (docs/formats.md §3).
 
-Where it disagrees with dump.json (records it does not place, a parent that is an API call, parents in
-a cycle, a call recorded outside its parent's call, calls nested deeper than a run can nest them), the
-problem names the file and the records concerned are shown at the top level, where their own names
-still say which pass they belong to.
+Where it disagrees with dump.json (records it does not place, a parent that is an API call, a call
+recorded outside its parent's call, calls nested deeper than a run can nest them), the problem names
+the file and the records concerned are shown at the top level, where their own names still say which
+pass they belong to. Parents in a cycle make the whole file untrusted: the calls are shown flat.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import bisect
 from pathlib import Path
 from typing import Any
 
+from tui_acc.dumps.fs import not_utf8
 from tui_acc.dumps.model import Problem
 from tui_acc.dumps.msprobe.passes import is_module
 from tui_acc.dumps.policy import LoadPolicy
@@ -34,7 +35,20 @@ def read_construct(path: Path, policy: LoadPolicy) -> tuple[dict[str, str | None
     if not isinstance(raw, dict):
         message = f"holds a JSON {_json_kind(raw)}, not an object of call -> parent; calls are shown flat"
         return {}, [Problem(str(path), message)]
-    return {str(k): (str(v) if v else None) for k, v in raw.items()}, []
+    parents = {str(k): (str(v) if v else None) for k, v in raw.items()}
+    # names with an unpaired surrogate (JSON escapes; none msprobe writes): no node may carry one
+    odd = [k for k, v in parents.items() if not_utf8(k) or (v is not None and not_utf8(v))]
+    if not odd:
+        return parents, []
+    for name in odd:
+        if not_utf8(name):
+            del parents[name]
+        else:
+            parents[name] = None
+    said = (
+        f"{len(odd)} entries name a call with an unpaired surrogate; those calls are shown at the top level"
+    )
+    return parents, [Problem(str(path), said)]
 
 
 def _json_kind(value: object) -> str:

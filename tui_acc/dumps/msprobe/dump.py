@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tui_acc.dumps.fs import folder_problem, names_a_file, subdirs, unreadable
+from tui_acc.dumps.fs import folder_problem, names_a_file, not_utf8, subdirs, unreadable
 from tui_acc.dumps.model import (
     DumpError,
     DumpIndex,
@@ -179,6 +179,15 @@ def _read_rank_dir(
     if dump.get("framework") not in (None, "pytorch"):
         raise DumpError(f"{dump_json}: a {dump.get('framework')} dump; only PyTorch msprobe dumps are read")
     data: dict[str, Any] = dump["data"]
+    # a record named with an unpaired surrogate (a JSON escape, no name msprobe writes): no frame,
+    # JSON reader or terminal takes the name
+    unnamed = [name for name in data if not name.isascii() and not_utf8(name)]
+    if unnamed:
+        example = unnamed[0].encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        said = f"{len(unnamed)} records named with an unpaired surrogate (e.g. {example!r}); not compared"
+        problems.append(Problem(str(dump_json), said))
+        left_out = set(unnamed)
+        data = {name: entry for name, entry in data.items() if name not in left_out}
     problems += _doubled_keys(dump_json, data, doubled)
     disorder = first_disorder(list(data))
     if disorder is not None:
@@ -194,6 +203,7 @@ def _read_rank_dir(
         )
     construct = rank_dir / "construct.json"
     parents, unread = read_construct(construct, policy)
+    listed = bool(parents)  # L1 writes {}: no call tree, and none lost
     disagreements = check_construct(construct, parents, data)
     problems += unread + disagreements
     task = str(dump.get("task", "tensor"))
@@ -256,6 +266,7 @@ def _read_rank_dir(
         between_tokens=passes.between,
         logits_hint=passes.logits,
         call_tree_doubted=bool(unread or disagreements),
+        call_tree_lost=bool(unread) or (listed and not parents),  # missing, unreadable, or a cycle
     )
 
 

@@ -11,11 +11,10 @@ See docs/formats.md §3.3.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
-from tui_acc.dumps.fs import folder_problem, names_a_file
+from tui_acc.dumps.fs import folder_problem, names_a_file, not_utf8
 from tui_acc.dumps.model import Problem, Role, Stats, TensorRef
 
 
@@ -218,17 +217,17 @@ def stats_of_entry(arg: dict[str, Any], null_is_non_finite: bool = False) -> Sta
 
 
 def _no_file_name(name: str) -> str | None:
-    """Why no file of dump_tensor_data/ can be named ``name`` (a NUL byte; a lone surrogate, which no
-    file system encoding spells; a path: msprobe writes the file's own name, so ``../`` or ``/`` is a
-    forged way out of the dump, not followed even under --follow-links), or None."""
+    """Why no file of dump_tensor_data/ can be named ``name`` (a NUL byte; a lone surrogate: none in
+    what msprobe writes, and the escapes of bytes that are not UTF-8 (U+DC80-U+DCFF) name a file whose
+    path no frame, JSON reader or terminal takes; a path: msprobe writes the file's own name, so
+    ``../`` or ``/`` is a forged way out of the dump, not followed even under --follow-links), or
+    None."""
     if "\x00" in name:
         return "holds a NUL byte"
     if "/" in name or name in (".", ".."):
         return "is a path, not the name of a file in dump_tensor_data/"
-    try:
-        os.fsencode(name)
-    except UnicodeEncodeError:
-        return "holds a character no file name can (an unpaired surrogate)"
+    if not_utf8(name):
+        return "holds an unpaired surrogate (no UTF-8 file name has one)"
     return None
 
 

@@ -65,6 +65,7 @@ def merge_steps(
         exec_counts=dict(enumerate(numbers)),
         float_dtypes=frozenset().union(*(index.float_dtypes for _, index in steps)),
         call_tree_doubted=any(index.call_tree_doubted for _, index in steps),
+        call_tree_lost=any(index.call_tree_lost for _, index in steps),
         order_source=next((i.order_source for _, i in steps if not i.order_is_execution), first.order_source),
         order_is_execution=all(index.order_is_execution for _, index in steps),
     )

@@ -57,6 +57,12 @@ _FIELDS = {  # statistic -> the header names that hold it (the device's and mspr
     "nan": ("nan count",),
     "md5": ("md5 value",),
 }
+# columns read as the tensor's description, or written and not compared (the Inf counts: an overflow
+# check's, AclDumpDataProcessor.cpp STATS_HEADER_*); any other beside a NaN count alone is named
+_FIXED = (
+    "input/output", "index", "data size", "data type", "format", "shape", "count",
+    "negative inf count", "positive inf count",
+)  # fmt: skip
 _ROLES = {"input": "input", "output": "output"}
 _PADDED_NOTE = (
     "GE statistics of tensors in a padded device format count the padding: only their NaN counts are compared"
@@ -91,6 +97,9 @@ def read_stats(path: str, policy: LoadPolicy, problems: list[Problem], notes: li
     if why:
         problems.append(Problem(path, f"{why}; skipped"))
         return []
+    unknown = _unknown_columns(header)
+    if unknown:
+        problems.append(Problem(path, unknown))
     column = {name: at for at, name in enumerate(header)}
     refs: list[TensorRef] = []
     bad: list[str] = []
@@ -147,6 +156,19 @@ def _header_problem(header: list[str]) -> str | None:
         known = ", ".join(names[0] for names in _FIELDS.values())
         return f"no statistic column tui-acc knows ({known}; any case)"
     return None
+
+
+def _unknown_columns(header: list[str]) -> str | None:
+    """Columns that are neither the fixed ones nor a statistic tui-acc knows, said where they leave
+    the NaN count as the only statistic read: another spelling of Max/Min/Avg/L2 would else be
+    compared by its NaN count alone, and a wrong value pass without a word."""
+    known = {name for names in _FIELDS.values() for name in names}
+    unknown = [name for name in header if name and name not in known and name not in _FIXED]
+    values = [name for field, names in _FIELDS.items() if field != "nan" for name in names if name in header]
+    if not unknown or values:
+        return None
+    shown = ", ".join(repr(name) for name in unknown[:4]) + (" ..." if len(unknown) > 4 else "")
+    return f"statistic columns tui-acc does not know ({shown}): only the NaN count is compared"
 
 
 def _count(text: str) -> int | None:

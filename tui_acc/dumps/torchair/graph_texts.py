@@ -21,33 +21,42 @@ from tui_acc.dumps.torchair.graph_text import GraphOp, GraphText, read_graph
 
 _SHAPE_SAMPLES = 8  # ops whose output shapes tell two texts of the same ops apart
 _KEPT = 16  # dumps whose matches are kept (a hunt opens a few re-dumps; each reads its texts once)
-# (dump root, rank, where its files may lead, its graphs) -> (texts by graph, notes, problems)
+# (dump root, rank, where its files may lead, its graphs) -> (texts by graph, graphs without one and
+# why, problems)
 _CacheKey = tuple[str, int | None, LoadPolicy, tuple[str, ...]]
-_cache: OrderedDict[_CacheKey, tuple[dict[str, GraphText], tuple[str, ...], tuple[Problem, ...]]] = (
-    OrderedDict()
-)
+_Matched = tuple[dict[str, GraphText], dict[str, str], tuple[Problem, ...]]
+_cache: OrderedDict[_CacheKey, _Matched] = OrderedDict()
 _lock = threading.Lock()
 
 
-def texts_by_graph(index: DumpIndex, notes: list[str] | None = None) -> dict[str, GraphText]:
-    """Each GE graph (model folder) of ``index`` -> its graph text; what could not be matched is said
-    in ``notes``, a text that cannot be read in ``index.problems``. Read once per dump (its root,
-    rank, load policy and graphs; no file is looked at again), the last few dumps kept."""
+def texts_by_graph(index: DumpIndex) -> dict[str, GraphText]:
+    """Each GE graph (model folder) of ``index`` -> its graph text (``missing_texts``: those left
+    without one); a text that cannot be read is said in ``index.problems``. Read once per dump (its
+    root, rank, load policy and graphs; no file is looked at again), the last few dumps kept."""
+    return _texts(index)[0]
+
+
+def missing_texts(index: DumpIndex) -> dict[str, str]:
+    """The GE graphs of ``index`` no graph text describes, and why. Against an FX golden, whose
+    pairing needs the text, such a graph's runs are not compared (an error); against a GE golden
+    its ops pair by name all the same."""
+    return _texts(index)[1]
+
+
+def _texts(index: DumpIndex) -> _Matched:
     key = (str(index.root), index.rank, index.load_policy, tuple(index.tree.children(index.tree.root)))
     with _lock:  # one reader per dump: the pairing and a worker's replay may ask at once
         if key in _cache:
             _cache.move_to_end(key)
         else:
-            said: list[str] = []
+            missing: dict[str, str] = {}
             problems: list[Problem] = []
-            _cache[key] = (_matched(index, said, problems), tuple(said), tuple(problems))
+            _cache[key] = (_matched(index, missing, problems), missing, tuple(problems))
             while len(_cache) > _KEPT:
                 _cache.popitem(last=False)
-        found, said_then, problems_then = _cache[key]
-    index.problems.extend(p for p in problems_then if p not in index.problems)
-    if notes is not None:
-        notes.extend(said_then)
-    return found
+        matched = _cache[key]
+    index.problems.extend(p for p in matched[2] if p not in index.problems)
+    return matched
 
 
 def op_of(index: DumpIndex, node: str) -> GraphOp | None:
@@ -117,8 +126,8 @@ def first_run(index: DumpIndex, graph: str) -> int | None:
     return next((token for token, (ran, _) in sorted(index.runs.items()) if ran == graph), None)
 
 
-def _matched(index: DumpIndex, notes: list[str], problems: list[Problem]) -> dict[str, GraphText]:
-    texts = _readable(index, graph_files(index), notes, problems)
+def _matched(index: DumpIndex, missing: dict[str, str], problems: list[Problem]) -> dict[str, GraphText]:
+    texts = _readable(index, graph_files(index), problems)
     found: dict[str, GraphText] = {}
     graphs = index.tree.children(index.tree.root)
     named_for = {graph: [t for t in texts if _named_for(t, graph)] for graph in graphs}
@@ -129,9 +138,8 @@ def _matched(index: DumpIndex, notes: list[str], problems: list[Problem]) -> dic
         named = named_for[graph]
         ops = {index.stable_name(n) for n in index.tree.children(graph)}
         if aligned and not named:
-            notes.append(
-                f"GE graph {graph}: no graph text named for it (the dump's texts are named for its other "
-                "graphs); not compared"
+            missing[graph] = (
+                "no graph text named for it (the texts here are named for the dump's other graphs)"
             )
             continue
         candidates = [t for t in named if ops & t.ops.keys()] or texts
@@ -145,7 +153,7 @@ def _matched(index: DumpIndex, notes: list[str], problems: list[Problem]) -> dic
         if best is not None and ops & best.ops.keys():
             found[graph] = best
         else:
-            notes.append(f"GE graph {graph}: no graph text (dynamo_original_graph_*.txt) holds its ops")
+            missing[graph] = "no readable graph text (dynamo_original_graph_*.txt) holds its ops"
     return found
 
 
@@ -156,17 +164,13 @@ def _named_for(text: GraphText, graph: str) -> bool:
     return graph in (text.name, folder) or graph.startswith(f"{folder}_")
 
 
-def _readable(
-    index: DumpIndex, paths: list[Path], notes: list[str], problems: list[Problem]
-) -> list[GraphText]:
+def _readable(index: DumpIndex, paths: list[Path], problems: list[Problem]) -> list[GraphText]:
     texts = []
     for path in paths:
         try:
             texts.append(read_graph(path, index.load_policy))
         except DumpError as exc:
             problems.append(Problem(str(path), str(exc).removeprefix(f"{path}: ")))
-    if not texts:
-        notes.append(f"{index.root}: no readable graph text (dynamo_original_graph_*.txt); nothing is paired")
     return texts
 
 
