@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tui_acc.dumps import DumpError, DumpIndex, open_dump
 from tui_acc.pairing import MappingError, Pairing, load_mapping, load_msprobe_mapping, pair_dumps
@@ -15,6 +15,7 @@ from tui_acc.tolerances.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from tui_acc.metrics.engine import MetricsEngine
+    from tui_acc.metrics.pair_reading import PairReader
     from tui_acc.replay.registry import Registry
     from tui_acc.verdicts.judge import Judge
 
@@ -123,6 +124,22 @@ class CompareOptions:
     layer_mapping: str | Path | bool | None = None
     baseline: str | Path | None = None
     replay_registry: Registry | None = None
+    test_side: TestSide | None = None
+
+
+class TestSide(Protocol):
+    """A test dump read elsewhere than here (``--ray``: each rank folder on the node that holds it,
+    ``cluster/pair_on_ray.py``): its gathered index, made there, and the reader that computes its rows
+    where its files are. Given one, ``open_comparison`` opens no test path and keeps no row cache (the
+    files' identities are the nodes')."""
+
+    def index(self) -> DumpIndex:
+        """The test's ranks, opened on their nodes and gathered (``merge_ranks``)."""
+        ...
+
+    def reader(self, pairing: Pairing) -> PairReader:
+        """What loads and compares the pairs of ``pairing`` (a ``PairReader`` that works remotely)."""
+        ...
 
 
 def open_comparison(
@@ -155,9 +172,10 @@ def open_comparison(
         raise DumpError(
             f"{test}: --gather merges every rank and --rank {options.rank} picks one: give one of them"
         )
-    test_index = read(test)
-    gather_ranks = options.gather or _sharded(golden_index, test_index, options.rank)
-    if gather_ranks:
+    test_side = options.test_side
+    test_index = read(test) if test_side is None else test_side.index()
+    gather_ranks = test_side is not None or options.gather or _sharded(golden_index, test_index, options.rank)
+    if gather_ranks and test_side is None:
         test_index = _gathered(
             test, test_index, options.token_offset, options.follow_links, unasked=not options.gather
         )
@@ -212,6 +230,8 @@ def open_comparison(
             # one worker: its rows are computed by the test's workers, each with the test row it judges
             base_cache = RowCache(golden_index.data_dir, baseline_index.data_dir) if keep else None
             noise_floor = MetricsEngine(baseline_pairing, thresholds, workers=1, cache=base_cache)
+        if test_side is not None:  # the test's files are on other nodes: no identity to key rows by here
+            return MetricsEngine(pairing, thresholds, baseline=noise_floor, reader=test_side.reader)
         row_cache = RowCache(golden_index.data_dir, test_index.data_dir) if keep else None
         return MetricsEngine(pairing, thresholds, cache=row_cache, baseline=noise_floor)
 
@@ -245,15 +265,21 @@ def _gathered(
     namespace first where their records tell which calls are the same (msprobe's:
     ``rank_alignment.py``); any other dump's such ranks are merged only where asked: gathered
     ``unasked``, ``first`` is returned, said in a note."""
-    from tui_acc.dumps.gather import gather
-    from tui_acc.dumps.rank_alignment import NotAlignable, align_ranks, alignable
-
     if len(first.ranks) < 2:
         raise DumpError(f"{path}: --gather needs a dump with several ranks; this one has one")
     others = [
         open_dump(path, token_offset=token_offset, rank=r, follow_links=follow_links)
         for r in range(1, len(first.ranks))
     ]
+    return merge_ranks(path, first, others, unasked)
+
+
+def merge_ranks(path: str | Path, first: DumpIndex, others: list[DumpIndex], unasked: bool) -> DumpIndex:
+    """Rank 0 (``first``) and the other ranks (``others``, in rank order, opened here or on the nodes
+    that hold them) merged into one, as ``_gathered`` says."""
+    from tui_acc.dumps.gather import gather
+    from tui_acc.dumps.rank_alignment import NotAlignable, align_ranks, alignable
+
     if any(set(other.tree.nodes) != set(first.tree.nodes) for other in others):
         # msprobe numbers API calls per rank: where the ranks ran different calls, one name is another
         # call on each, so the calls are matched by what they are; ATB's names are places in the graph

@@ -142,3 +142,29 @@ def test_an_address_nobody_answers_at_is_said_at_once(ranks_case, monkeypatch, c
     assert err.startswith(
         f"tui-acc: error: --ray 127.0.0.1:{port}: no Ray head answers at 127.0.0.1:{port} ("
     )
+
+
+def test_a_pair_without_ray_names_the_extra(tp_case, monkeypatch, capsys) -> None:
+    """``report GOLDEN TEST --ray`` where Ray is not installed: one line, exit 2, nothing on stdout."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails, as where it is not installed
+    tp = tp_case("llama-tp2-msprobe")
+    assert main(["report", str(tp / "golden"), str(tp / "column"), "--ray", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("tui-acc: error: --ray needs Ray, an optional extra: pip install 'tui-acc[ray]'")
+
+
+def test_ray_address_alone_never_switches_a_pair_to_ray(tp_case, tmp_path: Path) -> None:
+    """RAY_ADDRESS set, no --ray: ``report GOLDEN TEST`` gathers the ranks here, and never imports Ray."""
+    tp = tp_case("llama-tp2-msprobe")
+    argv = ["report", str(tp / "golden"), str(tp / "column"), "--json", "--no-cache"]
+    code = (
+        "import contextlib, io, sys\n"
+        "from tui_acc.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    code = main({argv!r})\n"
+        "print(code, sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_ADDRESS": "10.0.0.1:6379"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    assert done.stdout.strip() == "1 []", done.stderr  # the fault found (exit 1), locally, without Ray

@@ -15,7 +15,8 @@ from tui_acc.redump.settings import RedumpSettings
 from tui_acc.tolerances.thresholds import Thresholds
 
 if TYPE_CHECKING:
-    from tui_acc.session import Comparison
+    from tui_acc.cluster.pair_on_ray import RayPair
+    from tui_acc.session import CompareOptions, Comparison
     from tui_acc.tui.app import AccApp
 
 
@@ -28,8 +29,13 @@ def run(args: argparse.Namespace) -> int:
 
         _run_app(AccApp(cmp, redump=redump, config_file=args.config))
         return 0
+    ray_pair = None
+    if args.ray is not None:
+        ray_pair = open_ray_pair(args, thresholds, settings, progress=None)
+        cmp = ray_pair.comparison
     opener = pair_opener(args, thresholds, settings)
-    cmp = open_pair(opener, args)
+    if ray_pair is None:
+        cmp = open_pair(opener, args)
     from tui_acc.tui.app import AccApp
 
     # a command typed for `r` is remembered in --config when given: read last, it would override ./'s
@@ -41,12 +47,13 @@ def run(args: argparse.Namespace) -> int:
             config_file=args.config,
             swap=swapped_command(args),
             all_tokens=args.all_tokens,
-        )
+        ),
+        ray_pair,
     )
     return 0
 
 
-def _run_app(app: AccApp) -> None:
+def _run_app(app: AccApp, ray_pair: RayPair | None = None) -> None:
     from tui_acc.redump.runner import EXIT_GRACE
 
     try:
@@ -54,6 +61,8 @@ def _run_app(app: AccApp) -> None:
     finally:  # however the app ended: a re-dump the user did not choose to leave running stops
         if app.redump_run is not None:
             app.redump_run.stop(EXIT_GRACE)
+        if ray_pair is not None:
+            ray_pair.close()
 
 
 def prepared(args: argparse.Namespace) -> tuple[Settings, Thresholds, RedumpSettings]:
@@ -71,9 +80,46 @@ def pair_opener(
     """``opener(golden, test)`` with the command line's options and the config's ``[replay]``
     references (RegistryError: malformed, said at start). The same options open a re-dump in place
     of one side later (the TUI's "open the new dump")."""
-    from tui_acc.session import CompareOptions, open_comparison
+    from tui_acc.session import open_comparison
 
-    options = CompareOptions(
+    return functools.partial(open_comparison, options=compare_options(args, thresholds, settings))
+
+
+def open_ray_pair(
+    args: argparse.Namespace,
+    thresholds: Thresholds,
+    settings: Settings,
+    progress: Callable[[str], None] | None,
+) -> RayPair:
+    """``--ray``: GOLDEN here against TEST's rank folders on the Ray cluster's nodes (the same path on
+    each), checked as ``open_pair`` checks a local pair (``tui_acc/cluster``, imported only here)."""
+    from tui_acc.cluster.connect import is_address
+    from tui_acc.session import check_comparable
+
+    if not is_address(args.ray):
+        raise UsageError(
+            f"--ray {args.ray}: not a Ray address (auto, host:port, ray://...); put --ray after TEST"
+        )
+    if args.baseline is not None or args.rank is not None:
+        raise UsageError("--ray compares the test's ranks gathered: not with --baseline or --rank")
+    from tui_acc.cluster.pair_on_ray import open_pair_on_ray
+
+    ray_pair = open_pair_on_ray(
+        args.golden, [str(args.test)], args.ray, compare_options(args, thresholds, settings), progress
+    )
+    try:
+        check_comparable(ray_pair.comparison)
+    except BaseException:
+        ray_pair.close()
+        raise
+    return ray_pair
+
+
+def compare_options(args: argparse.Namespace, thresholds: Thresholds, settings: Settings) -> CompareOptions:
+    """The command line's options of a pair, and the config's ``[replay]`` references."""
+    from tui_acc.session import CompareOptions
+
+    return CompareOptions(
         logits_node=args.logits_node,
         thresholds=thresholds,
         mapping=args.mapping,
@@ -87,7 +133,6 @@ def pair_opener(
         baseline=args.baseline,
         replay_registry=settings.replay_registry(),
     )
-    return functools.partial(open_comparison, options=options)
 
 
 def open_pair(opener: Callable[..., Comparison], args: argparse.Namespace) -> Comparison:
@@ -116,6 +161,7 @@ _PAIR_ONLY = {
     "redump_command": "--redump-command",
     "replay": "--replay",
     "plot": "--plot",
+    "ray": "--ray",
 }
 
 

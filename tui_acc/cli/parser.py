@@ -266,6 +266,15 @@ def _add_dump_args(parser: argparse.ArgumentParser) -> None:
         "(the default where the golden has one rank; --rank R compares one instead)",
     )
     parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="auto",
+        metavar="ADDRESS",
+        help="the test's rank folders are on the nodes of a Ray cluster (needs tui-acc[ray]): each tensor's "
+        "row computed on the node holding its files, TEST the same path on every node (docs/cluster.md); "
+        "ADDRESS as ray.init takes it (auto, the default). RAY_ADDRESS alone never switches to Ray",
+    )
+    parser.add_argument(
         "--baseline",
         type=Path,
         metavar="BASE",

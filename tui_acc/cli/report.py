@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -17,6 +18,7 @@ from tui_acc.redump.settings import RedumpSettings
 if TYPE_CHECKING:
     from tui_acc.reports.pair import PairReport
     from tui_acc.session import Comparison
+    from tui_acc.tolerances.thresholds import Thresholds
     from tui_acc.verdicts.replay_check import Replay
 
 
@@ -44,10 +46,13 @@ def run(args: argparse.Namespace) -> int:
                 from tui_acc.metrics.kernel_loading import start_loading
 
                 start_loading()  # while the dumps are indexed and paired
-            cmp = open_pair(pair_opener(args, thresholds, settings), args)
-            if args.redump_command:
-                return _print_redump(cmp, redump, args, out)
-            report = _pair_report(cmp, args, settings)
+            if args.ray is not None:
+                report = _ray_report(args, settings, thresholds)
+            else:
+                cmp = open_pair(pair_opener(args, thresholds, settings), args)
+                if args.redump_command:
+                    return _print_redump(cmp, redump, args, out)
+                report = _pair_report(cmp, args, settings)
         if report.csv is not None and args.csv != named_csv:
             report = replace(report, csv=str(named_csv))  # said as the user named it
         try:
@@ -78,6 +83,27 @@ def _print_redump(cmp: Comparison, redump: RedumpSettings, args: argparse.Namesp
     plan = plan_for(cmp, redump, args.redump_side, token, node, datetime.now())
     print(plan.describe(), file=out)
     return 0
+
+
+def _ray_report(args: argparse.Namespace, settings: Settings, thresholds: Thresholds) -> PairReport:
+    """``report GOLDEN TEST --ray``: the pair's report with the test's rows computed on the cluster's
+    nodes; a line per node on stderr as the report is made, then the bytes that crossed; ``ray`` in
+    the JSON."""
+    from tui_acc.cli.compare import open_ray_pair
+
+    if args.redump_command:
+        raise UsageError("--redump-command plans a re-dump of a local dump: not with --ray")
+    ray_pair = open_ray_pair(args, thresholds, settings, progress=_said_on_stderr)
+    try:
+        report = _pair_report(ray_pair.comparison, args, settings)
+        ray_pair.finish()
+        return replace(report, ray=ray_pair.said())
+    finally:
+        ray_pair.close()
+
+
+def _said_on_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _pair_report(cmp: Comparison, args: argparse.Namespace, settings: Settings) -> PairReport:

@@ -170,7 +170,7 @@ def open_on_ray(
     try:
         places = places_of(arguments, connection.alive_nodes())
         workers = Workers(connection, places, follow_links, before_read, progress)
-        layout = _laid_out(workers, arguments)
+        layout = laid_out(workers, arguments)
         own = {
             p: {r: layout.names[r] for r in layout.ranks_of(p)} for p in sorted(set(layout.reader.values()))
         }
@@ -187,7 +187,7 @@ def open_on_ray(
         raise
 
 
-def _laid_out(workers: Workers, arguments: list[str]) -> Layout:
+def laid_out(workers: Workers, arguments: list[str]) -> Layout:
     """Every place's listing merged into the run's ranks; a place with a different tui-acc holds none."""
     from tui_acc import __version__
 

@@ -11,6 +11,7 @@ tensors each node read from its own disk (``read``) never leave it.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,10 +65,13 @@ class Traffic:
     inputs: int = 0
     results: int = 0
     read: int = 0
+    # a pair's rows are computed on the engine's worker threads, each counting what its calls moved
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, category: str, nbytes: int) -> None:
-        """Count ``nbytes`` more of ``category`` (one of CATEGORIES)."""
-        setattr(self, category, getattr(self, category) + nbytes)
+        """Count ``nbytes`` more of ``category`` (one of CATEGORIES), from any thread."""
+        with self._lock:
+            setattr(self, category, getattr(self, category) + nbytes)
 
     @property
     def crossed(self) -> int:

@@ -27,6 +27,8 @@ class CallFailed(Exception):
 class Workers:
     """Every place's worker, its state, the bytes that crossed between nodes, the places lost."""
 
+    worker_class: type[NodeWorker] = NodeWorker  # the pair's run places a PairWorker (pair_worker.py)
+
     def __init__(
         self,
         connection: Connection,
@@ -46,7 +48,7 @@ class Workers:
         self.lost: dict[int, str] = {}  # place -> why it was lost
         # no CPU reserved: a worker mostly reads files, and a node busy with other Ray work must still
         # take it (a reservation would wait for a free CPU, for ever on a full node)
-        remote = self.ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(NodeWorker)
+        remote = self.ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(self.worker_class)
         self.actors = [
             remote.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(place.node.node_id, soft=False)

@@ -32,15 +32,26 @@ def load_side(ref: TensorRef, like: Any, policy: LoadPolicy) -> np.ndarray:
             said = f"holds {held}, but the dump's own record says {ref.declared}; not compared"
             raise TensorLoadError(ref.path, said)
         return values
+    return merged(ref, [load_tensor(p, policy) for p in ref.parts], like)
+
+
+def merged(ref: TensorRef, parts: list[np.ndarray], like: Any) -> np.ndarray:
+    """A gathered ``ref``'s parts, as read (here, or on the Ray nodes that hold them), each checked
+    against its rank's record, then merged like the golden (``gather.merge_parts``)."""
     from tui_acc.dumps.gather import merge_parts
 
-    parts = [load_tensor(p, policy) for p in ref.parts]
-    for path, values, record in zip(ref.parts, parts, ref.part_records, strict=False):
-        if record is not None:  # each rank's file against its own rank's record
-            extremes = _finite_extremes(values)
-            part = replace(ref, location=str(path), parts=(), part_records=(), recorded=record)
-            check_recorded(part, *(extremes or (None, None)))
+    for path, values in zip(ref.parts, parts, strict=False):
+        check_part(ref, path, values)
     return merge_parts(parts, ref.merge, like, ref.path)
+
+
+def check_part(ref: TensorRef, path: Path, values: np.ndarray) -> None:
+    """A gathered ``ref``'s part at ``path``, as read, against its own rank's record (``check_recorded``)."""
+    record = dict(zip(ref.parts, ref.part_records, strict=False)).get(path)
+    if record is not None:
+        extremes = _finite_extremes(values)
+        part = replace(ref, location=str(path), parts=(), part_records=(), recorded=record)
+        check_recorded(part, *(extremes or (None, None)))
 
 
 def _finite_extremes(values: np.ndarray) -> tuple[float, float] | None:

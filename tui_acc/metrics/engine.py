@@ -55,15 +55,17 @@ class MetricsEngine:
         cache: RowCache | None = None,
         baseline: MetricsEngine | None = None,
         judge_tensor: TensorJudge | None = None,
+        reader: Callable[[Pairing], PairReader] | None = None,
     ) -> None:
         """``baseline``: GOLDEN against a clean run at the test's dtype (``--baseline``); its rows set
         the noise floor every tensor here is judged against (tolerances/noise.py). ``judge_tensor``:
         what passes or fails each tensor row instead of the thresholds and the noise floor (a dump
-        checked on its own: anomalies/engine.py)."""
+        checked on its own: anomalies/engine.py). ``reader``: what loads and compares a pair, given the
+        pairing (default ``PairReader``; ``--ray``'s computes each row on the node holding its files)."""
         self.pairing = pairing
         self.baseline = baseline
         self.pass_fail = PassFail(pairing, thresholds or Thresholds(), noise_floor=baseline is not None)
-        self.reader = PairReader(pairing)
+        self.reader = (reader or PairReader)(pairing)
         self.tensors = TensorRows(
             self.reader, judge_tensor or self.pass_fail.judge, self.pass_fail.wants_kl, cache, baseline
         )

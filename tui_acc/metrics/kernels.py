@@ -67,6 +67,17 @@ def compare_tensors(golden: np.ndarray, test: np.ndarray, kl: bool = True) -> di
         float_pair = is_float(golden) and is_float(test)
     with_kl = kl and float_pair
     width = _row_width(golden, test)
+    sums, nan = sweep(golden, test, with_kl)
+    row.update(nan)
+    row.update(finish(sums, with_kl))
+    row.update(top1(golden, test, width, CHUNK_ELEMENTS) if float_pair else NO_TOP)
+    return row
+
+
+def sweep(golden: np.ndarray, test: np.ndarray, with_kl: bool) -> tuple[Sums, dict[str, int]]:
+    """The running sums of one real pair of as many elements (``compare_tensors``' sweep), and its
+    NaN and Inf counts: what a part of a tensor adds to the whole's (``region_sums.py``)."""
+    width = _row_width(golden, test)
     blocks = _blocks(golden, test, width, with_kl)
     nan = {"golden_nan": 0, "golden_inf": 0, "test_nan": 0, "test_inf": 0}
     if fastkernel.available():
@@ -81,10 +92,7 @@ def compare_tensors(golden: np.ndarray, test: np.ndarray, kl: bool = True) -> di
                 # overflowing squares and Inf - Inf are expected: they route a chunk to the careful path
                 with np.errstate(over="ignore", invalid="ignore"):
                     _accumulate(g, t, sums, nan, kl=with_kl, offset=base + start * block_width)
-    row.update(nan)
-    row.update(finish(sums, with_kl))
-    row.update(top1(golden, test, width, CHUNK_ELEMENTS) if float_pair else NO_TOP)
-    return row
+    return sums, nan
 
 
 def warm_up() -> None:

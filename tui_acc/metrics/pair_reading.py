@@ -49,16 +49,7 @@ class PairReader:
         from tui_acc.metrics.stats import compare_stats
 
         transient = False
-        row: TensorRow = {
-            "token": pair.token,
-            "golden_node": pair.golden_node,
-            "test_node": pair.test_node,
-            "slot": pair.slot,
-            "role": pair.role,
-            "golden_path": str(pair.golden.path),
-            "test_path": str(pair.test.path),
-            "error": None,
-        }
+        row = base_row(pair)
         before: dict[Path, FileState] = {}
         try:
             if pair.golden.has_data and pair.test.has_data:
@@ -70,7 +61,7 @@ class PairReader:
                         check_recorded(ref, metrics[f"{side}_max"], metrics[f"{side}_min"])  # type: ignore[arg-type]
                     del test
                     if len(pair.test.parts) > 1:  # which rank's shard is off
-                        metrics["by_rank"] = by_rank(golden, pair.test, self.pairing.test.load_policy)
+                        metrics["by_rank"] = self.by_rank(golden, pair)
                     del golden  # the mapped files go before the next large pair comes in
                 changed = _change_said(before)
                 if changed:  # a dump still being written (or copied): these numbers mix two versions
@@ -95,10 +86,7 @@ class PairReader:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             row["error"] = f"{pair.test.path} against {pair.golden.path}: {type(exc).__name__}: {first}"
         else:
-            metrics["golden_shape"] = _shape(metrics["golden_shape"])
-            metrics["test_shape"] = _shape(metrics["test_shape"])
-            row.update(cast(TensorRow, metrics))
-            row.setdefault("stats_only", False)
+            with_metrics(row, metrics)
         return row, transient
 
     def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
@@ -109,6 +97,10 @@ class PairReader:
         if self.pairing.golden is self.pairing.test and same_file:
             return golden, golden  # one dump checked on its own (anomalies/): each file read once
         return golden, load_side(pair.test, golden, self.pairing.test.load_policy)
+
+    def by_rank(self, golden: np.ndarray, pair: TensorPair) -> str | None:
+        """Each rank's part of a gathered test against its region of the golden (``by_rank.py``)."""
+        return by_rank(golden, pair.test, self.pairing.test.load_policy)
 
     def _golden_policy(self, pair: TensorPair) -> LoadPolicy:
         """The load policy of the dump ``pair``'s golden tensor lies in (the test's, for an op GE
@@ -130,6 +122,28 @@ class PairReader:
         """The lock large pairs are read under, one at a time (memory), or nothing for a small one."""
         large = sum(state[0] for state in before.values() if state) > LARGE_PAIR_BYTES
         return self._one_large_pair if large else contextlib.nullcontext()
+
+
+def base_row(pair: TensorPair, error: str | None = None) -> TensorRow:
+    """A pair's row before its metrics: which tensors, and ``error`` where it was not compared."""
+    return {
+        "token": pair.token,
+        "golden_node": pair.golden_node,
+        "test_node": pair.test_node,
+        "slot": pair.slot,
+        "role": pair.role,
+        "golden_path": str(pair.golden.path),
+        "test_path": str(pair.test.path),
+        "error": error,
+    }
+
+
+def with_metrics(row: TensorRow, metrics: dict[str, object]) -> None:
+    """``row`` with a comparison's metrics (``compare_tensors``' or ``compare_stats``'), shapes said."""
+    metrics["golden_shape"] = _shape(metrics["golden_shape"])
+    metrics["test_shape"] = _shape(metrics["test_shape"])
+    row.update(cast(TensorRow, metrics))
+    row.setdefault("stats_only", False)
 
 
 def _stats(ref: TensorRef, policy: LoadPolicy) -> Stats:

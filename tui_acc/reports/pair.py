@@ -98,6 +98,8 @@ class PairReport(Said):
     replay: Replay | None = None
     csv: str | None = None
     plots: Pictures | None = None
+    # with --ray: the cluster's nodes, the bytes that crossed between them (cluster/pair_on_ray.py)
+    ray: dict[str, Any] | None = None
 
     def body(self) -> dict[str, Any]:
         """The report as ``--json`` gives it (before ``strict_json``): the fields above in their
@@ -135,6 +137,8 @@ class PairReport(Said):
         said.update(self.csv_said())
         if self.plots is not None:
             said["plots"] = self.plots.as_dict()
+        if self.ray is not None:
+            said["ray"] = self.ray
         return said
 
     def text(self) -> str:

@@ -1,0 +1,191 @@
+"""The worker a pair's Ray run (``report GOLDEN TEST --ray``) places on each node: a ``NodeWorker`` (it
+lists the node's rank folders the same way) that also opens a rank's index for the head, sends the
+tensor files the head names to the node that computes their row, and computes a tensor pair's row
+with the golden sent to it: the local comparison's own code (``PairReader.compare``), so the numbers
+are a local run's to the last bit.
+
+A plain class, as ``NodeWorker``: ``pair_run.py`` makes it a Ray actor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+
+from tui_acc.cluster.node_worker import NodeWorker
+from tui_acc.dumps import DumpError, DumpIndex, open_dump
+from tui_acc.dumps.dtypes import dtype_name, is_complex, is_float
+from tui_acc.dumps.loading import changed_since, check_part, file_state, load_side, merged
+from tui_acc.dumps.policy import LoadPolicy
+from tui_acc.dumps.tensors import TensorLoadError, load_tensor
+from tui_acc.metrics.by_rank import by_rank
+from tui_acc.metrics.pair_reading import PairReader
+from tui_acc.metrics.region_sums import PartSums, part_sums
+from tui_acc.metrics.schema import TensorRow
+from tui_acc.pairing import Pairing, TensorPair
+
+# run on the node before it computes a row, given the node's id and the pair: tests block a node there
+BeforeCompare = Callable[[str, TensorPair], None]
+
+
+class PairWorker(NodeWorker):
+    """One node's worker for a pair: the test's rank folders at ``path`` on this node."""
+
+    def rank_index(self, name: str) -> DumpIndex:
+        """The index of the rank folder ``name`` here (names only, no tensor): the head gathers the
+        ranks' indexes into the test's, as a local ``--gather`` does."""
+        local = self._local.index(name)
+        if local == 0 and self._first is not None:
+            return self._first
+        return open_dump(self.path, rank=local, follow_links=self.follow_links)
+
+    def parts(self, pair: TensorPair, paths: list[str]) -> list[np.ndarray]:
+        """``pair``'s test files ``paths`` as read here, for the node that computes its row."""
+        self._gate(pair)
+        policy = self._policy()
+        return [np.ascontiguousarray(load_tensor(Path(p), policy)) for p in paths]
+
+    def survey(self, pair: TensorPair, paths: list[str]) -> list[PairSurvey]:
+        """What the head decides a split by, of each of ``pair``'s test files here: no tensor."""
+        self._gate(pair)
+        policy = self._policy()
+        found = []
+        for path in paths:
+            values = load_tensor(Path(path), policy)
+            digest = hashlib.blake2b(values.tobytes(), digest_size=16)
+            digest.update(f"{dtype_name(values)}{values.shape}".encode())
+            real = is_float(values) and not is_complex(values)
+            found.append(PairSurvey(list(values.shape), dtype_name(values), real, digest.hexdigest()))
+        return found
+
+    def region_sums(
+        self, pair: TensorPair, paths: list[str], regions: list[np.ndarray], kl: bool
+    ) -> tuple[list[PartSums], str | None, bool]:
+        """Each of ``pair``'s test files here against its region of the golden (sent by the head):
+        its sums (``region_sums.part_sums``); or why it was not compared, and whether that is
+        transient (a file that changed while it was read), as the local comparison says it."""
+        self._gate(pair)
+        policy = self._policy()
+        before = {Path(p): file_state(Path(p)) for p in paths}
+        sums = []
+        try:
+            for path, region in zip(paths, regions, strict=True):
+                values = load_tensor(Path(path), policy)
+                check_part(pair.test, Path(path), values)
+                sums.append(part_sums(region, values, kl))
+        except (TensorLoadError, DumpError) as exc:
+            changed = changed_since(before)
+            if changed:
+                return [], f"{changed[0]}: changed while being read; compare again when it is complete", True
+            return [], str(exc), False
+        changed = changed_since(before)
+        if changed:
+            return [], f"{changed[0]}: changed while being read; compare again when it is complete", True
+        return sums, None, False
+
+    def row(
+        self,
+        pair: TensorPair,
+        golden: np.ndarray,
+        kl: bool,
+        copy: str | None,
+        sent_paths: list[list[str]],
+        *sent: list[np.ndarray],
+    ) -> tuple[TensorRow, bool, int]:
+        """``pair``'s row, not yet judged, whether it is transient (``PairReader.compare``), and the
+        bytes of the parts sent here: ``golden`` sent by the head, the test's files read here but for
+        ``sent`` (each other node's files, ``sent_paths``, as that node read them); ``copy``: every
+        rank's file is, bit for bit, this one here, as their digests said (it alone is read)."""
+        self._gate(pair)
+        arrays = {
+            Path(path): values
+            for paths, group in zip(sent_paths, sent, strict=True)
+            for path, values in zip(paths, group, strict=True)
+        }
+        row, transient = SentGoldenReader(self._policy(), golden, arrays, copy).compare(pair, kl)
+        return row, transient, sum(values.nbytes for values in arrays.values())
+
+    def tensor(
+        self, pair: TensorPair, like: np.ndarray, sent_paths: list[list[str]], *sent: list[np.ndarray]
+    ) -> tuple[np.ndarray, int]:
+        """The test's tensor of ``pair``, merged as the comparison merges it (what the head's error map
+        and plots need whole), and the bytes of the parts sent here."""
+        arrays = {
+            Path(path): values
+            for paths, group in zip(sent_paths, sent, strict=True)
+            for path, values in zip(paths, group, strict=True)
+        }
+        values = SentGoldenReader(self._policy(), like, arrays).test_side(pair)
+        return values, sum(part.nbytes for part in arrays.values())
+
+    def _gate(self, pair: TensorPair) -> None:
+        """A test's hook (``before_read``, given a pair here) before this node reads ``pair``'s files."""
+        if self.before_read is not None:
+            cast(BeforeCompare, self.before_read)(self.node_id, pair)
+
+    def _policy(self) -> LoadPolicy:
+        return LoadPolicy.for_dump(Path(self.path), self.follow_links)
+
+
+@dataclass(frozen=True)
+class PairSurvey:
+    """One test file as a node read it: its shape, dtype, whether it is real floats, and a digest of
+    its bytes (the ranks' copies of one tensor are the same where their digests are)."""
+
+    shape: list[int]
+    dtype: str
+    real_float: bool
+    digest: str
+
+
+@dataclass(frozen=True)
+class _Side:
+    load_policy: LoadPolicy
+
+
+@dataclass(frozen=True)
+class _Sides:
+    """What ``PairReader`` asks of a pairing outside ``load_pair``: the test's load policy."""
+
+    golden: _Side
+    test: _Side
+
+
+class SentGoldenReader(PairReader):
+    """``PairReader`` on a node: the golden is the one the head sent, the test's parts those read here
+    or sent from the nodes holding them (``sent``, by path)."""
+
+    def __init__(
+        self, policy: LoadPolicy, golden: np.ndarray, sent: dict[Path, np.ndarray], copy: str | None = None
+    ) -> None:
+        super().__init__(cast(Pairing, _Sides(_Side(policy), _Side(policy))))
+        self.policy = policy
+        self.golden = golden
+        self.sent = sent
+        self.copy = copy
+        self._parts: list[np.ndarray] | None = None
+
+    def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
+        """The golden as sent, the test as the local comparison loads it."""
+        return self.golden, self.test_side(pair)
+
+    def test_side(self, pair: TensorPair) -> np.ndarray:
+        """The test's tensor: its one file, or its parts merged (``loading.merged``)."""
+        ref = pair.test
+        if not ref.parts:
+            return load_side(ref, self.golden, self.policy)
+        if self.copy is not None:  # every rank's file is this one, bit for bit: read once, here
+            same = load_tensor(Path(self.copy), self.policy)
+            self._parts = [same] * len(ref.parts)
+        else:
+            self._parts = [self.sent[p] if p in self.sent else load_tensor(p, self.policy) for p in ref.parts]
+        return merged(ref, self._parts, self.golden)
+
+    def by_rank(self, golden: np.ndarray, pair: TensorPair) -> str | None:
+        """Each rank's part against its region of the golden, from the parts already at hand."""
+        return by_rank(golden, pair.test, self.policy, self._parts)
