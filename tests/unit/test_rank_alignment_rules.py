@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tui_acc.dumps.expert_order import interleaved
 from tui_acc.dumps.model import DumpIndex, Node, NodeTree, TensorRef
-from tui_acc.session import _with_data
+from tui_acc.rank_merging import with_data as _with_data
 
 
 def test_contiguous_ownership_in_any_rank_order_is_placeable() -> None:

@@ -165,7 +165,7 @@ def test_what_only_one_rank_ran_is_taken_whole_from_it(ranks_demo, tmp_path) -> 
     import shutil
 
     from tui_acc.dumps import open_dump
-    from tui_acc.session import _gathered
+    from tui_acc.rank_merging import gathered as _gathered
 
     run = tmp_path / "run"
     shutil.copytree(ranks_demo.out / "test", run)

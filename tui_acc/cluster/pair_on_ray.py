@@ -4,7 +4,7 @@ head, with the same report as a local ``--gather`` of the same folders.
 
 ``open_pair_on_ray`` joins the cluster, lists each place's rank folders and numbers the ranks as
 ``report --ranks --ray`` does (``ray_check.laid_out``), has each rank's node open its index (names,
-no tensor) and gathers them here as a local run does (``session.merge_ranks``). The comparison is
+no tensor) and gathers them here as a local run does (``rank_merging.merge_ranks``). The comparison is
 then a local one in all but where its rows are computed: ``pair_run.py``'s ``RayPairReader``, the
 engine's reader (``CompareOptions.test_side``), computes each row on the node holding the test's
 files. The verdicts (replays of an operator from its dumped inputs) read the test's files at the
@@ -29,7 +29,8 @@ from tui_acc.dumps import DumpError, DumpIndex
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.metrics.pair_reading import PairReader
 from tui_acc.pairing import Pairing
-from tui_acc.session import CompareOptions, Comparison, merge_ranks, open_comparison
+from tui_acc.rank_merging import merge_ranks
+from tui_acc.session import CompareOptions, Comparison, open_comparison
 
 
 @dataclass
