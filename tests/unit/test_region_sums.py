@@ -52,3 +52,24 @@ def test_copies_partial_sums_and_mixed_dtypes_do_not_split() -> None:
     assert split_plan([(2, 8), (2, 8)], ["float32"] * 2, "sum", golden, False) is None
     assert split_plan([(2, 8), (2, 8)], ["float32", "bfloat16"], AUTO, golden, False) is None
     assert split_plan([(2, 8), (2, 8)], ["float32"] * 2, AUTO, golden, False) is not None
+
+
+def test_a_rank_holding_no_rows_leaves_the_top1_to_the_last_rows_there_are() -> None:
+    """An expert rank given no token holds no rows: the merged tensor's last row is the previous
+    part's, and the row is still the merged tensor's (it had ended the report in an IndexError)."""
+    rng = np.random.default_rng(7)
+    golden = rng.standard_normal((5, 8)).astype(np.float32)
+    test = golden.copy()
+    test[4, 2] += 3.0  # the last row's top-1 moves
+    parts = [test[:5], test[5:]]  # the second rank: no rows
+    split = split_plan([p.shape for p in parts], ["float32"] * 2, "cat:0", golden, True)
+    assert split is not None
+    sums = [
+        part_sums(region, part, True)
+        for region, part in zip(golden_regions(golden, split), parts, strict=True)
+    ]
+    found = combined_row(golden, split, sums, True)
+    expected = compare_tensors(golden, test, kl=True)
+    for key in ("golden_top1", "test_top1", "numel", "max_abs_err", "worst_index"):
+        if key in expected:
+            assert found[key] == expected[key], key

@@ -33,24 +33,35 @@ def run(args: argparse.Namespace) -> int:
     if args.ray is not None:
         ray_pair = open_ray_pair(args, thresholds, settings, progress=None)
         cmp = ray_pair.comparison
-    opener = pair_opener(args, thresholds, settings)
+    opener = pair_opener(args, thresholds, settings) if ray_pair is None else _not_on_ray
     if ray_pair is None:
         cmp = open_pair(opener, args)
-    from tui_acc.tui.app import AccApp
+    try:
+        from tui_acc.tui.app import AccApp
 
-    # a command typed for `r` is remembered in --config when given: read last, it would override ./'s
-    _run_app(
-        AccApp(
+        # a command typed for `r` is remembered in --config when given: read last, it would override ./'s
+        app = AccApp(
             cmp,
             redump=redump,
             opener=opener,
             config_file=args.config,
-            swap=swapped_command(args),
+            swap=swapped_command(args) if ray_pair is None else None,
             all_tokens=args.all_tokens,
-        ),
-        ray_pair,
-    )
+        )
+    except BaseException:
+        if ray_pair is not None:
+            ray_pair.close()
+        raise
+    _run_app(app, ray_pair)
     return 0
+
+
+def _not_on_ray(golden: object, test: object) -> Comparison:
+    """The view's opener under ``--ray`` (a re-dump opened, back to the original dumps): a local pair
+    would compare the ranks this host holds, as if they were all: refused, said in the view."""
+    from tui_acc.dumps import DumpError
+
+    raise DumpError(f"{test}: under --ray a dump is opened with its own command (tui-acc GOLDEN TEST --ray)")
 
 
 def _run_app(app: AccApp, ray_pair: RayPair | None = None) -> None:
@@ -102,6 +113,8 @@ def open_ray_pair(
         )
     if args.baseline is not None or args.rank is not None:
         raise UsageError("--ray compares the test's ranks gathered: not with --baseline or --rank")
+    if args.token_offset is not None:  # the ranks are opened on their nodes, each numbered by itself
+        raise UsageError("--ray numbers each rank's tokens as its dump does: not with --token-offset")
     from tui_acc.cluster.pair_on_ray import open_pair_on_ray
 
     ray_pair = open_pair_on_ray(

@@ -125,7 +125,8 @@ def open_pair_on_ray(
         test = replace(test, policy=_policy_over(indexes))
         run = PairRun(workers, owners)
         side = RaySide(test, run)
-        cmp = open_comparison(golden, label, replace(options, test_side=side, gather=False, cache=False))
+        # gathered, as --gather is: a golden of several ranks is refused there (compare rank to rank)
+        cmp = open_comparison(golden, label, replace(options, test_side=side, gather=True, cache=False))
         return RayPair(cmp, run, connection.address)
     except BaseException:
         if workers is not None:

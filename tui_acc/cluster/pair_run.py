@@ -31,10 +31,10 @@ import numpy as np
 
 from tui_acc.cluster.pair_worker import PairSurvey, PairWorker
 from tui_acc.cluster.workers import CallFailed, Workers
-from tui_acc.dumps.loading import check_recorded, load_side
+from tui_acc.dumps.loading import check_recorded, file_states, load_side
 from tui_acc.dumps.tensors import TensorLoadError
 from tui_acc.metrics.by_rank import rank_said
-from tui_acc.metrics.pair_reading import PairReader, base_row, with_metrics
+from tui_acc.metrics.pair_reading import PairReader, base_row, change_said, with_metrics
 from tui_acc.metrics.region_sums import PartSums, Split, combined_row, golden_regions, split_plan
 from tui_acc.metrics.schema import TensorRow
 from tui_acc.pairing import Pairing, TensorPair
@@ -154,6 +154,12 @@ class PairRun:
             check_recorded(pair.golden, metrics["golden_max"], metrics["golden_min"])  # type: ignore[arg-type]
         except TensorLoadError as exc:
             row["error"] = str(exc)
+            return row, False
+        except (
+            ValueError,
+            IndexError,
+        ) as exc:  # parts that do not add up: an error row, as a local compare says
+            row["error"] = f"the ranks' parts could not be combined ({exc})"
             return row, False
         metrics["by_rank"] = "; ".join(
             rank_said(rank, region, part.said)
@@ -290,11 +296,18 @@ class RayPairReader(PairReader):
         """The pair's row, computed where its test files are (statistics-only pairs: here)."""
         if not (pair.golden.has_data and pair.test.has_data) or pair.golden_from_test:
             return super().compare(pair, kl)
-        try:
-            golden = load_side(pair.golden, None, self._golden_policy(pair))
-        except Exception:  # the golden's own error row, as the local comparison words it
-            return super().compare(pair, kl)
-        return self.run.row(pair, kl, golden)
+        before = file_states(pair.golden)
+        # as the local reader: a large golden read one at a time, and one changed while read said
+        with self._alone_if_large(before):
+            try:
+                golden = load_side(pair.golden, None, self._golden_policy(pair))
+            except Exception:  # the golden's own error row, as the local comparison words it
+                return super().compare(pair, kl)
+            row, transient = self.run.row(pair, kl, golden)
+        changed = change_said(before)
+        if changed is not None and row.get("error") is None:
+            row["error"], transient = changed, True
+        return row, transient
 
     def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
         """Both tensors whole at the head (the error map, a plot): the test's fetched from its home."""

@@ -89,9 +89,10 @@ class Traffic:
     def line(self) -> str:
         """The summary line stderr gets at the end."""
         parts = ", ".join(f"{c.replace('_', ' ')} {_size(getattr(self, c))}" for c in CATEGORIES)
-        read = _size(self.read)
         crossed = _size(self.crossed)
-        return f"ray: {crossed} crossed between nodes ({parts}); the nodes read {read} of rank tensors"
+        # a pair's run does not count what the nodes read (ranks' collectives do): not said as 0 B
+        read = f"; the nodes read {_size(self.read)} of rank tensors" if self.read else ""
+        return f"ray: {crossed} crossed between nodes ({parts}){read}"
 
 
 def _size(nbytes: int) -> str:

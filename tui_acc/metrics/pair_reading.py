@@ -63,7 +63,7 @@ class PairReader:
                     if len(pair.test.parts) > 1:  # which rank's shard is off
                         metrics["by_rank"] = self.by_rank(golden, pair)
                     del golden  # the mapped files go before the next large pair comes in
-                changed = _change_said(before)
+                changed = change_said(before)
                 if changed:  # a dump still being written (or copied): these numbers mix two versions
                     transient = True
                     raise DumpError(changed)
@@ -74,7 +74,7 @@ class PairReader:
                 )
         except TensorLoadError as exc:
             # a file rewritten while it was read fails its own checks (a CRC, a size): said as what it is
-            changed = _change_said(before)
+            changed = change_said(before)
             row["error"], transient = (changed, True) if changed else (str(exc), transient)
         except DumpError as exc:
             row["error"] = str(exc)
@@ -161,6 +161,8 @@ def _shape(dims: object) -> str:
     return "[" + ", ".join(str(d) for d in dims) + "]" if isinstance(dims, list) else str(dims)
 
 
-def _change_said(before: dict[Path, FileState]) -> str | None:
+def change_said(before: dict[Path, FileState]) -> str | None:
+    """What to say of a file of the pair that changed while it was read (``before``: their states
+    then), or None: the row is then transient, computed again when asked."""
     changed = changed_since(before)
     return f"{changed[0]}: changed while being read; compare again when it is complete" if changed else None

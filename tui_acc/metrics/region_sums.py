@@ -117,7 +117,12 @@ def combined_row(golden: np.ndarray, split: Split, parts: Sequence[PartSums], kl
         row[key] = sum(p.nan[key] for p in parts)
     row.update(finish(total, kl))
     along_rows = split.dim == len(split.shape) - 1
-    last_row = np.concatenate([p.last_row for p in parts]) if along_rows else parts[-1].last_row
+    # the merged tensor's last row: across the parts where they split it, else the last part's that
+    # holds any (a rank with no rows, an expert given no token, holds none)
+    held = [p.last_row for p in parts if p.last_row.size]
+    last_row = (
+        np.concatenate([p.last_row for p in parts]) if along_rows else (held or [parts[-1].last_row])[-1]
+    )
     width = split.shape[-1]
     row.update(top1(golden.reshape(-1, width)[-1:], last_row, width, CHUNK_ELEMENTS))
     return row
