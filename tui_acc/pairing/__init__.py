@@ -201,9 +201,9 @@ def _msprobe_order_borrowed(golden: DumpIndex, test: DumpIndex) -> DumpIndex | N
 
 def _msprobe_calls_nested_as_the_test(golden: DumpIndex, test: DumpIndex) -> DumpIndex | None:
     """An msprobe golden whose call tree was lost (construct.json missing, unreadable, or distrusted
-    for a cycle: its calls flat) against a test whose call tree is intact, both having made the same
-    calls in the same order at every token: the golden with the test's tree, its calls outside the
-    tokens the test lacks at the top level after them (None where that is not so). A call's name
+    for a cycle: its calls flat) against a test whose call tree is intact, both having recorded the
+    same calls: the golden with the test's tree, any call of its own the test lacks at the top level
+    after them (None where that is not so). A call's name
     says its module and its count: where the calls are the same, they nest alike. A flat golden
     judged each module as an operator of its own (its inputs pass, its output fails: "local"),
     beside the operator inside it that made the error."""
