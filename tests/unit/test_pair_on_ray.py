@@ -8,13 +8,10 @@ standing."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
-import os
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,8 +30,8 @@ from tui_acc.reports.pair import PairReport, build_report
 from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
 
-ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
+pytest.importorskip("ray")
+from tests.unit.ray_cluster import cluster_of, hold_here, node_places, removed_at_gate
 
 NAME = "llama-tp2-msprobe"
 LAYOUT = {"a": "rank0", "b": "rank1"}
@@ -45,15 +42,8 @@ PLACES_SAID = ("test", "notes", "ray")
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[Any, dict[str, Any]]]:
     """A head that holds no rank folder (the driver's node) and two nodes a, b."""
-    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    try:
-        nodes = {name: made.add_node(num_cpus=1) for name in LAYOUT}
-        ray.init(address=made.address, log_to_driver=False, include_dashboard=False)
-        made.wait_for_nodes()
-        yield made, nodes
-    finally:
-        ray.shutdown()
-        made.shutdown()
+    with cluster_of(LAYOUT) as made:
+        yield made
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +56,6 @@ def _spread(tp: Path, case: str, root: Path) -> dict[str, Path]:
     for node, rank in LAYOUT.items():
         shutil.copytree(tp / case / "step0" / rank, root / node / "step0" / rank)
     return {node: root / node for node in LAYOUT}
-
-
-def _places(nodes: dict[str, Any], roots: dict[str, Path]) -> list[str]:
-    return [f"{nodes[name].node_id}:{root}" for name, root in roots.items()]
 
 
 @functools.cache
@@ -129,7 +115,7 @@ def test_the_report_is_the_local_gathers_row_for_row(cluster, tp, tmp_path: Path
     local = _local(tp, case)
     lines: list[str] = []
     pair = open_pair_on_ray(
-        tp / "golden", _places(nodes, _spread(tp, case, tmp_path)), None, progress=lines.append
+        tp / "golden", node_places(nodes, _spread(tp, case, tmp_path)), None, progress=lines.append
     )
     try:
         report = build_report(pair.comparison, all_tokens=True)
@@ -187,25 +173,14 @@ def test_a_node_lost_mid_run_names_what_it_held_and_the_rest_stand(cluster, tp, 
     victim = made.add_node(num_cpus=1)
     made.wait_for_nodes()
     roots = _spread(tp, "column", tmp_path / "nodes")
-    reached, release = tmp_path / "reached", tmp_path / "release"
-    os.mkfifo(reached)
-    os.mkfifo(release)
-
-    def kill_once_reached() -> None:
-        with reached.open() as gate:  # returns once the victim's worker opens it to write
-            if gate.read():
-                made.remove_node(victim, allow_graceful=False)
-
-    killer = threading.Thread(target=kill_once_reached)
-    killer.start()
     lines: list[str] = []
-    try:
+    with removed_at_gate(made, victim, tmp_path) as (reached, release):
         pair = open_pair_on_ray(
             tp / "golden",
-            _places({"a": nodes["a"], "b": victim}, roots),
+            node_places({"a": nodes["a"], "b": victim}, roots),
             None,
             progress=lines.append,
-            before_compare=_gate(victim.node_id, logits, str(reached), str(release)),
+            before_compare=_gate(victim.node_id, logits, reached, release),
         )
         try:
             report = build_report(pair.comparison, all_tokens=True)
@@ -213,10 +188,6 @@ def test_a_node_lost_mid_run_names_what_it_held_and_the_rest_stand(cluster, tp, 
             said = pair.said()
         finally:
             pair.close()
-    finally:
-        _unblock(reached)  # the gate never reached (a failure below): the killer reads EOF and ends
-        killer.join()
-        _unblock(release)  # a worker still waiting there, should its node outlive the removal
     local = _local(tp, "column")
     # each token's logits row (its verdict and counts are its operators')
     logits_said = {
@@ -244,18 +215,9 @@ def _gate(victim: str, logits: set[str], reached: str, release: str) -> Any:
 
     def before_compare(node_id: str, pair: TensorPair) -> None:
         if node_id == victim and pair.token >= 2 and pair.golden_node not in logits:
-            with open(reached, "w") as said:  # noqa: PTH123 -- a FIFO: blocks until the test reads
-                said.write("reached\n")
-            with open(release) as wait:  # noqa: PTH123 -- never written: the node goes first
-                wait.read()
+            hold_here(reached, release)
 
     return before_compare
-
-
-def _unblock(fifo: Path) -> None:
-    """Open ``fifo`` for writing and close it, where someone is waiting to read it (else nothing)."""
-    with contextlib.suppress(OSError):  # ENXIO: no reader waiting
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
 
 
 async def test_the_view_on_ray_reaches_the_same_culprit(cluster, tp, tmp_path: Path) -> None:
@@ -263,7 +225,7 @@ async def test_the_view_on_ray_reaches_the_same_culprit(cluster, tp, tmp_path: P
     twice (the first failing token, then its culprit) lands where the local report's culprit is."""
     _made, nodes = cluster
     expected = _local(tp, "allreduce").body()["first_failing_op"]
-    pair = open_pair_on_ray(tp / "golden", _places(nodes, _spread(tp, "allreduce", tmp_path)), None)
+    pair = open_pair_on_ray(tp / "golden", node_places(nodes, _spread(tp, "allreduce", tmp_path)), None)
     try:
         app = AccApp(pair.comparison, export_dir=tmp_path)
         async with app.run_test(size=(200, 45)) as pilot:

@@ -6,11 +6,8 @@ holds: no sleep, no timing) naming its ranks as not compared while the others' r
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +23,8 @@ from tui_acc.collectives.rank_reading import RankReader
 from tui_acc.collectives.rank_set import Collective, open_ranks
 from tui_acc.reports.collectives import RanksReport, build_report
 
-ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
+pytest.importorskip("ray")
+from tests.unit.ray_cluster import cluster_of, hold_here, node_places, removed_at_gate
 
 LAYOUT = {"a": ("rank0", "rank1"), "b": ("rank2",), "c": ("rank3",)}  # three nodes' own folders
 
@@ -35,15 +32,8 @@ LAYOUT = {"a": ("rank0", "rank1"), "b": ("rank2",), "c": ("rank3",)}  # three no
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[Any, dict[str, Any]]]:
     """A head that holds no rank folder (the driver's node) and three nodes a, b, c."""
-    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    try:
-        nodes = {name: made.add_node(num_cpus=1) for name in LAYOUT}
-        ray.init(address=made.address, log_to_driver=False, include_dashboard=False)
-        made.wait_for_nodes()
-        yield made, nodes
-    finally:
-        ray.shutdown()
-        made.shutdown()
+    with cluster_of(LAYOUT) as made:
+        yield made
 
 
 def _spread(case: Path, root: Path, layout: dict[str, tuple[str, ...]]) -> dict[str, Path]:
@@ -67,10 +57,6 @@ def _spread_atb(tensors: Path, root: Path) -> dict[str, Path]:
     return roots
 
 
-def _places(nodes: dict[str, Any], roots: dict[str, Path]) -> list[str]:
-    return [f"{nodes[name].node_id}:{root}" for name, root in roots.items()]
-
-
 def _local(case: Path) -> RanksReport:
     return build_report(RanksCheck(open_ranks(str(case / "step0"))))
 
@@ -90,7 +76,7 @@ def test_the_rows_are_the_local_runs_row_for_row(cluster, ranks_case, tmp_path: 
         case = ranks_case(name)
         roots, local = _spread(case, tmp_path, LAYOUT), _local(case)
     lines: list[str] = []
-    check = open_on_ray(_places(nodes, roots), None, 2.0, progress=lines.append)
+    check = open_on_ray(node_places(nodes, roots), None, 2.0, progress=lines.append)
     try:
         report = build_report(check)
     finally:
@@ -114,7 +100,7 @@ def test_the_bytes_that_cross_are_no_more_than_the_partial_sums(cluster, ranks_c
     an all-gather's inputs go as read to every node that lacks them. Nothing else is a tensor."""
     _made, nodes = cluster
     case = ranks_case("msprobe-tp4")
-    check = open_on_ray(_places(nodes, _spread(case, tmp_path, LAYOUT)), None, 2.0)
+    check = open_on_ray(node_places(nodes, _spread(case, tmp_path, LAYOUT)), None, 2.0)
     try:
         build_report(check)
         counted = check.workers.traffic
@@ -163,34 +149,19 @@ def test_a_node_lost_mid_run_names_its_ranks_and_the_rest_stand(cluster, ranks_c
     made.wait_for_nodes()
     layout = {"a": LAYOUT["a"], "b": LAYOUT["b"], "victim": LAYOUT["c"]}
     roots = _spread(case, tmp_path / "nodes", layout)
-    reached, release = tmp_path / "reached", tmp_path / "release"
-    os.mkfifo(reached)
-    os.mkfifo(release)
-
-    def kill_once_reached() -> None:
-        with reached.open() as gate:  # returns once the victim's worker opens it to write
-            if gate.read():
-                made.remove_node(victim, allow_graceful=False)
-
-    killer = threading.Thread(target=kill_once_reached)
-    killer.start()
     lines: list[str] = []
-    try:
+    with removed_at_gate(made, victim, tmp_path) as (reached, release):
         check = open_on_ray(
-            _places({**nodes, "victim": victim}, roots),
+            node_places({**nodes, "victim": victim}, roots),
             None,
             2.0,
             progress=lines.append,
-            before_read=_gate(victim.node_id, str(reached), str(release)),
+            before_read=_gate(victim.node_id, reached, release),
         )
         try:
             report = build_report(check)
         finally:
             check.close()
-    finally:
-        _unblock(reached)  # the gate never reached (a failure below): the killer reads EOF and ends
-        killer.join()
-        _unblock(release)  # a worker still waiting there, should its node outlive the removal
     local = {(r["token"], r["op"], r["rank"]): r for r in _local(case).collectives}
     rows = {(r["token"], r["op"], r["rank"]): r for r in report.collectives}
     assert rows.keys() == local.keys()
@@ -218,25 +189,16 @@ def _gate(victim: str, reached: str, release: str) -> Any:
 
     def before_read(node_id: str, collective: Collective) -> None:
         if node_id == victim and collective.token == 1:
-            with open(reached, "w") as said:  # noqa: PTH123 -- a FIFO: blocks until the test reads
-                said.write("reached\n")
-            with open(release) as wait:  # noqa: PTH123 -- never written: the node goes first
-                wait.read()
+            hold_here(reached, release)
 
     return before_read
-
-
-def _unblock(fifo: Path) -> None:
-    """Open ``fifo`` for writing and close it, where someone is waiting to read it (else nothing)."""
-    with contextlib.suppress(OSError):  # ENXIO: no reader waiting
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
 
 
 def test_a_rank_folder_no_node_holds_is_named_not_compared(cluster, ranks_case, tmp_path: Path) -> None:
     _made, nodes = cluster
     case = ranks_case("msprobe-tp4")
     roots = _spread(case, tmp_path, {"a": LAYOUT["a"], "c": LAYOUT["c"]})  # rank2 is nowhere
-    check = open_on_ray(_places(nodes, roots), None, 2.0)
+    check = open_on_ray(node_places(nodes, roots), None, 2.0)
     try:
         report = build_report(check)
     finally:
@@ -255,7 +217,7 @@ def test_the_command_line_prints_the_bytes_and_a_line_per_node(
 ) -> None:
     _made, nodes = cluster
     case = ranks_case("msprobe-tp4")
-    places = _places(nodes, _spread(case, tmp_path, LAYOUT))
+    places = node_places(nodes, _spread(case, tmp_path, LAYOUT))
     code = main(["report", "--ranks", "--ray", "auto", *places, "--json"])
     out, err = capsys.readouterr()
     said = json.loads(out)
