@@ -114,17 +114,26 @@ def test_pairs_without_ray_are_refused(capsys) -> None:
 def test_ray_address_alone_never_switches_a_run_to_ray(ranks_case, tmp_path: Path) -> None:
     """RAY_ADDRESS set, no --ray: the run is local, as before, and Ray is never imported."""
     dump = ranks_case("msprobe-tp2") / "step0"
+    said, stderr = _with_ray_address(
+        ["report", "--ranks", str(dump), "--json"], tmp_path, "tui_acc.tui.ranks_app"
+    )
+    assert said == "1 []", stderr  # the fault found (exit 1), locally, without Ray
+
+
+def _with_ray_address(argv: list[str], home: Path, imported: str = "") -> tuple[str, str]:
+    """``main(argv)`` in a process of its own with ``RAY_ADDRESS`` set (and ``imported`` imported
+    first): its exit code and the Ray modules it imported, as one line; and its stderr."""
     code = (
         "import contextlib, io, sys\n"
         "from tui_acc.cli.main import main\n"
-        "import tui_acc.tui.ranks_app\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        f"    code = main(['report', '--ranks', {str(dump)!r}, '--json'])\n"
+        + (f"import {imported}\n" if imported else "")
+        + "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    code = main({argv!r})\n"
         "print(code, sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
     )
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_ADDRESS": "10.0.0.1:6379"}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "RAY_ADDRESS": "10.0.0.1:6379"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
-    assert done.stdout.strip() == "1 []", done.stderr  # the fault found (exit 1), locally, without Ray
+    return done.stdout.strip(), done.stderr
 
 
 def test_an_address_nobody_answers_at_is_said_at_once(ranks_case, monkeypatch, capsys) -> None:
@@ -158,13 +167,5 @@ def test_ray_address_alone_never_switches_a_pair_to_ray(tp_case, tmp_path: Path)
     """RAY_ADDRESS set, no --ray: ``report GOLDEN TEST`` gathers the ranks here, and never imports Ray."""
     tp = tp_case("llama-tp2-msprobe")
     argv = ["report", str(tp / "golden"), str(tp / "column"), "--json", "--no-cache"]
-    code = (
-        "import contextlib, io, sys\n"
-        "from tui_acc.cli.main import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        f"    code = main({argv!r})\n"
-        "print(code, sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
-    )
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_ADDRESS": "10.0.0.1:6379"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
-    assert done.stdout.strip() == "1 []", done.stderr  # the fault found (exit 1), locally, without Ray
+    said, stderr = _with_ray_address(argv, tmp_path)
+    assert said == "1 []", stderr  # the fault found (exit 1), locally, without Ray
