@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import device_dir
-from tests.unit.test_bad_input import _copy, _errors, _report
+from tests.unit.test_bad_input import _copy, _errors, _msprobe_copy, _report
 from tui_acc import CompareOptions, open_comparison
 from tui_acc.cli.main import main
 from tui_acc.demo.probe_export import export_probe
@@ -113,10 +113,8 @@ def test_an_atb_probe_operation_folder_and_tensor_file_not_in_utf8_are_named(
 def test_a_dump_json_record_named_with_a_lone_surrogate_is_named_not_read(
     model_case, tmp_path: Path, capsys
 ) -> None:
-    folder = model_case("llama-msprobe-L1")
-    golden = shutil.copytree(folder / "golden", tmp_path / "golden")
-    test = shutil.copytree(folder / "test", tmp_path / "test")
-    (dump_json,) = test.glob("step0/*/dump.json")
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-L1", tmp_path)
+    dump_json = rank / "dump.json"
     text = dump_json.read_text(encoding="utf-8").replace(
         '"Functional.dropout.0.forward"', '"Functional.dropout\\udce9.0.forward"', 1
     )
@@ -141,14 +139,12 @@ def test_a_folder_of_dumps_beside_one_named_in_another_encoding_still_points_at_
 def test_a_construct_json_call_named_with_a_lone_surrogate_is_named(
     model_case, tmp_path: Path, capsys
 ) -> None:
-    folder = model_case("llama-msprobe-mix")
-    golden = shutil.copytree(folder / "golden", tmp_path / "golden")
-    test = shutil.copytree(folder / "test", tmp_path / "test")
-    (construct,) = test.glob("step0/*/construct.json")
+    golden, test, rank = _msprobe_copy(model_case, "llama-msprobe-mix", tmp_path)
+    construct = rank / "construct.json"
     text = construct.read_text(encoding="utf-8")
     construct.write_text(text.replace("{", '{"Module.x\\udce9.X.forward.0": null, ', 1), encoding="utf-8")
     report = _report(golden, test, capsys)
     said = [e for e in _errors(report) if e.startswith(f"{construct}: ")]
     assert len(said) == 1 and "name a call with an unpaired surrogate" in said[0], _errors(report)
-    key = json.loads((folder / "case.json").read_text())
+    key = json.loads((model_case("llama-msprobe-mix") / "case.json").read_text())
     assert report["first_failing_op"]["golden"] == key["fault_record"]

@@ -380,9 +380,7 @@ def test_a_graph_whose_text_is_gone_is_named_not_described_by_another_graphs(
     the decode graph with it had paired its ops with the wrong FX nodes (a view named the culprit).
     Where the texts are named for the dump's graphs, a graph none is named for is not compared, and
     an error says so: its runs are not compared, and the prefill run passing is no pass (exit 1)."""
-    test = tmp_path / "ge-fault"
-    shutil.copytree(llama / "ge-fault", test)
-    next(test.glob("msprobe_ge_dump/dynamo_original_graph_2_*.txt")).unlink()
+    test = _without_the_decode_graphs_text(llama / "ge-fault", tmp_path)
     comparison = open_comparison(llama / "fx", test, CompareOptions(cache=False))
     report = build_report(comparison, all_tokens=True)
     body = report.body()
@@ -397,9 +395,7 @@ def test_a_graph_whose_text_is_gone_is_named_not_described_by_another_graphs(
 def test_against_a_ge_golden_a_graph_without_its_text_is_still_compared(llama: Path, tmp_path: Path) -> None:
     """Two GE dumps pair their ops by name: the decode graph's text gone, its runs are compared all
     the same (a note says its fused ops are not split), and the clean pair passes."""
-    test = tmp_path / "ge-clean"
-    shutil.copytree(llama / "ge-clean", test)
-    next(test.glob("msprobe_ge_dump/dynamo_original_graph_2_*.txt")).unlink()
+    test = _without_the_decode_graphs_text(llama / "ge-clean", tmp_path)
     comparison = open_comparison(llama / "ge-nofusion", test, CompareOptions(cache=False))
     report = build_report(comparison, all_tokens=True)
     body = report.body()
@@ -407,6 +403,13 @@ def test_against_a_ge_golden_a_graph_without_its_text_is_still_compared(llama: P
     assert any("GE graph graph_2: no graph text named for it" in n for n in body["notes"]), body["notes"]
     assert [row["token"] for row in body["tokens"]] == [0, 1, 2]
     assert report.exit_code == 0
+
+
+def _without_the_decode_graphs_text(dump: Path, tmp_path: Path) -> Path:
+    """A copy of the GE ``dump`` whose decode graph's text (``graph_2``'s) is deleted."""
+    copy = shutil.copytree(dump, tmp_path / dump.name)
+    next(copy.glob("msprobe_ge_dump/dynamo_original_graph_2_*.txt")).unlink()
+    return copy
 
 
 def test_a_model_folder_with_two_model_ids_keeps_its_graph_text(llama: Path, tmp_path: Path) -> None:
