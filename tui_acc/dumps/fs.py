@@ -42,7 +42,7 @@ def unnamed_subdirs(path: Path) -> list[Path]:
     whether one would have been what it looks for, and name it (``shown``)."""
     try:
         with os.scandir(path) as entries:
-            return [Path(e.path) for e in entries if not e.name.isascii() and not_utf8(e.name) and e.is_dir()]
+            return [Path(e.path) for e in entries if not_utf8(e.name) and e.is_dir()]
     except OSError:
         return []
 
@@ -52,7 +52,7 @@ def text_names(names: Iterable[str], folder: str, skipped: list[str]) -> list[st
     are added to ``skipped``: the reader names them (``NOT_UTF8``)."""
     kept = []
     for name in names:
-        if name.isascii() or not not_utf8(name):
+        if not not_utf8(name):
             kept.append(name)
         else:
             skipped.append(shown(str(Path(folder, name))))

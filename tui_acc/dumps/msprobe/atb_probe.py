@@ -283,7 +283,7 @@ def _tensors(node_dir: Path) -> tuple[list[TensorRef], list[Problem]]:
         for entry in entries:
             if not entry.name.endswith(".bin"):
                 continue
-            if not entry.name.isascii() and not_utf8(entry.name):
+            if not_utf8(entry.name):
                 problems.append(Problem(shown(entry.path), NOT_UTF8))
                 continue
             match = pattern.match(entry.name)

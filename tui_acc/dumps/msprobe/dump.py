@@ -181,7 +181,7 @@ def _read_rank_dir(
     data: dict[str, Any] = dump["data"]
     # a record named with an unpaired surrogate (a JSON escape, no name msprobe writes): no frame,
     # JSON reader or terminal takes the name
-    unnamed = [name for name in data if not name.isascii() and not_utf8(name)]
+    unnamed = [name for name in data if not_utf8(name)]
     if unnamed:
         example = unnamed[0].encode("utf-8", "surrogatepass").decode("utf-8", "replace")
         said = f"{len(unnamed)} records named with an unpaired surrogate (e.g. {example!r}); not compared"

@@ -133,7 +133,7 @@ def _calls(
     found: dict[str, list[TensorRef]] = {}
     started: dict[str, int] = {}
     for name in names:
-        if not name.isascii() and not_utf8(name):
+        if not_utf8(name):
             problems.append(Problem(shown(f"{run.folder}/{name}"), NOT_UTF8))
             continue
         matched = _FILE.match(name)

@@ -63,6 +63,7 @@ _FIXED = (
     "input/output", "index", "data size", "data type", "format", "shape", "count",
     "negative inf count", "positive inf count",
 )  # fmt: skip
+_KNOWN = frozenset(_FIXED).union(*_FIELDS.values())  # every column a statistics file is read by
 _ROLES = {"input": "input", "output": "output"}
 _PADDED_NOTE = (
     "GE statistics of tensors in a padded device format count the padding: only their NaN counts are compared"
@@ -162,8 +163,7 @@ def _unknown_columns(header: list[str]) -> str | None:
     """Columns that are neither the fixed ones nor a statistic tui-acc knows, said where they leave
     the NaN count as the only statistic read: another spelling of Max/Min/Avg/L2 would else be
     compared by its NaN count alone, and a wrong value pass without a word."""
-    known = {name for names in _FIELDS.values() for name in names}
-    unknown = [name for name in header if name and name not in known and name not in _FIXED]
+    unknown = [name for name in header if name and name not in _KNOWN]
     values = [name for field, names in _FIELDS.items() if field != "nan" for name in names if name in header]
     if not unknown or values:
         return None
