@@ -10,6 +10,8 @@ blamed for nothing. Expectations come from the answer key (cases.json), never fr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import sensitivity_key
@@ -25,14 +27,23 @@ STRONG = sorted(
 )
 
 
-def _local(case) -> list[tuple[int, str, str]]:  # type: ignore[no-untyped-def]
+def _local(case, since: int = 0) -> list[tuple[int, str, str]]:  # type: ignore[no-untyped-def]
+    """(token, operator, rule) of each operator labelled local, at the tokens from ``since`` on."""
     comparison = open_comparison(case.golden, case.test, CompareOptions(cache=False))
     return [
         (row["token"], row["golden_node"], row["rule"])
         for token in comparison.pairing.tokens
+        if token >= since
         for row in comparison.verdicts.token(token).rows
         if row["label"] == "local"
     ]
+
+
+def _tensor_files(test: Path, before: int) -> dict[str, bytes]:
+    """The bytes of each tensor file of the test dump's forward calls before token ``before``."""
+    (data,) = test.glob("step0/*/dump_tensor_data")
+    calls = tuple(f".forward.{token}." for token in range(before))
+    return {f.name: f.read_bytes() for f in sorted(data.iterdir()) if any(c in f.name for c in calls)}
 
 
 def test_the_sweep_is_what_the_tests_expect():
@@ -47,9 +58,14 @@ def test_the_sweep_is_what_the_tests_expect():
 
 @pytest.mark.parametrize(("level", "run"), STRONG)
 def test_a_fault_of_2_percent_is_the_one_local_operator(sensitivity_case, level: str, run: str) -> None:
-    case = sensitivity_case(level, run)
+    """The tokens before the fault's are the clean run's, byte for byte (the clean port's test judges
+    them): only the fault's token and those after it are judged here."""
+    case, clean = sensitivity_case(level, run), sensitivity_case(level, "clean")
+    token = case.info["token"]
+    before = _tensor_files(case.test, token)
+    assert len(before) > 100 and before == _tensor_files(clean.test, token)
     expected = case.info["first_difference"]["record"]
-    assert _local(case) == [(case.info["token"], expected, "replay")]
+    assert _local(case, since=token) == [(token, expected, "replay")]
 
 
 @pytest.mark.parametrize("level", ["L0", "mix"])
