@@ -31,6 +31,13 @@ def cluster_of(names: Iterable[str]) -> Iterator[tuple[Any, dict[str, Any]]]:
         made.shutdown()
 
 
+def ours(text: str) -> list[str]:
+    """The lines of captured output that are not Ray's own: a driver prints what the cluster tells it
+    whenever it arrives (a node removed by an earlier test marked dead: ``(raylet) The node with
+    node id ... has been marked dead``, its reasons on lines that start with a tab)."""
+    return [line for line in text.splitlines() if "(raylet)" not in line and not line.startswith("\t")]
+
+
 def node_places(nodes: dict[str, Any], roots: dict[str, Path]) -> list[str]:
     """``NODE_ID:PATH`` for each node's own folder."""
     return [f"{nodes[name].node_id}:{root}" for name, root in roots.items()]

@@ -8,16 +8,20 @@ standing."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
+import os
+import re
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
 from tests.tui.conftest import settle
 from tui_acc import CompareOptions, open_comparison
@@ -31,7 +35,7 @@ from tui_acc.tui.app import AccApp
 from tui_acc.tui.screens.operators import OperatorScreen
 
 pytest.importorskip("ray")
-from tests.unit.ray_cluster import cluster_of, hold_here, node_places, removed_at_gate
+from tests.unit.ray_cluster import cluster_of, hold_here, node_places, ours, removed_at_gate
 
 NAME = "llama-tp2-msprobe"
 LAYOUT = {"a": "rank0", "b": "rank1"}
@@ -107,18 +111,42 @@ def _close(a: Any, b: Any, tolerance: float, scale: float, where: str) -> None:
         assert a == b, (where, a, b)
 
 
+@contextlib.contextmanager
+def _opened_here() -> Iterator[list[str]]:
+    """Every path this process (the head's driver) opens meanwhile (an audit hook: os.open, open,
+    numpy's maps), whichever reader opens it."""
+    global _opening
+    if _opening is None:
+        sys.addaudithook(_audit)  # once: a hook cannot be removed; it records only while a test asks
+    _opening = []
+    try:
+        yield _opening
+    finally:
+        _opening = None
+
+
+_opening: list[str] | None = None
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event == "open" and _opening is not None and isinstance(args[0], str | bytes | os.PathLike):
+        _opening.append(os.fsdecode(args[0]))
+
+
 def test_the_report_is_the_local_gathers_row_for_row(cluster, tp, tmp_path: Path) -> None:
     """allreduce: rank 1's all-reduce left its peer out, the culprit found by a replay of the two
-    ranks' call; each rank folder on its own node (HOST:PATH), the head holding none."""
+    ranks' call; each rank folder on its own node (HOST:PATH), the head holding none. The head opens
+    no file of a node's folder: what it replays was brought from the nodes, counted."""
     case = "allreduce"
     _made, nodes = cluster
     local = _local(tp, case)
     lines: list[str] = []
-    pair = open_pair_on_ray(
-        tp / "golden", node_places(nodes, _spread(tp, case, tmp_path)), None, progress=lines.append
-    )
+    roots = _spread(tp, case, tmp_path)
+    pair = open_pair_on_ray(tp / "golden", node_places(nodes, roots), None, progress=lines.append)
     try:
-        report = build_report(pair.comparison, all_tokens=True)
+        with _opened_here() as opened:
+            report = build_report(pair.comparison, all_tokens=True)
+        culprit_rule = report.body()["first_failing_op"]["rule"]
         # the error map's and a plot's tensors: the gathered test fetched whole from its home, counted
         cmp = pair.comparison
         gathered = next(t for n in cmp.pairing.node_pairs(0) for t in n.tensors if len(t.test.parts) > 1)
@@ -130,6 +158,10 @@ def test_the_report_is_the_local_gathers_row_for_row(cluster, tp, tmp_path: Path
         pair.close()
     assert fetched.dtype == read_here.dtype and fetched.tobytes() == read_here.tobytes()
     assert said["fetched_tensors"] == 1 and said["bytes"]["fetched_to_head"] == fetched.nbytes
+    assert [path for path in opened if any(Path(path).is_relative_to(r) for r in roots.values())] == []
+    assert culprit_rule == "replay" and said["fetched_files"] > 0 and said["bytes"]["files_to_head"] > 0
+    assert all(node["read"] > 0 for node in said["nodes"])
+    assert said["bytes"]["read_on_nodes"] == sum(node["read"] for node in said["nodes"])
     _same(report.body(), local)
     tables = {"tokens": report.token_table.to_dicts(), "operators": report.node_table.to_dicts()}
     _same(tables, local, {"tokens": local.token_table.to_dicts(), "operators": local.node_table.to_dicts()})
@@ -154,12 +186,12 @@ def test_report_ray_on_the_command_line(cluster, tp, capsys) -> None:
     the local report's row for row, with ``ray``; a line per node on stderr."""
     code = main(["report", str(tp / "golden"), str(tp / "column"), "--ray", "auto", "--json", "--all-tokens"])
     out, err = capsys.readouterr()
-    body = json.loads(out)
+    body = json.loads("\n".join(ours(out)))
     local = _local(tp, "column")
     _same(body, local, json.loads(json.dumps(strict_json(local.body()))))
     assert code == 1 and body["ray"]["bytes"]["crossed"] > 0 and body["ray"]["rows_made"]["split"] > 0
     assert body["first_failing_op"]["label"] == "local"
-    assert "Traceback" not in err and "crossed between nodes" in err.splitlines()[-1]
+    assert "Traceback" not in err and "crossed between nodes" in ours(err)[-1]
 
 
 def test_a_node_lost_mid_run_names_what_it_held_and_the_rest_stand(cluster, tp, tmp_path: Path) -> None:
@@ -222,14 +254,16 @@ def _gate(victim: str, logits: set[str], reached: str, release: str) -> Any:
 
 async def test_the_view_on_ray_reaches_the_same_culprit(cluster, tp, tmp_path: Path) -> None:
     """``tui-acc GOLDEN TEST --ray``: the view gets the Ray rows through the engine's reader, so ``f``
-    twice (the first failing token, then its culprit) lands where the local report's culprit is."""
+    twice (the first failing token, then its culprit) lands where the local report's culprit is; each
+    screen has a line of the nodes, with the rows each has computed (refreshed every second)."""
     _made, nodes = cluster
     expected = _local(tp, "allreduce").body()["first_failing_op"]
     pair = open_pair_on_ray(tp / "golden", node_places(nodes, _spread(tp, "allreduce", tmp_path)), None)
     try:
-        app = AccApp(pair.comparison, export_dir=tmp_path)
+        app = AccApp(pair.comparison, export_dir=tmp_path, nodes_said=pair.run.status)
         async with app.run_test(size=(200, 45)) as pilot:
             await settle(pilot)
+            assert str(app.screen.query_one("#nodes-bar", Static).render()).startswith("nodes: ")
             await pilot.press("f")
             await settle(pilot)
             await pilot.press("f")
@@ -239,5 +273,10 @@ async def test_the_view_on_ray_reaches_the_same_culprit(cluster, tp, tmp_path: P
             table = screen.query_one("#ops", DataTable)
             row = screen._rows[str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)]
             assert (row["golden_node"], row["label"]) == (expected["golden"], "local")
+            app.show_nodes()
+            line = str(screen.query_one("#nodes-bar", Static).render())
+            assert line == pair.run.status() and line.count(" working, ") == 2
+            assert [int(n) for n in re.findall(r"(\d+) rows", line)] == pair.run.computed
+            assert min(pair.run.computed) > 0
     finally:
         pair.close()

@@ -24,7 +24,7 @@ from tui_acc.collectives.rank_set import Collective, open_ranks
 from tui_acc.reports.collectives import RanksReport, build_report
 
 pytest.importorskip("ray")
-from tests.unit.ray_cluster import cluster_of, hold_here, node_places, removed_at_gate
+from tests.unit.ray_cluster import cluster_of, hold_here, node_places, ours, removed_at_gate
 
 LAYOUT = {"a": ("rank0", "rank1"), "b": ("rank2",), "c": ("rank3",)}  # three nodes' own folders
 
@@ -220,10 +220,10 @@ def test_the_command_line_prints_the_bytes_and_a_line_per_node(
     places = node_places(nodes, _spread(case, tmp_path, LAYOUT))
     code = main(["report", "--ranks", "--ray", "auto", *places, "--json"])
     out, err = capsys.readouterr()
-    said = json.loads(out)
+    said = json.loads("\n".join(ours(out)))
     assert code == 1 and said["first_bad"] == _local(case).first_bad
     assert said["ray"]["bytes"]["crossed"] > 0 and said["ray"]["address"] == "auto"
-    lines = err.splitlines()
+    lines = ours(err)
     assert sum(line.startswith("node ") and " done: " in line for line in lines) == 3
     assert any(line.startswith("ray: ") and "crossed between nodes" in line for line in lines)
 
@@ -235,7 +235,7 @@ def test_a_path_no_node_holds_is_refused_naming_each_node(cluster, tmp_path: Pat
         main(["ranks", "--ray", "auto", *(f"{n.node_id}:{missing}" for n in nodes.values()), "--json"]) == 2
     )
     out, err = capsys.readouterr()
-    *lines, said = err.splitlines()  # a line a node as its listing comes back, then the error
-    assert out == "" and len(lines) == 3 and all("no rank folder here" in line for line in lines)
+    *lines, said = ours(err)  # a line a node as its listing comes back, then the error
+    assert ours(out) == [] and len(lines) == 3 and all("no rank folder here" in line for line in lines)
     assert said.startswith("tui-acc: error: ") and "hold 0 rank folder(s) between them" in said
     assert all(n.node_id[:8] in said for n in nodes.values())

@@ -3,6 +3,7 @@ sends to stdout still gets there, in a process of its own (descriptor 1 is then 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -48,3 +49,30 @@ def test_a_reader_that_left_ends_no_report_in_a_traceback(demo_pair: Any) -> Non
         os.close(write_end)
     assert done.returncode == 1  # the demo's fault, as with a reader
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
+def test_the_ranks_report_keeps_stdout_for_its_json(ranks_case: Any) -> None:
+    """``report --ranks DUMP --json`` under the same guard: what anything else writes to descriptor 1
+    while the ranks are checked (Ray's driver prints what its cluster tells it whenever it arrives)
+    goes to stderr; stdout is the one JSON object."""
+    dump = ranks_case("msprobe-tp2") / "step0"
+    noisy = (
+        "import os, sys\n"
+        "from tui_acc.collectives import check\n"
+        "opened = check.RanksCheck.__init__\n"
+        "def said_meanwhile(self, *args, **kwargs):\n"
+        "    os.write(1, b'(raylet) a node was marked dead\\n')\n"
+        "    opened(self, *args, **kwargs)\n"
+        "check.RanksCheck.__init__ = said_meanwhile\n"
+        "from tui_acc.cli.main import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", noisy, "report", "--ranks", str(dump), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    assert json.loads(done.stdout)["ranks"] == ["rank0", "rank1"]
+    assert "(raylet) a node was marked dead" in done.stderr

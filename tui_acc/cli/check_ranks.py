@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
+from tui_acc.cli.stdout_guard import names_stdout, report_stdout
 from tui_acc.cli.toml_settings import Settings
 from tui_acc.errors import UsageError
 
@@ -17,30 +19,44 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace) -> int:
     """``tui-acc ranks DUMP`` (the TUI) and ``report --ranks DUMP`` (text, --json, --csv)."""
+    arguments, address = _where(args)
+    margin = Settings.load(args.config).margin(args.margin)
+    if not (args.report or args.json or args.csv is not None):
+        check = _opened(args, arguments, address, margin, progress=None)  # the TUI has a line of nodes
+        try:
+            from tui_acc.tui.ranks_app import RanksApp
+
+            RanksApp(check).run()
+            return 0
+        finally:
+            check.close()
+    # stdout holds the report alone (--json's object): what Ray or a library prints goes to stderr,
+    # as report GOLDEN TEST's (stdout_guard.py); a --csv that names stdout is written there
+    named_csv = args.csv
+    to_stdout = names_stdout(named_csv)
+    with report_stdout() as guarded:
+        if to_stdout and guarded.path is not None:
+            args.csv = Path(guarded.path)  # the real stdout, which descriptor 1 no longer is
+        check = _opened(args, arguments, address, margin, progress=_said_on_stderr)
+        try:
+            return _report_ranks(check, args, named_csv, guarded.stream)
+        finally:
+            check.close()
+
+
+def _opened(
+    args: argparse.Namespace, arguments: list[str], address: str | None, margin: float, progress: Any
+) -> RanksCheck:
+    """The check of the ranks here, or (``address``) on the Ray cluster's nodes, ``progress`` getting
+    a line per node as it finishes."""
     from tui_acc.collectives.check import RanksCheck
     from tui_acc.collectives.rank_set import open_ranks
 
-    arguments, address = _where(args)
-    margin = Settings.load(args.config).margin(args.margin)
-    headless = args.report or args.json or args.csv is not None
-    check: RanksCheck
     if address is None:
-        check = RanksCheck(open_ranks(arguments[0], follow_links=args.follow_links), margin)
-    else:
-        from tui_acc.cluster.ray_check import open_on_ray
+        return RanksCheck(open_ranks(arguments[0], follow_links=args.follow_links), margin)
+    from tui_acc.cluster.ray_check import open_on_ray
 
-        # stderr gets a line per node as it finishes (the TUI shows them on its own line instead)
-        progress = _said_on_stderr if headless else None
-        check = open_on_ray(arguments, address, margin, args.follow_links, progress)
-    try:
-        if headless:
-            return _report_ranks(check, args)
-        from tui_acc.tui.ranks_app import RanksApp
-
-        RanksApp(check).run()
-        return 0
-    finally:
-        check.close()
+    return open_on_ray(arguments, address, margin, args.follow_links, progress)
 
 
 def _where(args: argparse.Namespace) -> tuple[list[str], str | None]:
@@ -69,7 +85,9 @@ def _said_on_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _report_ranks(check: RanksCheck, args: argparse.Namespace) -> int:
+def _report_ranks(check: RanksCheck, args: argparse.Namespace, named_csv: Any, out: TextIO) -> int:
+    from dataclasses import replace
+
     from tui_acc.dumps import DumpError
     from tui_acc.reports import collectives as ranks_report
     from tui_acc.reports.output import emit, exported
@@ -81,4 +99,10 @@ def _report_ranks(check: RanksCheck, args: argparse.Namespace) -> int:
             "ReduceScatterOperation, AllGatherOperation; msprobe Distributed.all_reduce/reduce_scatter/"
             "all_gather records)"
         )
-    return emit(exported(report, args.csv, overwrite=args.force), args.json)
+    report = exported(report, args.csv, overwrite=args.force)
+    if report.csv is not None and args.csv != named_csv:
+        report = replace(report, csv=str(named_csv))  # said as the user named it
+    try:
+        return emit(report, args.json, out)
+    except BrokenPipeError:  # the reader left (``| head``): what it took was the report's start
+        return report.exit_code

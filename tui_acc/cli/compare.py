@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
             config_file=args.config,
             swap=swapped_command(args) if ray_pair is None else None,
             all_tokens=args.all_tokens,
+            nodes_said=ray_pair.run.status if ray_pair is not None else None,
         )
     except BaseException:
         if ray_pair is not None:

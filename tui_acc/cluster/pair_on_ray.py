@@ -5,11 +5,11 @@ head, with the same report as a local ``--gather`` of the same folders.
 ``open_pair_on_ray`` joins the cluster, lists each place's rank folders and numbers the ranks as
 ``report --ranks --ray`` does (``ray_check.laid_out``), has each rank's node open its index (names,
 no tensor) and gathers them here as a local run does (``rank_merging.merge_ranks``). The comparison is
-then a local one in all but where its rows are computed: ``pair_run.py``'s ``RayPairReader``, the
+then a local one in all but where its test files are read: ``pair_run.py``'s ``RayPairReader``, the
 engine's reader (``CompareOptions.test_side``), computes each row on the node holding the test's
-files. The verdicts (replays of an operator from its dumped inputs) read the test's files at the
-head, by their paths on the nodes: where the head cannot read them, such a replay is impossible and
-said so (docs/cluster.md).
+files; what the head reads itself (a replay's inputs, the operator's record) comes from that node
+through the test's load policy (``node_files.ReadThroughNodes``), once per file. No file of another
+node is opened by its path at the head (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tui_acc.cluster.connect import Connection, places_of
+from tui_acc.cluster.node_files import ReadThroughNodes
 from tui_acc.cluster.pair_run import PairRun, PairWorkers, RayPairReader
 from tui_acc.cluster.pair_worker import BeforeCompare
 from tui_acc.cluster.ray_check import laid_out
@@ -76,9 +77,10 @@ class RayPair:
         return said
 
     def close(self) -> None:
-        """End the workers and leave the cluster (where this run joined it)."""
+        """End the workers, leave the cluster (where this run joined it) and remove the files fetched."""
         self.run.workers.close()
         self.run.workers.connection.close()
+        self.run.files.close()
 
 
 def open_pair_on_ray(
@@ -97,6 +99,7 @@ def open_pair_on_ray(
     options = options or CompareOptions()
     connection = Connection(address)
     workers: Workers | None = None
+    run: PairRun | None = None
     try:
         places = places_of(arguments, connection.alive_nodes())
         workers = PairWorkers(connection, places, options.follow_links, before_compare, progress)  # type: ignore[arg-type]
@@ -121,9 +124,9 @@ def open_pair_on_ray(
             indexes.append(replace(index, ranks=list(layout.names), rank=rank))
             owners[Path(index.data_dir)] = place
         label = " ".join(arguments)
-        test = merge_ranks(label, indexes[0], indexes[1:], unasked=False)
-        test = replace(test, policy=_policy_over(indexes))
         run = PairRun(workers, owners)
+        test = merge_ranks(label, indexes[0], indexes[1:], unasked=False)
+        test = replace(test, policy=ReadThroughNodes(_policy_over(indexes).root, files=run.files))
         side = RaySide(test, run)
         # gathered, as --gather is: a golden of several ranks is refused there (compare rank to rank)
         cmp = open_comparison(golden, label, replace(options, test_side=side, gather=True, cache=False))
@@ -132,14 +135,15 @@ def open_pair_on_ray(
         if workers is not None:
             workers.close()
         connection.close()
+        if run is not None:
+            run.files.close()
         raise
 
 
 def _policy_over(indexes: list[DumpIndex]) -> LoadPolicy:
-    """The gathered test's load policy at the head (what a replay reads there, where the head sees the
-    nodes' folders: a shared file system, or a test's cluster on one machine): the one root every
-    rank's dump shares, or the folder the roots have in common, never the file system's root (rank
-    0's then: the other ranks' files are refused, their replays said impossible)."""
+    """The gathered test's load policy at the head, for the files of a rank folder on the head's own
+    node (those of the others are read through their nodes): the one root every rank's dump shares,
+    or the folder the roots have in common, never the file system's root (rank 0's then)."""
     roots = [index.load_policy.root for index in indexes]
     if any(root is None for root in roots):
         return LoadPolicy.anywhere()  # --follow-links

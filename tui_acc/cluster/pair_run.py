@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from tui_acc.cluster.node_files import NodeFiles
 from tui_acc.cluster.pair_worker import PairSurvey, PairWorker
 from tui_acc.cluster.workers import CallFailed, Workers
 from tui_acc.dumps.loading import check_recorded, file_states, load_side
@@ -62,6 +63,8 @@ class PairRun:
         # how each row was made: from its parts' sums, on the first rank's node (every rank a copy of
         # it), on its home with the other nodes' parts sent there, or on the one node holding it all
         self.ways = {"split": 0, "copies": 0, "sent": 0, "one_node": 0}
+        self.read = [0] * len(workers.places)  # bytes each place read from its disk (at the end)
+        self.files = NodeFiles(workers, self.owner)  # what the head reads itself (replays), from the nodes
         self._lock = threading.Lock()  # the engine's worker threads ask at once
         self._said_at = time.monotonic()
 
@@ -259,7 +262,12 @@ class PairRun:
             workers.traffic.add("inputs", sent_bytes)
 
     def finish(self, started: float) -> None:
-        """Each place that computed rows marked done, its line on stderr."""
+        """Each place that computed rows marked done, its line on stderr; what each node read."""
+        alive = self.workers.alive(list(range(len(self.workers.places))))
+        asked = {place: self.workers.actors[place].bytes_read.remote() for place in alive}
+        for place, ref in asked.items():
+            self.read[place] = self.workers.bytes_of(ref)
+        self.workers.traffic.read = sum(self.read)
         for place, state in enumerate(self.workers.states):
             if state.state in ("working", "listing") and place not in self.workers.lost:
                 state.state, state.ended = "done", time.monotonic()
@@ -270,16 +278,24 @@ class PairRun:
                         f"{self.computed[place]} tensor rows computed, {time.monotonic() - started:.1f} s"
                     )
 
+    def status(self) -> str:
+        """The view's line of nodes: each one's ranks, state and the rows it computed so far."""
+        states = [(place, s) for place, s in enumerate(self.workers.states) if s.state != "empty"]
+        return "nodes: " + " · ".join(f"{s.brief()}, {self.computed[place]} rows" for place, s in states)
+
     def said(self) -> dict[str, Any]:
         """``--json``'s ``ray``: each node's state, the bytes, the tensors fetched whole."""
         bytes_said = self.workers.traffic.said()
         bytes_said["fetched_to_head"] = self.fetched_bytes
+        bytes_said["files_to_head"] = self.files.fetched_bytes
         return {
             "nodes": [
-                {**state.said(), "rows": self.computed[i]} for i, state in enumerate(self.workers.states)
+                {**state.said(), "rows": self.computed[i], "read": self.read[i]}
+                for i, state in enumerate(self.workers.states)
             ],
             "bytes": bytes_said,
             "fetched_tensors": self.fetched,
+            "fetched_files": self.files.fetched,
             "rows_made": dict(self.ways),
         }
 

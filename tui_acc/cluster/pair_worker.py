@@ -10,10 +10,11 @@ A plain class, as ``NodeWorker``: ``pair_run.py`` makes it a Ray actor.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -36,6 +37,14 @@ BeforeCompare = Callable[[str, TensorPair], None]
 class PairWorker(NodeWorker):
     """One node's worker for a pair: the test's rank folders at ``path`` on this node."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read_bytes = 0  # of the rank folders' files, read here (they never leave but as asked)
+
+    def bytes_read(self) -> int:
+        """The bytes of tensors (and files the head asked for) this worker read from its disk."""
+        return self.read_bytes
+
     def rank_index(self, name: str) -> DumpIndex:
         """The index of the rank folder ``name`` here (names only, no tensor): the head gathers the
         ranks' indexes into the test's, as a local ``--gather`` does."""
@@ -48,7 +57,9 @@ class PairWorker(NodeWorker):
         """``pair``'s test files ``paths`` as read here, for the node that computes its row."""
         self._gate(pair)
         policy = self._policy()
-        return [np.ascontiguousarray(load_tensor(Path(p), policy)) for p in paths]
+        parts = [np.ascontiguousarray(load_tensor(Path(p), policy)) for p in paths]
+        self.read_bytes += sum(part.nbytes for part in parts)
+        return parts
 
     def survey(self, pair: TensorPair, paths: list[str]) -> list[PairSurvey]:
         """What the head decides a split by, of each of ``pair``'s test files here: no tensor."""
@@ -57,6 +68,7 @@ class PairWorker(NodeWorker):
         found = []
         for path in paths:
             values = load_tensor(Path(path), policy)
+            self.read_bytes += values.nbytes
             digest = hashlib.blake2b(values.tobytes(), digest_size=16)
             digest.update(f"{dtype_name(values)}{values.shape}".encode())
             real = is_float(values) and not is_complex(values)
@@ -76,6 +88,7 @@ class PairWorker(NodeWorker):
         try:
             for path, region in zip(paths, regions, strict=True):
                 values = load_tensor(Path(path), policy)
+                self.read_bytes += values.nbytes
                 check_part(pair.test, Path(path), values)
                 sums.append(part_sums(region, values, kl))
         except (TensorLoadError, DumpError) as exc:
@@ -107,7 +120,9 @@ class PairWorker(NodeWorker):
             for paths, group in zip(sent_paths, sent, strict=True)
             for path, values in zip(paths, group, strict=True)
         }
-        row, transient = SentGoldenReader(self._policy(), golden, arrays, copy).compare(pair, kl)
+        reader = SentGoldenReader(self._policy(), golden, arrays, copy)
+        row, transient = reader.compare(pair, kl)
+        self.read_bytes += reader.read_here
         return row, transient, sum(values.nbytes for values in arrays.values())
 
     def tensor(
@@ -120,8 +135,21 @@ class PairWorker(NodeWorker):
             for paths, group in zip(sent_paths, sent, strict=True)
             for path, values in zip(paths, group, strict=True)
         }
-        values = SentGoldenReader(self._policy(), like, arrays).test_side(pair)
+        reader = SentGoldenReader(self._policy(), like, arrays)
+        values = reader.test_side(pair)
+        self.read_bytes += reader.read_here
         return values, sum(part.nbytes for part in arrays.values())
+
+    def file_part(self, path: str, offset: int, length: int) -> tuple[bytes, int, int]:
+        """``length`` bytes of the file ``path`` here from ``offset`` (fewer at its end), its size and
+        modification time (ns): the head's copy of a file it reads itself (cluster/node_files.py),
+        opened under this node's policy (a regular file inside the folder)."""
+        with self._policy().open(Path(path)) as handle:
+            status = os.fstat(handle.fileno())
+            handle.seek(offset)
+            data = handle.read(length)
+        self.read_bytes += len(data)
+        return data, status.st_size, status.st_mtime_ns
 
     def _gate(self, pair: TensorPair) -> None:
         """A test's hook (``before_read``, given a pair here) before this node reads ``pair``'s files."""
@@ -169,6 +197,11 @@ class SentGoldenReader(PairReader):
         self.sent = sent
         self.copy = copy
         self._parts: list[np.ndarray] | None = None
+        self.read_here = 0  # bytes of the test's tensors read from this node's disk
+
+    def _read(self, values: np.ndarray) -> np.ndarray:
+        self.read_here += values.nbytes
+        return values
 
     def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
         """The golden as sent, the test as the local comparison loads it."""
@@ -178,12 +211,14 @@ class SentGoldenReader(PairReader):
         """The test's tensor: its one file, or its parts merged (``loading.merged``)."""
         ref = pair.test
         if not ref.parts:
-            return load_side(ref, self.golden, self.policy)
+            return self._read(load_side(ref, self.golden, self.policy))
         if self.copy is not None:  # every rank's file is this one, bit for bit: read once, here
-            same = load_tensor(Path(self.copy), self.policy)
+            same = self._read(load_tensor(Path(self.copy), self.policy))
             self._parts = [same] * len(ref.parts)
         else:
-            self._parts = [self.sent[p] if p in self.sent else load_tensor(p, self.policy) for p in ref.parts]
+            self._parts = [
+                self.sent[p] if p in self.sent else self._read(load_tensor(p, self.policy)) for p in ref.parts
+            ]
         return merged(ref, self._parts, self.golden)
 
     def by_rank(self, golden: np.ndarray, pair: TensorPair) -> str | None:

@@ -137,15 +137,7 @@ class RayRanksCheck(RanksCheck):
 
     def status(self) -> str:
         """One line for the screen: each node's ranks and state."""
-        parts = []
-        for state in self.workers.states:
-            if state.state == "empty":
-                continue
-            held = f"{state.ranks[0]}..{state.ranks[-1]}" if len(state.ranks) > 2 else ",".join(state.ranks)
-            parts.append(
-                f"{state.label} {held} {state.state}" + (f" ({state.reason})" if state.reason else "")
-            )
-        return "nodes: " + " · ".join(parts)
+        return "nodes: " + " · ".join(s.brief() for s in self.workers.states if s.state != "empty")
 
     def close(self) -> None:
         """End the workers and leave the cluster (where this run joined it)."""

@@ -43,6 +43,11 @@ class PlaceState:
             return f"node {self.label}: no rank folder here ({self.reason})"
         return f"node {self.label}: {self.state}: {held}, {self.collectives} collectives read, {seconds}"
 
+    def brief(self) -> str:
+        """As a view's line of nodes gives it: its label, ranks and state (and why, where said)."""
+        held = f"{self.ranks[0]}..{self.ranks[-1]}" if len(self.ranks) > 2 else ",".join(self.ranks)
+        return f"{self.label} {held} {self.state}" + (f" ({self.reason})" if self.reason else "")
+
     def said(self) -> dict[str, Any]:
         """As ``--json``'s ``ray.nodes`` gives it."""
         return {

@@ -61,7 +61,9 @@ class LoadPolicy:
         return cls.anywhere() if follow_links else cls.inside(dump)
 
     def check(self, path: Path, what: str = "links to") -> Path:
-        """``path`` if it may be read; else OutsideDump naming it and where it leads."""
+        """Where to read ``path``: itself, if it may be read; else OutsideDump naming it and where it
+        leads. (A policy that reads a dump's files elsewhere answers with the copy to read:
+        cluster/node_files.py; every reader opens what this returns.)"""
         if self.root is None:
             return path
         try:

@@ -44,9 +44,21 @@ def load_tensor(path: Path, policy: LoadPolicy, member: str = "") -> np.ndarray:
     allowed it: a dump from another machine must not make tui-acc read whatever its links name.
     """
     try:
-        policy.check(path)
+        readable = policy.check(path)
     except OutsideDump as exc:
         raise TensorLoadError(path, str(exc)) from exc
+    except OSError as exc:  # a policy that reads it elsewhere could not (cluster/node_files.py)
+        raise TensorLoadError(path, f"cannot read ({exc.strerror or exc})") from exc
+    if readable == path:
+        return _load_checked(path, policy, member)
+    try:
+        return _load_checked(readable, policy, member)
+    except TensorLoadError as exc:  # said of the file the dump names, not of where it was read
+        raise TensorLoadError(path, exc.problem.replace(str(readable), str(path))) from exc
+
+
+def _load_checked(path: Path, policy: LoadPolicy, member: str) -> np.ndarray:
+    """``load_tensor`` of a path its policy allows."""
     if member:
         return _load_ge_member(path, member, policy)
     if path.suffix == ".bin":

@@ -63,16 +63,19 @@ class AccApp(TerminalApp):
         start_at: int | None = None,
         swap: str | None = None,
         all_tokens: bool = False,
+        nodes_said: Callable[[], str] | None = None,
     ) -> None:
         """``start_at``: a token whose operators open at once, the cursor on its first failing one
         (``tui-acc hunt`` ends there); Esc goes back to the token list. ``swap``: the command line
         with golden and test swapped, for the warning when the golden is the less precise side.
         ``all_tokens``: every token's operators are judged in the background once the logits are
-        compared (``report --all-tokens``'s view); ``f`` then finds a culprit where no logits fail."""
+        compared (``report --all-tokens``'s view); ``f`` then finds a culprit where no logits fail.
+        ``nodes_said``: a Ray run's line of nodes (``--ray``), shown under the table, every second."""
         super().__init__(greeting)
         self.start_at = start_at
         self.swap_command = swap
         self.all_tokens = all_tokens
+        self.nodes_said = nodes_said
         self.comparison = comparison
         self._cache_warned = False  # a row cache that cannot be used is said once, not per worker
         # Computed rows are written to the disk cache on a thread of their own, one flush at a time
@@ -107,8 +110,27 @@ class AccApp(TerminalApp):
 
             self.push_screen(OperatorScreen(self.start_at, at_first_failure=True))
         self.set_interval(1.0, self.redumps.show_state)
+        if self.nodes_said is not None:
+            self.set_interval(1.0, self.show_nodes)
         # ended as q ends it: a re-dump in progress is stopped and computed rows are saved
         self.end_on_signals(self._end_on_signal)
+
+    def show_nodes(self) -> None:
+        """Refresh the current screen's line of Ray nodes (each node's ranks, state and rows)."""
+        from rich.text import Text
+        from textual.app import ScreenStackError
+        from textual.widgets import Static
+
+        if self.nodes_said is None:
+            return
+        line = Text(self.nodes_said())  # node labels hold [ids]: not markup
+        try:
+            bars = self.screen.query("#nodes-bar")
+        except ScreenStackError:  # the timer's last tick while the app closes
+            return
+        for bar in bars:
+            if isinstance(bar, Static):
+                bar.update(line)
 
     # The header's room beside textual's icon (8 cells) and clock space (10 cells).
     _HEADER_ROOM = 18

@@ -26,6 +26,7 @@ class Host(Protocol):
     operator_views: dict[int, OperatorView]  # each token's operator screen as the user left it
     config_file: Path  # --config, else ./tui-acc.toml: where [replay] plug-ins are read from too
     swap_command: str | None  # the command line with golden and test swapped (sides.py)
+    nodes_said: Callable[[], str] | None  # a Ray run's line of nodes (--ray); None: a local run
 
     def start_redump(self, choice: RedumpChoice) -> None:
         """Run the re-dump ``choice`` in the background; its lines go to the re-dump log (L)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -117,6 +118,8 @@ class OperatorScreen(FilterSort, ReplayKey, DetailPanel, JumpToCulprit, SummaryL
         yield ErrorMapView(id="error-map")
         yield Input(placeholder="filter by name or type; Enter applies, Esc clears", id="filter")
         yield Static(id="redump-bar")
+        if (nodes_said := self.acc.nodes_said) is not None:  # a Ray run: each node's ranks, state, rows
+            yield Static(Text(nodes_said()), id="nodes-bar")
         yield Static(id="status")
         yield KeyFooter(compact=True)  # every key that matters fits in 80 columns
 

@@ -75,6 +75,8 @@ class TokenScreen(OperatorSweep):
             yield ThresholdStrip(id="kl-strip")
         yield MetricTable(id="tokens", cursor_type="row", zebra_stripes=True)
         yield Static(id="redump-bar")
+        if (nodes_said := self.acc.nodes_said) is not None:  # a Ray run: each node's ranks, state, rows
+            yield Static(Text(nodes_said()), id="nodes-bar")
         yield Static(id="status")
         yield KeyFooter(compact=True)  # every key that matters fits in 80 columns
 
