@@ -169,3 +169,25 @@ def test_ray_address_alone_never_switches_a_pair_to_ray(tp_case, tmp_path: Path)
     argv = ["report", str(tp / "golden"), str(tp / "column"), "--json", "--no-cache"]
     said, stderr = _with_ray_address(argv, tmp_path)
     assert said == "1 []", stderr  # the fault found (exit 1), locally, without Ray
+
+
+@pytest.mark.parametrize(
+    ("argv", "test", "places"),
+    [
+        (["report", "/g", "/t", "--ray"], "/t", []),
+        (["report", "/g", "n1:/t", "n2:/s", "--ray", "auto"], "n1:/t", ["n2:/s"]),
+        (["report", "/g", "--ray", "auto", "n1:/t", "n2:/s"], "n1:/t", ["n2:/s"]),
+        (["/g", "n1:/t", "n2:/s", "--ray"], "n1:/t", ["n2:/s"]),  # the view
+    ],
+)
+def test_a_pair_s_test_folders_node_by_node(argv: list[str], test: str, places: list[str]) -> None:
+    """``report GOLDEN HOST:PATH HOST:PATH --ray``: TEST and then each further node's folder."""
+    parser = build_parser()
+    args = parse(parser, command_first(parser, argv))
+    assert (str(args.test), args.places) == (test, places)
+
+
+def test_further_folders_without_ray_are_refused(capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["report", "/g", "n1:/t", "n2:/s", "--json"])
+    assert exited.value.code == 2 and "unrecognized arguments: n2:/s" in capsys.readouterr().err

@@ -170,6 +170,8 @@ def test_the_report_is_the_local_gathers_row_for_row(cluster, tp, tmp_path: Path
     assert report.exit_code == local.exit_code == 1
     assert [n["state"] for n in said["nodes"]] == ["done", "done"] and said["not_compared"] == []
     moved = said["bytes"]
+    # the all-reduces' inputs (partial sums) summed node to node; what else differs sent as read
+    assert said["rows_made"]["summed"] > 0 and moved["partial_sums"] > 0
     assert (
         moved["inputs"] > 0
         and moved["goldens"] > 0

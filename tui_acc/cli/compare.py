@@ -104,7 +104,8 @@ def open_ray_pair(
     progress: Callable[[str], None] | None,
 ) -> RayPair:
     """``--ray``: GOLDEN here against TEST's rank folders on the Ray cluster's nodes (the same path on
-    each), checked as ``open_pair`` checks a local pair (``tui_acc/cluster``, imported only here)."""
+    each, or HOST:PATH for each: TEST and ``places``), checked as ``open_pair`` checks a local pair
+    (``tui_acc/cluster``, imported only here)."""
     from tui_acc.cluster.connect import is_address
     from tui_acc.session import check_comparable
 
@@ -118,8 +119,9 @@ def open_ray_pair(
         raise UsageError("--ray numbers each rank's tokens as its dump does: not with --token-offset")
     from tui_acc.cluster.pair_on_ray import open_pair_on_ray
 
+    where = [str(args.test), *args.places]  # one path on every node, or HOST:PATH for each
     ray_pair = open_pair_on_ray(
-        args.golden, [str(args.test)], args.ray, compare_options(args, thresholds, settings), progress
+        args.golden, where, args.ray, compare_options(args, thresholds, settings), progress
     )
     try:
         check_comparable(ray_pair.comparison)

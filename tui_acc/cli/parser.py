@@ -271,7 +271,8 @@ def _add_dump_args(parser: argparse.ArgumentParser) -> None:
         const="auto",
         metavar="ADDRESS",
         help="the test's rank folders are on the nodes of a Ray cluster (needs tui-acc[ray]): each tensor's "
-        "row computed on the node holding its files, TEST the same path on every node (docs/cluster.md); "
+        "row computed on the node holding its files, TEST the same path on every node, or HOST:PATH "
+        "for each node after GOLDEN (docs/cluster.md); "
         "ADDRESS as ray.init takes it (auto, the default). RAY_ADDRESS alone never switches to Ray",
     )
     parser.add_argument(
@@ -304,11 +305,16 @@ def _add_threshold_args(parser: argparse.ArgumentParser) -> None:
 
 def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """``argv`` parsed, TEST found after options too: with TEST optional (one dump is checked on its
-    own), argparse takes ``G --no-cache T``'s G alone as the positionals and leaves T over."""
+    own), argparse takes ``G --no-cache T``'s G alone as the positionals and leaves T over. With
+    ``--ray``, what follows TEST is ``places``: HOST:PATH of each further node (docs/cluster.md)."""
     args, extra = parser.parse_known_args(argv)
-    pair = args.command in ("open", "report")
-    if pair and args.test is None and len(extra) == 1 and not extra[0].startswith("-"):
-        args.test, extra = Path(extra[0]), []
+    if args.command in ("open", "report"):
+        loose = [arg for arg in extra if not arg.startswith("-")]
+        if args.test is None and loose:
+            args.test = Path(loose.pop(0))
+        # --ray: after TEST, HOST:PATH for each further node holding some of the test's rank folders
+        args.places = loose if args.ray is not None else []
+        extra = [arg for arg in extra if arg.startswith("-")] + ([] if args.ray is not None else loose)
     if extra:
         command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
     return args

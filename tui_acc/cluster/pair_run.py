@@ -10,7 +10,9 @@ nodes, each node first says what it holds (``PairWorker.survey``: shapes, dtypes
 * parts that are each the whole tensor, bit for bit the same: one node alone (the head's own where
   it holds a copy, else the first rank's) compares its copy with the golden, sent there: the local
   run's row to the last bit.
-* anything else (partial sums, copies that differ, rows KL needs whole): the row is computed on the
+* partial sums (an all-reduce's inputs): summed node to node in rank order (``running_sum.py``), the
+  running sum passed on, the last node computing the row: the local merge's bits.
+* anything else (copies that differ, rows KL needs whole): the row is computed on the
   tensor's **home**, the node holding most of its parts (the lowest rank's among equals); the golden
   is sent there and each other node's parts, as read (a bfloat16 part: 2 bytes an element); the home
   merges and compares them with the local comparison's own code: its row to the last bit.
@@ -33,6 +35,7 @@ from tui_acc.cluster.node_files import NodeFiles
 from tui_acc.cluster.pair_worker import PairSurvey, PairWorker
 from tui_acc.cluster.workers import CallFailed, Workers
 from tui_acc.dumps.loading import check_recorded, file_states, load_side
+from tui_acc.dumps.model import SUM
 from tui_acc.dumps.tensors import TensorLoadError
 from tui_acc.metrics.by_rank import rank_said
 from tui_acc.metrics.pair_reading import PairReader, base_row, change_said, with_metrics
@@ -62,7 +65,7 @@ class PairRun:
         self.fetched_bytes = 0
         # how each row was made: from its parts' sums, on the first rank's node (every rank a copy of
         # it), on its home with the other nodes' parts sent there, or on the one node holding it all
-        self.ways = {"split": 0, "copies": 0, "sent": 0, "one_node": 0}
+        self.ways = {"split": 0, "copies": 0, "summed": 0, "sent": 0, "one_node": 0}
         self.read = [0] * len(workers.places)  # bytes each place read from its disk (at the end)
         self.files = NodeFiles(workers, self.owner)  # what the head reads itself (replays), from the nodes
         self._lock = threading.Lock()  # the engine's worker threads ask at once
@@ -77,7 +80,13 @@ class PairRun:
         it splits, else computed on its home."""
         paths = list(pair.test.parts or (pair.test.path,))
         held = [self.owner(p) for p in paths]
-        if len(set(held)) > 1 and None not in held and not any(o in self.workers.lost for o in held):
+        spread = len(set(held)) > 1 and None not in held and not any(o in self.workers.lost for o in held)
+        if spread and pair.test.merge == SUM:
+            places = [(p, o) for p, o in zip(paths, held, strict=True) if o is not None]
+            summed = self._summed_row(pair, kl, golden, places)
+            if summed is not None:
+                return summed
+        if spread:
             try:
                 survey = self._survey(pair, paths, [o for o in held if o is not None])
             except CallFailed as exc:
@@ -170,6 +179,38 @@ class PairRun:
         )
         with_metrics(row, metrics)
         return row, False
+
+    def _summed_row(
+        self, pair: TensorPair, kl: bool, golden: np.ndarray, held: list[tuple[Path, int]]
+    ) -> tuple[TensorRow, bool] | None:
+        """Partial sums (``running_sum.py``): each node adds its run of ranks to the running sum the
+        node before it sent (node to node, not through the head), the last one computes the row with
+        the golden sent to it. None where a call failed on a node still alive: the parts are then
+        sent as they are (``_home_row``), and the row says what a local run says of them."""
+        runs: list[tuple[int, list[str]]] = []  # (place, its paths): consecutive ranks of one node
+        for path, place in held:
+            if runs and runs[-1][0] == place:
+                runs[-1][1].append(str(path))
+            else:
+                runs.append((place, [str(path)]))
+        running, received = None, []
+        for place, mine in runs[:-1]:
+            call = self.workers.actors[place].running_sum.options(num_returns=2)
+            running, got = call.remote(pair, mine, running)
+            received.append(got)
+        home = runs[-1][0]
+        call = self.workers.actors[home].row.remote(pair, golden, kl, None, [], before=running)
+        try:
+            row, transient, last = self.workers.result(home, call)
+        except CallFailed as exc:
+            lost = [o for _, o in held if o in self.workers.lost]
+            return (base_row(pair, self._failed([p for p, _ in held], exc)), False) if lost else None
+        self._tally("summed")
+        self._count(home, golden, 0)
+        self.workers.traffic.add("partial_sums", last + sum(self.workers.bytes_of(r) for r in received))
+        with self._lock:
+            self.computed[home] += 1
+        return row, transient
 
     def _home_row(
         self, pair: TensorPair, kl: bool, golden: np.ndarray, paths: list[Path], copies: bool

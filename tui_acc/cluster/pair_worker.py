@@ -19,6 +19,7 @@ from typing import Any, cast
 import numpy as np
 
 from tui_acc.cluster.node_worker import NodeWorker
+from tui_acc.cluster.running_sum import RunningSum, extend, finished
 from tui_acc.dumps import DumpError, DumpIndex, open_dump
 from tui_acc.dumps.dtypes import dtype_name, is_complex, is_float
 from tui_acc.dumps.loading import changed_since, check_part, file_state, load_side, merged
@@ -109,21 +110,40 @@ class PairWorker(NodeWorker):
         copy: str | None,
         sent_paths: list[list[str]],
         *sent: list[np.ndarray],
+        before: RunningSum | None = None,
     ) -> tuple[TensorRow, bool, int]:
         """``pair``'s row, not yet judged, whether it is transient (``PairReader.compare``), and the
         bytes of the parts sent here: ``golden`` sent by the head, the test's files read here but for
         ``sent`` (each other node's files, ``sent_paths``, as that node read them); ``copy``: every
-        rank's file is, bit for bit, this one here, as their digests said (it alone is read)."""
+        rank's file is, bit for bit, this one here, as their digests said (it alone is read);
+        ``before``: partial sums, the running sum of the ranks before this node's (``running_sum``)."""
         self._gate(pair)
         arrays = {
             Path(path): values
             for paths, group in zip(sent_paths, sent, strict=True)
             for path, values in zip(paths, group, strict=True)
         }
-        reader = SentGoldenReader(self._policy(), golden, arrays, copy)
+        reader = SentGoldenReader(self._policy(), golden, arrays, copy, before)
         row, transient = reader.compare(pair, kl)
         self.read_bytes += reader.read_here
-        return row, transient, sum(values.nbytes for values in arrays.values())
+        received = before.nbytes if before is not None else 0
+        return row, transient, received + sum(values.nbytes for values in arrays.values())
+
+    def running_sum(
+        self, pair: TensorPair, paths: list[str], before: RunningSum | None
+    ) -> tuple[RunningSum, int]:
+        """Partial sums: this node's parts ``paths`` (the next ranks', in rank order), each checked
+        against its rank's record, added to the running sum of the ranks before them (``before``, from
+        the node holding those); and the bytes of ``before`` received."""
+        self._gate(pair)
+        policy = self._policy()
+        parts = []
+        for path in paths:
+            values = load_tensor(Path(path), policy)
+            self.read_bytes += values.nbytes
+            check_part(pair.test, Path(path), values)
+            parts.append(values)
+        return extend(before, parts), before.nbytes if before is not None else 0
 
     def tensor(
         self, pair: TensorPair, like: np.ndarray, sent_paths: list[list[str]], *sent: list[np.ndarray]
@@ -189,13 +209,19 @@ class SentGoldenReader(PairReader):
     or sent from the nodes holding them (``sent``, by path)."""
 
     def __init__(
-        self, policy: LoadPolicy, golden: np.ndarray, sent: dict[Path, np.ndarray], copy: str | None = None
+        self,
+        policy: LoadPolicy,
+        golden: np.ndarray,
+        sent: dict[Path, np.ndarray],
+        copy: str | None = None,
+        before: RunningSum | None = None,
     ) -> None:
         super().__init__(cast(Pairing, _Sides(_Side(policy), _Side(policy))))
         self.policy = policy
         self.golden = golden
         self.sent = sent
         self.copy = copy
+        self.before = before  # partial sums: the running sum of the ranks before this node's
         self._parts: list[np.ndarray] | None = None
         self.read_here = 0  # bytes of the test's tensors read from this node's disk
 
@@ -212,6 +238,13 @@ class SentGoldenReader(PairReader):
         ref = pair.test
         if not ref.parts:
             return self._read(load_side(ref, self.golden, self.policy))
+        if self.before is not None:  # partial sums: this node's parts (the last ranks') added
+            rest = ref.parts[self.before.count :]
+            own = [self._read(load_tensor(p, self.policy)) for p in rest]
+            for path, values in zip(rest, own, strict=True):
+                check_part(ref, path, values)
+            self._parts = None
+            return finished(extend(self.before, own))
         if self.copy is not None:  # every rank's file is this one, bit for bit: read once, here
             same = self._read(load_tensor(Path(self.copy), self.policy))
             self._parts = [same] * len(ref.parts)
@@ -222,5 +255,8 @@ class SentGoldenReader(PairReader):
         return merged(ref, self._parts, self.golden)
 
     def by_rank(self, golden: np.ndarray, pair: TensorPair) -> str | None:
-        """Each rank's part against its region of the golden, from the parts already at hand."""
+        """Each rank's part against its region of the golden, from the parts already at hand (none for
+        partial sums, as the local comparison says none)."""
+        if self.before is not None:
+            return None
         return by_rank(golden, pair.test, self.policy, self._parts)
