@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from tui_acc.cluster.node_worker import NodeWorker
 from tui_acc.cluster.running_sum import RunningSum, extend, finished
 from tui_acc.dumps import DumpError, DumpIndex, open_dump
 from tui_acc.dumps.dtypes import dtype_name, is_complex, is_float
-from tui_acc.dumps.loading import changed_since, check_part, file_state, load_side, merged
+from tui_acc.dumps.loading import FileState, changed_since, check_part, file_state, load_side, merged
 from tui_acc.dumps.policy import LoadPolicy
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 from tui_acc.metrics.by_rank import by_rank
@@ -30,6 +31,8 @@ from tui_acc.metrics.pair_reading import PairReader
 from tui_acc.metrics.region_sums import PartSums, part_sums
 from tui_acc.metrics.schema import TensorRow
 from tui_acc.pairing import Pairing, TensorPair
+
+HELD_BYTES = 256 << 20  # what a survey read, kept for the sums or the row that follow it
 
 # run on the node before it computes a row, given the node's id and the pair: tests block a node there
 BeforeCompare = Callable[[str, TensorPair], None]
@@ -41,6 +44,9 @@ class PairWorker(NodeWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.read_bytes = 0  # of the rank folders' files, read here (they never leave but as asked)
+        # what a survey read, kept for the call that comes next for the same files (the sums, or the
+        # row): each file is read once. Oldest dropped past HELD_BYTES; taken once.
+        self._held: OrderedDict[str, tuple[np.ndarray, FileState]] = OrderedDict()
 
     def bytes_read(self) -> int:
         """The bytes of tensors (and files the head asked for) this worker read from its disk."""
@@ -58,9 +64,7 @@ class PairWorker(NodeWorker):
         """``pair``'s test files ``paths`` as read here, for the node that computes its row."""
         self._gate(pair)
         policy = self._policy()
-        parts = [np.ascontiguousarray(load_tensor(Path(p), policy)) for p in paths]
-        self.read_bytes += sum(part.nbytes for part in parts)
-        return parts
+        return [np.ascontiguousarray(self._take(Path(p), policy)[0]) for p in paths]
 
     def survey(self, pair: TensorPair, paths: list[str]) -> list[PairSurvey]:
         """What the head decides a split by, of each of ``pair``'s test files here: no tensor."""
@@ -68,8 +72,9 @@ class PairWorker(NodeWorker):
         policy = self._policy()
         found = []
         for path in paths:
-            values = load_tensor(Path(path), policy)
-            self.read_bytes += values.nbytes
+            state = file_state(Path(path))
+            values = self._read(Path(path), policy)
+            self._hold(path, values, state)
             digest = hashlib.blake2b(values.tobytes(), digest_size=16)
             digest.update(f"{dtype_name(values)}{values.shape}".encode())
             real = is_float(values) and not is_complex(values)
@@ -84,12 +89,11 @@ class PairWorker(NodeWorker):
         transient (a file that changed while it was read), as the local comparison says it."""
         self._gate(pair)
         policy = self._policy()
-        before = {Path(p): file_state(Path(p)) for p in paths}
+        before: dict[Path, FileState] = {}
         sums = []
         try:
             for path, region in zip(paths, regions, strict=True):
-                values = load_tensor(Path(path), policy)
-                self.read_bytes += values.nbytes
+                values, before[Path(path)] = self._take(Path(path), policy)
                 check_part(pair.test, Path(path), values)
                 sums.append(part_sums(region, values, kl))
         except (TensorLoadError, DumpError) as exc:
@@ -123,7 +127,7 @@ class PairWorker(NodeWorker):
             for paths, group in zip(sent_paths, sent, strict=True)
             for path, values in zip(paths, group, strict=True)
         }
-        reader = SentGoldenReader(self._policy(), golden, arrays, copy, before)
+        reader = SentGoldenReader(self._policy(), golden, arrays, copy, before, self._take_values)
         row, transient = reader.compare(pair, kl)
         self.read_bytes += reader.read_here
         received = before.nbytes if before is not None else 0
@@ -155,7 +159,7 @@ class PairWorker(NodeWorker):
             for paths, group in zip(sent_paths, sent, strict=True)
             for path, values in zip(paths, group, strict=True)
         }
-        reader = SentGoldenReader(self._policy(), like, arrays)
+        reader = SentGoldenReader(self._policy(), like, arrays, load=self._take_values)
         values = reader.test_side(pair)
         self.read_bytes += reader.read_here
         return values, sum(part.nbytes for part in arrays.values())
@@ -170,6 +174,29 @@ class PairWorker(NodeWorker):
             data = handle.read(length)
         self.read_bytes += len(data)
         return data, status.st_size, status.st_mtime_ns
+
+    def _read(self, path: Path, policy: LoadPolicy) -> np.ndarray:
+        values = load_tensor(path, policy)
+        self.read_bytes += values.nbytes
+        return values
+
+    def _hold(self, path: str, values: np.ndarray, state: FileState) -> None:
+        """Keep what a survey read of ``path`` for the next call that needs it."""
+        self._held[path] = (values, state)
+        while sum(v.nbytes for v, _ in self._held.values()) > HELD_BYTES:
+            self._held.popitem(last=False)
+
+    def _take(self, path: Path, policy: LoadPolicy) -> tuple[np.ndarray, FileState]:
+        """``path``'s tensor, as a survey read it (and the file's state then), else read now; a file
+        that changed since is told by its state (``changed_since``)."""
+        held = self._held.pop(str(path), None)
+        if held is not None:
+            return held
+        state = file_state(path)
+        return self._read(path, policy), state
+
+    def _take_values(self, path: Path) -> np.ndarray:
+        return self._take(path, self._policy())[0]
 
     def _gate(self, pair: TensorPair) -> None:
         """A test's hook (``before_read``, given a pair here) before this node reads ``pair``'s files."""
@@ -206,7 +233,8 @@ class _Sides:
 
 class SentGoldenReader(PairReader):
     """``PairReader`` on a node: the golden is the one the head sent, the test's parts those read here
-    or sent from the nodes holding them (``sent``, by path)."""
+    (by ``load``: the worker's, which counts what it reads) or sent from the nodes holding them
+    (``sent``, by path)."""
 
     def __init__(
         self,
@@ -215,6 +243,7 @@ class SentGoldenReader(PairReader):
         sent: dict[Path, np.ndarray],
         copy: str | None = None,
         before: RunningSum | None = None,
+        load: Callable[[Path], np.ndarray] | None = None,
     ) -> None:
         super().__init__(cast(Pairing, _Sides(_Side(policy), _Side(policy))))
         self.policy = policy
@@ -223,11 +252,8 @@ class SentGoldenReader(PairReader):
         self.copy = copy
         self.before = before  # partial sums: the running sum of the ranks before this node's
         self._parts: list[np.ndarray] | None = None
-        self.read_here = 0  # bytes of the test's tensors read from this node's disk
-
-    def _read(self, values: np.ndarray) -> np.ndarray:
-        self.read_here += values.nbytes
-        return values
+        self.read_here = 0  # bytes of the test's one-file tensors read from this node's disk
+        self._load = load or (lambda path: load_tensor(path, policy))
 
     def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
         """The golden as sent, the test as the local comparison loads it."""
@@ -237,21 +263,21 @@ class SentGoldenReader(PairReader):
         """The test's tensor: its one file, or its parts merged (``loading.merged``)."""
         ref = pair.test
         if not ref.parts:
-            return self._read(load_side(ref, self.golden, self.policy))
+            values = load_side(ref, self.golden, self.policy)
+            self.read_here += values.nbytes
+            return values
         if self.before is not None:  # partial sums: this node's parts (the last ranks') added
             rest = ref.parts[self.before.count :]
-            own = [self._read(load_tensor(p, self.policy)) for p in rest]
+            own = [self._load(p) for p in rest]
             for path, values in zip(rest, own, strict=True):
                 check_part(ref, path, values)
             self._parts = None
             return finished(extend(self.before, own))
         if self.copy is not None:  # every rank's file is this one, bit for bit: read once, here
-            same = self._read(load_tensor(Path(self.copy), self.policy))
+            same = self._load(Path(self.copy))
             self._parts = [same] * len(ref.parts)
         else:
-            self._parts = [
-                self.sent[p] if p in self.sent else self._read(load_tensor(p, self.policy)) for p in ref.parts
-            ]
+            self._parts = [self.sent[p] if p in self.sent else self._load(p) for p in ref.parts]
         return merged(ref, self._parts, self.golden)
 
     def by_rank(self, golden: np.ndarray, pair: TensorPair) -> str | None:

@@ -1,0 +1,64 @@
+"""A pair's Ray worker (cluster/pair_worker.py), run in this process (a plain class: no Ray here), on
+the real msprobe tensor-parallel run of tests/data/tp: a file it surveys is read once, whether the
+sums of its slices follow or the row does, and it says how many bytes it read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tui_acc import CompareOptions, Comparison, open_comparison
+from tui_acc.cluster.pair_worker import PairWorker
+from tui_acc.dumps.loading import load_side
+from tui_acc.metrics.region_sums import golden_regions, split_plan
+from tui_acc.pairing import TensorPair
+
+
+def _split_pairs(tp: Path) -> tuple[list[TensorPair], Comparison]:
+    """``column``'s gathered tensors whose ranks hold slices of the golden's, and the comparison."""
+    cmp = open_comparison(tp / "golden", tp / "column", CompareOptions(cache=False, gather=True))
+    pairs = [t for n in cmp.pairing.node_pairs(0) for t in n.tensors if len(t.test.parts) == 2]
+    return pairs, cmp
+
+
+def _file_bytes(worker_read: list[np.ndarray]) -> int:
+    return sum(values.nbytes for values in worker_read)
+
+
+def test_a_surveyed_part_is_read_once_for_its_sums(tp_case) -> None:
+    tp = tp_case("llama-tp2-msprobe")
+    pairs, cmp = _split_pairs(tp)
+    worker = PairWorker("node", str(tp / "column"))
+    checked = 0
+    for pair in pairs:
+        if checked == 5:
+            break
+        golden = load_side(pair.golden, None, cmp.golden.load_policy)
+        paths = [str(p) for p in pair.test.parts]
+        survey = worker.survey(pair, paths)
+        split = split_plan(
+            [s.shape for s in survey], [s.dtype for s in survey], pair.test.merge, golden, False
+        )
+        if split is None:
+            continue
+        before = worker.read_bytes
+        sums, error, _ = worker.region_sums(pair, paths, golden_regions(golden, split), False)
+        assert error is None and len(sums) == 2
+        assert worker.read_bytes == before  # the survey's reads, taken again
+        checked += 1
+    assert checked == 5 and worker.read_bytes > 0
+
+
+def test_a_surveyed_part_is_read_once_when_it_is_sent(tp_case) -> None:
+    tp = tp_case("llama-tp2-msprobe")
+    pairs, _cmp = _split_pairs(tp)
+    worker = PairWorker("node", str(tp / "column"))
+    pair = pairs[0]
+    paths = [str(p) for p in pair.test.parts]
+    worker.survey(pair, paths)
+    surveyed = worker.read_bytes
+    sent = worker.parts(pair, paths)
+    assert worker.read_bytes == surveyed == _file_bytes(sent)
+    worker.parts(pair, paths)  # taken once: asked again, read again
+    assert worker.read_bytes == 2 * surveyed
