@@ -4,6 +4,7 @@ sums of its slices follow or the row does, and it says how many bytes it read.""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,8 @@ import numpy as np
 from tui_acc import CompareOptions, Comparison, open_comparison
 from tui_acc.cluster.pair_worker import PairWorker
 from tui_acc.dumps.loading import load_side
+from tui_acc.dumps.policy import ANYWHERE
+from tui_acc.dumps.tensors import load_tensor
 from tui_acc.metrics.region_sums import golden_regions, split_plan
 from tui_acc.pairing import TensorPair
 
@@ -62,3 +65,18 @@ def test_a_surveyed_part_is_read_once_when_it_is_sent(tp_case) -> None:
     assert worker.read_bytes == surveyed == _file_bytes(sent)
     worker.parts(pair, paths)  # taken once: asked again, read again
     assert worker.read_bytes == 2 * surveyed
+
+
+def test_a_part_rewritten_after_its_survey_is_read_again(tp_case, tmp_path: Path) -> None:
+    tp = tp_case("llama-tp2-msprobe")
+    pairs, _cmp = _split_pairs(tp)
+    pair = pairs[0]
+    folder = tmp_path / "column"
+    shutil.copytree(tp / "column", folder)
+    paths = [str(folder / p.relative_to(tp / "column")) for p in pair.test.parts]
+    worker = PairWorker("node", str(folder))
+    worker.survey(pair, paths)
+    other = pairs[1].test.parts[0]  # another tensor's file written in place of the first part
+    Path(paths[0]).write_bytes(other.read_bytes())
+    sent = worker.parts(pair, paths)
+    assert sent[0].tobytes() == load_tensor(other, ANYWHERE).tobytes()  # not what the survey read

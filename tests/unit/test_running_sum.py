@@ -80,3 +80,14 @@ def test_the_smaller_of_the_sum_and_the_parts_travels() -> None:
     assert eight.nbytes == 3 * 257 * 4
     wide = extend(None, _parts(BF16, 8, seed=4))
     assert wide.folded == 8 and wide.total is not None and wide.total.dtype == np.float64
+
+
+def test_a_nan_s_payload_is_kept_bit_for_bit() -> None:
+    """float32 holds a NaN, but not its payload's low bits: such a sum is sent in float64."""
+    payload = np.array([0x7FF8000000000001], dtype=np.uint64).view(np.float64)[0]
+    parts = [np.full((4, 4), 1.0, dtype=np.float64) for _ in range(8)]
+    parts[0][0, 0] = payload
+    state = extend(None, parts)
+    assert state.total is not None and state.total.dtype == np.float64
+    local = merge_parts(parts, SUM, None, Path("t.pt"))
+    assert finished(state).tobytes() == local.tobytes()

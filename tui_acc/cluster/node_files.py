@@ -33,7 +33,11 @@ PART_BYTES = 64 << 20  # a file is fetched this much at a time: no node holds a 
 
 
 class NodeFiles:
-    """Copies here of the test files held on other nodes than the head's, each fetched once."""
+    """Copies here of the test files held on other nodes than the head's, each fetched once.
+
+    A copy's name is never made from the node's path: each folder of the node's files a copy is asked
+    for gets a numbered folder here (``folder/N/``) and the copy its file name alone, so no path a
+    dump names (``..``, a link) can lead a copy outside ``folder``, nor two files share one copy."""
 
     def __init__(self, workers: Workers, owner: Callable[[Path], int | None]) -> None:
         """``owner``: the place (``workers.places``) holding a file, None for one no rank folder holds."""
@@ -43,19 +47,30 @@ class NodeFiles:
         self.fetched = 0  # files brought here
         self.fetched_bytes = 0
         self._lock = threading.Lock()  # the engine's worker threads replay at once
+        self._folders: dict[tuple[int, Path], Path] = {}  # (place, a folder on it) -> its folder here
+        self._origins: dict[Path, tuple[int, Path]] = {}  # and back
         self._fetching: dict[Path, threading.Lock] = {}  # one fetch per file, however many ask
 
     def copy_of(self, path: Path) -> Path | None:
         """Where to read ``path`` here: a copy fetched from the node holding it; None where this
         machine reads it itself (no rank folder holds it, or the head's own node does). OSError where
-        its node is lost or cannot give it (the readers name the file with the reason)."""
+        its node is lost or cannot give it, FileNotFoundError where the node has no such file (the
+        readers name the file with the reason)."""
         path = self.original(path) or path
         place = self.owner(path)
         workers = self.workers
         if place is None or workers.places[place].node.node_id == workers.connection.head:
             return None
-        copy = self.folder / str(place) / path.relative_to(path.anchor)
+        if not path.name or not path.is_absolute():
+            raise OSError(errno.EINVAL, "not a file's path on its node", str(path))
         with self._lock:
+            here = self._folders.get((place, path.parent))
+            if here is None:
+                here = self.folder / str(len(self._folders))
+                here.mkdir()
+                self._folders[(place, path.parent)] = here
+                self._origins[here] = (place, path.parent)
+            copy = here / path.name
             fetching = self._fetching.setdefault(copy, threading.Lock())
         with fetching:
             if not copy.exists():
@@ -64,34 +79,60 @@ class NodeFiles:
 
     def original(self, path: Path) -> Path | None:
         """The path on its node of a copy here (or of a file an ATB header names beside one); None
-        for any other path."""
-        try:
-            place, *parts = path.relative_to(self.folder).parts
-        except ValueError:
+        for any other path (one through ``..`` included)."""
+        with self._lock:
+            origin = self._origins.get(path.parent)
+        if origin is None or path.name in ("", ".", ".."):
             return None
-        return Path("/", *parts) if parts and place.isdigit() else None
+        return origin[1] / path.name
+
+    def holder(self, path: Path) -> Path | None:
+        """The folder (as the node names it) of the place on the head's own node holding ``path``:
+        what a file there is confined to, as that place's worker confines it."""
+        place = self.owner(path)
+        workers = self.workers
+        if place is None or workers.places[place].node.node_id != workers.connection.head:
+            return None
+        return Path(workers.places[place].path)
+
+    def is_file(self, path: Path) -> bool | None:
+        """Whether the node holding ``path`` has it, as a file (fetched, then); None where this
+        machine reads it itself."""
+        try:
+            return self.copy_of(path) is not None or None
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # there, but not readable: the reader that reads it says why
 
     def _fetch(self, place: int, path: Path, copy: Path) -> None:
-        """``path`` from the worker of ``place``, part by part, into ``copy`` (whole or not at all)."""
+        """``path`` from the worker of ``place``, part by part, into ``copy`` (whole or not at all):
+        a file whose size or time changes between parts is refused as changed while read."""
         workers = self.workers
         if place in workers.lost:
             raise _not_here(path, f"its node {workers.states[place].label} was lost ({workers.lost[place]})")
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        partial = copy.with_name(f".{copy.name}.part")
-        offset, size, mtime_ns = 0, None, 0
+        handle, partial_name = tempfile.mkstemp(dir=self.folder, suffix=".part")
+        partial = Path(partial_name)
+        offset, first = 0, None
         try:
-            with partial.open("wb") as out:
-                while size is None or offset < size:
+            with os.fdopen(handle, "wb") as out:
+                while first is None or offset < first[0]:
                     call = workers.actors[place].file_part.remote(str(path), offset, PART_BYTES)
                     try:
-                        data, size, mtime_ns = workers.result(place, call)
+                        data, size, mtime_ns, failure = workers.result(place, call)
                     except CallFailed as exc:
                         raise _not_here(path, str(exc)) from exc
+                    if failure is not None:
+                        raise OSError(failure[0], failure[1], str(path))  # FileNotFoundError...
+                    if first is not None and (size, mtime_ns) != first:
+                        raise OSError(errno.EIO, "changed while being read from its node", str(path))
+                    first = (size, mtime_ns)
                     if not data:
                         break  # cut short while read: what there is, as a reader here would find it
                     out.write(data)
                     offset += len(data)
-            os.utime(partial, ns=(mtime_ns, mtime_ns))
+            if first is not None:
+                os.utime(partial, ns=(first[1], first[1]))
             partial.replace(copy)
         finally:
             partial.unlink(missing_ok=True)
@@ -111,7 +152,9 @@ def _not_here(path: Path, why: str) -> OSError:
 @dataclass(frozen=True)
 class ReadThroughNodes(LoadPolicy):
     """The gathered test's policy at the head: a file on another node read from its copy here
-    (``NodeFiles``; that node's worker confined the read to its folder), any other as ``LoadPolicy``."""
+    (``NodeFiles``; that node's worker confined the read to its folder), a file of a rank folder on
+    the head's own node confined to that place's folder, as its worker would (the ranks' folders may
+    share no parent), any other as ``LoadPolicy``."""
 
     files: NodeFiles = field(compare=False, hash=False, repr=False, kw_only=True)
 
@@ -119,4 +162,14 @@ class ReadThroughNodes(LoadPolicy):
         """Where to read ``path``: its copy here where another node holds it, else ``path`` itself if
         this policy allows it (OutsideDump where not)."""
         copy = self.files.copy_of(path)
-        return copy if copy is not None else super().check(path, what)
+        if copy is not None:
+            return copy
+        holder = self.files.holder(path)
+        if holder is not None and self.root is not None:
+            return LoadPolicy.inside(holder).check(path, what)
+        return super().check(path, what)
+
+    def is_file(self, path: Path) -> bool:
+        """Whether ``path`` is a file, on the node that holds it."""
+        found = self.files.is_file(path)
+        return path.is_file() if found is None else found

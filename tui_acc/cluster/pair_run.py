@@ -203,6 +203,8 @@ class PairRun:
         try:
             row, transient, last = self.workers.result(home, call)
         except CallFailed as exc:
+            for ref in received:  # each asked for, so that Ray does not print a failed one's traceback
+                self.workers.bytes_of(ref)
             lost = [o for _, o in held if o in self.workers.lost]
             return (base_row(pair, self._failed([p for p, _ in held], exc)), False) if lost else None
         self._tally("summed")

@@ -9,6 +9,7 @@ A plain class, as ``NodeWorker``: ``pair_run.py`` makes it a Ray actor.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from collections import OrderedDict
@@ -32,7 +33,7 @@ from tui_acc.metrics.region_sums import PartSums, part_sums
 from tui_acc.metrics.schema import TensorRow
 from tui_acc.pairing import Pairing, TensorPair
 
-HELD_BYTES = 256 << 20  # what a survey read, kept for the sums or the row that follow it
+HELD_BYTES = 128 << 20  # what a survey read, kept for the sums or the row that follow it
 
 # run on the node before it computes a row, given the node's id and the pair: tests block a node there
 BeforeCompare = Callable[[str, TensorPair], None]
@@ -164,16 +165,22 @@ class PairWorker(NodeWorker):
         self.read_bytes += reader.read_here
         return values, sum(part.nbytes for part in arrays.values())
 
-    def file_part(self, path: str, offset: int, length: int) -> tuple[bytes, int, int]:
+    def file_part(
+        self, path: str, offset: int, length: int
+    ) -> tuple[bytes, int, int, tuple[int, str] | None]:
         """``length`` bytes of the file ``path`` here from ``offset`` (fewer at its end), its size and
         modification time (ns): the head's copy of a file it reads itself (cluster/node_files.py),
-        opened under this node's policy (a regular file inside the folder)."""
-        with self._policy().open(Path(path)) as handle:
-            status = os.fstat(handle.fileno())
-            handle.seek(offset)
-            data = handle.read(length)
+        opened under this node's policy (a regular file inside the folder). Where it cannot be read:
+        the error's number and text, for the head to raise as this node would have."""
+        try:
+            with self._policy().open(Path(path)) as handle:
+                status = os.fstat(handle.fileno())
+                handle.seek(offset)
+                data = handle.read(length)
+        except OSError as exc:
+            return b"", -1, 0, (exc.errno or errno.EIO, exc.strerror or str(exc))
         self.read_bytes += len(data)
-        return data, status.st_size, status.st_mtime_ns
+        return data, status.st_size, status.st_mtime_ns, None
 
     def _read(self, path: Path, policy: LoadPolicy) -> np.ndarray:
         values = load_tensor(path, policy)
@@ -187,12 +194,12 @@ class PairWorker(NodeWorker):
             self._held.popitem(last=False)
 
     def _take(self, path: Path, policy: LoadPolicy) -> tuple[np.ndarray, FileState]:
-        """``path``'s tensor, as a survey read it (and the file's state then), else read now; a file
-        that changed since is told by its state (``changed_since``)."""
+        """``path``'s tensor, as a survey read it (and the file's state then) while the file is as it
+        was, else read now (and its state before)."""
         held = self._held.pop(str(path), None)
-        if held is not None:
-            return held
         state = file_state(path)
+        if held is not None and held[1] == state:
+            return held
         return self._read(path, policy), state
 
     def _take_values(self, path: Path) -> np.ndarray:

@@ -78,12 +78,13 @@ def _sum(state: RunningSum) -> np.ndarray | None:
 
 
 def _narrowest(total: np.ndarray | None) -> np.ndarray | None:
-    """``total``'s values in float32 (complex64) where that holds every one of them exactly."""
+    """``total``'s values in float32 (complex64) where that holds every one of them exactly, bit for
+    bit (a NaN's payload too)."""
     if total is None:
         return None
     narrow = np.complex64 if total.dtype.kind == "c" else np.float32
     with np.errstate(over="ignore", invalid="ignore"):
         held = total.astype(narrow)
-        if np.array_equal(held.astype(total.dtype), total, equal_nan=True):
+        if np.array_equal(held.astype(total.dtype).view(np.uint64), total.view(np.uint64)):
             return held
     return total

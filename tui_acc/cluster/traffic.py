@@ -95,8 +95,7 @@ class Traffic:
         """The summary line stderr gets at the end."""
         parts = ", ".join(f"{c.replace('_', ' ')} {_size(getattr(self, c))}" for c in CATEGORIES)
         crossed = _size(self.crossed)
-        # a pair's run does not count what the nodes read (ranks' collectives do): not said as 0 B
-        read = f"; the nodes read {_size(self.read)} of rank tensors" if self.read else ""
+        read = f"; the nodes read {_size(self.read)} from their own disks" if self.read else ""
         return f"ray: {crossed} crossed between nodes ({parts}){read}"
 
 

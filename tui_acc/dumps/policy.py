@@ -74,6 +74,11 @@ class LoadPolicy:
             raise OutsideDump(path, f"{what} {target}, outside the dump {self.root}; {FOLLOW_HINT}")
         return path
 
+    def is_file(self, path: Path) -> bool:
+        """Whether ``path`` is a file where this policy reads it (here: ``Path.is_file``; on the node
+        that holds it for cluster/node_files.py's)."""
+        return path.is_file()
+
     def open(self, path: Path, mode: str = "rb", **kwargs: Any) -> IO[Any]:
         """``path`` opened for reading if the policy allows it and it is a regular file (a FIFO
         named like a dump file would block the reader: NotRegularFile, an OSError, instead)."""

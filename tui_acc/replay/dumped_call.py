@@ -62,7 +62,7 @@ def gather(
 
     def load(ref: TensorRef) -> np.ndarray | None:
         try:
-            return narrowed(load_side(ref, None, policy))
+            return narrowed(load_side(ref, None, policy, index.recent))
         # DumpError: ranks (--gather) that do not merge; a merge that needs the golden's shape takes
         # rank 0's whole here (no golden beside it): a sharded tensor then shows as a shape mismatch
         except (TensorLoadError, DumpError, ValueError, OSError) as exc:
@@ -248,7 +248,7 @@ def _written_back(
                 after[name] = output  # the first output, read already
             elif name is not None and ref.has_data:
                 try:
-                    after[name] = load_side(ref, None, index.load_policy)
+                    after[name] = load_side(ref, None, index.load_policy, index.recent)
                 except (TensorLoadError, DumpError, ValueError, OSError) as exc:
                     missing.append(f"{ref.slot}: {exc}")
         return after, "its own outtensors (the caches after it ran)"
@@ -277,7 +277,7 @@ def _cache_reader(
             if slot is None or not ref.has_data:
                 continue
             try:
-                read[slot] = load_side(ref, None, index.load_policy)
+                read[slot] = load_side(ref, None, index.load_policy, index.recent)
             except (TensorLoadError, DumpError, ValueError, OSError) as exc:
                 missing.append(f"{later} {ref.slot}: {exc}")
         return read, f"{later}'s key and value caches"
@@ -357,7 +357,7 @@ def _add_atb_params(refs: list[TensorRef], policy: LoadPolicy, keyword: dict[str
         if path.parent.name not in ("before", "after"):
             continue
         file = path.parent.parent / _OP_PARAMS
-        if not file.is_file():
+        if not policy.is_file(file):  # on the node holding it, under --ray
             return
         try:
             params = policy.read_json(file, parse_constant=lambda _c: None)
@@ -391,7 +391,7 @@ def _add_msit_weights(index: DumpIndex, node: str, policy: LoadPolicy, params: d
     folder = index.data_dir / "weights"
     for name in ("weight", "bias"):
         file = folder / f"{node}.{name}.pth"
-        if name not in params and file.is_file():
+        if name not in params and policy.is_file(file):
             try:
                 from tui_acc.dumps.tensors import load_tensor
 

@@ -284,7 +284,7 @@ def _probe_alias(header: BinHeader, policy: LoadPolicy, hops: int) -> Path | Non
             header.path,
             "its data= names the file itself: a kernel tensor the probe did not save (filter_level 2)",
         )
-    if (header.path.parent / header.external).is_file():
+    if policy.is_file(header.path.parent / header.external):
         return None  # a payload file beside it (msit's data=)
     target = probe_alias.resolve(header.path, header.external)
     if target is None:
@@ -304,13 +304,17 @@ def _payload_source(header: BinHeader, policy: LoadPolicy) -> tuple[Path, int]:
     if not external.is_absolute():
         external = header.path.parent / external
     try:
-        policy.check(external, "its data= file leads to")
+        readable = policy.check(external, "its data= file leads to")  # a copy, under --ray
     except OutsideDump as exc:
         raise BinFileError(header.path, str(exc)) from exc
-    if not external.exists():
+    except FileNotFoundError:
+        readable = external  # on the node that holds the dump: said as here
+    except OSError as exc:
+        raise BinFileError(header.path, f"its data= file {external} cannot be read ({exc.strerror})") from exc
+    if not readable.exists():
         raise BinFileError(header.path, f"its data= file {external} does not exist")
     try:
-        with open_regular(external) as handle:
+        with open_regular(readable) as handle:
             another = handle.read(len(_VERSION_LINE)) == _VERSION_LINE
     except OSError:
         another = False  # said where it is read
@@ -318,7 +322,7 @@ def _payload_source(header: BinHeader, policy: LoadPolicy) -> tuple[Path, int]:
         raise BinFileError(
             header.path, f"its data= file {external} is itself an ATB tensor file, not a payload"
         )
-    return external, header.data_offset
+    return readable, header.data_offset
 
 
 def _map(source: Path, start: int, length: int) -> np.ndarray:
