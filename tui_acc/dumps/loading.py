@@ -12,7 +12,6 @@ import numpy as np
 from tui_acc.dumps.dtypes import dtype_name, is_float
 from tui_acc.dumps.model import TensorRef
 from tui_acc.dumps.policy import LoadPolicy
-from tui_acc.dumps.recent_tensors import RecentTensors
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 from tui_acc.numbers import number
 
@@ -23,17 +22,10 @@ _CHECKED = frozenset(
 )
 
 
-def load_side(
-    ref: TensorRef, like: Any, policy: LoadPolicy, recent: RecentTensors | None = None
-) -> np.ndarray:
+def load_side(ref: TensorRef, like: Any, policy: LoadPolicy) -> np.ndarray:
     """A tensor, merged from its ranks when it was gathered, like the golden (``like``: its values,
-    or its shape) where that decides (``gather.merge_parts``). ``recent``: its dump's tensors read
-    last (``DumpIndex.recent``), where a file read a moment ago is taken from (one file only: a merge
-    depends on ``like``)."""
+    or its shape) where that decides (``gather.merge_parts``)."""
     if not ref.parts:
-        if recent is not None:
-            key = (ref.path, ref.member, ref.declared, policy)
-            return recent.read(ref.path, key, lambda: load_side(ref, like, policy))
         values = load_tensor(ref.path, policy, ref.member)
         # 50,000 files of our real msprobe dumps: each holds what its record says
         if ref.declared in _CHECKED and (held := dtype_name(values)) != ref.declared:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Literal
 
 from tui_acc.dumps.policy import LoadPolicy
-from tui_acc.dumps.recent_tensors import RecentTensors
 from tui_acc.errors import TuiAccError
 
 # "param" is a module parameter (a weight) recorded with the call, as msprobe does.
@@ -287,8 +286,6 @@ class DumpIndex:
     # msprobe: its construct.json lost whole (missing, unreadable, or distrusted for a cycle): its
     # calls are flat, where the other side's tree may nest them (pairing/__init__.py)
     call_tree_lost: bool = False
-    # the tensors its files were last read into: the metrics pass and the replays after it read once
-    recent: RecentTensors = field(default_factory=RecentTensors, compare=False, repr=False)
 
     @property
     def load_policy(self) -> LoadPolicy:

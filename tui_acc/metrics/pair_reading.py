@@ -92,13 +92,11 @@ class PairReader:
     def load_pair(self, pair: TensorPair) -> tuple[np.ndarray, np.ndarray]:
         """Both tensors of ``pair``, each under its dump's load policy (links may not leave a dump
         unless --follow-links): every reader of a comparison's tensor data goes through here."""
-        golden_index = self.pairing.test if pair.golden_from_test else self.pairing.golden
-        golden = load_side(pair.golden, None, golden_index.load_policy, golden_index.recent)
+        golden = load_side(pair.golden, None, self._golden_policy(pair))
         same_file = pair.test.location == pair.golden.location and not pair.golden.parts
         if self.pairing.golden is self.pairing.test and same_file:
             return golden, golden  # one dump checked on its own (anomalies/): each file read once
-        test = self.pairing.test
-        return golden, load_side(pair.test, golden, test.load_policy, test.recent)
+        return golden, load_side(pair.test, golden, self.pairing.test.load_policy)
 
     def by_rank(self, golden: np.ndarray, pair: TensorPair) -> str | None:
         """Each rank's part of a gathered test against its region of the golden (``by_rank.py``)."""

@@ -62,7 +62,7 @@ def gather(
 
     def load(ref: TensorRef) -> np.ndarray | None:
         try:
-            return narrowed(load_side(ref, None, policy, index.recent))
+            return narrowed(load_side(ref, None, policy))
         # DumpError: ranks (--gather) that do not merge; a merge that needs the golden's shape takes
         # rank 0's whole here (no golden beside it): a sharded tensor then shows as a shape mismatch
         except (TensorLoadError, DumpError, ValueError, OSError) as exc:
@@ -248,7 +248,7 @@ def _written_back(
                 after[name] = output  # the first output, read already
             elif name is not None and ref.has_data:
                 try:
-                    after[name] = load_side(ref, None, index.load_policy, index.recent)
+                    after[name] = load_side(ref, None, index.load_policy)
                 except (TensorLoadError, DumpError, ValueError, OSError) as exc:
                     missing.append(f"{ref.slot}: {exc}")
         return after, "its own outtensors (the caches after it ran)"
@@ -277,7 +277,7 @@ def _cache_reader(
             if slot is None or not ref.has_data:
                 continue
             try:
-                read[slot] = load_side(ref, None, index.load_policy, index.recent)
+                read[slot] = load_side(ref, None, index.load_policy)
             except (TensorLoadError, DumpError, ValueError, OSError) as exc:
                 missing.append(f"{later} {ref.slot}: {exc}")
         return read, f"{later}'s key and value caches"

@@ -218,9 +218,9 @@ class LocalChecks:
     def _routing(self, selection: Selection) -> Routing | None:
         test, golden = self.pairing.test, self.pairing.golden
         try:
-            scores = load_side(selection.scores.test, None, test.load_policy, test.recent)
-            kept = load_side(selection.indices.test, None, test.load_policy, test.recent)
-            golden_kept = load_side(selection.indices.golden, None, golden.load_policy, golden.recent)
+            scores = load_side(selection.scores.test, None, test.load_policy)
+            kept = load_side(selection.indices.test, None, test.load_policy)
+            golden_kept = load_side(selection.indices.golden, None, golden.load_policy)
         except (TensorLoadError, DumpError, OSError, ValueError):
             return None
         if scores.ndim < 1 or kept.ndim < 1 or scores.shape[:-1] != kept.shape[:-1]:
@@ -293,8 +293,8 @@ def one_blas_thread() -> Iterator[None]:
 
 def _test_distance(index: DumpIndex, output: TensorPair, source: TensorPair) -> float | None:
     try:
-        out = load_side(output.test, None, index.load_policy, index.recent)
-        src = load_side(source.test, None, index.load_policy, index.recent)
+        out = load_side(output.test, None, index.load_policy)
+        src = load_side(source.test, None, index.load_policy)
     except (TensorLoadError, DumpError, OSError, ValueError):
         return None
     if out.shape != src.shape:

@@ -51,14 +51,11 @@ def check(
     if weight_ref is None or scale_ref is None or golden_ref is None:
         return None
     try:
-        weight = load_side(weight_ref, None, test.load_policy, test.recent)
+        weight = load_side(weight_ref, None, test.load_policy)
         if weight.dtype.kind not in "iu" or weight.ndim != 2:
             return None
-        scale = np.asarray(load_side(scale_ref, None, test.load_policy, test.recent), dtype=np.float64)
-        scale = scale.reshape(-1)
-        reference = np.asarray(
-            load_side(golden_ref, None, golden.load_policy, golden.recent), dtype=np.float64
-        )
+        scale = np.asarray(load_side(scale_ref, None, test.load_policy), dtype=np.float64).reshape(-1)
+        reference = np.asarray(load_side(golden_ref, None, golden.load_policy), dtype=np.float64)
     except (TensorLoadError, DumpError, OSError, ValueError):
         return None
     # stored [out, in], or [in, out] as vllm-ascend transposes its W8A8 weights after loading: a

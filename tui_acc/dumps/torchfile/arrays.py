@@ -73,8 +73,6 @@ def to_torch(values: np.ndarray) -> torch.Tensor:
 
     name = values.dtype.name
     contiguous = np.ascontiguousarray(values)
-    if not contiguous.flags.writeable:  # shared by its readers (dumps/recent_tensors.py): torch's own
-        contiguous = contiguous.copy()  # tensor would share its memory, and torch has no read-only one
     if name in NUMPY_NATIVE:
         return torch.from_numpy(contiguous)
     if name not in REINTERPRETED:
