@@ -80,3 +80,21 @@ def test_a_part_rewritten_after_its_survey_is_read_again(tp_case, tmp_path: Path
     Path(paths[0]).write_bytes(other.read_bytes())
     sent = worker.parts(pair, paths)
     assert sent[0].tobytes() == load_tensor(other, ANYWHERE).tobytes()  # not what the survey read
+
+
+def test_what_a_survey_keeps_stays_within_its_budget(tp_case, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A budget of one part: the survey's first part goes when its second comes, and is read again."""
+    from tui_acc.cluster import pair_worker
+
+    tp = tp_case("llama-tp2-msprobe")
+    pairs, _cmp = _split_pairs(tp)
+    pair = pairs[0]
+    paths = [str(p) for p in pair.test.parts]
+    worker = PairWorker("node", str(tp / "column"))
+    sizes = [load_tensor(Path(p), ANYWHERE).nbytes for p in paths]
+    monkeypatch.setattr(pair_worker, "HELD_BYTES", max(sizes))
+    worker.survey(pair, paths)
+    surveyed = worker.read_bytes
+    worker.parts(pair, paths)
+    assert worker.read_bytes == surveyed + sizes[0]  # the first read again, the second taken
+    assert worker._held_bytes == 0 and not worker._held

@@ -48,6 +48,7 @@ class PairWorker(NodeWorker):
         # what a survey read, kept for the call that comes next for the same files (the sums, or the
         # row): each file is read once. Oldest dropped past HELD_BYTES; taken once.
         self._held: OrderedDict[str, tuple[np.ndarray, FileState]] = OrderedDict()
+        self._held_bytes = 0
 
     def bytes_read(self) -> int:
         """The bytes of tensors (and files the head asked for) this worker read from its disk."""
@@ -189,14 +190,19 @@ class PairWorker(NodeWorker):
 
     def _hold(self, path: str, values: np.ndarray, state: FileState) -> None:
         """Keep what a survey read of ``path`` for the next call that needs it."""
+        if path in self._held:
+            self._held_bytes -= self._held.pop(path)[0].nbytes
         self._held[path] = (values, state)
-        while sum(v.nbytes for v, _ in self._held.values()) > HELD_BYTES:
-            self._held.popitem(last=False)
+        self._held_bytes += values.nbytes
+        while self._held_bytes > HELD_BYTES:
+            self._held_bytes -= self._held.popitem(last=False)[1][0].nbytes
 
     def _take(self, path: Path, policy: LoadPolicy) -> tuple[np.ndarray, FileState]:
         """``path``'s tensor, as a survey read it (and the file's state then) while the file is as it
         was, else read now (and its state before)."""
         held = self._held.pop(str(path), None)
+        if held is not None:
+            self._held_bytes -= held[0].nbytes
         state = file_state(path)
         if held is not None and held[1] == state:
             return held
