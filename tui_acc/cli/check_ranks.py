@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from tui_acc.cli.stdout_guard import names_stdout, report_stdout
+from tui_acc.cli.stdout_guard import emit_report, names_stdout, report_stdout
 from tui_acc.cli.toml_settings import Settings
 from tui_acc.errors import UsageError
 
@@ -86,11 +86,9 @@ def _said_on_stderr(line: str) -> None:
 
 
 def _report_ranks(check: RanksCheck, args: argparse.Namespace, named_csv: Any, out: TextIO) -> int:
-    from dataclasses import replace
-
     from tui_acc.dumps import DumpError
     from tui_acc.reports import collectives as ranks_report
-    from tui_acc.reports.output import emit, exported
+    from tui_acc.reports.output import exported
 
     report = ranks_report.build_report(check)
     if not report.collectives:
@@ -99,10 +97,4 @@ def _report_ranks(check: RanksCheck, args: argparse.Namespace, named_csv: Any, o
             "ReduceScatterOperation, AllGatherOperation; msprobe Distributed.all_reduce/reduce_scatter/"
             "all_gather records)"
         )
-    report = exported(report, args.csv, overwrite=args.force)
-    if report.csv is not None and args.csv != named_csv:
-        report = replace(report, csv=str(named_csv))  # said as the user named it
-    try:
-        return emit(report, args.json, out)
-    except BrokenPipeError:  # the reader left (``| head``): what it took was the report's start
-        return report.exit_code
+    return emit_report(exported(report, args.csv, overwrite=args.force), args.json, out, args.csv, named_csv)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from tui_acc.cli.compare import open_pair, open_single_dump, pair_opener, prepared, swapped_command
-from tui_acc.cli.stdout_guard import names_stdout, report_stdout
+from tui_acc.cli.stdout_guard import emit_report, names_stdout, report_stdout
 from tui_acc.cli.toml_settings import Settings
 from tui_acc.errors import UsageError
 from tui_acc.redump.settings import RedumpSettings
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace) -> int:
     """A pair's report (or its re-dump command), or one dump's anomalies; the exit code to leave with."""
-    from tui_acc.reports.output import Report, emit, exported
+    from tui_acc.reports.output import Report, exported
 
     settings, thresholds, redump = prepared(args)
     report: Report
@@ -53,12 +53,7 @@ def run(args: argparse.Namespace) -> int:
                 if args.redump_command:
                     return _print_redump(cmp, redump, args, out)
                 report = _pair_report(cmp, args, settings)
-        if report.csv is not None and args.csv != named_csv:
-            report = replace(report, csv=str(named_csv))  # said as the user named it
-        try:
-            return emit(report, args.json, out)
-        except BrokenPipeError:  # the reader left (``| head``): what it took was the report's start
-            return report.exit_code
+        return emit_report(report, args.json, out, args.csv, named_csv)
 
 
 def _print_redump(cmp: Comparison, redump: RedumpSettings, args: argparse.Namespace, out: TextIO) -> int:

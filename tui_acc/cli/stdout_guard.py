@@ -17,7 +17,10 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from tui_acc.reports.output import Report
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,22 @@ def report_stdout() -> Iterator[ReportStdout]:
                     stream.flush()  # what a plug-in left in their buffers goes to stderr, before 1 is back
             os.dup2(saved, 1)
             os.close(saved)
+
+
+def emit_report(report: Report, as_json: bool, out: TextIO, written_csv: object, named_csv: object) -> int:
+    """``report`` printed to ``out`` (``output.emit``), the CSV it wrote said by the name the user gave
+    (``named_csv``; ``written_csv``: where it went, the real stdout's ``/dev/fd/N`` for ``/dev/stdout``);
+    the exit code. A reader that left (``| head``) took the report's start: its own exit code."""
+    from dataclasses import replace
+
+    from tui_acc.reports.output import emit
+
+    if report.csv is not None and written_csv != named_csv:
+        report = replace(report, csv=str(named_csv))
+    try:
+        return emit(report, as_json, out)
+    except BrokenPipeError:
+        return report.exit_code
 
 
 def _duplicate_of_descriptor_1(stream: TextIO) -> int | None:
