@@ -430,7 +430,7 @@ def test_a_model_folder_with_two_model_ids_keeps_its_graph_text(llama: Path, tmp
 def test_a_string_left_open_is_one_token_to_the_end_of_its_line(tmp_path: Path) -> None:
     """Refused at once, with its line; a line of escaped quotes after it is not tokenized again at each
     character (that was quadratic: 40 kB took 7 s)."""
-    from tui_acc.dumps.torchair.graph_text import _TOKEN
+    from tui_acc.dumps.torchair.text_format import _TOKEN
 
     text = 'a: 1\nb: "' + '\\"' * 20_000 + "\nc: 2\n"
     assert len(_TOKEN.findall(text)) < 20  # a handful (the open string one of them), not 40,000

@@ -1,4 +1,4 @@
-"""The graph text's two readers (tui_acc/dumps/torchair/graph_text.py): what ``str(GraphDef)`` writes
+"""The graph text's two readers (tui_acc/dumps/torchair/text_format.py): what ``str(GraphDef)`` writes
 is read a field at a time (``_plain``), anything else token by token (``_tokenized``). The first is
 only a faster way to the second's answer: wherever it answers, the two agree, and where the text is
 not protobuf text it leaves the naming of the problem to the second."""
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tui_acc.dumps.torchair.graph_text import _PLAIN, GraphTextError, _plain, _tokenized, parse
+from tui_acc.dumps.torchair.text_format import _PLAIN, GraphTextError, _plain, _tokenized, parse
 
 HERE = Path(__file__).resolve().parents[1]
 # bits of the text format and of what is not it: strings with escapes, single quotes, a string
