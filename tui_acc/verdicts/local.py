@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +38,7 @@ from tui_acc.replay.sampling import plan
 from tui_acc.row_store import RowStore
 from tui_acc.tolerances.rounding import UNIT_ROUNDOFF
 from tui_acc.verdicts import quantised_weights as quantised
+from tui_acc.verdicts.blas_threads import one_blas_thread
 from tui_acc.verdicts.quantised_weights import QuantisedWeight
 from tui_acc.verdicts.replay_check import SideReplay, replay_side
 from tui_acc.verdicts.routing import Routing, Selection, check
@@ -264,31 +263,6 @@ def _is_dtype_or_device(value: str) -> bool:
 _DTYPES = frozenset(
     {*UNIT_ROUNDOFF, "bool", "uint8", "int8", "int16", "int32", "int64", "complex64", "complex128"}
 )
-_blas = threading.Lock()
-_blas_users = 0
-_blas_limit: Any = None
-
-
-@contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """BLAS on one thread while any replay runs: the engine already runs a worker per core, and
-    BLAS's own threads on top of them (OpenBLAS starts one per core for each call) made a report
-    with replays three times slower on two cores. The process's setting is back once none runs."""
-    global _blas_users, _blas_limit
-    with _blas:
-        if _blas_users == 0:
-            from threadpoolctl import threadpool_limits
-
-            _blas_limit = threadpool_limits(limits=1, user_api="blas")
-        _blas_users += 1
-    try:
-        yield
-    finally:
-        with _blas:
-            _blas_users -= 1
-            if _blas_users == 0 and _blas_limit is not None:
-                _blas_limit.restore_original_limits()
-                _blas_limit = None
 
 
 def _test_distance(index: DumpIndex, output: TensorPair, source: TensorPair) -> float | None:
