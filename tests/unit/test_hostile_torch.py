@@ -14,6 +14,7 @@ import re
 import struct
 import subprocess
 import sys
+import time
 import tracemalloc
 import zipfile
 from pathlib import Path
@@ -27,7 +28,7 @@ from tests.mappings import GUARDED, is_mapped
 from tui_acc.dumps import mapped
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
-from tui_acc.dumps.torchfile import fallback, unpickler, views
+from tui_acc.dumps.torchfile import crc, fallback, unpickler, views
 from tui_acc.dumps.torchfile.fallback import FallbackRefused, check_torch_version, walk_pickles
 from tui_acc.dumps.torchfile.pickle_bounds import MAX_DEPTH, MAX_KEYS, measure
 from tui_acc.dumps.torchfile.reader import read_torch_file
@@ -246,6 +247,50 @@ def test_a_stored_storage_whose_bytes_miss_their_crc_is_named(tmp_path: Path, si
     with pytest.raises(TensorLoadError, match="CRC-32"):  # what a report says of it
         load_tensor(path, ANYWHERE)
     assert torch.load(path, weights_only=True)[0].item() != 1.0  # torch.load reads the flipped value
+
+
+def test_a_settled_records_crc_is_checked_once_and_again_once_the_file_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay reads again what the comparison read: a settled file's record is checked once. The file
+    rewritten in place (the same size, one bit flipped, its time set back into the past again) is
+    another file to the check, which names the flipped bit; a file still being written (modified
+    just now) is checked at every read."""
+    calls: list[int] = []
+    real = crc._crc32
+
+    def counted(data: memoryview) -> int:  # the storage's checks (the pickle is a record of its own)
+        if len(data) > 4096:
+            calls.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(crc, "_crc32", counted)
+    values = np.arange(1 << 18, dtype=np.float32).tobytes()  # 1 MiB: mapped where mapping is guarded
+    pickled = attacks.pickle_of(attacks.float_tensor(1 << 18, 0, (1 << 18,), (1,)))
+    records = attacks.torch_records(pickled, {})
+    good = attacks.stored("archive/data/0", values)
+    path = tmp_path / "weight.pt"
+    path.write_bytes(attacks.zip_of([*records, good]))
+    long_ago = time.time() - 3600
+    os.utime(path, (long_ago, long_ago))
+    for is_mapped_read in (True, False, True):
+        assert float(np.asarray(read_torch_file(path, mapped=is_mapped_read))[5]) == 5.0
+    assert calls == [len(values)]
+    flipped = bytes([values[20] ^ 0x40]) if values[20] else b"\x01"
+    path.write_bytes(
+        attacks.zip_of(
+            [*records, attacks.Record(good.name, values[:20] + flipped + values[21:], len(values), good.crc)]
+        )
+    )
+    os.utime(path, (long_ago - 60, long_ago - 60))
+    with pytest.raises(TorchFileError, match="its bytes do not match the CRC-32"):
+        read_torch_file(path, mapped=True)
+    fresh = tmp_path / "fresh.pt"
+    fresh.write_bytes(attacks.zip_of([*records, good]))
+    calls.clear()
+    for _ in range(2):
+        read_torch_file(fresh, mapped=False)
+    assert calls == [len(values), len(values)]
 
 
 def test_a_crc_zeroed_in_the_directory_alone_is_still_checked(tmp_path: Path) -> None:

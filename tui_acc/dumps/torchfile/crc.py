@@ -1,27 +1,66 @@
-"""A stored record's CRC-32 against the one its zip directory lists (``reader.py`` reads the record)."""
+"""A stored record's CRC-32 against the one its zip directory lists (``reader.py`` reads the record).
+
+A record found whole once is not checked again while its file stays as it was: a replay reads again
+the weights the comparison has just read (a 7B-shaped report read 207 tensors a second time), and
+each check reads every byte. "As it was": the same file (device, inode), size, modification and
+status-change times, record place and listed CRC, and only for a file that had settled when it was
+checked (unmodified for ``SETTLED_SECONDS``), so that a rewrite, which stamps the time of its
+writing, cannot carry the old times (the clock that stamps them ticks every few milliseconds).
+"""
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 import zipfile
+from collections import OrderedDict
 
 import numpy as np
 from zlib_ng.zlib_ng import crc32
 
+from tui_acc.dumps.fs import SETTLED_SECONDS
 from tui_acc.dumps.torchfile.refusals import TorchFileError
 
 _CRC_BLOCK = 1 << 24  # bytes per call: zlib-ng holds the GIL while it runs
+_KEPT = 16_384  # records remembered as checked (some 200 bytes each), the least recently read dropped
+_Checked = tuple[int, ...]
+_checked: OrderedDict[_Checked, None] = OrderedDict()
+_lock = threading.Lock()
 
 
-def check_crc(info: zipfile.ZipInfo, data: np.ndarray, listed: int) -> None:
+def check_crc(info: zipfile.ZipInfo, data: np.ndarray, listed: int, file: os.stat_result, start: int) -> None:
     """A stored record's bytes against the CRC-32 its directory lists, as zipfile checks them (torch.load
     does not: docs/formats.md §6.2): a flipped bit is named, not compared. A CRC of 0 is what torch
     writes when told not to compute them (``set_crc32_options(False)``): nothing to check. Mapped
     pages are read here, which the comparison of a whole tensor does next anyway; a small view of a
-    large storage (``logits[:, -1]`` saved as it is) reads its whole record."""
-    if listed != 0 and _crc32(data.data) != listed:
+    large storage (``logits[:, -1]`` saved as it is) reads its whole record. ``file``: the file's
+    state when it was opened; ``start``: where the record's bytes begin in it."""
+    if listed == 0:
+        return
+    key = (
+        file.st_dev,
+        file.st_ino,
+        file.st_size,
+        file.st_mtime_ns,
+        file.st_ctime_ns,
+        start,
+        data.size,
+        listed,
+    )
+    with _lock:
+        if key in _checked:
+            _checked.move_to_end(key)
+            return
+    if _crc32(data.data) != listed:
         raise TorchFileError(
             f"{info.filename}: its bytes do not match the CRC-32 the archive lists (damaged in copying?)"
         )
+    if time.time() - file.st_mtime >= SETTLED_SECONDS:
+        with _lock:
+            _checked[key] = None
+            while len(_checked) > _KEPT:
+                _checked.popitem(last=False)
 
 
 def _crc32(data: memoryview) -> int:

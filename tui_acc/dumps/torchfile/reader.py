@@ -152,7 +152,8 @@ class _Archive(RestrictedUnpickler):
         self._archive = archive
         self._handle = handle
         self._mapped = mapped
-        self._file_size = os.fstat(handle.fileno()).st_size
+        self._file = os.fstat(handle.fileno())  # the file as opened: what a record's CRC was checked of
+        self._file_size = self._file.st_size
         self._records: dict[str, np.ndarray] = {}  # by record name: the bytes read or mapped so far
         self._storages: dict[str, zipfile.ZipInfo] = {}  # by storage key
         entries = archive.infolist()
@@ -253,7 +254,7 @@ class _Archive(RestrictedUnpickler):
             data = map_bytes(self._handle.fileno(), start, size)
         if data is None:
             data = self._read_stored(info, start)
-        check_crc(info, data, self._listed_crc(info, fields, start + size))
+        check_crc(info, data, self._listed_crc(info, fields, start + size), self._file, start)
         return data
 
     def _listed_crc(self, info: zipfile.ZipInfo, local: tuple[int, ...], end: int) -> int:
