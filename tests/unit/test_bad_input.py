@@ -181,7 +181,7 @@ def test_a_file_rewritten_while_read_is_said_so_not_called_damaged(
     golden, test, device = _copy(demo_pair, tmp_path)
     target = device / "3" / FAULT_OP / "output.pth"
 
-    def rewritten_meanwhile(info, data, listed):  # type: ignore[no-untyped-def]
+    def rewritten_meanwhile(info, data, listed, file, start):  # type: ignore[no-untyped-def]
         if info.filename.endswith("/data/0") and target.stat().st_mtime_ns != 10**9:
             os.utime(target, ns=(10**9, 10**9))
             raise reader.TorchFileError(f"{info.filename}: its bytes do not match the CRC-32")
