@@ -176,12 +176,36 @@ VECTOR_CLONES FAST_MATH_FUNCTION static double block_kl(const double *restrict p
 #define FINITE_ROW_KL(SUFFIX) row_kl_##SUFFIX
 #endif
 
-#define DEFINE_KERNEL(T, SUFFIX, LIMIT)                                                              \
+/* An element as a double: float32 and float64 as they are; bfloat16 (its 16 bits, as a uint16) is the
+ * upper half of a float32, exactly, so a bf16 chunk is swept as it lies, not widened into a copy first.
+ * Macros, not functions: GCC inlines no function into the fast loops, whose optimisation options
+ * differ (a call per element, 30 times slower, and no vector loop). */
+typedef union {
+    uint32_t bits;
+    float value;
+} Float32Bits;
+#define AS_DOUBLE(x) ((double)(x))
+#define BF16_VALUE(x) ((double)((Float32Bits){.bits = (uint32_t)(x) << 16}).value)
+
+/* logs[c] = (x[c] - shift) - log_z, in that order (as row_kl rounds); exps[c] its exp, if asked: one
+ * per element type (a kernel of two types takes one for each side). */
+#define DEFINE_BLOCK_EXP(T, LOAD, NAME)                                                              \
+    VECTOR_CLONES static void block_exp_##NAME(const T *restrict x, double shift, double log_z,     \
+                                                 Py_ssize_t n, double *restrict logs,                 \
+                                                 double *restrict exps)                               \
+    {                                                                                               \
+        for (Py_ssize_t c = 0; c < n; c++)                                                          \
+            logs[c] = (LOAD(x[c]) - shift) - log_z;                                               \
+        if (exps)                                                                                   \
+            exps_of(logs, n, exps);                                                                 \
+    }
+
+#define DEFINE_KERNEL(TG, TT, GV, TV, GX, TX, SUFFIX, LIMIT)                                                              \
     /* Every sum and extreme of a row in one vectorised loop, and whether the row holds a NaN, an  \
      * Inf or a value beyond LIMIT (bad: then nothing else here is valid, and the careful loop      \
      * takes the row). That check compares bits, so the fast-math flags cannot touch it. */         \
     VECTOR_CLONES FAST_MATH_FUNCTION static void row_fast_##SUFFIX(                                 \
-        const T *restrict g, const T *restrict t, Py_ssize_t width, RowSums *out)                  \
+        const TG *restrict g, const TT *restrict t, Py_ssize_t width, RowSums *out)                  \
     {                                                                                               \
         FAST_MATH_BODY                                                                              \
         double sgg = 0.0, stt = 0.0, sgt = 0.0, sdd = 0.0, sad = 0.0, sg = 0.0, st = 0.0;           \
@@ -192,7 +216,7 @@ VECTOR_CLONES FAST_MATH_FUNCTION static double block_kl(const double *restrict p
         uint64_t limit_bits, bad = 0;                                                               \
         memcpy(&limit_bits, &limit, sizeof limit_bits);                                             \
         for (Py_ssize_t c = 0; c < width; c++) {                                                    \
-            double gv = (double)g[c], tv = (double)t[c];                                            \
+            double gv = GV(g[c]), tv = TV(t[c]);                                            \
             uint64_t g_bits, t_bits;                                                                \
             memcpy(&g_bits, &gv, sizeof g_bits);                                                    \
             memcpy(&t_bits, &tv, sizeof t_bits);                                                    \
@@ -228,59 +252,48 @@ VECTOR_CLONES FAST_MATH_FUNCTION static double block_kl(const double *restrict p
     }                                                                                               \
                                                                                                     \
     /* The first column whose absolute difference is target (exact compare). */                    \
-    static Py_ssize_t first_at_##SUFFIX(const T *g, const T *t, Py_ssize_t width, double target)   \
+    static Py_ssize_t first_at_##SUFFIX(const TG *g, const TT *t, Py_ssize_t width, double target)   \
     {                                                                                               \
         for (Py_ssize_t c = 0; c < width; c++)                                                      \
-            if (fabs((double)t[c] - (double)g[c]) == target)                                        \
+            if (fabs(TV(t[c]) - GV(g[c])) == target)                                        \
                 return c;                                                                           \
         return 0;                                                                                   \
     }                                                                                               \
                                                                                                     \
     /* KL(golden || test) of the row's softmax; mg/mt are the row maxima (for stability). */       \
-    static double row_kl_##SUFFIX(const T *g, const T *t, Py_ssize_t width, double mg, double mt)  \
+    static double row_kl_##SUFFIX(const TG *g, const TT *t, Py_ssize_t width, double mg, double mt)  \
     {                                                                                               \
         double zg = 0.0, zt = 0.0;                                                                  \
         for (Py_ssize_t c = 0; c < width; c++) {                                                    \
-            zg += exp((double)g[c] - mg);                                                           \
-            zt += exp((double)t[c] - mt);                                                           \
+            zg += exp(GV(g[c]) - mg);                                                           \
+            zt += exp(TV(t[c]) - mt);                                                           \
         }                                                                                           \
         double log_zg = log(zg), log_zt = log(zt), acc = 0.0;                                       \
         for (Py_ssize_t c = 0; c < width; c++) {                                                    \
-            double log_p = (double)g[c] - mg - log_zg;                                              \
-            double log_q = (double)t[c] - mt - log_zt;                                              \
+            double log_p = GV(g[c]) - mg - log_zg;                                              \
+            double log_q = TV(t[c]) - mt - log_zt;                                              \
             acc += exp(log_p) * (log_p - log_q);                                                    \
         }                                                                                           \
         return acc > 0.0 ? acc : 0.0;                                                               \
     }                                                                                               \
                                                                                                     \
-    /* logs[c] = (x[c] - shift) - log_z, in that order (as row_kl rounds); exps[c] its exp, if asked. */ \
-    VECTOR_CLONES static void block_exp_##SUFFIX(const T *restrict x, double shift, double log_z,     \
-                                                 Py_ssize_t n, double *restrict logs,                 \
-                                                 double *restrict exps)                               \
-    {                                                                                               \
-        for (Py_ssize_t c = 0; c < n; c++)                                                          \
-            logs[c] = ((double)x[c] - shift) - log_z;                                               \
-        if (exps)                                                                                   \
-            exps_of(logs, n, exps);                                                                 \
-    }                                                                                               \
-                                                                                                    \
     /* row_kl of a row within +-1e150 (so every shifted value is finite and <= 0), vectorised. */   \
-    static double row_kl_fast_##SUFFIX(const T *g, const T *t, Py_ssize_t width, double mg, double mt) \
+    static double row_kl_fast_##SUFFIX(const TG *g, const TT *t, Py_ssize_t width, double mg, double mt) \
     {                                                                                               \
         double log_p[KL_BLOCK], p[KL_BLOCK], log_q[KL_BLOCK], q[KL_BLOCK]; /* 8 KiB: L1 */           \
         double zg = 0.0, zt = 0.0;                                                                  \
         for (Py_ssize_t start = 0; start < width; start += KL_BLOCK) {                              \
             Py_ssize_t n = width - start < KL_BLOCK ? width - start : KL_BLOCK;                     \
-            block_exp_##SUFFIX(g + start, mg, 0.0, n, log_p, p);                                    \
-            block_exp_##SUFFIX(t + start, mt, 0.0, n, log_q, q);                                    \
+            block_exp_##GX(g + start, mg, 0.0, n, log_p, p);                                    \
+            block_exp_##TX(t + start, mt, 0.0, n, log_q, q);                                    \
             zg += block_sum(p, n);                                                                  \
             zt += block_sum(q, n);                                                                  \
         }                                                                                           \
         double log_zg = log(zg), log_zt = log(zt), acc = 0.0;                                       \
         for (Py_ssize_t start = 0; start < width; start += KL_BLOCK) {                              \
             Py_ssize_t n = width - start < KL_BLOCK ? width - start : KL_BLOCK;                     \
-            block_exp_##SUFFIX(g + start, mg, log_zg, n, log_p, p);                                 \
-            block_exp_##SUFFIX(t + start, mt, log_zt, n, log_q, NULL);                              \
+            block_exp_##GX(g + start, mg, log_zg, n, log_p, p);                                 \
+            block_exp_##TX(t + start, mt, log_zt, n, log_q, NULL);                              \
             acc += block_kl(p, log_p, log_q, n);                                                    \
         }                                                                                           \
         return acc > 0.0 ? acc : 0.0;                                                               \
@@ -288,7 +301,7 @@ VECTOR_CLONES FAST_MATH_FUNCTION static double block_kl(const double *restrict p
                                                                                                     \
     /* A row holding NaN/Inf/giants, element by element: counts them, skips them, and takes the    \
      * first position of the largest difference as the worst element (fastkernel's _sweep). */     \
-    static void careful_row_##SUFFIX(const T *g, const T *t, Py_ssize_t width, int64_t offset,     \
+    static void careful_row_##SUFFIX(const TG *g, const TT *t, Py_ssize_t width, int64_t offset,     \
                                      int kl, State *s)                                              \
     {                                                                                               \
         double *sums = s->sums;                                                                     \
@@ -296,7 +309,7 @@ VECTOR_CLONES FAST_MATH_FUNCTION static double block_kl(const double *restrict p
         int row_finite = 1;                                                                         \
         double mg = -INFINITY, mt = -INFINITY;                                                      \
         for (Py_ssize_t c = 0; c < width; c++) {                                                    \
-            double gv = (double)g[c], tv = (double)t[c];                                            \
+            double gv = GV(g[c]), tv = TV(t[c]);                                            \
             int g_ok = isfinite(gv), t_ok = isfinite(tv);                                           \
             if (!(g_ok && t_ok)) {                                                                  \
                 row_finite = 0;                                                                     \
@@ -346,13 +359,14 @@ VECTOR_CLONES FAST_MATH_FUNCTION static double block_kl(const double *restrict p
         }                                                                                           \
     }                                                                                               \
                                                                                                     \
-    static void sweep_##SUFFIX(const T *g, const T *t, Py_ssize_t rows, Py_ssize_t width,          \
+    static void sweep_##SUFFIX(const TG *g, const TT *t, Py_ssize_t rows, Py_ssize_t width,          \
                                int64_t offset, int kl, State *s)                                    \
     {                                                                                               \
         double *sums = s->sums;                                                                     \
         int64_t *counts = s->counts;                                                                \
         for (Py_ssize_t r = 0; r < rows; r++) {                                                     \
-            const T *gr = g + r * width, *tr = t + r * width;                                       \
+            const TG *gr = g + r * width;                                                      \
+            const TT *tr = t + r * width;                                       \
             int64_t row_offset = offset + (int64_t)r * width;                                       \
             if (width == 0)                                                                         \
                 continue;                                                                           \
@@ -373,8 +387,8 @@ VECTOR_CLONES FAST_MATH_FUNCTION static double block_kl(const double *restrict p
             if (rs.amax > sums[M_AMAX] || counts[C_WIDX] < 0) {                                     \
                 Py_ssize_t c = first_at_##SUFFIX(gr, tr, width, rs.amax);                           \
                 sums[M_AMAX] = rs.amax;                                                             \
-                sums[M_WG] = (double)gr[c];                                                         \
-                sums[M_WT] = (double)tr[c];                                                         \
+                sums[M_WG] = GV(gr[c]);                                                         \
+                sums[M_WT] = TV(tr[c]);                                                         \
                 counts[C_WIDX] = row_offset + c;                                                    \
             }                                                                                       \
             sums[M_GMAX] = MAX_OF(rs.gmax, sums[M_GMAX]);                                           \
@@ -393,9 +407,15 @@ VECTOR_CLONES FAST_MATH_FUNCTION static double block_kl(const double *restrict p
         }                                                                                           \
     }
 
-/* float32 holds no value beyond 1e150, only NaN/Inf: FLT_MAX is its limit. */
-DEFINE_KERNEL(float, f32, FLT_MAX)
-DEFINE_KERNEL(double, f64, HUGE_ABS)
+DEFINE_BLOCK_EXP(float, AS_DOUBLE, f32)
+DEFINE_BLOCK_EXP(double, AS_DOUBLE, f64)
+DEFINE_BLOCK_EXP(uint16_t, BF16_VALUE, bf16)
+
+/* float32 and bfloat16 hold no value beyond 1e150, only NaN/Inf: FLT_MAX is their limit. */
+DEFINE_KERNEL(float, float, AS_DOUBLE, AS_DOUBLE, f32, f32, f32, FLT_MAX)
+DEFINE_KERNEL(double, double, AS_DOUBLE, AS_DOUBLE, f64, f64, f64, HUGE_ABS)
+DEFINE_KERNEL(float, uint16_t, AS_DOUBLE, BF16_VALUE, f32, bf16, f32_bf16, FLT_MAX)
+DEFINE_KERNEL(uint16_t, uint16_t, BF16_VALUE, BF16_VALUE, bf16, bf16, bf16, FLT_MAX)
 
 /* The buffer's single type code with native byte order and size ('f', 'd', 'l', 'q'), or 0. */
 static char type_code(const Py_buffer *view)
@@ -420,21 +440,28 @@ static int take_buffer(PyObject *obj, Py_buffer *view, const char *name, const c
     return -1;
 }
 
-static const char CHUNK_EXPECTED[] = "a C-contiguous 2-D float32 or float64 array";
+static const char CHUNK_EXPECTED[] = "a C-contiguous 2-D array";
 
-static int check_chunk(const Py_buffer *view, const char *name)
+/* The chunk's element type: 'f' float32, 'd' float64, 'b' bfloat16 (uint16 bits, where the caller
+ * says a uint16 chunk holds bfloat16), or 0 with a TypeError. */
+static char chunk_type(const Py_buffer *view, const char *name, const char *function, int bf16_bits)
 {
     char code = type_code(view);
-    if (!((code == 'f' && view->itemsize == 4) || (code == 'd' && view->itemsize == 8))) {
-        PyErr_Format(PyExc_TypeError, "sweep(): %s must be float32 or float64, not format '%s'", name,
+    char found = (code == 'f' && view->itemsize == 4)   ? 'f'
+                 : (code == 'd' && view->itemsize == 8) ? 'd'
+                 : (bf16_bits && code == 'H' && view->itemsize == 2) ? 'b'
+                                                                      : 0;
+    if (!found) {
+        PyErr_Format(PyExc_TypeError, "%s(): %s must be %s, not format '%s'", function, name,
+                     bf16_bits ? "float32, or uint16 holding bfloat16" : "float32 or float64",
                      view->format ? view->format : "B");
-        return -1;
+        return 0;
     }
     if (view->ndim != 2) {
-        PyErr_Format(PyExc_ValueError, "sweep(): %s must be 2-D, not %d-D", name, view->ndim);
-        return -1;
+        PyErr_Format(PyExc_ValueError, "%s(): %s must be 2-D, not %d-D", function, name, view->ndim);
+        return 0;
     }
-    return 0;
+    return found;
 }
 
 static int check_state(const Py_buffer *view, const char *name, int is_sums)
@@ -465,29 +492,40 @@ PyDoc_STRVAR(sweep_doc,
              "updated in place). g and t: C-contiguous 2-D arrays of one shape and dtype, float32 or\n"
              "float64; offset: flat index of the chunk's first element; kl: KL per row too.");
 
-static PyObject *sweep(PyObject *Py_UNUSED(module), PyObject *args)
+PyDoc_STRVAR(sweep_bf16_doc,
+             "sweep_bf16(g, t, offset, kl, sums, counts)\n--\n\n"
+             "sweep() of a bfloat16 test chunk as it lies: t is uint16 holding bfloat16 bits, g float32 or\n"
+             "uint16 holding bfloat16 bits; the sums are sweep()'s of both widened to float32.");
+
+/* sweep() and sweep_bf16(): the arguments checked, the chunk swept with the GIL released. */
+static PyObject *run_sweep(PyObject *args, int bf16)
 {
+    const char *function = bf16 ? "sweep_bf16" : "sweep";
     PyObject *g_obj, *t_obj, *sums_obj, *counts_obj;
     long long offset;
     int kl;
-    if (!PyArg_ParseTuple(args, "OOLpOO:sweep", &g_obj, &t_obj, &offset, &kl, &sums_obj, &counts_obj))
+    if (!PyArg_ParseTuple(args, bf16 ? "OOLpOO:sweep_bf16" : "OOLpOO:sweep", &g_obj, &t_obj, &offset, &kl,
+                          &sums_obj, &counts_obj))
         return NULL;
     Py_buffer g = {0}, t = {0}, sums = {0}, counts = {0};
     PyObject *result = NULL;
+    char g_type = 0, t_type = 0;
     if (take_buffer(g_obj, &g, "g", CHUNK_EXPECTED) || take_buffer(t_obj, &t, "t", CHUNK_EXPECTED)
         || take_buffer(sums_obj, &sums, "sums", "a contiguous float64 array")
         || take_buffer(counts_obj, &counts, "counts", "a contiguous int64 array"))
         goto done;
-    if (check_chunk(&g, "g") || check_chunk(&t, "t") || check_state(&sums, "sums", 1)
-        || check_state(&counts, "counts", 0))
+    if (!(g_type = chunk_type(&g, "g", function, bf16)) || !(t_type = chunk_type(&t, "t", function, bf16))
+        || check_state(&sums, "sums", 1) || check_state(&counts, "counts", 0))
         goto done;
-    if (g.itemsize != t.itemsize) {
-        PyErr_SetString(PyExc_TypeError, "sweep(): g and t must have the same dtype (widen first)");
+    if (bf16 ? (t_type != 'b' || g_type == 'd') : g_type != t_type) {
+        PyErr_Format(PyExc_TypeError, "%s(): %s", function,
+                     bf16 ? "t must be uint16 holding bfloat16, g float32 or bfloat16"
+                          : "g and t must have the same dtype (widen first)");
         goto done;
     }
     if (g.shape[0] != t.shape[0] || g.shape[1] != t.shape[1]) {
-        PyErr_Format(PyExc_ValueError, "sweep(): g and t must have the same shape, not (%zd, %zd) and (%zd, %zd)",
-                     g.shape[0], g.shape[1], t.shape[0], t.shape[1]);
+        PyErr_Format(PyExc_ValueError, "%s(): g and t must have the same shape, not (%zd, %zd) and (%zd, %zd)",
+                     function, g.shape[0], g.shape[1], t.shape[0], t.shape[1]);
         goto done;
     }
     State state;
@@ -496,10 +534,14 @@ static PyObject *sweep(PyObject *Py_UNUSED(module), PyObject *args)
     Py_ssize_t rows = g.shape[0], width = g.shape[1];
     /* the state is a private copy and the buffers stay held: other threads may run meanwhile */
     Py_BEGIN_ALLOW_THREADS
-    if (g.itemsize == 4)
+    if (g_type == 'f' && t_type == 'f')
         sweep_f32((const float *)g.buf, (const float *)t.buf, rows, width, (int64_t)offset, kl, &state);
-    else
+    else if (g_type == 'd')
         sweep_f64((const double *)g.buf, (const double *)t.buf, rows, width, (int64_t)offset, kl, &state);
+    else if (g_type == 'f')
+        sweep_f32_bf16((const float *)g.buf, (const uint16_t *)t.buf, rows, width, (int64_t)offset, kl, &state);
+    else
+        sweep_bf16((const uint16_t *)g.buf, (const uint16_t *)t.buf, rows, width, (int64_t)offset, kl, &state);
     Py_END_ALLOW_THREADS
     memcpy(sums.buf, state.sums, sizeof state.sums);
     memcpy(counts.buf, state.counts, sizeof state.counts);
@@ -516,8 +558,19 @@ done:
     return result;
 }
 
+static PyObject *sweep(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    return run_sweep(args, 0);
+}
+
+static PyObject *sweep_bf16_chunk(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    return run_sweep(args, 1);
+}
+
 static PyMethodDef methods[] = {
     {"sweep", sweep, METH_VARARGS, sweep_doc},
+    {"sweep_bf16", sweep_bf16_chunk, METH_VARARGS, sweep_bf16_doc},
     {NULL, NULL, 0, NULL},
 };
 

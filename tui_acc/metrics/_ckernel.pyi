@@ -2,6 +2,7 @@
 from typing import Any
 
 def sweep(g: Any, t: Any, offset: int, kl: bool, sums: Any, counts: Any, /) -> None: ...
+def sweep_bf16(g: Any, t: Any, offset: int, kl: bool, sums: Any, counts: Any, /) -> None: ...
 
 S_GG: int
 S_TT: int

@@ -103,6 +103,17 @@ def available() -> bool:
     return kernel_name() != "numpy"
 
 
+def bf16_sweep() -> Sweep | None:
+    """The C kernel's ``sweep_bf16`` (a bfloat16 test chunk swept as it lies: its uint16 bits, the
+    golden float32 or bfloat16 bits alike) where the C kernel is the one in use; else None (the
+    chunks are widened for ``sweep``)."""
+    if kernel_name() != "c":
+        return None
+    from tui_acc.metrics import _ckernel
+
+    return getattr(_ckernel, "sweep_bf16", None)  # None: built from an older _ckernel.c
+
+
 def sweep(g: Any, t: Any, offset: int, kl: bool, sums: Any, counts: Any) -> None:
     """Add one chunk to the state with the chosen compiled kernel (see the module's docstring)."""
     name = kernel_name()
