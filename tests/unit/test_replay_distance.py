@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from tui_acc.replay.distance import distance
 
@@ -48,3 +49,44 @@ def test_where_the_replay_is_zero_a_difference_is_infinitely_relative_and_none_i
 def test_nothing_finite_gives_no_metric() -> None:
     found = distance(np.array([np.nan]), np.array([1.0]))
     assert found["max_abs_err"] is None and found["replay_nan"] == 1
+
+
+def _by_hand(replay: list[float], dumped: list[float]) -> dict[str, float | int | None]:
+    """The definitions element by element in Python floats (math.fsum: correctly rounded sums)."""
+    pairs = [(r, d) for r, d in zip(replay, dumped, strict=True) if math.isfinite(r) and math.isfinite(d)]
+    if not pairs:
+        return {"cosine": None, "max_abs_err": None, "max_rel_err": None, "rel_euclidean": None}
+    norm_r = math.sqrt(math.fsum(r * r for r, _ in pairs))
+    norm_d = math.sqrt(math.fsum(d * d for _, d in pairs))
+    norm_diff = math.sqrt(math.fsum((d - r) ** 2 for r, d in pairs))
+    relative = [abs(d - r) / abs(r) if r else (math.inf if d != r else math.nan) for r, d in pairs]
+    kept = [x for x in relative if not math.isnan(x)]
+    return {
+        "cosine": math.fsum(r * d for r, d in pairs) / (norm_r * norm_d) if norm_r and norm_d else None,
+        "max_abs_err": max(abs(d - r) for r, d in pairs),
+        "max_rel_err": max(kept) if kept else 0.0,
+        "rel_euclidean": norm_diff / norm_r if norm_r else (0.0 if norm_diff == 0 else math.inf),
+    }
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_each_metric_is_its_definition_with_values_not_finite_or_zero_anywhere(seed: int) -> None:
+    """Drawn pairs with NaN, Inf, zeros and exact agreements placed at random (the squared norms that
+    prove a pair finite are checked not to hide one), against the definitions by hand."""
+    rng = np.random.default_rng(seed)
+    replay = rng.normal(size=300)
+    dumped = replay + rng.normal(scale=0.01, size=300)
+    specials = [np.nan, np.inf, -np.inf, 0.0]
+    for values in (replay, dumped):
+        spots = rng.choice(300, size=int(rng.integers(0, 6)), replace=False)
+        values[spots] = rng.choice(specials, size=spots.size)
+    dumped[rng.choice(300, size=3, replace=False)] = 0.0
+    replay[:2] = dumped[:2] = 0.0  # no difference where the replay is 0: none
+    found = distance(replay, dumped.astype(np.float32).astype(np.float64))
+    expected = _by_hand(replay.tolist(), dumped.astype(np.float32).astype(np.float64).tolist())
+    assert found["max_abs_err"] == expected["max_abs_err"] and found["max_rel_err"] == expected["max_rel_err"]
+    for key in ("cosine", "rel_euclidean"):
+        assert found[key] == pytest.approx(expected[key], rel=1e-12), key
+    assert found["replay_nan"] == int(np.isnan(replay).sum()) and found["dumped_inf"] == int(
+        np.isinf(dumped).sum()
+    )
