@@ -1,7 +1,8 @@
 """tui-acc against msprobe's own compare on a 7B-shaped msprobe L1 dump pair, whole processes, in one run.
 
     python scripts/bench_msprobe_7b.py [--out DIR [--reuse]] [--runs 3] [--baseline-runs N]
-                                       [--tools-venv ~/tools-venv] [--clean] [--json FILE]
+                                       [--baseline-tree DIR] [--tools-venv ~/tools-venv] [--clean]
+                                       [--json FILE]
 
 Needs a virtual environment holding mindstudio-probe 26.2.0, torch and transformers (the route is
 in scripts/make_model_fixtures.py's docstring), ``--tools-venv`` (default ``~/tools-venv``);
@@ -28,7 +29,10 @@ without it the script says so and exits 2: nothing else stands in for msprobe.
    - ``tui-acc report GOLDEN TEST --json --no-cache`` (the ``tui-acc`` console script beside this
      Python, else ``python -m tui_acc``), stdout to a file;
    - ``msprobe compare -tp TEST/dump.json -gp GOLDEN/dump.json -o DIR`` in the tools venv (its
-     CSV is checked to hold the pair's rows).
+     CSV is checked to hold the pair's rows);
+   - with ``--baseline-tree DIR`` (another checkout of tui-acc, e.g. the commit before a change, its
+     C extensions built), that tree's ``report`` too (``python -m tui_acc`` run from it), in every
+     round, before or after this one's in turn: the change's ratio from the same moments.
 
    Wall time from spawn to exit; CPU time (user + system) and peak RSS from ``os.wait4``: the
    largest single process of the command's tree (msprobe compare forks a worker pool); the summed
@@ -335,7 +339,7 @@ class Tools:
             raise SystemExit(f"cat exited {run.exit_code}: {errors}")
         return run
 
-    def report(self, csv_path: Path | None = None) -> Run:
+    def report(self, csv_path: Path | None = None, cwd: Path | None = None) -> Run:
         command = [
             *self.tui_acc,
             "report",
@@ -347,7 +351,7 @@ class Tools:
         if csv_path is not None:
             command += ["--csv", str(csv_path), "--force"]
         log = self._next("report.json")
-        run = timed(command, self.out, log, log.with_name(log.name + ".err"))
+        run = timed(command, cwd or self.out, log, log.with_name(log.name + ".err"))
         if run.exit_code not in (0, 1):  # 1: something fails, which the faulty pair does
             raise SystemExit(f"tui-acc exited {run.exit_code}: {log}.err")
         self.last_report = json.loads(log.read_text(encoding="utf-8"))
@@ -437,6 +441,10 @@ def ratios(figures: dict[str, Any], pair: Pair) -> dict[str, Any]:
         "report peak RSS / largest tensor pair": round(ours["median peak RSS MiB"] / largest, 2),
         "report CPU s / wall s (cores busy)": round(ours["median CPU s"] / ours["median s"], 2),
     }
+    tree = figures.get(BASELINE_TREE)
+    if tree:
+        found["report / baseline tree's report (median s)"] = round(ours["median s"] / tree["median s"], 2)
+        found["baseline tree's report / read floor"] = round(tree["median s"] / floor["median s"], 2)
     theirs = figures.get("msprobe compare")
     if theirs:
         found["msprobe / report (median s)"] = round(theirs["median s"] / ours["median s"], 2)
@@ -452,6 +460,15 @@ def versions(venv: Path) -> dict[str, str]:
     found = tool_versions(venv, ("mindstudio-probe", "torch", "transformers"))
     found["tui-acc checkout"] = checkout_state(REPO)
     return found
+
+
+BASELINE_TREE = "baseline tree's report"
+
+
+def baseline_command() -> list[str]:
+    """The baseline tree's tui-acc: this Python's ``-m tui_acc``, run from that checkout (the current
+    directory leads the path for ``-m``: its code, not the installed one)."""
+    return [sys.executable, "-m", "tui_acc"]
 
 
 def tui_acc_command() -> list[str]:
@@ -483,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--baseline-runs", type=int, help="rounds that also time msprobe compare (default --runs; 0: none)"
     )
+    parser.add_argument("--baseline-tree", type=Path, help="another checkout whose report is timed too")
     parser.add_argument("--tools-venv", type=Path, default=Path("~/tools-venv"), help="msprobe's venv")
     parser.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
     parser.add_argument("--prompt", type=int, default=256, help="prefill tokens (default 256)")
@@ -539,9 +557,19 @@ def measure(args: argparse.Namespace, venv: Path, out: Path, baseline_runs: int)
     figures["verdict"] = {"first failing op": named, "the injected fault": pair.fault_record}
     figures["verdict"]["named the fault"] = named == pair.fault_record
     timings: dict[str, list[Run]] = {"read floor (cat)": [], "tui-acc report": [], "msprobe compare": []}
+    tree = args.baseline_tree.expanduser().resolve() if args.baseline_tree else None
+    before = Tools(pair, venv, out / "runs-baseline-tree", baseline_command()) if tree else None
+    if tree and before:
+        figures["baseline tree"] = f"{tree} at {checkout_state(tree)}"
+        timings[BASELINE_TREE] = []
+        before.report(cwd=tree)  # untimed: its bytecode written
     for round_number in range(args.runs):
         timings["read floor (cat)"].append(tools.read_floor())
-        timings["tui-acc report"].append(tools.report())
+        for which in ("ours", "tree") if round_number % 2 == 0 else ("tree", "ours"):
+            if which == "ours":
+                timings["tui-acc report"].append(tools.report())
+            elif tree and before:
+                timings[BASELINE_TREE].append(before.report(cwd=tree))
         if round_number < baseline_runs:
             timings["msprobe compare"].append(tools.msprobe())
         print(f"round {round_number + 1} of {args.runs} done, {load()}", file=sys.stderr)
