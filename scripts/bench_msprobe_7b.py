@@ -471,6 +471,20 @@ def baseline_command() -> list[str]:
     return [sys.executable, "-m", "tui_acc"]
 
 
+def baseline_tree_problem(tree: Path | None) -> str | None:
+    """Why ``tree`` cannot be timed as a checkout of its own, or None. Run from a folder without
+    ``tui_acc/``, ``-m tui_acc`` imports the installed (editable) tree: this one against itself; a
+    tree without its C kernel built falls back to a slower kernel."""
+    if tree is None:
+        return None
+    package = tree.expanduser() / "tui_acc"
+    if not (package / "__init__.py").is_file():
+        return "no tui_acc/ package there (-m tui_acc would run the installed tree)"
+    if not list((package / "metrics").glob("_ckernel*.so")):
+        return "its C kernel is not built (python setup.py build_ext --inplace there, or copy the .so)"
+    return None
+
+
 def tui_acc_command() -> list[str]:
     """The ``tui-acc`` console script of this Python's environment, else ``python -m tui_acc``."""
     script = Path(sys.executable).parent / "tui-acc"
@@ -513,6 +527,10 @@ def main(argv: list[str] | None = None) -> int:
         dump_side(side, Path(out), int(layers), int(prompt), fault == "fault")
         return 0
 
+    tree_problem = baseline_tree_problem(args.baseline_tree)
+    if tree_problem:
+        print(f"--baseline-tree {args.baseline_tree}: {tree_problem}", file=sys.stderr)
+        return 2
     venv = args.tools_venv.expanduser()
     if not (venv / "bin" / "msprobe").is_file() or not (venv / "bin" / "python").is_file():
         print(NEEDS.format(venv=venv), file=sys.stderr)
@@ -568,7 +586,7 @@ def measure(args: argparse.Namespace, venv: Path, out: Path, baseline_runs: int)
         for which in ("ours", "tree") if round_number % 2 == 0 else ("tree", "ours"):
             if which == "ours":
                 timings["tui-acc report"].append(tools.report())
-            elif tree and before:
+            elif before:
                 timings[BASELINE_TREE].append(before.report(cwd=tree))
         if round_number < baseline_runs:
             timings["msprobe compare"].append(tools.msprobe())

@@ -5,6 +5,7 @@ back once none does, however often it is taken."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import threadpoolctl
@@ -53,3 +54,22 @@ def test_blas_is_held_to_one_thread_while_any_replay_runs_and_given_back_after()
         worker.join()
         assert seen == [own] and _blas_threads() == own
     assert _blas_threads() == before
+
+
+def test_a_live_worker_that_replayed_leaves_the_rest_of_the_process_its_say() -> None:
+    """threadpoolctl 3.8 ignores every thread but the one in control while it lives: a metrics worker
+    (long-lived) that ran one replay must not keep the control, or the main thread's own limit is
+    silently dropped."""
+    assert np.dot(np.ones(4), np.ones(4)) == 4
+    before = _blas_threads()
+
+    def replay() -> set[int]:
+        with one_blas_thread():
+            return _blas_threads()
+
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        assert worker.submit(replay).result() == {1}
+        assert _blas_threads() == before  # the worker lives on, idle
+        with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+            assert _blas_threads() == {1}  # the main thread's own limit holds
+        assert _blas_threads() == before

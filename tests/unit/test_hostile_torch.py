@@ -26,6 +26,7 @@ import torch
 from tests.fuzz import attacks
 from tests.mappings import GUARDED, is_mapped
 from tui_acc.dumps import mapped
+from tui_acc.dumps.fs import SETTLED_SECONDS
 from tui_acc.dumps.policy import ANYWHERE
 from tui_acc.dumps.tensors import TensorLoadError, load_tensor
 from tui_acc.dumps.torchfile import crc, fallback, unpickler, views
@@ -253,9 +254,10 @@ def test_a_settled_records_crc_is_checked_once_and_again_once_the_file_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A replay reads again what the comparison read: a settled file's record is checked once. The file
-    rewritten in place (the same size, one bit flipped, its time set back into the past again) is
-    another file to the check, which names the flipped bit; a file still being written (modified
-    just now) is checked at every read."""
+    rewritten in place (the same size, one bit flipped, its modification time set back to the very
+    same) is another file to the check by its status-change time, which names the flipped bit. A file
+    whose times are recent, or whose modification time alone was set back (``cp -p``), is checked at
+    every read."""
     calls: list[int] = []
     real = crc._crc32
 
@@ -265,31 +267,34 @@ def test_a_settled_records_crc_is_checked_once_and_again_once_the_file_changes(
         return real(data)
 
     monkeypatch.setattr(crc, "_crc32", counted)
+    # a status-change time cannot be set back: here every file counts as settled
+    monkeypatch.setattr(crc, "SETTLED_SECONDS", -3600.0)
     values = np.arange(1 << 18, dtype=np.float32).tobytes()  # 1 MiB: mapped where mapping is guarded
     pickled = attacks.pickle_of(attacks.float_tensor(1 << 18, 0, (1 << 18,), (1,)))
     records = attacks.torch_records(pickled, {})
     good = attacks.stored("archive/data/0", values)
     path = tmp_path / "weight.pt"
     path.write_bytes(attacks.zip_of([*records, good]))
-    long_ago = time.time() - 3600
-    os.utime(path, (long_ago, long_ago))
+    first = path.stat()
     for is_mapped_read in (True, False, True):
         assert float(np.asarray(read_torch_file(path, mapped=is_mapped_read))[5]) == 5.0
     assert calls == [len(values)]
-    flipped = bytes([values[20] ^ 0x40]) if values[20] else b"\x01"
-    path.write_bytes(
-        attacks.zip_of(
-            [*records, attacks.Record(good.name, values[:20] + flipped + values[21:], len(values), good.crc)]
-        )
-    )
-    os.utime(path, (long_ago - 60, long_ago - 60))
+    flipped = values[:20] + bytes([values[20] ^ 0x40]) + values[21:]
+    path.write_bytes(attacks.zip_of([*records, attacks.Record(good.name, flipped, len(values), good.crc)]))
+    os.utime(path, ns=(first.st_atime_ns, first.st_mtime_ns))
+    while path.stat().st_ctime_ns == first.st_ctime_ns:  # the clock's tick has not turned yet
+        os.utime(path, ns=(first.st_atime_ns, first.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (first.st_size, first.st_mtime_ns)
     with pytest.raises(TorchFileError, match="its bytes do not match the CRC-32"):
         read_torch_file(path, mapped=True)
-    fresh = tmp_path / "fresh.pt"
-    fresh.write_bytes(attacks.zip_of([*records, good]))
+    monkeypatch.setattr(crc, "SETTLED_SECONDS", SETTLED_SECONDS)
+    copied = tmp_path / "copied.pt"
+    copied.write_bytes(attacks.zip_of([*records, good]))
+    long_ago = time.time() - 3600
+    os.utime(copied, (long_ago, long_ago))  # as cp -p leaves a copy made just now
     calls.clear()
     for _ in range(2):
-        read_torch_file(fresh, mapped=False)
+        read_torch_file(copied, mapped=False)
     assert calls == [len(values), len(values)]
 
 

@@ -48,7 +48,7 @@ enum { C_N, C_REL, C_1E3, C_5E3, C_KLROWS, C_GNAN, C_GINF, C_TNAN, C_TINF, C_WID
 #define FAST_MATH_FUNCTION
 #define FAST_MATH_BODY _Pragma("clang fp reassociate(on)")
 #elif defined(__GNUC__)
-#define FAST_MATH_FUNCTION \
+#define FAST_MATH_FUNCTION                                                                          \
     __attribute__((optimize("associative-math", "no-signed-zeros", "no-trapping-math", "finite-math-only")))
 #define FAST_MATH_BODY
 #else
@@ -189,23 +189,23 @@ typedef union {
 
 /* logs[c] = (x[c] - shift) - log_z, in that order (as row_kl rounds); exps[c] its exp, if asked: one
  * per element type (a kernel of two types takes one for each side). */
-#define DEFINE_BLOCK_EXP(T, LOAD, NAME)                                                              \
+#define DEFINE_BLOCK_EXP(T, LOAD, NAME)                                                             \
     VECTOR_CLONES static void block_exp_##NAME(const T *restrict x, double shift, double log_z,     \
-                                                 Py_ssize_t n, double *restrict logs,                 \
-                                                 double *restrict exps)                               \
+                                                 Py_ssize_t n, double *restrict logs,               \
+                                                 double *restrict exps)                             \
     {                                                                                               \
         for (Py_ssize_t c = 0; c < n; c++)                                                          \
-            logs[c] = (LOAD(x[c]) - shift) - log_z;                                               \
+            logs[c] = (LOAD(x[c]) - shift) - log_z;                                                 \
         if (exps)                                                                                   \
             exps_of(logs, n, exps);                                                                 \
     }
 
-#define DEFINE_KERNEL(TG, TT, GV, TV, GX, TX, SUFFIX, LIMIT)                                                              \
-    /* Every sum and extreme of a row in one vectorised loop, and whether the row holds a NaN, an  \
+#define DEFINE_KERNEL(TG, TT, GV, TV, GX, TX, SUFFIX, LIMIT)                                        \
+    /* Every sum and extreme of a row in one vectorised loop, and whether the row holds a NaN, an   \
      * Inf or a value beyond LIMIT (bad: then nothing else here is valid, and the careful loop      \
      * takes the row). That check compares bits, so the fast-math flags cannot touch it. */         \
     VECTOR_CLONES FAST_MATH_FUNCTION static void row_fast_##SUFFIX(                                 \
-        const TG *restrict g, const TT *restrict t, Py_ssize_t width, RowSums *out)                  \
+        const TG *restrict g, const TT *restrict t, Py_ssize_t width, RowSums *out)                 \
     {                                                                                               \
         FAST_MATH_BODY                                                                              \
         double sgg = 0.0, stt = 0.0, sgt = 0.0, sdd = 0.0, sad = 0.0, sg = 0.0, st = 0.0;           \
@@ -216,7 +216,7 @@ typedef union {
         uint64_t limit_bits, bad = 0;                                                               \
         memcpy(&limit_bits, &limit, sizeof limit_bits);                                             \
         for (Py_ssize_t c = 0; c < width; c++) {                                                    \
-            double gv = GV(g[c]), tv = TV(t[c]);                                            \
+            double gv = GV(g[c]), tv = TV(t[c]);                                                    \
             uint64_t g_bits, t_bits;                                                                \
             memcpy(&g_bits, &gv, sizeof g_bits);                                                    \
             memcpy(&t_bits, &tv, sizeof t_bits);                                                    \
@@ -236,7 +236,7 @@ typedef union {
             tmin = MIN_OF(tv, tmin);                                                                \
             /* msprobe's thousandth ratios: eps stands in for a zero golden */                      \
             double ratio = ad / (gv != 0.0 ? ag : REL_FLOOR);                                       \
-            /* the relative error counts only above the floor; as 1.0/0.0 and a min() rather than  \
+            /* the relative error counts only above the floor; as 1.0/0.0 and a min() rather than   \
              * a branch or a select of the ratio, which GCC does not vectorise */                   \
             double big = ag > REL_FLOOR ? 1.0 : 0.0;                                                \
             double rel = MIN_OF(ratio, big * DBL_MAX);                                              \
@@ -246,32 +246,32 @@ typedef union {
             n1 += ratio < 1e-3 ? 1.0 : 0.0;                                                         \
             n5 += ratio < 5e-3 ? 1.0 : 0.0;                                                         \
         }                                                                                           \
-        RowSums r = {sgg, stt, sgt, sdd, sad, sg, st, srel, amax, gmax, gmin, tmax, tmin, relmax,  \
+        RowSums r = {sgg, stt, sgt, sdd, sad, sg, st, srel, amax, gmax, gmin, tmax, tmin, relmax,   \
                      nrel, n1, n5, bad};                                                            \
         *out = r;                                                                                   \
     }                                                                                               \
                                                                                                     \
-    /* The first column whose absolute difference is target (exact compare). */                    \
-    static Py_ssize_t first_at_##SUFFIX(const TG *g, const TT *t, Py_ssize_t width, double target)   \
+    /* The first column whose absolute difference is target (exact compare). */                     \
+    static Py_ssize_t first_at_##SUFFIX(const TG *g, const TT *t, Py_ssize_t width, double target)  \
     {                                                                                               \
         for (Py_ssize_t c = 0; c < width; c++)                                                      \
-            if (fabs(TV(t[c]) - GV(g[c])) == target)                                        \
+            if (fabs(TV(t[c]) - GV(g[c])) == target)                                                \
                 return c;                                                                           \
         return 0;                                                                                   \
     }                                                                                               \
                                                                                                     \
-    /* KL(golden || test) of the row's softmax; mg/mt are the row maxima (for stability). */       \
-    static double row_kl_##SUFFIX(const TG *g, const TT *t, Py_ssize_t width, double mg, double mt)  \
+    /* KL(golden || test) of the row's softmax; mg/mt are the row maxima (for stability). */        \
+    static double row_kl_##SUFFIX(const TG *g, const TT *t, Py_ssize_t width, double mg, double mt) \
     {                                                                                               \
         double zg = 0.0, zt = 0.0;                                                                  \
         for (Py_ssize_t c = 0; c < width; c++) {                                                    \
-            zg += exp(GV(g[c]) - mg);                                                           \
-            zt += exp(TV(t[c]) - mt);                                                           \
+            zg += exp(GV(g[c]) - mg);                                                               \
+            zt += exp(TV(t[c]) - mt);                                                               \
         }                                                                                           \
         double log_zg = log(zg), log_zt = log(zt), acc = 0.0;                                       \
         for (Py_ssize_t c = 0; c < width; c++) {                                                    \
-            double log_p = GV(g[c]) - mg - log_zg;                                              \
-            double log_q = TV(t[c]) - mt - log_zt;                                              \
+            double log_p = GV(g[c]) - mg - log_zg;                                                  \
+            double log_q = TV(t[c]) - mt - log_zt;                                                  \
             acc += exp(log_p) * (log_p - log_q);                                                    \
         }                                                                                           \
         return acc > 0.0 ? acc : 0.0;                                                               \
@@ -280,28 +280,28 @@ typedef union {
     /* row_kl of a row within +-1e150 (so every shifted value is finite and <= 0), vectorised. */   \
     static double row_kl_fast_##SUFFIX(const TG *g, const TT *t, Py_ssize_t width, double mg, double mt) \
     {                                                                                               \
-        double log_p[KL_BLOCK], p[KL_BLOCK], log_q[KL_BLOCK], q[KL_BLOCK]; /* 8 KiB: L1 */           \
+        double log_p[KL_BLOCK], p[KL_BLOCK], log_q[KL_BLOCK], q[KL_BLOCK]; /* 8 KiB: L1 */          \
         double zg = 0.0, zt = 0.0;                                                                  \
         for (Py_ssize_t start = 0; start < width; start += KL_BLOCK) {                              \
             Py_ssize_t n = width - start < KL_BLOCK ? width - start : KL_BLOCK;                     \
-            block_exp_##GX(g + start, mg, 0.0, n, log_p, p);                                    \
-            block_exp_##TX(t + start, mt, 0.0, n, log_q, q);                                    \
+            block_exp_##GX(g + start, mg, 0.0, n, log_p, p);                                        \
+            block_exp_##TX(t + start, mt, 0.0, n, log_q, q);                                        \
             zg += block_sum(p, n);                                                                  \
             zt += block_sum(q, n);                                                                  \
         }                                                                                           \
         double log_zg = log(zg), log_zt = log(zt), acc = 0.0;                                       \
         for (Py_ssize_t start = 0; start < width; start += KL_BLOCK) {                              \
             Py_ssize_t n = width - start < KL_BLOCK ? width - start : KL_BLOCK;                     \
-            block_exp_##GX(g + start, mg, log_zg, n, log_p, p);                                 \
-            block_exp_##TX(t + start, mt, log_zt, n, log_q, NULL);                              \
+            block_exp_##GX(g + start, mg, log_zg, n, log_p, p);                                     \
+            block_exp_##TX(t + start, mt, log_zt, n, log_q, NULL);                                  \
             acc += block_kl(p, log_p, log_q, n);                                                    \
         }                                                                                           \
         return acc > 0.0 ? acc : 0.0;                                                               \
     }                                                                                               \
                                                                                                     \
-    /* A row holding NaN/Inf/giants, element by element: counts them, skips them, and takes the    \
-     * first position of the largest difference as the worst element (fastkernel's _sweep). */     \
-    static void careful_row_##SUFFIX(const TG *g, const TT *t, Py_ssize_t width, int64_t offset,     \
+    /* A row holding NaN/Inf/giants, element by element: counts them, skips them, and takes the     \
+     * first position of the largest difference as the worst element (fastkernel's _sweep). */      \
+    static void careful_row_##SUFFIX(const TG *g, const TT *t, Py_ssize_t width, int64_t offset,    \
                                      int kl, State *s)                                              \
     {                                                                                               \
         double *sums = s->sums;                                                                     \
@@ -309,7 +309,7 @@ typedef union {
         int row_finite = 1;                                                                         \
         double mg = -INFINITY, mt = -INFINITY;                                                      \
         for (Py_ssize_t c = 0; c < width; c++) {                                                    \
-            double gv = GV(g[c]), tv = TV(t[c]);                                            \
+            double gv = GV(g[c]), tv = TV(t[c]);                                                    \
             int g_ok = isfinite(gv), t_ok = isfinite(tv);                                           \
             if (!(g_ok && t_ok)) {                                                                  \
                 row_finite = 0;                                                                     \
@@ -359,14 +359,14 @@ typedef union {
         }                                                                                           \
     }                                                                                               \
                                                                                                     \
-    static void sweep_##SUFFIX(const TG *g, const TT *t, Py_ssize_t rows, Py_ssize_t width,          \
+    static void sweep_##SUFFIX(const TG *g, const TT *t, Py_ssize_t rows, Py_ssize_t width,         \
                                int64_t offset, int kl, State *s)                                    \
     {                                                                                               \
         double *sums = s->sums;                                                                     \
         int64_t *counts = s->counts;                                                                \
         for (Py_ssize_t r = 0; r < rows; r++) {                                                     \
-            const TG *gr = g + r * width;                                                      \
-            const TT *tr = t + r * width;                                       \
+            const TG *gr = g + r * width;                                                           \
+            const TT *tr = t + r * width;                                                           \
             int64_t row_offset = offset + (int64_t)r * width;                                       \
             if (width == 0)                                                                         \
                 continue;                                                                           \
@@ -387,8 +387,8 @@ typedef union {
             if (rs.amax > sums[M_AMAX] || counts[C_WIDX] < 0) {                                     \
                 Py_ssize_t c = first_at_##SUFFIX(gr, tr, width, rs.amax);                           \
                 sums[M_AMAX] = rs.amax;                                                             \
-                sums[M_WG] = GV(gr[c]);                                                         \
-                sums[M_WT] = TV(tr[c]);                                                         \
+                sums[M_WG] = GV(gr[c]);                                                             \
+                sums[M_WT] = TV(tr[c]);                                                             \
                 counts[C_WIDX] = row_offset + c;                                                    \
             }                                                                                       \
             sums[M_GMAX] = MAX_OF(rs.gmax, sums[M_GMAX]);                                           \
@@ -427,13 +427,14 @@ static char type_code(const Py_buffer *view)
 }
 
 /* Take obj's buffer as a C-contiguous array; on failure a TypeError naming the argument. */
-static int take_buffer(PyObject *obj, Py_buffer *view, const char *name, const char *expected)
+static int take_buffer(PyObject *obj, Py_buffer *view, const char *function, const char *name,
+                       const char *expected)
 {
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0)
         return 0;
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
-    PyErr_Format(PyExc_TypeError, "sweep(): %s must be %s (%S)", name, expected, value ? value : Py_None);
+    PyErr_Format(PyExc_TypeError, "%s(): %s must be %s (%S)", function, name, expected, value ? value : Py_None);
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(traceback);
@@ -464,23 +465,23 @@ static char chunk_type(const Py_buffer *view, const char *name, const char *func
     return found;
 }
 
-static int check_state(const Py_buffer *view, const char *name, int is_sums)
+static int check_state(const Py_buffer *view, const char *function, const char *name, int is_sums)
 {
     char code = type_code(view);
     int ok_type = is_sums ? (code == 'd' && view->itemsize == 8)
                           : ((code == 'l' || code == 'q') && view->itemsize == 8);
     Py_ssize_t length = is_sums ? N_SUMS : N_COUNTS;
     if (!ok_type) {
-        PyErr_Format(PyExc_TypeError, "sweep(): %s must be %s, not format '%s'", name,
+        PyErr_Format(PyExc_TypeError, "%s(): %s must be %s, not format '%s'", function, name,
                      is_sums ? "float64" : "int64", view->format ? view->format : "B");
         return -1;
     }
     if (view->readonly) {
-        PyErr_Format(PyExc_TypeError, "sweep(): %s must be writable", name);
+        PyErr_Format(PyExc_TypeError, "%s(): %s must be writable", function, name);
         return -1;
     }
     if (view->ndim != 1 || view->shape[0] != length) {
-        PyErr_Format(PyExc_ValueError, "sweep(): %s must be 1-D of length %zd", name, length);
+        PyErr_Format(PyExc_ValueError, "%s(): %s must be 1-D of length %zd", function, name, length);
         return -1;
     }
     return 0;
@@ -510,12 +511,12 @@ static PyObject *run_sweep(PyObject *args, int bf16)
     Py_buffer g = {0}, t = {0}, sums = {0}, counts = {0};
     PyObject *result = NULL;
     char g_type = 0, t_type = 0;
-    if (take_buffer(g_obj, &g, "g", CHUNK_EXPECTED) || take_buffer(t_obj, &t, "t", CHUNK_EXPECTED)
-        || take_buffer(sums_obj, &sums, "sums", "a contiguous float64 array")
-        || take_buffer(counts_obj, &counts, "counts", "a contiguous int64 array"))
+    if (take_buffer(g_obj, &g, function, "g", CHUNK_EXPECTED) || take_buffer(t_obj, &t, function, "t", CHUNK_EXPECTED)
+        || take_buffer(sums_obj, &sums, function, "sums", "a contiguous float64 array")
+        || take_buffer(counts_obj, &counts, function, "counts", "a contiguous int64 array"))
         goto done;
     if (!(g_type = chunk_type(&g, "g", function, bf16)) || !(t_type = chunk_type(&t, "t", function, bf16))
-        || check_state(&sums, "sums", 1) || check_state(&counts, "counts", 0))
+        || check_state(&sums, function, "sums", 1) || check_state(&counts, function, "counts", 0))
         goto done;
     if (bf16 ? (t_type != 'b' || g_type == 'd') : g_type != t_type) {
         PyErr_Format(PyExc_TypeError, "%s(): %s", function,

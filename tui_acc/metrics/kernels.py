@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
-from tui_acc.dumps.dtypes import dtype_name, is_complex, is_float, numpy_dtype, widened
+from tui_acc.dumps.dtypes import dtype_name, is_complex, is_float, widened
 from tui_acc.errors import TuiAccError
 from tui_acc.metrics import fastkernel
 from tui_acc.metrics import kernel_layout as layout
@@ -38,7 +39,7 @@ REL_ERR_FLOOR = 1.1920928955078125e-07
 # the per-chunk overhead does not count. Measured on the 7B-shaped pair (one worker, CPU time):
 # 2**20 elements 0.52-0.57 s, 2**18 0.44-0.49 s, 2**16 0.48-0.60 s.
 CHUNK_ELEMENTS = 1 << 18
-_BFLOAT16 = numpy_dtype("bfloat16")
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
 class ShapeMismatch(TuiAccError, ValueError):

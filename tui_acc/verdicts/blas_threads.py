@@ -7,9 +7,14 @@ replay to start sets BLAS to one thread, the last to end sets back what the proc
 Replays run on any thread, so the one that sets is seldom the one that sets back. threadpoolctl 3.8
 lets only one "controlling" thread change OpenBLAS's process-wide pool (the first that did, while it
 lives) and silently ignores the others: there a worker's replay would run on BLAS's every thread, and
-the process's own setting would never come back. Every change here is made under one lock, so the
-control is handed to the thread making it (``OpenBLASController.clear_controlling_thread``; older
-threadpoolctl has no such rule and no such call).
+the process's own setting would never come back. Every change here is made under one lock, by the
+thread that makes it, and no thread keeps the control after it (``OpenBLASController.
+clear_controlling_thread``, before and after): a long-lived worker that replayed once must not leave
+the rest of the process, its own ``threadpool_limits`` included, without a say. Older threadpoolctl
+has no such rule and no such call.
+
+The BLAS libraries are found once, at the first replay: replays compute with numpy, whose BLAS is
+loaded by then (looking again took 2 ms a replay).
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ def one_blas_thread() -> Iterator[None]:
     global _users, _limit
     with _lock:
         if _users == 0:
-            _take_control()
+            _hand_over_control()
             _limit = _blas().limit(limits=1, user_api="blas")
+            _hand_over_control()
         _users += 1
     try:
         yield
@@ -40,8 +46,9 @@ def one_blas_thread() -> Iterator[None]:
         with _lock:
             _users -= 1
             if _users == 0 and _limit is not None:
-                _take_control()
+                _hand_over_control()
                 _limit.restore_original_limits()
+                _hand_over_control()
                 _limit = None
 
 
@@ -55,8 +62,8 @@ def _blas() -> Any:
     return _controller
 
 
-def _take_control() -> None:
-    """This thread may set OpenBLAS's pool now (threadpoolctl 3.8: one controlling thread)."""
+def _hand_over_control() -> None:
+    """No thread controls OpenBLAS's pool now (threadpoolctl 3.8): the next to set it takes control."""
     import threadpoolctl
 
     clear = getattr(getattr(threadpoolctl, "OpenBLASController", None), "clear_controlling_thread", None)

@@ -5,7 +5,7 @@ A tokenizer of the text format (one regular expression) and an iterative parser:
 however deep the nesting; a text that is not the format is refused with its line. What ``str()`` of
 a message writes (a field or a brace at a time, double-quoted strings, no comments) is read a field
 at a time first, 2-3 times faster (``_plain``); anything else is read token by token, and the two
-agree wherever the first answers (tests/unit/test_graph_text.py).
+agree wherever the first answers (tests/unit/test_text_format.py).
 """
 
 from __future__ import annotations
@@ -31,10 +31,12 @@ _TOKEN = re.compile(
 # double-quoted string or a word), ``name {`` (``name: {`` too), ``}``, the end; any other character
 # (a comment, a single quote, a string continued or left open, ``<``, ``[``) sends the whole text to
 # the tokenizer: it is the last match, the rest of the text (not matched again at each character
-# after it: a long line of escaped quotes would take quadratic time)
+# after it: a long line of escaped quotes would take quadratic time). The white space around a
+# message's optional colon is one run or two split by the colon, never one run two ways: ``a``, a
+# long run of spaces and no brace would be tried at every split of it, quadratic too
 _PLAIN = re.compile(
     r'[ \t\r\n]*(?:([A-Za-z0-9_.+\-]+)[ \t]*:[ \t]*("(?:[^"\\\n]|\\.)*"|[A-Za-z0-9_.+\-]+)'
-    r"|([A-Za-z0-9_.+\-]+)[ \t]*:?[ \t]*\{|(\})|(\Z)|([\s\S]+))"
+    r"|([A-Za-z0-9_.+\-]+)[ \t]*(?::[ \t]*)?\{|(\})|(\Z)|([\s\S]+))"
 )
 _PUNCTUATION = frozenset("{}:<>[],;")
 _WORD = re.compile(r"[A-Za-z0-9_.+\-]")

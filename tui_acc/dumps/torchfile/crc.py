@@ -4,8 +4,10 @@ A record found whole once is not checked again while its file stays as it was: a
 the weights the comparison has just read (a 7B-shaped report read 207 tensors a second time), and
 each check reads every byte. "As it was": the same file (device, inode), size, modification and
 status-change times, record place and listed CRC, and only for a file that had settled when it was
-checked (unmodified for ``SETTLED_SECONDS``), so that a rewrite, which stamps the time of its
-writing, cannot carry the old times (the clock that stamps them ticks every few milliseconds).
+checked: neither modified nor changed for ``SETTLED_SECONDS``. A rewrite stamps the status-change
+time of its writing, which nothing sets back (the modification time ``cp -p`` or ``touch`` do), so it
+cannot carry the old times (the clock that stamps them ticks every few milliseconds: a rewrite within
+one tick of the check is what settling rules out).
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ def check_crc(info: zipfile.ZipInfo, data: np.ndarray, listed: int, file: os.sta
     """A stored record's bytes against the CRC-32 its directory lists, as zipfile checks them (torch.load
     does not: docs/formats.md §6.2): a flipped bit is named, not compared. A CRC of 0 is what torch
     writes when told not to compute them (``set_crc32_options(False)``): nothing to check. Mapped
-    pages are read here, which the comparison of a whole tensor does next anyway; a small view of a
-    large storage (``logits[:, -1]`` saved as it is) reads its whole record. ``file``: the file's
-    state when it was opened; ``start``: where the record's bytes begin in it."""
+    pages are read here the first time, which the comparison of a whole tensor does next anyway; a
+    small view of a large storage (``logits[:, -1]`` saved as it is) reads its whole record.
+    ``file``: the file's state when it was opened; ``start``: where the record's bytes begin."""
     if listed == 0:
         return
     key = (
@@ -56,7 +58,7 @@ def check_crc(info: zipfile.ZipInfo, data: np.ndarray, listed: int, file: os.sta
         raise TorchFileError(
             f"{info.filename}: its bytes do not match the CRC-32 the archive lists (damaged in copying?)"
         )
-    if time.time() - file.st_mtime >= SETTLED_SECONDS:
+    if time.time() - max(file.st_mtime, file.st_ctime) >= SETTLED_SECONDS:
         with _lock:
             _checked[key] = None
             while len(_checked) > _KEPT:
