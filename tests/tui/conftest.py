@@ -5,10 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.app import App
 from textual.pilot import Pilot
 
 from tui_acc import open_comparison
 from tui_acc.tui.app import AccApp
+
+
+@pytest.fixture(autouse=True)
+def notifications_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A notification stays until the test reads it: after Textual's 5 s a slow machine (a token
+    judged between the notice and the check) found it gone, a test's result hanging on its speed."""
+    monkeypatch.setattr(App, "NOTIFICATION_TIMEOUT", 3600.0)
 
 
 async def settle(pilot: Pilot[None]) -> None:
