@@ -43,6 +43,7 @@ _BY_NAME: dict[str, np.dtype] = {name: np.dtype(name) for name in NUMPY_NATIVE}
 _BY_NAME.update(
     {name: np.dtype(getattr(ml_dtypes, name)) for name in (*REINTERPRETED, "float4_e2m1fn", "int4", "uint4")}
 )
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)  # what a port's bf16 tensors load as
 # ml_dtypes' floats are not numpy floating types (their kind is not always "f"): listed by name
 _NARROW_FLOATS = REINTERPRETED | {"float16", "float4_e2m1fn"}
 _FLOATS = _NARROW_FLOATS | {"float32", "float64"}

@@ -10,20 +10,26 @@ lock for the rest). The TUI starts it once its first screen is up, so it never d
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import threading
 
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
+# how long a process that ends waits for the loading to finish (it is an import: well under this)
+_EXIT_WAIT_SECONDS = 60.0
 
 
 def start_loading() -> None:
-    """Load the kernel on a thread of its own (once per process; later calls do nothing)."""
+    """Load the kernel on a thread of its own (once per process; later calls do nothing). A process
+    that ends meanwhile (a report refusing its input at once) waits for it first: an interpreter
+    torn down while that thread is inside numpy's import crashed (SIGSEGV, one exit in two)."""
     global _thread
     with _lock:
         if _thread is None:
             _thread = threading.Thread(target=_load, name="tui-acc-kernel-load", daemon=True)
             _thread.start()
+            atexit.register(_thread.join, _EXIT_WAIT_SECONDS)
 
 
 def _load() -> None:

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 
-from tui_acc.dumps.dtypes import dtype_name, is_complex, is_float, widened
+from tui_acc.dumps.dtypes import BFLOAT16, dtype_name, is_complex, is_float, widened
 from tui_acc.errors import TuiAccError
 from tui_acc.metrics import fastkernel
 from tui_acc.metrics import kernel_layout as layout
@@ -39,7 +38,6 @@ REL_ERR_FLOOR = 1.1920928955078125e-07
 # the per-chunk overhead does not count. Measured on the 7B-shaped pair (one worker, CPU time):
 # 2**20 elements 0.52-0.57 s, 2**18 0.44-0.49 s, 2**16 0.48-0.60 s.
 CHUNK_ELEMENTS = 1 << 18
-_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
 class ShapeMismatch(TuiAccError, ValueError):
@@ -192,13 +190,13 @@ def _sweep_compiled(blocks: list[Block], kl: bool, nan: dict[str, int]) -> Sums:
 
 def _sweeps_as_bf16(golden: np.ndarray, test: np.ndarray) -> bool:
     """Whether ``sweep_bf16`` takes the pair as it lies: a bfloat16 test, a float32 or bfloat16 golden."""
-    return test.dtype == _BFLOAT16 and golden.dtype in (_BFLOAT16, np.float32)
+    return test.dtype == BFLOAT16 and golden.dtype in (BFLOAT16, np.float32)
 
 
 def _bf16_bits(rows: np.ndarray) -> np.ndarray:
     """Rows as ``sweep_bf16`` takes them: contiguous, bfloat16 as its bits (uint16)."""
     rows = np.ascontiguousarray(rows)
-    return rows.view(np.uint16) if rows.dtype == _BFLOAT16 else rows
+    return rows.view(np.uint16) if rows.dtype == BFLOAT16 else rows
 
 
 def _kernel_chunks(golden: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
