@@ -4,7 +4,6 @@ thread was inside numpy's import died of SIGSEGV, one exit in two under load."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +13,10 @@ import sys
 from pathlib import Path
 from tui_acc.metrics import kernel_loading
 
-gate, marker = Path(sys.argv[1]), Path(sys.argv[2])
+marker = Path(sys.argv[1])
 
 def load():  # stands in for the import: it lasts until the test says
-    gate.read_text()
+    sys.stdin.readline()
     marker.write_text("loaded")
 
 kernel_loading._load = load
@@ -28,20 +27,20 @@ sys.exit(3)
 
 
 def test_a_process_ending_while_the_kernel_loads_waits_for_it(tmp_path: Path) -> None:
-    gate, marker = tmp_path / "gate", tmp_path / "marker"
-    os.mkfifo(gate)
+    """The loading thread waits on the child's stdin, which the test fills only once the main thread
+    is on its way out: a process that did not wait has its thread stopped unfinished, the marker
+    unwritten."""
+    marker = tmp_path / "marker"
     with subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(gate), str(marker)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", CHILD, str(marker)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     ) as child:
-        assert child.stdout is not None and child.stdout.readline() == "exiting\n"
-        # the loading thread holds the gate open for reading: were the process gone (or going, its
-        # threads stopped), no one would read: this open fails (ENXIO) or the marker stays unwritten
+        assert child.stdin is not None and child.stdout is not None
+        assert child.stdout.readline() == "exiting\n"
         try:
-            writer = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            child.kill()
-            raise AssertionError(f"the process did not wait for the loading thread ({exc})") from exc
-        os.write(writer, b"go")
-        os.close(writer)
+            child.stdin.write("go\n")
+            child.stdin.close()
+        except BrokenPipeError:  # gone already: it did not wait
+            pass
         assert child.wait(timeout=120) == 3
+    assert marker.is_file(), "the process did not wait for the loading thread"
     assert marker.read_text() == "loaded"
